@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The one test command for a fresh clone: fmt, clippy, and the full test suite
+# against a throwaway Azurite (installed from tools/azurite on first use).
+# Extra arguments are passed to `cargo test`, e.g. scripts/test.sh -- --nocapture
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+banner() { printf '\n==> %s\n' "$*"; }
+
+# rustfmt and clippy are needed; add them only when missing.
+if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+    banner "rustup component add rustfmt clippy"
+    rustup component add rustfmt clippy
+fi
+
+banner "cargo fmt --all --check"
+cargo fmt --all --check
+
+TMP_ROOT="$(mktemp -d "${TMPDIR:-/tmp}/tablekit-test.XXXXXX")"
+export AZURITE_STATE_DIR="$TMP_ROOT/azurite"
+cleanup() {
+    local rc=$?
+    trap - EXIT
+    trap '' INT TERM # finish cleaning up even if signalled again
+    bash scripts/azurite.sh stop || true
+    rm -rf "$TMP_ROOT"
+    exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+banner "starting Azurite (scripts/azurite.sh start)"
+if ! AZURITE_ENV="$(bash scripts/azurite.sh start)"; then
+    echo "test.sh: error: Azurite failed to start; the integration tests need it" >&2
+    exit 1
+fi
+eval "$AZURITE_ENV"
+echo "Azurite pid $AZURITE_PID, table endpoint http://127.0.0.1:$AZURITE_TABLE_PORT/devstoreaccount1"
+
+banner "cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+
+banner "cargo test --workspace $*"
+cargo test --workspace "$@"

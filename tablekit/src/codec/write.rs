@@ -1,0 +1,460 @@
+//! Writing entities: the JSON encoder of the wire format and the checks of the
+//! service's limits, done in the same walk over the entity.
+
+use base64::Engine as _;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::edm::{min_datetime, write_datetime, EdmType};
+use crate::entity::{PropertyWriter, TableEntity};
+use crate::error::{Error, KeyKind, Result, ValidationError};
+use crate::validate::{self, MAX_ENTITY_BYTES, MAX_PROPERTIES, MAX_VALUE_BYTES};
+
+/// Checks one entity against the service's limits as its properties go by:
+/// property names, the number of properties, value sizes, the DateTime range and
+/// the entity's stored size (the service's published formula).
+#[derive(Debug)]
+pub(crate) struct EntityChecker {
+    count: usize,
+    size: usize,
+    partition_key: String,
+    row_key: String,
+}
+
+impl EntityChecker {
+    /// Starts checking an entity with these keys; the keys themselves are validated here.
+    pub(crate) fn new(partition_key: &str, row_key: &str) -> Result<Self> {
+        validate::key(KeyKind::PartitionKey, partition_key)?;
+        validate::key(KeyKind::RowKey, row_key)?;
+        Ok(EntityChecker {
+            count: 0,
+            // 4 bytes of overhead, the keys as UTF-16.
+            size: 4 + validate::utf16_bytes(partition_key) + validate::utf16_bytes(row_key),
+            partition_key: String::new(),
+            row_key: String::new(),
+        }
+        .with_keys(partition_key, row_key))
+    }
+
+    fn with_keys(mut self, pk: &str, rk: &str) -> Self {
+        // Kept only for the error message of an oversized entity, which is rare;
+        // copying short keys is cheaper than threading lifetimes through writers.
+        if pk.len() + rk.len() <= 64 {
+            self.partition_key = pk.to_owned();
+            self.row_key = rk.to_owned();
+        } else {
+            self.partition_key = pk.chars().take(32).collect();
+            self.row_key = rk.chars().take(32).collect();
+        }
+        self
+    }
+
+    fn property(&mut self, name: &str, value_size: usize) -> Result<()> {
+        validate::property_name(name)?;
+        self.count += 1;
+        if self.count > MAX_PROPERTIES {
+            return Err(Error::invalid(ValidationError::TooManyProperties {
+                count: self.count,
+                max: MAX_PROPERTIES,
+            }));
+        }
+        self.size += 8 + name.len() * 2 + value_size;
+        Ok(())
+    }
+
+    /// Ends the walk: checks the total size.
+    pub(crate) fn finish(&self) -> Result<usize> {
+        if self.size > MAX_ENTITY_BYTES {
+            return Err(Error::invalid(ValidationError::EntityTooLarge {
+                partition_key: self.partition_key.clone(),
+                row_key: self.row_key.clone(),
+                size: self.size,
+                max: MAX_ENTITY_BYTES,
+            }));
+        }
+        Ok(self.size)
+    }
+}
+
+impl PropertyWriter for EntityChecker {
+    fn string(&mut self, name: &str, value: &str) -> Result<()> {
+        let size = validate::utf16_bytes(value);
+        if size > MAX_VALUE_BYTES {
+            return Err(Error::invalid(ValidationError::ValueTooLarge {
+                property: name.to_owned(),
+                edm: EdmType::String.as_str(),
+                size,
+                max: MAX_VALUE_BYTES,
+            }));
+        }
+        self.property(name, 4 + size)
+    }
+    fn binary(&mut self, name: &str, value: &[u8]) -> Result<()> {
+        if value.len() > MAX_VALUE_BYTES {
+            return Err(Error::invalid(ValidationError::ValueTooLarge {
+                property: name.to_owned(),
+                edm: EdmType::Binary.as_str(),
+                size: value.len(),
+                max: MAX_VALUE_BYTES,
+            }));
+        }
+        self.property(name, 4 + value.len())
+    }
+    fn boolean(&mut self, name: &str, _: bool) -> Result<()> {
+        self.property(name, 1)
+    }
+    fn datetime(&mut self, name: &str, value: &DateTime<Utc>) -> Result<()> {
+        if *value < min_datetime() {
+            return Err(Error::invalid(ValidationError::DateTimeOutOfRange {
+                property: name.to_owned(),
+                value: value.to_rfc3339(),
+            }));
+        }
+        self.property(name, 8)
+    }
+    fn double(&mut self, name: &str, _: f64) -> Result<()> {
+        self.property(name, 8)
+    }
+    fn guid(&mut self, name: &str, _: &Uuid) -> Result<()> {
+        self.property(name, 16)
+    }
+    fn int32(&mut self, name: &str, _: i32) -> Result<()> {
+        self.property(name, 4)
+    }
+    fn int64(&mut self, name: &str, _: i64) -> Result<()> {
+        self.property(name, 8)
+    }
+}
+
+/// Sends every property to two writers, the first one first.
+pub(crate) struct Tee<'a, A: ?Sized, B: ?Sized>(pub(crate) &'a mut A, pub(crate) &'a mut B);
+
+macro_rules! tee_method {
+    ($($m:ident($t:ty)),*) => {$(
+        fn $m(&mut self, name: &str, value: $t) -> Result<()> {
+            self.0.$m(name, value)?;
+            self.1.$m(name, value)
+        }
+    )*};
+}
+
+impl<A: PropertyWriter + ?Sized, B: PropertyWriter + ?Sized> PropertyWriter for Tee<'_, A, B> {
+    tee_method!(
+        string(&str),
+        binary(&[u8]),
+        boolean(bool),
+        datetime(&DateTime<Utc>),
+        double(f64),
+        guid(&Uuid),
+        int32(i32),
+        int64(i64)
+    );
+}
+
+/// Writes properties as members of a JSON object in the Table service's format,
+/// checking them on the way.
+pub(crate) struct JsonWriter<'a> {
+    out: &'a mut Vec<u8>,
+    check: EntityChecker,
+}
+
+impl PropertyWriter for JsonWriter<'_> {
+    fn string(&mut self, name: &str, value: &str) -> Result<()> {
+        self.check.string(name, value)?;
+        self.name(name);
+        write_json_str(self.out, value);
+        Ok(())
+    }
+    fn binary(&mut self, name: &str, value: &[u8]) -> Result<()> {
+        self.check.binary(name, value)?;
+        self.annotated(name, EdmType::Binary);
+        self.out.push(b'"');
+        let start = self.out.len();
+        let len = base64::encoded_len(value.len(), true).unwrap_or(0);
+        self.out.resize(start + len, 0);
+        let written = base64::engine::general_purpose::STANDARD
+            .encode_slice(value, &mut self.out[start..])
+            .unwrap_or(0);
+        self.out.truncate(start + written);
+        self.out.push(b'"');
+        Ok(())
+    }
+    fn boolean(&mut self, name: &str, value: bool) -> Result<()> {
+        self.check.boolean(name, value)?;
+        self.name(name);
+        self.out
+            .extend_from_slice(if value { b"true" } else { b"false" });
+        Ok(())
+    }
+    fn datetime(&mut self, name: &str, value: &DateTime<Utc>) -> Result<()> {
+        self.check.datetime(name, value)?;
+        self.annotated(name, EdmType::DateTime);
+        self.out.push(b'"');
+        write_datetime(self.out, value);
+        self.out.push(b'"');
+        Ok(())
+    }
+    fn double(&mut self, name: &str, value: f64) -> Result<()> {
+        self.check.double(name, value)?;
+        // Always annotated: an unannotated integral number would be stored as Int32.
+        self.annotated(name, EdmType::Double);
+        write_double(self.out, value);
+        Ok(())
+    }
+    fn guid(&mut self, name: &str, value: &Uuid) -> Result<()> {
+        self.check.guid(name, value)?;
+        self.annotated(name, EdmType::Guid);
+        self.out.push(b'"');
+        let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
+        self.out
+            .extend_from_slice(value.hyphenated().encode_lower(&mut buf).as_bytes());
+        self.out.push(b'"');
+        Ok(())
+    }
+    fn int32(&mut self, name: &str, value: i32) -> Result<()> {
+        self.check.int32(name, value)?;
+        self.name(name);
+        self.out
+            .extend_from_slice(itoa_buf(value as i64, &mut [0u8; 20]));
+        Ok(())
+    }
+    fn int64(&mut self, name: &str, value: i64) -> Result<()> {
+        self.check.int64(name, value)?;
+        // Int64 travels as a string: JSON numbers lose precision above 2^53.
+        self.annotated(name, EdmType::Int64);
+        self.out.push(b'"');
+        self.out.extend_from_slice(itoa_buf(value, &mut [0u8; 20]));
+        self.out.push(b'"');
+        Ok(())
+    }
+}
+
+impl JsonWriter<'_> {
+    fn name(&mut self, name: &str) {
+        self.out.push(b',');
+        write_json_str(self.out, name);
+        self.out.push(b':');
+    }
+
+    fn annotated(&mut self, name: &str, edm: EdmType) {
+        self.out.push(b',');
+        self.out.push(b'"');
+        write_json_str_body(self.out, name);
+        self.out.extend_from_slice(b"@odata.type\":\"");
+        self.out.extend_from_slice(edm.as_str().as_bytes());
+        self.out.extend_from_slice(b"\"");
+        self.name(name);
+    }
+}
+
+/// Appends the whole entity as a JSON object: keys first, then its properties.
+/// Validates keys, names and limits in the same pass; on error `out` may hold a
+/// partial object and must be discarded.
+pub(crate) fn write_entity_json<T: TableEntity + ?Sized>(
+    entity: &T,
+    out: &mut Vec<u8>,
+) -> Result<()> {
+    let pk = entity.partition_key();
+    let rk = entity.row_key();
+    let check = EntityChecker::new(&pk, &rk)?;
+    out.extend_from_slice(b"{\"PartitionKey\":");
+    write_json_str(out, &pk);
+    out.extend_from_slice(b",\"RowKey\":");
+    write_json_str(out, &rk);
+    let mut w = JsonWriter { out, check };
+    entity.write_properties(&mut w)?;
+    w.check.finish()?;
+    w.out.push(b'}');
+    Ok(())
+}
+
+/// The JSON encoding of an entity, validated.
+pub fn entity_to_json<T: TableEntity>(entity: &T) -> Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(256);
+    write_entity_json(entity, &mut out)?;
+    Ok(out)
+}
+
+fn write_double(out: &mut Vec<u8>, v: f64) {
+    if v.is_nan() {
+        out.extend_from_slice(b"\"NaN\"");
+    } else if v == f64::INFINITY {
+        out.extend_from_slice(b"\"Infinity\"");
+    } else if v == f64::NEG_INFINITY {
+        out.extend_from_slice(b"\"-Infinity\"");
+    } else {
+        // serde_json prints the shortest text that reads back to the same bits,
+        // with a ".0" on integral values.
+        let _ = serde_json::to_writer(&mut *out, &v);
+    }
+}
+
+fn itoa_buf(v: i64, buf: &mut [u8; 20]) -> &[u8] {
+    let neg = v < 0;
+    let mut n = v.unsigned_abs();
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    if neg {
+        // i64::MIN has 19 digits, so there is always room for the sign.
+        i -= 1;
+        buf[i] = b'-';
+    }
+    &buf[i..]
+}
+
+/// Appends `s` as a quoted JSON string.
+pub(crate) fn write_json_str(out: &mut Vec<u8>, s: &str) {
+    out.push(b'"');
+    write_json_str_body(out, s);
+    out.push(b'"');
+}
+
+fn write_json_str_body(out: &mut Vec<u8>, s: &str) {
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let esc: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0..=0x1f => {
+                out.extend_from_slice(&bytes[start..i]);
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.extend_from_slice(&[
+                    b'\\',
+                    b'u',
+                    b'0',
+                    b'0',
+                    HEX[(b >> 4) as usize],
+                    HEX[(b & 0xf) as usize],
+                ]);
+                start = i + 1;
+                continue;
+            }
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        out.extend_from_slice(esc);
+        start = i + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entity::DynamicEntity;
+    use crate::EdmValue;
+
+    fn json(e: &DynamicEntity) -> String {
+        String::from_utf8(entity_to_json(e).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn every_edm_type_is_written_with_the_service_annotations() {
+        let e = DynamicEntity::new("p'1", "r\"1")
+            .with("S", "a\"b\\c\n\u{1}é")
+            .with("B", vec![0u8, 1, 255])
+            .with("T", true)
+            .with(
+                "D",
+                crate::edm::parse_datetime("2020-07-23T21:20:41.6667782Z").unwrap(),
+            )
+            .with("F", 2.0)
+            .with("N", f64::NAN)
+            .with("G", Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef))
+            .with("I", -5)
+            .with("L", i64::MIN);
+        assert_eq!(
+            json(&e),
+            concat!(
+                r#"{"PartitionKey":"p'1","RowKey":"r\"1","S":"a\"b\\c\n\u0001é","#,
+                r#""B@odata.type":"Edm.Binary","B":"AAH/","T":true,"#,
+                r#""D@odata.type":"Edm.DateTime","D":"2020-07-23T21:20:41.6667782Z","#,
+                r#""F@odata.type":"Edm.Double","F":2.0,"#,
+                r#""N@odata.type":"Edm.Double","N":"NaN","#,
+                r#""G@odata.type":"Edm.Guid","G":"01234567-89ab-cdef-0123-456789abcdef","#,
+                r#""I":-5,"L@odata.type":"Edm.Int64","L":"-9223372036854775808"}"#
+            )
+        );
+    }
+
+    #[test]
+    fn doubles_print_the_shortest_exact_text() {
+        for (v, s) in [
+            (1e300, "1e+300"),
+            (0.1, "0.1"),
+            (f64::INFINITY, "\"Infinity\""),
+            (f64::NEG_INFINITY, "\"-Infinity\""),
+            (30000.37, "30000.37"),
+        ] {
+            let mut out = Vec::new();
+            write_double(&mut out, v);
+            assert_eq!(String::from_utf8(out).unwrap(), s);
+        }
+    }
+
+    #[test]
+    fn limits_are_checked_while_writing() {
+        let too_big = DynamicEntity::new("p", "r").with("S", "x".repeat(32 * 1024 + 1));
+        let err = entity_to_json(&too_big).unwrap_err();
+        assert_eq!(
+            err.validation(),
+            Some(&ValidationError::ValueTooLarge {
+                property: "S".into(),
+                edm: "Edm.String",
+                size: 65538,
+                max: 65536
+            })
+        );
+        assert!(entity_to_json(&DynamicEntity::new("p", "r").with("S", "x".repeat(32 * 1024))).is_ok());
+        assert!(entity_to_json(&DynamicEntity::new("p", "r").with("B", vec![0u8; 65536])).is_ok());
+        assert!(entity_to_json(&DynamicEntity::new("p", "r").with("B", vec![0u8; 65537])).is_err());
+
+        let mut many = DynamicEntity::new("p", "r");
+        for i in 0..253 {
+            many.set(format!("P{i}"), i);
+        }
+        assert_eq!(
+            entity_to_json(&many).unwrap_err().validation(),
+            Some(&ValidationError::TooManyProperties { count: 253, max: 252 })
+        );
+
+        let mut huge = DynamicEntity::new("p", "r");
+        for i in 0..17 {
+            huge.set(format!("B{i}"), vec![0u8; 65536]);
+        }
+        assert!(matches!(
+            entity_to_json(&huge).unwrap_err().validation(),
+            Some(ValidationError::EntityTooLarge { .. })
+        ));
+
+        let old = DynamicEntity::new("p", "r").with(
+            "D",
+            EdmValue::DateTime(crate::edm::parse_datetime("1600-12-31T23:59:59Z").unwrap()),
+        );
+        assert!(matches!(
+            entity_to_json(&old).unwrap_err().validation(),
+            Some(ValidationError::DateTimeOutOfRange { .. })
+        ));
+        assert!(entity_to_json(&DynamicEntity::new("p/", "r")).is_err());
+        assert!(entity_to_json(&DynamicEntity::new("p", "r").with("Timestamp", 1)).is_err());
+        assert!(entity_to_json(&DynamicEntity::new("p", "r").with("a-b", 1)).is_err());
+    }
+
+    #[test]
+    fn itoa_handles_extremes() {
+        assert_eq!(itoa_buf(0, &mut [0; 20]), b"0");
+        assert_eq!(itoa_buf(i64::MAX, &mut [0; 20]), b"9223372036854775807");
+        assert_eq!(itoa_buf(i64::MIN, &mut [0; 20]), b"-9223372036854775808");
+    }
+}

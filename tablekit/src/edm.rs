@@ -1,0 +1,318 @@
+//! The eight property types of the Table service (the Entity Data Model subset it stores).
+
+use std::fmt;
+
+use chrono::{DateTime, Datelike, NaiveDate, Timelike, Utc};
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+
+/// The type of a stored property, as named on the wire (`Edm.Int64`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum EdmType {
+    /// UTF-16 text of at most 64 KiB.
+    String,
+    /// Bytes, at most 64 KiB.
+    Binary,
+    /// `true` or `false`.
+    Boolean,
+    /// A UTC instant from 1601-01-01 with 100 ns resolution.
+    DateTime,
+    /// A 64-bit IEEE 754 number, NaN and infinities included.
+    Double,
+    /// A 128-bit identifier.
+    Guid,
+    /// A 32-bit signed integer.
+    Int32,
+    /// A 64-bit signed integer.
+    Int64,
+}
+
+impl EdmType {
+    /// The wire name, such as `Edm.Int64`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            EdmType::String => "Edm.String",
+            EdmType::Binary => "Edm.Binary",
+            EdmType::Boolean => "Edm.Boolean",
+            EdmType::DateTime => "Edm.DateTime",
+            EdmType::Double => "Edm.Double",
+            EdmType::Guid => "Edm.Guid",
+            EdmType::Int32 => "Edm.Int32",
+            EdmType::Int64 => "Edm.Int64",
+        }
+    }
+
+    /// Parses a wire name; `None` for types the service does not store.
+    pub fn from_wire(s: &str) -> Option<EdmType> {
+        Some(match s {
+            "Edm.String" => EdmType::String,
+            "Edm.Binary" => EdmType::Binary,
+            "Edm.Boolean" => EdmType::Boolean,
+            "Edm.DateTime" => EdmType::DateTime,
+            "Edm.Double" => EdmType::Double,
+            "Edm.Guid" => EdmType::Guid,
+            "Edm.Int32" => EdmType::Int32,
+            "Edm.Int64" => EdmType::Int64,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for EdmType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A typed property value.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum EdmValue {
+    /// `Edm.String`.
+    String(String),
+    /// `Edm.Binary`.
+    Binary(Vec<u8>),
+    /// `Edm.Boolean`.
+    Boolean(bool),
+    /// `Edm.DateTime`, 100 ns resolution.
+    DateTime(DateTime<Utc>),
+    /// `Edm.Double`.
+    Double(f64),
+    /// `Edm.Guid`.
+    Guid(Uuid),
+    /// `Edm.Int32`.
+    Int32(i32),
+    /// `Edm.Int64`.
+    Int64(i64),
+}
+
+impl EdmValue {
+    /// The type of this value.
+    pub fn edm_type(&self) -> EdmType {
+        match self {
+            EdmValue::String(_) => EdmType::String,
+            EdmValue::Binary(_) => EdmType::Binary,
+            EdmValue::Boolean(_) => EdmType::Boolean,
+            EdmValue::DateTime(_) => EdmType::DateTime,
+            EdmValue::Double(_) => EdmType::Double,
+            EdmValue::Guid(_) => EdmType::Guid,
+            EdmValue::Int32(_) => EdmType::Int32,
+            EdmValue::Int64(_) => EdmType::Int64,
+        }
+    }
+
+    /// The string, if this is an `Edm.String`.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            EdmValue::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The integer, if this is an `Edm.Int32`.
+    pub fn as_i32(&self) -> Option<i32> {
+        match self {
+            EdmValue::Int32(v) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// The integer, if this is an `Edm.Int64` or an `Edm.Int32`.
+    pub fn as_i64(&self) -> Option<i64> {
+        match self {
+            EdmValue::Int64(v) => Some(*v),
+            EdmValue::Int32(v) => Some(i64::from(*v)),
+            _ => None,
+        }
+    }
+
+    /// The number, if this is an `Edm.Double`.
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            EdmValue::Double(v) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// The flag, if this is an `Edm.Boolean`.
+    pub fn as_bool(&self) -> Option<bool> {
+        match self {
+            EdmValue::Boolean(v) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// The instant, if this is an `Edm.DateTime`.
+    pub fn as_datetime(&self) -> Option<DateTime<Utc>> {
+        match self {
+            EdmValue::DateTime(v) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// The identifier, if this is an `Edm.Guid`.
+    pub fn as_guid(&self) -> Option<Uuid> {
+        match self {
+            EdmValue::Guid(v) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// The bytes, if this is an `Edm.Binary`.
+    pub fn as_binary(&self) -> Option<&[u8]> {
+        match self {
+            EdmValue::Binary(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+macro_rules! edm_from {
+    ($($t:ty => $variant:ident $(as $conv:ty)?),* $(,)?) => {$(
+        impl From<$t> for EdmValue {
+            fn from(v: $t) -> Self {
+                EdmValue::$variant(v $(as $conv)?)
+            }
+        }
+    )*};
+}
+
+edm_from! {
+    String => String,
+    Vec<u8> => Binary,
+    bool => Boolean,
+    DateTime<Utc> => DateTime,
+    f64 => Double,
+    Uuid => Guid,
+    i32 => Int32,
+    i64 => Int64,
+    i16 => Int32 as i32,
+    i8 => Int32 as i32,
+    u16 => Int32 as i32,
+    u8 => Int32 as i32,
+    u32 => Int64 as i64,
+    f32 => Double as f64,
+}
+
+impl From<&str> for EdmValue {
+    fn from(v: &str) -> Self {
+        EdmValue::String(v.to_owned())
+    }
+}
+
+impl From<&[u8]> for EdmValue {
+    fn from(v: &[u8]) -> Self {
+        EdmValue::Binary(v.to_vec())
+    }
+}
+
+/// The earliest instant the service stores: 1601-01-01T00:00:00Z.
+pub fn min_datetime() -> DateTime<Utc> {
+    NaiveDate::from_ymd_opt(1601, 1, 1)
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .map(|d| d.and_utc())
+        .unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
+/// Appends `dt` in the service's form: `YYYY-MM-DDTHH:MM:SS.fffffffZ`, always
+/// seven fractional digits (100 ns), truncating finer precision.
+pub(crate) fn write_datetime(out: &mut Vec<u8>, dt: &DateTime<Utc>) {
+    fn push_num(out: &mut Vec<u8>, mut v: u32, width: usize) {
+        let start = out.len();
+        out.resize(start + width, b'0');
+        for i in (0..width).rev() {
+            out[start + i] = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+    }
+    let year = dt.year();
+    if (0..=9999).contains(&year) {
+        push_num(out, year as u32, 4);
+    } else {
+        // Out of the service's range; still produce ISO 8601 so validation can report it.
+        out.extend_from_slice(format!("{year:+05}").as_bytes());
+    }
+    out.push(b'-');
+    push_num(out, dt.month(), 2);
+    out.push(b'-');
+    push_num(out, dt.day(), 2);
+    out.push(b'T');
+    push_num(out, dt.hour(), 2);
+    out.push(b':');
+    push_num(out, dt.minute(), 2);
+    out.push(b':');
+    push_num(out, dt.second().min(59), 2);
+    out.push(b'.');
+    // A leap second (nanosecond >= 1e9) is folded into the last 100 ns of the second.
+    let ticks = (dt.nanosecond().min(999_999_999)) / 100;
+    push_num(out, ticks, 7);
+    out.push(b'Z');
+}
+
+/// Formats `dt` in the service's form with seven fractional digits.
+pub fn format_datetime(dt: &DateTime<Utc>) -> String {
+    let mut v = Vec::with_capacity(28);
+    write_datetime(&mut v, dt);
+    // write_datetime only writes ASCII.
+    String::from_utf8(v).unwrap_or_default()
+}
+
+/// Parses an ISO 8601 / RFC 3339 instant as the service writes it (any number of
+/// fractional digits, `Z` or an offset), normalised to UTC.
+pub fn parse_datetime(s: &str) -> Result<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(s)
+        .map(|d| d.with_timezone(&Utc))
+        .or_else(|_| {
+            // Some writers omit the zone; the service treats such values as UTC.
+            chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f").map(|d| d.and_utc())
+        })
+        .map_err(|_| Error::decode(format!("{s:?} is not an ISO 8601 date and time")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn datetime_has_seven_fraction_digits_and_z() {
+        let dt = parse_datetime("2020-07-23T21:20:41.6667782Z").unwrap();
+        assert_eq!(format_datetime(&dt), "2020-07-23T21:20:41.6667782Z");
+        let whole = parse_datetime("2009-05-01T00:00:00Z").unwrap();
+        assert_eq!(format_datetime(&whole), "2009-05-01T00:00:00.0000000Z");
+    }
+
+    #[test]
+    fn datetime_parse_accepts_offsets_and_missing_zone() {
+        let a = parse_datetime("2020-01-01T02:00:00+02:00").unwrap();
+        let b = parse_datetime("2020-01-01T00:00:00").unwrap();
+        assert_eq!(a, b);
+        assert!(parse_datetime("yesterday").is_err());
+    }
+
+    #[test]
+    fn min_datetime_is_1601() {
+        assert_eq!(
+            format_datetime(&min_datetime()),
+            "1601-01-01T00:00:00.0000000Z"
+        );
+    }
+
+    #[test]
+    fn edm_type_wire_names_round_trip() {
+        for t in [
+            EdmType::String,
+            EdmType::Binary,
+            EdmType::Boolean,
+            EdmType::DateTime,
+            EdmType::Double,
+            EdmType::Guid,
+            EdmType::Int32,
+            EdmType::Int64,
+        ] {
+            assert_eq!(EdmType::from_wire(t.as_str()), Some(t));
+        }
+        assert_eq!(EdmType::from_wire("Edm.Decimal"), None);
+    }
+}

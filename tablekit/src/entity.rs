@@ -1,0 +1,503 @@
+//! Entities: the [`TableEntity`] trait, keys, ETags and the untyped [`DynamicEntity`].
+
+use std::borrow::Cow;
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::edm::EdmValue;
+use crate::error::{Error, KeyKind, Result, ValidationError};
+use crate::validate;
+
+pub use crate::codec::read::{PropertyValue, RawEntity};
+
+/// A type stored as one entity of a table.
+///
+/// `#[derive(TableEntity)]` writes this impl for a plain struct; [`DynamicEntity`]
+/// implements it for the untyped property bag. A hand-written impl is fine too:
+///
+/// ```
+/// use std::borrow::Cow;
+/// use tablekit::{PropertyWriter, RawEntity, Result, TableEntity};
+///
+/// struct Blog { channel: String, posted: String, text: String, rating: i32 }
+///
+/// impl TableEntity for Blog {
+///     fn partition_key(&self) -> Cow<'_, str> { Cow::Borrowed(&self.channel) }
+///     fn row_key(&self) -> Cow<'_, str> { Cow::Borrowed(&self.posted) }
+///     fn write_properties<W: PropertyWriter + ?Sized>(&self, out: &mut W) -> Result<()> {
+///         out.string("Text", &self.text)?;
+///         out.int32("Rating", self.rating)
+///     }
+///     fn decode(e: &RawEntity<'_>) -> Result<Self> {
+///         Ok(Blog {
+///             channel: e.partition_key().to_owned(),
+///             posted: e.row_key().to_owned(),
+///             text: e.required("Text")?.as_str()?.to_owned(),
+///             rating: e.required("Rating")?.to_i32()?,
+///         })
+///     }
+/// }
+/// ```
+pub trait TableEntity: Sized + Send + Sync + 'static {
+    /// The PartitionKey of this value.
+    fn partition_key(&self) -> Cow<'_, str>;
+
+    /// The RowKey of this value.
+    fn row_key(&self) -> Cow<'_, str>;
+
+    /// Writes every stored property other than PartitionKey, RowKey and Timestamp.
+    fn write_properties<W: PropertyWriter + ?Sized>(&self, out: &mut W) -> Result<()>;
+
+    /// Builds a value from a stored entity. Properties the type does not know are
+    /// to be ignored (the service has no schema, and older readers must keep working).
+    fn decode(entity: &RawEntity<'_>) -> Result<Self>;
+
+    /// The ETag this value was read or last written with, if the type keeps one.
+    fn etag(&self) -> Option<&ETag> {
+        None
+    }
+
+    /// Stores the ETag after a read or a write; types that keep none ignore it.
+    fn set_etag(&mut self, etag: ETag) {
+        let _ = etag;
+    }
+
+    /// Stores the service's Timestamp after a write; types that keep none ignore it.
+    fn set_timestamp(&mut self, timestamp: DateTime<Utc>) {
+        let _ = timestamp;
+    }
+
+    /// The properties to ask for with `$select` when reading this type; `None` reads all.
+    fn select() -> Option<&'static [&'static str]> {
+        None
+    }
+
+    /// Whether decoding needs the service's type annotations. A type that knows
+    /// the Edm type of each of its fields does not; a property bag does.
+    fn needs_type_annotations() -> bool {
+        true
+    }
+
+    /// The key of this value.
+    fn key(&self) -> EntityKey {
+        EntityKey::new(self.partition_key(), self.row_key())
+    }
+}
+
+/// Receives the properties of an entity being written, one call per property.
+///
+/// The JSON encoder of the HTTP backend, the property bag of the embedded backend
+/// and the size checks all implement it, so an entity is walked once per write.
+pub trait PropertyWriter {
+    /// Writes an `Edm.String`.
+    fn string(&mut self, name: &str, value: &str) -> Result<()>;
+    /// Writes an `Edm.Binary`.
+    fn binary(&mut self, name: &str, value: &[u8]) -> Result<()>;
+    /// Writes an `Edm.Boolean`.
+    fn boolean(&mut self, name: &str, value: bool) -> Result<()>;
+    /// Writes an `Edm.DateTime`.
+    fn datetime(&mut self, name: &str, value: &DateTime<Utc>) -> Result<()>;
+    /// Writes an `Edm.Double`.
+    fn double(&mut self, name: &str, value: f64) -> Result<()>;
+    /// Writes an `Edm.Guid`.
+    fn guid(&mut self, name: &str, value: &Uuid) -> Result<()>;
+    /// Writes an `Edm.Int32`.
+    fn int32(&mut self, name: &str, value: i32) -> Result<()>;
+    /// Writes an `Edm.Int64`.
+    fn int64(&mut self, name: &str, value: i64) -> Result<()>;
+
+    /// Writes any value by its type.
+    fn value(&mut self, name: &str, value: &EdmValue) -> Result<()> {
+        match value {
+            EdmValue::String(v) => self.string(name, v),
+            EdmValue::Binary(v) => self.binary(name, v),
+            EdmValue::Boolean(v) => self.boolean(name, *v),
+            EdmValue::DateTime(v) => self.datetime(name, v),
+            EdmValue::Double(v) => self.double(name, *v),
+            EdmValue::Guid(v) => self.guid(name, v),
+            EdmValue::Int32(v) => self.int32(name, *v),
+            EdmValue::Int64(v) => self.int64(name, *v),
+        }
+    }
+}
+
+/// An entity's ETag: an opaque version string, stored and sent back byte for byte.
+#[derive(Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct ETag(String);
+
+impl ETag {
+    /// Wraps a value received from the service.
+    pub fn new(value: impl Into<String>) -> Self {
+        ETag(value.into())
+    }
+
+    /// The value as sent by the service.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The Timestamp the service embeds in its ETags
+    /// (`W/"datetime'2008-10-01T15%3A27%3A34.4838174Z'"`), when it does.
+    pub fn timestamp(&self) -> Option<DateTime<Utc>> {
+        let inner = self.0.strip_prefix("W/\"datetime'")?.strip_suffix("'\"")?;
+        let decoded = percent_encoding::percent_decode_str(inner)
+            .decode_utf8()
+            .ok()?;
+        crate::edm::parse_datetime(&decoded).ok()
+    }
+}
+
+impl fmt::Debug for ETag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ETag({})", self.0)
+    }
+}
+
+impl fmt::Display for ETag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The condition of an update or delete.
+///
+/// There is no default: an unconditional write is the visible choice `IfMatch::Any`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IfMatch {
+    /// Apply whatever the stored version is (`If-Match: *`).
+    Any,
+    /// Apply only if the stored version still has this ETag; otherwise the service
+    /// answers 412 and [`Error::is_precondition_failed`] is true.
+    ETag(ETag),
+}
+
+impl IfMatch {
+    pub(crate) fn header_value(&self) -> &str {
+        match self {
+            IfMatch::Any => "*",
+            IfMatch::ETag(e) => e.as_str(),
+        }
+    }
+}
+
+impl From<ETag> for IfMatch {
+    fn from(e: ETag) -> Self {
+        IfMatch::ETag(e)
+    }
+}
+
+impl From<&ETag> for IfMatch {
+    fn from(e: &ETag) -> Self {
+        IfMatch::ETag(e.clone())
+    }
+}
+
+/// How an update or upsert treats the properties the stored entity has and the
+/// written one lacks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpdateMode {
+    /// Keep them (HTTP `MERGE`): a partial update.
+    Merge,
+    /// Remove them (HTTP `PUT`): the stored entity becomes exactly the written one.
+    Replace,
+}
+
+/// The primary key of an entity: its PartitionKey and RowKey.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EntityKey {
+    /// The PartitionKey.
+    pub partition_key: String,
+    /// The RowKey.
+    pub row_key: String,
+}
+
+impl EntityKey {
+    /// A key from its two parts. Checked against the service's key rules before any
+    /// request that uses it (see [`EntityKey::validate`]).
+    pub fn new(partition_key: impl Into<String>, row_key: impl Into<String>) -> Self {
+        EntityKey {
+            partition_key: partition_key.into(),
+            row_key: row_key.into(),
+        }
+    }
+
+    /// Checks both parts: at most 1024 characters, none of `/ \ # ?` or control characters.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        validate::key(KeyKind::PartitionKey, &self.partition_key)?;
+        validate::key(KeyKind::RowKey, &self.row_key)
+    }
+}
+
+impl<P: Into<String>, R: Into<String>> From<(P, R)> for EntityKey {
+    fn from((p, r): (P, R)) -> Self {
+        EntityKey::new(p, r)
+    }
+}
+
+/// An ordered bag of named, typed properties. Setting a name that exists replaces it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Properties {
+    entries: Vec<(String, EdmValue)>,
+}
+
+impl Properties {
+    /// An empty bag.
+    pub fn new() -> Self {
+        Properties::default()
+    }
+
+    /// An empty bag with room for `n` properties.
+    pub fn with_capacity(n: usize) -> Self {
+        Properties {
+            entries: Vec::with_capacity(n),
+        }
+    }
+
+    /// Sets a property, replacing any value of the same name; returns the old value.
+    pub fn insert(&mut self, name: impl Into<String>, value: impl Into<EdmValue>) -> Option<EdmValue> {
+        let name = name.into();
+        let value = value.into();
+        match self.entries.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, v)) => Some(std::mem::replace(v, value)),
+            None => {
+                self.entries.push((name, value));
+                None
+            }
+        }
+    }
+
+    /// The value of a property.
+    pub fn get(&self, name: &str) -> Option<&EdmValue> {
+        self.entries.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
+
+    /// Removes a property and returns its value.
+    pub fn remove(&mut self, name: &str) -> Option<EdmValue> {
+        let i = self.entries.iter().position(|(n, _)| n == name)?;
+        Some(self.entries.remove(i).1)
+    }
+
+    /// The number of properties.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The properties in insertion order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, &EdmValue)> {
+        self.entries.iter().map(|(n, v)| (n.as_str(), v))
+    }
+
+    /// Appends without looking for an existing name; the decoder uses it for
+    /// service payloads, whose names are unique.
+    pub(crate) fn push_unchecked(&mut self, name: String, value: EdmValue) {
+        self.entries.push((name, value));
+    }
+}
+
+impl<N: Into<String>, V: Into<EdmValue>> FromIterator<(N, V)> for Properties {
+    fn from_iter<I: IntoIterator<Item = (N, V)>>(iter: I) -> Self {
+        let mut p = Properties::new();
+        for (n, v) in iter {
+            p.insert(n, v);
+        }
+        p
+    }
+}
+
+impl<'a> IntoIterator for &'a Properties {
+    type Item = (&'a str, &'a EdmValue);
+    type IntoIter = std::iter::Map<
+        std::slice::Iter<'a, (String, EdmValue)>,
+        fn(&'a (String, EdmValue)) -> (&'a str, &'a EdmValue),
+    >;
+    fn into_iter(self) -> Self::IntoIter {
+        self.entries.iter().map(|(n, v)| (n.as_str(), v))
+    }
+}
+
+/// An untyped entity: keys, system properties and a bag of typed properties.
+///
+/// Use it for heterogeneous tables, tools, and anything whose shape is only known
+/// at run time. `TableClient<DynamicEntity>` is the untyped table client.
+///
+/// ```
+/// use tablekit::{DynamicEntity, EdmValue};
+///
+/// let mut e = DynamicEntity::new("Channel9", "Oct-29");
+/// e.set("Text", "Hello");
+/// e.set("Rating", 3);
+/// e.set("Views", 9_000_000_000_i64);
+/// assert_eq!(e.get("Rating"), Some(&EdmValue::Int32(3)));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DynamicEntity {
+    /// The PartitionKey.
+    pub partition_key: String,
+    /// The RowKey.
+    pub row_key: String,
+    /// The service's Timestamp, filled on read.
+    pub timestamp: Option<DateTime<Utc>>,
+    /// The ETag, filled on read and after writes made through `&mut`.
+    pub etag: Option<ETag>,
+    /// The custom properties.
+    pub properties: Properties,
+}
+
+impl DynamicEntity {
+    /// An entity with these keys and no properties.
+    pub fn new(partition_key: impl Into<String>, row_key: impl Into<String>) -> Self {
+        DynamicEntity {
+            partition_key: partition_key.into(),
+            row_key: row_key.into(),
+            ..Default::default()
+        }
+    }
+
+    /// Sets a property; returns `self` for chaining.
+    pub fn with(mut self, name: impl Into<String>, value: impl Into<EdmValue>) -> Self {
+        self.properties.insert(name, value);
+        self
+    }
+
+    /// Sets a property, replacing any value of the same name.
+    pub fn set(&mut self, name: impl Into<String>, value: impl Into<EdmValue>) -> Option<EdmValue> {
+        self.properties.insert(name, value)
+    }
+
+    /// The value of a property.
+    pub fn get(&self, name: &str) -> Option<&EdmValue> {
+        self.properties.get(name)
+    }
+}
+
+impl TableEntity for DynamicEntity {
+    fn partition_key(&self) -> Cow<'_, str> {
+        Cow::Borrowed(&self.partition_key)
+    }
+
+    fn row_key(&self) -> Cow<'_, str> {
+        Cow::Borrowed(&self.row_key)
+    }
+
+    fn write_properties<W: PropertyWriter + ?Sized>(&self, out: &mut W) -> Result<()> {
+        for (name, value) in &self.properties {
+            out.value(name, value)?;
+        }
+        Ok(())
+    }
+
+    fn decode(entity: &RawEntity<'_>) -> Result<Self> {
+        let mut properties = Properties::with_capacity(entity.len());
+        for p in entity.properties() {
+            properties.push_unchecked(p.name().to_owned(), p.to_value()?);
+        }
+        Ok(DynamicEntity {
+            partition_key: entity.partition_key().to_owned(),
+            row_key: entity.row_key().to_owned(),
+            timestamp: entity.timestamp(),
+            etag: entity.etag(),
+            properties,
+        })
+    }
+
+    fn etag(&self) -> Option<&ETag> {
+        self.etag.as_ref()
+    }
+
+    fn set_etag(&mut self, etag: ETag) {
+        self.etag = Some(etag);
+    }
+
+    fn set_timestamp(&mut self, timestamp: DateTime<Utc>) {
+        self.timestamp = Some(timestamp);
+    }
+}
+
+/// Walks an entity's properties into a [`Properties`] bag (used by the embedded
+/// backend and by tests).
+#[derive(Debug, Default)]
+pub(crate) struct BagWriter {
+    pub(crate) bag: Properties,
+}
+
+impl PropertyWriter for BagWriter {
+    fn string(&mut self, name: &str, value: &str) -> Result<()> {
+        self.value(name, &EdmValue::String(value.to_owned()))
+    }
+    fn binary(&mut self, name: &str, value: &[u8]) -> Result<()> {
+        self.value(name, &EdmValue::Binary(value.to_vec()))
+    }
+    fn boolean(&mut self, name: &str, value: bool) -> Result<()> {
+        self.value(name, &EdmValue::Boolean(value))
+    }
+    fn datetime(&mut self, name: &str, value: &DateTime<Utc>) -> Result<()> {
+        self.value(name, &EdmValue::DateTime(*value))
+    }
+    fn double(&mut self, name: &str, value: f64) -> Result<()> {
+        self.value(name, &EdmValue::Double(value))
+    }
+    fn guid(&mut self, name: &str, value: &Uuid) -> Result<()> {
+        self.value(name, &EdmValue::Guid(*value))
+    }
+    fn int32(&mut self, name: &str, value: i32) -> Result<()> {
+        self.value(name, &EdmValue::Int32(value))
+    }
+    fn int64(&mut self, name: &str, value: i64) -> Result<()> {
+        self.value(name, &EdmValue::Int64(value))
+    }
+    fn value(&mut self, name: &str, value: &EdmValue) -> Result<()> {
+        if self.bag.insert(name, value.clone()).is_some() {
+            return Err(Error::invalid(ValidationError::DuplicateProperty {
+                name: name.to_owned(),
+            }));
+        }
+        Ok(())
+    }
+}
+
+/// The property bag of any entity, validated the way a write validates it.
+pub fn to_dynamic<T: TableEntity>(entity: &T) -> Result<DynamicEntity> {
+    let mut checker = crate::codec::write::EntityChecker::new(&entity.partition_key(), &entity.row_key())?;
+    let mut w = BagWriter::default();
+    entity.write_properties(&mut crate::codec::write::Tee(&mut checker, &mut w))?;
+    checker.finish()?;
+    Ok(DynamicEntity {
+        partition_key: entity.partition_key().into_owned(),
+        row_key: entity.row_key().into_owned(),
+        timestamp: None,
+        etag: entity.etag().cloned(),
+        properties: w.bag,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn etag_timestamp_is_read_from_weak_datetime_etag() {
+        let e = ETag::new("W/\"datetime'2008-10-01T15%3A27%3A34.4838174Z'\"");
+        assert_eq!(
+            e.timestamp().map(|t| crate::edm::format_datetime(&t)),
+            Some("2008-10-01T15:27:34.4838174Z".to_owned())
+        );
+        assert_eq!(ETag::new("\"0x8D\"").timestamp(), None);
+    }
+
+    #[test]
+    fn properties_insert_replaces_same_name() {
+        let mut p = Properties::new();
+        assert_eq!(p.insert("A", 1), None);
+        assert_eq!(p.insert("A", 2), Some(EdmValue::Int32(1)));
+        assert_eq!(p.len(), 1);
+        assert_eq!(p.get("A"), Some(&EdmValue::Int32(2)));
+    }
+}

@@ -1,0 +1,477 @@
+//! The one error type of tablekit, with predicates and accessors.
+//!
+//! Every failure, whether caught on the client before any I/O or reported by the
+//! service, is an [`Error`]. Match on [`Error::kind`] when the category matters,
+//! or ask the predicates (`is_not_found`, `is_conflict`, ...) for the common cases.
+
+use std::fmt;
+
+/// The result type of tablekit operations.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// An error from tablekit: invalid input caught before any I/O, an answer of the
+/// service, a transport failure, or a response that could not be decoded.
+///
+/// `Display` gives one line; the cause (if any) is available through
+/// [`std::error::Error::source`]. No secret (account key, SAS token, bearer
+/// token) ever appears in an error.
+pub struct Error {
+    inner: Box<ErrorKind>,
+}
+
+/// What went wrong, by category.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The input was rejected on the client, before any request was sent.
+    Invalid(ValidationError),
+    /// The service answered with an error status.
+    Service(ServiceError),
+    /// The request could not be completed: connection refused or reset, timeout, TLS.
+    Transport(TransportError),
+    /// A response (or a stored property) could not be turned into the requested type.
+    Decode(DecodeError),
+    /// A connection string or client configuration is malformed.
+    Config(ConfigError),
+}
+
+impl Error {
+    /// The category of this error.
+    pub fn kind(&self) -> &ErrorKind {
+        &self.inner
+    }
+
+    /// The HTTP status the service answered with, if the error came from the service.
+    pub fn status(&self) -> Option<u16> {
+        match &*self.inner {
+            ErrorKind::Service(e) => Some(e.status),
+            _ => None,
+        }
+    }
+
+    /// The service's error code (`EntityAlreadyExists`, `ResourceNotFound`, ...).
+    pub fn code(&self) -> Option<&str> {
+        match &*self.inner {
+            ErrorKind::Service(e) => e.code.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// The service's `x-ms-request-id`, needed when asking Azure support about a failure.
+    pub fn request_id(&self) -> Option<&str> {
+        match &*self.inner {
+            ErrorKind::Service(e) => e.request_id.as_deref(),
+            _ => None,
+        }
+    }
+
+    /// For a failed entity group transaction: the 0-based index of the operation
+    /// that failed, when the service named one.
+    pub fn batch_index(&self) -> Option<usize> {
+        match &*self.inner {
+            ErrorKind::Service(e) => e.batch_index,
+            ErrorKind::Invalid(ValidationError::Batch { index, .. }) => *index,
+            _ => None,
+        }
+    }
+
+    /// The validation failure, when the input was rejected before any I/O.
+    pub fn validation(&self) -> Option<&ValidationError> {
+        match &*self.inner {
+            ErrorKind::Invalid(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The entity, table or resource does not exist (404).
+    pub fn is_not_found(&self) -> bool {
+        self.status() == Some(404)
+    }
+
+    /// The entity or table already exists, or the table is being deleted (409).
+    pub fn is_conflict(&self) -> bool {
+        self.status() == Some(409)
+    }
+
+    /// An ETag condition failed (412): someone else changed the entity since it was read.
+    pub fn is_precondition_failed(&self) -> bool {
+        self.status() == Some(412)
+    }
+
+    /// The service asked the client to slow down (503 `ServerBusy`, or 429).
+    pub fn is_throttled(&self) -> bool {
+        matches!(self.status(), Some(503) | Some(429))
+    }
+
+    /// The input was rejected on the client before any request was sent.
+    pub fn is_invalid_input(&self) -> bool {
+        matches!(&*self.inner, ErrorKind::Invalid(_))
+    }
+
+    /// The failure happened in the transport: no answer was received.
+    pub fn is_transport(&self) -> bool {
+        matches!(&*self.inner, ErrorKind::Transport(_))
+    }
+
+    /// A transient failure that is safe to retry for an idempotent operation:
+    /// timeouts, connection faults, 408, 500, 503.
+    pub fn is_retryable(&self) -> bool {
+        match &*self.inner {
+            ErrorKind::Transport(_) => true,
+            ErrorKind::Service(e) => matches!(e.status, 408 | 429 | 500 | 502 | 503 | 504),
+            _ => false,
+        }
+    }
+
+    pub(crate) fn invalid(v: ValidationError) -> Self {
+        ErrorKind::Invalid(v).into()
+    }
+
+    pub(crate) fn decode(message: impl Into<String>) -> Self {
+        ErrorKind::Decode(DecodeError {
+            message: message.into(),
+            property: None,
+        })
+        .into()
+    }
+
+    pub(crate) fn decode_property(property: &str, message: impl Into<String>) -> Self {
+        ErrorKind::Decode(DecodeError {
+            message: message.into(),
+            property: Some(property.to_owned()),
+        })
+        .into()
+    }
+
+    pub(crate) fn config(message: impl Into<String>) -> Self {
+        ErrorKind::Config(ConfigError {
+            message: message.into(),
+        })
+        .into()
+    }
+}
+
+impl From<ErrorKind> for Error {
+    fn from(kind: ErrorKind) -> Self {
+        Error {
+            inner: Box::new(kind),
+        }
+    }
+}
+
+impl From<ValidationError> for Error {
+    fn from(v: ValidationError) -> Self {
+        Error::invalid(v)
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.inner, f)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &*self.inner {
+            ErrorKind::Invalid(v) => write!(f, "invalid input: {v}"),
+            ErrorKind::Service(e) => fmt::Display::fmt(e, f),
+            ErrorKind::Transport(e) => fmt::Display::fmt(e, f),
+            ErrorKind::Decode(e) => fmt::Display::fmt(e, f),
+            ErrorKind::Config(e) => fmt::Display::fmt(e, f),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &*self.inner {
+            ErrorKind::Transport(t) => t
+                .source
+                .as_deref()
+                .map(|e| e as &(dyn std::error::Error + 'static)),
+            _ => None,
+        }
+    }
+}
+
+/// Which of the two key properties a key error is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyKind {
+    /// The `PartitionKey`.
+    PartitionKey,
+    /// The `RowKey`.
+    RowKey,
+}
+
+impl fmt::Display for KeyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            KeyKind::PartitionKey => "PartitionKey",
+            KeyKind::RowKey => "RowKey",
+        })
+    }
+}
+
+/// Input rejected on the client before any request was sent. Each message names
+/// the field and the limit it broke.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ValidationError {
+    /// A table name is not 3 to 63 ASCII letters and digits starting with a letter, or is reserved.
+    #[error("table name {name:?} is invalid: {reason}")]
+    TableName {
+        /// The rejected name.
+        name: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+    /// A PartitionKey or RowKey is longer than 1024 characters.
+    #[error("{key} is {len} characters long; the limit is {max}")]
+    KeyTooLong {
+        /// Which key.
+        key: KeyKind,
+        /// Its length in characters.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A PartitionKey or RowKey holds a character the service forbids in keys
+    /// (`/`, `\`, `#`, `?` or a control character).
+    #[error("{key} contains the forbidden character {ch:?} at character {index} (keys may not contain '/', '\\', '#', '?' or control characters)")]
+    KeyForbiddenChar {
+        /// Which key.
+        key: KeyKind,
+        /// The character.
+        ch: char,
+        /// Its position, counted in characters.
+        index: usize,
+    },
+    /// A property name is empty, too long, not identifier-like, or reserved.
+    #[error("property name {name:?} is invalid: {reason}")]
+    PropertyName {
+        /// The rejected name.
+        name: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+    /// Two properties of one entity have the same name.
+    #[error("property {name:?} appears twice in one entity")]
+    DuplicateProperty {
+        /// The repeated name.
+        name: String,
+    },
+    /// An entity has more custom properties than the service stores.
+    #[error("entity has {count} custom properties; the limit is {max} (255 including PartitionKey, RowKey and Timestamp)")]
+    TooManyProperties {
+        /// How many custom properties it has.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A String or Binary value is over 64 KiB.
+    #[error("property {property:?} is {size} bytes; a {edm} value may be at most {max} bytes")]
+    ValueTooLarge {
+        /// The property.
+        property: String,
+        /// The Edm type of the value.
+        edm: &'static str,
+        /// Its size (UTF-16 bytes for strings).
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// An entity is over 1 MiB.
+    #[error("entity ({partition_key:?}, {row_key:?}) is about {size} bytes; the limit is {max} bytes")]
+    EntityTooLarge {
+        /// Its PartitionKey.
+        partition_key: String,
+        /// Its RowKey.
+        row_key: String,
+        /// Its estimated stored size.
+        size: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A DateTime before 1601-01-01T00:00:00Z, the earliest the service stores.
+    #[error("property {property:?} holds {value}, before 1601-01-01T00:00:00Z, the earliest DateTime the service stores")]
+    DateTimeOutOfRange {
+        /// The property.
+        property: String,
+        /// The value, in RFC 3339.
+        value: String,
+    },
+    /// A value does not fit the Edm type it is stored as.
+    #[error("property {property:?}: {reason}")]
+    ValueOutOfRange {
+        /// The property.
+        property: String,
+        /// What does not fit.
+        reason: String,
+    },
+    /// `$top` outside 1..=1000.
+    #[error("top({value}) is outside 1..={max}: the service returns at most {max} entities per page")]
+    Top {
+        /// The requested value.
+        value: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// An entity group transaction breaks one of its rules.
+    #[error("{}{reason}", index.map(|i| format!("transaction operation {i}: ")).unwrap_or_default())]
+    Batch {
+        /// The operation at fault, when one is.
+        index: Option<usize>,
+        /// Which rule it breaks.
+        reason: String,
+    },
+    /// A continuation token string could not be parsed.
+    #[error("continuation token is malformed: {reason}")]
+    Continuation {
+        /// Why.
+        reason: &'static str,
+    },
+    /// A filter or select expression is invalid.
+    #[error("query is invalid: {reason}")]
+    Query {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// An error answer of the service.
+#[derive(Debug, Clone)]
+pub struct ServiceError {
+    /// HTTP status.
+    pub status: u16,
+    /// The service's error code, such as `EntityAlreadyExists`.
+    pub code: Option<String>,
+    /// The service's message, without the batch index prefix.
+    pub message: Option<String>,
+    /// `x-ms-request-id` of the response.
+    pub request_id: Option<String>,
+    /// For a failed entity group transaction, the 0-based index of the failing operation.
+    pub batch_index: Option<usize>,
+    /// A retried non-idempotent request came back with 404/409/412: the first attempt
+    /// may have been applied, so the outcome is ambiguous.
+    pub ambiguous: bool,
+}
+
+impl fmt::Display for ServiceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the service answered {}", self.status)?;
+        if let Some(code) = &self.code {
+            write!(f, " {code}")?;
+        }
+        if let Some(i) = self.batch_index {
+            write!(f, " at transaction operation {i}")?;
+        }
+        if let Some(m) = &self.message {
+            // The service appends "\nRequestId:...\nTime:..." to messages; keep the first line.
+            let first = m.lines().next().unwrap_or_default();
+            write!(f, ": {first}")?;
+        }
+        if let Some(id) = &self.request_id {
+            write!(f, " (request id {id})")?;
+        }
+        if self.ambiguous {
+            f.write_str(" after a retry; the first attempt may have been applied")?;
+        }
+        Ok(())
+    }
+}
+
+/// The request could not be completed.
+#[derive(Debug)]
+pub struct TransportError {
+    pub(crate) message: String,
+    pub(crate) source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl fmt::Display for TransportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "transport error: {}", self.message)
+    }
+}
+
+impl TransportError {
+    pub(crate) fn new(
+        message: impl Into<String>,
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> Self {
+        TransportError {
+            message: message.into(),
+            source,
+        }
+    }
+}
+
+/// A response or stored value could not be decoded into the requested type.
+#[derive(Debug, Clone)]
+pub struct DecodeError {
+    /// What went wrong.
+    pub message: String,
+    /// The property at fault, when one is.
+    pub property: Option<String>,
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.property {
+            Some(p) => write!(f, "cannot decode property {p:?}: {}", self.message),
+            None => write!(f, "cannot decode response: {}", self.message),
+        }
+    }
+}
+
+/// A connection string or configuration value is malformed.
+#[derive(Debug, Clone)]
+pub struct ConfigError {
+    /// What is wrong; never contains a secret.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "configuration error: {}", self.message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn service_error_display_keeps_first_line_of_message() {
+        let e: Error = ErrorKind::Service(ServiceError {
+            status: 409,
+            code: Some("EntityAlreadyExists".into()),
+            message: Some("The specified entity already exists.\nRequestId:abc".into()),
+            request_id: Some("abc".into()),
+            batch_index: Some(2),
+            ambiguous: false,
+        })
+        .into();
+        assert!(e.is_conflict());
+        assert_eq!(e.batch_index(), Some(2));
+        assert_eq!(
+            e.to_string(),
+            "the service answered 409 EntityAlreadyExists at transaction operation 2: The specified entity already exists. (request id abc)"
+        );
+    }
+
+    #[test]
+    fn validation_messages_name_field_and_limit() {
+        let e = Error::invalid(ValidationError::KeyTooLong {
+            key: KeyKind::RowKey,
+            len: 1025,
+            max: 1024,
+        });
+        assert!(e.is_invalid_input());
+        assert_eq!(
+            e.to_string(),
+            "invalid input: RowKey is 1025 characters long; the limit is 1024"
+        );
+    }
+}

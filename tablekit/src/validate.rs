@@ -1,0 +1,203 @@
+//! The service's naming rules and limits, checked before any request is sent.
+
+use crate::error::{KeyKind, ValidationError};
+
+/// The longest PartitionKey or RowKey, in characters.
+pub const MAX_KEY_CHARS: usize = 1024;
+/// The most custom properties in one entity (255 with PartitionKey, RowKey, Timestamp).
+pub const MAX_PROPERTIES: usize = 252;
+/// The longest property name, in characters.
+pub const MAX_PROPERTY_NAME_CHARS: usize = 255;
+/// The largest String (as UTF-16) or Binary value, in bytes.
+pub const MAX_VALUE_BYTES: usize = 64 * 1024;
+/// The largest entity, in bytes.
+pub const MAX_ENTITY_BYTES: usize = 1024 * 1024;
+/// The most operations in one entity group transaction.
+pub const MAX_BATCH_OPERATIONS: usize = 100;
+/// The largest entity group transaction payload, in bytes.
+pub const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
+/// The most entities the service returns in one page, and the largest `$top`.
+pub const MAX_PAGE_SIZE: usize = 1000;
+
+/// Checks a table name: 3 to 63 ASCII letters or digits, starting with a letter,
+/// and not the reserved `tables`.
+pub fn table_name(name: &str) -> Result<(), ValidationError> {
+    let err = |reason| ValidationError::TableName {
+        name: name.to_owned(),
+        reason,
+    };
+    let len = name.len();
+    if !(3..=63).contains(&len) {
+        return Err(err("a table name has 3 to 63 characters"));
+    }
+    let bytes = name.as_bytes();
+    if !bytes[0].is_ascii_alphabetic() {
+        return Err(err("a table name starts with a letter"));
+    }
+    if !bytes.iter().all(u8::is_ascii_alphanumeric) {
+        return Err(err("a table name has only ASCII letters and digits"));
+    }
+    if name.eq_ignore_ascii_case("tables") {
+        return Err(err("\"tables\" is reserved"));
+    }
+    Ok(())
+}
+
+/// Checks a PartitionKey or RowKey value: at most 1024 characters, none of
+/// `/ \ # ?`, U+0000–U+001F or U+007F–U+009F.
+pub fn key(kind: KeyKind, value: &str) -> Result<(), ValidationError> {
+    // Fast path: ASCII keys (the common case) need one byte scan.
+    if value.is_ascii() {
+        if value.len() > MAX_KEY_CHARS {
+            return Err(ValidationError::KeyTooLong {
+                key: kind,
+                len: value.len(),
+                max: MAX_KEY_CHARS,
+            });
+        }
+        if let Some(index) = value.bytes().position(|b| forbidden_key_char(b as char)) {
+            return Err(ValidationError::KeyForbiddenChar {
+                key: kind,
+                ch: value.as_bytes()[index] as char,
+                index,
+            });
+        }
+        return Ok(());
+    }
+    let mut count = 0;
+    for (index, ch) in value.chars().enumerate() {
+        if forbidden_key_char(ch) {
+            return Err(ValidationError::KeyForbiddenChar {
+                key: kind,
+                ch,
+                index,
+            });
+        }
+        count += 1;
+    }
+    if count > MAX_KEY_CHARS {
+        return Err(ValidationError::KeyTooLong {
+            key: kind,
+            len: count,
+            max: MAX_KEY_CHARS,
+        });
+    }
+    Ok(())
+}
+
+fn forbidden_key_char(ch: char) -> bool {
+    matches!(ch, '/' | '\\' | '#' | '?' | '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}')
+}
+
+/// Checks a custom property name: 1 to 255 characters matching
+/// `^[A-Za-z_][A-Za-z0-9_]*$`, and not `PartitionKey`, `RowKey` or `Timestamp`.
+pub fn property_name(name: &str) -> Result<(), ValidationError> {
+    let err = |reason| ValidationError::PropertyName {
+        name: name.to_owned(),
+        reason,
+    };
+    if name.is_empty() {
+        return Err(err("a property name is not empty"));
+    }
+    if name.len() > MAX_PROPERTY_NAME_CHARS {
+        return Err(err("a property name has at most 255 characters"));
+    }
+    let bytes = name.as_bytes();
+    if !(bytes[0].is_ascii_alphabetic() || bytes[0] == b'_') {
+        return Err(err("a property name starts with a letter or '_'"));
+    }
+    if !bytes.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_') {
+        return Err(err(
+            "a property name has only ASCII letters, digits and '_' (no '-')",
+        ));
+    }
+    if matches!(name, "PartitionKey" | "RowKey" | "Timestamp") {
+        return Err(err(
+            "PartitionKey, RowKey and Timestamp are system properties",
+        ));
+    }
+    Ok(())
+}
+
+/// The size the service counts for a String value: its UTF-16 length times two.
+pub(crate) fn utf16_bytes(s: &str) -> usize {
+    if s.is_ascii() {
+        s.len() * 2
+    } else {
+        s.encode_utf16().count() * 2
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_names_follow_the_data_model_vectors() {
+        for ok in ["Blogs", "Channels", "SocialNetworkTable", "abc"] {
+            assert!(table_name(ok).is_ok(), "{ok}");
+        }
+        let long_ok = format!("a{}", "b".repeat(62));
+        assert!(table_name(&long_ok).is_ok());
+        let too_long = format!("a{}", "b".repeat(63));
+        for bad in ["ab", "1Blogs", "my-table", "my_table", "tables", "Tables", ""] {
+            assert!(table_name(bad).is_err(), "{bad}");
+        }
+        assert!(table_name(&too_long).is_err());
+    }
+
+    #[test]
+    fn keys_follow_the_data_model_vectors() {
+        for ok in ["Channel9", "Oct-29", "Channel_19", "Examples Doc", "", "O'Brien %+ é"] {
+            assert!(key(KeyKind::RowKey, ok).is_ok(), "{ok:?}");
+        }
+        for bad in [
+            "10/29/2008 10:00:00 AM",
+            "a#b",
+            "a?b",
+            "a\\b",
+            "a\tb",
+            "\u{7f}",
+            "\u{9f}",
+            "é/",
+        ] {
+            assert!(key(KeyKind::RowKey, bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            key(KeyKind::PartitionKey, "ab#"),
+            Err(ValidationError::KeyForbiddenChar {
+                key: KeyKind::PartitionKey,
+                ch: '#',
+                index: 2
+            })
+        );
+        assert!(key(KeyKind::RowKey, &"x".repeat(1024)).is_ok());
+        assert!(key(KeyKind::RowKey, &"é".repeat(1024)).is_ok());
+        assert!(key(KeyKind::RowKey, &"é".repeat(1025)).is_err());
+        assert_eq!(
+            key(KeyKind::RowKey, &"x".repeat(1025)),
+            Err(ValidationError::KeyTooLong {
+                key: KeyKind::RowKey,
+                len: 1025,
+                max: 1024
+            })
+        );
+    }
+
+    #[test]
+    fn property_names_follow_the_data_model_vectors() {
+        for ok in ["Text", "Rating", "CreatedOn", "_x", &"a".repeat(255)] {
+            assert!(property_name(ok).is_ok(), "{ok}");
+        }
+        for bad in ["my-prop", "1abc", "PartitionKey", "RowKey", "Timestamp", "", "é", &"a".repeat(256)] {
+            assert!(property_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn utf16_size_counts_surrogate_pairs() {
+        assert_eq!(utf16_bytes("abc"), 6);
+        assert_eq!(utf16_bytes("é"), 2);
+        assert_eq!(utf16_bytes("😀"), 4);
+    }
+}
