@@ -257,7 +257,11 @@ impl Properties {
     }
 
     /// Sets a property, replacing any value of the same name; returns the old value.
-    pub fn insert(&mut self, name: impl Into<String>, value: impl Into<EdmValue>) -> Option<EdmValue> {
+    pub fn insert(
+        &mut self,
+        name: impl Into<String>,
+        value: impl Into<EdmValue>,
+    ) -> Option<EdmValue> {
         let name = name.into();
         let value = value.into();
         match self.entries.iter_mut().find(|(n, _)| *n == name) {
@@ -465,7 +469,8 @@ impl PropertyWriter for BagWriter {
 
 /// The property bag of any entity, validated the way a write validates it.
 pub fn to_dynamic<T: TableEntity>(entity: &T) -> Result<DynamicEntity> {
-    let mut checker = crate::codec::write::EntityChecker::new(&entity.partition_key(), &entity.row_key())?;
+    let mut checker =
+        crate::codec::write::EntityChecker::new(&entity.partition_key(), &entity.row_key())?;
     let mut w = BagWriter::default();
     entity.write_properties(&mut crate::codec::write::Tee(&mut checker, &mut w))?;
     checker.finish()?;

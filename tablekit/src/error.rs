@@ -283,7 +283,9 @@ pub enum ValidationError {
         max: usize,
     },
     /// An entity is over 1 MiB.
-    #[error("entity ({partition_key:?}, {row_key:?}) is about {size} bytes; the limit is {max} bytes")]
+    #[error(
+        "entity ({partition_key:?}, {row_key:?}) is about {size} bytes; the limit is {max} bytes"
+    )]
     EntityTooLarge {
         /// Its PartitionKey.
         partition_key: String,
@@ -311,7 +313,9 @@ pub enum ValidationError {
         reason: String,
     },
     /// `$top` outside 1..=1000.
-    #[error("top({value}) is outside 1..={max}: the service returns at most {max} entities per page")]
+    #[error(
+        "top({value}) is outside 1..={max}: the service returns at most {max} entities per page"
+    )]
     Top {
         /// The requested value.
         value: usize,

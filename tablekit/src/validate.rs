@@ -106,7 +106,10 @@ pub fn property_name(name: &str) -> Result<(), ValidationError> {
     if !(bytes[0].is_ascii_alphabetic() || bytes[0] == b'_') {
         return Err(err("a property name starts with a letter or '_'"));
     }
-    if !bytes.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_') {
+    if !bytes
+        .iter()
+        .all(|b| b.is_ascii_alphanumeric() || *b == b'_')
+    {
         return Err(err(
             "a property name has only ASCII letters, digits and '_' (no '-')",
         ));
@@ -140,7 +143,9 @@ mod tests {
         let long_ok = format!("a{}", "b".repeat(62));
         assert!(table_name(&long_ok).is_ok());
         let too_long = format!("a{}", "b".repeat(63));
-        for bad in ["ab", "1Blogs", "my-table", "my_table", "tables", "Tables", ""] {
+        for bad in [
+            "ab", "1Blogs", "my-table", "my_table", "tables", "Tables", "",
+        ] {
             assert!(table_name(bad).is_err(), "{bad}");
         }
         assert!(table_name(&too_long).is_err());
@@ -148,7 +153,14 @@ mod tests {
 
     #[test]
     fn keys_follow_the_data_model_vectors() {
-        for ok in ["Channel9", "Oct-29", "Channel_19", "Examples Doc", "", "O'Brien %+ é"] {
+        for ok in [
+            "Channel9",
+            "Oct-29",
+            "Channel_19",
+            "Examples Doc",
+            "",
+            "O'Brien %+ é",
+        ] {
             assert!(key(KeyKind::RowKey, ok).is_ok(), "{ok:?}");
         }
         for bad in [
@@ -189,7 +201,16 @@ mod tests {
         for ok in ["Text", "Rating", "CreatedOn", "_x", &"a".repeat(255)] {
             assert!(property_name(ok).is_ok(), "{ok}");
         }
-        for bad in ["my-prop", "1abc", "PartitionKey", "RowKey", "Timestamp", "", "é", &"a".repeat(256)] {
+        for bad in [
+            "my-prop",
+            "1abc",
+            "PartitionKey",
+            "RowKey",
+            "Timestamp",
+            "",
+            "é",
+            &"a".repeat(256),
+        ] {
             assert!(property_name(bad).is_err(), "{bad}");
         }
     }

@@ -78,7 +78,9 @@ impl<'a> RawEntity<'a> {
 
     /// The service's Timestamp: when the entity was last written.
     pub fn timestamp(&self) -> Option<DateTime<Utc>> {
-        self.timestamp.as_deref().and_then(|t| parse_datetime(t).ok())
+        self.timestamp
+            .as_deref()
+            .and_then(|t| parse_datetime(t).ok())
     }
 
     /// The ETag the entity was read with.
@@ -98,7 +100,9 @@ impl<'a> RawEntity<'a> {
 
     /// The custom properties, in the order the service sent them.
     pub fn properties(&self) -> impl ExactSizeIterator<Item = PropertyValue<'_>> {
-        self.props.iter().map(|(n, s)| PropertyValue { name: n, slot: s })
+        self.props
+            .iter()
+            .map(|(n, s)| PropertyValue { name: n, slot: s })
     }
 
     /// A property by name.
@@ -261,7 +265,9 @@ impl<'e> PropertyValue<'e> {
         match self.slot {
             Slot::Json(Scalar::Str(s), _) => parse_datetime(s)
                 .map_err(|_| Error::decode_property(self.name, format!("{s:?} is not a DateTime"))),
-            Slot::Value(v) => v.as_datetime().ok_or_else(|| self.mismatch(EdmType::DateTime)),
+            Slot::Value(v) => v
+                .as_datetime()
+                .ok_or_else(|| self.mismatch(EdmType::DateTime)),
             _ => Err(self.mismatch(EdmType::DateTime)),
         }
     }
@@ -470,7 +476,9 @@ impl<'de, T: TableEntity> Visitor<'de> for EntitySeed<'_, 'de, T> {
             }
         }
         if !(has_pk && has_rk) {
-            return Err(de::Error::custom("an entity without PartitionKey or RowKey"));
+            return Err(de::Error::custom(
+                "an entity without PartitionKey or RowKey",
+            ));
         }
         for (name, edm) in annotations {
             if let Some((_, Slot::Json(_, t))) = raw.props.iter_mut().find(|(n, _)| *n == name) {
@@ -561,7 +569,8 @@ pub(crate) fn decode_page<T: TableEntity>(body: &[u8], out: &mut Vec<T>) -> Resu
         out,
         failure: &mut failure,
     });
-    r.and_then(|_| de.end()).map_err(|e| json_failure(e, failure))
+    r.and_then(|_| de.end())
+        .map_err(|e| json_failure(e, failure))
 }
 
 /// Decodes a single entity body; `etag` is the response's ETag header, which

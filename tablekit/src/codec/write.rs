@@ -371,7 +371,10 @@ mod tests {
             )
             .with("F", 2.0)
             .with("N", f64::NAN)
-            .with("G", Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef))
+            .with(
+                "G",
+                Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef),
+            )
             .with("I", -5)
             .with("L", i64::MIN);
         assert_eq!(
@@ -416,7 +419,9 @@ mod tests {
                 max: 65536
             })
         );
-        assert!(entity_to_json(&DynamicEntity::new("p", "r").with("S", "x".repeat(32 * 1024))).is_ok());
+        assert!(
+            entity_to_json(&DynamicEntity::new("p", "r").with("S", "x".repeat(32 * 1024))).is_ok()
+        );
         assert!(entity_to_json(&DynamicEntity::new("p", "r").with("B", vec![0u8; 65536])).is_ok());
         assert!(entity_to_json(&DynamicEntity::new("p", "r").with("B", vec![0u8; 65537])).is_err());
 
@@ -426,7 +431,10 @@ mod tests {
         }
         assert_eq!(
             entity_to_json(&many).unwrap_err().validation(),
-            Some(&ValidationError::TooManyProperties { count: 253, max: 252 })
+            Some(&ValidationError::TooManyProperties {
+                count: 253,
+                max: 252
+            })
         );
 
         let mut huge = DynamicEntity::new("p", "r");

@@ -1,0 +1,224 @@
+//! The transport-neutral vocabulary between the typed clients and a backend.
+//!
+//! Clients validate and encode before building an [`Operation`]; a backend only
+//! carries it out. Entity bodies travel as the service's JSON, so every backend
+//! sees exactly what the wire would carry.
+
+use std::fmt;
+
+use bytes::Bytes;
+
+use crate::codec::read::{decode_entity, decode_page};
+use crate::entity::{ETag, EntityKey, IfMatch, TableEntity, UpdateMode};
+use crate::error::Result;
+use crate::query::Continuation;
+
+/// One request to a backend.
+#[derive(Debug)]
+pub(crate) enum Operation<'a> {
+    CreateTable {
+        table: &'a str,
+    },
+    DeleteTable {
+        table: &'a str,
+    },
+    ListTables {
+        /// Only names starting with this.
+        prefix: Option<&'a str>,
+        next_table_name: Option<&'a str>,
+        top: Option<usize>,
+    },
+    Insert {
+        table: &'a str,
+        body: &'a [u8],
+    },
+    /// Update (with a condition) or upsert (without one).
+    Write {
+        table: &'a str,
+        key: &'a EntityKey,
+        body: &'a [u8],
+        mode: UpdateMode,
+        if_match: Option<&'a IfMatch>,
+    },
+    Delete {
+        table: &'a str,
+        key: &'a EntityKey,
+        if_match: &'a IfMatch,
+    },
+    Get {
+        table: &'a str,
+        key: &'a EntityKey,
+        select: Option<&'a str>,
+        /// Whether the reader needs the service's type annotations.
+        annotations: bool,
+    },
+    Query {
+        table: &'a str,
+        filter: Option<&'a str>,
+        select: Option<&'a str>,
+        top: Option<usize>,
+        continuation: Option<&'a Continuation>,
+        annotations: bool,
+    },
+    Transaction {
+        table: &'a str,
+        ops: &'a [BatchOp],
+    },
+}
+
+impl Operation<'_> {
+    /// A short name for logs.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Operation::CreateTable { .. } => "create_table",
+            Operation::DeleteTable { .. } => "delete_table",
+            Operation::ListTables { .. } => "list_tables",
+            Operation::Insert { .. } => "insert",
+            Operation::Write { if_match: None, .. } => "upsert",
+            Operation::Write { .. } => "update",
+            Operation::Delete { .. } => "delete",
+            Operation::Get { .. } => "get",
+            Operation::Query { .. } => "query",
+            Operation::Transaction { .. } => "transaction",
+        }
+    }
+
+    /// The table the operation is about, if one.
+    pub(crate) fn table(&self) -> Option<&str> {
+        match self {
+            Operation::ListTables { .. } => None,
+            Operation::CreateTable { table }
+            | Operation::DeleteTable { table }
+            | Operation::Insert { table, .. }
+            | Operation::Write { table, .. }
+            | Operation::Delete { table, .. }
+            | Operation::Get { table, .. }
+            | Operation::Query { table, .. }
+            | Operation::Transaction { table, .. } => Some(table),
+        }
+    }
+
+    /// Whether repeating the operation cannot change its outcome.
+    pub(crate) fn is_idempotent(&self) -> bool {
+        match self {
+            Operation::Insert { .. }
+            | Operation::Transaction { .. }
+            | Operation::CreateTable { .. } => false,
+            // A conditional write or delete that succeeded once fails its condition the second time.
+            Operation::Write { if_match, .. } => !matches!(if_match, Some(IfMatch::ETag(_))),
+            Operation::Delete { .. } | Operation::DeleteTable { .. } => false,
+            Operation::ListTables { .. } | Operation::Get { .. } | Operation::Query { .. } => true,
+        }
+    }
+}
+
+/// One operation of an entity group transaction, encoded and validated.
+#[derive(Debug, Clone)]
+pub(crate) struct BatchOp {
+    pub(crate) kind: BatchKind,
+    pub(crate) key: EntityKey,
+    /// The entity's JSON, for every kind but delete.
+    pub(crate) body: Option<Vec<u8>>,
+}
+
+/// What a transaction operation does.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum BatchKind {
+    Insert,
+    Upsert(UpdateMode),
+    Update(UpdateMode, IfMatch),
+    Delete(IfMatch),
+}
+
+/// What a backend answers.
+#[derive(Debug)]
+pub(crate) enum Response {
+    Done,
+    Written(Written),
+    Entity(Option<Payload>),
+    Page {
+        payload: Payload,
+        continuation: Option<Continuation>,
+    },
+    Tables {
+        names: Vec<String>,
+        next_table_name: Option<String>,
+    },
+    Transaction(Vec<Option<ETag>>),
+}
+
+/// The outcome of a successful write: the entity's new ETag and Timestamp.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    pub(crate) etag: ETag,
+    pub(crate) timestamp: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl Written {
+    /// Builds the outcome from the ETag the service returned.
+    pub(crate) fn from_etag(etag: ETag) -> Self {
+        Written {
+            timestamp: etag.timestamp(),
+            etag,
+        }
+    }
+
+    /// The entity's new ETag: pass it as [`IfMatch::ETag`] to make the next write conditional.
+    pub fn etag(&self) -> &ETag {
+        &self.etag
+    }
+
+    /// The entity's new Timestamp, when the service's ETag carries it (Azure and Azurite do).
+    pub fn timestamp(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        self.timestamp
+    }
+
+    /// Stores the new ETag and Timestamp in an entity that keeps them.
+    pub fn apply_to<T: TableEntity>(&self, entity: &mut T) {
+        entity.set_etag(self.etag.clone());
+        if let Some(t) = self.timestamp {
+            entity.set_timestamp(t);
+        }
+    }
+}
+
+/// Entities as a backend returns them, decoded into the caller's type on demand.
+pub(crate) enum Payload {
+    /// A JSON body; `etag` is the response's ETag header, for single entities.
+    Json { body: Bytes, etag: Option<String> },
+}
+
+impl fmt::Debug for Payload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Payload::Json { body, .. } => write!(f, "Payload::Json({} bytes)", body.len()),
+        }
+    }
+}
+
+impl Payload {
+    /// The ETag header of a single-entity answer.
+    pub(crate) fn etag(&self) -> Option<&str> {
+        match self {
+            Payload::Json { etag, .. } => etag.as_deref(),
+        }
+    }
+
+    pub(crate) fn decode_one<T: TableEntity>(&self) -> Result<T> {
+        match self {
+            Payload::Json { body, etag } => decode_entity(body, etag.as_deref()),
+        }
+    }
+
+    pub(crate) fn decode_into<T: TableEntity>(&self, out: &mut Vec<T>) -> Result<()> {
+        match self {
+            Payload::Json { body, .. } => decode_page(body, out),
+        }
+    }
+}
+
+/// Something that carries out operations: the HTTP client, or (later) the embedded store.
+#[async_trait::async_trait]
+pub(crate) trait Backend: Send + Sync + fmt::Debug {
+    async fn execute(&self, op: Operation<'_>) -> Result<Response>;
+}

@@ -1,0 +1,305 @@
+//! The `multipart/mixed` wire format of entity group transactions: one batch
+//! holding one changeset, one HTTP request per operation.
+
+use crate::backend::{BatchKind, BatchOp};
+use crate::entity::{ETag, UpdateMode};
+use crate::error::{Error, ErrorKind, Result, ServiceError};
+use crate::http::{entity_resource, parse_error_body, split_batch_index};
+
+/// An encoded transaction request.
+pub(crate) struct Encoded {
+    pub(crate) content_type: String,
+    pub(crate) body: Vec<u8>,
+}
+
+/// Encodes the operations as one changeset inside one batch.
+pub(crate) fn encode(endpoint: &str, table: &str, ops: &[BatchOp]) -> Encoded {
+    let batch = format!("batch_{}", uuid::Uuid::new_v4());
+    let changeset = format!("changeset_{}", uuid::Uuid::new_v4());
+    let size: usize = ops
+        .iter()
+        .map(|o| o.body.as_ref().map_or(0, Vec::len) + 400 + endpoint.len())
+        .sum();
+    let mut b = Vec::with_capacity(size + 256);
+    let line = |b: &mut Vec<u8>, parts: &[&str]| {
+        for p in parts {
+            b.extend_from_slice(p.as_bytes());
+        }
+        b.extend_from_slice(b"\r\n");
+    };
+    line(&mut b, &["--", &batch]);
+    line(
+        &mut b,
+        &["Content-Type: multipart/mixed; boundary=", &changeset],
+    );
+    line(&mut b, &[]);
+    for op in ops {
+        line(&mut b, &["--", &changeset]);
+        line(&mut b, &["Content-Type: application/http"]);
+        line(&mut b, &["Content-Transfer-Encoding: binary"]);
+        line(&mut b, &[]);
+        let (method, if_match) = match &op.kind {
+            BatchKind::Insert => ("POST", None),
+            BatchKind::Upsert(UpdateMode::Merge) => ("MERGE", None),
+            BatchKind::Upsert(UpdateMode::Replace) => ("PUT", None),
+            BatchKind::Update(UpdateMode::Merge, m) => ("MERGE", Some(m)),
+            BatchKind::Update(UpdateMode::Replace, m) => ("PUT", Some(m)),
+            BatchKind::Delete(m) => ("DELETE", Some(m)),
+        };
+        let resource = match op.kind {
+            BatchKind::Insert => table.to_owned(),
+            _ => entity_resource(table, &op.key),
+        };
+        line(
+            &mut b,
+            &[method, " ", endpoint, "/", &resource, " HTTP/1.1"],
+        );
+        line(&mut b, &["Accept: application/json;odata=minimalmetadata"]);
+        line(&mut b, &["DataServiceVersion: 3.0;"]);
+        if let Some(m) = if_match {
+            line(&mut b, &["If-Match: ", m.header_value()]);
+        }
+        if let Some(body) = &op.body {
+            line(&mut b, &["Content-Type: application/json"]);
+            if op.kind == BatchKind::Insert {
+                line(&mut b, &["Prefer: return-no-content"]);
+            }
+            line(&mut b, &["Content-Length: ", &body.len().to_string()]);
+            line(&mut b, &[]);
+            b.extend_from_slice(body);
+            line(&mut b, &[]);
+        } else {
+            line(&mut b, &[]);
+        }
+    }
+    line(&mut b, &["--", &changeset, "--"]);
+    line(&mut b, &["--", &batch, "--"]);
+    Encoded {
+        content_type: format!("multipart/mixed; boundary={batch}"),
+        body: b,
+    }
+}
+
+/// One HTTP response inside a multipart body.
+#[derive(Debug)]
+struct PartResponse<'a> {
+    status: u16,
+    etag: Option<&'a str>,
+    body: &'a [u8],
+}
+
+/// Parses a transaction response: the ETag of each operation on success, or the
+/// error of the failing operation, carrying its index.
+pub(crate) fn parse_response(
+    content_type: &str,
+    body: &[u8],
+    operations: usize,
+    request_id: Option<String>,
+) -> Result<Vec<Option<ETag>>> {
+    let boundary = boundary_of(content_type)
+        .ok_or_else(|| Error::decode("a transaction response without a multipart boundary"))?;
+    let mut parts = Vec::with_capacity(operations);
+    collect_parts(body, boundary, &mut parts, 0)?;
+    if let Some(failed) = parts.iter().find(|p| !(200..300).contains(&p.status)) {
+        let (code, message) = parse_error_body(failed.body);
+        let (batch_index, message) = split_batch_index(message);
+        return Err(ErrorKind::Service(ServiceError {
+            status: failed.status,
+            code,
+            message,
+            request_id,
+            batch_index,
+            ambiguous: false,
+        })
+        .into());
+    }
+    if parts.len() != operations {
+        return Err(Error::decode(format!(
+            "the transaction response holds {} answers for {operations} operations",
+            parts.len()
+        )));
+    }
+    Ok(parts.into_iter().map(|p| p.etag.map(ETag::new)).collect())
+}
+
+fn boundary_of(content_type: &str) -> Option<&str> {
+    content_type.split(';').find_map(|p| {
+        let p = p.trim();
+        let v = p
+            .strip_prefix("boundary=")
+            .or_else(|| p.strip_prefix("BOUNDARY="))?;
+        Some(v.trim_matches('"'))
+    })
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Splits `body` at its boundary lines and walks every part: nested multiparts
+/// are entered, `application/http` parts are parsed as HTTP responses.
+fn collect_parts<'a>(
+    body: &'a [u8],
+    boundary: &str,
+    out: &mut Vec<PartResponse<'a>>,
+    depth: usize,
+) -> Result<()> {
+    if depth > 2 {
+        return Err(Error::decode("transaction response nested too deeply"));
+    }
+    let delim = format!("--{boundary}");
+    let delim = delim.as_bytes();
+    let mut rest = body;
+    let Some(first) = find(rest, delim) else {
+        return Err(Error::decode("transaction response without its boundary"));
+    };
+    rest = &rest[first + delim.len()..];
+    loop {
+        if rest.starts_with(b"--") {
+            return Ok(());
+        }
+        let end = find(rest, delim).unwrap_or(rest.len());
+        let part = trim_line_break(&rest[..end]);
+        let part = skip_line_break(part);
+        let (headers, content) = split_head(part);
+        let ct = header(headers, "content-type").unwrap_or("");
+        if ct.to_ascii_lowercase().starts_with("multipart/mixed") {
+            let inner = boundary_of(ct)
+                .ok_or_else(|| Error::decode("nested multipart without boundary"))?;
+            collect_parts(content, inner, out, depth + 1)?;
+        } else if ct.to_ascii_lowercase().starts_with("application/http") {
+            out.push(parse_http(content)?);
+        }
+        if end == rest.len() {
+            return Ok(());
+        }
+        rest = &rest[end + delim.len()..];
+    }
+}
+
+fn skip_line_break(b: &[u8]) -> &[u8] {
+    b.strip_prefix(b"\r\n")
+        .or_else(|| b.strip_prefix(b"\n"))
+        .unwrap_or(b)
+}
+
+fn trim_line_break(b: &[u8]) -> &[u8] {
+    b.strip_suffix(b"\r\n")
+        .or_else(|| b.strip_suffix(b"\n"))
+        .unwrap_or(b)
+}
+
+/// Splits a header block from its content at the first empty line.
+fn split_head(b: &[u8]) -> (&str, &[u8]) {
+    let (head, content) = match (find(b, b"\r\n\r\n"), find(b, b"\n\n")) {
+        (Some(i), Some(j)) if j < i => (&b[..j], &b[j + 2..]),
+        (Some(i), _) => (&b[..i], &b[i + 4..]),
+        (None, Some(j)) => (&b[..j], &b[j + 2..]),
+        (None, None) => (b, &b[b.len()..]),
+    };
+    (std::str::from_utf8(head).unwrap_or(""), content)
+}
+
+fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+fn parse_http(b: &[u8]) -> Result<PartResponse<'_>> {
+    let (head, body) = split_head(b);
+    let status_line = head.lines().next().unwrap_or("");
+    let status = status_line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| {
+            Error::decode(format!(
+                "bad status line in a transaction answer: {status_line:?}"
+            ))
+        })?;
+    Ok(PartResponse {
+        status,
+        etag: header(head, "etag"),
+        body: trim_line_break(body),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::entity::{EntityKey, IfMatch};
+
+    #[test]
+    fn encode_writes_one_changeset_with_a_request_per_operation() {
+        let ops = vec![
+            BatchOp {
+                kind: BatchKind::Insert,
+                key: EntityKey::new("p", "1"),
+                body: Some(br#"{"PartitionKey":"p","RowKey":"1"}"#.to_vec()),
+            },
+            BatchOp {
+                kind: BatchKind::Delete(IfMatch::Any),
+                key: EntityKey::new("p", "2'"),
+                body: None,
+            },
+        ];
+        let e = encode("http://127.0.0.1:1/acct", "T1", &ops);
+        let text = String::from_utf8(e.body).unwrap();
+        let batch = e
+            .content_type
+            .strip_prefix("multipart/mixed; boundary=")
+            .unwrap();
+        assert!(text.starts_with(&format!(
+            "--{batch}\r\nContent-Type: multipart/mixed; boundary=changeset_"
+        )));
+        assert!(text.contains("POST http://127.0.0.1:1/acct/T1 HTTP/1.1\r\n"));
+        assert!(text.contains(
+            "DELETE http://127.0.0.1:1/acct/T1(PartitionKey='p',RowKey='2%27%27') HTTP/1.1\r\n"
+        ));
+        assert!(text.contains("If-Match: *\r\n"));
+        assert!(text.ends_with(&format!("--{batch}--\r\n")));
+    }
+
+    const SUCCESS: &str = "--batchresponse_1\r\nContent-Type: multipart/mixed; boundary=changesetresponse_2\r\n\r\n--changesetresponse_2\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\nHTTP/1.1 204 No Content\r\nETag: W/\"a\"\r\n\r\n\r\n--changesetresponse_2\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\nHTTP/1.1 204 No Content\r\nETag: W/\"b\"\r\n\r\n\r\n--changesetresponse_2--\r\n--batchresponse_1--\r\n";
+
+    #[test]
+    fn success_maps_etags_in_order() {
+        let etags = parse_response(
+            "multipart/mixed; boundary=batchresponse_1",
+            SUCCESS.as_bytes(),
+            2,
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            etags,
+            vec![Some(ETag::new("W/\"a\"")), Some(ETag::new("W/\"b\""))]
+        );
+        assert!(parse_response(
+            "multipart/mixed; boundary=batchresponse_1",
+            SUCCESS.as_bytes(),
+            3,
+            None
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn the_paper_failure_example_reports_index_and_code() {
+        // The WP's example (with the blank lines a real response has).
+        let body = "--batchresponse_7ab1\r\nContent-Type: multipart/mixed; boundary=changesetresponse_6cc8\r\n\r\n--changesetresponse_6cc8\r\nContent-Type: application/http\r\nContent-Transfer-Encoding: binary\r\n\r\nHTTP/1.1 400 Bad Request\r\nContent-ID: 4\r\nContent-Type: application/xml\r\nCache-Control: no-cache\r\nDataServiceVersion: 1.0;\r\n\r\n<?xml version=\"1.0\" encoding=\"utf-8\" standalone=\"yes\"?>\r\n<error xmlns=\"http://schemas.microsoft.com/ado/2007/08/dataservices/metadata\">\r\n  <code>InvalidInput</code>\r\n  <message xml:lang=\"en-US\">1:One of the request inputs is not valid.</message>\r\n</error>\r\n--changesetresponse_6cc8--\r\n--batchresponse_7ab1--\r\n";
+        let err = parse_response(
+            "multipart/mixed; boundary=batchresponse_7ab1",
+            body.as_bytes(),
+            5,
+            Some("rid".into()),
+        )
+        .unwrap_err();
+        assert_eq!(err.status(), Some(400));
+        assert_eq!(err.code(), Some("InvalidInput"));
+        assert_eq!(err.batch_index(), Some(1));
+        assert_eq!(err.request_id(), Some("rid"));
+    }
+}

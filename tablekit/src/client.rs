@@ -1,0 +1,733 @@
+//! The clients: [`TableServiceClient`] for an account's tables, [`TableClient`]
+//! for the entities of one table.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::future::{Future, IntoFuture};
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
+
+use crate::account::Account;
+use crate::backend::{Backend, BatchKind, BatchOp, Operation, Response, Written};
+use crate::codec::write::write_entity_json;
+use crate::entity::{ETag, EntityKey, IfMatch, TableEntity, UpdateMode};
+use crate::error::{Error, Result, ValidationError};
+use crate::http::{HttpBackend, HttpOptions};
+use crate::query::{self, Query};
+use crate::validate::{self, MAX_BATCH_BYTES, MAX_BATCH_OPERATIONS};
+
+/// Options of a [`TableServiceClient`].
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct ClientOptions {
+    /// The HTTP transport's options: retries, timeouts, connection pool.
+    pub http: HttpOptions,
+}
+
+/// A client for the tables of one storage account. Cheap to clone; clones share
+/// one connection pool.
+///
+/// ```no_run
+/// # async fn run() -> tablekit::Result<()> {
+/// use tablekit::{DynamicEntity, TableServiceClient};
+///
+/// let service = TableServiceClient::from_connection_string("UseDevelopmentStorage=true")?;
+/// let blogs = service.table::<DynamicEntity>("Blogs")?;
+/// blogs.create_if_not_exists().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct TableServiceClient {
+    backend: Arc<dyn Backend>,
+}
+
+impl fmt::Debug for TableServiceClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TableServiceClient")
+            .field("backend", &self.backend)
+            .finish()
+    }
+}
+
+impl TableServiceClient {
+    /// A client for this account over HTTP, with default options.
+    pub fn new(account: Account) -> Result<Self> {
+        Self::with_options(account, ClientOptions::default())
+    }
+
+    /// A client for this account over HTTP.
+    pub fn with_options(account: Account, options: ClientOptions) -> Result<Self> {
+        Ok(TableServiceClient {
+            backend: Arc::new(HttpBackend::new(account, &options.http)?),
+        })
+    }
+
+    /// A client from a connection string (see [`Account::from_connection_string`]).
+    pub fn from_connection_string(s: &str) -> Result<Self> {
+        Self::new(Account::from_connection_string(s)?)
+    }
+
+    /// A client for the entities of one table, typed as `T`. The name is checked here.
+    pub fn table<T: TableEntity>(&self, name: &str) -> Result<TableClient<T>> {
+        validate::table_name(name)?;
+        Ok(TableClient {
+            backend: self.backend.clone(),
+            name: Arc::from(name),
+            _t: PhantomData,
+        })
+    }
+
+    /// Creates a table; fails with a conflict ([`Error::is_conflict`]) if it exists.
+    pub async fn create_table(&self, name: &str) -> Result<()> {
+        validate::table_name(name)?;
+        self.backend
+            .execute(Operation::CreateTable { table: name })
+            .await?;
+        Ok(())
+    }
+
+    /// Creates a table unless it exists; returns whether it was created.
+    pub async fn create_table_if_not_exists(&self, name: &str) -> Result<bool> {
+        match self.create_table(name).await {
+            Ok(()) => Ok(true),
+            Err(e) if e.is_conflict() && e.code() != Some("TableBeingDeleted") => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes a table and all its entities; fails with not-found if there is none.
+    pub async fn delete_table(&self, name: &str) -> Result<()> {
+        validate::table_name(name)?;
+        self.backend
+            .execute(Operation::DeleteTable { table: name })
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes a table if it exists; returns whether it did.
+    pub async fn delete_table_if_exists(&self, name: &str) -> Result<bool> {
+        match self.delete_table(name).await {
+            Ok(()) => Ok(true),
+            Err(e) if e.is_not_found() => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Lists the account's tables, following continuation tokens.
+    pub fn list_tables(&self) -> ListTables {
+        ListTables {
+            backend: self.backend.clone(),
+            prefix: None,
+            page_size: None,
+        }
+    }
+}
+
+/// A listing of tables; see [`TableServiceClient::list_tables`].
+#[must_use = "a listing does nothing until streamed or collected"]
+pub struct ListTables {
+    backend: Arc<dyn Backend>,
+    prefix: Option<String>,
+    page_size: Option<usize>,
+}
+
+impl fmt::Debug for ListTables {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ListTables")
+            .field("prefix", &self.prefix)
+            .field("page_size", &self.page_size)
+            .finish()
+    }
+}
+
+impl ListTables {
+    /// Only tables whose name starts with `prefix` (case-sensitive).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// At most `n` (1 to 1000) names per request.
+    pub fn page_size(mut self, n: usize) -> Self {
+        self.page_size = Some(n);
+        self
+    }
+
+    /// The names, across as many requests as needed.
+    pub fn stream(self) -> BoxStream<'static, Result<String>> {
+        struct State {
+            backend: Arc<dyn Backend>,
+            prefix: Option<String>,
+            top: Option<usize>,
+            next: Option<String>,
+            done: bool,
+        }
+        if let Some(n) = self.page_size {
+            if !(1..=validate::MAX_PAGE_SIZE).contains(&n) {
+                let err = Error::invalid(ValidationError::Top {
+                    value: n,
+                    max: validate::MAX_PAGE_SIZE,
+                });
+                return stream::once(async move { Err(err) }).boxed();
+            }
+        }
+        let state = State {
+            backend: self.backend,
+            prefix: self.prefix,
+            top: self.page_size,
+            next: None,
+            done: false,
+        };
+        stream::try_unfold(state, |mut s| async move {
+            if s.done {
+                return Ok(None);
+            }
+            let resp = s
+                .backend
+                .execute(Operation::ListTables {
+                    prefix: s.prefix.as_deref(),
+                    next_table_name: s.next.as_deref(),
+                    top: s.top,
+                })
+                .await?;
+            let Response::Tables {
+                names,
+                next_table_name,
+            } = resp
+            else {
+                return Err(Error::decode("unexpected answer to a table listing"));
+            };
+            s.done = next_table_name.is_none();
+            s.next = next_table_name;
+            Ok(Some((stream::iter(names.into_iter().map(Ok)), s)))
+        })
+        .try_flatten()
+        .boxed()
+    }
+
+    /// All the names.
+    pub async fn fetch_all(self) -> Result<Vec<String>> {
+        self.stream().try_collect().await
+    }
+}
+
+/// What a write takes: `&entity`, or `&mut entity` to have the entity's ETag
+/// and Timestamp updated after the write (for types that keep them).
+pub trait WriteTarget<T: TableEntity>: Send {
+    /// The entity to write.
+    fn entity(&self) -> &T;
+    /// Called after a successful write.
+    fn written(&mut self, written: &Written);
+}
+
+impl<T: TableEntity> WriteTarget<T> for &T {
+    fn entity(&self) -> &T {
+        self
+    }
+    fn written(&mut self, _: &Written) {}
+}
+
+impl<T: TableEntity> WriteTarget<T> for &mut T {
+    fn entity(&self) -> &T {
+        self
+    }
+    fn written(&mut self, written: &Written) {
+        written.apply_to(&mut **self);
+    }
+}
+
+/// A client for the entities of one table, typed as `T`. Cheap to clone.
+///
+/// `TableClient<DynamicEntity>` is the untyped form.
+pub struct TableClient<T> {
+    backend: Arc<dyn Backend>,
+    name: Arc<str>,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for TableClient<T> {
+    fn clone(&self) -> Self {
+        TableClient {
+            backend: self.backend.clone(),
+            name: self.name.clone(),
+            _t: PhantomData,
+        }
+    }
+}
+
+impl<T> fmt::Debug for TableClient<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TableClient")
+            .field("table", &self.name)
+            .field("entity", &std::any::type_name::<T>())
+            .finish()
+    }
+}
+
+fn encode<T: TableEntity>(entity: &T) -> Result<(EntityKey, Vec<u8>)> {
+    let mut body = Vec::with_capacity(512);
+    write_entity_json(entity, &mut body)?;
+    Ok((entity.key(), body))
+}
+
+impl<T> TableClient<T> {
+    /// The table's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+}
+
+impl<T: TableEntity> TableClient<T> {
+    /// The same table read and written as another type (e.g. `DynamicEntity`).
+    pub fn with_type<U: TableEntity>(&self) -> TableClient<U> {
+        TableClient {
+            backend: self.backend.clone(),
+            name: self.name.clone(),
+            _t: PhantomData,
+        }
+    }
+
+    /// Creates the table; fails with a conflict if it exists.
+    pub async fn create(&self) -> Result<()> {
+        self.backend
+            .execute(Operation::CreateTable { table: &self.name })
+            .await
+            .map(drop)
+    }
+
+    /// Creates the table unless it exists; returns whether it was created.
+    pub async fn create_if_not_exists(&self) -> Result<bool> {
+        match self.create().await {
+            Ok(()) => Ok(true),
+            Err(e) if e.is_conflict() && e.code() != Some("TableBeingDeleted") => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes the table and all its entities.
+    pub async fn delete_table(&self) -> Result<()> {
+        self.backend
+            .execute(Operation::DeleteTable { table: &self.name })
+            .await
+            .map(drop)
+    }
+
+    /// Deletes the table if it exists; returns whether it did.
+    pub async fn delete_table_if_exists(&self) -> Result<bool> {
+        match self.delete_table().await {
+            Ok(()) => Ok(true),
+            Err(e) if e.is_not_found() => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn write(&self, mut target: impl WriteTarget<T>, kind: WriteKind<'_>) -> Result<Written> {
+        let (key, body) = encode(target.entity())?;
+        let op = match kind {
+            WriteKind::Insert => Operation::Insert {
+                table: &self.name,
+                body: &body,
+            },
+            WriteKind::Write(mode, if_match) => Operation::Write {
+                table: &self.name,
+                key: &key,
+                body: &body,
+                mode,
+                if_match,
+            },
+        };
+        match self.backend.execute(op).await? {
+            Response::Written(w) => {
+                target.written(&w);
+                Ok(w)
+            }
+            _ => Err(Error::decode("unexpected answer to a write")),
+        }
+    }
+
+    /// Inserts a new entity; fails with a conflict ([`Error::is_conflict`]) if one
+    /// with the same key exists. Pass `&mut entity` to have its ETag updated.
+    pub async fn insert(&self, entity: impl WriteTarget<T>) -> Result<Written> {
+        self.write(entity, WriteKind::Insert).await
+    }
+
+    /// Inserts the entity, or overwrites the stored one whatever its version:
+    /// `Merge` keeps stored properties the entity lacks, `Replace` removes them.
+    pub async fn upsert(&self, entity: impl WriteTarget<T>, mode: UpdateMode) -> Result<Written> {
+        self.write(entity, WriteKind::Write(mode, None)).await
+    }
+
+    /// Updates an existing entity. With `IfMatch::ETag` the write applies only if
+    /// nobody changed the entity since that ETag was read; otherwise it fails with
+    /// [`Error::is_precondition_failed`]. Fails with not-found if there is no entity.
+    pub async fn update(
+        &self,
+        entity: impl WriteTarget<T>,
+        mode: UpdateMode,
+        if_match: impl Into<IfMatch>,
+    ) -> Result<Written> {
+        let if_match = if_match.into();
+        self.write(entity, WriteKind::Write(mode, Some(&if_match)))
+            .await
+    }
+
+    /// Deletes an entity; fails with not-found if there is none, or with a
+    /// precondition failure if its ETag no longer matches.
+    pub async fn delete(
+        &self,
+        key: impl Into<EntityKey>,
+        if_match: impl Into<IfMatch>,
+    ) -> Result<()> {
+        let key = key.into();
+        key.validate()?;
+        let if_match = if_match.into();
+        self.backend
+            .execute(Operation::Delete {
+                table: &self.name,
+                key: &key,
+                if_match: &if_match,
+            })
+            .await
+            .map(drop)
+    }
+
+    /// Deletes an entity if it exists; returns whether it did. A missing entity is
+    /// not an error, which makes the call safe to repeat.
+    pub async fn delete_if_exists(
+        &self,
+        key: impl Into<EntityKey>,
+        if_match: impl Into<IfMatch>,
+    ) -> Result<bool> {
+        match self.delete(key, if_match).await {
+            Ok(()) => Ok(true),
+            Err(e) if e.is_not_found() => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Reads one entity by key; `None` if there is none. Await it, or add
+    /// `.select([...])` first to read only some properties.
+    pub fn get(&self, key: impl Into<EntityKey>) -> Get<T> {
+        Get {
+            table: self.clone(),
+            key: key.into(),
+            select: T::select().map(query::join_select),
+        }
+    }
+
+    async fn get_with_etag(
+        &self,
+        key: &EntityKey,
+        select: Option<&str>,
+    ) -> Result<Option<(T, Option<ETag>)>> {
+        key.validate()?;
+        let resp = self
+            .backend
+            .execute(Operation::Get {
+                table: &self.name,
+                key,
+                select,
+                annotations: T::needs_type_annotations(),
+            })
+            .await;
+        match resp {
+            Ok(Response::Entity(Some(payload))) => {
+                let mut entity: T = payload.decode_one()?;
+                let etag = payload.etag().map(ETag::new);
+                if let Some(e) = &etag {
+                    entity.set_etag(e.clone());
+                }
+                Ok(Some((entity, etag)))
+            }
+            Ok(Response::Entity(None)) => Ok(None),
+            Ok(_) => Err(Error::decode("unexpected answer to a point read")),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A query over the table; see [`Query`].
+    pub fn query(&self) -> Query<T> {
+        Query::new(self.clone())
+    }
+
+    /// An entity group transaction: up to 100 operations on entities of one
+    /// partition, applied all or none.
+    pub fn transaction(&self) -> Transaction<T> {
+        Transaction {
+            table: self.clone(),
+            ops: Vec::new(),
+            row_keys: HashSet::new(),
+            size: 0,
+        }
+    }
+
+    /// Reads an entity, lets `change` modify it, and writes it back on the
+    /// condition that nobody changed it in between; on a conflict it reads again
+    /// and retries (up to 16 times). Returns the written entity, or `None` if there
+    /// is no entity with that key.
+    pub async fn modify<F>(
+        &self,
+        key: impl Into<EntityKey>,
+        mode: UpdateMode,
+        mut change: F,
+    ) -> Result<Option<T>>
+    where
+        F: FnMut(&mut T) + Send,
+    {
+        let key = key.into();
+        let mut attempt = 0;
+        loop {
+            let Some((mut entity, etag)) = self.get_with_etag(&key, None).await? else {
+                return Ok(None);
+            };
+            change(&mut entity);
+            let if_match = etag.map_or(IfMatch::Any, IfMatch::ETag);
+            match self.update(&mut entity, mode, if_match).await {
+                Ok(_) => return Ok(Some(entity)),
+                Err(e) if e.is_precondition_failed() && attempt < 15 => attempt += 1,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+enum WriteKind<'a> {
+    Insert,
+    Write(UpdateMode, Option<&'a IfMatch>),
+}
+
+/// A point read; await it for `Result<Option<T>>`.
+#[must_use = "a point read does nothing until awaited"]
+pub struct Get<T> {
+    table: TableClient<T>,
+    key: EntityKey,
+    select: Option<String>,
+}
+
+impl<T> fmt::Debug for Get<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Get")
+            .field("table", &self.table.name)
+            .field("key", &self.key)
+            .field("select", &self.select)
+            .finish()
+    }
+}
+
+impl<T: TableEntity> Get<T> {
+    /// Reads only these properties (the keys and system properties always come).
+    pub fn select<I, S>(mut self, properties: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.select = Some(query::join_select(properties));
+        self
+    }
+
+    /// Sends the read.
+    pub async fn send(self) -> Result<Option<T>> {
+        if let Some(s) = &self.select {
+            query::validate_select(s)?;
+        }
+        Ok(self
+            .table
+            .get_with_etag(&self.key, self.select.as_deref())
+            .await?
+            .map(|(e, _)| e))
+    }
+}
+
+impl<T: TableEntity> IntoFuture for Get<T> {
+    type Output = Result<Option<T>>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send>>;
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.send())
+    }
+}
+
+/// An entity group transaction being built; see [`TableClient::transaction`].
+///
+/// Each operation is checked as it is added (keys, properties, one partition,
+/// one operation per RowKey, at most 100 operations and 4 MiB), so a rule broken
+/// by the third operation is reported by the call that added it, with its index.
+///
+/// ```no_run
+/// # async fn run(table: tablekit::TableClient<tablekit::DynamicEntity>) -> tablekit::Result<()> {
+/// use tablekit::{DynamicEntity, IfMatch};
+/// let mut tx = table.transaction();
+/// tx.insert(&DynamicEntity::new("p1", "a").with("N", 1))?;
+/// tx.delete(("p1", "b"), IfMatch::Any)?;
+/// let result = tx.send().await?;
+/// assert!(result.etag(0).is_some());
+/// # Ok(()) }
+/// ```
+#[must_use = "a transaction does nothing until sent"]
+pub struct Transaction<T> {
+    table: TableClient<T>,
+    ops: Vec<BatchOp>,
+    row_keys: HashSet<String>,
+    size: usize,
+}
+
+impl<T> fmt::Debug for Transaction<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Transaction")
+            .field("table", &self.table.name)
+            .field("operations", &self.ops.len())
+            .finish()
+    }
+}
+
+/// Framing bytes one operation adds to a transaction payload, beyond its body
+/// (part headers, request line with the URL): an upper estimate.
+const OP_OVERHEAD: usize = 600;
+
+impl<T: TableEntity> Transaction<T> {
+    fn push(
+        &mut self,
+        kind: BatchKind,
+        key: EntityKey,
+        body: Option<Vec<u8>>,
+    ) -> Result<&mut Self> {
+        let index = self.ops.len();
+        let fail = |reason: String| {
+            Err(Error::invalid(ValidationError::Batch {
+                index: Some(index),
+                reason,
+            }))
+        };
+        if index >= MAX_BATCH_OPERATIONS {
+            return fail(format!(
+                "a transaction holds at most {MAX_BATCH_OPERATIONS} operations"
+            ));
+        }
+        key.validate()?;
+        if let Some(first) = self.ops.first() {
+            if first.key.partition_key != key.partition_key {
+                return fail(format!(
+                    "PartitionKey {:?} differs from the transaction's {:?}; a transaction spans one partition",
+                    key.partition_key, first.key.partition_key
+                ));
+            }
+        }
+        if self.row_keys.contains(&key.row_key) {
+            return fail(format!(
+                "RowKey {:?} already has an operation; a transaction holds one operation per entity",
+                key.row_key
+            ));
+        }
+        let size = self.size
+            + body.as_ref().map_or(0, Vec::len)
+            + key.partition_key.len() * 3
+            + key.row_key.len() * 3
+            + OP_OVERHEAD;
+        if size > MAX_BATCH_BYTES {
+            return fail(format!("the payload would exceed {MAX_BATCH_BYTES} bytes"));
+        }
+        self.size = size;
+        self.row_keys.insert(key.row_key.clone());
+        self.ops.push(BatchOp { kind, key, body });
+        Ok(self)
+    }
+
+    fn push_entity(&mut self, kind: BatchKind, entity: &T) -> Result<&mut Self> {
+        let index = self.ops.len();
+        let (key, body) = encode(entity).map_err(|e| match e.validation() {
+            Some(v) => Error::invalid(ValidationError::Batch {
+                index: Some(index),
+                reason: v.to_string(),
+            }),
+            None => e,
+        })?;
+        self.push(kind, key, Some(body))
+    }
+
+    /// Adds an insert.
+    pub fn insert(&mut self, entity: &T) -> Result<&mut Self> {
+        self.push_entity(BatchKind::Insert, entity)
+    }
+
+    /// Adds an upsert (insert or merge/replace, unconditionally).
+    pub fn upsert(&mut self, entity: &T, mode: UpdateMode) -> Result<&mut Self> {
+        self.push_entity(BatchKind::Upsert(mode), entity)
+    }
+
+    /// Adds an update of an existing entity under a condition.
+    pub fn update(
+        &mut self,
+        entity: &T,
+        mode: UpdateMode,
+        if_match: impl Into<IfMatch>,
+    ) -> Result<&mut Self> {
+        self.push_entity(BatchKind::Update(mode, if_match.into()), entity)
+    }
+
+    /// Adds a delete.
+    pub fn delete(
+        &mut self,
+        key: impl Into<EntityKey>,
+        if_match: impl Into<IfMatch>,
+    ) -> Result<&mut Self> {
+        self.push(BatchKind::Delete(if_match.into()), key.into(), None)
+    }
+
+    /// The number of operations added.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether no operation was added.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Sends the transaction. On failure nothing was applied, and the error's
+    /// [`Error::batch_index`] names the operation the service rejected.
+    pub async fn send(self) -> Result<TransactionResult> {
+        if self.ops.is_empty() {
+            return Err(Error::invalid(ValidationError::Batch {
+                index: None,
+                reason: "a transaction needs at least one operation".into(),
+            }));
+        }
+        match self
+            .table
+            .backend
+            .execute(Operation::Transaction {
+                table: &self.table.name,
+                ops: &self.ops,
+            })
+            .await?
+        {
+            Response::Transaction(etags) => Ok(TransactionResult { etags }),
+            _ => Err(Error::decode("unexpected answer to a transaction")),
+        }
+    }
+}
+
+/// The outcome of a successful transaction.
+#[derive(Debug, Clone)]
+pub struct TransactionResult {
+    etags: Vec<Option<ETag>>,
+}
+
+impl TransactionResult {
+    /// The new ETag written by operation `index` (`None` for deletes).
+    pub fn etag(&self, index: usize) -> Option<&ETag> {
+        self.etags.get(index).and_then(Option::as_ref)
+    }
+
+    /// The ETags of all operations, in order.
+    pub fn etags(&self) -> &[Option<ETag>] {
+        &self.etags
+    }
+}

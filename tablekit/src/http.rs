@@ -1,0 +1,747 @@
+//! The HTTP backend: builds, signs and sends REST requests to Azure Table Storage
+//! or Azurite, retries transient failures, and turns answers into [`Response`]s.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::{Method, StatusCode};
+use tracing::Instrument;
+
+use crate::account::{Account, Credential};
+use crate::auth::{self, StringToSign};
+use crate::backend::{Backend, Operation, Payload, Response, Written};
+use crate::batch;
+use crate::entity::{ETag, EntityKey, UpdateMode};
+use crate::error::{Error, ErrorKind, Result, ServiceError, TransportError};
+use crate::query::Continuation;
+
+/// The REST API version tablekit speaks. 2019-02-02 is what the current official
+/// SDKs send for tables and what Azurite 3.x serves.
+pub const API_VERSION: &str = "2019-02-02";
+
+/// Everything but the unreserved characters of RFC 3986 is escaped in keys and
+/// query values, so `'`, `%`, `+`, `&`, spaces and non-ASCII text travel intact.
+const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+/// How failed requests are retried: exponential backoff with full jitter on
+/// timeouts, connection faults, 408, 429, 500, 502, 503 and 504.
+#[derive(Debug, Clone)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt (0 disables retries).
+    pub max_retries: u32,
+    /// The delay ceiling of the first retry; it doubles with each retry.
+    pub base_delay: Duration,
+    /// The largest delay ceiling.
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 3,
+            base_delay: Duration::from_millis(200),
+            max_delay: Duration::from_secs(5),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// A policy that never retries.
+    pub fn none() -> Self {
+        RetryPolicy {
+            max_retries: 0,
+            ..Default::default()
+        }
+    }
+
+    fn delay(&self, retry: u32) -> Duration {
+        let ceiling = self
+            .base_delay
+            .saturating_mul(1u32 << retry.min(16))
+            .min(self.max_delay);
+        // Full jitter; the clock's low bits are random enough to spread clients apart.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        ceiling.mul_f64(f64::from(nanos % 1000) / 1000.0)
+    }
+}
+
+/// Options of the HTTP transport.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    /// The retry policy.
+    pub retry: RetryPolicy,
+    /// The time limit of one attempt.
+    pub timeout: Duration,
+    /// Idle connections kept per host (the .NET default of 2 starves concurrent clients).
+    pub pool_max_idle_per_host: usize,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        HttpOptions {
+            retry: RetryPolicy::default(),
+            timeout: Duration::from_secs(30),
+            pool_max_idle_per_host: 64,
+        }
+    }
+}
+
+/// Sends operations to the Table service over HTTP.
+pub(crate) struct HttpBackend {
+    client: reqwest::Client,
+    account: Account,
+    /// The endpoint's path ("" for Azure, "/devstoreaccount1" for path-style emulator URLs).
+    retry: RetryPolicy,
+}
+
+impl fmt::Debug for HttpBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpBackend")
+            .field("account", &self.account)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A request ready to send (before signing).
+struct Request {
+    method: Method,
+    url: String,
+    content_type: Option<&'static str>,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl HttpBackend {
+    pub(crate) fn new(account: Account, options: &HttpOptions) -> Result<Self> {
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(options.pool_max_idle_per_host)
+            .tcp_nodelay(true)
+            .timeout(options.timeout)
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| {
+                Error::config(format!("cannot build the HTTP client: {}", e.without_url()))
+            })?;
+        Ok(HttpBackend {
+            client,
+            account,
+            retry: options.retry.clone(),
+        })
+    }
+
+    fn url(&self, resource: &str, query: &str) -> String {
+        let endpoint = self.account.table_endpoint();
+        let mut url = String::with_capacity(endpoint.len() + resource.len() + query.len() + 2);
+        url.push_str(endpoint);
+        url.push('/');
+        url.push_str(resource);
+        if !query.is_empty() {
+            url.push('?');
+            url.push_str(query);
+        }
+        url
+    }
+
+    /// Builds the request of an operation. Bodies are already validated JSON.
+    fn build(&self, op: &Operation<'_>) -> Result<Request> {
+        let mut headers = HeaderMap::new();
+        let mut content_type = None;
+        let mut body = Bytes::new();
+        let accept = |annotations: bool| {
+            HeaderValue::from_static(if annotations {
+                "application/json;odata=minimalmetadata"
+            } else {
+                "application/json;odata=nometadata"
+            })
+        };
+        headers.insert(reqwest::header::ACCEPT, accept(true));
+        let (method, url) = match op {
+            Operation::CreateTable { table } => {
+                content_type = Some("application/json");
+                headers.insert("prefer", HeaderValue::from_static("return-no-content"));
+                let mut b = Vec::with_capacity(table.len() + 16);
+                b.extend_from_slice(b"{\"TableName\":");
+                crate::codec::write::write_json_str(&mut b, table);
+                b.push(b'}');
+                body = b.into();
+                (Method::POST, self.url("Tables", ""))
+            }
+            Operation::DeleteTable { table } => {
+                (Method::DELETE, self.url(&format!("Tables('{table}')"), ""))
+            }
+            Operation::ListTables {
+                prefix,
+                next_table_name,
+                top,
+            } => {
+                let mut q = QueryString::default();
+                if let Some(p) = prefix {
+                    // The prefix range: names >= p and < p with its last character bumped.
+                    let (lo, hi) = prefix_bounds(p);
+                    let filter = match hi {
+                        Some(hi) => format!(
+                            "TableName ge '{}' and TableName lt '{}'",
+                            lo.replace('\'', "''"),
+                            hi.replace('\'', "''")
+                        ),
+                        None => format!("TableName ge '{}'", lo.replace('\'', "''")),
+                    };
+                    q.push("$filter", &filter);
+                }
+                if let Some(t) = top {
+                    q.push("$top", &t.to_string());
+                }
+                if let Some(n) = next_table_name {
+                    q.push("NextTableName", n);
+                }
+                (Method::GET, self.url("Tables", &q.0))
+            }
+            Operation::Insert { table, body: b, .. } => {
+                content_type = Some("application/json");
+                headers.insert("prefer", HeaderValue::from_static("return-no-content"));
+                body = Bytes::copy_from_slice(b);
+                (Method::POST, self.url(table, ""))
+            }
+            Operation::Write {
+                table,
+                key,
+                body: b,
+                mode,
+                if_match,
+            } => {
+                content_type = Some("application/json");
+                if let Some(m) = if_match {
+                    headers.insert(reqwest::header::IF_MATCH, header_value(m.header_value())?);
+                }
+                body = Bytes::copy_from_slice(b);
+                let method = match mode {
+                    UpdateMode::Replace => Method::PUT,
+                    UpdateMode::Merge => {
+                        Method::from_bytes(b"MERGE").map_err(|_| Error::config("MERGE"))?
+                    }
+                };
+                (method, self.url(&entity_resource(table, key), ""))
+            }
+            Operation::Delete {
+                table,
+                key,
+                if_match,
+            } => {
+                headers.insert(
+                    reqwest::header::IF_MATCH,
+                    header_value(if_match.header_value())?,
+                );
+                (Method::DELETE, self.url(&entity_resource(table, key), ""))
+            }
+            Operation::Get {
+                table,
+                key,
+                select,
+                annotations,
+            } => {
+                headers.insert(reqwest::header::ACCEPT, accept(*annotations));
+                let mut q = QueryString::default();
+                if let Some(s) = select {
+                    q.push("$select", s);
+                }
+                (Method::GET, self.url(&entity_resource(table, key), &q.0))
+            }
+            Operation::Query {
+                table,
+                filter,
+                select,
+                top,
+                continuation,
+                annotations,
+            } => {
+                headers.insert(reqwest::header::ACCEPT, accept(*annotations));
+                let mut q = QueryString::default();
+                if let Some(f) = filter {
+                    q.push("$filter", f);
+                }
+                if let Some(s) = select {
+                    q.push("$select", s);
+                }
+                if let Some(t) = top {
+                    q.push("$top", &t.to_string());
+                }
+                if let Some(c) = continuation {
+                    q.push("NextPartitionKey", &c.next_partition_key);
+                    if let Some(rk) = &c.next_row_key {
+                        q.push("NextRowKey", rk);
+                    }
+                }
+                let mut resource = String::with_capacity(table.len() + 2);
+                resource.push_str(table);
+                resource.push_str("()");
+                (Method::GET, self.url(&resource, &q.0))
+            }
+            Operation::Transaction { table, ops } => {
+                let encoded = batch::encode(self.account.table_endpoint(), table, ops);
+                headers.insert(
+                    reqwest::header::CONTENT_TYPE,
+                    header_value(&encoded.content_type)?,
+                );
+                body = encoded.body.into();
+                (Method::POST, self.url("$batch", ""))
+            }
+        };
+        if let Some(ct) = content_type {
+            headers.insert(reqwest::header::CONTENT_TYPE, HeaderValue::from_static(ct));
+        }
+        Ok(Request {
+            method,
+            url,
+            content_type,
+            headers,
+            body,
+        })
+    }
+
+    /// Adds the common headers and the credential, then sends once.
+    async fn send_once(&self, req: &Request) -> Result<reqwest::Response> {
+        let mut url = reqwest::Url::parse(&req.url)
+            .map_err(|_| Error::config("the table endpoint does not form a valid URL"))?;
+        let date = auth::rfc1123(chrono::Utc::now());
+        let mut headers = req.headers.clone();
+        headers.insert("x-ms-date", header_value(&date)?);
+        headers.insert("x-ms-version", HeaderValue::from_static(API_VERSION));
+        headers.insert("dataserviceversion", HeaderValue::from_static("3.0;NetFx"));
+        headers.insert(
+            "maxdataserviceversion",
+            HeaderValue::from_static("3.0;NetFx"),
+        );
+        let content_type = match req.content_type {
+            Some(ct) => ct.to_owned(),
+            None => headers
+                .get(reqwest::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned(),
+        };
+        match self.account.credential() {
+            Credential::SharedKey(key) | Credential::SharedKeyLite(key) => {
+                let comp = url
+                    .query_pairs()
+                    .find(|(k, _)| k == "comp")
+                    .map(|(_, v)| v.into_owned());
+                let input = StringToSign {
+                    method: req.method.as_str(),
+                    content_md5: "",
+                    content_type: &content_type,
+                    date: &date,
+                    path: url.path(),
+                    comp: comp.as_deref(),
+                };
+                let value = match self.account.credential() {
+                    Credential::SharedKeyLite(_) => {
+                        auth::shared_key_lite(self.account.account_name(), key, &input)
+                    }
+                    _ => auth::shared_key(self.account.account_name(), key, &input),
+                };
+                let mut v = header_value(&value)?;
+                v.set_sensitive(true);
+                headers.insert(reqwest::header::AUTHORIZATION, v);
+            }
+            Credential::Sas(sas) => {
+                let query = match url.query() {
+                    Some(q) if !q.is_empty() => format!("{q}&{}", sas.as_query()),
+                    _ => sas.as_query().to_owned(),
+                };
+                url.set_query(Some(&query));
+            }
+            Credential::Bearer(tokens) => {
+                let token = tokens.bearer_token().await?;
+                let mut v = header_value(&format!("Bearer {token}"))?;
+                v.set_sensitive(true);
+                headers.insert(reqwest::header::AUTHORIZATION, v);
+            }
+            _ => {}
+        }
+        self.client
+            .request(req.method.clone(), url)
+            .headers(headers)
+            .body(req.body.clone())
+            .send()
+            .await
+            .map_err(|e| transport_error(&e))
+    }
+
+    async fn execute_inner(&self, op: &Operation<'_>) -> Result<Response> {
+        let req = self.build(op)?;
+        let mut retry = 0;
+        loop {
+            let outcome = match self.send_once(&req).await {
+                Ok(resp) => self.interpret(op, resp).await,
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Err(e) if e.is_retryable() && retry < self.retry.max_retries => {
+                    tracing::debug!(operation = op.name(), retry, error = %e, "retrying");
+                    tokio::time::sleep(self.retry.delay(retry)).await;
+                    retry += 1;
+                }
+                Err(e) if retry > 0 && !op.is_idempotent() => return Err(mark_ambiguous(e)),
+                other => return other,
+            }
+        }
+    }
+
+    /// Turns a response into the operation's answer or its error.
+    async fn interpret(&self, op: &Operation<'_>, resp: reqwest::Response) -> Result<Response> {
+        let status = resp.status();
+        let request_id = header_str(resp.headers(), "x-ms-request-id");
+        tracing::Span::current().record("status", status.as_u16());
+        if let Some(id) = &request_id {
+            tracing::Span::current().record("request_id", id.as_str());
+        }
+        if !status.is_success() {
+            let body = resp.bytes().await.map_err(|e| transport_error(&e))?;
+            return Err(service_error(status, request_id, &body));
+        }
+        let etag = header_str(resp.headers(), "etag");
+        Ok(match op {
+            Operation::CreateTable { .. }
+            | Operation::DeleteTable { .. }
+            | Operation::Delete { .. } => Response::Done,
+            Operation::Insert { .. } | Operation::Write { .. } => {
+                let etag =
+                    etag.ok_or_else(|| Error::decode("the service returned no ETag for a write"))?;
+                Response::Written(Written::from_etag(ETag::new(etag)))
+            }
+            Operation::Get { .. } => {
+                let body = resp.bytes().await.map_err(|e| transport_error(&e))?;
+                Response::Entity(Some(Payload::Json { body, etag }))
+            }
+            Operation::Query { .. } => {
+                let continuation = header_str(resp.headers(), "x-ms-continuation-nextpartitionkey")
+                    .map(|pk| Continuation {
+                        next_partition_key: pk,
+                        next_row_key: header_str(resp.headers(), "x-ms-continuation-nextrowkey"),
+                    });
+                let body = resp.bytes().await.map_err(|e| transport_error(&e))?;
+                Response::Page {
+                    payload: Payload::Json { body, etag: None },
+                    continuation,
+                }
+            }
+            Operation::ListTables { .. } => {
+                let next_table_name = header_str(resp.headers(), "x-ms-continuation-nexttablename");
+                let body = resp.bytes().await.map_err(|e| transport_error(&e))?;
+                Response::Tables {
+                    names: crate::codec::read::decode_table_names(&body)?,
+                    next_table_name,
+                }
+            }
+            Operation::Transaction { ops, .. } => {
+                let content_type = header_str(resp.headers(), "content-type").unwrap_or_default();
+                let body = resp.bytes().await.map_err(|e| transport_error(&e))?;
+                Response::Transaction(batch::parse_response(
+                    &content_type,
+                    &body,
+                    ops.len(),
+                    request_id,
+                )?)
+            }
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Backend for HttpBackend {
+    async fn execute(&self, op: Operation<'_>) -> Result<Response> {
+        let span = tracing::debug_span!(
+            "tablekit.request",
+            operation = op.name(),
+            table = op.table().unwrap_or(""),
+            status = tracing::field::Empty,
+            request_id = tracing::field::Empty,
+            duration_us = tracing::field::Empty,
+        );
+        let start = Instant::now();
+        let result = self.execute_inner(&op).instrument(span.clone()).await;
+        span.record("duration_us", start.elapsed().as_micros() as u64);
+        if let Err(e) = &result {
+            span.in_scope(|| tracing::debug!(error = %e, "request failed"));
+        }
+        result
+    }
+}
+
+#[derive(Default)]
+struct QueryString(String);
+
+impl QueryString {
+    fn push(&mut self, name: &str, value: &str) {
+        if !self.0.is_empty() {
+            self.0.push('&');
+        }
+        self.0.push_str(name);
+        self.0.push('=');
+        self.0.extend(utf8_percent_encode(value, COMPONENT));
+    }
+}
+
+/// `Table(PartitionKey='..',RowKey='..')` with each key's `'` doubled, then percent-encoded.
+pub(crate) fn entity_resource(table: &str, key: &EntityKey) -> String {
+    let mut s =
+        String::with_capacity(table.len() + key.partition_key.len() + key.row_key.len() + 32);
+    s.push_str(table);
+    s.push_str("(PartitionKey='");
+    push_key(&mut s, &key.partition_key);
+    s.push_str("',RowKey='");
+    push_key(&mut s, &key.row_key);
+    s.push_str("')");
+    s
+}
+
+fn push_key(out: &mut String, key: &str) {
+    if key.contains('\'') {
+        out.extend(utf8_percent_encode(&key.replace('\'', "''"), COMPONENT));
+    } else {
+        out.extend(utf8_percent_encode(key, COMPONENT));
+    }
+}
+
+/// The bounds of a prefix range: `[prefix, successor)`, where the successor
+/// bumps the last character that can be bumped. `None` as upper bound means no bound.
+pub(crate) fn prefix_bounds(prefix: &str) -> (String, Option<String>) {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let mut next = last as u32 + 1;
+        // Skip the surrogate range, which holds no chars.
+        if (0xD800..=0xDFFF).contains(&next) {
+            next = 0xE000;
+        }
+        if let Some(c) = char::from_u32(next) {
+            chars.push(c);
+            return (prefix.to_owned(), Some(chars.into_iter().collect()));
+        }
+    }
+    (prefix.to_owned(), None)
+}
+
+fn header_value(s: &str) -> Result<HeaderValue> {
+    HeaderValue::from_str(s)
+        .map_err(|_| Error::config("a header value holds characters HTTP does not allow"))
+}
+
+fn header_str(headers: &HeaderMap, name: &'static str) -> Option<String> {
+    headers
+        .get(HeaderName::from_static(name))
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+fn transport_error(e: &reqwest::Error) -> Error {
+    // Never keep the URL: with a SAS credential it holds the token.
+    let kind = if e.is_timeout() {
+        "timed out"
+    } else if e.is_connect() {
+        "could not connect"
+    } else if e.is_body() || e.is_decode() {
+        "the response body was cut short"
+    } else {
+        "the request failed"
+    };
+    let detail = {
+        let mut msg = kind.to_owned();
+        let mut src: Option<&dyn std::error::Error> = std::error::Error::source(e);
+        while let Some(s) = src {
+            msg.push_str(": ");
+            msg.push_str(&s.to_string());
+            src = s.source();
+        }
+        msg
+    };
+    ErrorKind::Transport(TransportError::new(detail, None)).into()
+}
+
+fn mark_ambiguous(e: Error) -> Error {
+    if let ErrorKind::Service(s) = e.kind() {
+        if matches!(s.status, 404 | 409 | 412) {
+            let mut s = s.clone();
+            s.ambiguous = true;
+            return ErrorKind::Service(s).into();
+        }
+    }
+    e
+}
+
+/// Builds the error of a failed response from its status and body (JSON or XML).
+pub(crate) fn service_error(status: StatusCode, request_id: Option<String>, body: &[u8]) -> Error {
+    let (code, message) = parse_error_body(body);
+    let (batch_index, message) = split_batch_index(message);
+    ErrorKind::Service(ServiceError {
+        status: status.as_u16(),
+        code,
+        message,
+        request_id,
+        batch_index,
+        ambiguous: false,
+    })
+    .into()
+}
+
+/// The service's message of a failed transaction starts with the failing
+/// operation's index: `2:The specified entity already exists.`
+pub(crate) fn split_batch_index(message: Option<String>) -> (Option<usize>, Option<String>) {
+    if let Some(m) = &message {
+        if let Some(i) = m.find(':') {
+            if i > 0 {
+                if let Ok(n) = m[..i].parse::<usize>() {
+                    return (Some(n), Some(m[i + 1..].to_owned()));
+                }
+            }
+        }
+    }
+    (None, message)
+}
+
+/// Reads `code` and `message` from a JSON (`odata.error`) or XML (`<error>`) body.
+pub(crate) fn parse_error_body(body: &[u8]) -> (Option<String>, Option<String>) {
+    #[derive(serde::Deserialize)]
+    struct Envelope {
+        #[serde(rename = "odata.error")]
+        odata_error: Option<Inner>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Inner {
+        code: Option<String>,
+        message: Option<Message>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Message {
+        Text(String),
+        Lang { value: String },
+    }
+    if let Ok(Envelope {
+        odata_error: Some(inner),
+    }) = serde_json::from_slice::<Envelope>(body)
+    {
+        let message = inner.message.map(|m| match m {
+            Message::Text(t) | Message::Lang { value: t } => t,
+        });
+        return (inner.code, message);
+    }
+    let text = String::from_utf8_lossy(body);
+    (xml_element(&text, "code"), xml_element(&text, "message"))
+}
+
+/// The text of the first element with this local name (any namespace prefix).
+fn xml_element(xml: &str, local: &str) -> Option<String> {
+    let mut rest = xml;
+    while let Some(start) = rest.find('<') {
+        rest = &rest[start + 1..];
+        let end = rest.find('>')?;
+        let tag = &rest[..end];
+        let name = tag.split_whitespace().next().unwrap_or("");
+        let name_local = name.rsplit(':').next().unwrap_or(name);
+        if name_local.eq_ignore_ascii_case(local) && !tag.ends_with('/') && !name.starts_with('/') {
+            let content = &rest[end + 1..];
+            let close = content.find("</")?;
+            return Some(xml_unescape(content[..close].trim()));
+        }
+        rest = &rest[end + 1..];
+    }
+    None
+}
+
+fn xml_unescape(s: &str) -> String {
+    s.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&amp;", "&")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entity_resource_escapes_quotes_then_percent_encodes() {
+        let key = EntityKey::new("O'Brien", "a %+é");
+        assert_eq!(
+            entity_resource("T1", &key),
+            "T1(PartitionKey='O%27%27Brien',RowKey='a%20%25%2B%C3%A9')"
+        );
+    }
+
+    #[test]
+    fn prefix_bounds_bump_the_last_character() {
+        assert_eq!(prefix_bounds("PDC"), ("PDC".into(), Some("PDD".into())));
+        assert_eq!(
+            prefix_bounds("Football_7991_"),
+            ("Football_7991_".into(), Some("Football_7991`".into()))
+        );
+        assert_eq!(prefix_bounds(""), ("".into(), None));
+        assert_eq!(
+            prefix_bounds("a\u{10FFFF}"),
+            ("a\u{10FFFF}".into(), Some("b".into()))
+        );
+        assert_eq!(
+            prefix_bounds("a\u{D7FF}"),
+            ("a\u{D7FF}".into(), Some("a\u{E000}".into()))
+        );
+    }
+
+    #[test]
+    fn error_bodies_in_json_and_xml() {
+        let json = br#"{"odata.error":{"code":"EntityAlreadyExists","message":{"lang":"en-US","value":"2:The specified entity already exists.\nRequestId:x"}}}"#;
+        let (code, msg) = parse_error_body(json);
+        assert_eq!(code.as_deref(), Some("EntityAlreadyExists"));
+        let (idx, msg) = split_batch_index(msg);
+        assert_eq!(idx, Some(2));
+        assert_eq!(
+            msg.as_deref(),
+            Some("The specified entity already exists.\nRequestId:x")
+        );
+
+        let xml = br#"<?xml version="1.0" encoding="utf-8" standalone="yes"?>
+<error xmlns="http://schemas.microsoft.com/ado/2007/08/dataservices/metadata">
+  <code>InvalidInput</code>
+  <message xml:lang="en-US">1:One of the request inputs is not valid.</message>
+</error>"#;
+        let (code, msg) = parse_error_body(xml);
+        assert_eq!(code.as_deref(), Some("InvalidInput"));
+        let (idx, msg) = split_batch_index(msg);
+        assert_eq!(idx, Some(1));
+        assert_eq!(
+            msg.as_deref(),
+            Some("One of the request inputs is not valid.")
+        );
+
+        let xml2 = b"<?xml version=\"1.0\"?><Error><Code>AuthorizationFailure</Code><Message>Server failed &amp; more</Message></Error>";
+        let (code, msg) = parse_error_body(xml2);
+        assert_eq!(code.as_deref(), Some("AuthorizationFailure"));
+        assert_eq!(msg.as_deref(), Some("Server failed & more"));
+        assert_eq!(parse_error_body(b""), (None, None));
+    }
+
+    #[test]
+    fn batch_index_needs_a_number_before_the_colon() {
+        assert_eq!(split_batch_index(Some(":x".into())).0, None);
+        assert_eq!(split_batch_index(Some("abc:x".into())).0, None);
+        assert_eq!(split_batch_index(None), (None, None));
+    }
+
+    #[test]
+    fn retry_delay_is_capped() {
+        let p = RetryPolicy::default();
+        for r in 0..20 {
+            assert!(p.delay(r) <= p.max_delay);
+        }
+    }
+}

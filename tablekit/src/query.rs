@@ -1,0 +1,433 @@
+//! Queries: a filter, a projection and limits, read as a stream of entities
+//! across continuation tokens, or page by page with a resumable [`Continuation`].
+
+use std::fmt;
+use std::str::FromStr;
+
+use futures::stream::{self, BoxStream, Stream, StreamExt, TryStreamExt};
+use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+
+use crate::backend::{Operation, Response};
+use crate::client::TableClient;
+use crate::entity::TableEntity;
+use crate::error::{Error, Result, ValidationError};
+use crate::validate::{self, MAX_PAGE_SIZE};
+
+/// Where a query resumes: the service's `NextPartitionKey` and `NextRowKey`.
+///
+/// It is opaque: it may name an entity that does not exist. It turns into a
+/// string and back (`to_string()` / `parse()`), and is serde-serialisable, so a
+/// paging position can be stored and resumed later.
+///
+/// ```
+/// use tablekit::Continuation;
+/// let c = Continuation { next_partition_key: "1!8!cDAwMQ--".into(), next_row_key: Some("1!12!MDAwMDAwMDE-".into()) };
+/// let text = c.to_string();
+/// assert_eq!(text.parse::<Continuation>().unwrap(), c);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct Continuation {
+    /// The service's `x-ms-continuation-NextPartitionKey`.
+    pub next_partition_key: String,
+    /// The service's `x-ms-continuation-NextRowKey`, absent in some answers.
+    pub next_row_key: Option<String>,
+}
+
+const TOKEN: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b'!');
+
+impl fmt::Display for Continuation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Both parts percent-encoded (so neither holds a space), joined by a space.
+        write!(
+            f,
+            "{}",
+            utf8_percent_encode(&self.next_partition_key, TOKEN)
+        )?;
+        if let Some(rk) = &self.next_row_key {
+            write!(f, " {}", utf8_percent_encode(rk, TOKEN))?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for Continuation {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let bad = |reason| Error::invalid(ValidationError::Continuation { reason });
+        let mut parts = s.split(' ');
+        let decode = |p: &str| {
+            percent_decode_str(p)
+                .decode_utf8()
+                .map(|c| c.into_owned())
+                .map_err(|_| bad("not UTF-8 after percent-decoding"))
+        };
+        let pk = parts
+            .next()
+            .filter(|p| !p.is_empty())
+            .ok_or_else(|| bad("empty"))?;
+        let next_partition_key = decode(pk)?;
+        let next_row_key = parts.next().map(decode).transpose()?;
+        if parts.next().is_some() {
+            return Err(bad("more than two parts"));
+        }
+        Ok(Continuation {
+            next_partition_key,
+            next_row_key,
+        })
+    }
+}
+
+/// One page of a query: its entities and where the next page starts.
+///
+/// A page may hold fewer entities than asked for, even none, and still have a
+/// continuation: only a missing continuation means the results are exhausted.
+#[derive(Debug, Clone)]
+pub struct Page<T> {
+    /// The entities of this page, in (PartitionKey, RowKey) order.
+    pub items: Vec<T>,
+    /// Where the next page starts; `None` on the last page.
+    pub continuation: Option<Continuation>,
+}
+
+/// A query over a table, built by value and run with one of `stream`, `pages`,
+/// `next_page`, `fetch_all`, `fetch_optional`.
+///
+/// ```no_run
+/// # async fn run(table: tablekit::TableClient<tablekit::DynamicEntity>) -> tablekit::Result<()> {
+/// use futures::TryStreamExt;
+/// let mut rows = table
+///     .query()
+///     .filter("PartitionKey eq 'Sales' and Age ge 30")
+///     .take(10)
+///     .stream();
+/// while let Some(e) = rows.try_next().await? {
+///     println!("{}", e.row_key);
+/// }
+/// # Ok(()) }
+/// ```
+#[must_use = "a query does nothing until streamed or fetched"]
+pub struct Query<T> {
+    table: TableClient<T>,
+    filter: Option<String>,
+    select: Option<String>,
+    top: Option<usize>,
+    take: Option<usize>,
+    continuation: Option<Continuation>,
+}
+
+impl<T> fmt::Debug for Query<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Query")
+            .field("table", &self.table.name())
+            .field("filter", &self.filter)
+            .field("select", &self.select)
+            .field("top", &self.top)
+            .field("take", &self.take)
+            .field("continuation", &self.continuation)
+            .finish()
+    }
+}
+
+impl<T: TableEntity> Query<T> {
+    pub(crate) fn new(table: TableClient<T>) -> Self {
+        Query {
+            table,
+            filter: None,
+            select: T::select().map(join_select),
+            top: None,
+            take: None,
+            continuation: None,
+        }
+    }
+
+    /// An OData `$filter` expression, such as `PartitionKey eq 'p1' and Age ge 30`.
+    /// String literals inside must have their `'` doubled.
+    pub fn filter(mut self, filter: impl Into<String>) -> Self {
+        self.filter = Some(filter.into());
+        self
+    }
+
+    /// Reads only these properties (`$select`); keys and system properties always come.
+    pub fn select<I, S>(mut self, properties: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        self.select = Some(join_select(properties));
+        self
+    }
+
+    /// At most `n` entities per request (`$top`, 1 to 1000); the query still
+    /// follows continuation tokens for the rest.
+    pub fn top(mut self, n: usize) -> Self {
+        self.top = Some(n);
+        self
+    }
+
+    /// At most `n` entities in all: the query stops fetching once `n` have arrived,
+    /// and asks each page for no more than it still needs.
+    pub fn take(mut self, n: usize) -> Self {
+        self.take = Some(n);
+        self
+    }
+
+    /// Resumes from a continuation of an earlier page.
+    pub fn continue_from(mut self, continuation: Continuation) -> Self {
+        self.continuation = Some(continuation);
+        self
+    }
+
+    fn check(&self) -> Result<()> {
+        if let Some(n) = self.top {
+            if !(1..=MAX_PAGE_SIZE).contains(&n) {
+                return Err(Error::invalid(ValidationError::Top {
+                    value: n,
+                    max: MAX_PAGE_SIZE,
+                }));
+            }
+        }
+        if let Some(s) = &self.select {
+            validate_select(s)?;
+        }
+        if let Some(f) = &self.filter {
+            if f.trim().is_empty() {
+                return Err(Error::invalid(ValidationError::Query {
+                    reason: "the filter is empty".into(),
+                }));
+            }
+        }
+        Ok(())
+    }
+
+    /// Fetches one page starting at `continuation`, asking for at most `want`.
+    async fn fetch(
+        &self,
+        continuation: Option<&Continuation>,
+        want: Option<usize>,
+    ) -> Result<Page<T>> {
+        let top = match (self.top, want) {
+            (Some(t), Some(w)) => Some(t.min(w)),
+            (Some(t), None) => Some(t),
+            (None, Some(w)) => Some(w.min(MAX_PAGE_SIZE)),
+            (None, None) => None,
+        };
+        let resp = self
+            .table
+            .backend()
+            .execute(Operation::Query {
+                table: self.table.name(),
+                filter: self.filter.as_deref(),
+                select: self.select.as_deref(),
+                top,
+                continuation,
+                annotations: T::needs_type_annotations(),
+            })
+            .await?;
+        let Response::Page {
+            payload,
+            continuation,
+        } = resp
+        else {
+            return Err(Error::decode("unexpected answer to a query"));
+        };
+        let mut items = Vec::new();
+        payload.decode_into(&mut items)?;
+        Ok(Page {
+            items,
+            continuation,
+        })
+    }
+
+    /// Fetches the first page (or the page at the continuation given with
+    /// [`Query::continue_from`]): one request.
+    pub async fn next_page(&self) -> Result<Page<T>> {
+        self.check()?;
+        let mut page = self.fetch(self.continuation.as_ref(), self.take).await?;
+        if let Some(n) = self.take {
+            page.items.truncate(n);
+        }
+        Ok(page)
+    }
+
+    /// The pages, following continuation tokens until the results (or `take`) end.
+    /// Empty pages that carry a continuation are yielded too.
+    pub fn pages(self) -> PageStream<T> {
+        if let Err(e) = self.check() {
+            return PageStream(stream::once(async move { Err(e) }).boxed());
+        }
+        struct State<T> {
+            query: Query<T>,
+            next: Option<Continuation>,
+            remaining: Option<usize>,
+            done: bool,
+        }
+        let state = State {
+            next: self.continuation.clone(),
+            remaining: self.take,
+            done: self.take == Some(0),
+            query: self,
+        };
+        PageStream(
+            stream::try_unfold(state, |mut s| async move {
+                if s.done {
+                    return Ok(None);
+                }
+                let mut page = s.query.fetch(s.next.as_ref(), s.remaining).await?;
+                if let Some(r) = &mut s.remaining {
+                    page.items.truncate(*r);
+                    *r -= page.items.len();
+                    if *r == 0 {
+                        s.done = true;
+                    }
+                }
+                s.next = page.continuation.clone();
+                if s.next.is_none() {
+                    s.done = true;
+                }
+                Ok(Some((page, s)))
+            })
+            .boxed(),
+        )
+    }
+
+    /// The entities, one at a time, across as many pages as needed.
+    pub fn stream(self) -> EntityStream<T> {
+        EntityStream(
+            self.pages()
+                .0
+                .map_ok(|p| stream::iter(p.items.into_iter().map(Ok)))
+                .try_flatten()
+                .boxed(),
+        )
+    }
+
+    /// All the entities (or the first `take`).
+    pub async fn fetch_all(self) -> Result<Vec<T>> {
+        let mut all = Vec::new();
+        let mut pages = self.pages();
+        while let Some(page) = pages.try_next().await? {
+            if all.is_empty() {
+                all = page.items;
+            } else {
+                all.extend(page.items);
+            }
+        }
+        Ok(all)
+    }
+
+    /// The first entity, if any; stops after it arrives.
+    pub async fn fetch_optional(self) -> Result<Option<T>> {
+        let mut s = self.take(1).stream();
+        s.try_next().await
+    }
+}
+
+/// The entities of a query; a [`Stream`] of `Result<T>`.
+pub struct EntityStream<T>(BoxStream<'static, Result<T>>);
+
+impl<T> fmt::Debug for EntityStream<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("EntityStream")
+    }
+}
+
+impl<T> Stream for EntityStream<T> {
+    type Item = Result<T>;
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.0.as_mut().poll_next(cx)
+    }
+}
+
+/// The pages of a query; a [`Stream`] of `Result<Page<T>>`.
+pub struct PageStream<T>(BoxStream<'static, Result<Page<T>>>);
+
+impl<T> fmt::Debug for PageStream<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PageStream")
+    }
+}
+
+impl<T> Stream for PageStream<T> {
+    type Item = Result<Page<T>>;
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.0.as_mut().poll_next(cx)
+    }
+}
+
+/// `A,B,C` from property names.
+pub(crate) fn join_select<I, S>(properties: I) -> String
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<str>,
+{
+    let mut out = String::new();
+    for p in properties {
+        if !out.is_empty() {
+            out.push(',');
+        }
+        out.push_str(p.as_ref());
+    }
+    out
+}
+
+/// Each selected name must be a valid property name or a system property.
+pub(crate) fn validate_select(select: &str) -> Result<()> {
+    if select.is_empty() {
+        return Err(Error::invalid(ValidationError::Query {
+            reason: "select names no property".into(),
+        }));
+    }
+    for name in select.split(',') {
+        if !matches!(name, "PartitionKey" | "RowKey" | "Timestamp") {
+            validate::property_name(name)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn continuation_round_trips_through_text() {
+        for c in [
+            Continuation {
+                next_partition_key: "1!8!cDAwMQ--".into(),
+                next_row_key: None,
+            },
+            Continuation {
+                next_partition_key: "a b%c".into(),
+                next_row_key: Some("é ".into()),
+            },
+            Continuation {
+                next_partition_key: "p".into(),
+                next_row_key: Some(String::new()),
+            },
+        ] {
+            let text = c.to_string();
+            assert_eq!(text.parse::<Continuation>().unwrap(), c, "{text}");
+        }
+        assert!("".parse::<Continuation>().is_err());
+        assert!("a b c".parse::<Continuation>().is_err());
+        assert!("%FF".parse::<Continuation>().is_err());
+    }
+
+    #[test]
+    fn select_names_are_checked() {
+        assert!(validate_select("A,RowKey,Timestamp").is_ok());
+        assert!(validate_select("A,b-c").is_err());
+        assert!(validate_select("").is_err());
+    }
+}
