@@ -462,7 +462,7 @@ struct Endpoint {
 
 impl Endpoint {
     fn parse(text: &str) -> std::result::Result<Self, &'static str> {
-        let text = text.trim().trim_end_matches('/');
+        let text = text.trim();
         let (https, rest) = if let Some(rest) = strip_prefix_ignore_case(text, "https://") {
             (true, rest)
         } else if let Some(rest) = strip_prefix_ignore_case(text, "http://") {
@@ -470,19 +470,25 @@ impl Endpoint {
         } else {
             return Err("must start with http:// or https://");
         };
-        if text.contains(['?', '#']) {
+        if rest.contains(['?', '#']) {
             return Err(
                 "must not contain a query string or fragment (put a SAS in SharedAccessSignature)",
             );
         }
+        let rest = rest.trim_end_matches('/');
         if rest.is_empty() || rest.starts_with(['/', ':']) {
             return Err("has no host");
         }
         if rest.contains(char::is_whitespace) {
             return Err("contains whitespace");
         }
+        let scheme_len = if https {
+            "https://".len()
+        } else {
+            "http://".len()
+        };
         Ok(Endpoint {
-            text: text.to_owned(),
+            text: text[..scheme_len + rest.len()].to_owned(),
             https,
         })
     }
@@ -790,5 +796,468 @@ impl<'a> ConnectionString<'a> {
         let (host, _) = proxy.host_and_path();
         let scheme = if proxy.https { "https" } else { "http" };
         Ok(Account::development_at(scheme, host))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str =
+        "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+    const SAS: &str = "sv=2019-02-02&tn=orders&sp=r&se=2030-01-01T00%3A00%3A00Z&sig=SECRETSIG%3D";
+
+    fn parse(s: &str) -> Account {
+        match Account::from_connection_string(s) {
+            Ok(account) => account,
+            Err(e) => panic!("{s:?} should parse: {e}"),
+        }
+    }
+
+    /// The error message for `s`, checked to be a config error that quotes no secret.
+    fn error(s: &str) -> String {
+        let e = match Account::from_connection_string(s) {
+            Ok(account) => panic!("{s:?} should fail, got {account:?}"),
+            Err(e) => e,
+        };
+        assert!(matches!(e.kind(), crate::ErrorKind::Config(_)), "{e:?}");
+        let message = e.to_string();
+        for secret in [KEY, &KEY[..20], "SECRETSIG", "sig="] {
+            assert!(!message.contains(secret), "{message:?} leaks {secret:?}");
+        }
+        message
+    }
+
+    fn key_of(credential: &Credential) -> &[u8] {
+        match credential {
+            Credential::SharedKey(key) => key.as_bytes(),
+            other => panic!("expected SharedKey, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn account_is_cheap_to_share_across_tasks() {
+        fn assert_send_sync<T: Send + Sync + Clone>() {}
+        assert_send_sync::<Account>();
+        assert_send_sync::<Credential>();
+    }
+
+    #[test]
+    fn setting_slots_follow_declaration_order() {
+        for (index, setting) in Setting::ALL.into_iter().enumerate() {
+            assert_eq!(setting as usize, index, "{setting:?}");
+            assert_eq!(
+                Setting::from_name(&setting.name().to_uppercase()),
+                Some(setting)
+            );
+        }
+    }
+
+    #[test]
+    fn dev_key_matches_published_base64() {
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(KEY)
+            .expect("valid base64");
+        assert_eq!(decoded, DEV_KEY);
+    }
+
+    #[test]
+    fn use_development_storage_is_the_emulator_account() {
+        for s in [
+            "UseDevelopmentStorage=true",
+            "usedevelopmentstorage=TRUE;",
+            " UseDevelopmentStorage = true ; ;",
+        ] {
+            let account = parse(s);
+            assert_eq!(account.account_name(), "devstoreaccount1");
+            assert_eq!(
+                account.table_endpoint(),
+                "http://127.0.0.1:10002/devstoreaccount1"
+            );
+            assert_eq!(
+                account.queue_endpoint(),
+                Some("http://127.0.0.1:10001/devstoreaccount1")
+            );
+            assert_eq!(
+                account.blob_endpoint(),
+                Some("http://127.0.0.1:10000/devstoreaccount1")
+            );
+            assert_eq!(key_of(account.credential()), DEV_KEY);
+        }
+        let dev = Account::development();
+        assert_eq!(
+            dev.table_endpoint(),
+            "http://127.0.0.1:10002/devstoreaccount1"
+        );
+        assert_eq!(key_of(dev.credential()), DEV_KEY);
+    }
+
+    #[test]
+    fn development_storage_proxy_replaces_scheme_and_host() {
+        let account = parse(
+            "UseDevelopmentStorage=true;DevelopmentStorageProxyUri=http://ipv4.fiddler:8888/",
+        );
+        assert_eq!(
+            account.table_endpoint(),
+            "http://ipv4.fiddler:10002/devstoreaccount1"
+        );
+        assert_eq!(
+            account.blob_endpoint(),
+            Some("http://ipv4.fiddler:10000/devstoreaccount1")
+        );
+        let message = error("UseDevelopmentStorage=true;DevelopmentStorageProxyUri=ipv4.fiddler");
+        assert!(
+            message.contains("segment 2: DevelopmentStorageProxyUri must start with http://"),
+            "{message}"
+        );
+        let message = error("AccountName=a;DevelopmentStorageProxyUri=http://proxy");
+        assert!(
+            message
+                .contains("segment 2: DevelopmentStorageProxyUri needs UseDevelopmentStorage=true"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn use_development_storage_rejects_other_settings_and_values() {
+        let message = error(&format!("UseDevelopmentStorage=true;AccountKey={KEY}"));
+        assert!(
+            message.contains(
+                "segment 2: AccountKey cannot be combined with UseDevelopmentStorage=true"
+            ),
+            "{message}"
+        );
+        let message = error("UseDevelopmentStorage=yes");
+        assert!(
+            message.contains("segment 1: UseDevelopmentStorage must be `true` or `false`"),
+            "{message}"
+        );
+        let account = parse("UseDevelopmentStorage=false;AccountName=myaccount");
+        assert_eq!(
+            account.table_endpoint(),
+            "https://myaccount.table.core.windows.net"
+        );
+    }
+
+    #[test]
+    fn account_name_and_key_derive_https_endpoints() {
+        let account: Account = format!("AccountName=myaccount;AccountKey={KEY}")
+            .parse()
+            .expect("parses");
+        assert_eq!(account.account_name(), "myaccount");
+        assert_eq!(
+            account.table_endpoint(),
+            "https://myaccount.table.core.windows.net"
+        );
+        assert_eq!(
+            account.queue_endpoint(),
+            Some("https://myaccount.queue.core.windows.net")
+        );
+        assert_eq!(
+            account.blob_endpoint(),
+            Some("https://myaccount.blob.core.windows.net")
+        );
+        assert_eq!(key_of(account.credential()), DEV_KEY);
+    }
+
+    #[test]
+    fn protocol_and_endpoint_suffix_shape_derived_endpoints() {
+        let account = parse(&format!(
+            "DefaultEndpointsProtocol=HTTP;AccountName=myaccount;AccountKey={KEY};EndpointSuffix=core.chinacloudapi.cn"
+        ));
+        assert_eq!(
+            account.table_endpoint(),
+            "http://myaccount.table.core.chinacloudapi.cn"
+        );
+        let account =
+            parse("DefaultEndpointsProtocol=https;AccountName=a1;EndpointSuffix=.example.org/");
+        assert_eq!(account.table_endpoint(), "https://a1.table.example.org");
+        let message = error("DefaultEndpointsProtocol=ftp;AccountName=a");
+        assert!(
+            message.contains("segment 1: DefaultEndpointsProtocol must be `https` or `http`"),
+            "{message}"
+        );
+        let message = error("AccountName=a;EndpointSuffix=bad suffix");
+        assert!(
+            message.contains("segment 2: EndpointSuffix must be a DNS suffix"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn explicit_endpoints_override_and_are_the_only_ones_set() {
+        let account = parse(&format!(
+            "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={KEY};\
+             TableEndpoint=http://127.0.0.1:10002/devstoreaccount1/;"
+        ));
+        assert_eq!(account.account_name(), "devstoreaccount1");
+        assert_eq!(
+            account.table_endpoint(),
+            "http://127.0.0.1:10002/devstoreaccount1"
+        );
+        assert_eq!(account.queue_endpoint(), None);
+        assert_eq!(account.blob_endpoint(), None);
+
+        let account = parse(
+            "TableEndpoint=https://x.table.core.windows.net;QueueEndpoint=https://x.queue.core.windows.net/;\
+             BlobEndpoint=https://x.blob.core.windows.net;FileEndpoint=https://x.file.core.windows.net",
+        );
+        assert_eq!(
+            account.queue_endpoint(),
+            Some("https://x.queue.core.windows.net")
+        );
+        assert_eq!(
+            account.blob_endpoint(),
+            Some("https://x.blob.core.windows.net")
+        );
+
+        let message = error("AccountName=a;BlobEndpoint=https://a.blob.core.windows.net");
+        assert!(message.contains("missing TableEndpoint"), "{message}");
+    }
+
+    #[test]
+    fn account_name_is_derived_from_the_table_endpoint() {
+        let cases = [
+            ("https://myaccount.table.core.windows.net", "myaccount"),
+            ("https://myaccount.table.cosmos.azure.com:443/", "myaccount"),
+            (
+                "https://myaccount.privatelink.table.core.windows.net",
+                "myaccount",
+            ),
+            (
+                "http://127.0.0.1:10002/devstoreaccount1",
+                "devstoreaccount1",
+            ),
+            (
+                "http://localhost:10002/devstoreaccount1/",
+                "devstoreaccount1",
+            ),
+            ("http://[::1]:10002/other", "other"),
+            ("http://azurite:10002/devstoreaccount1", "devstoreaccount1"),
+        ];
+        for (endpoint, name) in cases {
+            let account = parse(&format!("TableEndpoint={endpoint};AccountKey={KEY}"));
+            assert_eq!(account.account_name(), name, "{endpoint}");
+            assert_eq!(account.table_endpoint(), endpoint.trim_end_matches('/'));
+        }
+        let message = error(&format!(
+            "TableEndpoint=https://tables.contoso.com;AccountKey={KEY}"
+        ));
+        assert!(message.contains("missing AccountName"), "{message}");
+        let message = error(&format!(
+            "TableEndpoint=http://127.0.0.1:10002;AccountKey={KEY}"
+        ));
+        assert!(message.contains("missing AccountName"), "{message}");
+    }
+
+    #[test]
+    fn missing_account_name_is_an_error() {
+        let message = error(&format!("AccountKey={KEY}"));
+        assert!(message.contains("missing AccountName"), "{message}");
+        let message = error("");
+        assert!(message.contains("missing AccountName"), "{message}");
+        let message = error("AccountName=;");
+        assert!(
+            message.contains("segment 1: AccountName is empty"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn shared_access_signature_becomes_a_sas_credential() {
+        let account = parse(&format!(
+            "TableEndpoint=https://myaccount.table.core.windows.net;SharedAccessSignature=?{SAS}"
+        ));
+        match account.credential() {
+            Credential::Sas(token) => assert_eq!(token.as_query(), SAS),
+            other => panic!("expected a SAS, got {other:?}"),
+        }
+        let message = error("AccountName=a;SharedAccessSignature=?");
+        assert!(
+            message.contains("segment 2: SharedAccessSignature is empty"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn account_key_wins_over_shared_access_signature() {
+        let account = parse(&format!(
+            "AccountName=a;SharedAccessSignature={SAS};AccountKey={KEY}"
+        ));
+        assert_eq!(key_of(account.credential()), DEV_KEY);
+    }
+
+    #[test]
+    fn no_key_and_no_sas_is_anonymous() {
+        let account = parse("AccountName=a");
+        assert!(matches!(account.credential(), Credential::Anonymous));
+    }
+
+    #[test]
+    fn invalid_account_key_names_the_segment_without_echoing_it() {
+        let broken = format!("{}!{}", &KEY[..40], &KEY[41..]);
+        let message = error(&format!("AccountName=a;AccountKey={broken}"));
+        assert!(
+            message.contains("segment 2: AccountKey is not valid base64"),
+            "{message}"
+        );
+        assert!(!message.contains(&broken[..20]), "{message}");
+        let message = error(&format!("AccountName=a;AccountKey={}", &KEY[..87]));
+        assert!(
+            message.contains("AccountKey is not valid base64"),
+            "{message}"
+        );
+        let message = error("AccountName=a;AccountKey=");
+        assert!(message.contains("AccountKey is empty"), "{message}");
+    }
+
+    #[test]
+    fn segment_without_equals_is_named() {
+        let message = error("AccountName=a;;Foo");
+        assert!(
+            message.contains("segment 3 (`Foo`) has no '='"),
+            "{message}"
+        );
+        // A stray piece of a key is not quoted.
+        let message = error(&format!("AccountName=a;{}", &KEY[..40]));
+        assert!(message.contains("segment 2 has no '='"), "{message}");
+        assert!(!message.contains(&KEY[..40]), "{message}");
+    }
+
+    #[test]
+    fn unknown_setting_is_named() {
+        let message = error("AccountName=a;Foo=bar");
+        assert!(
+            message.contains("segment 2: unknown setting `Foo`"),
+            "{message}"
+        );
+        assert!(
+            message.contains("AccountKey"),
+            "lists the known settings: {message}"
+        );
+        // A key pasted without its `AccountKey=` splits at its '=' padding: not quoted.
+        let message = error(&format!("AccountName=a;{KEY}"));
+        assert!(
+            message.contains("segment 2: unknown setting (the name is not shown"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn repeated_setting_is_named() {
+        let message = error("AccountName=a;accountname=b");
+        assert!(
+            message.contains("segment 2: AccountName appears twice (first in segment 1)"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn malformed_endpoints_are_named_without_quoting_them() {
+        let message = error("TableEndpoint=myaccount.table.core.windows.net");
+        assert!(
+            message.contains("segment 1: TableEndpoint must start with http:// or https://"),
+            "{message}"
+        );
+        let message = error(&format!(
+            "TableEndpoint=https://a.table.core.windows.net/?{SAS}"
+        ));
+        assert!(
+            message.contains("segment 1: TableEndpoint must not contain a query string"),
+            "{message}"
+        );
+        let message = error("AccountName=a;QueueEndpoint=https://");
+        assert!(
+            message.contains("segment 2: QueueEndpoint has no host"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn new_validates_the_endpoint() {
+        let account = Account::new(
+            "a",
+            "HTTPS://a.table.core.windows.net//",
+            Credential::Anonymous,
+        )
+        .expect("valid");
+        assert_eq!(account.table_endpoint(), "HTTPS://a.table.core.windows.net");
+        assert_eq!(account.queue_endpoint(), None);
+        for bad in [
+            "a.table.core.windows.net",
+            "ftp://x",
+            "https://",
+            "https://x/?sig=1",
+        ] {
+            assert!(
+                Account::new("a", bad, Credential::Anonymous).is_err(),
+                "{bad}"
+            );
+        }
+        assert!(Account::new("", "https://x", Credential::Anonymous).is_err());
+    }
+
+    #[test]
+    fn with_credential_leaves_clones_and_endpoints_alone() {
+        let dev = Account::development();
+        let anonymous = dev.clone().with_credential(Credential::Anonymous);
+        assert!(matches!(anonymous.credential(), Credential::Anonymous));
+        assert_eq!(anonymous.table_endpoint(), dev.table_endpoint());
+        assert_eq!(key_of(dev.credential()), DEV_KEY);
+    }
+
+    #[derive(Debug)]
+    struct LeakyTokens {
+        #[allow(dead_code)]
+        token: &'static str,
+    }
+
+    #[async_trait::async_trait]
+    impl TokenCredential for LeakyTokens {
+        async fn bearer_token(&self) -> Result<String> {
+            Ok(self.token.to_owned())
+        }
+    }
+
+    #[test]
+    fn debug_never_shows_secrets() {
+        let key = AccountKey::from_base64(KEY).expect("valid");
+        let sas = SasToken::new(SAS);
+        assert_eq!(format!("{key:?}"), "AccountKey(***)");
+        assert_eq!(format!("{sas:?}"), "SasToken(***)");
+        let credentials = [
+            Credential::SharedKey(key.clone()),
+            Credential::SharedKeyLite(key),
+            Credential::Sas(sas),
+            Credential::Bearer(Arc::new(LeakyTokens { token: "SECRETSIG" })),
+            Credential::Anonymous,
+        ];
+        for credential in credentials {
+            let account = Account::development().with_credential(credential);
+            let text = format!("{account:?} {:?} {account:#?}", account.credential());
+            for secret in [KEY, &KEY[..20], "SECRETSIG", "sig="] {
+                assert!(!text.contains(secret), "{text}");
+            }
+            assert!(text.contains(account.credential().kind_name()), "{text}");
+            assert!(text.contains("devstoreaccount1"), "{text}");
+        }
+    }
+
+    #[test]
+    fn account_key_errors_do_not_echo_the_text() {
+        let e = AccountKey::from_base64("abc$def=").expect_err("not base64");
+        let message = e.to_string();
+        assert!(
+            message.contains("account key is not valid base64"),
+            "{message}"
+        );
+        assert!(!message.contains("abc"), "{message}");
+        assert!(!message.contains('$'), "{message}");
+    }
+
+    #[test]
+    fn sas_token_strips_one_leading_question_mark() {
+        assert_eq!(SasToken::new("?sv=1&sig=2").as_query(), "sv=1&sig=2");
+        assert_eq!(SasToken::new("sv=1").as_query(), "sv=1");
     }
 }

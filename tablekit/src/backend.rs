@@ -30,13 +30,13 @@ pub(crate) enum Operation<'a> {
     },
     Insert {
         table: &'a str,
-        body: &'a [u8],
+        body: Bytes,
     },
     /// Update (with a condition) or upsert (without one).
     Write {
         table: &'a str,
         key: &'a EntityKey,
-        body: &'a [u8],
+        body: Bytes,
         mode: UpdateMode,
         if_match: Option<&'a IfMatch>,
     },

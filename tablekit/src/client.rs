@@ -330,15 +330,16 @@ impl<T: TableEntity> TableClient<T> {
 
     async fn write(&self, mut target: impl WriteTarget<T>, kind: WriteKind<'_>) -> Result<Written> {
         let (key, body) = encode(target.entity())?;
+        let body = bytes::Bytes::from(body);
         let op = match kind {
             WriteKind::Insert => Operation::Insert {
                 table: &self.name,
-                body: &body,
+                body,
             },
             WriteKind::Write(mode, if_match) => Operation::Write {
                 table: &self.name,
                 key: &key,
-                body: &body,
+                body,
                 mode,
                 if_match,
             },
@@ -407,7 +408,7 @@ impl<T: TableEntity> TableClient<T> {
     ) -> Result<bool> {
         match self.delete(key, if_match).await {
             Ok(()) => Ok(true),
-            Err(e) if e.is_not_found() => Ok(false),
+            Err(e) if is_missing_entity(&e) => Ok(false),
             Err(e) => Err(e),
         }
     }
@@ -448,7 +449,7 @@ impl<T: TableEntity> TableClient<T> {
             }
             Ok(Response::Entity(None)) => Ok(None),
             Ok(_) => Err(Error::decode("unexpected answer to a point read")),
-            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) if is_missing_entity(&e) => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -497,6 +498,11 @@ impl<T: TableEntity> TableClient<T> {
             }
         }
     }
+}
+
+/// A 404 about the entity, not about its table: a missing table stays an error.
+fn is_missing_entity(e: &Error) -> bool {
+    e.is_not_found() && e.code() != Some("TableNotFound")
 }
 
 enum WriteKind<'a> {

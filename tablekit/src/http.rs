@@ -75,8 +75,33 @@ impl RetryPolicy {
     }
 }
 
+/// How much OData metadata the service puts in JSON answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Metadata {
+    /// No annotations at all (`odata=nometadata`): the smallest answers. Types
+    /// are then known only from the reader's schema; ETags of query results
+    /// come without it only where the service includes them.
+    None,
+    /// Type annotations for values whose JSON form is ambiguous, and ETags (`odata=minimalmetadata`).
+    Minimal,
+    /// Every annotation (`odata=fullmetadata`).
+    Full,
+}
+
+impl Metadata {
+    fn accept(self) -> HeaderValue {
+        HeaderValue::from_static(match self {
+            Metadata::None => "application/json;odata=nometadata",
+            Metadata::Minimal => "application/json;odata=minimalmetadata",
+            Metadata::Full => "application/json;odata=fullmetadata",
+        })
+    }
+}
+
 /// Options of the HTTP transport.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct HttpOptions {
     /// The retry policy.
     pub retry: RetryPolicy,
@@ -84,6 +109,10 @@ pub struct HttpOptions {
     pub timeout: Duration,
     /// Idle connections kept per host (the .NET default of 2 starves concurrent clients).
     pub pool_max_idle_per_host: usize,
+    /// The metadata level of reads; `None` picks per entity type: minimal metadata
+    /// for types that need the service's type annotations (such as `DynamicEntity`),
+    /// none for types that know their schema.
+    pub metadata: Option<Metadata>,
 }
 
 impl Default for HttpOptions {
@@ -92,6 +121,7 @@ impl Default for HttpOptions {
             retry: RetryPolicy::default(),
             timeout: Duration::from_secs(30),
             pool_max_idle_per_host: 64,
+            metadata: None,
         }
     }
 }
@@ -100,8 +130,8 @@ impl Default for HttpOptions {
 pub(crate) struct HttpBackend {
     client: reqwest::Client,
     account: Account,
-    /// The endpoint's path ("" for Azure, "/devstoreaccount1" for path-style emulator URLs).
     retry: RetryPolicy,
+    metadata: Option<Metadata>,
 }
 
 impl fmt::Debug for HttpBackend {
@@ -136,6 +166,7 @@ impl HttpBackend {
             client,
             account,
             retry: options.retry.clone(),
+            metadata: options.metadata,
         })
     }
 
@@ -158,11 +189,13 @@ impl HttpBackend {
         let mut content_type = None;
         let mut body = Bytes::new();
         let accept = |annotations: bool| {
-            HeaderValue::from_static(if annotations {
-                "application/json;odata=minimalmetadata"
-            } else {
-                "application/json;odata=nometadata"
-            })
+            self.metadata
+                .unwrap_or(if annotations {
+                    Metadata::Minimal
+                } else {
+                    Metadata::None
+                })
+                .accept()
         };
         headers.insert(reqwest::header::ACCEPT, accept(true));
         let (method, url) = match op {
@@ -209,7 +242,7 @@ impl HttpBackend {
             Operation::Insert { table, body: b, .. } => {
                 content_type = Some("application/json");
                 headers.insert("prefer", HeaderValue::from_static("return-no-content"));
-                body = Bytes::copy_from_slice(b);
+                body = b.clone();
                 (Method::POST, self.url(table, ""))
             }
             Operation::Write {
@@ -223,7 +256,7 @@ impl HttpBackend {
                 if let Some(m) = if_match {
                     headers.insert(reqwest::header::IF_MATCH, header_value(m.header_value())?);
                 }
-                body = Bytes::copy_from_slice(b);
+                body = b.clone();
                 let method = match mode {
                     UpdateMode::Replace => Method::PUT,
                     UpdateMode::Merge => {

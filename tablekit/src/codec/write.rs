@@ -250,10 +250,7 @@ impl JsonWriter<'_> {
 /// Appends the whole entity as a JSON object: keys first, then its properties.
 /// Validates keys, names and limits in the same pass; on error `out` may hold a
 /// partial object and must be discarded.
-pub(crate) fn write_entity_json<T: TableEntity + ?Sized>(
-    entity: &T,
-    out: &mut Vec<u8>,
-) -> Result<()> {
+pub(crate) fn write_entity_json<T: TableEntity>(entity: &T, out: &mut Vec<u8>) -> Result<()> {
     let pk = entity.partition_key();
     let rk = entity.row_key();
     let check = EntityChecker::new(&pk, &rk)?;
