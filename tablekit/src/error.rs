@@ -103,6 +103,13 @@ impl Error {
         matches!(self.status(), Some(503) | Some(429))
     }
 
+    /// A retried write came back with 404, 409 or 412: the first attempt may have
+    /// been applied before its answer was lost, so the outcome is unknown and the
+    /// caller should read the entity to find out.
+    pub fn is_ambiguous(&self) -> bool {
+        matches!(&*self.inner, ErrorKind::Service(e) if e.ambiguous)
+    }
+
     /// The input was rejected on the client before any request was sent.
     pub fn is_invalid_input(&self) -> bool {
         matches!(&*self.inner, ErrorKind::Invalid(_))
