@@ -73,6 +73,7 @@ mod backend;
 mod batch;
 mod client;
 mod codec;
+mod columns;
 pub mod edm;
 mod entity;
 mod error;
@@ -90,6 +91,7 @@ pub use client::{
     TransactionResult, WriteTarget,
 };
 pub use codec::write::entity_to_json;
+pub use columns::{Column, EntityColumns};
 pub use edm::{EdmType, EdmValue};
 pub use entity::{
     to_dynamic, DynamicEntity, ETag, EntityKey, IfMatch, Properties, PropertyValue, PropertyWriter,
@@ -101,6 +103,14 @@ pub use error::{
 };
 pub use http::{HttpOptions, Metadata, RetryPolicy, API_VERSION};
 pub use query::{Continuation, EntityStream, Page, PageStream, Query};
+
+/// `#[derive(TableEntity)]`: implements [`TableEntity`] for a struct (see the trait's docs).
+#[cfg(feature = "derive")]
+pub use tablekit_derive::TableEntity;
+
+#[doc(hidden)]
+#[path = "__derive.rs"]
+pub mod __derive;
 
 /// Support for tablekit's own macros and benchmarks; not a public API.
 #[doc(hidden)]
