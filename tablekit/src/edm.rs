@@ -216,6 +216,14 @@ pub fn min_datetime() -> DateTime<Utc> {
         .unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
+/// The latest instant the service stores: 9999-12-31T23:59:59.9999999Z.
+pub fn max_datetime() -> DateTime<Utc> {
+    NaiveDate::from_ymd_opt(9999, 12, 31)
+        .and_then(|d| d.and_hms_nano_opt(23, 59, 59, 999_999_900))
+        .map(|d| d.and_utc())
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
 /// Appends `dt` in the service's form: `YYYY-MM-DDTHH:MM:SS.fffffffZ`, always
 /// seven fractional digits (100 ns), truncating finer precision.
 pub(crate) fn write_datetime(out: &mut Vec<u8>, dt: &DateTime<Utc>) {

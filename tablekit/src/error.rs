@@ -303,8 +303,8 @@ pub enum ValidationError {
         /// The limit.
         max: usize,
     },
-    /// A DateTime before 1601-01-01T00:00:00Z, the earliest the service stores.
-    #[error("property {property:?} holds {value}, before 1601-01-01T00:00:00Z, the earliest DateTime the service stores")]
+    /// A DateTime outside 1601-01-01T00:00:00Z ..= 9999-12-31T23:59:59.9999999Z, the range the service stores.
+    #[error("property {property:?} holds {value}, outside 1601-01-01T00:00:00Z ..= 9999-12-31T23:59:59.9999999Z, the DateTime range the service stores")]
     DateTimeOutOfRange {
         /// The property.
         property: String,

@@ -111,7 +111,8 @@ pub struct HttpOptions {
     pub pool_max_idle_per_host: usize,
     /// The metadata level of reads; `None` picks per entity type: minimal metadata
     /// for types that need the service's type annotations (such as `DynamicEntity`),
-    /// none for types that know their schema.
+    /// none for types that know their schema. A type that needs annotations always
+    /// gets at least minimal metadata.
     pub metadata: Option<Metadata>,
 }
 
@@ -188,14 +189,15 @@ impl HttpBackend {
         let mut headers = HeaderMap::new();
         let mut content_type = None;
         let mut body = Bytes::new();
+        // A reader that needs annotations never gets fewer than minimal metadata:
+        // without them Int64, Guid and DateTime values would read as strings.
         let accept = |annotations: bool| {
-            self.metadata
-                .unwrap_or(if annotations {
-                    Metadata::Minimal
-                } else {
-                    Metadata::None
-                })
-                .accept()
+            match (self.metadata, annotations) {
+                (Some(Metadata::None) | None, true) => Metadata::Minimal,
+                (Some(m), _) => m,
+                (None, false) => Metadata::None,
+            }
+            .accept()
         };
         headers.insert(reqwest::header::ACCEPT, accept(true));
         let (method, url) = match op {

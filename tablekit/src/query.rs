@@ -365,24 +365,32 @@ impl<T> Stream for PageStream<T> {
     }
 }
 
-/// `A,B,C` from property names.
+/// `PartitionKey,RowKey,Timestamp,A,B,C` from property names: the service
+/// returns only what `$select` names, and every reader needs the keys.
 pub(crate) fn join_select<I, S>(properties: I) -> String
 where
     I: IntoIterator<Item = S>,
     S: AsRef<str>,
 {
-    let mut out = String::new();
+    let mut out = String::from("PartitionKey,RowKey,Timestamp");
+    let system = out.len();
     for p in properties {
-        if !out.is_empty() {
+        let p = p.as_ref();
+        if !matches!(p, "PartitionKey" | "RowKey" | "Timestamp") {
             out.push(',');
+            out.push_str(p);
         }
-        out.push_str(p.as_ref());
+    }
+    if out.len() == system {
+        // Selecting only system properties: an empty user selection stays detectable.
+        out.push(',');
     }
     out
 }
 
 /// Each selected name must be a valid property name or a system property.
 pub(crate) fn validate_select(select: &str) -> Result<()> {
+    let select = select.trim_end_matches(',');
     if select.is_empty() {
         return Err(Error::invalid(ValidationError::Query {
             reason: "select names no property".into(),
@@ -422,6 +430,16 @@ mod tests {
         assert!("".parse::<Continuation>().is_err());
         assert!("a b c".parse::<Continuation>().is_err());
         assert!("%FF".parse::<Continuation>().is_err());
+    }
+
+    #[test]
+    fn select_always_asks_for_the_keys() {
+        assert_eq!(
+            join_select(["A", "RowKey", "B"]),
+            "PartitionKey,RowKey,Timestamp,A,B"
+        );
+        assert_eq!(join_select(["RowKey"]), "PartitionKey,RowKey,Timestamp,");
+        assert!(validate_select(&join_select(["RowKey"])).is_ok());
     }
 
     #[test]

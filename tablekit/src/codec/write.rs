@@ -5,7 +5,7 @@ use base64::Engine as _;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::edm::{min_datetime, write_datetime, EdmType};
+use crate::edm::{max_datetime, min_datetime, write_datetime, EdmType};
 use crate::entity::{PropertyWriter, TableEntity};
 use crate::error::{Error, KeyKind, Result, ValidationError};
 use crate::validate::{self, MAX_ENTITY_BYTES, MAX_PROPERTIES, MAX_VALUE_BYTES};
@@ -104,7 +104,7 @@ impl PropertyWriter for EntityChecker {
         self.property(name, 1)
     }
     fn datetime(&mut self, name: &str, value: &DateTime<Utc>) -> Result<()> {
-        if *value < min_datetime() {
+        if *value < min_datetime() || *value > max_datetime() {
             return Err(Error::invalid(ValidationError::DateTimeOutOfRange {
                 property: name.to_owned(),
                 value: value.to_rfc3339(),
