@@ -469,14 +469,14 @@ impl PropertyWriter for BagWriter {
 
 /// The property bag of any entity, validated the way a write validates it.
 pub fn to_dynamic<T: TableEntity>(entity: &T) -> Result<DynamicEntity> {
-    let mut checker =
-        crate::codec::write::EntityChecker::new(&entity.partition_key(), &entity.row_key())?;
+    let (pk, rk) = (entity.partition_key(), entity.row_key());
+    let mut checker = crate::codec::write::EntityChecker::new(&pk, &rk)?;
     let mut w = BagWriter::default();
     entity.write_properties(&mut crate::codec::write::Tee(&mut checker, &mut w))?;
-    checker.finish()?;
+    checker.finish(&pk, &rk)?;
     Ok(DynamicEntity {
-        partition_key: entity.partition_key().into_owned(),
-        row_key: entity.row_key().into_owned(),
+        partition_key: pk.into_owned(),
+        row_key: rk.into_owned(),
         timestamp: None,
         etag: entity.etag().cloned(),
         properties: w.bag,

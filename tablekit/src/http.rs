@@ -412,12 +412,13 @@ impl HttpBackend {
             .map_err(|e| transport_error(&e))
     }
 
-    async fn execute_inner(&self, op: &Operation<'_>) -> Result<Response> {
+    async fn execute_inner(&self, op: &Operation<'_>, span: &tracing::Span) -> Result<Response> {
         let req = self.build(op)?;
+        span.record("method", req.method.as_str());
         let mut retry = 0;
         loop {
             let outcome = match self.send_once(&req).await {
-                Ok(resp) => self.interpret(op, resp).await,
+                Ok(resp) => self.interpret(op, resp, span).await,
                 Err(e) => Err(e),
             };
             match outcome {
@@ -433,12 +434,17 @@ impl HttpBackend {
     }
 
     /// Turns a response into the operation's answer or its error.
-    async fn interpret(&self, op: &Operation<'_>, resp: reqwest::Response) -> Result<Response> {
+    async fn interpret(
+        &self,
+        op: &Operation<'_>,
+        resp: reqwest::Response,
+        span: &tracing::Span,
+    ) -> Result<Response> {
         let status = resp.status();
         let request_id = header_str(resp.headers(), "x-ms-request-id");
-        tracing::Span::current().record("status", status.as_u16());
+        span.record("status", status.as_u16());
         if let Some(id) = &request_id {
-            tracing::Span::current().record("request_id", id.as_str());
+            span.record("request_id", id.as_str());
         }
         if !status.is_success() {
             let body = resp.bytes().await.map_err(|e| transport_error(&e))?;
@@ -499,12 +505,16 @@ impl Backend for HttpBackend {
             "tablekit.request",
             operation = op.name(),
             table = op.table().unwrap_or(""),
+            method = tracing::field::Empty,
             status = tracing::field::Empty,
             request_id = tracing::field::Empty,
             duration_us = tracing::field::Empty,
         );
         let start = Instant::now();
-        let result = self.execute_inner(&op).instrument(span.clone()).await;
+        let result = self
+            .execute_inner(&op, &span)
+            .instrument(span.clone())
+            .await;
         span.record("duration_us", start.elapsed().as_micros() as u64);
         if let Err(e) = &result {
             span.in_scope(|| tracing::debug!(error = %e, "request failed"));

@@ -17,8 +17,6 @@ use crate::validate::{self, MAX_ENTITY_BYTES, MAX_PROPERTIES, MAX_VALUE_BYTES};
 pub(crate) struct EntityChecker {
     count: usize,
     size: usize,
-    partition_key: String,
-    row_key: String,
 }
 
 impl EntityChecker {
@@ -30,23 +28,7 @@ impl EntityChecker {
             count: 0,
             // 4 bytes of overhead, the keys as UTF-16.
             size: 4 + validate::utf16_bytes(partition_key) + validate::utf16_bytes(row_key),
-            partition_key: String::new(),
-            row_key: String::new(),
-        }
-        .with_keys(partition_key, row_key))
-    }
-
-    fn with_keys(mut self, pk: &str, rk: &str) -> Self {
-        // Kept only for the error message of an oversized entity, which is rare;
-        // copying short keys is cheaper than threading lifetimes through writers.
-        if pk.len() + rk.len() <= 64 {
-            self.partition_key = pk.to_owned();
-            self.row_key = rk.to_owned();
-        } else {
-            self.partition_key = pk.chars().take(32).collect();
-            self.row_key = rk.chars().take(32).collect();
-        }
-        self
+        })
     }
 
     fn property(&mut self, name: &str, value_size: usize) -> Result<()> {
@@ -62,12 +44,12 @@ impl EntityChecker {
         Ok(())
     }
 
-    /// Ends the walk: checks the total size.
-    pub(crate) fn finish(&self) -> Result<usize> {
+    /// Ends the walk: checks the total size of the entity with these keys.
+    pub(crate) fn finish(&self, partition_key: &str, row_key: &str) -> Result<usize> {
         if self.size > MAX_ENTITY_BYTES {
             return Err(Error::invalid(ValidationError::EntityTooLarge {
-                partition_key: self.partition_key.clone(),
-                row_key: self.row_key.clone(),
+                partition_key: partition_key.to_owned(),
+                row_key: row_key.to_owned(),
                 size: self.size,
                 max: MAX_ENTITY_BYTES,
             }));
@@ -260,7 +242,7 @@ pub(crate) fn write_entity_json<T: TableEntity>(entity: &T, out: &mut Vec<u8>) -
     write_json_str(out, &rk);
     let mut w = JsonWriter { out, check };
     entity.write_properties(&mut w)?;
-    w.check.finish()?;
+    w.check.finish(&pk, &rk)?;
     w.out.push(b'}');
     Ok(())
 }
