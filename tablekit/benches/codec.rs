@@ -15,6 +15,9 @@
 //!   loopback latency are not counted: it is what the workload bench's `cpu_us_per_*`
 //!   measures, without Azurite.
 //!
+//! `request/raw_tcp_round_trip_floor` is the same point-read exchange over a bare
+//! blocking socket: the kernel's share of any request here, which no client avoids.
+//!
 //! Page decoding has no public entry point either; its per-entity cost is
 //! `query_page/1000_entities` minus `request/query_empty_page`, divided by 1000.
 
@@ -28,8 +31,8 @@ use base64::Engine as _;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use nix::sys::resource::{getrusage, UsageWho};
 use tablekit::{
-    entity_to_json, Account, AccountKey, Credential, DynamicEntity, SasToken, TableClient,
-    TableSas, TableSasPermissions, TableServiceClient, UpdateMode,
+    entity_to_json, Account, AccountKey, Credential, DynamicEntity, TableClient, TableSas,
+    TableSasPermissions, TableServiceClient, UpdateMode,
 };
 
 /// The emulator's published development key.
@@ -98,7 +101,8 @@ fn wire_members(i: usize) -> String {
 
 /// A query answer holding entities `0..n`.
 fn page_body(n: usize) -> String {
-    let mut body = format!(r#"{{"odata.metadata":"http://127.0.0.1/{ACCOUNT}/$metadata#Bench","value":["#);
+    let mut body =
+        format!(r#"{{"odata.metadata":"http://127.0.0.1/{ACCOUNT}/$metadata#Bench","value":["#);
     for i in 0..n {
         if i > 0 {
             body.push(',');
@@ -156,7 +160,11 @@ impl Canned {
         }
         batch.push_str("--changesetresponse_2--\r\n--batchresponse_1--\r\n");
         Canned {
-            page: response("200 OK", &[("Content-Type", JSON)], page_body(PAGE).as_bytes()),
+            page: response(
+                "200 OK",
+                &[("Content-Type", JSON)],
+                page_body(PAGE).as_bytes(),
+            ),
             empty_page: response("200 OK", &[("Content-Type", JSON)], page_body(0).as_bytes()),
             entity: response(
                 "200 OK",
@@ -221,11 +229,13 @@ fn serve(mut conn: TcpStream, canned: &Canned) -> std::io::Result<()> {
     }
 }
 
-/// Starts the fake service; returns its table endpoint. It lives as long as the process.
-fn start_fake_service() -> String {
+/// Starts the fake service; returns its address and the length of its point-read
+/// answer. It lives as long as the process.
+fn start_fake_service() -> (std::net::SocketAddr, usize) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind a loopback port");
-    let port = listener.local_addr().expect("a bound address").port();
+    let addr = listener.local_addr().expect("a bound address");
     let canned = Arc::new(Canned::new());
+    let entity_len = canned.entity.len();
     std::thread::spawn(move || {
         for conn in listener.incoming().flatten() {
             let canned = canned.clone();
@@ -234,7 +244,20 @@ fn start_fake_service() -> String {
             });
         }
     });
-    format!("http://127.0.0.1:{port}/{ACCOUNT}")
+    (addr, entity_len)
+}
+
+/// The floor under any HTTP client here: one point-read exchange over a blocking
+/// socket, with no HTTP library, signing or decoding (two syscalls and a wait).
+fn raw_round_trip(conn: &mut TcpStream, answer_len: usize, buf: &mut [u8]) {
+    const REQUEST: &[u8] = b"GET /devstoreaccount1/Bench(PartitionKey='p042',RowKey='00000042') HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n";
+    conn.write_all(REQUEST).expect("a write");
+    let mut got = 0;
+    while got < answer_len {
+        let n = conn.read(&mut buf[got..]).expect("a read");
+        assert!(n > 0, "the fake service closed the connection");
+        got += n;
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -320,43 +343,45 @@ fn codec(c: &mut Criterion) {
 }
 
 fn over_loopback(c: &mut Criterion) {
-    let endpoint = start_fake_service();
+    let (addr, entity_len) = start_fake_service();
+    let endpoint = format!("http://{addr}/{ACCOUNT}");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("a tokio runtime");
     let bench = client(&endpoint, Credential::SharedKey(key()), "Bench");
     let page = client(&endpoint, Credential::SharedKey(key()), "Page");
-    // What the SAS says does not matter to the fake service; the client only appends it.
-    let sas_token = SasToken::new(
-        "sv=2019-02-02&tn=bench&sp=raud&se=2100-01-01T00%3A00%3A00Z&sig=AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA%3D",
-    );
-    let bench_sas = client(&endpoint, Credential::Sas(sas_token), "Bench");
     let e = entity(42);
     let tx_entities: Vec<DynamicEntity> = (0..BATCH).map(|j| entity(42 + 100 * j)).collect();
 
     // Open the connection before measuring.
     rt.block_on(async {
-        for t in [&bench, &page, &bench_sas] {
-            t.get(("p042", "00000042")).await.expect("the fake service answers");
+        for t in [&bench, &page] {
+            t.get(("p042", "00000042"))
+                .await
+                .expect("the fake service answers");
         }
     });
 
     let mut g = c.benchmark_group("request");
     short(&mut g);
     g.throughput(Throughput::Elements(1));
+    let mut raw = TcpStream::connect(addr).expect("connect to the fake service");
+    raw.set_nodelay(true).expect("TCP_NODELAY");
+    let mut buf = vec![0u8; entity_len];
+    g.bench_function("raw_tcp_round_trip_floor", |b| {
+        b.iter_custom(|iters| {
+            let before = thread_cpu();
+            for _ in 0..iters {
+                raw_round_trip(&mut raw, entity_len, &mut buf);
+            }
+            thread_cpu() - before
+        })
+    });
     g.bench_function("get", |b| {
         b.iter_custom(|iters| {
             client_cpu(&rt, iters, || async {
                 let got = bench.get(("p042", "00000042")).await;
-                black_box(got.expect("a point read").expect("an entity"));
-            })
-        })
-    });
-    g.bench_function("get_with_sas_no_signing", |b| {
-        b.iter_custom(|iters| {
-            client_cpu(&rt, iters, || async {
-                let got = bench_sas.get(("p042", "00000042")).await;
                 black_box(got.expect("a point read").expect("an entity"));
             })
         })
@@ -371,7 +396,12 @@ fn over_loopback(c: &mut Criterion) {
     g.bench_function("upsert_merge", |b| {
         b.iter_custom(|iters| {
             client_cpu(&rt, iters, || async {
-                black_box(bench.upsert(&e, UpdateMode::Merge).await.expect("an upsert"));
+                black_box(
+                    bench
+                        .upsert(&e, UpdateMode::Merge)
+                        .await
+                        .expect("an upsert"),
+                );
             })
         })
     });

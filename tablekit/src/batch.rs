@@ -133,7 +133,7 @@ fn boundary_of(content_type: &str) -> Option<&str> {
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
+    memchr::memmem::find(hay, needle)
 }
 
 /// Splits `body` at its boundary lines and walks every part: nested multiparts
@@ -189,14 +189,27 @@ fn trim_line_break(b: &[u8]) -> &[u8] {
         .unwrap_or(b)
 }
 
-/// Splits a header block from its content at the first empty line.
+/// Splits a header block from its content at the first empty line
+/// (`\r\n\r\n`, or `\n\n` from lenient writers), in one pass.
 fn split_head(b: &[u8]) -> (&str, &[u8]) {
-    let (head, content) = match (find(b, b"\r\n\r\n"), find(b, b"\n\n")) {
-        (Some(i), Some(j)) if j < i => (&b[..j], &b[j + 2..]),
-        (Some(i), _) => (&b[..i], &b[i + 4..]),
-        (None, Some(j)) => (&b[..j], &b[j + 2..]),
-        (None, None) => (b, &b[b.len()..]),
+    let mut at = 0;
+    let (head, content) = loop {
+        match memchr::memchr(b'\n', &b[at..]) {
+            None => break (b, &b[b.len()..]),
+            Some(i) => {
+                let nl = at + i;
+                let rest = &b[nl + 1..];
+                if rest.starts_with(b"\r\n") {
+                    break (&b[..nl], &rest[2..]);
+                }
+                if rest.starts_with(b"\n") {
+                    break (&b[..nl], &rest[1..]);
+                }
+                at = nl + 1;
+            }
+        }
     };
+    let head = head.strip_suffix(b"\r").unwrap_or(head);
     (std::str::from_utf8(head).unwrap_or(""), content)
 }
 

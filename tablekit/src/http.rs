@@ -131,6 +131,9 @@ impl Default for HttpOptions {
 pub(crate) struct HttpBackend {
     client: reqwest::Client,
     account: Account,
+    /// The table endpoint, parsed once; request URLs only replace its path and query.
+    base: reqwest::Url,
+    base_path: String,
     retry: RetryPolicy,
     metadata: Option<Metadata>,
 }
@@ -146,7 +149,7 @@ impl fmt::Debug for HttpBackend {
 /// A request ready to send (before signing).
 struct Request {
     method: Method,
-    url: String,
+    url: reqwest::Url,
     content_type: Option<&'static str>,
     headers: HeaderMap,
     body: Bytes,
@@ -163,23 +166,31 @@ impl HttpBackend {
             .map_err(|e| {
                 Error::config(format!("cannot build the HTTP client: {}", e.without_url()))
             })?;
+        let base = reqwest::Url::parse(account.table_endpoint())
+            .map_err(|_| Error::config("the table endpoint is not a valid URL"))?;
+        if base.cannot_be_a_base() || base.query().is_some() {
+            return Err(Error::config("the table endpoint must be an http(s) URL without a query"));
+        }
+        let base_path = base.path().trim_end_matches('/').to_owned();
         Ok(HttpBackend {
             client,
             account,
+            base,
+            base_path,
             retry: options.retry.clone(),
             metadata: options.metadata,
         })
     }
 
-    fn url(&self, resource: &str, query: &str) -> String {
-        let endpoint = self.account.table_endpoint();
-        let mut url = String::with_capacity(endpoint.len() + resource.len() + query.len() + 2);
-        url.push_str(endpoint);
-        url.push('/');
-        url.push_str(resource);
+    fn url(&self, resource: &str, query: &str) -> reqwest::Url {
+        let mut path = String::with_capacity(self.base_path.len() + resource.len() + 1);
+        path.push_str(&self.base_path);
+        path.push('/');
+        path.push_str(resource);
+        let mut url = self.base.clone();
+        url.set_path(&path);
         if !query.is_empty() {
-            url.push('?');
-            url.push_str(query);
+            url.set_query(Some(query));
         }
         url
     }
@@ -345,8 +356,7 @@ impl HttpBackend {
 
     /// Adds the common headers and the credential, then sends once.
     async fn send_once(&self, req: &Request) -> Result<reqwest::Response> {
-        let mut url = reqwest::Url::parse(&req.url)
-            .map_err(|_| Error::config("the table endpoint does not form a valid URL"))?;
+        let mut url = req.url.clone();
         let date = auth::rfc1123(chrono::Utc::now());
         let mut headers = req.headers.clone();
         headers.insert("x-ms-date", header_value(&date)?);

@@ -77,6 +77,7 @@ mod columns;
 pub mod edm;
 mod entity;
 mod error;
+pub mod filter;
 mod http;
 mod query;
 pub mod validate;

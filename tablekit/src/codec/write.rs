@@ -295,18 +295,34 @@ pub(crate) fn write_json_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
 }
 
+/// Which bytes JSON requires escaped: `"`, `\\` and the control characters.
+static NEEDS_ESCAPE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < 0x20 {
+        t[i] = true;
+        i += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t
+};
+
 fn write_json_str_body(out: &mut Vec<u8>, s: &str) {
     let bytes = s.as_bytes();
     let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        let esc: &[u8] = match b {
-            b'"' => b"\\\"",
-            b'\\' => b"\\\\",
-            b'\n' => b"\\n",
-            b'\r' => b"\\r",
-            b'\t' => b"\\t",
-            0..=0x1f => {
-                out.extend_from_slice(&bytes[start..i]);
+    // Copy runs of plain bytes whole; most strings are one run.
+    while let Some(i) = bytes[start..].iter().position(|&b| NEEDS_ESCAPE[b as usize]) {
+        let i = start + i;
+        out.extend_from_slice(&bytes[start..i]);
+        let b = bytes[i];
+        match b {
+            b'"' => out.extend_from_slice(b"\\\""),
+            b'\\' => out.extend_from_slice(b"\\\\"),
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            _ => {
                 const HEX: &[u8; 16] = b"0123456789abcdef";
                 out.extend_from_slice(&[
                     b'\\',
@@ -316,13 +332,8 @@ fn write_json_str_body(out: &mut Vec<u8>, s: &str) {
                     HEX[(b >> 4) as usize],
                     HEX[(b & 0xf) as usize],
                 ]);
-                start = i + 1;
-                continue;
             }
-            _ => continue,
-        };
-        out.extend_from_slice(&bytes[start..i]);
-        out.extend_from_slice(esc);
+        }
         start = i + 1;
     }
     out.extend_from_slice(&bytes[start..]);
