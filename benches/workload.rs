@@ -380,7 +380,7 @@ async fn workloads(
     let probe = Probe::start(server);
     let mut pages = table
         .query()
-        .filter("PartitionKey eq 'p042' and Age ge 30")
+        .filter_raw("PartitionKey eq 'p042' and Age ge 30")
         .top(PAGE)
         .pages();
     while let Some(page) = pages.next().await {

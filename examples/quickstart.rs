@@ -105,7 +105,7 @@ async fn run() -> tablekit::Result<()> {
     // Query: a filter, following continuation tokens as a stream.
     let good: Vec<DynamicEntity> = blogs
         .query()
-        .filter("PartitionKey eq 'Channel9' and Rating ge 2")
+        .filter(|e| e.partition_key.eq("Channel9") & e.col::<i32>("Rating").ge(2))
         .stream()
         .try_collect()
         .await?;

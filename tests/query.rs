@@ -214,7 +214,12 @@ async fn filter_on_a_property_returns_only_matching_entities() {
         return;
     };
 
-    let high = t.query().filter("Rating ge 3").fetch_all().await.unwrap();
+    let high = t
+        .query()
+        .filter_raw("Rating ge 3")
+        .fetch_all()
+        .await
+        .unwrap();
     let expected: Vec<i32> = all_numbers().into_iter().filter(|n| n % 5 >= 3).collect();
     assert_eq!(numbers(&high), expected);
     assert_eq!(high.len(), 1000);
@@ -228,7 +233,7 @@ async fn filter_on_partition_key_returns_that_partition_in_row_key_order() {
 
     let p07 = t
         .query()
-        .filter("PartitionKey eq 'p07'")
+        .filter_raw("PartitionKey eq 'p07'")
         .fetch_all()
         .await
         .unwrap();
@@ -237,7 +242,7 @@ async fn filter_on_partition_key_returns_that_partition_in_row_key_order() {
 
     let both = t
         .query()
-        .filter("PartitionKey eq 'p07' and Rating ge 3 and RowKey lt 'r050'")
+        .filter_raw("PartitionKey eq 'p07' and Rating ge 3 and RowKey lt 'r050'")
         .fetch_all()
         .await
         .unwrap();
@@ -246,7 +251,7 @@ async fn filter_on_partition_key_returns_that_partition_in_row_key_order() {
 
     let range = t
         .query()
-        .filter("PartitionKey ge 'p10' and PartitionKey lt 'p12'")
+        .filter_raw("PartitionKey ge 'p10' and PartitionKey lt 'p12'")
         .fetch_all()
         .await
         .unwrap();
@@ -261,7 +266,7 @@ async fn fetch_optional_returns_the_first_match_or_none() {
 
     let one = t
         .query()
-        .filter("N eq 1234")
+        .filter_raw("N eq 1234")
         .fetch_optional()
         .await
         .unwrap()
@@ -274,7 +279,12 @@ async fn fetch_optional_returns_the_first_match_or_none() {
     let first = t.query().fetch_optional().await.unwrap().unwrap();
     assert_eq!(numbers(&[first]), [0]);
 
-    let none = t.query().filter("N eq -1").fetch_optional().await.unwrap();
+    let none = t
+        .query()
+        .filter_raw("N eq -1")
+        .fetch_optional()
+        .await
+        .unwrap();
     assert!(none.is_none());
 }
 
@@ -284,7 +294,7 @@ async fn empty_result_is_one_empty_page_without_continuation() {
         return;
     };
 
-    let q = || t.query().filter("PartitionKey eq 'nope'");
+    let q = || t.query().filter_raw("PartitionKey eq 'nope'");
     assert!(q().fetch_all().await.unwrap().is_empty());
     let pages = collect_pages(q().pages()).await;
     assert_eq!(pages.len(), 1);
@@ -311,7 +321,7 @@ async fn select_returns_only_the_selected_properties() {
 
     let rows = t
         .query()
-        .filter("PartitionKey eq 'p03'")
+        .filter_raw("PartitionKey eq 'p03'")
         .select(["N", "Rating"])
         .take(5)
         .fetch_all()
@@ -333,7 +343,7 @@ async fn select_naming_the_keys_too_returns_keys_and_selected_properties() {
 
     let rows = t
         .query()
-        .filter("PartitionKey eq 'p03'")
+        .filter_raw("PartitionKey eq 'p03'")
         .select(["PartitionKey", "RowKey", "N"])
         .take(3)
         .fetch_all()
@@ -371,7 +381,7 @@ async fn invalid_select_and_empty_filter_are_rejected_before_io() {
     let t = common::offline_table::<DynamicEntity>();
     let err = t.query().select(["my-prop"]).fetch_all().await.unwrap_err();
     assert!(common::assert_invalid(&err).contains("\"my-prop\""));
-    let err = t.query().filter("  ").fetch_all().await.unwrap_err();
+    let err = t.query().filter_raw("  ").fetch_all().await.unwrap_err();
     assert!(common::assert_invalid(&err).contains("filter"));
     let err = t.get(("p", "r")).select(["1abc"]).await.unwrap_err();
     assert!(common::assert_invalid(&err).contains("\"1abc\""));

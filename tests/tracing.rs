@@ -10,10 +10,13 @@ use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};
 
+/// A span's name and its `(field, value)` pairs.
+type SpanRecord = (String, Vec<(String, String)>);
+
 /// Records every span's name and fields, and every event's fields, as text.
 #[derive(Default, Clone)]
 struct Recorder {
-    spans: Arc<Mutex<Vec<(String, Vec<(String, String)>)>>>,
+    spans: Arc<Mutex<Vec<SpanRecord>>>,
     events: Arc<Mutex<Vec<String>>>,
 }
 

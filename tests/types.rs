@@ -111,7 +111,7 @@ async fn insert_and_read_both_ways(
     );
     let queried = t
         .query()
-        .filter(filter)
+        .filter_raw(filter)
         .fetch_optional()
         .await
         .unwrap()
@@ -272,7 +272,12 @@ async fn awkward_keys_round_trip_through_every_single_entity_operation() {
             .await
             .unwrap_or_else(|e| panic!("upsert {k:?}: {e}"));
 
-        let found = t.query().filter(pk_filter(k)).fetch_all().await.unwrap();
+        let found = t
+            .query()
+            .filter_raw(pk_filter(k))
+            .fetch_all()
+            .await
+            .unwrap();
         assert_eq!(found.len(), 1, "query by {k:?}");
         assert_eq!(found[0].row_key, k);
         assert_eq!(found[0].get("V"), Some(&EdmValue::Int32(2)));
@@ -328,7 +333,7 @@ async fn awkward_keys_round_trip_through_a_transaction() {
 
     let found: Vec<DynamicEntity> = t
         .query()
-        .filter(pk_filter(pk))
+        .filter_raw(pk_filter(pk))
         .stream()
         .try_collect()
         .await

@@ -1,13 +1,64 @@
-//! Procedural macros of tablekit. Use them through `tablekit` (its `derive` feature,
-//! on by default): `#[derive(tablekit::TableEntity)]`.
+//! Procedural macros of [tablekit](https://docs.rs/tablekit): `#[derive(TableEntity)]`
+//! and `#[derive(TableProperties)]`.
+//!
+//! Use them through `tablekit` (its `derive` feature, on by default), which documents
+//! every attribute on its re-export `tablekit::TableEntity`:
+//!
+//! ```
+//! use tablekit::TableEntity;
+//!
+//! #[derive(TableEntity, Debug, PartialEq)]
+//! #[tablekit(partition_key = "{department}", row_key = "empid_{employee_id:06}")]
+//! struct Employee {
+//!     department: String,
+//!     employee_id: u32,
+//!     first_name: String,
+//!     age: i32,
+//! }
+//!
+//! let e = Employee { department: "Sales".into(), employee_id: 223, first_name: "Jo".into(), age: 41 };
+//! let json = String::from_utf8(tablekit::entity_to_json(&e)?).unwrap();
+//! assert_eq!(json, r#"{"PartitionKey":"Sales","RowKey":"empid_000223","FirstName":"Jo","Age":41}"#);
+//! assert_eq!(Employee::row_key(223)?, "empid_000223");
+//! # Ok::<(), tablekit::Error>(())
+//! ```
+//!
+//! The macro is built like serde's: the input is parsed once into an IR
+//! ([`ast`]), collecting every attribute error with its span in one sink
+//! ([`ctxt`]); a check pass ([`check`]) validates the IR; code generation
+//! ([`expand`]) reads only the IR. When anything is wrong, the errors come with a
+//! stub impl ([`fallback`]) so no "trait not implemented" error follows them.
+
+#![warn(missing_docs, missing_debug_implementations)]
+#![deny(rustdoc::broken_intra_doc_links)]
 
 use proc_macro::TokenStream;
 
-/// Derives `tablekit::TableEntity` for a struct. (Placeholder until the derive lands.)
+mod ast;
+mod attr;
+mod case;
+mod check;
+mod ctxt;
+mod expand;
+mod fallback;
+mod template;
+mod ty;
+
+#[cfg(test)]
+mod snapshot;
+
+/// Derives `tablekit::TableEntity` (and `tablekit::EntityColumns`) for a struct
+/// with named fields, or for an enum of entity types. See the documentation of
+/// `tablekit::TableEntity` for the attributes.
 #[proc_macro_derive(TableEntity, attributes(tablekit))]
 pub fn derive_table_entity(input: TokenStream) -> TokenStream {
-    let _ = input;
-    "::core::compile_error!(\"#[derive(TableEntity)] is not implemented yet\");"
-        .parse()
-        .unwrap_or_default()
+    expand::derive(input.into(), expand::Mode::Entity).into()
+}
+
+/// Derives the support trait that lets a struct be stored inside an entity with
+/// `#[tablekit(flatten)]`, its properties named `Outer_Inner`. It takes the same
+/// field attributes as `TableEntity`, but no keys, ETag or version.
+#[proc_macro_derive(TableProperties, attributes(tablekit))]
+pub fn derive_table_properties(input: TokenStream) -> TokenStream {
+    expand::derive(input.into(), expand::Mode::Properties).into()
 }

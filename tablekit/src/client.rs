@@ -16,7 +16,7 @@ use crate::codec::write::write_entity_json;
 use crate::entity::{ETag, EntityKey, IfMatch, TableEntity, UpdateMode};
 use crate::error::{Error, Result, ValidationError};
 use crate::http::{HttpBackend, HttpOptions};
-use crate::query::{self, Query};
+use crate::query::{self, Query, ScanPolicy};
 use crate::validate::{self, MAX_BATCH_BYTES, MAX_BATCH_OPERATIONS};
 
 /// Options of a [`TableServiceClient`].
@@ -76,6 +76,7 @@ impl TableServiceClient {
         Ok(TableClient {
             backend: self.backend.clone(),
             name: Arc::from(name),
+            scan_policy: ScanPolicy::default(),
             _t: PhantomData,
         })
     }
@@ -245,6 +246,7 @@ impl<T: TableEntity> WriteTarget<T> for &mut T {
 pub struct TableClient<T> {
     backend: Arc<dyn Backend>,
     name: Arc<str>,
+    scan_policy: ScanPolicy,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -253,6 +255,7 @@ impl<T> Clone for TableClient<T> {
         TableClient {
             backend: self.backend.clone(),
             name: self.name.clone(),
+            scan_policy: self.scan_policy,
             _t: PhantomData,
         }
     }
@@ -282,6 +285,18 @@ impl<T> TableClient<T> {
     pub(crate) fn backend(&self) -> &Arc<dyn Backend> {
         &self.backend
     }
+
+    /// What queries that would read the whole table do: run ([`ScanPolicy::Allow`],
+    /// the default), log a warning through `tracing`, or fail before any request.
+    pub fn with_scan_policy(mut self, policy: ScanPolicy) -> Self {
+        self.scan_policy = policy;
+        self
+    }
+
+    /// The table-scan policy.
+    pub fn scan_policy(&self) -> ScanPolicy {
+        self.scan_policy
+    }
 }
 
 impl<T: TableEntity> TableClient<T> {
@@ -290,6 +305,7 @@ impl<T: TableEntity> TableClient<T> {
         TableClient {
             backend: self.backend.clone(),
             name: self.name.clone(),
+            scan_policy: self.scan_policy,
             _t: PhantomData,
         }
     }
@@ -423,7 +439,7 @@ impl<T: TableEntity> TableClient<T> {
         }
     }
 
-    async fn get_with_etag(
+    pub(crate) async fn get_with_etag(
         &self,
         key: &EntityKey,
         select: Option<&str>,

@@ -5,7 +5,10 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use crate::entity::TableEntity;
+use chrono::{DateTime, Utc};
+
+use crate::entity::{DynamicEntity, TableEntity};
+use crate::filter::{col, DynColumn};
 
 /// A stored property of entity type `E` whose values are Rust values of type `V`.
 pub struct Column<E, V> {
@@ -49,4 +52,36 @@ pub trait EntityColumns: TableEntity {
 
     /// The column handles.
     fn columns() -> &'static Self::Columns;
+}
+
+/// The columns of [`DynamicEntity`] rows: the key and timestamp columns, and
+/// [`DynamicColumns::col`] for any property named at run time.
+#[derive(Debug)]
+pub struct DynamicColumns {
+    /// `PartitionKey`.
+    pub partition_key: Column<DynamicEntity, String>,
+    /// `RowKey`.
+    pub row_key: Column<DynamicEntity, String>,
+    /// `Timestamp`.
+    pub timestamp: Column<DynamicEntity, DateTime<Utc>>,
+}
+
+impl DynamicColumns {
+    /// A property compared as type `V`: `e.col::<i32>("Age").ge(30)`.
+    pub fn col<V>(&self, name: impl Into<String>) -> DynColumn<V> {
+        col(name)
+    }
+}
+
+static DYNAMIC_COLUMNS: DynamicColumns = DynamicColumns {
+    partition_key: Column::new("PartitionKey"),
+    row_key: Column::new("RowKey"),
+    timestamp: Column::new("Timestamp"),
+};
+
+impl EntityColumns for DynamicEntity {
+    type Columns = DynamicColumns;
+    fn columns() -> &'static DynamicColumns {
+        &DYNAMIC_COLUMNS
+    }
 }

@@ -169,7 +169,9 @@ impl HttpBackend {
         let base = reqwest::Url::parse(account.table_endpoint())
             .map_err(|_| Error::config("the table endpoint is not a valid URL"))?;
         if base.cannot_be_a_base() || base.query().is_some() {
-            return Err(Error::config("the table endpoint must be an http(s) URL without a query"));
+            return Err(Error::config(
+                "the table endpoint must be an http(s) URL without a query",
+            ));
         }
         let base_path = base.path().trim_end_matches('/').to_owned();
         Ok(HttpBackend {

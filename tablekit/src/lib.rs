@@ -43,7 +43,7 @@
 //!
 //! let top_rated: Vec<DynamicEntity> = blogs
 //!     .query()
-//!     .filter("PartitionKey eq 'Channel9' and Rating ge 3")
+//!     .filter(|e| e.partition_key.eq("Channel9") & e.col::<i32>("Rating").ge(3))
 //!     .stream()
 //!     .try_collect()
 //!     .await?;
@@ -92,7 +92,7 @@ pub use client::{
     TransactionResult, WriteTarget,
 };
 pub use codec::write::entity_to_json;
-pub use columns::{Column, EntityColumns};
+pub use columns::{Column, DynamicColumns, EntityColumns};
 pub use edm::{EdmType, EdmValue};
 pub use entity::{
     to_dynamic, DynamicEntity, ETag, EntityKey, IfMatch, Properties, PropertyValue, PropertyWriter,
@@ -102,12 +102,178 @@ pub use error::{
     ConfigError, DecodeError, Error, ErrorKind, KeyKind, Result, ServiceError, TransportError,
     ValidationError,
 };
+pub use filter::{col, Filter, QueryPlan};
 pub use http::{HttpOptions, Metadata, RetryPolicy, API_VERSION};
-pub use query::{Continuation, EntityStream, Page, PageStream, Query};
+pub use query::{Continuation, EntityStream, Page, PageStream, Query, ScanPolicy};
 
-/// `#[derive(TableEntity)]`: implements [`TableEntity`] for a struct (see the trait's docs).
+/// `#[derive(TableEntity)]`: a plain struct becomes an entity type.
+///
+/// The derive implements [`TableEntity`] (encoding straight to the wire JSON,
+/// decoding straight from it, and the property-bag form) and [`EntityColumns`]
+/// (a generated `{Name}Columns` struct of typed [`Column`] handles), and adds key
+/// builders to the type. From then on no property name, `@odata.type`
+/// annotation, key string or ETag is written by hand.
+///
+/// ```
+/// use tablekit::{entity_to_json, ETag, TableEntity};
+///
+/// #[derive(TableEntity, Debug, Clone, PartialEq)]
+/// #[tablekit(partition_key = "{department}", row_key = "empid_{employee_id:06}")]
+/// struct Employee {
+///     department: String,
+///     employee_id: u32,
+///     first_name: String,
+///     #[tablekit(rename = "EmailAddress")]
+///     email: String,
+///     age: i32,
+///     salary: f64,
+///     views: Option<i64>,
+///     #[tablekit(etag)]
+///     etag: Option<ETag>,
+/// }
+///
+/// let e = Employee {
+///     department: "Sales".into(),
+///     employee_id: 223,
+///     first_name: "Jonathan".into(),
+///     email: "jonesj@contoso.com".into(),
+///     age: 34,
+///     salary: 30000.5,
+///     views: Some(9_000_000_000),
+///     etag: None,
+/// };
+/// let json = String::from_utf8(entity_to_json(&e)?).unwrap();
+/// assert_eq!(
+///     json,
+///     concat!(
+///         r#"{"PartitionKey":"Sales","RowKey":"empid_000223","FirstName":"Jonathan","#,
+///         r#""EmailAddress":"jonesj@contoso.com","Age":34,"#,
+///         r#""Salary@odata.type":"Edm.Double","Salary":30000.5,"#,
+///         r#""Views@odata.type":"Edm.Int64","Views":"9000000000"}"#
+///     )
+/// );
+///
+/// // Typed key builders, checked against the service's key rules.
+/// assert_eq!(Employee::row_key(223)?, "empid_000223");
+/// assert_eq!(Employee::key("Sales", 223)?, e.key());
+/// assert!(Employee::partition_key("Sales/EU").is_err());
+/// # Ok::<(), tablekit::Error>(())
+/// ```
+///
+/// # Types
+///
+/// | Rust | stored as |
+/// |---|---|
+/// | `String` | `Edm.String` |
+/// | `bool` | `Edm.Boolean` |
+/// | `i8`, `i16`, `i32`, `u8`, `u16` | `Edm.Int32` (or `Edm.Int64` with `edm = "Int64"`) |
+/// | `i64`, `u32` | `Edm.Int64` |
+/// | `u64` | `Edm.Int64`; a value above `i64::MAX` is an error, never a wrap |
+/// | `f32`, `f64` | `Edm.Double` |
+/// | `chrono::DateTime<Utc>`, `DateTime<FixedOffset>` | `Edm.DateTime` (UTC; the offset is not kept) |
+/// | `uuid::Uuid` | `Edm.Guid` (or `Edm.String` with `edm = "String"`) |
+/// | `Vec<u8>`, `bytes::Bytes` | `Edm.Binary` |
+/// | `Option<T>` of these | `None` is not written; a missing property reads as `None` |
+///
+/// Type aliases work: the mapping is checked by the compiler, and an unsupported
+/// type is a compile error at the field naming the ways out (`json`, `flatten`,
+/// `with`, `as_str`).
+///
+/// # Container attributes `#[tablekit(...)]`
+///
+/// | key | meaning |
+/// |---|---|
+/// | `partition_key = "{field}"`, `row_key = "empid_{id:06}"` | key templates: literal text and fields; `{field:0N}` zero-pads an integer to a fixed width N (a wider value is an error); `{{`/`}}` are braces |
+/// | `rename_all = "..."` | `PascalCase` (the default: `first_name` → `FirstName`), `camelCase`, `snake_case`, `SCREAMING_SNAKE_CASE`, `lowercase`, `UPPERCASE` |
+/// | `deny_unknown` | a stored property the type does not know is a decode error (by default it is ignored) |
+/// | `version = N` | writes the schema version `N` as an Int32 property (`SchemaVersion`, or `version_property = "..."`); adds `SCHEMA_VERSION` and `VERSION_PROPERTY` consts |
+/// | `upgrade = "path"` | with `version`: entities stored with an older version (a missing version property is version 0) are read by `fn(&RawEntity<'_>, stored_version: i32) -> tablekit::Result<Self>`, which can call the generated `Self::decode_current_schema` for the unchanged parts; writing always stores the current version |
+/// | `projection_of = "Type"` | a projection of another derived type: each stored field must exist there with the same value type and property name (checked at compile time), and reads send `$select` of its properties |
+/// | `table = "Employees"` | the table's name, checked at compile time, as the const `TABLE_NAME` |
+///
+/// # Field attributes
+///
+/// | key | meaning |
+/// |---|---|
+/// | `partition_key`, `row_key` | this `String` (or `Display + FromStr`) field is the key |
+/// | `stored` | a key field is also stored as its own property (by default key fields live only in the key and are read back from it) |
+/// | `rename = "Name"` | the property name |
+/// | `skip` | not stored; reads as `Default::default()` |
+/// | `default`, `default = "path"` | a missing property reads as the default instead of failing |
+/// | `edm = "Int64"` | the Edm type where there is a choice (small integers as Int64, `Uuid` as String) |
+/// | `json` | any serde type, stored as a JSON string |
+/// | `flatten` | a struct deriving [`TableProperties`](macro@TableProperties), stored as `Outer_Inner` properties, to any depth |
+/// | `with = "module"` | a converter: `module::write(&T, name, &mut W) -> Result<()>` (`W: PropertyWriter + ?Sized`) and `module::read(PropertyValue<'_>) -> Result<T>` |
+/// | `as_str` | stored as the `Display` text, read with `FromStr` (unit enums) |
+/// | `etag` | an `Option<ETag>` filled on read and after every write through `&mut` |
+/// | `timestamp` | an `Option<DateTime<Utc>>` filled with the service's Timestamp |
+///
+/// # Keys
+///
+/// The generated `Type::partition_key(..)`, `Type::row_key(..)` and
+/// `Type::key(..)` take the template's fields in order (a `String` field as
+/// `&str`) and return `Result<String>` / `Result<EntityKey>`: an error names
+/// the field (forbidden character, too wide for its fixed width, or holding the
+/// separator that follows it). The key of a value is `TableEntity::partition_key(&value)`
+/// / `value.key()`; writes check the same rules before any I/O. Keys built from
+/// templates are parsed back into their fields on read.
+///
+/// # Enums: heterogeneous tables
+///
+/// On an enum whose variants each wrap a `TableEntity` type, the derive writes
+/// the variant's name (or `rename`) in an `EntityType` property
+/// (`discriminator = "Kind"` to change it) and dispatches on it when reading.
+/// With `row_key_prefix`, the variant names are RowKey prefixes instead. An
+/// unknown discriminator is a decode error, or goes to the variant marked
+/// `#[tablekit(unknown)]` (for example `Other(DynamicEntity)`).
+///
+/// # Errors at compile time
+///
+/// Missing or duplicate key sources, templates naming unknown fields or with a
+/// bad format spec, two fields stored under one name, reserved or invalid
+/// property names, more than 252 properties, unsupported types, an `etag` field
+/// of the wrong type, unknown or repeated attribute keys (the message lists the
+/// valid ones), generics and lifetimes: each is an error at the offending token,
+/// all of them are reported at once, and none cascades into "trait not implemented".
 #[cfg(feature = "derive")]
 pub use tablekit_derive::TableEntity;
+
+/// `#[derive(TableProperties)]`: lets a struct be stored inside an entity with
+/// `#[tablekit(flatten)]`, its fields as `Outer_Inner` properties.
+///
+/// It takes the field attributes of [`TableEntity`](macro@TableEntity) other than
+/// the key, ETag and Timestamp ones, and `rename_all` on the struct.
+///
+/// ```
+/// use tablekit::{entity_to_json, TableEntity, TableProperties};
+///
+/// #[derive(TableProperties)]
+/// struct Address {
+///     city: String,
+///     zip: Option<u32>,
+/// }
+///
+/// #[derive(TableEntity)]
+/// struct Customer {
+///     #[tablekit(partition_key)]
+///     region: String,
+///     #[tablekit(row_key)]
+///     id: String,
+///     #[tablekit(flatten)]
+///     home: Address,
+/// }
+///
+/// let c = Customer {
+///     region: "EU".into(),
+///     id: "c1".into(),
+///     home: Address { city: "Lyon".into(), zip: None },
+/// };
+/// let json = String::from_utf8(entity_to_json(&c)?).unwrap();
+/// assert_eq!(json, r#"{"PartitionKey":"EU","RowKey":"c1","Home_City":"Lyon"}"#);
+/// # Ok::<(), tablekit::Error>(())
+/// ```
+#[cfg(feature = "derive")]
+pub use tablekit_derive::TableProperties;
 
 #[doc(hidden)]
 #[path = "__derive.rs"]

@@ -9,8 +9,10 @@ use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_AL
 
 use crate::backend::{Operation, Response};
 use crate::client::TableClient;
-use crate::entity::TableEntity;
+use crate::columns::EntityColumns;
+use crate::entity::{EntityKey, TableEntity};
 use crate::error::{Error, Result, ValidationError};
+use crate::filter::{self, Filter, QueryPlan, MAX_COMPARISONS};
 use crate::validate::{self, MAX_PAGE_SIZE};
 
 /// Where a query resumes: the service's `NextPartitionKey` and `NextRowKey`.
@@ -102,7 +104,7 @@ pub struct Page<T> {
 /// use futures::TryStreamExt;
 /// let mut rows = table
 ///     .query()
-///     .filter("PartitionKey eq 'Sales' and Age ge 30")
+///     .filter(|e| e.partition_key.eq("Sales") & e.col::<i32>("Age").ge(30))
 ///     .take(10)
 ///     .stream();
 /// while let Some(e) = rows.try_next().await? {
@@ -113,7 +115,7 @@ pub struct Page<T> {
 #[must_use = "a query does nothing until streamed or fetched"]
 pub struct Query<T> {
     table: TableClient<T>,
-    filter: Option<String>,
+    filter: Option<FilterSpec<T>>,
     select: Option<String>,
     top: Option<usize>,
     take: Option<usize>,
@@ -145,11 +147,89 @@ impl<T: TableEntity> Query<T> {
         }
     }
 
-    /// An OData `$filter` expression, such as `PartitionKey eq 'p1' and Age ge 30`.
-    /// String literals inside must have their `'` doubled.
-    pub fn filter(mut self, filter: impl Into<String>) -> Self {
-        self.filter = Some(filter.into());
+    /// A filter written over the entity's typed columns:
+    /// `.filter(|e| e.department.eq("Sales") & e.age.ge(30))`. A comparison with
+    /// a value of another type does not compile; string values are escaped.
+    /// Calling it again replaces the filter.
+    pub fn filter<F, R>(self, build: F) -> Self
+    where
+        T: EntityColumns,
+        F: FnOnce(&T::Columns) -> R,
+        R: Into<Filter<T>>,
+    {
+        self.filter_by(build(T::columns()))
+    }
+
+    /// A filter built beforehand, such as `col::<i32>("Age").ge(30)`.
+    pub fn filter_by(mut self, filter: impl Into<Filter<T>>) -> Self {
+        self.filter = Some(FilterSpec::Typed(filter.into()));
         self
+    }
+
+    /// A filter written in OData, such as `PartitionKey eq 'p1' and Age ge 30`.
+    /// It is parsed before any request: a syntax error, a comparison between two
+    /// properties or more than 15 comparisons fail here. String literals inside
+    /// must have their `'` doubled; prefer [`Query::filter`], which escapes for you.
+    pub fn filter_raw(mut self, odata: impl Into<String>) -> Self {
+        self.filter = Some(FilterSpec::Raw(odata.into()));
+        self
+    }
+
+    /// How the service will serve this query (point read, partition range,
+    /// partition scan, table range or table scan), the querying guide's ranking.
+    pub fn plan(&self) -> Result<QueryPlan> {
+        Ok(self.resolve()?.plan)
+    }
+
+    /// The `$filter` text this query sends, if any.
+    pub fn filter_text(&self) -> Result<Option<String>> {
+        Ok(self.resolve()?.text)
+    }
+
+    fn resolve(&self) -> Result<Resolved> {
+        let (text, expr) = match &self.filter {
+            None => (None, None),
+            Some(FilterSpec::Typed(f)) => {
+                let e = f.expr()?.clone();
+                (Some(e.to_string()), Some(e))
+            }
+            Some(FilterSpec::Raw(text)) => {
+                if text.trim().is_empty() {
+                    return Err(Error::invalid(ValidationError::Query {
+                        reason: "the filter is empty".into(),
+                    }));
+                }
+                let e = filter::parse(text).map_err(|e| {
+                    Error::invalid(ValidationError::Query {
+                        reason: e.to_string(),
+                    })
+                })?;
+                let n = e.comparisons();
+                if n > MAX_COMPARISONS {
+                    return Err(Error::invalid(ValidationError::Query {
+                        reason: format!(
+                            "the filter has {n} comparisons; the service allows at most {MAX_COMPARISONS}"
+                        ),
+                    }));
+                }
+                (Some(text.clone()), Some(e))
+            }
+        };
+        let (plan, residual) = filter::plan_with_residual(expr.as_ref());
+        Ok(Resolved {
+            text,
+            point: match (&plan, residual) {
+                (
+                    QueryPlan::Point {
+                        partition_key,
+                        row_key,
+                    },
+                    false,
+                ) => Some(EntityKey::new(partition_key.clone(), row_key.clone())),
+                _ => None,
+            },
+            plan,
+        })
     }
 
     /// Reads only these properties (`$select`); keys and system properties always come.
@@ -182,7 +262,7 @@ impl<T: TableEntity> Query<T> {
         self
     }
 
-    fn check(&self) -> Result<()> {
+    fn check(&self) -> Result<Resolved> {
         if let Some(n) = self.top {
             if !(1..=MAX_PAGE_SIZE).contains(&n) {
                 return Err(Error::invalid(ValidationError::Top {
@@ -194,22 +274,50 @@ impl<T: TableEntity> Query<T> {
         if let Some(s) = &self.select {
             validate_select(s)?;
         }
-        if let Some(f) = &self.filter {
-            if f.trim().is_empty() {
-                return Err(Error::invalid(ValidationError::Query {
-                    reason: "the filter is empty".into(),
-                }));
+        let resolved = self.resolve()?;
+        if resolved.plan == QueryPlan::TableScan {
+            match self.table.scan_policy() {
+                ScanPolicy::Allow => {}
+                ScanPolicy::Warn => tracing::warn!(
+                    table = self.table.name(),
+                    filter = resolved.text.as_deref().unwrap_or(""),
+                    "query reads the whole table (table scan)"
+                ),
+                ScanPolicy::Deny => {
+                    return Err(Error::invalid(ValidationError::Query {
+                        reason: format!(
+                            "a table scan of {} is refused by the table's scan policy; name a PartitionKey (filter: {})",
+                            self.table.name(),
+                            resolved.text.as_deref().unwrap_or("none")
+                        ),
+                    }))
+                }
             }
         }
-        Ok(())
+        Ok(resolved)
     }
 
     /// Fetches one page starting at `continuation`, asking for at most `want`.
     async fn fetch(
         &self,
+        resolved: &Resolved,
         continuation: Option<&Continuation>,
         want: Option<usize>,
     ) -> Result<Page<T>> {
+        if let (Some(key), None) = (&resolved.point, continuation) {
+            // A point query is a point read: the cheapest request the service has.
+            let items = self
+                .table
+                .get_with_etag(key, self.select.as_deref())
+                .await?
+                .map(|(e, _)| e)
+                .into_iter()
+                .collect();
+            return Ok(Page {
+                items,
+                continuation: None,
+            });
+        }
         let top = match (self.top, want) {
             (Some(t), Some(w)) => Some(t.min(w)),
             (Some(t), None) => Some(t),
@@ -221,7 +329,7 @@ impl<T: TableEntity> Query<T> {
             .backend()
             .execute(Operation::Query {
                 table: self.table.name(),
-                filter: self.filter.as_deref(),
+                filter: resolved.text.as_deref(),
                 select: self.select.as_deref(),
                 top,
                 continuation,
@@ -246,8 +354,10 @@ impl<T: TableEntity> Query<T> {
     /// Fetches the first page (or the page at the continuation given with
     /// [`Query::continue_from`]): one request.
     pub async fn next_page(&self) -> Result<Page<T>> {
-        self.check()?;
-        let mut page = self.fetch(self.continuation.as_ref(), self.take).await?;
+        let resolved = self.check()?;
+        let mut page = self
+            .fetch(&resolved, self.continuation.as_ref(), self.take)
+            .await?;
         if let Some(n) = self.take {
             page.items.truncate(n);
         }
@@ -257,16 +367,19 @@ impl<T: TableEntity> Query<T> {
     /// The pages, following continuation tokens until the results (or `take`) end.
     /// Empty pages that carry a continuation are yielded too.
     pub fn pages(self) -> PageStream<T> {
-        if let Err(e) = self.check() {
-            return PageStream(stream::once(async move { Err(e) }).boxed());
-        }
+        let resolved = match self.check() {
+            Ok(r) => r,
+            Err(e) => return PageStream(stream::once(async move { Err(e) }).boxed()),
+        };
         struct State<T> {
             query: Query<T>,
+            resolved: Resolved,
             next: Option<Continuation>,
             remaining: Option<usize>,
             done: bool,
         }
         let state = State {
+            resolved,
             next: self.continuation.clone(),
             remaining: self.take,
             done: self.take == Some(0),
@@ -277,7 +390,10 @@ impl<T: TableEntity> Query<T> {
                 if s.done {
                     return Ok(None);
                 }
-                let mut page = s.query.fetch(s.next.as_ref(), s.remaining).await?;
+                let mut page = s
+                    .query
+                    .fetch(&s.resolved, s.next.as_ref(), s.remaining)
+                    .await?;
                 if let Some(r) = &mut s.remaining {
                     page.items.truncate(*r);
                     *r -= page.items.len();
@@ -325,6 +441,42 @@ impl<T: TableEntity> Query<T> {
         let mut s = self.take(1).stream();
         s.try_next().await
     }
+}
+
+/// What a query does when it would read the whole table (no PartitionKey
+/// equality or range in its filter).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ScanPolicy {
+    /// Run it.
+    #[default]
+    Allow,
+    /// Run it, and log a `tracing` warning naming the table and the filter.
+    Warn,
+    /// Refuse it before any request, with an invalid-input error.
+    Deny,
+}
+
+enum FilterSpec<T> {
+    Typed(Filter<T>),
+    Raw(String),
+}
+
+impl<T> fmt::Debug for FilterSpec<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FilterSpec::Typed(t) => fmt::Debug::fmt(t, f),
+            FilterSpec::Raw(r) => write!(f, "Raw({r:?})"),
+        }
+    }
+}
+
+/// A query's filter, checked: its text, its plan, and the key of a point query
+/// with no other condition.
+struct Resolved {
+    text: Option<String>,
+    plan: QueryPlan,
+    point: Option<EntityKey>,
 }
 
 /// The entities of a query; a [`Stream`] of `Result<T>`.

@@ -312,7 +312,10 @@ fn write_json_str_body(out: &mut Vec<u8>, s: &str) {
     let bytes = s.as_bytes();
     let mut start = 0;
     // Copy runs of plain bytes whole; most strings are one run.
-    while let Some(i) = bytes[start..].iter().position(|&b| NEEDS_ESCAPE[b as usize]) {
+    while let Some(i) = bytes[start..]
+        .iter()
+        .position(|&b| NEEDS_ESCAPE[b as usize])
+    {
         let i = start + i;
         out.extend_from_slice(&bytes[start..i]);
         let b = bytes[i];

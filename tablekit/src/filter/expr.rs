@@ -288,7 +288,9 @@ mod tests {
         assert_eq!(lit(0.1.into()), "0.1");
         assert_eq!(lit(true.into()), "true");
         assert_eq!(
-            lit(crate::edm::parse_datetime("2020-07-23T21:20:41.6667782Z").unwrap().into()),
+            lit(crate::edm::parse_datetime("2020-07-23T21:20:41.6667782Z")
+                .unwrap()
+                .into()),
             "datetime'2020-07-23T21:20:41.6667782Z'"
         );
         assert_eq!(

@@ -1,6 +1,18 @@
 //! Filters: the expression tree of an OData `$filter`, its text form, and (for
 //! the embedded backend and for checking) its parser and evaluator.
 
+mod eval;
 mod expr;
+mod parse;
+mod plan;
+mod typed;
 
+pub use eval::matches;
 pub use expr::{CmpOp, Expr};
+pub use parse::{parse, ParseError};
+pub(crate) use plan::plan_with_residual;
+pub use plan::{plan, QueryPlan};
+pub use typed::{
+    col, prefix_successor, DynBool, DynColumn, Filter, FilterValue, IntoFilterValue,
+    MAX_COMPARISONS,
+};

@@ -1,0 +1,73 @@
+//! The stub emitted next to the errors of an invalid input: an impl of the
+//! derived trait whose bodies are never run (the build fails anyway), so the
+//! user sees the derive's errors and not a second wave of "the trait
+//! `TableEntity` is not implemented" wherever the type is used.
+
+use proc_macro2::TokenStream;
+use quote::quote;
+
+use crate::ast::Container;
+use crate::expand::Mode;
+
+pub(crate) fn stub(c: &Container) -> TokenStream {
+    // A generic stub would repeat the generics error in another form.
+    if !c.generics.params.is_empty() {
+        return TokenStream::new();
+    }
+    let ident = c.ident;
+    match c.mode {
+        Mode::Entity => quote! {
+            const _: () = {
+                #[automatically_derived]
+                #[allow(unused_variables, unreachable_code)]
+                impl ::tablekit::TableEntity for #ident {
+                    fn partition_key(&self) -> ::tablekit::__derive::Cow<'_, ::core::primitive::str> {
+                        ::core::unreachable!()
+                    }
+                    fn row_key(&self) -> ::tablekit::__derive::Cow<'_, ::core::primitive::str> {
+                        ::core::unreachable!()
+                    }
+                    fn write_properties<__TkW: ::tablekit::PropertyWriter + ?::core::marker::Sized>(
+                        &self,
+                        __tk_out: &mut __TkW,
+                    ) -> ::tablekit::__derive::Result<()> {
+                        ::core::unreachable!()
+                    }
+                    fn decode(__tk_entity: &::tablekit::RawEntity<'_>) -> ::tablekit::__derive::Result<Self> {
+                        ::core::unreachable!()
+                    }
+                }
+                #[automatically_derived]
+                impl ::tablekit::EntityColumns for #ident {
+                    type Columns = ();
+                    fn columns() -> &'static () {
+                        &()
+                    }
+                }
+            };
+        },
+        Mode::Properties => quote! {
+            const _: () = {
+                #[automatically_derived]
+                #[allow(unused_variables, unreachable_code)]
+                impl ::tablekit::__derive::TableProperties for #ident {
+                    fn write_properties<__TkW: ::tablekit::PropertyWriter + ?::core::marker::Sized>(
+                        &self,
+                        __tk_out: &mut __TkW,
+                    ) -> ::tablekit::__derive::Result<()> {
+                        ::core::unreachable!()
+                    }
+                    fn read_properties(
+                        __tk_entity: &::tablekit::RawEntity<'_>,
+                        __tk_prefix: &::core::primitive::str,
+                    ) -> ::tablekit::__derive::Result<Self> {
+                        ::core::unreachable!()
+                    }
+                    fn is_known(__tk_name: &::core::primitive::str) -> ::core::primitive::bool {
+                        ::core::unreachable!()
+                    }
+                }
+            };
+        },
+    }
+}

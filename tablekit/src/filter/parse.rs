@@ -1,0 +1,1403 @@
+//! The parser of OData `$filter` text (see [`parse`]).
+
+use uuid::Uuid;
+
+use super::expr::{CmpOp, Expr};
+use crate::edm::{parse_datetime, EdmValue};
+use crate::error::{Error, ValidationError};
+
+/// How deeply parentheses and `not` may nest before the parser gives up
+/// (the service's limit of 15 comparisons keeps real filters far below it).
+const MAX_DEPTH: usize = 100;
+
+/// Why a filter text could not be parsed: the byte offset in the text where the
+/// problem is, and what it is.
+///
+/// It converts into [`crate::Error`] as an invalid-input error
+/// ([`ValidationError::Query`], the offset included in the reason).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid filter at byte {offset}: {message}")]
+pub struct ParseError {
+    offset: usize,
+    message: String,
+}
+
+impl ParseError {
+    fn new(offset: usize, message: impl Into<String>) -> Self {
+        ParseError {
+            offset,
+            message: message.into(),
+        }
+    }
+
+    /// The byte offset in the filter text where the problem was found.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// What is wrong, without the offset.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl From<ParseError> for Error {
+    fn from(e: ParseError) -> Self {
+        Error::invalid(ValidationError::Query {
+            reason: e.to_string(),
+        })
+    }
+}
+
+/// Parses the text of an OData `$filter` into an [`Expr`]: the subset of OData
+/// v3 that the Table service accepts.
+///
+/// The text [`Expr`]'s `Display` prints parses back to the same tree. Errors
+/// are a [`ParseError`] (byte offset and reason), which converts into
+/// [`crate::Error`] with `?`.
+///
+/// # Grammar
+///
+/// ```text
+/// filter     := or END
+/// or         := and ("or" and)*                      left-associative
+/// and        := unary ("and" unary)*                 left-associative
+/// unary      := "not" operand | primary
+/// operand    := "(" or ")" | "not" operand | Property          (Property alone: `Property eq true`)
+/// primary    := "(" or ")" | side op side | Property           (exactly one side a Property)
+/// side       := Property | literal
+/// op         := "eq" | "ne" | "gt" | "ge" | "lt" | "le"
+/// Property   := [A-Za-z_][A-Za-z0-9_]*  (not a reserved word)
+/// ```
+///
+/// * Keywords, operators and literal prefixes are case-sensitive, as on the
+///   service: `EQ`, `And` or `DateTime'…'` are refused.
+/// * Any amount of ASCII whitespace may stand between tokens. The text is the
+///   decoded `$filter` value: percent-decoding is the caller's (the URL layer's) job.
+/// * `Literal op Property` is normalised to property-first with
+///   [`CmpOp::flipped`]: `5 lt Age` reads as `Age gt 5`.
+/// * A Boolean property on its own is a condition: `Active` reads as
+///   `Active eq true`, and `not Active` as `not (Active eq true)`.
+/// * In OData `not` binds tighter than the comparisons, so `not Active eq true`
+///   would mean `(not Active) eq true`, a comparison of an expression, which the
+///   service does not support. `not` therefore takes a parenthesised expression, a
+///   Boolean property or another `not`; `not A eq 1` is refused with a hint to
+///   write `not (A eq 1)`, which is also how [`Expr`]'s printer writes it.
+/// * Reserved words (`and`, `or`, `not`, the six operators, `true`, `false`,
+///   `null` and the arithmetic operators `add`, `sub`, `mul`, `div`, `mod`) are never
+///   property names here.
+/// * The parser does not enforce the service's limit of 15 comparisons: check
+///   [`Expr::comparisons`].
+///
+/// # Literals
+///
+/// | Text | Value |
+/// |---|---|
+/// | `'O''Brien'` (a quote inside is doubled) | `Edm.String` |
+/// | `123`, `-5` (must fit 32 bits) | `Edm.Int32` |
+/// | `123L`, `123l` | `Edm.Int64` |
+/// | `2.0`, `1e300`, `1.5E-7`, `2d`, `2.5D` | `Edm.Double` (finite) |
+/// | `true`, `false` | `Edm.Boolean` |
+/// | `datetime'2009-05-01T00:00:00Z'` | `Edm.DateTime` (any RFC 3339 form; no zone means UTC) |
+/// | `guid'01234567-89ab-cdef-0123-456789abcdef'` | `Edm.Guid` (hyphenated form only) |
+/// | `X'01ff'`, `binary'01FF'` | `Edm.Binary` (an even number of hex digits) |
+///
+/// An integer without suffix that does not fit in 32 bits is **refused**, as the
+/// service refuses it (`Unrecognized 'Edm.Int32' literal`): write `3000000000L`.
+/// `Edm.Decimal` (`1m`) and `Edm.Single` (`1f`) literals, `null`, `NaN` and `INF`
+/// are refused too: the service stores none of them.
+///
+/// # Example
+///
+/// ```
+/// use tablekit::filter::{parse, CmpOp, Expr};
+///
+/// let e = parse("PartitionKey eq 'Sales' and RowKey ge 'empid_000100'")?;
+/// assert_eq!(
+///     e,
+///     Expr::cmp("PartitionKey", CmpOp::Eq, "Sales")
+///         .and(Expr::cmp("RowKey", CmpOp::Ge, "empid_000100"))
+/// );
+/// // A literal on the left is moved to the right.
+/// assert_eq!(parse("5 lt Age")?, Expr::cmp("Age", CmpOp::Gt, 5));
+/// assert_eq!(parse(&e.to_string())?, e);
+///
+/// let err = parse("startswith(RowKey, 'a')").unwrap_err();
+/// assert_eq!(err.offset(), 0);
+/// # Ok::<(), tablekit::filter::ParseError>(())
+/// ```
+pub fn parse(text: &str) -> Result<Expr, ParseError> {
+    let mut p = Parser {
+        text,
+        pos: 0,
+        peeked: None,
+    };
+    let e = p.parse_or(0)?;
+    let t = p.peek()?;
+    match &t.tok {
+        Tok::End => Ok(e),
+        Tok::Ident(w) if CmpOp::from_keyword(w).is_some() => Err(ParseError::new(
+            t.start,
+            format!(
+                "unexpected `{w}`: the result of a comparison or of `not` cannot be compared; \
+                 write `not (Property {w} literal)` or combine conditions with `and`/`or`"
+            ),
+        )),
+        Tok::Ident(w) if is_arithmetic(w) => Err(arithmetic(t.start, w)),
+        Tok::RParen => Err(ParseError::new(
+            t.start,
+            "unexpected `)` without a matching `(`",
+        )),
+        _ => Err(ParseError::new(
+            t.start,
+            format!(
+                "unexpected {} after a complete condition: expected `and`, `or` or the end",
+                describe(&t.tok)
+            ),
+        )),
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Tok<'a> {
+    LParen,
+    RParen,
+    Ident(&'a str),
+    Lit(EdmValue),
+    End,
+}
+
+#[derive(Debug, Clone)]
+struct Token<'a> {
+    tok: Tok<'a>,
+    start: usize,
+    end: usize,
+}
+
+fn describe(t: &Tok<'_>) -> String {
+    match t {
+        Tok::LParen => "`(`".into(),
+        Tok::RParen => "`)`".into(),
+        Tok::Ident(w) => format!("`{w}`"),
+        Tok::Lit(v) => format!("{} literal", v.edm_type()),
+        Tok::End => "end of filter".into(),
+    }
+}
+
+const RESERVED: &[&str] = &[
+    "and", "or", "not", "eq", "ne", "gt", "ge", "lt", "le", "true", "false", "null", "add", "sub",
+    "mul", "div", "mod",
+];
+
+fn is_reserved(w: &str) -> bool {
+    RESERVED.contains(&w)
+}
+
+fn is_arithmetic(w: &str) -> bool {
+    matches!(w, "add" | "sub" | "mul" | "div" | "mod")
+}
+
+fn arithmetic(offset: usize, w: &str) -> ParseError {
+    ParseError::new(
+        offset,
+        format!("arithmetic (`{w}`) is not supported by the Table service"),
+    )
+}
+
+fn is_ident_start(b: u8) -> bool {
+    b.is_ascii_alphabetic() || b == b'_'
+}
+
+fn is_ident_char(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
+
+/// One side of a comparison.
+enum Side<'a> {
+    Property(&'a str),
+    Literal(EdmValue),
+}
+
+struct Parser<'a> {
+    text: &'a str,
+    pos: usize,
+    peeked: Option<Token<'a>>,
+}
+
+impl<'a> Parser<'a> {
+    fn peek(&mut self) -> Result<Token<'a>, ParseError> {
+        if let Some(t) = &self.peeked {
+            return Ok(t.clone());
+        }
+        let t = self.lex()?;
+        self.peeked = Some(t.clone());
+        Ok(t)
+    }
+
+    fn next(&mut self) -> Result<Token<'a>, ParseError> {
+        let t = self.peek()?;
+        self.peeked = None;
+        Ok(t)
+    }
+
+    fn peek_is_word(&mut self, word: &str) -> Result<bool, ParseError> {
+        Ok(matches!(self.peek()?.tok, Tok::Ident(w) if w == word))
+    }
+
+    // ---- lexer ------------------------------------------------------------
+
+    fn lex(&mut self) -> Result<Token<'a>, ParseError> {
+        let bytes = self.text.as_bytes();
+        while self.pos < bytes.len() && bytes[self.pos].is_ascii_whitespace() {
+            self.pos += 1;
+        }
+        let start = self.pos;
+        let Some(&b) = bytes.get(start) else {
+            return Ok(Token {
+                tok: Tok::End,
+                start,
+                end: start,
+            });
+        };
+        let tok = match b {
+            b'(' => {
+                self.pos += 1;
+                Tok::LParen
+            }
+            b')' => {
+                self.pos += 1;
+                Tok::RParen
+            }
+            b'\'' => Tok::Lit(EdmValue::String(self.lex_string(start)?)),
+            b'0'..=b'9' => Tok::Lit(self.lex_number(start)?),
+            b'-' if bytes.get(start + 1).is_some_and(u8::is_ascii_digit) => {
+                Tok::Lit(self.lex_number(start)?)
+            }
+            b'-' => {
+                return Err(ParseError::new(
+                    start,
+                    "unexpected `-`: only a number literal may be negative; \
+                     arithmetic is not supported by the Table service",
+                ))
+            }
+            b if is_ident_start(b) => {
+                let mut end = start + 1;
+                while end < bytes.len() && is_ident_char(bytes[end]) {
+                    end += 1;
+                }
+                let word = &self.text[start..end];
+                self.pos = end;
+                if bytes.get(end) == Some(&b'\'') {
+                    Tok::Lit(self.lex_typed(start, word)?)
+                } else {
+                    Tok::Ident(word)
+                }
+            }
+            _ => {
+                let ch = self.text[start..].chars().next().unwrap_or_default();
+                let hint = match ch {
+                    '=' | '<' | '>' | '!' => {
+                        ": comparisons are written `eq`, `ne`, `gt`, `ge`, `lt`, `le`"
+                    }
+                    '&' | '|' => ": conditions are combined with `and`, `or`, `not`",
+                    '+' | '*' | '/' | '%' => ": arithmetic is not supported by the Table service",
+                    '"' => ": string literals are in single quotes",
+                    _ => "",
+                };
+                return Err(ParseError::new(
+                    start,
+                    format!("unexpected character {ch:?}{hint}"),
+                ));
+            }
+        };
+        Ok(Token {
+            tok,
+            start,
+            end: self.pos,
+        })
+    }
+
+    /// Reads `'…'` starting at `start` (the opening quote), `''` standing for one
+    /// quote; leaves `pos` after the closing quote.
+    fn lex_string(&mut self, start: usize) -> Result<String, ParseError> {
+        let bytes = self.text.as_bytes();
+        let mut out = String::new();
+        let mut i = start + 1;
+        let mut chunk = i;
+        loop {
+            match bytes.get(i) {
+                None => {
+                    return Err(ParseError::new(
+                        start,
+                        "unterminated string literal: no closing `'`",
+                    ))
+                }
+                Some(b'\'') if bytes.get(i + 1) == Some(&b'\'') => {
+                    // The quote is ASCII, so both slice ends are char boundaries.
+                    out.push_str(&self.text[chunk..=i]);
+                    i += 2;
+                    chunk = i;
+                }
+                Some(b'\'') => {
+                    out.push_str(&self.text[chunk..i]);
+                    self.pos = i + 1;
+                    return Ok(out);
+                }
+                Some(_) => i += 1,
+            }
+        }
+    }
+
+    /// Reads the quoted body of `prefix'…'` (no escapes inside); `pos` is at the quote.
+    fn lex_quoted_raw(
+        &mut self,
+        start: usize,
+        prefix: &str,
+    ) -> Result<(usize, &'a str), ParseError> {
+        let body_start = self.pos + 1;
+        let Some(len) = self.text[body_start..].find('\'') else {
+            return Err(ParseError::new(
+                start,
+                format!("unterminated {prefix}'…' literal: no closing `'`"),
+            ));
+        };
+        self.pos = body_start + len + 1;
+        Ok((body_start, &self.text[body_start..body_start + len]))
+    }
+
+    fn lex_typed(&mut self, start: usize, prefix: &str) -> Result<EdmValue, ParseError> {
+        match prefix {
+            "datetime" => {
+                let (at, body) = self.lex_quoted_raw(start, prefix)?;
+                parse_datetime(body).map(EdmValue::DateTime).map_err(|_| {
+                    ParseError::new(
+                        at,
+                        format!("{body:?} is not an ISO 8601 date and time (such as 2009-05-01T00:00:00Z)"),
+                    )
+                })
+            }
+            "guid" => {
+                let (at, body) = self.lex_quoted_raw(start, prefix)?;
+                match Uuid::try_parse(body) {
+                    Ok(g) if body.len() == 36 => Ok(EdmValue::Guid(g)),
+                    _ => Err(ParseError::new(
+                        at,
+                        format!(
+                            "{body:?} is not a GUID in the form 01234567-89ab-cdef-0123-456789abcdef"
+                        ),
+                    )),
+                }
+            }
+            "X" | "binary" => {
+                let (at, body) = self.lex_quoted_raw(start, prefix)?;
+                if body.len() % 2 != 0 {
+                    return Err(ParseError::new(
+                        at,
+                        "a binary literal has an even number of hex digits",
+                    ));
+                }
+                let hex = body.as_bytes();
+                let digit = |i: usize| -> Result<u8, ParseError> {
+                    let c = hex[i];
+                    (c as char).to_digit(16).map(|d| d as u8).ok_or_else(|| {
+                        ParseError::new(at + i, format!("{:?} is not a hex digit", char::from(c)))
+                    })
+                };
+                let mut out = Vec::with_capacity(hex.len() / 2);
+                for i in (0..hex.len()).step_by(2) {
+                    out.push(digit(i)? << 4 | digit(i + 1)?);
+                }
+                Ok(EdmValue::Binary(out))
+            }
+            _ => {
+                let hint = match prefix.to_ascii_lowercase().as_str() {
+                    "datetime" => " (prefixes are case-sensitive: `datetime'…'`)".to_owned(),
+                    "guid" => " (prefixes are case-sensitive: `guid'…'`)".to_owned(),
+                    "x" | "binary" => {
+                        " (prefixes are case-sensitive: `X'…'` or `binary'…'`)".to_owned()
+                    }
+                    "datetimeoffset" | "time" => {
+                        " (the Table service stores no such type)".to_owned()
+                    }
+                    _ => String::new(),
+                };
+                Err(ParseError::new(
+                    start,
+                    format!(
+                        "unknown literal prefix `{prefix}'`: expected `datetime'`, `guid'`, `X'` or `binary'`{hint}"
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// Reads an Int32, Int64 or Double literal starting at `start` (a digit or `-`).
+    fn lex_number(&mut self, start: usize) -> Result<EdmValue, ParseError> {
+        let bytes = self.text.as_bytes();
+        let digits = |mut i: usize| {
+            while i < bytes.len() && bytes[i].is_ascii_digit() {
+                i += 1;
+            }
+            i
+        };
+        let mut i = start;
+        if bytes[i] == b'-' {
+            i += 1;
+        }
+        i = digits(i);
+        let mut is_double = false;
+        if bytes.get(i) == Some(&b'.') {
+            let j = digits(i + 1);
+            if j == i + 1 {
+                return Err(ParseError::new(
+                    start,
+                    "malformed number: a digit must follow the `.`",
+                ));
+            }
+            i = j;
+            is_double = true;
+        }
+        if matches!(bytes.get(i), Some(b'e' | b'E')) {
+            let mut j = i + 1;
+            if matches!(bytes.get(j), Some(b'+' | b'-')) {
+                j += 1;
+            }
+            let k = digits(j);
+            if k == j {
+                return Err(ParseError::new(
+                    start,
+                    "malformed number: digits must follow the exponent",
+                ));
+            }
+            i = k;
+            is_double = true;
+        }
+        let number = &self.text[start..i];
+        let double = |number: &str| match number.parse::<f64>() {
+            Ok(d) if d.is_finite() => Ok(EdmValue::Double(d)),
+            _ => Err(ParseError::new(
+                start,
+                format!("{number} is out of the range of an Edm.Double"),
+            )),
+        };
+        let suffix = bytes.get(i).copied().filter(|b| b.is_ascii_alphabetic());
+        let value = match suffix {
+            Some(b'L' | b'l') if !is_double => {
+                i += 1;
+                number.parse::<i64>().map(EdmValue::Int64).map_err(|_| {
+                    ParseError::new(
+                        start,
+                        format!("{number}L does not fit in an Edm.Int64 (64-bit signed integer)"),
+                    )
+                })?
+            }
+            Some(b'L' | b'l') => {
+                return Err(ParseError::new(
+                    start,
+                    "malformed number: an Int64 literal (`L`) has no fraction or exponent",
+                ))
+            }
+            Some(b'd' | b'D') => {
+                i += 1;
+                double(number)?
+            }
+            None if is_double => double(number)?,
+            None => number.parse::<i32>().map(EdmValue::Int32).map_err(|_| {
+                ParseError::new(
+                    start,
+                    format!(
+                        "{number} does not fit in an Edm.Int32; write {number}L for an Edm.Int64"
+                    ),
+                )
+            })?,
+            Some(b'm' | b'M') => {
+                return Err(ParseError::new(
+                    start,
+                    "Edm.Decimal literals are not supported: the Table service stores no decimals",
+                ))
+            }
+            Some(b'f' | b'F') => {
+                return Err(ParseError::new(
+                    start,
+                    "Edm.Single literals are not supported: write a Double (`2.5` or `2.5d`)",
+                ))
+            }
+            Some(_) => {
+                return Err(ParseError::new(
+                    start,
+                    format!("malformed number {:?}", self.until_delimiter(start)),
+                ))
+            }
+        };
+        if bytes
+            .get(i)
+            .is_some_and(|&b| is_ident_char(b) || b == b'.' || b == b'\'')
+        {
+            return Err(ParseError::new(
+                start,
+                format!("malformed number {:?}", self.until_delimiter(start)),
+            ));
+        }
+        self.pos = i;
+        Ok(value)
+    }
+
+    fn until_delimiter(&self, start: usize) -> &'a str {
+        let rest = &self.text[start..];
+        let end = rest
+            .find(|c: char| c.is_ascii_whitespace() || c == '(' || c == ')')
+            .unwrap_or(rest.len());
+        &rest[..end]
+    }
+
+    // ---- parser -----------------------------------------------------------
+
+    fn check_depth(&self, depth: usize, at: usize) -> Result<(), ParseError> {
+        if depth > MAX_DEPTH {
+            Err(ParseError::new(
+                at,
+                format!("parentheses and `not` nest deeper than {MAX_DEPTH} levels"),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn parse_or(&mut self, depth: usize) -> Result<Expr, ParseError> {
+        let mut left = self.parse_and(depth)?;
+        while self.peek_is_word("or")? {
+            self.next()?;
+            let right = self.parse_and(depth)?;
+            left = left.or(right);
+        }
+        Ok(left)
+    }
+
+    fn parse_and(&mut self, depth: usize) -> Result<Expr, ParseError> {
+        let mut left = self.parse_unary(depth)?;
+        while self.peek_is_word("and")? {
+            self.next()?;
+            let right = self.parse_unary(depth)?;
+            left = left.and(right);
+        }
+        Ok(left)
+    }
+
+    fn parse_unary(&mut self, depth: usize) -> Result<Expr, ParseError> {
+        if self.peek_is_word("not")? {
+            let not = self.next()?;
+            self.check_depth(depth + 1, not.start)?;
+            Ok(self.parse_not_operand(depth + 1)?.negate())
+        } else {
+            self.parse_primary(depth)
+        }
+    }
+
+    /// What follows `not`: a group, another `not`, or a Boolean property.
+    fn parse_not_operand(&mut self, depth: usize) -> Result<Expr, ParseError> {
+        let t = self.peek()?;
+        match t.tok {
+            Tok::LParen => self.parse_group(depth),
+            Tok::Ident("not") => self.parse_unary(depth),
+            Tok::Ident(name) if !is_reserved(name) => {
+                self.next()?;
+                self.reject_call(&t, name)?;
+                let after = self.peek()?;
+                if let Tok::Ident(w) = after.tok {
+                    if CmpOp::from_keyword(w).is_some() {
+                        return Err(ParseError::new(
+                            t.start,
+                            format!("`not` binds tighter than `{w}`: write `not ({name} {w} …)`"),
+                        ));
+                    }
+                }
+                Ok(Expr::cmp(name, CmpOp::Eq, true))
+            }
+            _ => Err(ParseError::new(
+                t.start,
+                format!(
+                    "expected `(`, `not` or a Boolean property after `not`, found {}",
+                    describe(&t.tok)
+                ),
+            )),
+        }
+    }
+
+    /// `( or )`, with the opening parenthesis next.
+    fn parse_group(&mut self, depth: usize) -> Result<Expr, ParseError> {
+        let open = self.next()?;
+        self.check_depth(depth + 1, open.start)?;
+        let inner = self.parse_or(depth + 1)?;
+        let close = self.next()?;
+        if close.tok != Tok::RParen {
+            let found = match &close.tok {
+                Tok::Ident(w) if CmpOp::from_keyword(w).is_some() => {
+                    format!("`{w}` (a comparison's result cannot be compared)")
+                }
+                other => describe(other),
+            };
+            return Err(ParseError::new(
+                close.start,
+                format!(
+                    "expected `)` to close the `(` at byte {}, found {found}",
+                    open.start
+                ),
+            ));
+        }
+        Ok(inner)
+    }
+
+    /// A property directly followed by `(` is a function call: refused.
+    fn reject_call(&self, t: &Token<'a>, name: &str) -> Result<(), ParseError> {
+        if self.text.as_bytes().get(t.end) == Some(&b'(') {
+            Err(ParseError::new(
+                t.start,
+                format!(
+                    "functions (`{name}(…)`) are not supported by the Table service; \
+                     for a prefix use a range: `P ge 'abc' and P lt 'abd'`"
+                ),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn parse_side(&mut self, what: &str) -> Result<(Side<'a>, usize), ParseError> {
+        let t = self.next()?;
+        match t.tok {
+            Tok::Lit(v) => Ok((Side::Literal(v), t.start)),
+            Tok::Ident("true") => Ok((Side::Literal(EdmValue::Boolean(true)), t.start)),
+            Tok::Ident("false") => Ok((Side::Literal(EdmValue::Boolean(false)), t.start)),
+            Tok::Ident("null") => Err(ParseError::new(
+                t.start,
+                "`null` is not supported: the Table service stores no nulls \
+                 (a property that is not set is missing, and every comparison with it is false)",
+            )),
+            Tok::Ident(w) if is_arithmetic(w) => Err(arithmetic(t.start, w)),
+            Tok::Ident(name) if !is_reserved(name) => {
+                self.reject_call(&t, name)?;
+                Ok((Side::Property(name), t.start))
+            }
+            other => Err(ParseError::new(
+                t.start,
+                format!("expected {what}, found {}", describe(&other)),
+            )),
+        }
+    }
+
+    /// A group, a comparison, or a Boolean property on its own.
+    fn parse_primary(&mut self, depth: usize) -> Result<Expr, ParseError> {
+        if self.peek()?.tok == Tok::LParen {
+            return self.parse_group(depth);
+        }
+        let (left, left_at) = self.parse_side("a property, a literal, `(` or `not`")?;
+        let t = self.peek()?;
+        let op = match t.tok {
+            Tok::Ident(w) => {
+                if let Some(op) = CmpOp::from_keyword(w) {
+                    op
+                } else if is_arithmetic(w) {
+                    return Err(arithmetic(t.start, w));
+                } else if CmpOp::from_keyword(&w.to_ascii_lowercase()).is_some() {
+                    return Err(ParseError::new(
+                        t.start,
+                        format!(
+                            "unknown operator `{w}`: operators are case-sensitive, write `{}`",
+                            w.to_ascii_lowercase()
+                        ),
+                    ));
+                } else {
+                    return self.lone(left, left_at, &t);
+                }
+            }
+            _ => return self.lone(left, left_at, &t),
+        };
+        self.next()?;
+        let (right, right_at) = self.parse_side("a literal or a property after the operator")?;
+        match (left, right) {
+            (Side::Property(p), Side::Literal(v)) => Ok(Expr::cmp(p, op, v)),
+            (Side::Literal(v), Side::Property(p)) => Ok(Expr::cmp(p, op.flipped(), v)),
+            (Side::Property(a), Side::Property(b)) => {
+                let hint = [a, b]
+                    .into_iter()
+                    .map(str::to_ascii_lowercase)
+                    .find(|w| w == "true" || w == "false")
+                    .map(|w| format!(" (literals are case-sensitive: `{w}`)"))
+                    .unwrap_or_default();
+                Err(ParseError::new(
+                    right_at,
+                    format!(
+                        "`{a} {} {b}` compares two properties; the Table service needs a literal on one side{hint}",
+                        op.as_str()
+                    ),
+                ))
+            }
+            (Side::Literal(_), Side::Literal(_)) => Err(ParseError::new(
+                left_at,
+                "a comparison of two literals; one side must be a property",
+            )),
+        }
+    }
+
+    /// A side with no operator after it: a Boolean property stands for `eq true`.
+    fn lone(&self, side: Side<'a>, at: usize, next: &Token<'a>) -> Result<Expr, ParseError> {
+        match side {
+            Side::Property(p) => Ok(Expr::cmp(p, CmpOp::Eq, true)),
+            Side::Literal(_) => Err(ParseError::new(
+                at,
+                format!(
+                    "a literal alone is not a condition: expected a comparison operator \
+                     (`eq`, `ne`, `gt`, `ge`, `lt`, `le`) before {}",
+                    describe(&next.tok)
+                ),
+            )),
+        }
+    }
+}
+
+/// Strategies for the property tests of the parser and the evaluator.
+#[cfg(test)]
+pub(super) mod strategies {
+    use chrono::{DateTime, Utc};
+    use proptest::prelude::*;
+    use uuid::Uuid;
+
+    use crate::edm::{max_datetime, min_datetime, EdmValue};
+    use crate::filter::{CmpOp, Expr};
+
+    /// Property names, the three system properties included.
+    pub(in crate::filter) const NAMES: &[&str] = &[
+        "PartitionKey",
+        "RowKey",
+        "Timestamp",
+        "A",
+        "B",
+        "Rating",
+        "_x1",
+    ];
+
+    pub(in crate::filter) fn op() -> impl Strategy<Value = CmpOp> {
+        prop::sample::select(vec![
+            CmpOp::Eq,
+            CmpOp::Ne,
+            CmpOp::Gt,
+            CmpOp::Ge,
+            CmpOp::Lt,
+            CmpOp::Le,
+        ])
+    }
+
+    /// Any instant the service stores, at its 100 ns resolution.
+    pub(in crate::filter) fn datetime() -> impl Strategy<Value = DateTime<Utc>> {
+        let (lo, hi) = (min_datetime().timestamp(), max_datetime().timestamp());
+        (lo..=hi, 0u32..10_000_000)
+            .prop_map(|(s, ticks)| DateTime::from_timestamp(s, ticks * 100).expect("in range"))
+    }
+
+    /// Literals of all eight types over their whole range (finite doubles).
+    pub(in crate::filter) fn wide_literal() -> impl Strategy<Value = EdmValue> {
+        prop_oneof![
+            any::<String>().prop_map(EdmValue::String),
+            "[a'\u{e9}\u{FFFD}\u{1F600} ]{0,8}".prop_map(EdmValue::String),
+            any::<i32>().prop_map(EdmValue::Int32),
+            any::<i64>().prop_map(EdmValue::Int64),
+            any::<f64>()
+                .prop_filter("finite", |d| d.is_finite())
+                .prop_map(EdmValue::Double),
+            any::<bool>().prop_map(EdmValue::Boolean),
+            datetime().prop_map(EdmValue::DateTime),
+            any::<u128>().prop_map(|g| EdmValue::Guid(Uuid::from_u128(g))),
+            prop::collection::vec(any::<u8>(), 0..8).prop_map(EdmValue::Binary),
+        ]
+    }
+
+    /// Values from small pools of each type, so that comparisons often tie.
+    /// `nan` adds a NaN to the doubles (stored values only: literals cannot be NaN).
+    pub(in crate::filter) fn small_value(nan: bool) -> impl Strategy<Value = EdmValue> {
+        let strings = [
+            "",
+            "a",
+            "b",
+            "ab",
+            "O'Brien",
+            "\u{FFFD}",
+            "\u{1F600}",
+            "\u{E000}x",
+        ];
+        let mut doubles = vec![-1.5, -0.0, 0.0, 1.0, 2.5];
+        if nan {
+            doubles.push(f64::NAN);
+        }
+        let times = [0i64, 1, 1_000_000_000];
+        let guids = [0u128, 1, 0x7fff_ffff << 96, 0x8000_0000 << 96, u128::MAX];
+        let bins: Vec<Vec<u8>> = vec![vec![], vec![0], vec![0, 1], vec![1], vec![255]];
+        prop_oneof![
+            prop::sample::select(strings.to_vec()).prop_map(EdmValue::from),
+            (-2i32..=2).prop_map(EdmValue::Int32),
+            (-2i64..=2).prop_map(EdmValue::Int64),
+            prop::sample::select(doubles).prop_map(EdmValue::Double),
+            any::<bool>().prop_map(EdmValue::Boolean),
+            prop::sample::select(times.to_vec())
+                .prop_map(|s| EdmValue::DateTime(DateTime::from_timestamp(s, 0).expect("valid"))),
+            prop::sample::select(guids.to_vec()).prop_map(|g| EdmValue::Guid(Uuid::from_u128(g))),
+            prop::sample::select(bins).prop_map(EdmValue::Binary),
+        ]
+    }
+
+    /// Random trees: and/or/not nested up to depth 4 over comparisons.
+    pub(in crate::filter) fn expr(
+        literal: impl Strategy<Value = EdmValue> + 'static,
+    ) -> impl Strategy<Value = Expr> {
+        let leaf = (prop::sample::select(NAMES), op(), literal)
+            .prop_map(|(name, op, value)| Expr::cmp(name, op, value));
+        leaf.prop_recursive(4, 32, 2, |inner| {
+            prop_oneof![
+                (inner.clone(), inner.clone()).prop_map(|(a, b)| a.and(b)),
+                (inner.clone(), inner.clone()).prop_map(|(a, b)| a.or(b)),
+                inner.prop_map(Expr::negate),
+            ]
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::edm::parse_datetime;
+
+    fn cmp(p: &str, op: CmpOp, v: impl Into<EdmValue>) -> Expr {
+        Expr::cmp(p, op, v)
+    }
+
+    fn eq(p: &str, v: impl Into<EdmValue>) -> Expr {
+        cmp(p, CmpOp::Eq, v)
+    }
+
+    #[track_caller]
+    fn ok(text: &str) -> Expr {
+        match parse(text) {
+            Ok(e) => e,
+            Err(err) => panic!("{text:?}: {err}"),
+        }
+    }
+
+    /// The literal of `A eq <text>`.
+    #[track_caller]
+    fn lit(text: &str) -> EdmValue {
+        match ok(&format!("A eq {text}")) {
+            Expr::Cmp { value, .. } => value,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The error of `text`: (offset, message).
+    #[track_caller]
+    fn err(text: &str) -> (usize, String) {
+        match parse(text) {
+            Ok(e) => panic!("{text:?} parsed as {e:?}"),
+            Err(e) => (e.offset(), e.message().to_owned()),
+        }
+    }
+
+    #[track_caller]
+    fn err_at(text: &str, offset: usize, needle: &str) {
+        let (at, message) = err(text);
+        assert_eq!(at, offset, "{text:?}: {message}");
+        assert!(
+            message.contains(needle),
+            "{text:?}: {message:?} lacks {needle:?}"
+        );
+    }
+
+    fn dt(s: &str) -> EdmValue {
+        EdmValue::DateTime(parse_datetime(s).unwrap())
+    }
+
+    #[test]
+    fn string_literals() {
+        assert_eq!(lit("'Sales'"), "Sales".into());
+        assert_eq!(lit("'O''Brien'"), "O'Brien".into());
+        assert_eq!(lit("''"), "".into());
+        assert_eq!(lit("''''"), "'".into());
+        assert_eq!(lit("''''''"), "''".into());
+        assert_eq!(lit("'a''''b'"), "a''b".into());
+        assert_eq!(lit("'  spaced  '"), "  spaced  ".into());
+        assert_eq!(lit("'日本語 😀 é'"), "日本語 😀 é".into());
+        assert_eq!(lit("'and or not eq ( )'"), "and or not eq ( )".into());
+        assert_eq!(lit("'tab\there\nnl'"), "tab\there\nnl".into());
+    }
+
+    #[test]
+    fn integer_literals() {
+        assert_eq!(lit("123"), EdmValue::Int32(123));
+        assert_eq!(lit("0"), EdmValue::Int32(0));
+        assert_eq!(lit("-5"), EdmValue::Int32(-5));
+        assert_eq!(lit("007"), EdmValue::Int32(7));
+        assert_eq!(lit("2147483647"), EdmValue::Int32(i32::MAX));
+        assert_eq!(lit("-2147483648"), EdmValue::Int32(i32::MIN));
+        assert_eq!(lit("123L"), EdmValue::Int64(123));
+        assert_eq!(lit("123l"), EdmValue::Int64(123));
+        assert_eq!(lit("2147483648L"), EdmValue::Int64(2_147_483_648));
+        assert_eq!(lit("-9223372036854775808L"), EdmValue::Int64(i64::MIN));
+        assert_eq!(lit("9223372036854775807L"), EdmValue::Int64(i64::MAX));
+        // Too big for Int32 without a suffix: refused, as the service does.
+        err_at("A eq 2147483648", 5, "write 2147483648L");
+        err_at("A eq -2147483649", 5, "does not fit in an Edm.Int32");
+        err_at(
+            "A eq 9223372036854775808L",
+            5,
+            "does not fit in an Edm.Int64",
+        );
+        err_at("A eq -9223372036854775809L", 5, "Edm.Int64");
+    }
+
+    #[test]
+    fn double_literals() {
+        assert_eq!(lit("2.0"), EdmValue::Double(2.0));
+        assert_eq!(lit("1e300"), EdmValue::Double(1e300));
+        assert_eq!(lit("1.5E-7"), EdmValue::Double(1.5e-7));
+        assert_eq!(lit("1.5e+7"), EdmValue::Double(1.5e7));
+        assert_eq!(lit("-0.25"), EdmValue::Double(-0.25));
+        assert_eq!(lit("2d"), EdmValue::Double(2.0));
+        assert_eq!(lit("2.5D"), EdmValue::Double(2.5));
+        assert_eq!(lit("1e3d"), EdmValue::Double(1000.0));
+        assert_eq!(lit("5e-324"), EdmValue::Double(5e-324));
+        assert_eq!(lit("1.7976931348623157e308"), EdmValue::Double(f64::MAX));
+        err_at("A eq 1e400", 5, "out of the range of an Edm.Double");
+        err_at("A eq 1.", 5, "a digit must follow the `.`");
+        err_at("A eq 1e", 5, "digits must follow the exponent");
+        err_at("A eq 1.5L", 5, "no fraction or exponent");
+        err_at("A eq 1m", 5, "Edm.Decimal");
+        err_at("A eq 1.5f", 5, "Edm.Single");
+        err_at("A eq 12abc", 5, "malformed number \"12abc\"");
+        err_at("A eq 1.2.3", 5, "malformed number");
+        err_at("A eq 1Lx", 5, "malformed number");
+    }
+
+    #[test]
+    fn boolean_datetime_guid_binary_literals() {
+        assert_eq!(lit("true"), EdmValue::Boolean(true));
+        assert_eq!(lit("false"), EdmValue::Boolean(false));
+        // 100 ns precision survives.
+        let v = lit("datetime'2020-07-23T21:20:41.6667782Z'");
+        assert_eq!(v, dt("2020-07-23T21:20:41.6667782Z"));
+        let EdmValue::DateTime(d) = v else { panic!() };
+        assert_eq!(chrono::Timelike::nanosecond(&d), 666_778_200);
+        assert_eq!(
+            lit("datetime'2009-05-01T00:00:00Z'"),
+            dt("2009-05-01T00:00:00Z")
+        );
+        assert_eq!(
+            lit("datetime'2009-05-01T02:00:00+02:00'"),
+            dt("2009-05-01T00:00:00Z")
+        );
+        assert_eq!(
+            lit("datetime'1601-01-01T00:00:00.0000000Z'"),
+            EdmValue::DateTime(crate::edm::min_datetime())
+        );
+        let g = Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef);
+        assert_eq!(lit("guid'01234567-89ab-cdef-0123-456789abcdef'"), g.into());
+        assert_eq!(lit("guid'01234567-89AB-CDEF-0123-456789ABCDEF'"), g.into());
+        assert_eq!(lit("X'01ff'"), vec![0x01u8, 0xff].into());
+        assert_eq!(lit("binary'01FF'"), vec![0x01u8, 0xff].into());
+        assert_eq!(lit("X''"), Vec::<u8>::new().into());
+
+        err_at("A eq datetime'yesterday'", 14, "not an ISO 8601");
+        err_at(
+            "A eq datetime'2009-05-01",
+            5,
+            "unterminated datetime'…' literal",
+        );
+        err_at("A eq DateTime'2009-05-01T00:00:00Z'", 5, "case-sensitive");
+        err_at(
+            "A eq datetimeoffset'2009-05-01T00:00:00Z'",
+            5,
+            "no such type",
+        );
+        err_at(
+            "A eq guid'0123456789abcdef0123456789abcdef'",
+            10,
+            "not a GUID",
+        );
+        err_at(
+            "A eq guid'{01234567-89ab-cdef-0123-456789abcdef}'",
+            10,
+            "not a GUID",
+        );
+        err_at("A eq X'0'", 7, "even number of hex digits");
+        err_at("A eq X'0g'", 8, "not a hex digit");
+        err_at("A eq x'00'", 5, "case-sensitive");
+        err_at("A eq foo'00'", 5, "unknown literal prefix `foo'`");
+        err_at("A eq TRUE", 5, "literals are case-sensitive: `true`");
+    }
+
+    #[test]
+    fn seed_filters() {
+        use CmpOp::*;
+        let cases: Vec<(&str, Expr)> = vec![
+            (
+                "PartitionKey eq 'Sales' and RowKey ge 'empid_000100' and RowKey lt 'empid_000200'",
+                eq("PartitionKey", "Sales")
+                    .and(cmp("RowKey", Ge, "empid_000100"))
+                    .and(cmp("RowKey", Lt, "empid_000200")),
+            ),
+            (
+                "PartitionKey eq 'Football' and RowKey lt '2521794455999999999'",
+                eq("PartitionKey", "Football").and(cmp("RowKey", Lt, "2521794455999999999")),
+            ),
+            (
+                "PartitionKey ge 'Football_7991_' and PartitionKey lt 'Football_7991`'",
+                cmp("PartitionKey", Ge, "Football_7991_")
+                    .and(cmp("PartitionKey", Lt, "Football_7991`")),
+            ),
+            (
+                "PartitionKey gt 'Football_7991' and PartitionKey lt 'Football_7992'",
+                cmp("PartitionKey", Gt, "Football_7991")
+                    .and(cmp("PartitionKey", Lt, "Football_7992")),
+            ),
+            (
+                "RowKey gt '2521871711999999999' and RowKey le '2521872575999999999'",
+                cmp("RowKey", Gt, "2521871711999999999")
+                    .and(cmp("RowKey", Le, "2521872575999999999")),
+            ),
+            (
+                "RowKey gt '2521792223999999999' and RowKey le '2521793087999999999'",
+                cmp("RowKey", Gt, "2521792223999999999")
+                    .and(cmp("RowKey", Le, "2521793087999999999")),
+            ),
+            // The prefix trick (§12.2).
+            (
+                "PartitionKey ge 'PDC' and PartitionKey lt 'PDD'",
+                cmp("PartitionKey", Ge, "PDC").and(cmp("PartitionKey", Lt, "PDD")),
+            ),
+            ("Rating gt 1.2", cmp("Rating", Gt, 1.2)),
+            ("SchemaVersion lt 2", cmp("SchemaVersion", Lt, 2)),
+            (
+                "Timestamp ge datetime'2009-05-01T00:00:00Z'",
+                Expr::cmp("Timestamp", Ge, dt("2009-05-01T00:00:00Z")),
+            ),
+            (
+                "LastName eq 'Jones' and FirstName eq 'Don'",
+                eq("LastName", "Jones").and(eq("FirstName", "Don")),
+            ),
+            ("LastName eq 'Jones'", eq("LastName", "Jones")),
+            (
+                "PartitionKey eq 'Sales' and LastName eq 'Smith'",
+                eq("PartitionKey", "Sales").and(eq("LastName", "Smith")),
+            ),
+            (
+                "PartitionKey eq 'Sales' and RowKey eq '2'",
+                eq("PartitionKey", "Sales").and(eq("RowKey", "2")),
+            ),
+            (
+                "PartitionKey eq 'Sales' and RowKey ge 'S' and RowKey lt 'T'",
+                eq("PartitionKey", "Sales")
+                    .and(cmp("RowKey", Ge, "S"))
+                    .and(cmp("RowKey", Lt, "T")),
+            ),
+            (
+                "PartitionKey eq 'Sales' and (RowKey eq '121' or RowKey eq '322')",
+                eq("PartitionKey", "Sales").and(eq("RowKey", "121").or(eq("RowKey", "322"))),
+            ),
+            (
+                "PartitionKey eq 'Sales' and RowKey ge 'empid_000123' and RowKey lt 'empid_000124'",
+                eq("PartitionKey", "Sales")
+                    .and(cmp("RowKey", Ge, "empid_000123"))
+                    .and(cmp("RowKey", Lt, "empid_000124")),
+            ),
+            (
+                "PartitionKey eq 'email_Sales' and RowKey ge 'a' and RowKey lt 'b'",
+                eq("PartitionKey", "email_Sales")
+                    .and(cmp("RowKey", Ge, "a"))
+                    .and(cmp("RowKey", Lt, "b")),
+            ),
+            (
+                "PartitionKey eq '<emp>' and RowKey ge '01' and RowKey le '02'",
+                eq("PartitionKey", "<emp>")
+                    .and(cmp("RowKey", Ge, "01"))
+                    .and(cmp("RowKey", Le, "02")),
+            ),
+            // patterns.md writes each comparison in parentheses.
+            (
+                "(PartitionKey eq 'Sales') and (RowKey eq 'email_jonesj@contoso.com')",
+                eq("PartitionKey", "Sales").and(eq("RowKey", "email_jonesj@contoso.com")),
+            ),
+            (
+                "(PartitionKey eq 'Sales') and (RowKey ge 'empid_000100') and (RowKey le 'empid_000199')",
+                eq("PartitionKey", "Sales")
+                    .and(cmp("RowKey", Ge, "empid_000100"))
+                    .and(cmp("RowKey", Le, "empid_000199")),
+            ),
+            (
+                "(PartitionKey eq 'empid_Sales') and (RowKey ge '000100') and (RowKey le '000199')",
+                eq("PartitionKey", "empid_Sales")
+                    .and(cmp("RowKey", Ge, "000100"))
+                    .and(cmp("RowKey", Le, "000199")),
+            ),
+            (
+                "(PartitionKey eq 'Sales') and (RowKey ge 'email_a') and (RowKey lt 'email_b')",
+                eq("PartitionKey", "Sales")
+                    .and(cmp("RowKey", Ge, "email_a"))
+                    .and(cmp("RowKey", Lt, "email_b")),
+            ),
+            (
+                "PartitionKey eq 'Channel9' and Rating ge 3",
+                eq("PartitionKey", "Channel9").and(cmp("Rating", Ge, 3)),
+            ),
+        ];
+        for (text, want) in cases {
+            assert_eq!(ok(text), want, "{text}");
+            // And the printer writes it back to the same tree.
+            assert_eq!(ok(&want.to_string()), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn precedence_and_grouping() {
+        let (a, b, c, d) = (eq("A", 1), eq("B", 2), eq("C", 3), eq("D", 4));
+        assert_eq!(
+            ok("A eq 1 or B eq 2 and C eq 3"),
+            a.clone().or(b.clone().and(c.clone()))
+        );
+        assert_eq!(
+            ok("A eq 1 and B eq 2 or C eq 3"),
+            a.clone().and(b.clone()).or(c.clone())
+        );
+        // Nested `or` inside `and`.
+        assert_eq!(
+            ok("A eq 1 and (B eq 2 or C eq 3) and D eq 4"),
+            a.clone().and(b.clone().or(c.clone())).and(d.clone())
+        );
+        assert_eq!(
+            ok("(A eq 1 or B eq 2) and (C eq 3 or D eq 4)"),
+            a.clone().or(b.clone()).and(c.clone().or(d.clone()))
+        );
+        // Left-associative.
+        assert_eq!(
+            ok("A eq 1 or B eq 2 or C eq 3"),
+            a.clone().or(b.clone()).or(c.clone())
+        );
+        assert_eq!(
+            ok("A eq 1 or (B eq 2 or C eq 3)"),
+            a.clone().or(b.clone().or(c.clone()))
+        );
+        assert_eq!(ok("((((A eq 1))))"), a.clone());
+        assert_eq!(ok("not (A eq 1)"), a.clone().negate());
+        assert_eq!(ok("not(A eq 1)"), a.clone().negate());
+        assert_eq!(ok("not not (A eq 1)"), a.clone().negate().negate());
+        assert_eq!(
+            ok("not (A eq 1) and B eq 2"),
+            a.clone().negate().and(b.clone())
+        );
+        assert_eq!(
+            ok("not (A eq 1 and B eq 2) or C eq 3"),
+            a.clone().and(b.clone()).negate().or(c.clone())
+        );
+        assert_eq!(
+            ok("A eq 1 and not (B eq 2 or C eq 3)"),
+            a.clone().and(b.clone().or(c.clone()).negate())
+        );
+    }
+
+    #[test]
+    fn literal_first_is_flipped() {
+        use CmpOp::*;
+        assert_eq!(ok("5 lt Age"), cmp("Age", Gt, 5));
+        assert_eq!(ok("5 le Age"), cmp("Age", Ge, 5));
+        assert_eq!(ok("5 gt Age"), cmp("Age", Lt, 5));
+        assert_eq!(ok("5 ge Age"), cmp("Age", Le, 5));
+        assert_eq!(ok("5 eq Age"), cmp("Age", Eq, 5));
+        assert_eq!(ok("5 ne Age"), cmp("Age", Ne, 5));
+        assert_eq!(ok("'Sales' eq PartitionKey"), eq("PartitionKey", "Sales"));
+        assert_eq!(
+            ok("datetime'2009-05-01T00:00:00Z' le Timestamp"),
+            Expr::cmp("Timestamp", Ge, dt("2009-05-01T00:00:00Z"))
+        );
+    }
+
+    #[test]
+    fn boolean_property_alone() {
+        assert_eq!(ok("Active"), eq("Active", true));
+        assert_eq!(ok("not Active"), eq("Active", true).negate());
+        assert_eq!(ok("not not Active"), eq("Active", true).negate().negate());
+        assert_eq!(
+            ok("Active and not Deleted"),
+            eq("Active", true).and(eq("Deleted", true).negate())
+        );
+        assert_eq!(
+            ok("(Active) or Rating gt 3"),
+            eq("Active", true).or(cmp("Rating", CmpOp::Gt, 3))
+        );
+        assert_eq!(ok("true eq Active"), eq("Active", true));
+        err_at("not Active eq true", 4, "write `not (Active eq …)`");
+        err_at("not 1", 4, "after `not`");
+        err_at("not", 3, "after `not`");
+    }
+
+    #[test]
+    fn whitespace_is_free() {
+        let want = eq("A", 1).and(eq("B", "x"));
+        for text in [
+            "A eq 1 and B eq 'x'",
+            "  A   eq\t1\n and\r\nB eq 'x'   ",
+            "(A eq 1)and(B eq 'x')",
+            "( A eq 1 ) and ( B eq 'x' )",
+        ] {
+            assert_eq!(ok(text), want, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn refused_with_offset_and_reason() {
+        err_at("", 0, "expected a property, a literal");
+        err_at("   ", 3, "expected a property, a literal");
+        err_at("startswith(RowKey, 'a')", 0, "functions (`startswith(…)`)");
+        err_at(
+            "substringof('a', RowKey)",
+            0,
+            "functions (`substringof(…)`)",
+        );
+        err_at(
+            "A eq 1 and startswith(RowKey, 'a') eq true",
+            11,
+            "not supported",
+        );
+        err_at("A eq B", 5, "compares two properties");
+        err_at("1 eq 2", 0, "two literals");
+        err_at("A add 1 eq 2", 2, "arithmetic (`add`)");
+        err_at("A eq 1 add 2", 7, "arithmetic (`add`)");
+        err_at("A eq 1 + 2", 7, "arithmetic is not supported");
+        err_at("A eq - 1", 5, "only a number literal may be negative");
+        err_at("-A eq 1", 0, "only a number literal may be negative");
+        err_at("A eq 1 xyz", 7, "unexpected `xyz`");
+        err_at("A eq 1 B eq 2", 7, "unexpected `B`");
+        err_at("A eq 'abc", 5, "unterminated string");
+        err_at("A eq 'O''", 5, "unterminated string");
+        err_at("A EQ 1", 2, "write `eq`");
+        err_at("A eq 1 AND B eq 2", 7, "unexpected `AND`");
+        err_at("A == 1", 2, "`eq`, `ne`");
+        err_at("A eq 1 && B eq 2", 7, "`and`, `or`");
+        err_at("A eq \"x\"", 5, "single quotes");
+        err_at("A like 'x'", 2, "unexpected `like`");
+        err_at("(A eq 1", 7, "expected `)` to close the `(` at byte 0");
+        err_at("A eq 1)", 6, "without a matching `(`");
+        err_at("()", 1, "expected a property");
+        err_at("A eq 1 and", 10, "expected a property");
+        err_at("A eq 1 or or B eq 2", 10, "found `or`");
+        err_at("A eq", 4, "after the operator");
+        err_at("A eq and", 5, "after the operator");
+        err_at("A eq null", 5, "stores no nulls");
+        err_at("1", 0, "a literal alone is not a condition");
+        err_at("A eq 1 eq true", 7, "cannot be compared");
+        err_at("(A eq 1) eq true", 9, "cannot be compared");
+        err_at("((A eq 1) eq true)", 10, "cannot be compared");
+        err_at("A eq 1 ⊕", 7, "unexpected character '⊕'");
+        // Deep nesting fails cleanly instead of exhausting the stack.
+        let deep = format!("{}A eq 1{}", "(".repeat(10_000), ")".repeat(10_000));
+        err_at(&deep, MAX_DEPTH, "nest deeper");
+        let nots = format!("{}(A eq 1)", "not ".repeat(10_000));
+        assert!(err(&nots).1.contains("nest deeper"));
+        // Nesting well inside the limit is fine.
+        let ok_deep = format!("{}A eq 1{}", "(".repeat(50), ")".repeat(50));
+        assert_eq!(ok(&ok_deep), eq("A", 1));
+    }
+
+    #[test]
+    fn converts_into_an_invalid_input_error() {
+        let e: Error = parse("A eq B").unwrap_err().into();
+        assert!(e.is_invalid_input());
+        let text = e.to_string();
+        assert!(text.contains("at byte 5"), "{text}");
+        assert!(text.contains("compares two properties"), "{text}");
+        assert_eq!(
+            parse("A eq 'x").unwrap_err().to_string(),
+            "invalid filter at byte 5: unterminated string literal: no closing `'`"
+        );
+    }
+
+    #[test]
+    fn hand_built_trees_round_trip() {
+        use CmpOp::*;
+        let g = Uuid::from_u128(0xdead_beef_0000_4000_8000_0000_0000_0001);
+        let leaves = vec![
+            eq("A", "O'Brien"),
+            eq("A", "''"),
+            eq("A", ""),
+            eq("A", "日本語 😀"),
+            cmp("B", Ne, i32::MIN),
+            cmp("B", Gt, i32::MAX),
+            cmp("C", Ge, i64::MIN),
+            cmp("C", Lt, i64::MAX),
+            cmp("C", Le, 0i64),
+            cmp("D", Gt, 1e300),
+            cmp("D", Lt, -1.5e-7),
+            cmp("D", Eq, 0.1),
+            cmp("D", Eq, -0.0),
+            cmp("D", Eq, f64::MIN_POSITIVE),
+            cmp("D", Eq, 5e-324),
+            cmp("D", Eq, f64::MAX),
+            cmp("D", Eq, 2.0),
+            eq("E", true),
+            eq("E", false),
+            Expr::cmp("Timestamp", Ge, dt("2020-07-23T21:20:41.6667782Z")),
+            Expr::cmp("F", Eq, EdmValue::DateTime(crate::edm::min_datetime())),
+            Expr::cmp("F", Eq, EdmValue::DateTime(crate::edm::max_datetime())),
+            eq("G", g),
+            eq("G", Uuid::nil()),
+            eq("H", vec![0u8, 1, 0xab, 0xff]),
+            eq("H", Vec::<u8>::new()),
+            eq("PartitionKey", "Football_7991`"),
+        ];
+        let mut trees = leaves.clone();
+        for (i, a) in leaves.iter().enumerate() {
+            let b = &leaves[(i + 1) % leaves.len()];
+            let c = &leaves[(i + 2) % leaves.len()];
+            trees.push(a.clone().and(b.clone()));
+            trees.push(a.clone().or(b.clone()));
+            trees.push(a.clone().negate());
+            trees.push(a.clone().and(b.clone()).negate());
+            trees.push(a.clone().or(b.clone()).and(c.clone()));
+            trees.push(a.clone().and(b.clone().or(c.clone())));
+            trees.push(a.clone().or(b.clone().or(c.clone())));
+            trees.push(a.clone().and(b.clone().and(c.clone())));
+            trees.push(a.clone().or(b.clone().and(c.clone())).negate().negate());
+            trees.push(a.clone().negate().or(b.clone().negate().and(c.clone())));
+        }
+        for t in trees {
+            let text = t.to_string();
+            assert_eq!(parse(&text), Ok(t), "{text}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn printed_trees_parse_back(e in strategies::expr(strategies::wide_literal())) {
+            let text = e.to_string();
+            prop_assert_eq!(parse(&text), Ok(e), "{}", text);
+        }
+
+        #[test]
+        fn arbitrary_text_never_panics(text in any::<String>()) {
+            let _ = parse(&text);
+        }
+
+        #[test]
+        fn filter_like_text_never_panics(
+            words in prop::collection::vec(
+                prop::sample::select(vec![
+                    "A", "not", "and", "or", "eq", "lt", "(", ")", "'x'", "'", "''", "1", "-",
+                    "1L", "2.5", "1e", "true", "X'0", "guid'", "datetime'", "startswith(", "\t",
+                ]),
+                0..12,
+            ),
+            spaced in any::<bool>(),
+        ) {
+            let text = words.join(if spaced { " " } else { "" });
+            if let Err(e) = parse(&text) {
+                prop_assert!(e.offset() <= text.len());
+            }
+        }
+    }
+}

@@ -1,0 +1,565 @@
+//! The typed filter DSL: comparisons between a [`Column`] and a value of the
+//! column's own Rust type, combined with `&`, `|` and `!`.
+//!
+//! A comparison with a value of another type, or between two columns, does not
+//! compile. Values that have no OData literal (NaN, an out-of-range `u64`) are
+//! reported before any request is sent.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::ops::{BitAnd, BitOr, Not};
+
+use chrono::{DateTime, FixedOffset, Utc};
+use uuid::Uuid;
+
+use super::expr::{CmpOp, Expr};
+use crate::columns::Column;
+use crate::edm::EdmValue;
+use crate::entity::DynamicEntity;
+use crate::error::{Error, Result, ValidationError};
+
+/// The most discrete comparisons the service accepts in one filter.
+pub const MAX_COMPARISONS: usize = 15;
+
+/// A filter over entities of type `E`: a typed expression tree that prints as
+/// an OData `$filter`.
+///
+/// ```
+/// use tablekit::filter::col;
+///
+/// let f = col::<String>("LastName").eq("O'Brien") & col::<i32>("Age").ge(30);
+/// assert_eq!(f.to_odata().unwrap(), "LastName eq 'O''Brien' and Age ge 30");
+/// ```
+pub struct Filter<E> {
+    inner: std::result::Result<Expr, String>,
+    _entity: PhantomData<fn() -> E>,
+}
+
+impl<E> Clone for Filter<E> {
+    fn clone(&self) -> Self {
+        Filter {
+            inner: self.inner.clone(),
+            _entity: PhantomData,
+        }
+    }
+}
+
+impl<E> fmt::Debug for Filter<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.inner {
+            Ok(e) => write!(f, "Filter({e})"),
+            Err(reason) => write!(f, "Filter(invalid: {reason})"),
+        }
+    }
+}
+
+impl<E> Filter<E> {
+    fn from_expr(expr: Expr) -> Self {
+        Filter {
+            inner: Ok(expr),
+            _entity: PhantomData,
+        }
+    }
+
+    fn invalid(reason: String) -> Self {
+        Filter {
+            inner: Err(reason),
+            _entity: PhantomData,
+        }
+    }
+
+    fn combine(self, other: Filter<E>, f: impl FnOnce(Expr, Expr) -> Expr) -> Self {
+        match (self.inner, other.inner) {
+            (Ok(a), Ok(b)) => Filter::from_expr(f(a, b)),
+            (Err(e), _) | (_, Err(e)) => Filter::invalid(e),
+        }
+    }
+
+    /// Both filters hold.
+    pub fn and(self, other: impl Into<Filter<E>>) -> Self {
+        self.combine(other.into(), Expr::and)
+    }
+
+    /// Either filter holds.
+    pub fn or(self, other: impl Into<Filter<E>>) -> Self {
+        self.combine(other.into(), Expr::or)
+    }
+
+    /// The filter does not hold.
+    #[allow(clippy::should_implement_trait)]
+    pub fn not(self) -> Self {
+        match self.inner {
+            Ok(e) => Filter::from_expr(e.negate()),
+            Err(e) => Filter::invalid(e),
+        }
+    }
+
+    /// The expression tree, checked: every value has a literal and there are at
+    /// most 15 comparisons.
+    pub fn expr(&self) -> Result<&Expr> {
+        let expr = self.inner.as_ref().map_err(|reason| {
+            Error::invalid(ValidationError::Query {
+                reason: reason.clone(),
+            })
+        })?;
+        let n = expr.comparisons();
+        if n > MAX_COMPARISONS {
+            return Err(Error::invalid(ValidationError::Query {
+                reason: format!(
+                    "the filter has {n} comparisons; the service allows at most {MAX_COMPARISONS}"
+                ),
+            }));
+        }
+        Ok(expr)
+    }
+
+    /// The OData `$filter` text.
+    pub fn to_odata(&self) -> Result<String> {
+        self.expr().map(ToString::to_string)
+    }
+
+    /// A filter for another entity type over the same expression (for projections).
+    pub fn cast<F>(self) -> Filter<F> {
+        Filter {
+            inner: self.inner,
+            _entity: PhantomData,
+        }
+    }
+}
+
+impl<E> BitAnd for Filter<E> {
+    type Output = Filter<E>;
+    fn bitand(self, rhs: Filter<E>) -> Filter<E> {
+        self.and(rhs)
+    }
+}
+
+impl<E> BitOr for Filter<E> {
+    type Output = Filter<E>;
+    fn bitor(self, rhs: Filter<E>) -> Filter<E> {
+        self.or(rhs)
+    }
+}
+
+impl<E> Not for Filter<E> {
+    type Output = Filter<E>;
+    fn not(self) -> Filter<E> {
+        Filter::not(self)
+    }
+}
+
+/// A Rust type that has an OData literal: the value types of comparable columns.
+pub trait FilterValue {
+    /// The value as a typed literal, or why it has none.
+    fn to_edm(&self) -> std::result::Result<EdmValue, String>;
+}
+
+macro_rules! filter_value {
+    ($($t:ty => |$v:ident| $e:expr),* $(,)?) => {$(
+        impl FilterValue for $t {
+            fn to_edm(&self) -> std::result::Result<EdmValue, String> {
+                let $v = self;
+                $e
+            }
+        }
+    )*};
+}
+
+fn finite(v: f64) -> std::result::Result<EdmValue, String> {
+    if v.is_finite() {
+        Ok(EdmValue::Double(v))
+    } else {
+        Err(format!(
+            "{v} has no OData literal; filters compare finite doubles only"
+        ))
+    }
+}
+
+filter_value! {
+    String => |v| Ok(EdmValue::String(v.clone())),
+    bool => |v| Ok(EdmValue::Boolean(*v)),
+    i8 => |v| Ok(EdmValue::Int32(i32::from(*v))),
+    i16 => |v| Ok(EdmValue::Int32(i32::from(*v))),
+    i32 => |v| Ok(EdmValue::Int32(*v)),
+    u8 => |v| Ok(EdmValue::Int32(i32::from(*v))),
+    u16 => |v| Ok(EdmValue::Int32(i32::from(*v))),
+    i64 => |v| Ok(EdmValue::Int64(*v)),
+    u32 => |v| Ok(EdmValue::Int64(i64::from(*v))),
+    u64 => |v| i64::try_from(*v)
+        .map(EdmValue::Int64)
+        .map_err(|_| format!("{v} does not fit Edm.Int64")),
+    f32 => |v| finite(f64::from(*v)),
+    f64 => |v| finite(*v),
+    DateTime<Utc> => |v| Ok(EdmValue::DateTime(*v)),
+    DateTime<FixedOffset> => |v| Ok(EdmValue::DateTime(v.with_timezone(&Utc))),
+    Uuid => |v| Ok(EdmValue::Guid(*v)),
+    Vec<u8> => |v| Ok(EdmValue::Binary(v.clone())),
+    bytes::Bytes => |v| Ok(EdmValue::Binary(v.to_vec())),
+}
+
+/// A value usable where a column of type `V` is compared: `V` itself, `&V`, and
+/// `&str` for string columns.
+pub trait IntoFilterValue<V> {
+    /// The value as a typed literal, or why it has none.
+    fn into_edm(self) -> std::result::Result<EdmValue, String>;
+}
+
+impl<V: FilterValue> IntoFilterValue<V> for V {
+    fn into_edm(self) -> std::result::Result<EdmValue, String> {
+        self.to_edm()
+    }
+}
+
+impl<V: FilterValue> IntoFilterValue<V> for &V {
+    fn into_edm(self) -> std::result::Result<EdmValue, String> {
+        self.to_edm()
+    }
+}
+
+impl IntoFilterValue<String> for &str {
+    fn into_edm(self) -> std::result::Result<EdmValue, String> {
+        Ok(EdmValue::String(self.to_owned()))
+    }
+}
+
+impl IntoFilterValue<String> for &mut str {
+    fn into_edm(self) -> std::result::Result<EdmValue, String> {
+        Ok(EdmValue::String(self.to_owned()))
+    }
+}
+
+fn compare<E>(name: &str, op: CmpOp, value: std::result::Result<EdmValue, String>) -> Filter<E> {
+    match value {
+        Ok(v) => Filter::from_expr(Expr::cmp(name, op, v)),
+        Err(reason) => Filter::invalid(format!("{name}: {reason}")),
+    }
+}
+
+/// The successor of a prefix in the service's order (UTF-16 code units): the
+/// smallest string greater than every string that starts with `prefix`;
+/// `None` when there is none (empty prefix, or only U+FFFF characters).
+pub fn prefix_successor(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = match last {
+            '\u{FFFF}' => continue,
+            // U+D7FF is followed in UTF-16 order by the surrogates, which encode
+            // U+10000 and above; U+10FFFF (DBFF DFFF) by U+E000.
+            '\u{D7FF}' => '\u{10000}',
+            '\u{10FFFF}' => '\u{E000}',
+            c => match char::from_u32(c as u32 + 1) {
+                Some(n) => n,
+                None => continue,
+            },
+        };
+        chars.push(next);
+        return Some(chars.into_iter().collect());
+    }
+    None
+}
+
+macro_rules! column_methods {
+    ($E:ty) => {
+        /// `column eq value`.
+        pub fn eq<Q: IntoFilterValue<V>>(&self, value: Q) -> Filter<$E> {
+            compare(self.name(), CmpOp::Eq, value.into_edm())
+        }
+        /// `column ne value`.
+        pub fn ne<Q: IntoFilterValue<V>>(&self, value: Q) -> Filter<$E> {
+            compare(self.name(), CmpOp::Ne, value.into_edm())
+        }
+        /// `column gt value`.
+        pub fn gt<Q: IntoFilterValue<V>>(&self, value: Q) -> Filter<$E> {
+            compare(self.name(), CmpOp::Gt, value.into_edm())
+        }
+        /// `column ge value`.
+        pub fn ge<Q: IntoFilterValue<V>>(&self, value: Q) -> Filter<$E> {
+            compare(self.name(), CmpOp::Ge, value.into_edm())
+        }
+        /// `column lt value`.
+        pub fn lt<Q: IntoFilterValue<V>>(&self, value: Q) -> Filter<$E> {
+            compare(self.name(), CmpOp::Lt, value.into_edm())
+        }
+        /// `column le value`.
+        pub fn le<Q: IntoFilterValue<V>>(&self, value: Q) -> Filter<$E> {
+            compare(self.name(), CmpOp::Le, value.into_edm())
+        }
+        /// `low <= column <= high`: `column ge low and column le high`.
+        pub fn between<Q: IntoFilterValue<V>, R: IntoFilterValue<V>>(
+            &self,
+            low: Q,
+            high: R,
+        ) -> Filter<$E> {
+            self.ge(low).and(self.le(high))
+        }
+        /// The column equals one of the values: equalities joined with `or`.
+        /// An empty list matches nothing and is refused before any request.
+        pub fn is_in<I>(&self, values: I) -> Filter<$E>
+        where
+            I: IntoIterator,
+            I::Item: IntoFilterValue<V>,
+        {
+            let mut out: Option<Filter<$E>> = None;
+            for v in values {
+                let f = self.eq(v);
+                out = Some(match out {
+                    None => f,
+                    Some(acc) => acc.or(f),
+                });
+            }
+            out.unwrap_or_else(|| {
+                Filter::invalid(format!("{}: is_in needs at least one value", self.name()))
+            })
+        }
+    };
+}
+
+macro_rules! string_methods {
+    ($E:ty) => {
+        /// The column starts with `prefix`, as the range the service can serve:
+        /// `column ge 'prefix' and column lt '<successor>'` (just `ge ''` for an
+        /// empty prefix, which every string satisfies).
+        pub fn starts_with(&self, prefix: &str) -> Filter<$E> {
+            let low = self.ge(prefix);
+            match prefix_successor(prefix) {
+                Some(high) => low.and(self.lt(high)),
+                None => low,
+            }
+        }
+    };
+}
+
+impl<E, V> Column<E, V> {
+    column_methods!(E);
+}
+
+impl<E> Column<E, String> {
+    string_methods!(E);
+}
+
+impl<E> From<Column<E, bool>> for Filter<E> {
+    /// A Boolean column used as a condition: `Column eq true`.
+    fn from(c: Column<E, bool>) -> Self {
+        c.eq(true)
+    }
+}
+
+impl<E> From<&Column<E, bool>> for Filter<E> {
+    fn from(c: &Column<E, bool>) -> Self {
+        c.eq(true)
+    }
+}
+
+impl<E> Not for Column<E, bool> {
+    type Output = Filter<E>;
+    fn not(self) -> Filter<E> {
+        Filter::from(self).not()
+    }
+}
+
+impl<E> BitAnd<Column<E, bool>> for Filter<E> {
+    type Output = Filter<E>;
+    fn bitand(self, rhs: Column<E, bool>) -> Filter<E> {
+        self.and(rhs)
+    }
+}
+
+impl<E> BitOr<Column<E, bool>> for Filter<E> {
+    type Output = Filter<E>;
+    fn bitor(self, rhs: Column<E, bool>) -> Filter<E> {
+        self.or(rhs)
+    }
+}
+
+impl<E> BitAnd<Filter<E>> for Column<E, bool> {
+    type Output = Filter<E>;
+    fn bitand(self, rhs: Filter<E>) -> Filter<E> {
+        Filter::from(self).and(rhs)
+    }
+}
+
+impl<E> BitOr<Filter<E>> for Column<E, bool> {
+    type Output = Filter<E>;
+    fn bitor(self, rhs: Filter<E>) -> Filter<E> {
+        Filter::from(self).or(rhs)
+    }
+}
+
+/// A column of the untyped [`DynamicEntity`] named at run time; see [`col`].
+pub struct DynColumn<V> {
+    name: String,
+    _value: PhantomData<fn() -> V>,
+}
+
+impl<V> Clone for DynColumn<V> {
+    fn clone(&self) -> Self {
+        DynColumn {
+            name: self.name.clone(),
+            _value: PhantomData,
+        }
+    }
+}
+
+impl<V> fmt::Debug for DynColumn<V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DynColumn({})", self.name)
+    }
+}
+
+impl<V> DynColumn<V> {
+    /// The property's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl<V> DynColumn<V> {
+    column_methods!(DynamicEntity);
+}
+
+impl DynColumn<String> {
+    string_methods!(DynamicEntity);
+}
+
+/// A typed handle on a property of [`DynamicEntity`] rows: `col::<i32>("Age").ge(30)`.
+/// The type parameter picks the literal written for values (and so the Edm type
+/// the service compares with: a property stored as another type never matches).
+pub fn col<V>(name: impl Into<String>) -> DynColumn<V> {
+    DynColumn {
+        name: name.into(),
+        _value: PhantomData,
+    }
+}
+
+impl<V> From<DynColumn<V>> for Filter<DynamicEntity>
+where
+    DynColumn<V>: DynBool,
+{
+    fn from(c: DynColumn<V>) -> Self {
+        compare(c.name(), CmpOp::Eq, Ok(EdmValue::Boolean(true)))
+    }
+}
+
+/// Marks the Boolean dynamic column, which can stand as a condition on its own.
+pub trait DynBool {}
+impl DynBool for DynColumn<bool> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::edm::parse_datetime;
+
+    struct Emp;
+    #[allow(non_upper_case_globals)]
+    const age: Column<Emp, i32> = Column::new("Age");
+    #[allow(non_upper_case_globals)]
+    const last: Column<Emp, String> = Column::new("LastName");
+    #[allow(non_upper_case_globals)]
+    const active: Column<Emp, bool> = Column::new("Active");
+    #[allow(non_upper_case_globals)]
+    const big: Column<Emp, u64> = Column::new("Big");
+    #[allow(non_upper_case_globals)]
+    const score: Column<Emp, f64> = Column::new("Score");
+
+    fn text<E>(f: Filter<E>) -> String {
+        f.to_odata().unwrap()
+    }
+
+    #[test]
+    fn golden_filters() {
+        assert_eq!(text(last.eq("O'Brien")), "LastName eq 'O''Brien'");
+        assert_eq!(
+            text(age.ge(30) & last.eq("Jones")),
+            "Age ge 30 and LastName eq 'Jones'"
+        );
+        assert_eq!(
+            text(last.eq("a") & (age.lt(3) | age.gt(60))),
+            "LastName eq 'a' and (Age lt 3 or Age gt 60)"
+        );
+        assert_eq!(
+            text(!active & age.eq(1)),
+            "not (Active eq true) and Age eq 1"
+        );
+        assert_eq!(text(age.eq(1) & active), "Age eq 1 and Active eq true");
+        assert_eq!(text(age.between(18, 65)), "Age ge 18 and Age le 65");
+        assert_eq!(
+            text(age.is_in([1, 2, 3])),
+            "Age eq 1 or Age eq 2 or Age eq 3"
+        );
+        assert_eq!(text(score.gt(2.0)), "Score gt 2.0");
+        assert_eq!(text(big.le(9_000_000_000_u64)), "Big le 9000000000L");
+        assert_eq!(
+            text(
+                col::<DateTime<Utc>>("Timestamp")
+                    .ge(parse_datetime("2009-05-01T00:00:00Z").unwrap())
+            ),
+            "Timestamp ge datetime'2009-05-01T00:00:00.0000000Z'"
+        );
+    }
+
+    #[test]
+    fn starts_with_is_the_range_trick() {
+        assert_eq!(
+            text(last.starts_with("PDC")),
+            "LastName ge 'PDC' and LastName lt 'PDD'"
+        );
+        assert_eq!(text(last.starts_with("")), "LastName ge ''");
+        assert_eq!(
+            text(last.starts_with("a\u{FFFF}")),
+            "LastName ge 'a\u{FFFF}' and LastName lt 'b'"
+        );
+        assert_eq!(text(last.starts_with("\u{FFFF}")), "LastName ge '\u{FFFF}'");
+        assert_eq!(
+            text(last.starts_with("Football_7991_")),
+            "LastName ge 'Football_7991_' and LastName lt 'Football_7991`'"
+        );
+    }
+
+    #[test]
+    fn successor_follows_utf16_order() {
+        assert_eq!(prefix_successor("a\u{D7FF}").as_deref(), Some("a\u{10000}"));
+        assert_eq!(
+            prefix_successor("a\u{10FFFF}").as_deref(),
+            Some("a\u{E000}")
+        );
+        assert_eq!(
+            prefix_successor("a\u{10000}").as_deref(),
+            Some("a\u{10001}")
+        );
+        // In UTF-16, U+10000 (D800 DC00) sorts between U+D7FF and U+E000.
+        let units = |s: &str| s.encode_utf16().collect::<Vec<_>>();
+        assert!(units("a\u{D7FF}z") < units("a\u{10000}"));
+        assert!(units("a\u{10000}") < units("a\u{E000}"));
+    }
+
+    #[test]
+    fn values_without_a_literal_are_refused_before_io() {
+        for bad in [
+            score.eq(f64::NAN),
+            score.eq(f64::INFINITY),
+            big.eq(u64::MAX),
+            age.is_in(Vec::<i32>::new()),
+        ] {
+            let err = bad.to_odata().unwrap_err();
+            assert!(err.is_invalid_input(), "{err}");
+        }
+        // An invalid part poisons the whole filter.
+        assert!((age.eq(1) | score.eq(f64::NAN)).to_odata().is_err());
+    }
+
+    #[test]
+    fn more_than_fifteen_comparisons_are_refused() {
+        let ok = age.is_in(0..15);
+        assert!(ok.to_odata().is_ok());
+        let err = age.is_in(0..16).to_odata().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid input: query is invalid: the filter has 16 comparisons; the service allows at most 15"
+        );
+        assert!(last
+            .starts_with("x")
+            .and(age.is_in(0..14))
+            .to_odata()
+            .is_err());
+    }
+}

@@ -1,0 +1,11 @@
+//! Compile-time errors of `#[derive(TableEntity)]` (trybuild): each case in
+//! `tests/ui/<topic>/fail_*.rs` has its expected output beside it in a
+//! `.stderr`; `pass_*.rs` cases must compile. Regenerate with
+//! `TRYBUILD=overwrite cargo test --test derive_ui` and read every diff.
+
+#[test]
+fn ui() {
+    let t = trybuild::TestCases::new();
+    t.pass("tests/ui/*/pass_*.rs");
+    t.compile_fail("tests/ui/*/fail_*.rs");
+}
