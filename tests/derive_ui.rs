@@ -1,6 +1,8 @@
-//! Compile-time errors of `#[derive(TableEntity)]` (trybuild): each case in
-//! `tests/ui/<topic>/fail_*.rs` has its expected output beside it in a
-//! `.stderr`; `pass_*.rs` cases must compile. Regenerate with
+//! Compile-time errors of tablekit's macros (trybuild): `#[derive(TableEntity)]`
+//! (topics attrs, enums, generics, keys, names, projection, types, version) and
+//! `filter!`/`odata!` (topic filter). Each case in `tests/ui/<topic>/fail_*.rs`
+//! has its expected output beside it in a `.stderr`; `pass_*.rs` cases must
+//! compile. Regenerate with
 //! `TRYBUILD=overwrite cargo test --test derive_ui` and read every diff.
 
 #[test]

@@ -118,9 +118,19 @@ fn key_checks(c: &Container, s: &KeySource, src: Source) -> TokenStream {
         };
         let ident = f.ident;
         let name = f.rust_name();
-        let sep = match s.parts.get(i + 1) {
-            Some(KeyPart::Lit(l)) => quote!(::core::option::Option::Some(#l)),
-            _ => quote!(::core::option::Option::None),
+        let next_lit = match s.parts.get(i + 1) {
+            Some(KeyPart::Lit(l)) => Some(l),
+            _ => None,
+        };
+        // When writing a value, the runtime checks the whole key's characters
+        // and length before its properties; what only the template knows is a
+        // field holding the separator that follows it (and fixed widths).
+        if matches!(src, Source::SelfFields) && next_lit.is_none() && width.is_none() {
+            continue;
+        }
+        let sep = match next_lit {
+            Some(l) => quote!(::core::option::Option::Some(#l)),
+            None => quote!(::core::option::Option::None),
         };
         let span = f.ty.span();
         let check = match (pass(f), width, src) {

@@ -24,10 +24,10 @@
 //! ```
 //!
 //! The macro is built like serde's: the input is parsed once into an IR
-//! ([`ast`]), collecting every attribute error with its span in one sink
-//! ([`ctxt`]); a check pass ([`check`]) validates the IR; code generation
-//! ([`expand`]) reads only the IR. When anything is wrong, the errors come with a
-//! stub impl ([`fallback`]) so no "trait not implemented" error follows them.
+//! (`ast`), collecting every attribute error with its span in one sink
+//! (`ctxt`); a check pass (`check`) validates the IR; code generation
+//! (`expand`) reads only the IR. When anything is wrong, the errors come with a
+//! stub impl (`fallback`) so no "trait not implemented" error follows them.
 
 #![warn(missing_docs, missing_debug_implementations)]
 #![deny(rustdoc::broken_intra_doc_links)]
@@ -41,6 +41,8 @@ mod check;
 mod ctxt;
 mod expand;
 mod fallback;
+mod filter_macro;
+mod odata_macro;
 mod template;
 mod ty;
 
@@ -61,4 +63,26 @@ pub fn derive_table_entity(input: TokenStream) -> TokenStream {
 #[proc_macro_derive(TableProperties, attributes(tablekit))]
 pub fn derive_table_properties(input: TokenStream) -> TokenStream {
     expand::derive(input.into(), expand::Mode::Properties).into()
+}
+
+/// `filter!(|e| e.department == "Sales" && e.age >= min && !e.active)`: a query
+/// filter written with Rust operators over the entity's typed columns.
+///
+/// The closure body is rewritten into the typed calls (`==` → `eq`, `>=` → `ge`,
+/// `&&` → `and`, `!` → `not`, ...), so each comparison is type-checked against the
+/// column's Rust type. Values are literals and variables; arithmetic, `if`,
+/// comparing two columns, calling methods on values and fields of other structs
+/// are compile errors at the offending token. Pass the result to `Query::filter`.
+#[proc_macro]
+pub fn filter(input: TokenStream) -> TokenStream {
+    filter_macro::expand(input.into()).into()
+}
+
+/// `odata!("LastName eq {name} and Age gt {age}")`: a hand-written OData filter
+/// whose `{placeholders}` (variables, or `{}` with arguments) are written as typed,
+/// escaped literals (`'O''Brien'`, `30`, `9000000000L`, `datetime'…'`). Pass the
+/// result to `Query::filter_raw`; it is parsed before any request.
+#[proc_macro]
+pub fn odata(input: TokenStream) -> TokenStream {
+    odata_macro::expand(input.into()).into()
 }

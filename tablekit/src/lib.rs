@@ -275,6 +275,11 @@ pub use tablekit_derive::TableEntity;
 #[cfg(feature = "derive")]
 pub use tablekit_derive::TableProperties;
 
+/// The query macros: `filter!` (Rust operators over typed columns) and `odata!`
+/// (hand-written OData with escaped values). See [`Query::filter`] and [`Query::filter_raw`].
+#[cfg(feature = "derive")]
+pub use tablekit_derive::{filter, odata};
+
 #[doc(hidden)]
 #[path = "__derive.rs"]
 pub mod __derive;
@@ -282,6 +287,10 @@ pub mod __derive;
 /// Support for tablekit's own macros and benchmarks; not a public API.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::filter::{
+        filter_and, filter_not, filter_of, filter_or, odata_build, odata_value, Condition,
+        ODataPiece, ODataValue,
+    };
     use crate::{Result, TableEntity};
 
     /// Decodes a query response body (`{"value":[...]}`) into `T`s.

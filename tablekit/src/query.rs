@@ -12,7 +12,7 @@ use crate::client::TableClient;
 use crate::columns::EntityColumns;
 use crate::entity::{EntityKey, TableEntity};
 use crate::error::{Error, Result, ValidationError};
-use crate::filter::{self, Filter, QueryPlan, MAX_COMPARISONS};
+use crate::filter::{self, Filter, QueryPlan, RawFilter, MAX_COMPARISONS};
 use crate::validate::{self, MAX_PAGE_SIZE};
 
 /// Where a query resumes: the service's `NextPartitionKey` and `NextRowKey`.
@@ -170,7 +170,7 @@ impl<T: TableEntity> Query<T> {
     /// It is parsed before any request: a syntax error, a comparison between two
     /// properties or more than 15 comparisons fail here. String literals inside
     /// must have their `'` doubled; prefer [`Query::filter`], which escapes for you.
-    pub fn filter_raw(mut self, odata: impl Into<String>) -> Self {
+    pub fn filter_raw(mut self, odata: impl Into<RawFilter>) -> Self {
         self.filter = Some(FilterSpec::Raw(odata.into()));
         self
     }
@@ -193,7 +193,12 @@ impl<T: TableEntity> Query<T> {
                 let e = f.expr()?.clone();
                 (Some(e.to_string()), Some(e))
             }
-            Some(FilterSpec::Raw(text)) => {
+            Some(FilterSpec::Raw(raw)) => {
+                let text = raw.text().map_err(|reason| {
+                    Error::invalid(ValidationError::Query {
+                        reason: reason.to_owned(),
+                    })
+                })?;
                 if text.trim().is_empty() {
                     return Err(Error::invalid(ValidationError::Query {
                         reason: "the filter is empty".into(),
@@ -212,7 +217,7 @@ impl<T: TableEntity> Query<T> {
                         ),
                     }));
                 }
-                (Some(text.clone()), Some(e))
+                (Some(text.to_owned()), Some(e))
             }
         };
         let (plan, residual) = filter::plan_with_residual(expr.as_ref());
@@ -225,7 +230,10 @@ impl<T: TableEntity> Query<T> {
                         row_key,
                     },
                     false,
-                ) => Some(EntityKey::new(partition_key.clone(), row_key.clone())),
+                    // A key no entity can have (a '/' from user input, say) is still
+                    // a valid filter value: such a query runs as a filter, finding nothing.
+                ) => Some(EntityKey::new(partition_key.clone(), row_key.clone()))
+                    .filter(|k| k.validate().is_ok()),
                 _ => None,
             },
             plan,
@@ -459,7 +467,7 @@ pub enum ScanPolicy {
 
 enum FilterSpec<T> {
     Typed(Filter<T>),
-    Raw(String),
+    Raw(RawFilter),
 }
 
 impl<T> fmt::Debug for FilterSpec<T> {

@@ -106,14 +106,22 @@ impl Expr {
         }
     }
 
-    /// `self and other`.
+    /// `self and other`. Chains are kept left-associative (`a and (b and c)` is
+    /// built as `(a and b) and c`, the same condition), so the text needs no
+    /// parentheses and parses back to the same tree.
     pub fn and(self, other: Expr) -> Expr {
-        Expr::And(Box::new(self), Box::new(other))
+        match other {
+            Expr::And(b1, b2) => self.and(*b1).and(*b2),
+            other => Expr::And(Box::new(self), Box::new(other)),
+        }
     }
 
-    /// `self or other`.
+    /// `self or other`, kept left-associative like [`Expr::and`].
     pub fn or(self, other: Expr) -> Expr {
-        Expr::Or(Box::new(self), Box::new(other))
+        match other {
+            Expr::Or(b1, b2) => self.or(*b1).or(*b2),
+            other => Expr::Or(Box::new(self), Box::new(other)),
+        }
     }
 
     /// `not self`.
@@ -265,7 +273,14 @@ mod tests {
         let e = c("A", 1).or(c("B", 2).and(c("C", 3)));
         assert_eq!(e.to_string(), "A eq 1 or B eq 2 and C eq 3");
         let e = c("A", 1).or(c("B", 2).or(c("C", 3)));
-        assert_eq!(e.to_string(), "A eq 1 or (B eq 2 or C eq 3)");
+        assert_eq!(e.to_string(), "A eq 1 or B eq 2 or C eq 3");
+        assert_eq!(e, c("A", 1).or(c("B", 2)).or(c("C", 3)));
+        // Built by hand, a right-nested chain keeps its parentheses.
+        let e = Expr::And(
+            Box::new(c("A", 1)),
+            Box::new(Expr::And(Box::new(c("B", 2)), Box::new(c("C", 3)))),
+        );
+        assert_eq!(e.to_string(), "A eq 1 and (B eq 2 and C eq 3)");
         let e = c("A", 1).and(c("B", 2)).negate();
         assert_eq!(e.to_string(), "not (A eq 1 and B eq 2)");
         let e = c("A", 1).negate().and(c("B", 2));

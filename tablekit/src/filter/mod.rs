@@ -5,6 +5,7 @@ mod eval;
 mod expr;
 mod parse;
 mod plan;
+mod raw;
 mod typed;
 
 pub use eval::matches;
@@ -12,6 +13,12 @@ pub use expr::{CmpOp, Expr};
 pub use parse::{parse, ParseError};
 pub(crate) use plan::plan_with_residual;
 pub use plan::{plan, QueryPlan};
+pub use raw::RawFilter;
+#[doc(hidden)]
+pub use raw::{
+    filter_and, filter_not, filter_of, filter_or, odata_build, odata_value, Condition, ODataPiece,
+    ODataValue,
+};
 pub use typed::{
     col, prefix_successor, DynBool, DynColumn, Filter, FilterValue, IntoFilterValue,
     MAX_COMPARISONS,

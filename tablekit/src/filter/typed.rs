@@ -199,6 +199,11 @@ filter_value! {
 
 /// A value usable where a column of type `V` is compared: `V` itself, `&V`, and
 /// `&str` for string columns.
+#[diagnostic::on_unimplemented(
+    message = "a column of type `{V}` cannot be compared with a value of type `{Self}`",
+    label = "expected a `{V}` (or `&{V}`) here",
+    note = "a filter compares a column with a value of the column's own Rust type; the service cannot compare two columns"
+)]
 pub trait IntoFilterValue<V> {
     /// The value as a typed literal, or why it has none.
     fn into_edm(self) -> std::result::Result<EdmValue, String>;

@@ -11,5 +11,8 @@ struct Three {
 }
 
 fn main() {
-    let _ = tablekit::entity_to_json(&Three { when: String::new(), other: String::new() });
+    let _ = tablekit::entity_to_json(&Three {
+        when: String::new(),
+        other: String::new(),
+    });
 }

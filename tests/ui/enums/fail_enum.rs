@@ -6,7 +6,9 @@ enum Mixed {
     A(DynamicEntity),
     #[tablekit(rename = "A")]
     B(DynamicEntity),
-    C { inner: DynamicEntity },
+    C {
+        inner: DynamicEntity,
+    },
     #[tablekit(unknown)]
     D(DynamicEntity),
     #[tablekit(unknown)]

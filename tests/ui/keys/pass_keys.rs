@@ -1,7 +1,12 @@
 use tablekit::TableEntity;
 
 #[derive(TableEntity)]
-#[tablekit(table = "Employees", partition_key = "{department}", row_key = "empid_{employee_id:08}", version = 2)]
+#[tablekit(
+    table = "Employees",
+    partition_key = "{department}",
+    row_key = "empid_{employee_id:08}",
+    version = 2
+)]
 struct Employee {
     department: String,
     employee_id: u32,

@@ -10,7 +10,11 @@ struct Employee {
 }
 
 #[derive(TableEntity)]
-#[tablekit(projection_of = "Employee", partition_key = "{department}", row_key = "{id}")]
+#[tablekit(
+    projection_of = "Employee",
+    partition_key = "{department}",
+    row_key = "{id}"
+)]
 struct Summary {
     department: String,
     id: String,

@@ -16,7 +16,12 @@ struct Inner {
 }
 
 #[derive(TableEntity)]
-#[tablekit(partition_key = "p", row_key = "r", rename_all = "camelCase", deny_unknown)]
+#[tablekit(
+    partition_key = "p",
+    row_key = "r",
+    rename_all = "camelCase",
+    deny_unknown
+)]
 struct AllKinds {
     a: String,
     b: bytes::Bytes,

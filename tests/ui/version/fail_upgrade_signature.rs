@@ -1,7 +1,12 @@
 use tablekit::TableEntity;
 
 #[derive(TableEntity)]
-#[tablekit(partition_key = "p", row_key = "r", version = 2, upgrade = "Self::upgrade")]
+#[tablekit(
+    partition_key = "p",
+    row_key = "r",
+    version = 2,
+    upgrade = "Self::upgrade"
+)]
 struct Hook {
     a: String,
 }

@@ -1,7 +1,12 @@
 use tablekit::TableEntity;
 
 #[derive(TableEntity)]
-#[tablekit(partition_key = "p", row_key = "r", upgrade = "Self::up", version_property = "V")]
+#[tablekit(
+    partition_key = "p",
+    row_key = "r",
+    upgrade = "Self::up",
+    version_property = "V"
+)]
 struct NoVersion {
     a: String,
 }
@@ -13,7 +18,12 @@ struct ZeroVersion {
 }
 
 #[derive(TableEntity)]
-#[tablekit(partition_key = "p", row_key = "r", version = 2, version_property = "Version")]
+#[tablekit(
+    partition_key = "p",
+    row_key = "r",
+    version = 2,
+    version_property = "Version"
+)]
 struct Clash {
     version: i32,
 }
