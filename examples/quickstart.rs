@@ -1,5 +1,5 @@
-//! The tablekit tour: create a table, insert, read, query, update with an ETag,
-//! run a transaction, delete.
+//! The tablekit tour: a typed entity, a table, insert, read, query, update with
+//! an ETag, a transaction, delete.
 //!
 //! ```text
 //! cargo run --example quickstart
@@ -8,8 +8,24 @@
 //! It uses `TABLEKIT_CONNECTION_STRING` when set (Azure or Azurite), and otherwise
 //! the Azurite emulator on its default port (`UseDevelopmentStorage=true`).
 
+use chrono::{DateTime, Utc};
 use futures::TryStreamExt;
-use tablekit::{DynamicEntity, IfMatch, TableServiceClient, UpdateMode};
+use tablekit::{filter, ETag, IfMatch, TableEntity, TableServiceClient, UpdateMode};
+
+/// A blog post: the channel is the partition (posts of a channel are stored
+/// together and can change together), the post id the row.
+#[derive(TableEntity, Debug, Clone, PartialEq)]
+#[tablekit(partition_key = "{channel}", row_key = "post_{id:06}")]
+struct Post {
+    channel: String,
+    id: u32,
+    text: String,
+    rating: i32,
+    views: i64,
+    posted: DateTime<Utc>,
+    #[tablekit(etag)]
+    etag: Option<ETag>,
+}
 
 const HOW_TO_START_AZURITE: &str = "\
 No Table service answered.
@@ -48,41 +64,42 @@ async fn run() -> tablekit::Result<()> {
         "Quickstart{}",
         &uuid::Uuid::new_v4().simple().to_string()[..8]
     );
-    let blogs = service.table::<DynamicEntity>(&name)?;
-    blogs.create().await?;
+    let posts = service.table::<Post>(&name)?;
+    posts.create().await?;
     println!("created table {name}");
 
-    // Insert: PartitionKey = channel, RowKey = post id, typed properties.
-    let mut post = DynamicEntity::new("Channel9", "Oct-29")
-        .with("Text", "Hello")
-        .with("Rating", 3)
-        .with("Views", 9_000_000_000_i64)
-        .with("Posted", chrono::Utc::now());
-    let written = blogs.insert(&mut post).await?;
+    // Insert. Keys come from the template: PartitionKey "Channel9", RowKey "post_000001".
+    let mut post = Post {
+        channel: "Channel9".into(),
+        id: 1,
+        text: "Hello".into(),
+        rating: 3,
+        views: 9_000_000_000,
+        posted: Utc::now(),
+        etag: None,
+    };
+    posts.insert(&mut post).await?; // `&mut`: the new ETag lands in `post.etag`
     println!(
-        "inserted {}/{} with ETag {}",
-        post.partition_key,
-        post.row_key,
-        written.etag()
+        "inserted {:?} with ETag {}",
+        post.key(),
+        post.etag.as_ref().unwrap()
     );
 
-    // Point read: Option<T>, None when missing.
-    let read = blogs
-        .get(("Channel9", "Oct-29"))
+    // Point read by typed key: Option<Post>, None when missing.
+    let read = posts
+        .get(Post::key("Channel9", 1)?)
         .await?
         .expect("just inserted");
-    println!("read back: Text = {:?}", read.get("Text"));
-    assert!(blogs.get(("Channel9", "nope")).await?.is_none());
+    assert_eq!(read.text, "Hello");
+    assert!(posts.get(Post::key("Channel9", 99)?).await?.is_none());
 
-    // Update with the ETag we hold: applies only if nobody changed the post since.
-    post.set("Text", "Hi there");
+    // Update under the ETag we hold: it applies only if nobody wrote in between.
+    post.text = "Hi there".into();
     let etag = post.etag.clone().expect("filled by the insert");
-    blogs
-        .update(&mut post, UpdateMode::Merge, IfMatch::ETag(etag.clone()))
-        .await?;
-    // A second writer still holding the old ETag is refused with 412.
-    let stale = blogs
-        .update(&read, UpdateMode::Replace, IfMatch::ETag(etag))
+    posts.update(&mut post, UpdateMode::Merge, etag).await?;
+    // A second writer still holding the old version is refused with 412.
+    let stale = posts
+        .update(&read, UpdateMode::Replace, read.etag.clone().unwrap())
         .await
         .expect_err("the ETag is stale");
     println!(
@@ -91,30 +108,37 @@ async fn run() -> tablekit::Result<()> {
     );
 
     // An entity group transaction: all or nothing, one partition.
-    let mut tx = blogs.transaction();
-    for i in 0..3 {
-        tx.insert(
-            &DynamicEntity::new("Channel9", format!("Nov-0{i}"))
-                .with("Text", format!("post {i}"))
-                .with("Rating", i),
-        )?;
+    let mut tx = posts.transaction();
+    for id in 2..5 {
+        tx.insert(&Post {
+            channel: "Channel9".into(),
+            id,
+            text: format!("post {id}"),
+            rating: id as i32,
+            views: 0,
+            posted: Utc::now(),
+            etag: None,
+        })?;
     }
     let result = tx.send().await?;
-    println!("transaction wrote {} entities", result.etags().len());
+    println!("transaction wrote {} posts", result.etags().len());
 
-    // Query: a filter, following continuation tokens as a stream.
-    let good: Vec<DynamicEntity> = blogs
-        .query()
-        .filter(|e| e.partition_key.eq("Channel9") & e.col::<i32>("Rating").ge(2))
-        .stream()
-        .try_collect()
-        .await?;
-    for e in &good {
-        println!("  {} rating {:?}", e.row_key, e.get("Rating"));
+    // A typed query: Rust operators over the entity's columns, checked by the
+    // compiler, sent as `PartitionKey eq 'Channel9' and Rating ge 3`.
+    let min_rating = 3;
+    let query = posts.query().filter(filter!(
+        |p| p.partition_key == "Channel9" && p.rating >= min_rating
+    ));
+    println!("query plan: {}", query.plan()?.name());
+    let good: Vec<Post> = query.stream().try_collect().await?;
+    for p in &good {
+        println!("  {} rated {}: {}", p.id, p.rating, p.text);
     }
 
-    blogs.delete(("Channel9", "Oct-29"), IfMatch::Any).await?;
-    blogs.delete_table().await?;
+    posts
+        .delete(Post::key("Channel9", 1)?, IfMatch::Any)
+        .await?;
+    posts.delete_table().await?;
     println!("deleted table {name}: done");
     Ok(())
 }

@@ -323,3 +323,8 @@ pub mod __private {
         )
     }
 }
+
+/// The README's example, compiled as a doctest so it cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
