@@ -723,7 +723,13 @@ fn columns(c: &Container) -> (TokenStream, TokenStream) {
             #[doc = #doc]
             pub #fi: ::tablekit::Column<#ident, #v>
         });
-        inits.push(quote!(#fi: ::tablekit::Column::new(#name)));
+        inits.push(match f.kind {
+            Kind::Edm(edm) => {
+                let edm = format_ident!("{}", edm);
+                quote!(#fi: ::tablekit::Column::with_edm(#name, ::tablekit::EdmType::#edm))
+            }
+            _ => quote!(#fi: ::tablekit::Column::new(#name)),
+        });
     }
     let doc = format!(
         " The typed column handles of [`{ident}`], one per stored property plus the key and Timestamp columns, for the query DSL (`<{ident} as tablekit::EntityColumns>::columns()`)."
@@ -893,6 +899,7 @@ fn entity_struct(c: &Container) -> TokenStream {
     let needs = etag_field.is_some();
     extra.extend(quote! {
         fn needs_type_annotations() -> ::core::primitive::bool { #needs }
+        fn property_names_checked() -> ::core::primitive::bool { true }
     });
     let mut projection = TokenStream::new();
     if let Some(src) = &c.attrs.projection_of {

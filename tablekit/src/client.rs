@@ -271,7 +271,7 @@ impl<T> fmt::Debug for TableClient<T> {
 }
 
 fn encode<T: TableEntity>(entity: &T) -> Result<(EntityKey, Vec<u8>)> {
-    let mut body = Vec::with_capacity(512);
+    let mut body = Vec::with_capacity(crate::codec::write::ENCODE_CAPACITY);
     write_entity_json(entity, &mut body)?;
     Ok((entity.key(), body))
 }

@@ -7,20 +7,34 @@ use std::marker::PhantomData;
 
 use chrono::{DateTime, Utc};
 
+use crate::edm::EdmType;
 use crate::entity::{DynamicEntity, TableEntity};
 use crate::filter::{col, DynColumn};
 
 /// A stored property of entity type `E` whose values are Rust values of type `V`.
 pub struct Column<E, V> {
     name: &'static str,
+    edm: Option<EdmType>,
     _marker: PhantomData<fn() -> (E, V)>,
 }
 
 impl<E, V> Column<E, V> {
-    /// A handle for the property named `name`.
+    /// A handle for the property named `name`, stored as `V`'s natural Edm type.
     pub const fn new(name: &'static str) -> Self {
         Column {
             name,
+            edm: None,
+            _marker: PhantomData,
+        }
+    }
+
+    /// A handle for a property stored as another Edm type than `V`'s natural one
+    /// (`#[tablekit(edm = "Int64")]` on an `i32`): filters write their literals
+    /// as that type, since the service only matches values of the literal's type.
+    pub const fn with_edm(name: &'static str, edm: EdmType) -> Self {
+        Column {
+            name,
+            edm: Some(edm),
             _marker: PhantomData,
         }
     }
@@ -28,6 +42,11 @@ impl<E, V> Column<E, V> {
     /// The property's name on the wire.
     pub const fn name(&self) -> &'static str {
         self.name
+    }
+
+    /// The Edm type the property is stored as, when it is not `V`'s natural one.
+    pub const fn edm(&self) -> Option<EdmType> {
+        self.edm
     }
 }
 
@@ -41,7 +60,10 @@ impl<E, V> Copy for Column<E, V> {}
 
 impl<E, V> fmt::Debug for Column<E, V> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Column({})", self.name)
+        match self.edm {
+            Some(edm) => write!(f, "Column({} as {edm})", self.name),
+            None => write!(f, "Column({})", self.name),
+        }
     }
 }
 

@@ -80,6 +80,13 @@ pub trait TableEntity: Sized + Send + Sync + 'static {
         true
     }
 
+    /// Whether the names passed to the [`PropertyWriter`] were checked when the
+    /// type was compiled (the derive checks them), so writes skip checking them
+    /// again. A hand-written impl leaves it `false`.
+    fn property_names_checked() -> bool {
+        false
+    }
+
     /// The key of this value.
     fn key(&self) -> EntityKey {
         EntityKey::new(self.partition_key(), self.row_key())

@@ -17,6 +17,8 @@ use crate::validate::{self, MAX_ENTITY_BYTES, MAX_PROPERTIES, MAX_VALUE_BYTES};
 pub(crate) struct EntityChecker {
     count: usize,
     size: usize,
+    /// The names were checked at compile time (derived types).
+    names_checked: bool,
 }
 
 impl EntityChecker {
@@ -28,11 +30,20 @@ impl EntityChecker {
             count: 0,
             // 4 bytes of overhead, the keys as UTF-16.
             size: 4 + validate::utf16_bytes(partition_key) + validate::utf16_bytes(row_key),
+            names_checked: false,
         })
     }
 
+    /// Skips the name checks, for names checked when the type was compiled.
+    pub(crate) fn names_checked(mut self, checked: bool) -> Self {
+        self.names_checked = checked;
+        self
+    }
+
     fn property(&mut self, name: &str, value_size: usize) -> Result<()> {
-        validate::property_name(name)?;
+        if !self.names_checked {
+            validate::property_name(name)?;
+        }
         self.count += 1;
         if self.count > MAX_PROPERTIES {
             return Err(Error::invalid(ValidationError::TooManyProperties {
@@ -235,7 +246,7 @@ impl JsonWriter<'_> {
 pub(crate) fn write_entity_json<T: TableEntity>(entity: &T, out: &mut Vec<u8>) -> Result<()> {
     let pk = entity.partition_key();
     let rk = entity.row_key();
-    let check = EntityChecker::new(&pk, &rk)?;
+    let check = EntityChecker::new(&pk, &rk)?.names_checked(T::property_names_checked());
     out.extend_from_slice(b"{\"PartitionKey\":");
     write_json_str(out, &pk);
     out.extend_from_slice(b",\"RowKey\":");
@@ -247,9 +258,13 @@ pub(crate) fn write_entity_json<T: TableEntity>(entity: &T, out: &mut Vec<u8>) -
     Ok(())
 }
 
+/// The first buffer size for one entity's JSON: most entities fit, so the
+/// buffer is allocated once.
+pub(crate) const ENCODE_CAPACITY: usize = 1024;
+
 /// The JSON encoding of an entity, validated.
 pub fn entity_to_json<T: TableEntity>(entity: &T) -> Result<Vec<u8>> {
-    let mut out = Vec::with_capacity(256);
+    let mut out = Vec::with_capacity(ENCODE_CAPACITY);
     write_entity_json(entity, &mut out)?;
     Ok(out)
 }

@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use super::expr::{CmpOp, Expr};
 use crate::columns::Column;
-use crate::edm::EdmValue;
+use crate::edm::{EdmType, EdmValue};
 use crate::entity::DynamicEntity;
 use crate::error::{Error, Result, ValidationError};
 
@@ -233,6 +233,25 @@ impl IntoFilterValue<String> for &mut str {
     }
 }
 
+/// The literal of a value for a property stored as `edm` (an `edm` override).
+fn coerce(value: EdmValue, edm: Option<EdmType>) -> std::result::Result<EdmValue, String> {
+    let Some(edm) = edm else { return Ok(value) };
+    Ok(match (value, edm) {
+        (v, t) if v.edm_type() == t => v,
+        (EdmValue::Int32(i), EdmType::Int64) => EdmValue::Int64(i64::from(i)),
+        (EdmValue::Int64(i), EdmType::Int32) => EdmValue::Int32(
+            i32::try_from(i).map_err(|_| format!("{i} does not fit the column's Edm.Int32"))?,
+        ),
+        (EdmValue::Guid(g), EdmType::String) => EdmValue::String(g.hyphenated().to_string()),
+        (v, t) => {
+            return Err(format!(
+                "a {} value cannot be written as the column's {t}",
+                v.edm_type()
+            ))
+        }
+    })
+}
+
 fn compare<E>(name: &str, op: CmpOp, value: std::result::Result<EdmValue, String>) -> Filter<E> {
     match value {
         Ok(v) => Filter::from_expr(Expr::cmp(name, op, v)),
@@ -267,27 +286,63 @@ macro_rules! column_methods {
     ($E:ty) => {
         /// `column eq value`.
         pub fn eq<Q: IntoFilterValue<V>>(&self, value: Q) -> Filter<$E> {
-            compare(self.name(), CmpOp::Eq, value.into_edm())
+            compare(
+                self.name(),
+                CmpOp::Eq,
+                value
+                    .into_edm()
+                    .and_then(|v| coerce(v, self.edm_override())),
+            )
         }
         /// `column ne value`.
         pub fn ne<Q: IntoFilterValue<V>>(&self, value: Q) -> Filter<$E> {
-            compare(self.name(), CmpOp::Ne, value.into_edm())
+            compare(
+                self.name(),
+                CmpOp::Ne,
+                value
+                    .into_edm()
+                    .and_then(|v| coerce(v, self.edm_override())),
+            )
         }
         /// `column gt value`.
         pub fn gt<Q: IntoFilterValue<V>>(&self, value: Q) -> Filter<$E> {
-            compare(self.name(), CmpOp::Gt, value.into_edm())
+            compare(
+                self.name(),
+                CmpOp::Gt,
+                value
+                    .into_edm()
+                    .and_then(|v| coerce(v, self.edm_override())),
+            )
         }
         /// `column ge value`.
         pub fn ge<Q: IntoFilterValue<V>>(&self, value: Q) -> Filter<$E> {
-            compare(self.name(), CmpOp::Ge, value.into_edm())
+            compare(
+                self.name(),
+                CmpOp::Ge,
+                value
+                    .into_edm()
+                    .and_then(|v| coerce(v, self.edm_override())),
+            )
         }
         /// `column lt value`.
         pub fn lt<Q: IntoFilterValue<V>>(&self, value: Q) -> Filter<$E> {
-            compare(self.name(), CmpOp::Lt, value.into_edm())
+            compare(
+                self.name(),
+                CmpOp::Lt,
+                value
+                    .into_edm()
+                    .and_then(|v| coerce(v, self.edm_override())),
+            )
         }
         /// `column le value`.
         pub fn le<Q: IntoFilterValue<V>>(&self, value: Q) -> Filter<$E> {
-            compare(self.name(), CmpOp::Le, value.into_edm())
+            compare(
+                self.name(),
+                CmpOp::Le,
+                value
+                    .into_edm()
+                    .and_then(|v| coerce(v, self.edm_override())),
+            )
         }
         /// `low <= column <= high`: `column ge low and column le high`.
         pub fn between<Q: IntoFilterValue<V>, R: IntoFilterValue<V>>(
@@ -336,6 +391,10 @@ macro_rules! string_methods {
 
 impl<E, V> Column<E, V> {
     column_methods!(E);
+
+    fn edm_override(&self) -> Option<EdmType> {
+        self.edm()
+    }
 }
 
 impl<E> Column<E, String> {
@@ -420,6 +479,10 @@ impl<V> DynColumn<V> {
 
 impl<V> DynColumn<V> {
     column_methods!(DynamicEntity);
+
+    fn edm_override(&self) -> Option<EdmType> {
+        None
+    }
 }
 
 impl DynColumn<String> {
@@ -499,6 +562,18 @@ mod tests {
                     .ge(parse_datetime("2009-05-01T00:00:00Z").unwrap())
             ),
             "Timestamp ge datetime'2009-05-01T00:00:00.0000000Z'"
+        );
+    }
+
+    #[test]
+    fn edm_overrides_change_the_literal_type() {
+        const WIDE: Column<Emp, i32> = Column::with_edm("Wide", EdmType::Int64);
+        const ID: Column<Emp, Uuid> = Column::with_edm("Id", EdmType::String);
+        assert_eq!(text(WIDE.ge(30)), "Wide ge 30L");
+        let id = Uuid::from_u128(1);
+        assert_eq!(
+            text(ID.eq(id)),
+            "Id eq '00000000-0000-0000-0000-000000000001'"
         );
     }
 
