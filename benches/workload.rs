@@ -8,17 +8,27 @@
 //! scripts/azurite.sh stop
 //! ```
 //!
-//! Each workload prints one JSON line on stdout; progress and errors go to stderr.
+//! The whole sequence runs once per entity representation, each in fresh tables:
+//! `TABLEKIT_BENCH_ENTITY=typed` (the `#[derive(TableEntity)]` struct [`Employee`]),
+//! `dynamic` (the untyped [`DynamicEntity`]) or `both` (the default: typed, then dynamic).
+//! `TABLEKIT_BENCH_RUNTIME` picks the tokio runtime (see `main`).
+//!
+//! Each workload prints one JSON line on stdout, with `"entity":"typed"` or
+//! `"dynamic"`; progress and errors go to stderr.
 //! Client CPU is `getrusage(RUSAGE_SELF)` (all threads); the server's is read from
 //! `/proc/$AZURITE_PID/stat`. Correctness is checked after the clock stops.
 
 use std::time::Instant;
 
+use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use nix::sys::resource::{getrusage, UsageWho};
 use nix::sys::time::TimeVal;
 use serde_json::json;
-use tablekit::{DynamicEntity, EdmValue, EntityKey, TableClient, TableServiceClient, UpdateMode};
+use tablekit::{
+    DynamicEntity, EdmValue, EntityKey, TableClient, TableEntity, TableServiceClient, UpdateMode,
+};
+use uuid::Uuid;
 
 /// Entities of W2.
 const N1: usize = 1_000;
@@ -63,24 +73,145 @@ fn employee_id(i: usize) -> i64 {
     9_000_000_000 + i as i64
 }
 
-fn entity(i: usize) -> DynamicEntity {
-    let minutes = i64::try_from(i).expect("N fits i64") * 60;
-    let hire_date = chrono::DateTime::from_timestamp(1_577_836_800 + minutes, 0)
-        .expect("HireDate within chrono's range");
-    let id = uuid::Uuid::parse_str(&format!("00000000-0000-4000-8000-{i:012x}"))
-        .expect("the generator's GUID text is valid");
-    let photo: Vec<u8> = (0..64).map(|j| ((i + j) & 0xFF) as u8).collect();
-    DynamicEntity::new(partition_key(i), row_key(i))
-        .with("FirstName", format!("First-{i:08}-abcdef"))
-        .with("LastName", format!("Last-{i:08}-ghijklm"))
-        .with("Email", format!("user{i:08}@example.com"))
-        .with("Age", age(i))
-        .with("Salary", 30000.37 + i as f64)
-        .with("EmployeeId", employee_id(i))
-        .with("HireDate", hire_date)
-        .with("Id", id)
-        .with("Active", i % 3 != 0)
-        .with("Photo", photo)
+/// The workload's entity as a typed struct: the properties of WORKLOAD.md with
+/// their Edm types (the derive's PascalCase names: `first_name` is `FirstName`).
+#[derive(TableEntity, Debug, Clone, PartialEq)]
+struct Employee {
+    #[tablekit(partition_key)]
+    pk: String,
+    #[tablekit(row_key)]
+    rk: String,
+    first_name: String,
+    last_name: String,
+    email: String,
+    /// Edm.Int32.
+    age: i32,
+    /// Edm.Double.
+    salary: f64,
+    /// Edm.Int64.
+    employee_id: i64,
+    /// Edm.DateTime.
+    hire_date: DateTime<Utc>,
+    /// Edm.Guid.
+    id: Uuid,
+    active: bool,
+    /// Edm.Binary.
+    photo: Vec<u8>,
+}
+
+/// What the workload needs of an entity representation.
+trait BenchEntity: TableEntity + Clone {
+    /// The `entity` field of the JSON lines.
+    const KIND: &'static str;
+
+    /// Entity `i` of the generator.
+    fn build(i: usize) -> Self;
+
+    /// W7's change: `Age + 1` and `Salary + 1.0`.
+    fn bump(&mut self);
+
+    /// Age, if it is there as an Int32.
+    fn age(&self) -> Option<i32>;
+
+    /// EmployeeId, if it is there as an Int64.
+    fn employee_id(&self) -> Option<i64>;
+
+    /// The length of Photo, if it is there as Binary.
+    fn photo_len(&self) -> Option<usize>;
+}
+
+impl BenchEntity for Employee {
+    const KIND: &'static str = "typed";
+
+    fn build(i: usize) -> Self {
+        let minutes = i64::try_from(i).expect("N fits i64") * 60;
+        let hire_date = DateTime::from_timestamp(1_577_836_800 + minutes, 0)
+            .expect("HireDate within chrono's range");
+        let id = Uuid::parse_str(&format!("00000000-0000-4000-8000-{i:012x}"))
+            .expect("the generator's GUID text is valid");
+        Employee {
+            pk: partition_key(i),
+            rk: row_key(i),
+            first_name: format!("First-{i:08}-abcdef"),
+            last_name: format!("Last-{i:08}-ghijklm"),
+            email: format!("user{i:08}@example.com"),
+            age: age(i),
+            salary: 30000.37 + i as f64,
+            employee_id: employee_id(i),
+            hire_date,
+            id,
+            active: i % 3 != 0,
+            photo: (0..64).map(|j| ((i + j) & 0xFF) as u8).collect(),
+        }
+    }
+
+    fn bump(&mut self) {
+        self.age += 1;
+        self.salary += 1.0;
+    }
+
+    fn age(&self) -> Option<i32> {
+        Some(self.age)
+    }
+
+    fn employee_id(&self) -> Option<i64> {
+        Some(self.employee_id)
+    }
+
+    fn photo_len(&self) -> Option<usize> {
+        Some(self.photo.len())
+    }
+}
+
+impl BenchEntity for DynamicEntity {
+    const KIND: &'static str = "dynamic";
+
+    /// The same values as the typed generator, as a property bag.
+    fn build(i: usize) -> Self {
+        let e = Employee::build(i);
+        DynamicEntity::new(e.pk, e.rk)
+            .with("FirstName", e.first_name)
+            .with("LastName", e.last_name)
+            .with("Email", e.email)
+            .with("Age", e.age)
+            .with("Salary", e.salary)
+            .with("EmployeeId", e.employee_id)
+            .with("HireDate", e.hire_date)
+            .with("Id", e.id)
+            .with("Active", e.active)
+            .with("Photo", e.photo)
+    }
+
+    fn bump(&mut self) {
+        let (Some(&EdmValue::Int32(age)), Some(&EdmValue::Double(salary))) =
+            (self.get("Age"), self.get("Salary"))
+        else {
+            panic!("{}: Age or Salary missing or mistyped", self.row_key);
+        };
+        self.set("Age", age + 1);
+        self.set("Salary", salary + 1.0);
+    }
+
+    fn age(&self) -> Option<i32> {
+        match self.get("Age") {
+            Some(&EdmValue::Int32(a)) => Some(a),
+            _ => None,
+        }
+    }
+
+    fn employee_id(&self) -> Option<i64> {
+        match self.get("EmployeeId") {
+            Some(&EdmValue::Int64(id)) => Some(id),
+            _ => None,
+        }
+    }
+
+    fn photo_len(&self) -> Option<usize> {
+        match self.get("Photo") {
+            Some(EdmValue::Binary(b)) => Some(b.len()),
+            _ => None,
+        }
+    }
 }
 
 /// Entity `i` of W6 and W7's `k`-th call.
@@ -190,11 +321,12 @@ fn round(x: f64, digits: i32) -> f64 {
 }
 
 /// Prints a workload's JSON line; `n` is the number of entities it wrote or read.
-fn emit(id: &str, what: &str, n: usize, requests: usize, cost: &Cost, ok: bool) {
+fn emit(entity: &str, id: &str, what: &str, n: usize, requests: usize, cost: &Cost, ok: bool) {
     let cpu_s = cost.user_s + cost.sys_s;
     let per = |count: usize| (count > 0).then(|| round(cpu_s * 1e6 / count as f64, 3));
     let line = json!({
         "workload": id,
+        "entity": entity,
         "what": what,
         "n": n,
         "requests": requests,
@@ -247,19 +379,62 @@ fn fail(id: &str, why: impl std::fmt::Display) -> bool {
 // ---------------------------------------------------------------------------
 // The workloads.
 
-/// Runs W1–W7 on fresh tables, deletes them, and returns whether every check passed.
-async fn run(service: TableServiceClient, n: usize, server: Option<Server>) -> bool {
+/// Which entity representations to measure, in order.
+fn kinds_from_env() -> Vec<&'static str> {
+    match std::env::var("TABLEKIT_BENCH_ENTITY") {
+        Err(_) => vec![Employee::KIND, DynamicEntity::KIND],
+        Ok(v) => match v.trim() {
+            "both" | "" => vec![Employee::KIND, DynamicEntity::KIND],
+            "typed" => vec![Employee::KIND],
+            "dynamic" => vec![DynamicEntity::KIND],
+            other => {
+                eprintln!(
+                    "workload: TABLEKIT_BENCH_ENTITY is typed, dynamic or both, not {other:?}"
+                );
+                std::process::exit(2);
+            }
+        },
+    }
+}
+
+/// Runs the whole sequence for each representation in `kinds`; whether every check passed.
+async fn run_all(
+    service: TableServiceClient,
+    n: usize,
+    server: Option<Server>,
+    kinds: Vec<&'static str>,
+) -> bool {
+    let mut all_ok = true;
+    for kind in kinds {
+        all_ok &= if kind == Employee::KIND {
+            run::<Employee>(&service, n, server.as_ref()).await
+        } else {
+            run::<DynamicEntity>(&service, n, server.as_ref()).await
+        };
+    }
+    all_ok
+}
+
+/// Runs W1–W7 with entities of type `T` on fresh tables, deletes them, and
+/// returns whether every check passed.
+async fn run<T: BenchEntity>(
+    service: &TableServiceClient,
+    n: usize,
+    server: Option<&Server>,
+) -> bool {
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_micros());
-    let main_name = format!("tkbench{stamp}");
-    let single_name = format!("tkbench{stamp}single");
-    let table: TableClient<DynamicEntity> = service.table(&main_name).expect("a valid table name");
-    let single: TableClient<DynamicEntity> =
-        service.table(&single_name).expect("a valid table name");
-    eprintln!("workload: N = {n}, tables {main_name} and {single_name}");
+    let main_name = format!("tkbench{stamp}{}", T::KIND);
+    let single_name = format!("tkbench{stamp}{}single", T::KIND);
+    let table: TableClient<T> = service.table(&main_name).expect("a valid table name");
+    let single: TableClient<T> = service.table(&single_name).expect("a valid table name");
+    eprintln!(
+        "workload: {} entities, N = {n}, tables {main_name} and {single_name}",
+        T::KIND
+    );
 
-    let all_ok = workloads(&service, &table, &single, n, server.as_ref()).await;
+    let all_ok = workloads(service, &table, &single, n, server).await;
 
     for t in [&table, &single] {
         if let Err(e) = t.delete_table_if_exists().await {
@@ -269,15 +444,16 @@ async fn run(service: TableServiceClient, n: usize, server: Option<Server>) -> b
     all_ok
 }
 
-async fn workloads(
+async fn workloads<T: BenchEntity>(
     service: &TableServiceClient,
-    table: &TableClient<DynamicEntity>,
-    single: &TableClient<DynamicEntity>,
+    table: &TableClient<T>,
+    single: &TableClient<T>,
     n: usize,
     server: Option<&Server>,
 ) -> bool {
+    let kind = T::KIND;
     // Everything the timed regions use is built first: entities, keys, chunks.
-    let entities: Vec<DynamicEntity> = (0..n).map(entity).collect();
+    let entities: Vec<T> = (0..n).map(T::build).collect();
     let n1 = N1.min(n);
     let k = K.min(n);
     let mut all_ok = true;
@@ -289,7 +465,7 @@ async fn workloads(
     let mut failures = Failures::default();
     failures.note(&created);
     let ok = failures.none("W1");
-    emit("W1", "create table", 0, 1, &cost, ok);
+    emit(kind, "W1", "create table", 0, 1, &cost, ok);
     all_ok &= ok;
     if !ok {
         return false;
@@ -308,16 +484,23 @@ async fn workloads(
     }
     let cost = probe.stop();
     let ok = failures.none("W2");
-    emit("W2", "insert one by one, concurrency 1", n1, n1, &cost, ok);
+    emit(
+        kind,
+        "W2",
+        "insert one by one, concurrency 1",
+        n1,
+        n1,
+        &cost,
+        ok,
+    );
     all_ok &= ok;
 
     // W3: per partition, RowKey order, chunks of <= 100, C transactions in flight.
-    let mut by_partition: Vec<Vec<&DynamicEntity>> = vec![Vec::new(); PARTITIONS];
+    let mut by_partition: Vec<Vec<&T>> = vec![Vec::new(); PARTITIONS];
     for (i, e) in entities.iter().enumerate() {
         by_partition[i % PARTITIONS].push(e);
     }
-    let chunks: Vec<&[&DynamicEntity]> =
-        by_partition.iter().flat_map(|p| p.chunks(BATCH)).collect();
+    let chunks: Vec<&[&T]> = by_partition.iter().flat_map(|p| p.chunks(BATCH)).collect();
     let probe = Probe::start(server);
     // Futures do nothing until polled: each transaction is encoded when its turn comes.
     let sends: Vec<_> = chunks.iter().map(|c| send_chunk(table, c)).collect();
@@ -330,6 +513,7 @@ async fn workloads(
     results.iter().for_each(|r| failures.note(r));
     let ok = failures.none("W3");
     emit(
+        kind,
         "W3",
         "entity-group transactions of <= 100, concurrency 8",
         n,
@@ -341,7 +525,7 @@ async fn workloads(
     drop(results);
 
     // W4: the whole table, 1000 per page, every entity decoded.
-    let mut decoded: Vec<DynamicEntity> = Vec::with_capacity(n);
+    let mut decoded: Vec<T> = Vec::with_capacity(n);
     let mut requests = 0;
     let mut failures = Failures::default();
     let probe = Probe::start(server);
@@ -360,6 +544,7 @@ async fn workloads(
     drop(pages);
     let ok = failures.none("W4") && check_full_scan(&decoded, n);
     emit(
+        kind,
         "W4",
         "query all, $top=1000",
         decoded.len(),
@@ -374,7 +559,7 @@ async fn workloads(
     let expected = (0..n)
         .filter(|&i| i % PARTITIONS == 42 && age(i) >= 30)
         .count();
-    let mut found: Vec<DynamicEntity> = Vec::with_capacity(expected);
+    let mut found: Vec<T> = Vec::with_capacity(expected);
     let mut requests = 0;
     let mut failures = Failures::default();
     let probe = Probe::start(server);
@@ -402,6 +587,7 @@ async fn workloads(
                 format!("{} entities, expected {expected}", found.len()),
             ));
     emit(
+        kind,
         "W5",
         "filtered query in one partition",
         found.len(),
@@ -417,24 +603,24 @@ async fn workloads(
         .iter()
         .map(|&i| EntityKey::new(partition_key(i), row_key(i)))
         .collect();
-    let mut got: Vec<tablekit::Result<Option<DynamicEntity>>> = Vec::with_capacity(k);
+    let mut got: Vec<tablekit::Result<Option<T>>> = Vec::with_capacity(k);
     let probe = Probe::start(server);
     for key in keys {
         got.push(table.get(key).await);
     }
     let cost = probe.stop();
     let ok = check_point_reads(&got, &indices);
-    emit("W6", "point get, concurrency 1", k, k, &cost, ok);
+    emit(kind, "W6", "point get, concurrency 1", k, k, &cost, ok);
     all_ok &= ok;
     drop(got);
 
     // W7: K upsert-merges with Age + 1 and Salary + 1.0, concurrency 1.
-    let updated: Vec<DynamicEntity> = indices
+    let updated: Vec<T> = indices
         .iter()
         .map(|&i| {
-            entity(i)
-                .with("Age", age(i) + 1)
-                .with("Salary", 30000.37 + i as f64 + 1.0)
+            let mut e = T::build(i);
+            e.bump();
+            e
         })
         .collect();
     let mut failures = Failures::default();
@@ -445,17 +631,14 @@ async fn workloads(
     }
     let cost = probe.stop();
     let ok = failures.none("W7") && check_last_merge(table, indices.last().copied()).await;
-    emit("W7", "upsert-merge, concurrency 1", k, k, &cost, ok);
+    emit(kind, "W7", "upsert-merge, concurrency 1", k, k, &cost, ok);
     all_ok &= ok;
 
     all_ok
 }
 
 /// One W3 transaction: encodes its inserts and sends them.
-async fn send_chunk(
-    table: &TableClient<DynamicEntity>,
-    chunk: &[&DynamicEntity],
-) -> tablekit::Result<()> {
+async fn send_chunk<T: BenchEntity>(table: &TableClient<T>, chunk: &[&T]) -> tablekit::Result<()> {
     let mut tx = table.transaction();
     for e in chunk {
         tx.insert(e)?;
@@ -466,23 +649,26 @@ async fn send_chunk(
 // ---------------------------------------------------------------------------
 // Checks, outside the clock.
 
-fn check_full_scan(decoded: &[DynamicEntity], n: usize) -> bool {
+fn check_full_scan<T: BenchEntity>(decoded: &[T], n: usize) -> bool {
     let mut ages: i64 = 0;
     let mut ids: i64 = 0;
     let mut photo_bytes: usize = 0;
     for e in decoded {
-        match e.get("Age") {
-            Some(EdmValue::Int32(a)) => ages += i64::from(*a),
-            other => return fail("W4", format!("{}: Age is {other:?}", e.row_key)),
-        }
-        match e.get("EmployeeId") {
-            Some(EdmValue::Int64(id)) => ids += id - 9_000_000_000,
-            other => return fail("W4", format!("{}: EmployeeId is {other:?}", e.row_key)),
-        }
-        match e.get("Photo") {
-            Some(EdmValue::Binary(b)) => photo_bytes += b.len(),
-            other => return fail("W4", format!("{}: Photo is {other:?}", e.row_key)),
-        }
+        let (Some(age), Some(id), Some(photo)) = (e.age(), e.employee_id(), e.photo_len()) else {
+            return fail(
+                "W4",
+                format!(
+                    "{}: Age {:?}, EmployeeId {:?}, Photo length {:?}",
+                    e.row_key(),
+                    e.age(),
+                    e.employee_id(),
+                    e.photo_len()
+                ),
+            );
+        };
+        ages += i64::from(age);
+        ids += id - 9_000_000_000;
+        photo_bytes += photo;
     }
     let want_ages: i64 = (0..n).map(|i| i64::from(age(i))).sum();
     let n64 = n as i64;
@@ -504,7 +690,10 @@ fn check_full_scan(decoded: &[DynamicEntity], n: usize) -> bool {
     true
 }
 
-fn check_point_reads(got: &[tablekit::Result<Option<DynamicEntity>>], indices: &[usize]) -> bool {
+fn check_point_reads<T: BenchEntity>(
+    got: &[tablekit::Result<Option<T>>],
+    indices: &[usize],
+) -> bool {
     let mut failures = Failures::default();
     got.iter().for_each(|r| failures.note(r));
     if !failures.none("W6") {
@@ -514,29 +703,38 @@ fn check_point_reads(got: &[tablekit::Result<Option<DynamicEntity>>], indices: &
         let Ok(Some(e)) = r else {
             return fail("W6", format!("entity {i} not found"));
         };
-        if e.row_key != row_key(i) || e.get("Age") != Some(&EdmValue::Int32(age(i))) {
+        if e.row_key() != row_key(i) || e.age() != Some(age(i)) {
             return fail(
                 "W6",
-                format!("entity {i}: RowKey {}, Age {:?}", e.row_key, e.get("Age")),
+                format!("entity {i}: RowKey {}, Age {:?}", e.row_key(), e.age()),
             );
         }
     }
     got.len() == indices.len()
 }
 
-async fn check_last_merge(table: &TableClient<DynamicEntity>, last: Option<usize>) -> bool {
+/// Reads the last merged entity back as `T`, and (for the typed representation)
+/// also as a property bag, so that the stored Edm types are checked too.
+async fn check_last_merge<T: BenchEntity>(table: &TableClient<T>, last: Option<usize>) -> bool {
     let Some(i) = last else { return true };
+    let typed_ok = read_back(table, i).await;
+    typed_ok
+        && (T::KIND == DynamicEntity::KIND
+            || read_back(&table.with_type::<DynamicEntity>(), i).await)
+}
+
+/// The one untimed get of W7: `Age + 1` and the Int64 EmployeeId intact.
+async fn read_back<T: BenchEntity>(table: &TableClient<T>, i: usize) -> bool {
     match table.get((partition_key(i), row_key(i))).await {
         Ok(Some(e)) => {
-            let age_ok = e.get("Age") == Some(&EdmValue::Int32(age(i) + 1));
-            let id_ok = e.get("EmployeeId") == Some(&EdmValue::Int64(employee_id(i)));
-            age_ok && id_ok
+            e.age() == Some(age(i) + 1) && e.employee_id() == Some(employee_id(i))
                 || fail(
                     "W7",
                     format!(
-                        "entity {i} reads back Age {:?}, EmployeeId {:?}",
-                        e.get("Age"),
-                        e.get("EmployeeId")
+                        "entity {i} reads back ({}) with Age {:?}, EmployeeId {:?}",
+                        T::KIND,
+                        e.age(),
+                        e.employee_id()
                     ),
                 )
         }
@@ -573,6 +771,7 @@ fn main() {
         },
         Err(_) => DEFAULT_N,
     };
+    let kinds = kinds_from_env();
     let service = match TableServiceClient::from_connection_string(&connection) {
         Ok(s) => s,
         Err(e) => {
@@ -596,13 +795,13 @@ fn main() {
         }
     };
     let runtime = builder.enable_all().build().expect("a tokio runtime");
-    eprintln!("workload: runtime {flavor}");
+    eprintln!("workload: runtime {flavor}, entities {kinds:?}");
     let ok = if flavor == "multi_thread_spawned" {
         runtime
-            .block_on(runtime.spawn(run(service, n, server)))
+            .block_on(runtime.spawn(run_all(service, n, server, kinds)))
             .unwrap_or(false)
     } else {
-        runtime.block_on(run(service, n, server))
+        runtime.block_on(run_all(service, n, server, kinds))
     };
     if !ok {
         std::process::exit(1);
