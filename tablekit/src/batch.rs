@@ -132,10 +132,6 @@ fn boundary_of(content_type: &str) -> Option<&str> {
     })
 }
 
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    memchr::memmem::find(hay, needle)
-}
-
 /// Splits `body` at its boundary lines and walks every part: nested multiparts
 /// are entered, `application/http` parts are parsed as HTTP responses.
 fn collect_parts<'a>(
@@ -149,8 +145,11 @@ fn collect_parts<'a>(
     }
     let delim = format!("--{boundary}");
     let delim = delim.as_bytes();
+    // One finder for the whole body: building it costs more than a search.
+    let finder = memchr::memmem::Finder::new(delim);
+    let find = |hay: &[u8]| finder.find(hay);
     let mut rest = body;
-    let Some(first) = find(rest, delim) else {
+    let Some(first) = find(rest) else {
         return Err(Error::decode("transaction response without its boundary"));
     };
     rest = &rest[first + delim.len()..];
@@ -158,7 +157,7 @@ fn collect_parts<'a>(
         if rest.starts_with(b"--") {
             return Ok(());
         }
-        let end = find(rest, delim).unwrap_or(rest.len());
+        let end = find(rest).unwrap_or(rest.len());
         let part = trim_line_break(&rest[..end]);
         let part = skip_line_break(part);
         let (headers, content) = split_head(part);

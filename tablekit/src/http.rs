@@ -158,6 +158,9 @@ struct Request {
 impl HttpBackend {
     pub(crate) fn new(account: Account, options: &HttpOptions) -> Result<Self> {
         let client = reqwest::Client::builder()
+            // The Table service never redirects, and a signed request must not
+            // be replayed elsewhere; it also spares a URL parse per request.
+            .redirect(reqwest::redirect::Policy::none())
             .pool_max_idle_per_host(options.pool_max_idle_per_host)
             .tcp_nodelay(true)
             .timeout(options.timeout)
