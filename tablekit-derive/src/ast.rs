@@ -34,7 +34,7 @@ pub(crate) enum Data<'a> {
 /// How a field is stored.
 #[derive(Clone)]
 pub(crate) enum Kind {
-    /// By its natural Edm type (`tablekit::__derive::Property`).
+    /// By its natural Edm type (`tablekit::__private::Property`).
     Native,
     /// As the Edm type named by `edm = "..."`.
     Edm(&'static str),

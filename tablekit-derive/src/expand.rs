@@ -1,7 +1,7 @@
 //! Code generation. Reads only the IR ([`crate::ast`]), after the check pass.
 //!
 //! Generated code names only `::tablekit::...` (support items under
-//! `::tablekit::__derive`) and `::core::...` paths, prefixes its local names
+//! `::tablekit::__private`) and `::core::...` paths, prefixes its local names
 //! with `__tk_`, and sits in `const _: () = { ... };` except for the public
 //! `{Name}Columns` type.
 
@@ -49,7 +49,7 @@ pub(crate) fn derive(input: TokenStream, mode: Mode) -> TokenStream {
 }
 
 fn d() -> TokenStream {
-    quote!(::tablekit::__derive)
+    quote!(::tablekit::__private)
 }
 
 fn result(t: TokenStream) -> TokenStream {

@@ -21,19 +21,19 @@ pub(crate) fn stub(c: &Container) -> TokenStream {
                 #[automatically_derived]
                 #[allow(unused_variables, unreachable_code)]
                 impl ::tablekit::TableEntity for #ident {
-                    fn partition_key(&self) -> ::tablekit::__derive::Cow<'_, ::core::primitive::str> {
+                    fn partition_key(&self) -> ::tablekit::__private::Cow<'_, ::core::primitive::str> {
                         ::core::unreachable!()
                     }
-                    fn row_key(&self) -> ::tablekit::__derive::Cow<'_, ::core::primitive::str> {
+                    fn row_key(&self) -> ::tablekit::__private::Cow<'_, ::core::primitive::str> {
                         ::core::unreachable!()
                     }
                     fn write_properties<__TkW: ::tablekit::PropertyWriter + ?::core::marker::Sized>(
                         &self,
                         __tk_out: &mut __TkW,
-                    ) -> ::tablekit::__derive::Result<()> {
+                    ) -> ::tablekit::__private::Result<()> {
                         ::core::unreachable!()
                     }
-                    fn decode(__tk_entity: &::tablekit::RawEntity<'_>) -> ::tablekit::__derive::Result<Self> {
+                    fn decode(__tk_entity: &::tablekit::RawEntity<'_>) -> ::tablekit::__private::Result<Self> {
                         ::core::unreachable!()
                     }
                 }
@@ -50,17 +50,17 @@ pub(crate) fn stub(c: &Container) -> TokenStream {
             const _: () = {
                 #[automatically_derived]
                 #[allow(unused_variables, unreachable_code)]
-                impl ::tablekit::__derive::TableProperties for #ident {
+                impl ::tablekit::__private::TableProperties for #ident {
                     fn write_properties<__TkW: ::tablekit::PropertyWriter + ?::core::marker::Sized>(
                         &self,
                         __tk_out: &mut __TkW,
-                    ) -> ::tablekit::__derive::Result<()> {
+                    ) -> ::tablekit::__private::Result<()> {
                         ::core::unreachable!()
                     }
                     fn read_properties(
                         __tk_entity: &::tablekit::RawEntity<'_>,
                         __tk_prefix: &::core::primitive::str,
-                    ) -> ::tablekit::__derive::Result<Self> {
+                    ) -> ::tablekit::__private::Result<Self> {
                         ::core::unreachable!()
                     }
                     fn is_known(__tk_name: &::core::primitive::str) -> ::core::primitive::bool {

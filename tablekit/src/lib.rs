@@ -281,48 +281,8 @@ pub use tablekit_derive::TableProperties;
 pub use tablekit_derive::{filter, odata};
 
 #[doc(hidden)]
-#[path = "__derive.rs"]
-pub mod __derive;
-
-/// Support for tablekit's own macros and benchmarks; not a public API.
-#[doc(hidden)]
-pub mod __private {
-    pub use crate::filter::{
-        filter_and, filter_not, filter_of, filter_or, odata_build, odata_value, Condition,
-        ODataPiece, ODataValue,
-    };
-    use crate::{Result, TableEntity};
-
-    /// Decodes a query response body (`{"value":[...]}`) into `T`s.
-    pub fn decode_page<T: TableEntity>(body: &[u8]) -> Result<Vec<T>> {
-        let mut out = Vec::new();
-        crate::codec::read::decode_page(body, &mut out)?;
-        Ok(out)
-    }
-
-    /// The `Authorization` header value of a SharedKey-signed request.
-    pub fn sign_shared_key(
-        account: &str,
-        key: &crate::AccountKey,
-        method: &str,
-        content_type: &str,
-        date: &str,
-        path: &str,
-    ) -> String {
-        crate::auth::shared_key(
-            account,
-            key,
-            &crate::auth::StringToSign {
-                method,
-                content_md5: "",
-                content_type,
-                date,
-                path,
-                comp: None,
-            },
-        )
-    }
-}
+#[path = "__private.rs"]
+pub mod __private;
 
 /// The README's example, compiled as a doctest so it cannot drift from the API.
 #[cfg(doctest)]
