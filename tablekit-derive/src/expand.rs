@@ -797,8 +797,32 @@ fn projection_checks(c: &Container, src: &syn::Path) -> TokenStream {
         );
         let v = column_value_type(f);
         let annot = quote_spanned!(f.ty.span()=> ::tablekit::Column<#src, #v>);
+        // The stored Edm type must agree too when either side overrides it
+        // (`edm = "Int64"` on an i32): the same Rust type could read the other
+        // side's values wrongly.
+        let (edm_pattern, edm_text) = match f.kind {
+            Kind::Edm(edm) => {
+                let e = format_ident!("{}", edm);
+                (
+                    quote!(::core::option::Option::Some(::tablekit::EdmType::#e)),
+                    format!("Edm.{edm}"),
+                )
+            }
+            _ => (
+                quote!(::core::option::Option::None),
+                "its natural Edm type".to_owned(),
+            ),
+        };
+        let edm_msg = format!(
+            "{}.{} is stored as {edm_text}, but {} stores its `{}` as another Edm type: give the projection's field the same `edm`",
+            c.ident,
+            f.rust_name(),
+            quote!(#src),
+            f.rust_name()
+        );
         let assert = quote_spanned! {span=>
             ::core::assert!(#d::str_eq(__TK_COLUMN.name(), #name), #msg);
+            ::core::assert!(::core::matches!(__TK_COLUMN.edm(), #edm_pattern), #edm_msg);
         };
         checks.push(quote! {
             const _: () = {
