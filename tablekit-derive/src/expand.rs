@@ -921,9 +921,13 @@ fn entity_struct(c: &Container) -> TokenStream {
     // Query answers without metadata carry no ETag, so a type that keeps the
     // ETag asks for annotations (minimal metadata) to get it.
     let needs = etag_field.is_some();
+    // Flattened names are built at run time (`Outer_Inner`): only a struct
+    // without them has every name checked, and unique, at compile time.
+    let names_checked = !fields.iter().any(|f| matches!(f.kind, Kind::Flatten));
     extra.extend(quote! {
         fn needs_type_annotations() -> ::core::primitive::bool { #needs }
-        fn property_names_checked() -> ::core::primitive::bool { true }
+        fn property_names_checked() -> ::core::primitive::bool { #names_checked }
+        fn unique_property_names() -> ::core::primitive::bool { #names_checked }
     });
     let mut projection = TokenStream::new();
     if let Some(src) = &c.attrs.projection_of {

@@ -87,6 +87,13 @@ pub trait TableEntity: Sized + Send + Sync + 'static {
         false
     }
 
+    /// Whether the type can never write two properties with one name (a map, or
+    /// a derived struct with no flattened fields), so writes skip looking for
+    /// duplicates. A hand-written impl leaves it `false`.
+    fn unique_property_names() -> bool {
+        false
+    }
+
     /// The key of this value.
     fn key(&self) -> EntityKey {
         EntityKey::new(self.partition_key(), self.row_key())
@@ -429,6 +436,11 @@ impl TableEntity for DynamicEntity {
 
     fn set_timestamp(&mut self, timestamp: DateTime<Utc>) {
         self.timestamp = Some(timestamp);
+    }
+
+    fn unique_property_names() -> bool {
+        // `Properties` replaces on insert: a name appears once.
+        true
     }
 }
 

@@ -19,6 +19,8 @@ pub(crate) struct EntityChecker {
     size: usize,
     /// The names were checked at compile time (derived types).
     names_checked: bool,
+    /// Hashes of the names seen so far, when the type cannot promise unique names.
+    seen: Option<Vec<u64>>,
 }
 
 impl EntityChecker {
@@ -31,7 +33,14 @@ impl EntityChecker {
             // 4 bytes of overhead, the keys as UTF-16.
             size: 4 + validate::utf16_bytes(partition_key) + validate::utf16_bytes(row_key),
             names_checked: false,
+            seen: None,
         })
+    }
+
+    /// Looks for two properties with one name (types that cannot rule it out).
+    pub(crate) fn find_duplicates(mut self, find: bool) -> Self {
+        self.seen = find.then(Vec::new);
+        self
     }
 
     /// Skips the name checks, for names checked when the type was compiled.
@@ -43,6 +52,19 @@ impl EntityChecker {
     fn property(&mut self, name: &str, value_size: usize) -> Result<()> {
         if !self.names_checked {
             validate::property_name(name)?;
+        }
+        if let Some(seen) = &mut self.seen {
+            // FNV-1a: a 64-bit collision between two names of one entity is not a
+            // practical concern, and it spares keeping the names themselves.
+            let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+            });
+            if seen.contains(&hash) {
+                return Err(Error::invalid(ValidationError::DuplicateProperty {
+                    name: name.to_owned(),
+                }));
+            }
+            seen.push(hash);
         }
         self.count += 1;
         if self.count > MAX_PROPERTIES {
@@ -246,7 +268,9 @@ impl JsonWriter<'_> {
 pub(crate) fn write_entity_json<T: TableEntity>(entity: &T, out: &mut Vec<u8>) -> Result<()> {
     let pk = entity.partition_key();
     let rk = entity.row_key();
-    let check = EntityChecker::new(&pk, &rk)?.names_checked(T::property_names_checked());
+    let check = EntityChecker::new(&pk, &rk)?
+        .names_checked(T::property_names_checked())
+        .find_duplicates(!T::unique_property_names());
     out.extend_from_slice(b"{\"PartitionKey\":");
     write_json_str(out, &pk);
     out.extend_from_slice(b",\"RowKey\":");
@@ -465,6 +489,31 @@ mod tests {
         assert!(entity_to_json(&DynamicEntity::new("p/", "r")).is_err());
         assert!(entity_to_json(&DynamicEntity::new("p", "r").with("Timestamp", 1)).is_err());
         assert!(entity_to_json(&DynamicEntity::new("p", "r").with("a-b", 1)).is_err());
+    }
+
+    #[test]
+    fn a_type_that_may_repeat_a_name_is_checked_for_duplicates() {
+        struct Twice;
+        impl TableEntity for Twice {
+            fn partition_key(&self) -> std::borrow::Cow<'_, str> {
+                "p".into()
+            }
+            fn row_key(&self) -> std::borrow::Cow<'_, str> {
+                "r".into()
+            }
+            fn write_properties<W: PropertyWriter + ?Sized>(&self, out: &mut W) -> Result<()> {
+                out.int32("A", 1)?;
+                out.int32("B", 2)?;
+                out.int32("A", 3)
+            }
+            fn decode(_: &crate::RawEntity<'_>) -> Result<Self> {
+                Ok(Twice)
+            }
+        }
+        assert_eq!(
+            entity_to_json(&Twice).unwrap_err().validation(),
+            Some(&ValidationError::DuplicateProperty { name: "A".into() })
+        );
     }
 
     #[test]
