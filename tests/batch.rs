@@ -249,6 +249,7 @@ async fn invalid_entity_in_a_transaction_is_rejected_with_its_index() {
     let err = tx.delete((PK, "a#b"), IfMatch::Any).unwrap_err();
     let msg = common::assert_invalid(&err);
     assert!(msg.contains("RowKey") && msg.contains("'#'"), "{msg}");
+    assert_eq!(err.batch_index(), Some(1));
     assert_eq!(tx.len(), 1);
 }
 

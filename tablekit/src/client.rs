@@ -632,7 +632,7 @@ impl<T: TableEntity> Transaction<T> {
                 "a transaction holds at most {MAX_BATCH_OPERATIONS} operations"
             ));
         }
-        key.validate()?;
+        // Keys were validated by the caller: the encoder for entities, `delete` for keys.
         if let Some(first) = self.ops.first() {
             if first.key.partition_key != key.partition_key {
                 return fail(format!(
@@ -699,7 +699,14 @@ impl<T: TableEntity> Transaction<T> {
         key: impl Into<EntityKey>,
         if_match: impl Into<IfMatch>,
     ) -> Result<&mut Self> {
-        self.push(BatchKind::Delete(if_match.into()), key.into(), None)
+        let key = key.into();
+        if let Err(v) = key.validate() {
+            return Err(Error::invalid(ValidationError::Batch {
+                index: Some(self.ops.len()),
+                reason: v.to_string(),
+            }));
+        }
+        self.push(BatchKind::Delete(if_match.into()), key, None)
     }
 
     /// The number of operations added.
