@@ -739,10 +739,10 @@ pub fn sign_shared_key(
     date: &str,
     path: &str,
 ) -> String {
-    crate::auth::shared_key(
+    crate::backend::http::auth::shared_key(
         account,
         key,
-        &crate::auth::StringToSign {
+        &crate::backend::http::auth::StringToSign {
             method,
             content_md5: "",
             content_type,

@@ -67,30 +67,24 @@
 #![warn(missing_docs, missing_debug_implementations)]
 #![deny(rustdoc::broken_intra_doc_links)]
 
-pub mod account;
-mod auth;
 mod backend;
-mod batch;
-mod client;
 mod codec;
 mod columns;
 pub mod edm;
 mod entity;
 mod error;
 pub mod filter;
-mod http;
-mod query;
+mod table;
 pub mod validate;
+
+pub use backend::http::account;
 
 pub use account::{
     Account, AccountKey, Credential, SasProtocol, SasToken, TableSas, TableSasPermissions,
     TokenCredential,
 };
-pub use backend::Written;
-pub use client::{
-    ClientOptions, Get, ListTables, TableClient, TableServiceClient, Transaction,
-    TransactionResult, WriteTarget,
-};
+pub use backend::http::{HttpOptions, Metadata, RetryPolicy, API_VERSION};
+pub use backend::{Continuation, Written};
 pub use codec::write::entity_to_json;
 pub use columns::{Column, DynamicColumns, EntityColumns};
 pub use edm::{EdmType, EdmValue};
@@ -103,8 +97,11 @@ pub use error::{
     ValidationError,
 };
 pub use filter::{col, Filter, QueryPlan};
-pub use http::{HttpOptions, Metadata, RetryPolicy, API_VERSION};
-pub use query::{Continuation, EntityStream, Page, PageStream, Query, ScanPolicy};
+pub use table::{
+    ClientOptions, Get, ListTables, TableClient, TableServiceClient, Transaction,
+    TransactionResult, WriteTarget,
+};
+pub use table::{EntityStream, Page, PageStream, Query, ScanPolicy};
 
 /// `#[derive(TableEntity)]`: a plain struct becomes an entity type.
 ///

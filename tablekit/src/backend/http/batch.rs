@@ -1,10 +1,10 @@
 //! The `multipart/mixed` wire format of entity group transactions: one batch
 //! holding one changeset, one HTTP request per operation.
 
+use super::wire::{entity_resource, parse_error_body, split_batch_index};
 use crate::backend::{BatchKind, BatchOp};
 use crate::entity::{ETag, UpdateMode};
 use crate::error::{Error, ErrorKind, Result, ServiceError};
-use crate::http::{entity_resource, parse_error_body, split_batch_index};
 
 /// An encoded transaction request.
 pub(crate) struct Encoded {

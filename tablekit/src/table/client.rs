@@ -10,13 +10,14 @@ use std::sync::Arc;
 
 use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
 
-use crate::account::Account;
+use super::handle::{is_missing_entity, TableHandle};
+use super::query::{self, Query, ScanPolicy};
+use crate::backend::http::account::Account;
+use crate::backend::http::{HttpBackend, HttpOptions};
 use crate::backend::{Backend, BatchKind, BatchOp, Operation, Response, Written};
 use crate::codec::write::write_entity_json;
 use crate::entity::{ETag, EntityKey, IfMatch, TableEntity, UpdateMode};
 use crate::error::{Error, Result, ValidationError};
-use crate::http::{HttpBackend, HttpOptions};
-use crate::query::{self, Query, ScanPolicy};
 use crate::validate::{self, MAX_BATCH_BYTES, MAX_BATCH_OPERATIONS};
 
 /// Options of a [`TableServiceClient`].
@@ -74,9 +75,11 @@ impl TableServiceClient {
     pub fn table<T: TableEntity>(&self, name: &str) -> Result<TableClient<T>> {
         validate::table_name(name)?;
         Ok(TableClient {
-            backend: self.backend.clone(),
-            name: Arc::from(name),
-            scan_policy: ScanPolicy::default(),
+            handle: TableHandle {
+                backend: self.backend.clone(),
+                name: Arc::from(name),
+                scan_policy: ScanPolicy::default(),
+            },
             _t: PhantomData,
         })
     }
@@ -244,18 +247,14 @@ impl<T: TableEntity> WriteTarget<T> for &mut T {
 ///
 /// `TableClient<DynamicEntity>` is the untyped form.
 pub struct TableClient<T> {
-    backend: Arc<dyn Backend>,
-    name: Arc<str>,
-    scan_policy: ScanPolicy,
+    handle: TableHandle,
     _t: PhantomData<fn() -> T>,
 }
 
 impl<T> Clone for TableClient<T> {
     fn clone(&self) -> Self {
         TableClient {
-            backend: self.backend.clone(),
-            name: self.name.clone(),
-            scan_policy: self.scan_policy,
+            handle: self.handle.clone(),
             _t: PhantomData,
         }
     }
@@ -264,7 +263,7 @@ impl<T> Clone for TableClient<T> {
 impl<T> fmt::Debug for TableClient<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TableClient")
-            .field("table", &self.name)
+            .field("table", &self.handle.name)
             .field("entity", &std::any::type_name::<T>())
             .finish()
     }
@@ -279,23 +278,19 @@ fn encode<T: TableEntity>(entity: &T) -> Result<(EntityKey, Vec<u8>)> {
 impl<T> TableClient<T> {
     /// The table's name.
     pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    pub(crate) fn backend(&self) -> &Arc<dyn Backend> {
-        &self.backend
+        &self.handle.name
     }
 
     /// What queries that would read the whole table do: run ([`ScanPolicy::Allow`],
     /// the default), log a warning through `tracing`, or fail before any request.
     pub fn with_scan_policy(mut self, policy: ScanPolicy) -> Self {
-        self.scan_policy = policy;
+        self.handle.scan_policy = policy;
         self
     }
 
     /// The table-scan policy.
     pub fn scan_policy(&self) -> ScanPolicy {
-        self.scan_policy
+        self.handle.scan_policy
     }
 }
 
@@ -303,17 +298,18 @@ impl<T: TableEntity> TableClient<T> {
     /// The same table read and written as another type (e.g. `DynamicEntity`).
     pub fn with_type<U: TableEntity>(&self) -> TableClient<U> {
         TableClient {
-            backend: self.backend.clone(),
-            name: self.name.clone(),
-            scan_policy: self.scan_policy,
+            handle: self.handle.clone(),
             _t: PhantomData,
         }
     }
 
     /// Creates the table; fails with a conflict if it exists.
     pub async fn create(&self) -> Result<()> {
-        self.backend
-            .execute(Operation::CreateTable { table: &self.name })
+        self.handle
+            .backend
+            .execute(Operation::CreateTable {
+                table: &self.handle.name,
+            })
             .await
             .map(drop)
     }
@@ -329,8 +325,11 @@ impl<T: TableEntity> TableClient<T> {
 
     /// Deletes the table and all its entities.
     pub async fn delete_table(&self) -> Result<()> {
-        self.backend
-            .execute(Operation::DeleteTable { table: &self.name })
+        self.handle
+            .backend
+            .execute(Operation::DeleteTable {
+                table: &self.handle.name,
+            })
             .await
             .map(drop)
     }
@@ -349,18 +348,18 @@ impl<T: TableEntity> TableClient<T> {
         let body = bytes::Bytes::from(body);
         let op = match kind {
             WriteKind::Insert => Operation::Insert {
-                table: &self.name,
+                table: &self.handle.name,
                 body,
             },
             WriteKind::Write(mode, if_match) => Operation::Write {
-                table: &self.name,
+                table: &self.handle.name,
                 key: &key,
                 body,
                 mode,
                 if_match,
             },
         };
-        match self.backend.execute(op).await? {
+        match self.handle.backend.execute(op).await? {
             Response::Written(w) => {
                 target.written(&w);
                 Ok(w)
@@ -405,9 +404,10 @@ impl<T: TableEntity> TableClient<T> {
         let key = key.into();
         key.validate()?;
         let if_match = if_match.into();
-        self.backend
+        self.handle
+            .backend
             .execute(Operation::Delete {
-                table: &self.name,
+                table: &self.handle.name,
                 key: &key,
                 if_match: &if_match,
             })
@@ -439,40 +439,9 @@ impl<T: TableEntity> TableClient<T> {
         }
     }
 
-    pub(crate) async fn get_with_etag(
-        &self,
-        key: &EntityKey,
-        select: Option<&str>,
-    ) -> Result<Option<(T, Option<ETag>)>> {
-        key.validate()?;
-        let resp = self
-            .backend
-            .execute(Operation::Get {
-                table: &self.name,
-                key,
-                select,
-                annotations: T::needs_type_annotations(),
-            })
-            .await;
-        match resp {
-            Ok(Response::Entity(Some(payload))) => {
-                let mut entity: T = payload.decode_one()?;
-                let etag = payload.etag().map(ETag::new);
-                if let Some(e) = &etag {
-                    entity.set_etag(e.clone());
-                }
-                Ok(Some((entity, etag)))
-            }
-            Ok(Response::Entity(None)) => Ok(None),
-            Ok(_) => Err(Error::decode("unexpected answer to a point read")),
-            Err(e) if is_missing_entity(&e) => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
     /// A query over the table; see [`Query`].
     pub fn query(&self) -> Query<T> {
-        Query::new(self.clone())
+        Query::new(self.handle.clone())
     }
 
     /// An entity group transaction: up to 100 operations on entities of one
@@ -502,7 +471,7 @@ impl<T: TableEntity> TableClient<T> {
         let key = key.into();
         let mut attempt = 0;
         loop {
-            let Some((mut entity, etag)) = self.get_with_etag(&key, None).await? else {
+            let Some((mut entity, etag)) = self.handle.get_with_etag(&key, None).await? else {
                 return Ok(None);
             };
             change(&mut entity);
@@ -514,11 +483,6 @@ impl<T: TableEntity> TableClient<T> {
             }
         }
     }
-}
-
-/// A 404 about the entity, not about its table: a missing table stays an error.
-fn is_missing_entity(e: &Error) -> bool {
-    e.is_not_found() && e.code() != Some("TableNotFound")
 }
 
 enum WriteKind<'a> {
@@ -537,7 +501,7 @@ pub struct Get<T> {
 impl<T> fmt::Debug for Get<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Get")
-            .field("table", &self.table.name)
+            .field("table", &self.table.handle.name)
             .field("key", &self.key)
             .field("select", &self.select)
             .finish()
@@ -562,6 +526,7 @@ impl<T: TableEntity> Get<T> {
         }
         Ok(self
             .table
+            .handle
             .get_with_etag(&self.key, self.select.as_deref())
             .await?
             .map(|(e, _)| e))
@@ -603,7 +568,7 @@ pub struct Transaction<T> {
 impl<T> fmt::Debug for Transaction<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Transaction")
-            .field("table", &self.table.name)
+            .field("table", &self.table.handle.name)
             .field("operations", &self.ops.len())
             .finish()
     }
@@ -730,9 +695,10 @@ impl<T: TableEntity> Transaction<T> {
         }
         match self
             .table
+            .handle
             .backend
             .execute(Operation::Transaction {
-                table: &self.table.name,
+                table: &self.table.handle.name,
                 ops: &self.ops,
             })
             .await?

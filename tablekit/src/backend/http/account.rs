@@ -27,7 +27,7 @@ use base64::Engine as _;
 
 use crate::error::{Error, Result};
 
-pub use crate::auth::{SasProtocol, TableSas, TableSasPermissions};
+pub use super::auth::{SasProtocol, TableSas, TableSasPermissions};
 
 /// The name of the emulator's built-in account.
 const DEV_ACCOUNT: &str = "devstoreaccount1";

@@ -2,87 +2,18 @@
 //! across continuation tokens, or page by page with a resumable [`Continuation`].
 
 use std::fmt;
-use std::str::FromStr;
 
 use futures::stream::{self, BoxStream, Stream, StreamExt, TryStreamExt};
-use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
+pub use super::handle::ScanPolicy;
+use super::handle::TableHandle;
+pub use crate::backend::Continuation;
 use crate::backend::{Operation, Response};
-use crate::client::TableClient;
 use crate::columns::EntityColumns;
 use crate::entity::{EntityKey, TableEntity};
 use crate::error::{Error, Result, ValidationError};
 use crate::filter::{self, Filter, QueryPlan, RawFilter, MAX_COMPARISONS};
 use crate::validate::{self, MAX_PAGE_SIZE};
-
-/// Where a query resumes: the service's `NextPartitionKey` and `NextRowKey`.
-///
-/// It is opaque: it may name an entity that does not exist. It turns into a
-/// string and back (`to_string()` / `parse()`), and is serde-serialisable, so a
-/// paging position can be stored and resumed later.
-///
-/// ```
-/// use tablekit::Continuation;
-/// let c = Continuation { next_partition_key: "1!8!cDAwMQ--".into(), next_row_key: Some("1!12!MDAwMDAwMDE-".into()) };
-/// let text = c.to_string();
-/// assert_eq!(text.parse::<Continuation>().unwrap(), c);
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-pub struct Continuation {
-    /// The service's `x-ms-continuation-NextPartitionKey`.
-    pub next_partition_key: String,
-    /// The service's `x-ms-continuation-NextRowKey`, absent in some answers.
-    pub next_row_key: Option<String>,
-}
-
-const TOKEN: &AsciiSet = &NON_ALPHANUMERIC
-    .remove(b'-')
-    .remove(b'.')
-    .remove(b'_')
-    .remove(b'~')
-    .remove(b'!');
-
-impl fmt::Display for Continuation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Both parts percent-encoded (so neither holds a space), joined by a space.
-        write!(
-            f,
-            "{}",
-            utf8_percent_encode(&self.next_partition_key, TOKEN)
-        )?;
-        if let Some(rk) = &self.next_row_key {
-            write!(f, " {}", utf8_percent_encode(rk, TOKEN))?;
-        }
-        Ok(())
-    }
-}
-
-impl FromStr for Continuation {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        let bad = |reason| Error::invalid(ValidationError::Continuation { reason });
-        let mut parts = s.split(' ');
-        let decode = |p: &str| {
-            percent_decode_str(p)
-                .decode_utf8()
-                .map(|c| c.into_owned())
-                .map_err(|_| bad("not UTF-8 after percent-decoding"))
-        };
-        let pk = parts
-            .next()
-            .filter(|p| !p.is_empty())
-            .ok_or_else(|| bad("empty"))?;
-        let next_partition_key = decode(pk)?;
-        let next_row_key = parts.next().map(decode).transpose()?;
-        if parts.next().is_some() {
-            return Err(bad("more than two parts"));
-        }
-        Ok(Continuation {
-            next_partition_key,
-            next_row_key,
-        })
-    }
-}
 
 /// One page of a query: its entities and where the next page starts.
 ///
@@ -114,7 +45,8 @@ pub struct Page<T> {
 /// ```
 #[must_use = "a query does nothing until streamed or fetched"]
 pub struct Query<T> {
-    table: TableClient<T>,
+    table: TableHandle,
+    _t: std::marker::PhantomData<fn() -> T>,
     filter: Option<FilterSpec<T>>,
     select: Option<String>,
     top: Option<usize>,
@@ -136,8 +68,9 @@ impl<T> fmt::Debug for Query<T> {
 }
 
 impl<T: TableEntity> Query<T> {
-    pub(crate) fn new(table: TableClient<T>) -> Self {
+    pub(crate) fn new(table: TableHandle) -> Self {
         Query {
+            _t: std::marker::PhantomData,
             table,
             filter: None,
             select: T::select().map(join_select),
@@ -316,7 +249,7 @@ impl<T: TableEntity> Query<T> {
             // A point query is a point read: the cheapest request the service has.
             let items = self
                 .table
-                .get_with_etag(key, self.select.as_deref())
+                .get_with_etag::<T>(key, self.select.as_deref())
                 .await?
                 .map(|(e, _)| e)
                 .into_iter()
@@ -449,20 +382,6 @@ impl<T: TableEntity> Query<T> {
         let mut s = self.take(1).stream();
         s.try_next().await
     }
-}
-
-/// What a query does when it would read the whole table (no PartitionKey
-/// equality or range in its filter).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ScanPolicy {
-    /// Run it.
-    #[default]
-    Allow,
-    /// Run it, and log a `tracing` warning naming the table and the filter.
-    Warn,
-    /// Refuse it before any request, with an invalid-input error.
-    Deny,
 }
 
 enum FilterSpec<T> {

@@ -11,7 +11,11 @@ use bytes::Bytes;
 use crate::codec::read::{decode_entity, decode_page};
 use crate::entity::{ETag, EntityKey, IfMatch, TableEntity, UpdateMode};
 use crate::error::Result;
-use crate::query::Continuation;
+
+mod continuation;
+pub(crate) mod http;
+
+pub use continuation::Continuation;
 
 /// One request to a backend.
 #[derive(Debug)]

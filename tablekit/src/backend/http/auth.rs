@@ -10,7 +10,7 @@ use hmac::{Hmac, Mac as _};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use sha2::Sha256;
 
-use crate::account::{Account, AccountKey, SasToken};
+use super::account::{Account, AccountKey, SasToken};
 use crate::error::{Error, KeyKind, Result};
 use crate::validate;
 
@@ -446,7 +446,7 @@ mod tests {
     use chrono::TimeZone as _;
 
     use super::*;
-    use crate::account::Credential;
+    use crate::backend::http::account::Credential;
 
     /// The emulator's published key; every expected signature below was computed with it.
     const KEY: &str =

@@ -1,0 +1,242 @@
+//! Pieces of the REST wire format shared by single requests and transactions:
+//! resource paths, query strings, headers and error bodies.
+
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::StatusCode;
+
+use crate::entity::EntityKey;
+use crate::error::{Error, ErrorKind, Result, ServiceError};
+
+/// Everything but the unreserved characters of RFC 3986 is escaped in keys and
+/// query values, so `'`, `%`, `+`, `&`, spaces and non-ASCII text travel intact.
+const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
+
+#[derive(Default)]
+pub(crate) struct QueryString(pub(crate) String);
+
+impl QueryString {
+    pub(crate) fn push(&mut self, name: &str, value: &str) {
+        if !self.0.is_empty() {
+            self.0.push('&');
+        }
+        self.0.push_str(name);
+        self.0.push('=');
+        self.0.extend(utf8_percent_encode(value, COMPONENT));
+    }
+}
+
+/// `Table(PartitionKey='..',RowKey='..')` with each key's `'` doubled, then percent-encoded.
+pub(crate) fn entity_resource(table: &str, key: &EntityKey) -> String {
+    let mut s =
+        String::with_capacity(table.len() + key.partition_key.len() + key.row_key.len() + 32);
+    s.push_str(table);
+    s.push_str("(PartitionKey='");
+    push_key(&mut s, &key.partition_key);
+    s.push_str("',RowKey='");
+    push_key(&mut s, &key.row_key);
+    s.push_str("')");
+    s
+}
+
+fn push_key(out: &mut String, key: &str) {
+    if key.contains('\'') {
+        out.extend(utf8_percent_encode(&key.replace('\'', "''"), COMPONENT));
+    } else {
+        out.extend(utf8_percent_encode(key, COMPONENT));
+    }
+}
+
+/// The bounds of a prefix range: `[prefix, successor)`, where the successor
+/// bumps the last character that can be bumped. `None` as upper bound means no bound.
+pub(crate) fn prefix_bounds(prefix: &str) -> (String, Option<String>) {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let mut next = last as u32 + 1;
+        // Skip the surrogate range, which holds no chars.
+        if (0xD800..=0xDFFF).contains(&next) {
+            next = 0xE000;
+        }
+        if let Some(c) = char::from_u32(next) {
+            chars.push(c);
+            return (prefix.to_owned(), Some(chars.into_iter().collect()));
+        }
+    }
+    (prefix.to_owned(), None)
+}
+
+pub(crate) fn header_value(s: &str) -> Result<HeaderValue> {
+    HeaderValue::from_str(s)
+        .map_err(|_| Error::config("a header value holds characters HTTP does not allow"))
+}
+
+pub(crate) fn header_str(headers: &HeaderMap, name: &'static str) -> Option<String> {
+    headers
+        .get(HeaderName::from_static(name))
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// Builds the error of a failed response from its status and body (JSON or XML).
+pub(crate) fn service_error(status: StatusCode, request_id: Option<String>, body: &[u8]) -> Error {
+    let (code, message) = parse_error_body(body);
+    let (batch_index, message) = split_batch_index(message);
+    ErrorKind::Service(ServiceError {
+        status: status.as_u16(),
+        code,
+        message,
+        request_id,
+        batch_index,
+        ambiguous: false,
+    })
+    .into()
+}
+
+/// The service's message of a failed transaction starts with the failing
+/// operation's index: `2:The specified entity already exists.`
+pub(crate) fn split_batch_index(message: Option<String>) -> (Option<usize>, Option<String>) {
+    if let Some(m) = &message {
+        if let Some(i) = m.find(':') {
+            if i > 0 {
+                if let Ok(n) = m[..i].parse::<usize>() {
+                    return (Some(n), Some(m[i + 1..].to_owned()));
+                }
+            }
+        }
+    }
+    (None, message)
+}
+
+/// Reads `code` and `message` from a JSON (`odata.error`) or XML (`<error>`) body.
+pub(crate) fn parse_error_body(body: &[u8]) -> (Option<String>, Option<String>) {
+    #[derive(serde::Deserialize)]
+    struct Envelope {
+        #[serde(rename = "odata.error")]
+        odata_error: Option<Inner>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Inner {
+        code: Option<String>,
+        message: Option<Message>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(untagged)]
+    enum Message {
+        Text(String),
+        Lang { value: String },
+    }
+    if let Ok(Envelope {
+        odata_error: Some(inner),
+    }) = serde_json::from_slice::<Envelope>(body)
+    {
+        let message = inner.message.map(|m| match m {
+            Message::Text(t) | Message::Lang { value: t } => t,
+        });
+        return (inner.code, message);
+    }
+    let text = String::from_utf8_lossy(body);
+    (xml_element(&text, "code"), xml_element(&text, "message"))
+}
+
+/// The text of the first element with this local name (any namespace prefix).
+fn xml_element(xml: &str, local: &str) -> Option<String> {
+    let mut rest = xml;
+    while let Some(start) = rest.find('<') {
+        rest = &rest[start + 1..];
+        let end = rest.find('>')?;
+        let tag = &rest[..end];
+        let name = tag.split_whitespace().next().unwrap_or("");
+        let name_local = name.rsplit(':').next().unwrap_or(name);
+        if name_local.eq_ignore_ascii_case(local) && !tag.ends_with('/') && !name.starts_with('/') {
+            let content = &rest[end + 1..];
+            let close = content.find("</")?;
+            return Some(xml_unescape(content[..close].trim()));
+        }
+        rest = &rest[end + 1..];
+    }
+    None
+}
+
+fn xml_unescape(s: &str) -> String {
+    s.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&amp;", "&")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entity_resource_escapes_quotes_then_percent_encodes() {
+        let key = EntityKey::new("O'Brien", "a %+é");
+        assert_eq!(
+            entity_resource("T1", &key),
+            "T1(PartitionKey='O%27%27Brien',RowKey='a%20%25%2B%C3%A9')"
+        );
+    }
+
+    #[test]
+    fn prefix_bounds_bump_the_last_character() {
+        assert_eq!(prefix_bounds("PDC"), ("PDC".into(), Some("PDD".into())));
+        assert_eq!(
+            prefix_bounds("Football_7991_"),
+            ("Football_7991_".into(), Some("Football_7991`".into()))
+        );
+        assert_eq!(prefix_bounds(""), ("".into(), None));
+        assert_eq!(
+            prefix_bounds("a\u{10FFFF}"),
+            ("a\u{10FFFF}".into(), Some("b".into()))
+        );
+        assert_eq!(
+            prefix_bounds("a\u{D7FF}"),
+            ("a\u{D7FF}".into(), Some("a\u{E000}".into()))
+        );
+    }
+
+    #[test]
+    fn error_bodies_in_json_and_xml() {
+        let json = br#"{"odata.error":{"code":"EntityAlreadyExists","message":{"lang":"en-US","value":"2:The specified entity already exists.\nRequestId:x"}}}"#;
+        let (code, msg) = parse_error_body(json);
+        assert_eq!(code.as_deref(), Some("EntityAlreadyExists"));
+        let (idx, msg) = split_batch_index(msg);
+        assert_eq!(idx, Some(2));
+        assert_eq!(
+            msg.as_deref(),
+            Some("The specified entity already exists.\nRequestId:x")
+        );
+
+        let xml = br#"<?xml version="1.0" encoding="utf-8" standalone="yes"?>
+<error xmlns="http://schemas.microsoft.com/ado/2007/08/dataservices/metadata">
+  <code>InvalidInput</code>
+  <message xml:lang="en-US">1:One of the request inputs is not valid.</message>
+</error>"#;
+        let (code, msg) = parse_error_body(xml);
+        assert_eq!(code.as_deref(), Some("InvalidInput"));
+        let (idx, msg) = split_batch_index(msg);
+        assert_eq!(idx, Some(1));
+        assert_eq!(
+            msg.as_deref(),
+            Some("One of the request inputs is not valid.")
+        );
+
+        let xml2 = b"<?xml version=\"1.0\"?><Error><Code>AuthorizationFailure</Code><Message>Server failed &amp; more</Message></Error>";
+        let (code, msg) = parse_error_body(xml2);
+        assert_eq!(code.as_deref(), Some("AuthorizationFailure"));
+        assert_eq!(msg.as_deref(), Some("Server failed & more"));
+        assert_eq!(parse_error_body(b""), (None, None));
+    }
+
+    #[test]
+    fn batch_index_needs_a_number_before_the_colon() {
+        assert_eq!(split_batch_index(Some(":x".into())).0, None);
+        assert_eq!(split_batch_index(Some("abc:x".into())).0, None);
+        assert_eq!(split_batch_index(None), (None, None));
+    }
+}

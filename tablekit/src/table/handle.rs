@@ -1,0 +1,82 @@
+//! What every typed view of one table shares: the backend, the table's name and
+//! its scan policy, and the point read that both clients and queries make.
+
+use std::sync::Arc;
+
+use crate::backend::{Backend, Operation, Response};
+use crate::entity::{ETag, EntityKey, TableEntity};
+use crate::error::{Error, Result};
+
+/// One table on one backend, untyped: [`TableClient`](super::TableClient) and
+/// [`Query`](super::Query) are typed views over it.
+#[derive(Clone)]
+pub(crate) struct TableHandle {
+    pub(crate) backend: Arc<dyn Backend>,
+    pub(crate) name: Arc<str>,
+    pub(crate) scan_policy: ScanPolicy,
+}
+
+impl TableHandle {
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    pub(crate) fn scan_policy(&self) -> ScanPolicy {
+        self.scan_policy
+    }
+
+    /// Reads one entity and the ETag it was read at; `None` if there is none.
+    pub(crate) async fn get_with_etag<T: TableEntity>(
+        &self,
+        key: &EntityKey,
+        select: Option<&str>,
+    ) -> Result<Option<(T, Option<ETag>)>> {
+        key.validate()?;
+        let resp = self
+            .backend
+            .execute(Operation::Get {
+                table: &self.name,
+                key,
+                select,
+                annotations: T::needs_type_annotations(),
+            })
+            .await;
+        match resp {
+            Ok(Response::Entity(Some(payload))) => {
+                let mut entity: T = payload.decode_one()?;
+                let etag = payload.etag().map(ETag::new);
+                if let Some(e) = &etag {
+                    entity.set_etag(e.clone());
+                }
+                Ok(Some((entity, etag)))
+            }
+            Ok(Response::Entity(None)) => Ok(None),
+            Ok(_) => Err(Error::decode("unexpected answer to a point read")),
+            Err(e) if is_missing_entity(&e) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// A 404 about the entity, not about its table: a missing table stays an error.
+pub(crate) fn is_missing_entity(e: &Error) -> bool {
+    e.is_not_found() && e.code() != Some("TableNotFound")
+}
+
+/// What a query does when it would read the whole table (no PartitionKey
+/// equality or range in its filter).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ScanPolicy {
+    /// Run it.
+    #[default]
+    Allow,
+    /// Run it, and log a `tracing` warning naming the table and the filter.
+    Warn,
+    /// Refuse it before any request, with an invalid-input error.
+    Deny,
+}

@@ -1,0 +1,12 @@
+//! The table clients: [`TableServiceClient`] for an account's tables,
+//! [`TableClient`] for the entities of one table, [`Query`] and [`Transaction`].
+
+mod client;
+mod handle;
+mod query;
+
+pub use client::{
+    ClientOptions, Get, ListTables, TableClient, TableServiceClient, Transaction,
+    TransactionResult, WriteTarget,
+};
+pub use query::{EntityStream, Page, PageStream, Query, ScanPolicy};
