@@ -65,7 +65,7 @@ async fn run() -> tablekit::Result<()> {
         &uuid::Uuid::new_v4().simple().to_string()[..8]
     );
     let posts = service.table::<Post>(&name)?;
-    posts.create().await?;
+    posts.create_table().await?;
     println!("created table {name}");
 
     // Insert. Keys come from the template: PartitionKey "Channel9", RowKey "post_000001".

@@ -408,7 +408,7 @@ fn over_loopback(c: &mut Criterion) {
     g.bench_function("query_empty_page", |b| {
         b.iter_custom(|iters| {
             client_cpu(&rt, iters, || async {
-                let p = bench.query().top(PAGE).next_page().await;
+                let p = bench.query().page_size(PAGE).next_page().await;
                 black_box(p.expect("a page"));
             })
         })
@@ -446,7 +446,12 @@ fn over_loopback(c: &mut Criterion) {
     g.bench_function("1000_entities", |b| {
         b.iter_custom(|iters| {
             client_cpu(&rt, iters, || async {
-                let p = page.query().top(PAGE).next_page().await.expect("a page");
+                let p = page
+                    .query()
+                    .page_size(PAGE)
+                    .next_page()
+                    .await
+                    .expect("a page");
                 assert_eq!(p.items.len(), PAGE);
                 black_box(p);
             })

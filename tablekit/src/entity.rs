@@ -245,6 +245,18 @@ impl EntityKey {
     }
 }
 
+/// `PartitionKey/RowKey`, as a person reads it: `Sales/empid_000223`. Keys can
+/// hold no `/`, so the text names one key unambiguously.
+///
+/// ```
+/// assert_eq!(tablekit::EntityKey::new("Sales", "empid_000223").to_string(), "Sales/empid_000223");
+/// ```
+impl fmt::Display for EntityKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.partition_key, self.row_key)
+    }
+}
+
 impl<P: Into<String>, R: Into<String>> From<(P, R)> for EntityKey {
     fn from((p, r): (P, R)) -> Self {
         EntityKey::new(p, r)

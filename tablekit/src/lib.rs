@@ -32,7 +32,7 @@
 //! # async fn run() -> tablekit::Result<()> {
 //! let service = TableServiceClient::from_connection_string("UseDevelopmentStorage=true")?;
 //! let blogs = service.table::<DynamicEntity>("Blogs")?;
-//! blogs.create_if_not_exists().await?;
+//! blogs.create_table_if_not_exists().await?;
 //!
 //! let mut post = DynamicEntity::new("Channel9", "Oct-29").with("Text", "Hello").with("Rating", 3);
 //! blogs.insert(&mut post).await?;               // fills post.etag
@@ -93,12 +93,12 @@ pub use entity::{
     RawEntity, TableEntity, UpdateMode,
 };
 pub use error::{
-    ConfigError, DecodeError, Error, ErrorKind, KeyKind, Result, ServiceError, TransportError,
-    ValidationError,
+    ConfigError, DecodeError, Error, ErrorCode, ErrorKind, KeyKind, Result, ServiceError,
+    TransportError, ValidationError,
 };
 pub use filter::{col, Filter, QueryPlan};
 pub use table::{
-    ClientOptions, Get, ListTables, TableClient, TableServiceClient, Transaction,
+    ClientOptions, Get, ListTables, TableClient, TableNames, TableServiceClient, Transaction,
     TransactionResult, WriteTarget,
 };
 pub use table::{EntityStream, Page, PageStream, Query, ScanPolicy};

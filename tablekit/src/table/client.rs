@@ -8,7 +8,7 @@ use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use futures::stream::{self, BoxStream, StreamExt, TryStreamExt};
+use futures::stream::{self, BoxStream, Stream, StreamExt, TryStreamExt};
 
 use super::handle::{is_missing_entity, TableHandle};
 use super::query::{self, Query, ScanPolicy};
@@ -17,7 +17,7 @@ use crate::backend::http::{HttpBackend, HttpOptions};
 use crate::backend::{Backend, BatchKind, BatchOp, Operation, Response, Written};
 use crate::codec::write::write_entity_json;
 use crate::entity::{ETag, EntityKey, IfMatch, TableEntity, UpdateMode};
-use crate::error::{Error, Result, ValidationError};
+use crate::error::{Error, ErrorCode, Result, ValidationError};
 use crate::validate::{self, MAX_BATCH_BYTES, MAX_BATCH_OPERATIONS};
 
 /// Options of a [`TableServiceClient`].
@@ -37,7 +37,7 @@ pub struct ClientOptions {
 ///
 /// let service = TableServiceClient::from_connection_string("UseDevelopmentStorage=true")?;
 /// let blogs = service.table::<DynamicEntity>("Blogs")?;
-/// blogs.create_if_not_exists().await?;
+/// blogs.create_table_if_not_exists().await?;
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
@@ -97,7 +97,9 @@ impl TableServiceClient {
     pub async fn create_table_if_not_exists(&self, name: &str) -> Result<bool> {
         match self.create_table(name).await {
             Ok(()) => Ok(true),
-            Err(e) if e.is_conflict() && e.code() != Some("TableBeingDeleted") => Ok(false),
+            Err(e) if e.is_conflict() && e.code() != Some(&ErrorCode::TableBeingDeleted) => {
+                Ok(false)
+            }
             Err(e) => Err(e),
         }
     }
@@ -161,7 +163,7 @@ impl ListTables {
     }
 
     /// The names, across as many requests as needed.
-    pub fn stream(self) -> BoxStream<'static, Result<String>> {
+    pub fn stream(self) -> TableNames {
         struct State {
             backend: Arc<dyn Backend>,
             prefix: Option<String>,
@@ -175,7 +177,7 @@ impl ListTables {
                     value: n,
                     max: validate::MAX_PAGE_SIZE,
                 });
-                return stream::once(async move { Err(err) }).boxed();
+                return TableNames(stream::once(async move { Err(err) }).boxed());
             }
         }
         let state = State {
@@ -185,36 +187,58 @@ impl ListTables {
             next: None,
             done: false,
         };
-        stream::try_unfold(state, |mut s| async move {
-            if s.done {
-                return Ok(None);
-            }
-            let resp = s
-                .backend
-                .execute(Operation::ListTables {
-                    prefix: s.prefix.as_deref(),
-                    next_table_name: s.next.as_deref(),
-                    top: s.top,
-                })
-                .await?;
-            let Response::Tables {
-                names,
-                next_table_name,
-            } = resp
-            else {
-                return Err(Error::decode("unexpected answer to a table listing"));
-            };
-            s.done = next_table_name.is_none();
-            s.next = next_table_name;
-            Ok(Some((stream::iter(names.into_iter().map(Ok)), s)))
-        })
-        .try_flatten()
-        .boxed()
+        TableNames(
+            stream::try_unfold(state, |mut s| async move {
+                if s.done {
+                    return Ok(None);
+                }
+                let resp = s
+                    .backend
+                    .execute(Operation::ListTables {
+                        prefix: s.prefix.as_deref(),
+                        next_table_name: s.next.as_deref(),
+                        top: s.top,
+                    })
+                    .await?;
+                let Response::Tables {
+                    names,
+                    next_table_name,
+                } = resp
+                else {
+                    return Err(Error::decode("unexpected answer to a table listing"));
+                };
+                s.done = next_table_name.is_none();
+                s.next = next_table_name;
+                Ok(Some((stream::iter(names.into_iter().map(Ok)), s)))
+            })
+            .try_flatten()
+            .boxed(),
+        )
     }
 
     /// All the names.
     pub async fn fetch_all(self) -> Result<Vec<String>> {
         self.stream().try_collect().await
+    }
+}
+
+/// The table names of a listing; a [`Stream`] of `Result<String>`, from
+/// [`ListTables::stream`].
+pub struct TableNames(BoxStream<'static, Result<String>>);
+
+impl fmt::Debug for TableNames {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TableNames")
+    }
+}
+
+impl Stream for TableNames {
+    type Item = Result<String>;
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.0.as_mut().poll_next(cx)
     }
 }
 
@@ -303,8 +327,12 @@ impl<T: TableEntity> TableClient<T> {
         }
     }
 
-    /// Creates the table; fails with a conflict if it exists.
-    pub async fn create(&self) -> Result<()> {
+    /// Creates the table; fails with a conflict ([`Error::is_conflict`],
+    /// [`ErrorCode::TableAlreadyExists`]) if it exists.
+    ///
+    /// The four table-lifecycle calls carry `table` in their names, as in the
+    /// official SDKs, so `create_table` cannot be misread as creating an entity.
+    pub async fn create_table(&self) -> Result<()> {
         self.handle
             .backend
             .execute(Operation::CreateTable {
@@ -315,10 +343,12 @@ impl<T: TableEntity> TableClient<T> {
     }
 
     /// Creates the table unless it exists; returns whether it was created.
-    pub async fn create_if_not_exists(&self) -> Result<bool> {
-        match self.create().await {
+    pub async fn create_table_if_not_exists(&self) -> Result<bool> {
+        match self.create_table().await {
             Ok(()) => Ok(true),
-            Err(e) if e.is_conflict() && e.code() != Some("TableBeingDeleted") => Ok(false),
+            Err(e) if e.is_conflict() && e.code() != Some(&ErrorCode::TableBeingDeleted) => {
+                Ok(false)
+            }
             Err(e) => Err(e),
         }
     }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::backend::{Backend, Operation, Response};
 use crate::entity::{ETag, EntityKey, TableEntity};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorCode, Result};
 
 /// One table on one backend, untyped: [`TableClient`](super::TableClient) and
 /// [`Query`](super::Query) are typed views over it.
@@ -64,7 +64,7 @@ impl TableHandle {
 
 /// A 404 about the entity, not about its table: a missing table stays an error.
 pub(crate) fn is_missing_entity(e: &Error) -> bool {
-    e.is_not_found() && e.code() != Some("TableNotFound")
+    e.is_not_found() && e.code() != Some(&ErrorCode::TableNotFound)
 }
 
 /// What a query does when it would read the whole table (no PartitionKey

@@ -27,8 +27,19 @@ pub struct Page<T> {
     pub continuation: Option<Continuation>,
 }
 
-/// A query over a table, built by value and run with one of `stream`, `pages`,
-/// `next_page`, `fetch_all`, `fetch_optional`.
+/// A query over a table, built by value and run with one of the readers, named
+/// as in sqlx:
+///
+/// | reader | gives | requests |
+/// |---|---|---|
+/// | [`stream`](Query::stream) | an [`EntityStream`] of `T` | as many pages as the stream is read |
+/// | [`fetch_all`](Query::fetch_all) | `Vec<T>` | every page (or until [`take`](Query::take)) |
+/// | [`fetch_one`](Query::fetch_one) | `T`; an error if nothing matches | until the first entity |
+/// | [`fetch_optional`](Query::fetch_optional) | `Option<T>` | until the first entity |
+/// | [`pages`](Query::pages), [`next_page`](Query::next_page) | [`Page`]s with a resumable [`Continuation`] | one per page |
+///
+/// [`take`](Query::take) bounds the total number of entities, [`page_size`](Query::page_size)
+/// the number per request.
 ///
 /// ```no_run
 /// # async fn run(table: tablekit::TableClient<tablekit::DynamicEntity>) -> tablekit::Result<()> {
@@ -84,6 +95,18 @@ impl<T: TableEntity> Query<T> {
     /// `.filter(|e| e.department.eq("Sales") & e.age.ge(30))`. A comparison with
     /// a value of another type does not compile; string values are escaped.
     /// Calling it again replaces the filter.
+    ///
+    /// # Which way to filter
+    ///
+    /// Reach for this one first. The others exist for what it cannot say:
+    ///
+    /// | way | when |
+    /// |---|---|
+    /// | `.filter(\|e\| e.age.ge(30) & e.name.eq(n))` | the default: typed, escaped, checked by the compiler |
+    /// | `.filter(filter!(\|e\| e.age >= 30 && e.name == n))` | the same tree written with Rust operators (the macro rewrites them into the calls above) |
+    /// | [`filter_by`](Query::filter_by)`(f)` | a [`Filter<T>`] built elsewhere: composed at run time, returned by a function, or untyped through [`col`](crate::col) |
+    /// | [`filter_raw`](Query::filter_raw)`(odata!("Age ge {age}"))` | OData text with values escaped by [`odata!`](crate::odata): porting filters from other SDKs or config files |
+    /// | [`filter_raw`](Query::filter_raw)`("Age ge 30")` | OData text as is, parsed before any request; never with user input pasted in |
     pub fn filter<F, R>(self, build: F) -> Self
     where
         T: EntityColumns,
@@ -183,15 +206,16 @@ impl<T: TableEntity> Query<T> {
         self
     }
 
-    /// At most `n` entities per request (`$top`, 1 to 1000); the query still
-    /// follows continuation tokens for the rest.
-    pub fn top(mut self, n: usize) -> Self {
+    /// At most `n` entities per request (1 to 1000; the service's `$top`). It
+    /// bounds the size of each page, not the result: the query still follows
+    /// continuation tokens for the rest. To bound the result, use [`take`](Query::take).
+    pub fn page_size(mut self, n: usize) -> Self {
         self.top = Some(n);
         self
     }
 
-    /// At most `n` entities in all: the query stops fetching once `n` have arrived,
-    /// and asks each page for no more than it still needs.
+    /// At most `n` entities in all (LINQ's `Take`): the query stops fetching once
+    /// `n` have arrived, and asks each page for no more than it still needs.
     pub fn take(mut self, n: usize) -> Self {
         self.take = Some(n);
         self
@@ -381,6 +405,15 @@ impl<T: TableEntity> Query<T> {
     pub async fn fetch_optional(self) -> Result<Option<T>> {
         let mut s = self.take(1).stream();
         s.try_next().await
+    }
+
+    /// The first entity; an error ([`Error::is_not_found`], with no HTTP status)
+    /// if nothing matches. Stops after it arrives.
+    pub async fn fetch_one(self) -> Result<T> {
+        let table = self.table.name.clone();
+        self.fetch_optional()
+            .await?
+            .ok_or_else(|| Error::no_entity(&table))
     }
 }
 

@@ -4,7 +4,7 @@
 use super::wire::{entity_resource, parse_error_body, split_batch_index};
 use crate::backend::{BatchKind, BatchOp};
 use crate::entity::{ETag, UpdateMode};
-use crate::error::{Error, ErrorKind, Result, ServiceError};
+use crate::error::{Error, ErrorCode, ErrorKind, Result, ServiceError};
 
 /// An encoded transaction request.
 pub(crate) struct Encoded {
@@ -105,7 +105,7 @@ pub(crate) fn parse_response(
         let (batch_index, message) = split_batch_index(message);
         return Err(ErrorKind::Service(ServiceError {
             status: failed.status,
-            code,
+            code: code.map(ErrorCode::from),
             message,
             request_id,
             batch_index,
@@ -310,7 +310,7 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(err.status(), Some(400));
-        assert_eq!(err.code(), Some("InvalidInput"));
+        assert_eq!(err.code(), Some(&ErrorCode::InvalidInput));
         assert_eq!(err.batch_index(), Some(1));
         assert_eq!(err.request_id(), Some("rid"));
     }

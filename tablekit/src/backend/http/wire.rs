@@ -6,7 +6,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::StatusCode;
 
 use crate::entity::EntityKey;
-use crate::error::{Error, ErrorKind, Result, ServiceError};
+use crate::error::{Error, ErrorCode, ErrorKind, Result, ServiceError};
 
 /// Everything but the unreserved characters of RFC 3986 is escaped in keys and
 /// query values, so `'`, `%`, `+`, `&`, spaces and non-ASCII text travel intact.
@@ -87,7 +87,7 @@ pub(crate) fn service_error(status: StatusCode, request_id: Option<String>, body
     let (batch_index, message) = split_batch_index(message);
     ErrorKind::Service(ServiceError {
         status: status.as_u16(),
-        code,
+        code: code.map(ErrorCode::from),
         message,
         request_id,
         batch_index,

@@ -1,7 +1,7 @@
 //! Entity group transactions against Azurite: mixed operations, all-or-nothing
 //! failures with the failing index, and the client-side rules checked before I/O.
 
-mod common;
+use crate::common;
 
 use tablekit::{DynamicEntity, EdmValue, IfMatch, TableClient, UpdateMode};
 
@@ -89,7 +89,7 @@ async fn transaction_failing_at_its_third_operation_names_index_2_and_writes_not
 
     assert!(err.is_conflict(), "{err:?}");
     assert_eq!(err.status(), Some(409));
-    assert_eq!(err.code(), Some("EntityAlreadyExists"));
+    assert_eq!(err.code(), Some(&tablekit::ErrorCode::EntityAlreadyExists));
     assert_eq!(err.batch_index(), Some(2), "{err:?}");
     assert!(err.to_string().contains("operation 2"), "{err}");
 
@@ -117,7 +117,10 @@ async fn transaction_with_a_stale_etag_fails_with_412_and_writes_nothing() {
         .unwrap();
     let err = tx.send().await.unwrap_err();
     assert!(err.is_precondition_failed(), "{err:?}");
-    assert_eq!(err.code(), Some("UpdateConditionNotSatisfied"));
+    assert_eq!(
+        err.code(),
+        Some(&tablekit::ErrorCode::UpdateConditionNotSatisfied)
+    );
     assert_eq!(err.batch_index(), Some(1), "{err:?}");
 
     assert!(!exists(&t, "a").await);

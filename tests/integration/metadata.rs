@@ -1,7 +1,7 @@
 //! What is read back does not depend on the OData metadata level asked for
 //! (`Accept: application/json;odata=nometadata|minimalmetadata|fullmetadata`).
 
-mod common;
+use crate::common;
 
 use std::borrow::Cow;
 

@@ -3,7 +3,7 @@
 //! `DynamicEntity` with the expected Edm types, and a `DynamicEntity` with those
 //! types reads as the struct.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

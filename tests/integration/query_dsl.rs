@@ -4,7 +4,7 @@
 //! kind, untyped columns, injection, raw filters, the scan policy, and the
 //! seeds' blog filters with the errata applied.
 
-mod common;
+use crate::common;
 
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use tablekit::filter::matches;

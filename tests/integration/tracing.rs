@@ -1,7 +1,7 @@
 //! Each request is a `tablekit.request` span with the operation, table, HTTP
 //! method, status, request id and duration, and nothing secret or from the entity.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 

@@ -3,7 +3,7 @@
 //! moves an old field into a new one when an entity is read (upgrade on access),
 //! and a Replace write removes the dropped property.
 
-mod common;
+use crate::common;
 
 use futures::TryStreamExt;
 use tablekit::{DynamicEntity, EdmValue, IfMatch, RawEntity, TableEntity, UpdateMode};

@@ -1,7 +1,7 @@
 //! `filter!` and `odata!` through a derived entity: the text each query sends,
 //! and the checks made before any request (no emulator needed).
 
-mod common;
+use crate::common;
 
 use tablekit::{filter, odata, DynamicEntity, QueryPlan, ScanPolicy, TableEntity};
 

@@ -135,7 +135,7 @@ async fn retries_stop_at_the_policy_limit_and_keep_the_last_error() {
         .await
         .expect_err("the server always fails");
     assert_eq!(err.status(), Some(500));
-    assert_eq!(err.code(), Some("InternalError"));
+    assert_eq!(err.code(), Some(&tablekit::ErrorCode::InternalError));
     assert_eq!(err.request_id(), Some("rid-3"));
     assert!(err.is_retryable());
     assert_eq!(

@@ -472,7 +472,7 @@ async fn workloads<T: BenchEntity>(
     }
 
     // W2: N1 single inserts, one at a time, into a second table created untimed.
-    if let Err(e) = single.create().await {
+    if let Err(e) = single.create_table().await {
         eprintln!("workload W2: cannot create the second table: {e}");
         return false;
     }
@@ -529,7 +529,7 @@ async fn workloads<T: BenchEntity>(
     let mut requests = 0;
     let mut failures = Failures::default();
     let probe = Probe::start(server);
-    let mut pages = table.query().top(PAGE).pages();
+    let mut pages = table.query().page_size(PAGE).pages();
     while let Some(page) = pages.next().await {
         requests += 1;
         match page {
@@ -566,7 +566,7 @@ async fn workloads<T: BenchEntity>(
     let mut pages = table
         .query()
         .filter_raw("PartitionKey eq 'p042' and Age ge 30")
-        .top(PAGE)
+        .page_size(PAGE)
         .pages();
     while let Some(page) = pages.next().await {
         requests += 1;

@@ -3,11 +3,11 @@
 //! `filter!`/`odata!` (topic filter). Each case in `tests/ui/<topic>/fail_*.rs`
 //! has its expected output beside it in a `.stderr`; `pass_*.rs` cases must
 //! compile. Regenerate with
-//! `TRYBUILD=overwrite cargo test --test derive_ui` and read every diff.
+//! `TRYBUILD=overwrite cargo test -p tablekit-tests --test ui` and read every diff.
 
 #[test]
 fn ui() {
     let t = trybuild::TestCases::new();
-    t.pass("tests/ui/*/pass_*.rs");
-    t.compile_fail("tests/ui/*/fail_*.rs");
+    t.pass("ui/*/pass_*.rs");
+    t.compile_fail("ui/*/fail_*.rs");
 }

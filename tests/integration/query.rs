@@ -1,7 +1,7 @@
 //! Queries against Azurite over 2,500 entities: ordering, paging with `top`,
 //! `take`, resumable continuations, filters, projection and client-side limits.
 
-mod common;
+use crate::common;
 
 use futures::TryStreamExt;
 use tablekit::{Continuation, DynamicEntity, EdmValue, Page, TableClient};
@@ -115,7 +115,7 @@ async fn pages_with_top_1000_span_at_least_three_pages() {
         return;
     };
 
-    let pages = collect_pages(t.query().top(1000).pages()).await;
+    let pages = collect_pages(t.query().page_size(1000).pages()).await;
     assert!(pages.len() >= 3, "{} pages", pages.len());
     assert_pages_cover_everything(&pages, 1000);
 }
@@ -137,7 +137,7 @@ async fn pages_with_top_300_span_at_least_nine_pages() {
         return;
     };
 
-    let pages = collect_pages(t.query().top(300).pages()).await;
+    let pages = collect_pages(t.query().page_size(300).pages()).await;
     assert!(pages.len() >= 9, "{} pages", pages.len());
     assert_pages_cover_everything(&pages, 300);
 }
@@ -155,7 +155,7 @@ async fn take_returns_exactly_that_many_and_stops_fetching() {
 
     // With top(100): 100 + 100 + 50 (the last request asks only for what is
     // still needed), and no fourth request even though more entities exist.
-    let pages = collect_pages(t.query().top(100).take(250).pages()).await;
+    let pages = collect_pages(t.query().page_size(100).take(250).pages()).await;
     let sizes: Vec<usize> = pages.iter().map(|p| p.items.len()).collect();
     assert_eq!(sizes, [100, 100, 50]);
     assert!(
@@ -181,7 +181,7 @@ async fn next_page_then_continue_from_resumes_exactly_where_it_stopped() {
         return;
     };
 
-    let first = t.query().top(700).next_page().await.unwrap();
+    let first = t.query().page_size(700).next_page().await.unwrap();
     assert_eq!(numbers(&first.items), (0..700).collect::<Vec<_>>());
     let token = first.continuation.expect("more results").to_string();
 
@@ -189,7 +189,7 @@ async fn next_page_then_continue_from_resumes_exactly_where_it_stopped() {
     let resumed: Continuation = token.parse().unwrap();
     let second = t
         .query()
-        .top(700)
+        .page_size(700)
         .continue_from(resumed.clone())
         .next_page()
         .await
@@ -198,7 +198,7 @@ async fn next_page_then_continue_from_resumes_exactly_where_it_stopped() {
 
     let rest = t
         .query()
-        .top(700)
+        .page_size(700)
         .continue_from(resumed)
         .fetch_all()
         .await
@@ -359,10 +359,15 @@ async fn top_outside_1_to_1000_is_rejected_before_io() {
     let t = common::offline_table::<DynamicEntity>();
     for n in [0, 1001] {
         let errors = [
-            t.query().top(n).fetch_all().await.unwrap_err(),
-            t.query().top(n).next_page().await.unwrap_err(),
-            t.query().top(n).pages().try_next().await.unwrap_err(),
-            t.query().top(n).stream().try_next().await.unwrap_err(),
+            t.query().page_size(n).fetch_all().await.unwrap_err(),
+            t.query().page_size(n).next_page().await.unwrap_err(),
+            t.query().page_size(n).pages().try_next().await.unwrap_err(),
+            t.query()
+                .page_size(n)
+                .stream()
+                .try_next()
+                .await
+                .unwrap_err(),
         ];
         for err in errors {
             let msg = common::assert_invalid(&err);

@@ -1,7 +1,7 @@
 //! Single-entity operations against Azurite: insert, get, upsert, update, delete,
 //! optimistic concurrency, and what errors show.
 
-mod common;
+use crate::common;
 
 use chrono::Utc;
 use tablekit::{DynamicEntity, EdmValue, IfMatch, TableServiceClient, UpdateMode};
@@ -42,7 +42,7 @@ async fn insert_twice_is_a_conflict_with_entity_already_exists() {
     let err = t.insert(&blog("a")).await.unwrap_err();
     assert!(err.is_conflict(), "{err:?}");
     assert_eq!(err.status(), Some(409));
-    assert_eq!(err.code(), Some("EntityAlreadyExists"));
+    assert_eq!(err.code(), Some(&tablekit::ErrorCode::EntityAlreadyExists));
     assert!(!err.is_not_found() && !err.is_precondition_failed());
     common::drop_table(&t).await;
 }
@@ -196,7 +196,10 @@ async fn update_with_stale_etag_is_rejected() {
         .unwrap_err();
     assert!(err.is_precondition_failed(), "{err:?}");
     assert_eq!(err.status(), Some(412));
-    assert_eq!(err.code(), Some("UpdateConditionNotSatisfied"));
+    assert_eq!(
+        err.code(),
+        Some(&tablekit::ErrorCode::UpdateConditionNotSatisfied)
+    );
     let read = t.get(("Channel9", "a")).await.unwrap().unwrap();
     assert_eq!(read.get("Rating"), Some(&EdmValue::Int32(4)));
     common::drop_table(&t).await;
@@ -213,7 +216,11 @@ async fn update_of_a_missing_entity_is_not_found() {
             .await
             .unwrap_err();
         assert!(err.is_not_found(), "{mode:?}: {err:?}");
-        assert_eq!(err.code(), Some("ResourceNotFound"), "{mode:?}");
+        assert_eq!(
+            err.code(),
+            Some(&tablekit::ErrorCode::ResourceNotFound),
+            "{mode:?}"
+        );
     }
     assert!(t.get(("Channel9", "missing")).await.unwrap().is_none());
     common::drop_table(&t).await;

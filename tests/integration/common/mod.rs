@@ -114,7 +114,7 @@ pub fn unique_name(prefix: &str) -> String {
 pub async fn fresh_table<T: TableEntity>(svc: &TableServiceClient, prefix: &str) -> TableClient<T> {
     let name = unique_name(prefix);
     let table = svc.table::<T>(&name).expect("valid table name");
-    table.create().await.expect("create the test table");
+    table.create_table().await.expect("create the test table");
     table
 }
 

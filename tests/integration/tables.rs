@@ -1,7 +1,7 @@
 //! Table management against Azurite: create, delete, list with prefix and paging,
 //! and table-name validation before any I/O.
 
-mod common;
+use crate::common;
 
 use tablekit::DynamicEntity;
 
@@ -13,7 +13,7 @@ async fn create_table_then_create_again_is_a_conflict() {
     svc.create_table(&name).await.unwrap();
     let err = svc.create_table(&name).await.unwrap_err();
     assert!(err.is_conflict(), "{err:?}");
-    assert_eq!(err.code(), Some("TableAlreadyExists"));
+    assert_eq!(err.code(), Some(&tablekit::ErrorCode::TableAlreadyExists));
     svc.delete_table(&name).await.unwrap();
 }
 
@@ -25,7 +25,7 @@ async fn create_table_if_not_exists_is_true_then_false() {
     assert!(svc.create_table_if_not_exists(&name).await.unwrap());
     assert!(!svc.create_table_if_not_exists(&name).await.unwrap());
     let table = svc.table::<DynamicEntity>(&name).unwrap();
-    assert!(!table.create_if_not_exists().await.unwrap());
+    assert!(!table.create_table_if_not_exists().await.unwrap());
     assert!(svc.delete_table_if_exists(&name).await.unwrap());
 }
 
@@ -40,7 +40,7 @@ async fn delete_table_removes_it_and_a_second_delete_is_not_found() {
     assert!(listed.is_empty(), "{listed:?}");
     let err = svc.delete_table(&name).await.unwrap_err();
     assert!(err.is_not_found(), "{err:?}");
-    assert_eq!(err.code(), Some("ResourceNotFound"));
+    assert_eq!(err.code(), Some(&tablekit::ErrorCode::ResourceNotFound));
 }
 
 #[tokio::test]
@@ -55,7 +55,7 @@ async fn delete_table_if_exists_is_true_then_false() {
     let table = svc
         .table::<DynamicEntity>(&common::unique_name("Tbl"))
         .unwrap();
-    assert!(table.create_if_not_exists().await.unwrap());
+    assert!(table.create_table_if_not_exists().await.unwrap());
     assert!(table.delete_table_if_exists().await.unwrap());
     assert!(!table.delete_table_if_exists().await.unwrap());
 }
@@ -71,7 +71,7 @@ async fn operations_on_a_deleted_table_are_not_found() {
         .await
         .unwrap_err();
     assert!(err.is_not_found(), "{err:?}");
-    assert_eq!(err.code(), Some("TableNotFound"));
+    assert_eq!(err.code(), Some(&tablekit::ErrorCode::TableNotFound));
 }
 
 #[tokio::test]

@@ -2,7 +2,7 @@
 //! property or a RowKey prefix) and projections (a smaller type that reads
 //! some properties of another with `$select`), against Azurite.
 
-mod common;
+use crate::common;
 
 use futures::TryStreamExt;
 use tablekit::{DynamicEntity, EdmValue, EntityColumns, RawEntity, TableEntity};

@@ -1,7 +1,7 @@
 //! Every Edm type and awkward key round-trips through Azurite exactly; every
 //! validation rule rejects before I/O with a message naming the field and limit.
 
-mod common;
+use crate::common;
 
 use chrono::{DateTime, TimeZone, Utc};
 use futures::TryStreamExt;

@@ -1,0 +1,26 @@
+//! The integration tests, in one binary (one link instead of one per file).
+//!
+//! Most run against the Azurite (or Azure) account named by
+//! `TABLEKIT_TEST_CONNECTION_STRING`, which `scripts/test.sh` starts and sets;
+//! the `derive_*` offline ones and `retry` need no emulator.
+
+mod common;
+
+mod auth;
+mod batch;
+mod crud;
+mod derive_flatten_names;
+mod derive_hetero;
+mod derive_hygiene;
+mod derive_keys;
+mod derive_proptest;
+mod derive_roundtrip;
+mod derive_schema;
+mod filter_macros;
+mod metadata;
+mod query;
+mod query_dsl;
+mod retry;
+mod tables;
+mod tracing;
+mod types;
