@@ -9,6 +9,9 @@
 # State (pid, ports, log, env file, scratch cwd) lives in $AZURITE_STATE_DIR,
 # default: ${TMPDIR:-/tmp}/tablekit-azurite-<uid>-<hash of repo path>.
 # Only the export lines go to stdout; everything else goes to stderr.
+#
+# Needs only bash, Node.js >= 20 and npm (what the README lists): the readiness
+# probe and the port picking run in Node, and stopping uses the recorded PID.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -38,21 +41,35 @@ die() {
     exit 1
 }
 
-# True if $1 is a live process running our azurite.js (guards against PID reuse).
+# True if $1 is a live process running our azurite.js. Where /proc exists the
+# command line is checked too (guards against PID reuse); elsewhere the PID
+# file, which only this script writes, is trusted.
 is_our_azurite() {
     local pid="$1" args
     [[ "$pid" =~ ^[0-9]+$ ]] || return 1
     kill -0 "$pid" 2>/dev/null || return 1
-    args="$(ps -o args= -p "$pid" 2>/dev/null || true)"
-    [[ "$args" == *azurite.js* ]]
+    if [[ -r "/proc/$pid/cmdline" ]]; then
+        args="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null || true)"
+        [[ "$args" == *azurite.js* ]]
+    fi
 }
 
 recorded_pid() {
     if [[ -f "$PID_FILE" ]]; then cat "$PID_FILE" 2>/dev/null || true; fi
 }
 
+# Azurite 3.35 needs Node.js 20 or newer; say so before npm or node fail obscurely.
+check_node() {
+    command -v node >/dev/null 2>&1 ||
+        die "node is not installed: Azurite needs Node.js >= 20 with npm (https://nodejs.org, or your package manager)"
+    local version
+    version="$(node -p 'process.versions.node' 2>/dev/null || echo unknown)"
+    node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' 2>/dev/null ||
+        die "Node.js $version is too old: Azurite needs Node.js >= 20"
+}
+
 ensure_installed() {
-    command -v node >/dev/null 2>&1 || die "node is not installed (Azurite needs Node.js >= 20)"
+    check_node
     if [[ ! -f "$AZ_JS" ]]; then
         command -v npm >/dev/null 2>&1 || die "npm is not installed"
         log "installing Azurite (npm ci in tools/azurite)..."
@@ -78,10 +95,15 @@ free_ports() {
         }'
 }
 
-# Prints an HTTP status code, or 000 when nothing answers.
+# Prints an HTTP status code, or 000 when nothing answers (within 2 s).
 table_status() {
-    curl -s -o /dev/null -w '%{http_code}' --max-time 2 \
-        "http://127.0.0.1:$1/$ACCOUNT/Tables" 2>/dev/null || true
+    node -e '
+        const req = require("http").get(
+            { host: "127.0.0.1", port: Number(process.argv[1]), path: process.argv[2], timeout: 2000 },
+            (res) => { console.log(res.statusCode); res.resume(); });
+        req.on("timeout", () => { req.destroy(); });
+        req.on("error", () => console.log("000"));
+    ' "$1" "/$ACCOUNT/Tables" 2>/dev/null || echo 000
 }
 
 stop_pid() {
@@ -153,7 +175,9 @@ try_start() {
     conn+=";QueueEndpoint=http://127.0.0.1:$queue_port/$ACCOUNT"
     conn+=";BlobEndpoint=http://127.0.0.1:$blob_port/$ACCOUNT;"
     {
+        # The tests read the first, the examples the second.
         printf "export TABLEKIT_TEST_CONNECTION_STRING='%s'\n" "$conn"
+        printf "export TABLEKIT_CONNECTION_STRING='%s'\n" "$conn"
         printf "export AZURITE_PID=%s\n" "$pid"
         printf "export AZURITE_TABLE_PORT=%s\n" "$table_port"
     } >"$ENV_FILE"
@@ -162,7 +186,6 @@ try_start() {
 }
 
 cmd_start() {
-    command -v curl >/dev/null 2>&1 || die "curl is required"
     mkdir -p "$STATE"
     local pid
     pid="$(recorded_pid)"

@@ -219,6 +219,23 @@ pub enum UpdateMode {
     Replace,
 }
 
+/// `*` or the ETag itself: what the `If-Match` header carries.
+impl fmt::Display for IfMatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.header_value())
+    }
+}
+
+/// `merge` or `replace`.
+impl fmt::Display for UpdateMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            UpdateMode::Merge => "merge",
+            UpdateMode::Replace => "replace",
+        })
+    }
+}
+
 /// The primary key of an entity: its PartitionKey and RowKey.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct EntityKey {

@@ -45,6 +45,32 @@ impl QueryPlan {
     }
 }
 
+/// The querying guide's words, with the partition where there is one:
+/// `point Sales/empid_000223`, `partition range Sales`, `table scan`.
+///
+/// ```
+/// use tablekit::QueryPlan;
+/// let plan = QueryPlan::PartitionScan { partition_key: "Sales".into() };
+/// assert_eq!(plan.to_string(), "partition scan of Sales");
+/// ```
+impl std::fmt::Display for QueryPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            QueryPlan::Point {
+                partition_key,
+                row_key,
+            } => write!(f, "point read of {partition_key}/{row_key}"),
+            QueryPlan::PartitionRange { partition_key } => {
+                write!(f, "partition range in {partition_key}")
+            }
+            QueryPlan::PartitionScan { partition_key } => {
+                write!(f, "partition scan of {partition_key}")
+            }
+            QueryPlan::TableRange | QueryPlan::TableScan => f.write_str(self.name()),
+        }
+    }
+}
+
 fn conjuncts<'e>(e: &'e Expr, out: &mut Vec<&'e Expr>) {
     match e {
         Expr::And(a, b) => {
