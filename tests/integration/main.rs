@@ -24,3 +24,4 @@ mod retry;
 mod tables;
 mod tracing;
 mod types;
+mod unicode;

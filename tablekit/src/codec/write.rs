@@ -230,7 +230,7 @@ impl PropertyWriter for JsonWriter<'_> {
         self.check.int32(name, value)?;
         self.name(name);
         self.out
-            .extend_from_slice(itoa_buf(value as i64, &mut [0u8; 20]));
+            .extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
         Ok(())
     }
     fn int64(&mut self, name: &str, value: i64) -> Result<()> {
@@ -238,7 +238,8 @@ impl PropertyWriter for JsonWriter<'_> {
         // Int64 travels as a string: JSON numbers lose precision above 2^53.
         self.annotated(name, EdmType::Int64);
         self.out.push(b'"');
-        self.out.extend_from_slice(itoa_buf(value, &mut [0u8; 20]));
+        self.out
+            .extend_from_slice(itoa::Buffer::new().format(value).as_bytes());
         self.out.push(b'"');
         Ok(())
     }
@@ -307,26 +308,6 @@ fn write_double(out: &mut Vec<u8>, v: f64) {
     }
 }
 
-fn itoa_buf(v: i64, buf: &mut [u8; 20]) -> &[u8] {
-    let neg = v < 0;
-    let mut n = v.unsigned_abs();
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    if neg {
-        // i64::MIN has 19 digits, so there is always room for the sign.
-        i -= 1;
-        buf[i] = b'-';
-    }
-    &buf[i..]
-}
-
 /// Appends `s` as a quoted JSON string.
 pub(crate) fn write_json_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
@@ -334,7 +315,15 @@ pub(crate) fn write_json_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
 }
 
-/// Which bytes JSON requires escaped: `"`, `\\` and the control characters.
+/// Which bytes are escaped: what JSON requires (`"`, `\\` and the control
+/// characters), and every byte of a non-ASCII character.
+///
+/// Bodies go out pure ASCII, with non-ASCII text as `\uXXXX` (a surrogate pair
+/// for characters beyond the BMP), as the official SDKs send it. Raw UTF-8 is
+/// valid JSON, but Azurite decodes each body chunk on its own, so a character
+/// split across two chunks is stored as two U+FFFD while the write succeeds; and
+/// its batch parser splits operations with a pattern that U+2028/U+2029 break.
+/// The size limits are counted on the stored text, not on these bytes.
 static NEEDS_ESCAPE: [bool; 256] = {
     let mut t = [false; 256];
     let mut i = 0;
@@ -342,10 +331,28 @@ static NEEDS_ESCAPE: [bool; 256] = {
         t[i] = true;
         i += 1;
     }
+    let mut i = 0x80;
+    while i < 0x100 {
+        t[i] = true;
+        i += 1;
+    }
     t[b'"' as usize] = true;
     t[b'\\' as usize] = true;
     t
 };
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+fn write_unicode_escape(out: &mut Vec<u8>, unit: u16) {
+    out.extend_from_slice(&[
+        b'\\',
+        b'u',
+        HEX[(unit >> 12) as usize & 0xf],
+        HEX[(unit >> 8) as usize & 0xf],
+        HEX[(unit >> 4) as usize & 0xf],
+        HEX[unit as usize & 0xf],
+    ]);
+}
 
 fn write_json_str_body(out: &mut Vec<u8>, s: &str) {
     let bytes = s.as_bytes();
@@ -358,25 +365,25 @@ fn write_json_str_body(out: &mut Vec<u8>, s: &str) {
         let i = start + i;
         out.extend_from_slice(&bytes[start..i]);
         let b = bytes[i];
+        start = i + 1;
         match b {
             b'"' => out.extend_from_slice(b"\\\""),
             b'\\' => out.extend_from_slice(b"\\\\"),
             b'\n' => out.extend_from_slice(b"\\n"),
             b'\r' => out.extend_from_slice(b"\\r"),
             b'\t' => out.extend_from_slice(b"\\t"),
-            _ => {
-                const HEX: &[u8; 16] = b"0123456789abcdef";
-                out.extend_from_slice(&[
-                    b'\\',
-                    b'u',
-                    b'0',
-                    b'0',
-                    HEX[(b >> 4) as usize],
-                    HEX[(b & 0xf) as usize],
-                ]);
+            0x80.. => {
+                // `i` starts a character: every earlier byte was ASCII or a whole
+                // character consumed here.
+                let ch = s[i..].chars().next().unwrap_or(char::REPLACEMENT_CHARACTER);
+                let mut units = [0u16; 2];
+                for unit in ch.encode_utf16(&mut units) {
+                    write_unicode_escape(out, *unit);
+                }
+                start = i + ch.len_utf8();
             }
+            _ => write_unicode_escape(out, u16::from(b)),
         }
-        start = i + 1;
     }
     out.extend_from_slice(&bytes[start..]);
 }
@@ -412,7 +419,7 @@ mod tests {
         assert_eq!(
             json(&e),
             concat!(
-                r#"{"PartitionKey":"p'1","RowKey":"r\"1","S":"a\"b\\c\n\u0001é","#,
+                r#"{"PartitionKey":"p'1","RowKey":"r\"1","S":"a\"b\\c\n\u0001\u00e9","#,
                 r#""B@odata.type":"Edm.Binary","B":"AAH/","T":true,"#,
                 r#""D@odata.type":"Edm.DateTime","D":"2020-07-23T21:20:41.6667782Z","#,
                 r#""F@odata.type":"Edm.Double","F":2.0,"#,
@@ -516,10 +523,40 @@ mod tests {
         );
     }
 
+    fn escaped(s: &str) -> String {
+        let mut out = Vec::new();
+        write_json_str(&mut out, s);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn non_ascii_text_is_written_as_utf16_escapes() {
+        assert_eq!(escaped("caf\u{e9}"), r#""caf\u00e9""#);
+        assert_eq!(escaped("\u{6771}\u{4eac}"), r#""\u6771\u4eac""#);
+        // Beyond the BMP: a surrogate pair, as JSON requires.
+        assert_eq!(escaped("\u{1F600}"), r#""\ud83d\ude00""#);
+        assert_eq!(escaped("a\u{2028}b\u{2029}"), r#""a\u2028b\u2029""#);
+        assert_eq!(escaped("\"\\\n\u{1}x"), r#""\"\\\n\u0001x""#);
+        assert!(escaped("\u{1F600}\u{e9}\u{ffff}\u{10ffff}").is_ascii());
+    }
+
+    #[test]
+    fn escaped_text_reads_back_exactly() {
+        let text: String = "\u{1F600}O'Brien \u{e9}\u{2028}\u{6771}\u{0}\u{10ffff}\"\\".repeat(3);
+        let back: String = serde_json::from_str(&escaped(&text)).unwrap();
+        assert_eq!(back, text);
+    }
+
     #[test]
     fn itoa_handles_extremes() {
-        assert_eq!(itoa_buf(0, &mut [0; 20]), b"0");
-        assert_eq!(itoa_buf(i64::MAX, &mut [0; 20]), b"9223372036854775807");
-        assert_eq!(itoa_buf(i64::MIN, &mut [0; 20]), b"-9223372036854775808");
+        let e = DynamicEntity::new("p", "r")
+            .with("Min", i64::MIN)
+            .with("Max", i64::MAX)
+            .with("Zero", 0_i32)
+            .with("Neg", -7_i32);
+        let text = json(&e);
+        assert!(text.contains(r#""Min":"-9223372036854775808""#), "{text}");
+        assert!(text.contains(r#""Max":"9223372036854775807""#), "{text}");
+        assert!(text.contains(r#""Zero":0,"Neg":-7"#), "{text}");
     }
 }
