@@ -110,6 +110,7 @@ pub(crate) fn parse_response(
             request_id,
             batch_index,
             ambiguous: false,
+            retry_after: None,
         })
         .into());
     }
