@@ -287,7 +287,7 @@ impl HttpBackend {
                     q.push("$filter", &filter);
                 }
                 if let Some(t) = top {
-                    q.push("$top", &t.to_string());
+                    q.push("$top", itoa::Buffer::new().format(*t));
                 }
                 if let Some(n) = next_table_name {
                     q.push("NextTableName", n);
@@ -361,7 +361,7 @@ impl HttpBackend {
                     q.push("$select", s);
                 }
                 if let Some(t) = top {
-                    q.push("$top", &t.to_string());
+                    q.push("$top", itoa::Buffer::new().format(*t));
                 }
                 if let Some(c) = continuation {
                     q.push("NextPartitionKey", &c.next_partition_key);
