@@ -98,8 +98,8 @@ pub use error::{
 };
 pub use filter::{col, Filter, QueryPlan};
 pub use table::{
-    ClientOptions, Get, ListTables, TableClient, TableNames, TableServiceClient, Transaction,
-    TransactionResult, WriteTarget,
+    ClientOptions, Get, ListTables, Modified, Modify, ModifyStep, TableClient, TableNames,
+    TableServiceClient, Transaction, TransactionResult, WriteTarget,
 };
 pub use table::{EntityStream, Page, PageStream, Query, ScanPolicy};
 
