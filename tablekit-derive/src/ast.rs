@@ -7,8 +7,21 @@ use syn::{Data as SynData, DeriveInput, Fields, Generics, Ident, Type, Visibilit
 use crate::attr::{self, ContainerAttrs, FieldAttrs, Site, VariantAttrs};
 use crate::case::RenameRule;
 use crate::ctxt::Ctxt;
-use crate::expand::Mode;
 use crate::template::{self, Part};
+
+/// The default name of the schema-version property.
+pub(crate) const DEFAULT_VERSION_PROPERTY: &str = "SchemaVersion";
+/// The default discriminator property of an enum.
+pub(crate) const DEFAULT_DISCRIMINATOR: &str = "EntityType";
+
+/// Which derive is running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// `#[derive(TableEntity)]`.
+    Entity,
+    /// `#[derive(TableProperties)]`.
+    Properties,
+}
 
 /// The derive input.
 pub(crate) struct Container<'a> {
@@ -210,6 +223,25 @@ impl<'a> Container<'a> {
         };
         c.resolve_keys(cx);
         c
+    }
+
+    /// The schema version and the property that stores it, when the type has one.
+    pub(crate) fn version_property(&self) -> Option<(i32, String)> {
+        let v = self.attrs.version.as_ref()?;
+        let name = self
+            .attrs
+            .version_property
+            .as_ref()
+            .map_or_else(|| DEFAULT_VERSION_PROPERTY.to_owned(), |p| p.value.value());
+        Some((v.value, name))
+    }
+
+    /// The discriminator property of an enum.
+    pub(crate) fn discriminator(&self) -> String {
+        self.attrs
+            .discriminator
+            .as_ref()
+            .map_or_else(|| DEFAULT_DISCRIMINATOR.to_owned(), |d| d.value.value())
     }
 
     pub(crate) fn fields(&self) -> &[Field<'a>] {

@@ -6,8 +6,7 @@
 use proc_macro2::TokenStream;
 use quote::quote;
 
-use crate::ast::Container;
-use crate::expand::Mode;
+use crate::ast::{Container, Mode};
 
 pub(crate) fn stub(c: &Container) -> TokenStream {
     // A generic stub would repeat the generics error in another form.

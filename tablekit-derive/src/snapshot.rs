@@ -3,7 +3,8 @@
 
 use quote::quote;
 
-use crate::expand::{derive, Mode};
+use crate::ast::Mode;
+use crate::expand::derive;
 
 fn expand(input: proc_macro2::TokenStream, mode: Mode) -> String {
     let out = derive(input, mode);
