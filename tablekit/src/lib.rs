@@ -85,12 +85,13 @@ pub use account::{
 };
 pub use backend::http::{HttpOptions, Metadata, RetryPolicy, API_VERSION};
 pub use backend::{Continuation, Written};
+pub use codec::bag::to_dynamic;
 pub use codec::write::entity_to_json;
 pub use columns::{Column, DynamicColumns, EntityColumns};
 pub use edm::{EdmType, EdmValue};
 pub use entity::{
-    to_dynamic, DynamicEntity, ETag, EntityKey, IfMatch, Properties, PropertyValue, PropertyWriter,
-    RawEntity, TableEntity, UpdateMode,
+    DynamicEntity, ETag, EntityKey, IfMatch, Properties, PropertyValue, PropertyWriter, RawEntity,
+    TableEntity, UpdateMode,
 };
 pub use error::{
     ConfigError, DecodeError, Error, ErrorKind, KeyKind, Result, ServiceError, TransportError,
