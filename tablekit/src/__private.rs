@@ -11,7 +11,9 @@ use std::str::FromStr;
 use chrono::FixedOffset;
 use uuid::Uuid;
 
-use crate::entity::{PropertyValue, PropertyWriter, RawEntity};
+use crate::entity::{
+    forward_property_writer, Forward, PropertyArg, PropertyValue, PropertyWriter, RawEntity,
+};
 use crate::error::{Error, KeyKind, ValidationError};
 use crate::validate;
 
@@ -431,35 +433,23 @@ impl<'a, W: PropertyWriter + ?Sized> Prefixed<'a, W> {
         }
     }
 
-    fn full(&mut self, name: &str) -> &str {
+    fn full(&mut self, name: &str) {
         self.name.clear();
         self.name.push_str(self.prefix);
         self.name.push('_');
         self.name.push_str(name);
-        &self.name
     }
 }
 
-macro_rules! prefixed_method {
-    ($($m:ident($t:ty)),*) => {$(
-        fn $m(&mut self, name: &str, value: $t) -> Result<()> {
-            self.full(name);
-            self.out.$m(&self.name, value)
-        }
-    )*};
+impl<W: PropertyWriter + ?Sized> Forward for Prefixed<'_, W> {
+    fn forward(&mut self, name: &str, value: PropertyArg<'_>) -> Result<()> {
+        self.full(name);
+        value.write_to(self.out, &self.name)
+    }
 }
 
 impl<W: PropertyWriter + ?Sized> PropertyWriter for Prefixed<'_, W> {
-    prefixed_method!(
-        string(&str),
-        binary(&[u8]),
-        boolean(bool),
-        datetime(&DateTime<Utc>),
-        double(f64),
-        guid(&Uuid),
-        int32(i32),
-        int64(i64)
-    );
+    forward_property_writer!();
 }
 
 /// The properties of `entity` whose names start with `{prefix}_`, with that

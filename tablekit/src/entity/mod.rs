@@ -13,9 +13,11 @@ use crate::error::{KeyKind, Result, ValidationError};
 use crate::validate;
 
 mod etag;
+mod forward;
 mod raw;
 
 pub use etag::{ETag, IfMatch};
+pub(crate) use forward::{forward_property_writer, Forward, PropertyArg};
 pub use raw::{PropertyValue, RawEntity};
 pub(crate) use raw::{Scalar, Slot};
 
