@@ -31,6 +31,9 @@ pub(crate) struct Container<'a> {
     pub(crate) attrs: ContainerAttrs,
     pub(crate) data: Data<'a>,
     pub(crate) mode: Mode,
+    /// The path of the tablekit crate in generated code: `::tablekit`, or the
+    /// `crate = "..."` of a crate that re-exports it.
+    pub(crate) krate: syn::Path,
     /// PartitionKey sources (exactly one when the input is valid).
     pub(crate) partition_keys: Vec<KeySource>,
     /// RowKey sources (exactly one when the input is valid).
@@ -211,6 +214,10 @@ impl<'a> Container<'a> {
                 Data::Unsupported
             }
         };
+        let krate = attrs
+            .krate
+            .as_ref()
+            .map_or_else(|| syn::parse_quote!(::tablekit), |k| k.value.clone());
         let mut c = Container {
             ident: &input.ident,
             vis: &input.vis,
@@ -218,6 +225,7 @@ impl<'a> Container<'a> {
             attrs,
             data,
             mode,
+            krate,
             partition_keys: Vec::new(),
             row_keys: Vec::new(),
         };

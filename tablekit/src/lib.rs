@@ -188,6 +188,7 @@ pub use table::{EntityStream, Page, PageStream, Query, ScanPolicy};
 /// | `upgrade = "path"` | with `version`: entities stored with an older version (a missing version property is version 0) are read by `fn(&RawEntity<'_>, stored_version: i32) -> tablekit::Result<Self>`, which can call the generated `Self::decode_current_schema` for the unchanged parts; writing always stores the current version |
 /// | `projection_of = "Type"` | a projection of another derived type: each stored field must exist there with the same value type and property name (checked at compile time), and reads send `$select` of its properties |
 /// | `table = "Employees"` | the table's name, checked at compile time, as the const `TABLE_NAME` |
+/// | `crate = "path"` | where the generated code finds tablekit (by default `::tablekit`), for a crate that re-exports it: `#[tablekit(crate = "my_sdk::tablekit")]`; also on enums and on `TableProperties` structs |
 ///
 /// # Field attributes
 ///
@@ -240,7 +241,7 @@ pub use tablekit_derive::TableEntity;
 /// `#[tablekit(flatten)]`, its fields as `Outer_Inner` properties.
 ///
 /// It takes the field attributes of [`TableEntity`](macro@TableEntity) other than
-/// the key, ETag and Timestamp ones, and `rename_all` on the struct.
+/// the key, ETag and Timestamp ones, and `rename_all` and `crate` on the struct.
 ///
 /// ```
 /// use tablekit::{entity_to_json, TableEntity, TableProperties};
@@ -275,6 +276,9 @@ pub use tablekit_derive::TableProperties;
 
 /// The query macros: `filter!` (Rust operators over typed columns) and `odata!`
 /// (hand-written OData with escaped values). See [`Query::filter`] and [`Query::filter_raw`].
+///
+/// Their expansions name `::tablekit` (they take no `crate = "..."` option): the
+/// crate that calls them depends on tablekit itself, a re-export is not enough.
 #[cfg(feature = "derive")]
 pub use tablekit_derive::{filter, odata};
 

@@ -5,7 +5,7 @@ use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
 use syn::Type;
 
-use super::d;
+use super::{d, tk};
 use crate::ast::{Container, Data, Field, Kind};
 use crate::ty;
 
@@ -29,7 +29,8 @@ pub(super) fn column_fields<'c, 'a>(c: &'c Container<'a>) -> impl Iterator<Item 
 /// and Timestamp ones only): the type's definition, which sits beside the
 /// entity type, and its impls, which go inside the `const _` block.
 pub(super) fn columns(c: &Container) -> (TokenStream, TokenStream) {
-    let d = d();
+    let tk = tk(c);
+    let d = d(c);
     let ident = c.ident;
     let vis = c.vis;
     let columns_ident = format_ident!("{}Columns", ident);
@@ -42,14 +43,14 @@ pub(super) fn columns(c: &Container) -> (TokenStream, TokenStream) {
         let doc = format!(" The `{}` property (field `{}`).", f.name, f.rust_name());
         defs.push(quote! {
             #[doc = #doc]
-            pub #fi: ::tablekit::Column<#ident, #v>
+            pub #fi: #tk::Column<#ident, #v>
         });
         inits.push(match f.kind {
             Kind::Edm(edm) => {
                 let edm = format_ident!("{}", edm);
-                quote!(#fi: ::tablekit::Column::with_edm(#name, ::tablekit::EdmType::#edm))
+                quote!(#fi: #tk::Column::with_edm(#name, #tk::EdmType::#edm))
             }
-            _ => quote!(#fi: ::tablekit::Column::new(#name)),
+            _ => quote!(#fi: #tk::Column::new(#name)),
         });
     }
     let doc = match c.data {
@@ -66,11 +67,11 @@ pub(super) fn columns(c: &Container) -> (TokenStream, TokenStream) {
         #[allow(private_interfaces)]
         #vis struct #columns_ident {
             /// The PartitionKey.
-            pub partition_key: ::tablekit::Column<#ident, #d::String>,
+            pub partition_key: #tk::Column<#ident, #d::String>,
             /// The RowKey.
-            pub row_key: ::tablekit::Column<#ident, #d::String>,
+            pub row_key: #tk::Column<#ident, #d::String>,
             /// The service's Timestamp: when the entity was last written.
-            pub timestamp: ::tablekit::Column<#ident, #d::DateTime<#d::Utc>>,
+            pub timestamp: #tk::Column<#ident, #d::DateTime<#d::Utc>>,
             #(#defs,)*
         }
     };
@@ -78,9 +79,9 @@ pub(super) fn columns(c: &Container) -> (TokenStream, TokenStream) {
         #[automatically_derived]
         impl #d::DerivedColumns for #columns_ident {
             const COLUMNS: Self = #columns_ident {
-                partition_key: ::tablekit::Column::new("PartitionKey"),
-                row_key: ::tablekit::Column::new("RowKey"),
-                timestamp: ::tablekit::Column::new("Timestamp"),
+                partition_key: #tk::Column::new("PartitionKey"),
+                row_key: #tk::Column::new("RowKey"),
+                timestamp: #tk::Column::new("Timestamp"),
                 #(#inits,)*
             };
         }
@@ -88,7 +89,7 @@ pub(super) fn columns(c: &Container) -> (TokenStream, TokenStream) {
         static __TK_COLUMNS: #columns_ident = <#columns_ident as #d::DerivedColumns>::COLUMNS;
 
         #[automatically_derived]
-        impl ::tablekit::EntityColumns for #ident {
+        impl #tk::EntityColumns for #ident {
             type Columns = #columns_ident;
             fn columns() -> &'static #columns_ident {
                 &__TK_COLUMNS

@@ -7,14 +7,14 @@ use syn::spanned::Spanned;
 use syn::Ident;
 
 use super::keys::split_keys;
-use super::{d, edm_marker, key_kind_path};
+use super::{d, edm_marker, key_kind_path, tk};
 use crate::ast::{Container, Field, KeyKind, Kind};
 use crate::ty;
 
 /// The value of a field whose property is missing and that is not read through
 /// the `Property` traits.
-fn missing_value(f: &Field, prefixed: bool) -> TokenStream {
-    let d = d();
+fn missing_value(c: &Container, f: &Field, prefixed: bool) -> TokenStream {
+    let d = d(c);
     let name = &f.name;
     if let Some(dflt) = default_value(f) {
         return dflt;
@@ -39,8 +39,8 @@ fn default_value(f: &Field) -> Option<TokenStream> {
 }
 
 /// The name passed to `missing`, with the flatten prefix when there is one.
-fn missing_name(f: &Field, prefixed: bool) -> TokenStream {
-    let d = d();
+fn missing_name(c: &Container, f: &Field, prefixed: bool) -> TokenStream {
+    let d = d(c);
     let name = &f.name;
     if prefixed {
         quote!(&#d::nested_prefix(__tk_prefix, #name))
@@ -51,17 +51,19 @@ fn missing_name(f: &Field, prefixed: bool) -> TokenStream {
 
 /// Reads one field from its slot (`__tk_vN`), the keys, or the system properties.
 fn read_field(
+    c: &Container,
     f: &Field,
     slot: &Ident,
     key_var: Option<&(KeyKind, Ident)>,
     prefixed: bool,
 ) -> TokenStream {
-    let d = d();
+    let tk = tk(c);
+    let d = d(c);
     let ty = f.ty;
     let span = ty.span();
     let name = f.rust_name();
     if let Some((kind, var)) = key_var {
-        let kind = key_kind_path(*kind);
+        let kind = key_kind_path(c, *kind);
         return if ty::is_string(ty) {
             quote!(#d::String::from(#var))
         } else {
@@ -73,7 +75,7 @@ fn read_field(
             let missing = match default_value(f) {
                 Some(dflt) => dflt,
                 None => {
-                    let n = missing_name(f, prefixed);
+                    let n = missing_name(c, f, prefixed);
                     quote_spanned!(span=> <#ty as #d::Property>::missing(#n)?)
                 }
             };
@@ -85,11 +87,11 @@ fn read_field(
             }
         }
         Kind::Edm(m) => {
-            let m = edm_marker(m);
+            let m = edm_marker(c, m);
             let missing = match default_value(f) {
                 Some(dflt) => dflt,
                 None => {
-                    let n = missing_name(f, prefixed);
+                    let n = missing_name(c, f, prefixed);
                     quote_spanned!(span=> <#ty as #d::PropertyAs<#m>>::missing_as(#n)?)
                 }
             };
@@ -106,7 +108,7 @@ fn read_field(
             } else {
                 quote!(read_parsed)
             };
-            let missing = missing_value(f, prefixed);
+            let missing = missing_value(c, f, prefixed);
             let read = match ty::option_inner(ty) {
                 Some(inner) => {
                     quote_spanned!(span=> ::core::option::Option::Some(#d::#func::<#inner>(__tk_v)?))
@@ -121,7 +123,7 @@ fn read_field(
             }
         }
         Kind::With(path) => {
-            let missing = missing_value(f, prefixed);
+            let missing = missing_value(c, f, prefixed);
             quote_spanned! {path.span()=>
                 match #slot {
                     ::core::option::Option::Some(__tk_v) => #path::read(__tk_v)?,
@@ -130,14 +132,14 @@ fn read_field(
             }
         }
         Kind::Flatten => {
-            let prefix = missing_name(f, prefixed);
+            let prefix = missing_name(c, f, prefixed);
             quote_spanned!(span=> <#ty as #d::TableProperties>::read_properties(__tk_entity, #prefix)?)
         }
         Kind::Skip => default_value(f)
             .unwrap_or_else(|| quote_spanned!(span=> ::core::default::Default::default())),
-        Kind::ETag => quote!(::tablekit::RawEntity::etag(__tk_entity)),
+        Kind::ETag => quote!(#tk::RawEntity::etag(__tk_entity)),
         Kind::Timestamp => quote!(::core::option::Option::map(
-            ::tablekit::RawEntity::timestamp(__tk_entity),
+            #tk::RawEntity::timestamp(__tk_entity),
             ::core::convert::From::from
         )),
     }
@@ -147,7 +149,8 @@ fn read_field(
 /// struct built field by field. With `prefixed`, it reads the properties named
 /// `{__tk_prefix}_{name}` (a flattened struct).
 pub(super) fn decode_body(c: &Container, prefixed: bool) -> TokenStream {
-    let d = d();
+    let tk = tk(c);
+    let d = d(c);
     let fields = c.fields();
     let slots: Vec<Ident> = (0..fields.len())
         .map(|i| format_ident!("__tk_v{}", i))
@@ -172,7 +175,7 @@ pub(super) fn decode_body(c: &Container, prefixed: bool) -> TokenStream {
         let slot = &slots[i];
         let name = &fields[i].name;
         decls.extend(quote! {
-            let mut #slot: ::core::option::Option<::tablekit::PropertyValue<'_>> = ::core::option::Option::None;
+            let mut #slot: ::core::option::Option<#tk::PropertyValue<'_>> = ::core::option::Option::None;
         });
         arms.extend(quote!(#name => #slot = ::core::option::Option::Some(__tk_p),));
     }
@@ -221,15 +224,15 @@ pub(super) fn decode_body(c: &Container, prefixed: bool) -> TokenStream {
             }
         } else {
             quote! {
-                for __tk_p in ::tablekit::RawEntity::properties(__tk_entity) {
-                    match ::tablekit::PropertyValue::name(&__tk_p) { #arms }
+                for __tk_p in #tk::RawEntity::properties(__tk_entity) {
+                    match #tk::PropertyValue::name(&__tk_p) { #arms }
                 }
             }
         };
     }
     let inits = fields.iter().enumerate().map(|(i, f)| {
         let ident = f.ident;
-        let value = read_field(f, &slots[i], key_vars[i].as_ref(), prefixed);
+        let value = read_field(c, f, &slots[i], key_vars[i].as_ref(), prefixed);
         quote!(#ident: #value)
     });
     quote! {

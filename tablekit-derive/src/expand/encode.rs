@@ -5,13 +5,13 @@ use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 
 use super::keys::{key_checks, Source};
-use super::{d, edm_marker};
+use super::{d, edm_marker, tk};
 use crate::ast::{Container, Field, Kind, Mode};
 use crate::ty;
 
 /// Writes one stored field.
-fn write_field(f: &Field) -> TokenStream {
-    let d = d();
+fn write_field(c: &Container, f: &Field) -> TokenStream {
+    let d = d(c);
     let ident = f.ident;
     let ty = f.ty;
     let name = &f.name;
@@ -21,7 +21,7 @@ fn write_field(f: &Field) -> TokenStream {
             <#ty as #d::Property>::write_to(&self.#ident, #name, __tk_out)?;
         },
         Kind::Edm(m) => {
-            let m = edm_marker(m);
+            let m = edm_marker(c, m);
             quote_spanned! {span=>
                 <#ty as #d::PropertyAs<#m>>::write_as(&self.#ident, #name, __tk_out)?;
             }
@@ -56,6 +56,7 @@ fn write_field(f: &Field) -> TokenStream {
 }
 
 pub(super) fn write_body(c: &Container) -> TokenStream {
+    let tk = tk(c);
     let mut body = TokenStream::new();
     if c.mode == Mode::Entity {
         for s in c.partition_keys.iter().chain(&c.row_keys).take(2) {
@@ -63,10 +64,10 @@ pub(super) fn write_body(c: &Container) -> TokenStream {
         }
     }
     for f in c.fields().iter().filter(|f| f.is_stored()) {
-        body.extend(write_field(f));
+        body.extend(write_field(c, f));
     }
     if let Some((version, name)) = c.version_property() {
-        body.extend(quote!(::tablekit::PropertyWriter::int32(__tk_out, #name, #version)?;));
+        body.extend(quote!(#tk::PropertyWriter::int32(__tk_out, #name, #version)?;));
     }
     body
 }

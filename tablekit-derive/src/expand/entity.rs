@@ -10,11 +10,12 @@ use super::decode::decode_body;
 use super::encode::write_body;
 use super::keys::{key_builders, key_value, Source};
 use super::projection::projection_checks;
-use super::{d, result, table_const};
+use super::{d, result, table_const, tk};
 use crate::ast::{Container, Kind};
 
 pub(super) fn entity_struct(c: &Container) -> TokenStream {
-    let d = d();
+    let tk = tk(c);
+    let d = d(c);
     let ident = c.ident;
     let vis = c.vis;
     let fields = c.fields();
@@ -25,8 +26,8 @@ pub(super) fn entity_struct(c: &Container) -> TokenStream {
     let rk_value = key_value(c, rk, Source::SelfFields);
     let write = write_body(c);
     let body = decode_body(c, false);
-    let entity = quote!(__tk_entity: &::tablekit::RawEntity<'_>);
-    let ret_self = result(quote!(Self));
+    let entity = quote!(__tk_entity: &#tk::RawEntity<'_>);
+    let ret_self = result(c, quote!(Self));
 
     let mut inherent = key_builders(c);
     let decode = match (c.version_property(), &c.attrs.upgrade) {
@@ -43,7 +44,7 @@ pub(super) fn entity_struct(c: &Container) -> TokenStream {
             });
             let call = quote_spanned!(hook.span()=> #hook(__tk_entity, __tk_stored));
             quote! {
-                let __tk_stored: ::core::primitive::i32 = match ::tablekit::RawEntity::get(__tk_entity, #name) {
+                let __tk_stored: ::core::primitive::i32 = match #tk::RawEntity::get(__tk_entity, #name) {
                     ::core::option::Option::Some(__tk_v) => #d::read_version(__tk_v)?,
                     ::core::option::Option::None => 0,
                 };
@@ -71,10 +72,10 @@ pub(super) fn entity_struct(c: &Container) -> TokenStream {
     if let Some(f) = etag_field {
         let fi = f.ident;
         extra.extend(quote! {
-            fn etag(&self) -> ::core::option::Option<&::tablekit::ETag> {
+            fn etag(&self) -> ::core::option::Option<&#tk::ETag> {
                 ::core::option::Option::as_ref(&self.#fi)
             }
-            fn set_etag(&mut self, etag: ::tablekit::ETag) {
+            fn set_etag(&mut self, etag: #tk::ETag) {
                 self.#fi = ::core::option::Option::Some(etag);
             }
         });
@@ -124,14 +125,14 @@ pub(super) fn entity_struct(c: &Container) -> TokenStream {
         #[allow(clippy::needless_question_mark)]
         const _: () = {
             #[automatically_derived]
-            impl ::tablekit::TableEntity for #ident {
+            impl #tk::TableEntity for #ident {
                 fn partition_key(&self) -> #d::Cow<'_, ::core::primitive::str> {
                     #pk_value
                 }
                 fn row_key(&self) -> #d::Cow<'_, ::core::primitive::str> {
                     #rk_value
                 }
-                fn write_properties<__TkW: ::tablekit::PropertyWriter + ?::core::marker::Sized>(
+                fn write_properties<__TkW: #tk::PropertyWriter + ?::core::marker::Sized>(
                     &self,
                     __tk_out: &mut __TkW,
                 ) -> #d::Result<()> {

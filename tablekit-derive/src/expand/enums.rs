@@ -6,11 +6,12 @@ use quote::quote;
 use syn::Ident;
 
 use super::columns::columns;
-use super::{d, table_const};
+use super::{d, table_const, tk};
 use crate::ast::{Container, Data};
 
 pub(super) fn entity_enum(c: &Container) -> TokenStream {
-    let d = d();
+    let tk = tk(c);
+    let d = d(c);
     let ident = c.ident;
     let vis = c.vis;
     let Data::Enum(variants) = &c.data else {
@@ -28,22 +29,22 @@ pub(super) fn entity_enum(c: &Container) -> TokenStream {
             })
             .collect()
     };
-    let pk = each(&|_| quote!(::tablekit::TableEntity::partition_key(__tk_v)));
-    let rk = each(&|_| quote!(::tablekit::TableEntity::row_key(__tk_v)));
-    let etag = each(&|_| quote!(::tablekit::TableEntity::etag(__tk_v)));
-    let set_etag = each(&|_| quote!(::tablekit::TableEntity::set_etag(__tk_v, etag)));
-    let set_ts = each(&|_| quote!(::tablekit::TableEntity::set_timestamp(__tk_v, timestamp)));
+    let pk = each(&|_| quote!(#tk::TableEntity::partition_key(__tk_v)));
+    let rk = each(&|_| quote!(#tk::TableEntity::row_key(__tk_v)));
+    let etag = each(&|_| quote!(#tk::TableEntity::etag(__tk_v)));
+    let set_etag = each(&|_| quote!(#tk::TableEntity::set_etag(__tk_v, etag)));
+    let set_ts = each(&|_| quote!(#tk::TableEntity::set_timestamp(__tk_v, timestamp)));
     let write: Vec<TokenStream> = variants
         .iter()
         .map(|v| {
             let vi = v.ident;
             let tag = &v.tag;
             if by_prefix || v.attrs.unknown.is_some() {
-                quote!(Self::#vi(__tk_v) => ::tablekit::TableEntity::write_properties(__tk_v, __tk_out))
+                quote!(Self::#vi(__tk_v) => #tk::TableEntity::write_properties(__tk_v, __tk_out))
             } else {
                 quote!(Self::#vi(__tk_v) => {
-                    ::tablekit::TableEntity::write_properties(__tk_v, __tk_out)?;
-                    ::tablekit::PropertyWriter::string(__tk_out, #disc, #tag)
+                    #tk::TableEntity::write_properties(__tk_v, __tk_out)?;
+                    #tk::PropertyWriter::string(__tk_out, #disc, #tag)
                 })
             }
         })
@@ -63,7 +64,7 @@ pub(super) fn entity_enum(c: &Container) -> TokenStream {
         Some(v) => {
             let vi = v.ident;
             let vt = v.ty;
-            quote!(::core::result::Result::Ok(Self::#vi(<#vt as ::tablekit::TableEntity>::decode(__tk_entity)?)))
+            quote!(::core::result::Result::Ok(Self::#vi(<#vt as #tk::TableEntity>::decode(__tk_entity)?)))
         }
         None => quote!(::core::result::Result::Err(#d::unknown_variant(#ty_name, #source, #value))),
     };
@@ -74,13 +75,13 @@ pub(super) fn entity_enum(c: &Container) -> TokenStream {
             let tag = &v.tag;
             quote! {
                 if ::core::primitive::str::starts_with(__tk_rk, #tag) {
-                    return ::core::result::Result::Ok(Self::#vi(<#vt as ::tablekit::TableEntity>::decode(__tk_entity)?));
+                    return ::core::result::Result::Ok(Self::#vi(<#vt as #tk::TableEntity>::decode(__tk_entity)?));
                 }
             }
         });
         let fb = fallback(quote!(::core::option::Option::Some(__tk_rk)));
         quote! {
-            let __tk_rk = ::tablekit::RawEntity::row_key(__tk_entity);
+            let __tk_rk = #tk::RawEntity::row_key(__tk_entity);
             #(#tests)*
             #fb
         }
@@ -89,12 +90,12 @@ pub(super) fn entity_enum(c: &Container) -> TokenStream {
             let vi = v.ident;
             let vt = v.ty;
             let tag = &v.tag;
-            quote!(::core::option::Option::Some(#tag) => ::core::result::Result::Ok(Self::#vi(<#vt as ::tablekit::TableEntity>::decode(__tk_entity)?)))
+            quote!(::core::option::Option::Some(#tag) => ::core::result::Result::Ok(Self::#vi(<#vt as #tk::TableEntity>::decode(__tk_entity)?)))
         });
         let fb = fallback(quote!(__tk_other));
         quote! {
-            let __tk_tag = match ::tablekit::RawEntity::get(__tk_entity, #disc) {
-                ::core::option::Option::Some(__tk_p) => ::core::option::Option::Some(::tablekit::PropertyValue::as_str(&__tk_p)?),
+            let __tk_tag = match #tk::RawEntity::get(__tk_entity, #disc) {
+                ::core::option::Option::Some(__tk_p) => ::core::option::Option::Some(#tk::PropertyValue::as_str(&__tk_p)?),
                 ::core::option::Option::None => ::core::option::Option::None,
             };
             match __tk_tag {
@@ -106,7 +107,7 @@ pub(super) fn entity_enum(c: &Container) -> TokenStream {
     let needs = variants
         .iter()
         .filter_map(|v| v.ty)
-        .map(|t| quote!(|| <#t as ::tablekit::TableEntity>::needs_type_annotations()));
+        .map(|t| quote!(|| <#t as #tk::TableEntity>::needs_type_annotations()));
     let tag_doc = format!(
         " The discriminator value of each variant ({}).",
         if by_prefix {
@@ -135,26 +136,26 @@ pub(super) fn entity_enum(c: &Container) -> TokenStream {
         #[allow(clippy::needless_question_mark)]
         const _: () = {
             #[automatically_derived]
-            impl ::tablekit::TableEntity for #ident {
+            impl #tk::TableEntity for #ident {
                 fn partition_key(&self) -> #d::Cow<'_, ::core::primitive::str> {
                     match self { #(#pk,)* }
                 }
                 fn row_key(&self) -> #d::Cow<'_, ::core::primitive::str> {
                     match self { #(#rk,)* }
                 }
-                fn write_properties<__TkW: ::tablekit::PropertyWriter + ?::core::marker::Sized>(
+                fn write_properties<__TkW: #tk::PropertyWriter + ?::core::marker::Sized>(
                     &self,
                     __tk_out: &mut __TkW,
                 ) -> #d::Result<()> {
                     match self { #(#write,)* }
                 }
-                fn decode(__tk_entity: &::tablekit::RawEntity<'_>) -> #d::Result<Self> {
+                fn decode(__tk_entity: &#tk::RawEntity<'_>) -> #d::Result<Self> {
                     #decode
                 }
-                fn etag(&self) -> ::core::option::Option<&::tablekit::ETag> {
+                fn etag(&self) -> ::core::option::Option<&#tk::ETag> {
                     match self { #(#etag,)* }
                 }
-                fn set_etag(&mut self, etag: ::tablekit::ETag) {
+                fn set_etag(&mut self, etag: #tk::ETag) {
                     match self { #(#set_etag,)* }
                 }
                 fn set_timestamp(&mut self, timestamp: #d::DateTime<#d::Utc>) {

@@ -7,7 +7,7 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::Ident;
 
-use super::{d, key_kind_path, result};
+use super::{d, key_kind_path, result, tk};
 use crate::ast::{Container, Field, KeyKind, KeyPart, KeySource};
 use crate::ty;
 
@@ -40,8 +40,8 @@ pub(super) enum Source {
 
 /// The checks that make a field's text safe in a key, naming the field on failure.
 pub(super) fn key_checks(c: &Container, s: &KeySource, src: Source) -> TokenStream {
-    let d = d();
-    let kind = key_kind_path(s.kind);
+    let d = d(c);
+    let kind = key_kind_path(c, s.kind);
     let fields = c.fields();
     let mut out = TokenStream::new();
     for (i, part) in s.parts.iter().enumerate() {
@@ -113,7 +113,7 @@ fn format_string(parts: &[KeyPart]) -> String {
 
 /// The key text as a `Cow<str>`, borrowing when the key is one `String` field or a literal.
 pub(super) fn key_value(c: &Container, s: &KeySource, src: Source) -> TokenStream {
-    let d = d();
+    let d = d(c);
     let fields = c.fields();
     match s.parts.as_slice() {
         [] => quote!(#d::Cow::Borrowed("")),
@@ -165,9 +165,9 @@ fn builder_params(c: &Container, indexes: &[usize]) -> Vec<TokenStream> {
 }
 
 fn key_builder(c: &Container, s: &KeySource) -> TokenStream {
-    let d = d();
+    let d = d(c);
     let vis = c.vis;
-    let kind = key_kind_path(s.kind);
+    let kind = key_kind_path(c, s.kind);
     let key = s.kind.service_name();
     let fn_name = match s.kind {
         KeyKind::Partition => format_ident!("partition_key"),
@@ -176,7 +176,7 @@ fn key_builder(c: &Container, s: &KeySource) -> TokenStream {
     let params = builder_params(c, &s.field_indexes());
     let checks = key_checks(c, s, Source::Params);
     let value = key_value(c, s, Source::Params);
-    let ret = result(quote!(#d::String));
+    let ret = result(c, quote!(#d::String));
     let doc = format!(
         " The {key} of a `{}` built from the template `{}`, checked against the service's key rules (at most 1024 characters, none of `/ \\ # ?` or control characters); an error names the offending field.",
         c.ident, s.text
@@ -193,6 +193,7 @@ fn key_builder(c: &Container, s: &KeySource) -> TokenStream {
 }
 
 pub(super) fn key_builders(c: &Container) -> TokenStream {
+    let tk = tk(c);
     let (Some(pk), Some(rk)) = (c.partition_keys.first(), c.row_keys.first()) else {
         return TokenStream::new();
     };
@@ -215,7 +216,7 @@ pub(super) fn key_builders(c: &Container) -> TokenStream {
     };
     let pk_args = args(pk);
     let rk_args = args(rk);
-    let ret = result(quote!(::tablekit::EntityKey));
+    let ret = result(c, quote!(#tk::EntityKey));
     let doc = format!(
         " The key of a `{}`: PartitionKey `{}` and RowKey `{}`, both checked.",
         c.ident, pk.text, rk.text
@@ -225,7 +226,7 @@ pub(super) fn key_builders(c: &Container) -> TokenStream {
         #rk_builder
         #[doc = #doc]
         #vis fn key(#(#params),*) -> #ret {
-            ::core::result::Result::Ok(::tablekit::EntityKey::new(
+            ::core::result::Result::Ok(#tk::EntityKey::new(
                 Self::partition_key(#(#pk_args),*)?,
                 Self::row_key(#(#rk_args),*)?,
             ))
@@ -236,7 +237,8 @@ pub(super) fn key_builders(c: &Container) -> TokenStream {
 /// Splits the keys into the text of their fields; returns the statements and,
 /// per field index, the variable holding its text.
 pub(super) fn split_keys(c: &Container) -> (TokenStream, Vec<Option<(KeyKind, Ident)>>) {
-    let d = d();
+    let tk = tk(c);
+    let d = d(c);
     let fields = c.fields();
     let mut vars: Vec<Option<(KeyKind, Ident)>> = vec![None; fields.len()];
     let mut out = TokenStream::new();
@@ -250,7 +252,7 @@ pub(super) fn split_keys(c: &Container) -> (TokenStream, Vec<Option<(KeyKind, Id
             KeyKind::Partition => (s.kind, "__tk_pk", quote!(partition_key)),
             KeyKind::Row => (s.kind, "__tk_rk", quote!(row_key)),
         };
-        let kind_path = key_kind_path(kind);
+        let kind_path = key_kind_path(c, kind);
         let field_parts: Vec<(usize, Option<usize>)> = s
             .parts
             .iter()
@@ -275,7 +277,7 @@ pub(super) fn split_keys(c: &Container) -> (TokenStream, Vec<Option<(KeyKind, Id
         if let [KeyPart::Field { width: None, .. }] = s.parts.as_slice() {
             let p = &pattern[0];
             out.extend(quote! {
-                let #p: &::core::primitive::str = ::tablekit::RawEntity::#getter(__tk_entity);
+                let #p: &::core::primitive::str = #tk::RawEntity::#getter(__tk_entity);
             });
             continue;
         }
@@ -294,7 +296,7 @@ pub(super) fn split_keys(c: &Container) -> (TokenStream, Vec<Option<(KeyKind, Id
             let [#(#pattern),*] = #d::split_key::<#n>(
                 #kind_path,
                 #text,
-                ::tablekit::RawEntity::#getter(__tk_entity),
+                #tk::RawEntity::#getter(__tk_entity),
                 &[#(#parts),*],
             )?;
         });

@@ -9,7 +9,8 @@
 //! Generated code names only `::tablekit::...` (support items under
 //! `::tablekit::__private`) and `::core::...` paths, prefixes its local names
 //! with `__tk_`, and sits in `const _: () = { ... };` except for the public
-//! `{Name}Columns` type.
+//! `{Name}Columns` type. With `#[tablekit(crate = "path")]`, `path` takes the
+//! place of `::tablekit` everywhere (`tk`).
 
 use proc_macro2::{Span, TokenStream};
 use quote::quote;
@@ -52,27 +53,35 @@ pub(crate) fn derive(input: TokenStream, mode: Mode) -> TokenStream {
     }
 }
 
+/// The path of the tablekit crate (`::tablekit` unless `crate = "..."`).
+fn tk<'c>(c: &'c Container) -> &'c syn::Path {
+    &c.krate
+}
+
 /// The support module of the generated code.
-fn d() -> TokenStream {
-    quote!(::tablekit::__private)
+fn d(c: &Container) -> TokenStream {
+    let tk = tk(c);
+    quote!(#tk::__private)
 }
 
 /// `Result<T, tablekit::Error>`.
-fn result(t: TokenStream) -> TokenStream {
-    quote!(::core::result::Result<#t, ::tablekit::Error>)
+fn result(c: &Container, t: TokenStream) -> TokenStream {
+    let tk = tk(c);
+    quote!(::core::result::Result<#t, #tk::Error>)
 }
 
 /// `tablekit::KeyKind` of a key.
-fn key_kind_path(k: KeyKind) -> TokenStream {
+fn key_kind_path(c: &Container, k: KeyKind) -> TokenStream {
+    let tk = tk(c);
     match k {
-        KeyKind::Partition => quote!(::tablekit::KeyKind::PartitionKey),
-        KeyKind::Row => quote!(::tablekit::KeyKind::RowKey),
+        KeyKind::Partition => quote!(#tk::KeyKind::PartitionKey),
+        KeyKind::Row => quote!(#tk::KeyKind::RowKey),
     }
 }
 
 /// The marker type of an Edm type chosen with `edm = "..."`.
-fn edm_marker(name: &str) -> TokenStream {
-    let d = d();
+fn edm_marker(c: &Container, name: &str) -> TokenStream {
+    let d = d(c);
     let ident = Ident::new(name, Span::call_site());
     quote!(#d::as_edm::#ident)
 }

@@ -6,7 +6,7 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 
 use super::columns::{column_fields, column_value_type};
-use super::d;
+use super::{d, tk};
 use crate::ast::{Container, Kind};
 
 /// Compile-time checks of a projection against the type it projects: each
@@ -14,7 +14,8 @@ use crate::ast::{Container, Kind};
 /// value type (`mismatched types`) and the same property name (a failed
 /// constant assertion), each reported at the projection's field.
 pub(super) fn projection_checks(c: &Container, src: &syn::Path) -> TokenStream {
-    let d = d();
+    let tk = tk(c);
+    let d = d(c);
     let mut checks = Vec::new();
     for f in column_fields(c).filter(|f| !f.in_key()) {
         let fi = f.ident;
@@ -29,11 +30,11 @@ pub(super) fn projection_checks(c: &Container, src: &syn::Path) -> TokenStream {
         );
         let span = fi.span();
         let source = respan(
-            quote!(<<#src as ::tablekit::EntityColumns>::Columns as #d::DerivedColumns>::COLUMNS.#fi),
+            quote!(<<#src as #tk::EntityColumns>::Columns as #d::DerivedColumns>::COLUMNS.#fi),
             span,
         );
         let v = column_value_type(f);
-        let annot = quote_spanned!(f.ty.span()=> ::tablekit::Column<#src, #v>);
+        let annot = quote_spanned!(f.ty.span()=> #tk::Column<#src, #v>);
         // The stored Edm type must agree too when either side overrides it
         // (`edm = "Int64"` on an i32): the same Rust type could read the other
         // side's values wrongly.
@@ -41,7 +42,7 @@ pub(super) fn projection_checks(c: &Container, src: &syn::Path) -> TokenStream {
             Kind::Edm(edm) => {
                 let e = format_ident!("{}", edm);
                 (
-                    quote!(::core::option::Option::Some(::tablekit::EdmType::#e)),
+                    quote!(::core::option::Option::Some(#tk::EdmType::#e)),
                     format!("Edm.{edm}"),
                 )
             }

@@ -4,13 +4,14 @@
 use proc_macro2::TokenStream;
 use quote::quote;
 
-use super::d;
 use super::decode::decode_body;
 use super::encode::write_body;
+use super::{d, tk};
 use crate::ast::{Container, Kind};
 
 pub(super) fn properties_struct(c: &Container) -> TokenStream {
-    let d = d();
+    let tk = tk(c);
+    let d = d(c);
     let ident = c.ident;
     let write = write_body(c);
     let body = decode_body(c, true);
@@ -38,7 +39,7 @@ pub(super) fn properties_struct(c: &Container) -> TokenStream {
         const _: () = {
             #[automatically_derived]
             impl #d::TableProperties for #ident {
-                fn write_properties<__TkW: ::tablekit::PropertyWriter + ?::core::marker::Sized>(
+                fn write_properties<__TkW: #tk::PropertyWriter + ?::core::marker::Sized>(
                     &self,
                     __tk_out: &mut __TkW,
                 ) -> #d::Result<()> {
@@ -46,7 +47,7 @@ pub(super) fn properties_struct(c: &Container) -> TokenStream {
                     ::core::result::Result::Ok(())
                 }
                 fn read_properties(
-                    __tk_entity: &::tablekit::RawEntity<'_>,
+                    __tk_entity: &#tk::RawEntity<'_>,
                     __tk_prefix: &::core::primitive::str,
                 ) -> #d::Result<Self> {
                     #body
