@@ -7,8 +7,21 @@ use syn::{Data as SynData, DeriveInput, Fields, Generics, Ident, Type, Visibilit
 use crate::attr::{self, ContainerAttrs, FieldAttrs, Site, VariantAttrs};
 use crate::case::RenameRule;
 use crate::ctxt::Ctxt;
-use crate::expand::Mode;
 use crate::template::{self, Part};
+
+/// The default name of the schema-version property.
+pub(crate) const DEFAULT_VERSION_PROPERTY: &str = "SchemaVersion";
+/// The default discriminator property of an enum.
+pub(crate) const DEFAULT_DISCRIMINATOR: &str = "EntityType";
+
+/// Which derive is running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// `#[derive(TableEntity)]`.
+    Entity,
+    /// `#[derive(TableProperties)]`.
+    Properties,
+}
 
 /// The derive input.
 pub(crate) struct Container<'a> {
@@ -18,6 +31,9 @@ pub(crate) struct Container<'a> {
     pub(crate) attrs: ContainerAttrs,
     pub(crate) data: Data<'a>,
     pub(crate) mode: Mode,
+    /// The path of the tablekit crate in generated code: `::tablekit`, or the
+    /// `crate = "..."` of a crate that re-exports it.
+    pub(crate) krate: syn::Path,
     /// PartitionKey sources (exactly one when the input is valid).
     pub(crate) partition_keys: Vec<KeySource>,
     /// RowKey sources (exactly one when the input is valid).
@@ -198,6 +214,10 @@ impl<'a> Container<'a> {
                 Data::Unsupported
             }
         };
+        let krate = attrs
+            .krate
+            .as_ref()
+            .map_or_else(|| syn::parse_quote!(::tablekit), |k| k.value.clone());
         let mut c = Container {
             ident: &input.ident,
             vis: &input.vis,
@@ -205,11 +225,31 @@ impl<'a> Container<'a> {
             attrs,
             data,
             mode,
+            krate,
             partition_keys: Vec::new(),
             row_keys: Vec::new(),
         };
         c.resolve_keys(cx);
         c
+    }
+
+    /// The schema version and the property that stores it, when the type has one.
+    pub(crate) fn version_property(&self) -> Option<(i32, String)> {
+        let v = self.attrs.version.as_ref()?;
+        let name = self
+            .attrs
+            .version_property
+            .as_ref()
+            .map_or_else(|| DEFAULT_VERSION_PROPERTY.to_owned(), |p| p.value.value());
+        Some((v.value, name))
+    }
+
+    /// The discriminator property of an enum.
+    pub(crate) fn discriminator(&self) -> String {
+        self.attrs
+            .discriminator
+            .as_ref()
+            .map_or_else(|| DEFAULT_DISCRIMINATOR.to_owned(), |d| d.value.value())
     }
 
     pub(crate) fn fields(&self) -> &[Field<'a>] {

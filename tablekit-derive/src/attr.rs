@@ -48,9 +48,10 @@ impl Site {
                 "upgrade",
                 "projection_of",
                 "table",
+                "crate",
             ],
-            Site::PropertiesStruct => &["rename_all"],
-            Site::Enum => &["discriminator", "row_key_prefix", "table"],
+            Site::PropertiesStruct => &["rename_all", "crate"],
+            Site::Enum => &["discriminator", "row_key_prefix", "table", "crate"],
             Site::EntityField => &[
                 "rename",
                 "skip",
@@ -104,6 +105,8 @@ pub(crate) struct ContainerAttrs {
     pub(crate) projection_of: Option<Spanned<syn::Path>>,
     pub(crate) discriminator: Option<Spanned<LitStr>>,
     pub(crate) row_key_prefix: Option<Span>,
+    /// `crate = "path"`: where the generated code finds tablekit.
+    pub(crate) krate: Option<Spanned<syn::Path>>,
 }
 
 /// Field attributes.
@@ -367,6 +370,10 @@ pub(crate) fn container(cx: &Ctxt, attrs: &[Attribute], site: Site) -> Container
             "discriminator" => {
                 let v = string(cx, meta, key, "\"EntityType\"")?;
                 set(cx, &mut c.discriminator, meta, key, spanned(meta, v));
+            }
+            "crate" => {
+                let v = path_string::<syn::Path>(cx, meta, key, "\"my_crate::tablekit\"")?;
+                set(cx, &mut c.krate, meta, key, spanned(meta, v));
             }
             _ => skip_value(meta)?,
         }

@@ -6,9 +6,10 @@ use std::collections::HashMap;
 use proc_macro2::Span;
 use quote::ToTokens;
 
-use crate::ast::{Container, Data, Field, KeyKind, KeyPart, KeySource, Kind};
+use crate::ast::{
+    Container, Data, Field, KeyKind, KeyPart, KeySource, Kind, Mode, DEFAULT_VERSION_PROPERTY,
+};
 use crate::ctxt::Ctxt;
-use crate::expand::Mode;
 use crate::template;
 use crate::ty;
 
@@ -16,10 +17,6 @@ use crate::ty;
 const MAX_PROPERTIES: usize = 252;
 /// The longest property name.
 const MAX_NAME: usize = 255;
-/// The default name of the schema-version property.
-pub(crate) const DEFAULT_VERSION_PROPERTY: &str = "SchemaVersion";
-/// The default discriminator property of an enum.
-pub(crate) const DEFAULT_DISCRIMINATOR: &str = "EntityType";
 
 pub(crate) fn check(cx: &Ctxt, c: &Container) {
     check_generics(cx, c);

@@ -6,10 +6,10 @@
 use proc_macro2::TokenStream;
 use quote::quote;
 
-use crate::ast::Container;
-use crate::expand::Mode;
+use crate::ast::{Container, Mode};
 
 pub(crate) fn stub(c: &Container) -> TokenStream {
+    let tk = &c.krate;
     // A generic stub would repeat the generics error in another form.
     if !c.generics.params.is_empty() {
         return TokenStream::new();
@@ -20,25 +20,25 @@ pub(crate) fn stub(c: &Container) -> TokenStream {
             const _: () = {
                 #[automatically_derived]
                 #[allow(unused_variables, unreachable_code)]
-                impl ::tablekit::TableEntity for #ident {
-                    fn partition_key(&self) -> ::tablekit::__private::Cow<'_, ::core::primitive::str> {
+                impl #tk::TableEntity for #ident {
+                    fn partition_key(&self) -> #tk::__private::Cow<'_, ::core::primitive::str> {
                         ::core::unreachable!()
                     }
-                    fn row_key(&self) -> ::tablekit::__private::Cow<'_, ::core::primitive::str> {
+                    fn row_key(&self) -> #tk::__private::Cow<'_, ::core::primitive::str> {
                         ::core::unreachable!()
                     }
-                    fn write_properties<__TkW: ::tablekit::PropertyWriter + ?::core::marker::Sized>(
+                    fn write_properties<__TkW: #tk::PropertyWriter + ?::core::marker::Sized>(
                         &self,
                         __tk_out: &mut __TkW,
-                    ) -> ::tablekit::__private::Result<()> {
+                    ) -> #tk::__private::Result<()> {
                         ::core::unreachable!()
                     }
-                    fn decode(__tk_entity: &::tablekit::RawEntity<'_>) -> ::tablekit::__private::Result<Self> {
+                    fn decode(__tk_entity: &#tk::RawEntity<'_>) -> #tk::__private::Result<Self> {
                         ::core::unreachable!()
                     }
                 }
                 #[automatically_derived]
-                impl ::tablekit::EntityColumns for #ident {
+                impl #tk::EntityColumns for #ident {
                     type Columns = ();
                     fn columns() -> &'static () {
                         &()
@@ -50,17 +50,17 @@ pub(crate) fn stub(c: &Container) -> TokenStream {
             const _: () = {
                 #[automatically_derived]
                 #[allow(unused_variables, unreachable_code)]
-                impl ::tablekit::__private::TableProperties for #ident {
-                    fn write_properties<__TkW: ::tablekit::PropertyWriter + ?::core::marker::Sized>(
+                impl #tk::__private::TableProperties for #ident {
+                    fn write_properties<__TkW: #tk::PropertyWriter + ?::core::marker::Sized>(
                         &self,
                         __tk_out: &mut __TkW,
-                    ) -> ::tablekit::__private::Result<()> {
+                    ) -> #tk::__private::Result<()> {
                         ::core::unreachable!()
                     }
                     fn read_properties(
-                        __tk_entity: &::tablekit::RawEntity<'_>,
+                        __tk_entity: &#tk::RawEntity<'_>,
                         __tk_prefix: &::core::primitive::str,
-                    ) -> ::tablekit::__private::Result<Self> {
+                    ) -> #tk::__private::Result<Self> {
                         ::core::unreachable!()
                     }
                     fn is_known(__tk_name: &::core::primitive::str) -> ::core::primitive::bool {

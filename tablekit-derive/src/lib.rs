@@ -54,7 +54,7 @@ mod snapshot;
 /// `tablekit::TableEntity` for the attributes.
 #[proc_macro_derive(TableEntity, attributes(tablekit))]
 pub fn derive_table_entity(input: TokenStream) -> TokenStream {
-    expand::derive(input.into(), expand::Mode::Entity).into()
+    expand::derive(input.into(), ast::Mode::Entity).into()
 }
 
 /// Derives the support trait that lets a struct be stored inside an entity with
@@ -62,7 +62,7 @@ pub fn derive_table_entity(input: TokenStream) -> TokenStream {
 /// field attributes as `TableEntity`, but no keys, ETag or version.
 #[proc_macro_derive(TableProperties, attributes(tablekit))]
 pub fn derive_table_properties(input: TokenStream) -> TokenStream {
-    expand::derive(input.into(), expand::Mode::Properties).into()
+    expand::derive(input.into(), ast::Mode::Properties).into()
 }
 
 /// `filter!(|e| e.department == "Sales" && e.age >= min && !e.active)`: a query

@@ -85,12 +85,13 @@ pub use account::{
 };
 pub use backend::http::{HttpOptions, Metadata, RetryPolicy, API_VERSION};
 pub use backend::{Continuation, Written};
+pub use codec::bag::to_dynamic;
 pub use codec::write::entity_to_json;
 pub use columns::{Column, DynamicColumns, EntityColumns};
 pub use edm::{EdmType, EdmValue};
 pub use entity::{
-    to_dynamic, DynamicEntity, ETag, EntityKey, IfMatch, Properties, PropertyValue, PropertyWriter,
-    RawEntity, TableEntity, UpdateMode,
+    DynamicEntity, ETag, EntityKey, IfMatch, Properties, PropertyValue, PropertyWriter, RawEntity,
+    TableEntity, UpdateMode,
 };
 pub use error::{
     ConfigError, DecodeError, Error, ErrorCode, ErrorKind, KeyKind, Result, ServiceError,
@@ -187,6 +188,7 @@ pub use table::{EntityStream, Page, PageStream, Query, ScanPolicy};
 /// | `upgrade = "path"` | with `version`: entities stored with an older version (a missing version property is version 0) are read by `fn(&RawEntity<'_>, stored_version: i32) -> tablekit::Result<Self>`, which can call the generated `Self::decode_current_schema` for the unchanged parts; writing always stores the current version |
 /// | `projection_of = "Type"` | a projection of another derived type: each stored field must exist there with the same value type and property name (checked at compile time), and reads send `$select` of its properties |
 /// | `table = "Employees"` | the table's name, checked at compile time, as the const `TABLE_NAME` |
+/// | `crate = "path"` | where the generated code finds tablekit (by default `::tablekit`), for a crate that re-exports it: `#[tablekit(crate = "my_sdk::tablekit")]`; also on enums and on `TableProperties` structs |
 ///
 /// # Field attributes
 ///
@@ -239,7 +241,7 @@ pub use tablekit_derive::TableEntity;
 /// `#[tablekit(flatten)]`, its fields as `Outer_Inner` properties.
 ///
 /// It takes the field attributes of [`TableEntity`](macro@TableEntity) other than
-/// the key, ETag and Timestamp ones, and `rename_all` on the struct.
+/// the key, ETag and Timestamp ones, and `rename_all` and `crate` on the struct.
 ///
 /// ```
 /// use tablekit::{entity_to_json, TableEntity, TableProperties};
@@ -274,12 +276,18 @@ pub use tablekit_derive::TableProperties;
 
 /// The query macros: `filter!` (Rust operators over typed columns) and `odata!`
 /// (hand-written OData with escaped values). See [`Query::filter`] and [`Query::filter_raw`].
+///
+/// Their expansions name `::tablekit` (they take no `crate = "..."` option): the
+/// crate that calls them depends on tablekit itself, a re-export is not enough.
 #[cfg(feature = "derive")]
 pub use tablekit_derive::{filter, odata};
 
 #[doc(hidden)]
 #[path = "__private.rs"]
 pub mod __private;
+
+#[doc(hidden)]
+pub mod bench_support;
 
 /// The README's example, compiled as a doctest so it cannot drift from the API.
 #[cfg(doctest)]

@@ -9,6 +9,7 @@ mod common;
 mod auth;
 mod batch;
 mod crud;
+mod derive_crate_path;
 mod derive_flatten_names;
 mod derive_hetero;
 mod derive_hygiene;

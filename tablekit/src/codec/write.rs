@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::edm::{max_datetime, min_datetime, write_datetime, EdmType};
-use crate::entity::{PropertyWriter, TableEntity};
+use crate::entity::{forward_property_writer, Forward, PropertyArg, PropertyWriter, TableEntity};
 use crate::error::{Error, KeyKind, Result, ValidationError};
 use crate::validate::{self, MAX_ENTITY_BYTES, MAX_PROPERTIES, MAX_VALUE_BYTES};
 
@@ -144,26 +144,15 @@ impl PropertyWriter for EntityChecker {
 /// Sends every property to two writers, the first one first.
 pub(crate) struct Tee<'a, A: ?Sized, B: ?Sized>(pub(crate) &'a mut A, pub(crate) &'a mut B);
 
-macro_rules! tee_method {
-    ($($m:ident($t:ty)),*) => {$(
-        fn $m(&mut self, name: &str, value: $t) -> Result<()> {
-            self.0.$m(name, value)?;
-            self.1.$m(name, value)
-        }
-    )*};
+impl<A: PropertyWriter + ?Sized, B: PropertyWriter + ?Sized> Forward for Tee<'_, A, B> {
+    fn forward(&mut self, name: &str, value: PropertyArg<'_>) -> Result<()> {
+        value.write_to(self.0, name)?;
+        value.write_to(self.1, name)
+    }
 }
 
 impl<A: PropertyWriter + ?Sized, B: PropertyWriter + ?Sized> PropertyWriter for Tee<'_, A, B> {
-    tee_method!(
-        string(&str),
-        binary(&[u8]),
-        boolean(bool),
-        datetime(&DateTime<Utc>),
-        double(f64),
-        guid(&Uuid),
-        int32(i32),
-        int64(i64)
-    );
+    forward_property_writer!();
 }
 
 /// Writes properties as members of a JSON object in the Table service's format,

@@ -1,4 +1,7 @@
-//! Entities: the [`TableEntity`] trait, keys, ETags and the untyped [`DynamicEntity`].
+//! Entities: the [`TableEntity`] trait, the [`PropertyWriter`] it writes to and
+//! the [`RawEntity`] view it reads from, keys, ETags and the untyped
+//! [`DynamicEntity`]. The vocabulary every other layer speaks; it knows no
+//! wire format (the JSON codec in `codec` sits above it).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -7,10 +10,17 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::edm::EdmValue;
-use crate::error::{Error, KeyKind, Result, ValidationError};
+use crate::error::{KeyKind, Result, ValidationError};
 use crate::validate;
 
-pub use crate::codec::read::{PropertyValue, RawEntity};
+mod etag;
+mod forward;
+mod raw;
+
+pub use etag::{ETag, IfMatch};
+pub(crate) use forward::{forward_property_writer, Forward, PropertyArg};
+pub use raw::{PropertyValue, RawEntity};
+pub(crate) use raw::{Scalar, Slot};
 
 /// A type stored as one entity of a table.
 ///
@@ -137,78 +147,6 @@ pub trait PropertyWriter {
     }
 }
 
-/// An entity's ETag: an opaque version string, stored and sent back byte for byte.
-#[derive(Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
-#[serde(transparent)]
-pub struct ETag(String);
-
-impl ETag {
-    /// Wraps a value received from the service.
-    pub fn new(value: impl Into<String>) -> Self {
-        ETag(value.into())
-    }
-
-    /// The value as sent by the service.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-
-    /// The Timestamp the service embeds in its ETags
-    /// (`W/"datetime'2008-10-01T15%3A27%3A34.4838174Z'"`), when it does.
-    pub fn timestamp(&self) -> Option<DateTime<Utc>> {
-        let inner = self.0.strip_prefix("W/\"datetime'")?.strip_suffix("'\"")?;
-        let decoded = percent_encoding::percent_decode_str(inner)
-            .decode_utf8()
-            .ok()?;
-        crate::edm::parse_datetime(&decoded).ok()
-    }
-}
-
-impl fmt::Debug for ETag {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ETag({})", self.0)
-    }
-}
-
-impl fmt::Display for ETag {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// The condition of an update or delete.
-///
-/// There is no default: an unconditional write is the visible choice `IfMatch::Any`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum IfMatch {
-    /// Apply whatever the stored version is (`If-Match: *`).
-    Any,
-    /// Apply only if the stored version still has this ETag; otherwise the service
-    /// answers 412 and [`Error::is_precondition_failed`] is true.
-    ETag(ETag),
-}
-
-impl IfMatch {
-    pub(crate) fn header_value(&self) -> &str {
-        match self {
-            IfMatch::Any => "*",
-            IfMatch::ETag(e) => e.as_str(),
-        }
-    }
-}
-
-impl From<ETag> for IfMatch {
-    fn from(e: ETag) -> Self {
-        IfMatch::ETag(e)
-    }
-}
-
-impl From<&ETag> for IfMatch {
-    fn from(e: &ETag) -> Self {
-        IfMatch::ETag(e.clone())
-    }
-}
-
 /// How an update or upsert treats the properties the stored entity has and the
 /// written one lacks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,13 +155,6 @@ pub enum UpdateMode {
     Merge,
     /// Remove them (HTTP `PUT`): the stored entity becomes exactly the written one.
     Replace,
-}
-
-/// `*` or the ETag itself: what the `If-Match` header carries.
-impl fmt::Display for IfMatch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.header_value())
-    }
 }
 
 /// `merge` or `replace`.
@@ -425,6 +356,25 @@ impl DynamicEntity {
     }
 }
 
+impl<'a> RawEntity<'a> {
+    /// A view of a property bag with these keys.
+    pub fn from_dynamic(entity: &'a DynamicEntity) -> Self {
+        RawEntity {
+            partition_key: Cow::Borrowed(&entity.partition_key),
+            row_key: Cow::Borrowed(&entity.row_key),
+            timestamp: entity
+                .timestamp
+                .map(|t| Cow::Owned(crate::edm::format_datetime(&t))),
+            etag: entity.etag.as_ref().map(|e| Cow::Borrowed(e.as_str())),
+            props: entity
+                .properties
+                .iter()
+                .map(|(n, v)| (Cow::Borrowed(n), Slot::Value(Cow::Borrowed(v))))
+                .collect(),
+        }
+    }
+}
+
 impl TableEntity for DynamicEntity {
     fn partition_key(&self) -> Cow<'_, str> {
         Cow::Borrowed(&self.partition_key)
@@ -473,77 +423,9 @@ impl TableEntity for DynamicEntity {
     }
 }
 
-/// Walks an entity's properties into a [`Properties`] bag (used by the embedded
-/// backend and by tests).
-#[derive(Debug, Default)]
-pub(crate) struct BagWriter {
-    pub(crate) bag: Properties,
-}
-
-impl PropertyWriter for BagWriter {
-    fn string(&mut self, name: &str, value: &str) -> Result<()> {
-        self.value(name, &EdmValue::String(value.to_owned()))
-    }
-    fn binary(&mut self, name: &str, value: &[u8]) -> Result<()> {
-        self.value(name, &EdmValue::Binary(value.to_vec()))
-    }
-    fn boolean(&mut self, name: &str, value: bool) -> Result<()> {
-        self.value(name, &EdmValue::Boolean(value))
-    }
-    fn datetime(&mut self, name: &str, value: &DateTime<Utc>) -> Result<()> {
-        self.value(name, &EdmValue::DateTime(*value))
-    }
-    fn double(&mut self, name: &str, value: f64) -> Result<()> {
-        self.value(name, &EdmValue::Double(value))
-    }
-    fn guid(&mut self, name: &str, value: &Uuid) -> Result<()> {
-        self.value(name, &EdmValue::Guid(*value))
-    }
-    fn int32(&mut self, name: &str, value: i32) -> Result<()> {
-        self.value(name, &EdmValue::Int32(value))
-    }
-    fn int64(&mut self, name: &str, value: i64) -> Result<()> {
-        self.value(name, &EdmValue::Int64(value))
-    }
-    fn value(&mut self, name: &str, value: &EdmValue) -> Result<()> {
-        if self.bag.insert(name, value.clone()).is_some() {
-            return Err(Error::invalid(ValidationError::DuplicateProperty {
-                name: name.to_owned(),
-            }));
-        }
-        Ok(())
-    }
-}
-
-/// The property bag of any entity, validated the way a write validates it.
-pub fn to_dynamic<T: TableEntity>(entity: &T) -> Result<DynamicEntity> {
-    let (pk, rk) = (entity.partition_key(), entity.row_key());
-    let mut checker = crate::codec::write::EntityChecker::new(&pk, &rk)?;
-    let mut w = BagWriter::default();
-    entity.write_properties(&mut crate::codec::write::Tee(&mut checker, &mut w))?;
-    checker.finish(&pk, &rk)?;
-    Ok(DynamicEntity {
-        partition_key: pk.into_owned(),
-        row_key: rk.into_owned(),
-        timestamp: None,
-        etag: entity.etag().cloned(),
-        properties: w.bag,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn etag_timestamp_is_read_from_weak_datetime_etag() {
-        let e = ETag::new("W/\"datetime'2008-10-01T15%3A27%3A34.4838174Z'\"");
-        assert_eq!(
-            e.timestamp().map(|t| crate::edm::format_datetime(&t)),
-            Some("2008-10-01T15:27:34.4838174Z".to_owned())
-        );
-        assert_eq!(ETag::new("\"0x8D\"").timestamp(), None);
-    }
 
     #[test]
     fn properties_insert_replaces_same_name() {

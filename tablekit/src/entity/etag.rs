@@ -1,0 +1,99 @@
+//! The ETag of an entity and the condition of a write on it.
+
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+
+/// An entity's ETag: an opaque version string, stored and sent back byte for byte.
+#[derive(Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct ETag(String);
+
+impl ETag {
+    /// Wraps a value received from the service.
+    pub fn new(value: impl Into<String>) -> Self {
+        ETag(value.into())
+    }
+
+    /// The value as sent by the service.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The Timestamp the service embeds in its ETags
+    /// (`W/"datetime'2008-10-01T15%3A27%3A34.4838174Z'"`), when it does.
+    pub fn timestamp(&self) -> Option<DateTime<Utc>> {
+        let inner = self.0.strip_prefix("W/\"datetime'")?.strip_suffix("'\"")?;
+        let decoded = percent_encoding::percent_decode_str(inner)
+            .decode_utf8()
+            .ok()?;
+        crate::edm::parse_datetime(&decoded).ok()
+    }
+}
+
+impl fmt::Debug for ETag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ETag({})", self.0)
+    }
+}
+
+impl fmt::Display for ETag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The condition of an update or delete.
+///
+/// There is no default: an unconditional write is the visible choice `IfMatch::Any`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IfMatch {
+    /// Apply whatever the stored version is (`If-Match: *`).
+    Any,
+    /// Apply only if the stored version still has this ETag; otherwise the service
+    /// answers 412 and [`Error::is_precondition_failed`] is true.
+    ETag(ETag),
+}
+
+impl IfMatch {
+    pub(crate) fn header_value(&self) -> &str {
+        match self {
+            IfMatch::Any => "*",
+            IfMatch::ETag(e) => e.as_str(),
+        }
+    }
+}
+
+impl From<ETag> for IfMatch {
+    fn from(e: ETag) -> Self {
+        IfMatch::ETag(e)
+    }
+}
+
+impl From<&ETag> for IfMatch {
+    fn from(e: &ETag) -> Self {
+        IfMatch::ETag(e.clone())
+    }
+}
+
+/// `*` or the ETag itself: what the `If-Match` header carries.
+impl fmt::Display for IfMatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.header_value())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn etag_timestamp_is_read_from_weak_datetime_etag() {
+        let e = ETag::new("W/\"datetime'2008-10-01T15%3A27%3A34.4838174Z'\"");
+        assert_eq!(
+            e.timestamp().map(|t| crate::edm::format_datetime(&t)),
+            Some("2008-10-01T15:27:34.4838174Z".to_owned())
+        );
+        assert_eq!(ETag::new("\"0x8D\"").timestamp(), None);
+    }
+}
