@@ -68,12 +68,14 @@
 #![deny(rustdoc::broken_intra_doc_links)]
 
 mod backend;
+mod clock;
 mod codec;
 mod columns;
 pub mod edm;
 mod entity;
 mod error;
 pub mod filter;
+pub mod queue;
 mod table;
 pub mod validate;
 
@@ -85,6 +87,7 @@ pub use account::{
 };
 pub use backend::http::{HttpOptions, Metadata, RetryPolicy, API_VERSION};
 pub use backend::{Continuation, Written};
+pub use clock::ManualClock;
 pub use codec::write::entity_to_json;
 pub use columns::{Column, DynamicColumns, EntityColumns};
 pub use edm::{EdmType, EdmValue};
@@ -97,6 +100,10 @@ pub use error::{
     TransportError, ValidationError,
 };
 pub use filter::{col, Filter, QueryPlan};
+pub use queue::{
+    MessageEncoding, QueueClient, QueueMessage, QueueServiceClient, ReceiveMessages, SendMessage,
+    SentMessage,
+};
 pub use table::{
     ClientOptions, Get, ListTables, TableClient, TableNames, TableServiceClient, Transaction,
     TransactionResult, WriteTarget,

@@ -20,6 +20,7 @@ mod filter_macros;
 mod metadata;
 mod query;
 mod query_dsl;
+mod queue;
 mod retry;
 mod tables;
 mod tracing;

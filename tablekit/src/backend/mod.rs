@@ -13,7 +13,9 @@ use crate::entity::{ETag, EntityKey, IfMatch, TableEntity, UpdateMode};
 use crate::error::Result;
 
 mod continuation;
+pub(crate) mod embedded;
 pub(crate) mod http;
+pub(crate) mod queue;
 
 pub use continuation::Continuation;
 

@@ -21,6 +21,8 @@ use crate::error::{Error, ErrorKind, Result, TransportError};
 pub mod account;
 pub(crate) mod auth;
 pub(crate) mod batch;
+#[allow(dead_code)] // Wired to the HTTP queue client next.
+pub(crate) mod storage_auth;
 mod wire;
 
 /// The REST API version tablekit speaks. 2019-02-02 is what the current official
