@@ -279,7 +279,7 @@ pub fn parse_datetime(s: &str) -> Result<DateTime<Utc>> {
             // Some writers omit the zone; the service treats such values as UTC.
             chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f").map(|d| d.and_utc())
         })
-        .map_err(|_| Error::decode(format!("{s:?} is not an ISO 8601 date and time")))
+        .map_err(|e| Error::decode_caused_by(format!("{s:?} is not an ISO 8601 date and time"), e))
 }
 
 /// The form the service writes, `YYYY-MM-DDTHH:MM:SS[.f{1,9}]Z`, parsed without
@@ -324,6 +324,14 @@ fn parse_service_datetime(b: &[u8]) -> Option<DateTime<Utc>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bad_datetime_keeps_chronos_error_as_source() {
+        let e = parse_datetime("2024-13-45T99:00:00Z").unwrap_err();
+        let source = std::error::Error::source(&e).expect("chrono's error is kept");
+        assert!(source.is::<chrono::ParseError>(), "{source:?}");
+        assert!(!e.to_string().contains(&source.to_string()), "{e}");
+    }
 
     #[test]
     fn the_fast_path_agrees_with_rfc3339() {

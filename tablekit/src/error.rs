@@ -5,6 +5,10 @@
 //! or ask the predicates (`is_not_found`, `is_conflict`, ...) for the common cases.
 
 use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::filter::ParseError;
 
 /// The result type of tablekit operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -125,13 +129,44 @@ impl Error {
         matches!(&*self.inner, ErrorKind::Transport(_))
     }
 
-    /// A transient failure that is safe to retry for an idempotent operation:
-    /// timeouts, connection faults, 408, 500, 503.
+    /// A transient failure that is safe to retry for an idempotent operation.
+    ///
+    /// This is the one classification tablekit uses: the HTTP backend's retry
+    /// loop asks this predicate and nothing else. A retried write that is not
+    /// idempotent (an insert, a transaction) is still retried, and if its retry
+    /// then meets 404, 409 or 412 the error is flagged [`Error::is_ambiguous`].
+    ///
+    /// | status or condition | retried? | why |
+    /// |---|---|---|
+    /// | transport: timeout (connect or answer) | yes | the next attempt may be faster |
+    /// | transport: connection refused | yes | the server may be restarting |
+    /// | transport: connection reset or closed, answer cut short | yes | a network blip |
+    /// | transport: TLS handshake or certificate failure | **no** | retrying cannot fix a certificate or a protocol mismatch |
+    /// | transport: the request could not be built | no | the same request fails the same way |
+    /// | 408 Request Timeout | yes | |
+    /// | 429 Too Many Requests | yes | after `Retry-After` when the service sends it |
+    /// | 500 Internal Server Error | yes | |
+    /// | 502 Bad Gateway | yes | |
+    /// | 503 Server Busy / Service Unavailable | yes | after `Retry-After` when the service sends it |
+    /// | 504 Gateway Timeout | yes | |
+    /// | any other status (400, 403, 404, 409, 412, ...) | no | the answer is final |
+    /// | invalid input, configuration, decode, no entity | no | nothing was sent, or the answer arrived |
     pub fn is_retryable(&self) -> bool {
+        retryable(&self.inner)
+    }
+
+    /// The failure was a time limit: the connect timeout or the per-attempt
+    /// timeout of [`HttpOptions`](crate::HttpOptions) ran out.
+    pub fn is_timeout(&self) -> bool {
+        matches!(&*self.inner, ErrorKind::Transport(t) if t.kind == TransportKind::Timeout)
+    }
+
+    /// How long the service asked the client to wait (`Retry-After` of a 429 or
+    /// 503 answer), when it said so.
+    pub fn retry_after(&self) -> Option<Duration> {
         match &*self.inner {
-            ErrorKind::Transport(_) => true,
-            ErrorKind::Service(e) => matches!(e.status, 408 | 429 | 500 | 502 | 503 | 504),
-            _ => false,
+            ErrorKind::Service(e) => e.retry_after,
+            _ => None,
         }
     }
 
@@ -143,6 +178,7 @@ impl Error {
         ErrorKind::Decode(DecodeError {
             message: message.into(),
             property: None,
+            source: None,
         })
         .into()
     }
@@ -151,6 +187,37 @@ impl Error {
         ErrorKind::Decode(DecodeError {
             message: message.into(),
             property: Some(property.to_owned()),
+            source: None,
+        })
+        .into()
+    }
+
+    /// A decode error that keeps its cause (a `serde_json`, base64, UUID,
+    /// chrono or integer parse error) for [`std::error::Error::source`].
+    /// The message should say what could not be decoded, not repeat the cause.
+    pub(crate) fn decode_caused_by(
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        ErrorKind::Decode(DecodeError {
+            message: message.into(),
+            property: None,
+            source: Some(Arc::new(source)),
+        })
+        .into()
+    }
+
+    /// [`Error::decode_property`] with its cause kept as the source.
+    #[allow(dead_code)] // the codec's call sites move to it one by one
+    pub(crate) fn decode_property_caused_by(
+        property: &str,
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        ErrorKind::Decode(DecodeError {
+            message: message.into(),
+            property: Some(property.to_owned()),
+            source: Some(Arc::new(source)),
         })
         .into()
     }
@@ -214,15 +281,36 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {
+    // `Display` of each kind already shows the kind's own message, so the source
+    // is the kind's cause, not the kind itself (which would print twice).
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &*self.inner {
-            ErrorKind::Transport(t) => t
-                .source
-                .as_deref()
-                .map(|e| e as &(dyn std::error::Error + 'static)),
+            ErrorKind::Transport(t) => std::error::Error::source(t),
+            ErrorKind::Decode(d) => std::error::Error::source(d),
             _ => None,
         }
     }
+}
+
+/// The retry classification documented on [`Error::is_retryable`]: one match,
+/// one row per line of that table.
+fn retryable(kind: &ErrorKind) -> bool {
+    match kind {
+        ErrorKind::Transport(t) => match t.kind {
+            TransportKind::Timeout | TransportKind::Connect | TransportKind::Interrupted => true,
+            TransportKind::Tls | TransportKind::Request => false,
+        },
+        ErrorKind::Service(e) => retryable_status(e.status),
+        ErrorKind::Invalid(_)
+        | ErrorKind::Decode(_)
+        | ErrorKind::Config(_)
+        | ErrorKind::NoEntity(_) => false,
+    }
+}
+
+/// The statuses of the table on [`Error::is_retryable`] that are worth another attempt.
+pub(crate) fn retryable_status(status: u16) -> bool {
+    matches!(status, 408 | 429 | 500 | 502 | 503 | 504)
 }
 
 /// Which of the two key properties a key error is about.
@@ -386,6 +474,12 @@ pub enum ValidationError {
         /// Why.
         reason: String,
     },
+    /// A filter text (such as one given to
+    /// [`Query::filter_raw`](crate::Query::filter_raw)) does not parse: the
+    /// [`ParseError`] says where ([`ParseError::position`]) and what was
+    /// expected there ([`ParseError::expected`]).
+    #[error(transparent)]
+    Filter(ParseError),
 }
 
 macro_rules! error_codes {
@@ -571,6 +665,7 @@ impl PartialEq<&str> for ErrorCode {
 
 /// An error answer of the service.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ServiceError {
     /// HTTP status.
     pub status: u16,
@@ -585,6 +680,9 @@ pub struct ServiceError {
     /// A retried non-idempotent request came back with 404/409/412: the first attempt
     /// may have been applied, so the outcome is ambiguous.
     pub ambiguous: bool,
+    /// The service's `Retry-After` (seconds or an HTTP date), as a delay from
+    /// the moment the answer arrived.
+    pub retry_after: Option<Duration>,
 }
 
 impl fmt::Display for ServiceError {
@@ -614,8 +712,25 @@ impl fmt::Display for ServiceError {
 /// The request could not be completed.
 #[derive(Debug)]
 pub struct TransportError {
+    pub(crate) kind: TransportKind,
     pub(crate) message: String,
     pub(crate) source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+/// What kind of transport failure, for [`Error::is_retryable`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TransportKind {
+    /// The connect timeout or the per-attempt timeout ran out.
+    Timeout,
+    /// No connection could be made (refused, unreachable, DNS).
+    Connect,
+    /// The connection was reset or closed, or the answer was cut short.
+    Interrupted,
+    /// The TLS handshake failed: a certificate was not accepted, or the peer
+    /// does not speak TLS.
+    Tls,
+    /// The request could not be built or sent for a reason a retry cannot fix.
+    Request,
 }
 
 impl fmt::Display for TransportError {
@@ -624,12 +739,22 @@ impl fmt::Display for TransportError {
     }
 }
 
+impl std::error::Error for TransportError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
 impl TransportError {
     pub(crate) fn new(
+        kind: TransportKind,
         message: impl Into<String>,
         source: Option<Box<dyn std::error::Error + Send + Sync>>,
     ) -> Self {
         TransportError {
+            kind,
             message: message.into(),
             source,
         }
@@ -637,12 +762,27 @@ impl TransportError {
 }
 
 /// A response or stored value could not be decoded into the requested type.
+///
+/// The underlying parse error (JSON, base64, GUID, date, integer), when there
+/// is one, is the [`std::error::Error::source`] of this error and of the
+/// [`Error`] holding it; `Display` does not repeat it.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct DecodeError {
     /// What went wrong.
     pub message: String,
     /// The property at fault, when one is.
     pub property: Option<String>,
+    // Shared rather than boxed so that the error stays `Clone`.
+    source: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+impl std::error::Error for DecodeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
 }
 
 impl fmt::Display for DecodeError {
@@ -656,6 +796,7 @@ impl fmt::Display for DecodeError {
 
 /// A connection string or configuration value is malformed.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ConfigError {
     /// What is wrong; never contains a secret.
     pub message: String,
@@ -680,6 +821,7 @@ mod tests {
             request_id: Some("abc".into()),
             batch_index: Some(2),
             ambiguous: false,
+            retry_after: None,
         })
         .into();
         assert!(e.is_conflict());
@@ -688,6 +830,74 @@ mod tests {
             e.to_string(),
             "the service answered 409 EntityAlreadyExists at transaction operation 2: The specified entity already exists. (request id abc)"
         );
+    }
+
+    fn service(status: u16) -> Error {
+        ErrorKind::Service(ServiceError {
+            status,
+            code: None,
+            message: None,
+            request_id: None,
+            batch_index: None,
+            ambiguous: false,
+            retry_after: None,
+        })
+        .into()
+    }
+
+    fn transport(kind: TransportKind) -> Error {
+        ErrorKind::Transport(TransportError::new(kind, "x", None)).into()
+    }
+
+    /// One assertion per row of the table on `Error::is_retryable`.
+    #[test]
+    fn retry_classification_table() {
+        assert!(transport(TransportKind::Timeout).is_retryable());
+        assert!(transport(TransportKind::Connect).is_retryable());
+        assert!(transport(TransportKind::Interrupted).is_retryable());
+        assert!(!transport(TransportKind::Tls).is_retryable());
+        assert!(!transport(TransportKind::Request).is_retryable());
+        assert!(service(408).is_retryable());
+        assert!(service(429).is_retryable());
+        assert!(service(500).is_retryable());
+        assert!(service(502).is_retryable());
+        assert!(service(503).is_retryable());
+        assert!(service(504).is_retryable());
+        for other in [400, 401, 403, 404, 405, 409, 411, 412, 413, 501, 505] {
+            assert!(!service(other).is_retryable(), "{other}");
+        }
+        assert!(!Error::invalid(ValidationError::Continuation { reason: "x" }).is_retryable());
+        assert!(!Error::config("x").is_retryable());
+        assert!(!Error::decode("x").is_retryable());
+        assert!(!Error::no_entity("T").is_retryable());
+        assert!(transport(TransportKind::Timeout).is_timeout());
+        assert!(!transport(TransportKind::Connect).is_timeout());
+    }
+
+    #[test]
+    fn decode_errors_keep_their_cause_as_source() {
+        use std::error::Error as _;
+        let cause = "12x".parse::<i32>().unwrap_err();
+        let e =
+            Error::decode_property_caused_by("Rating", "\"12x\" is not an Int32", cause.clone());
+        // Display does not repeat the cause; the source chain reaches it.
+        assert_eq!(
+            e.to_string(),
+            "cannot decode property \"Rating\": \"12x\" is not an Int32"
+        );
+        let source = e.source().expect("the cause is kept");
+        assert_eq!(
+            source.downcast_ref::<std::num::ParseIntError>(),
+            Some(&cause)
+        );
+        let json = serde_json::from_str::<u8>("{").unwrap_err();
+        let e = Error::decode_caused_by("the answer is not JSON", json);
+        assert!(e.source().unwrap().is::<serde_json::Error>());
+        match e.kind() {
+            ErrorKind::Decode(d) => assert!(d.clone().source().is_some(), "clones keep it"),
+            other => panic!("{other:?}"),
+        }
+        assert!(Error::decode("no cause").source().is_none());
     }
 
     #[test]

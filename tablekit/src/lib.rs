@@ -105,8 +105,8 @@ pub use queue::{
     SentMessage,
 };
 pub use table::{
-    ClientOptions, Get, ListTables, TableClient, TableNames, TableServiceClient, Transaction,
-    TransactionResult, WriteTarget,
+    ClientOptions, Get, ListTables, Modified, Modify, ModifyStep, TableClient, TableNames,
+    TableServiceClient, Transaction, TransactionResult, WriteTarget,
 };
 pub use table::{EntityStream, Page, PageStream, Query, ScanPolicy};
 

@@ -1,10 +1,11 @@
 //! Retries against a scripted fake server on loopback: transient answers are
 //! retried, permanent ones are not, and a write whose retry meets 409 is
-//! reported as ambiguous rather than as a plain conflict.
+//! reported as ambiguous rather than as a plain conflict. Also what every
+//! request carries (User-Agent) and the per-attempt timeout.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tablekit::{
     Account, AccountKey, ClientOptions, Credential, DynamicEntity, RetryPolicy, TableClient,
@@ -15,21 +16,38 @@ use tokio::net::{TcpListener, TcpStream};
 
 /// What the fake server does with one request.
 #[derive(Clone, Copy)]
-enum Answer {
+pub(crate) enum Answer {
     /// Reply with this status line, an `x-ms-request-id` and a JSON error body for this code.
     Status(&'static str, &'static str),
+    /// As `Status`, with a `Retry-After` header of this value.
+    RetryAfter(&'static str, &'static str, &'static str),
     /// 204 with an ETag, as a successful insert with `return-no-content`.
     Created,
+    /// 200 with this JSON entity and an ETag, as a point read.
+    Entity(&'static str),
+    /// Wait this long, then answer as `Created`.
+    Slow(Duration),
     /// Read the request, then close the connection without answering.
     Drop,
 }
 
+/// The request heads the fake server received, lower-cased, in order.
+pub(crate) type Heads = Arc<Mutex<Vec<String>>>;
+
 /// Serves `script` in order (the last answer repeats) and counts requests.
-async fn fake_server(script: Vec<Answer>) -> (String, Arc<AtomicUsize>) {
+pub(crate) async fn fake_server(script: Vec<Answer>) -> (String, Arc<AtomicUsize>) {
+    let (endpoint, count, _) = recording_server(script).await;
+    (endpoint, count)
+}
+
+/// [`fake_server`], keeping each request's head.
+pub(crate) async fn recording_server(script: Vec<Answer>) -> (String, Arc<AtomicUsize>, Heads) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let count = Arc::new(AtomicUsize::new(0));
+    let heads: Heads = Arc::default();
     let seen = count.clone();
+    let kept = heads.clone();
     tokio::spawn(async move {
         loop {
             let Ok((mut sock, _)) = listener.accept().await else {
@@ -37,22 +55,38 @@ async fn fake_server(script: Vec<Answer>) -> (String, Arc<AtomicUsize>) {
             };
             let script = script.clone();
             let seen = seen.clone();
+            let kept = kept.clone();
             tokio::spawn(async move {
-                while read_request(&mut sock).await {
+                while let Some(head) = read_request(&mut sock).await {
+                    kept.lock().unwrap().push(head);
                     let n = seen.fetch_add(1, Ordering::SeqCst);
                     let answer = script[n.min(script.len() - 1)];
+                    let created = "HTTP/1.1 204 No Content\r\nETag: W/\"datetime'2024-01-01T00%3A00%3A00.0000000Z'\"\r\nx-ms-request-id: ok\r\nContent-Length: 0\r\n\r\n".to_owned();
+                    let error = |status: &str, code: &str, extra: &str| {
+                        let body = format!(
+                            r#"{{"odata.error":{{"code":"{code}","message":{{"lang":"en-US","value":"scripted"}}}}}}"#
+                        );
+                        format!(
+                            "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nx-ms-request-id: rid-{n}\r\n{extra}Content-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        )
+                    };
                     let reply = match answer {
                         Answer::Drop => return,
-                        Answer::Created => "HTTP/1.1 204 No Content\r\nETag: W/\"datetime'2024-01-01T00%3A00%3A00.0000000Z'\"\r\nx-ms-request-id: ok\r\nContent-Length: 0\r\n\r\n".to_owned(),
-                        Answer::Status(status, code) => {
-                            let body = format!(
-                                r#"{{"odata.error":{{"code":"{code}","message":{{"lang":"en-US","value":"scripted"}}}}}}"#
-                            );
-                            format!(
-                                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nx-ms-request-id: rid-{n}\r\nContent-Length: {}\r\n\r\n{body}",
-                                body.len()
-                            )
+                        Answer::RetryAfter(status, code, after) => {
+                            error(status, code, &format!("Retry-After: {after}\r\n"))
                         }
+                        Answer::Entity(json) => format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/json;odata=minimalmetadata\r\nETag: W/\"datetime'2024-01-01T00%3A00%3A0{}.0000000Z'\"\r\nContent-Length: {}\r\n\r\n{json}",
+                            n % 10,
+                            json.len()
+                        ),
+                        Answer::Slow(wait) => {
+                            tokio::time::sleep(wait).await;
+                            created
+                        }
+                        Answer::Created => created,
+                        Answer::Status(status, code) => error(status, code, ""),
                     };
                     if sock.write_all(reply.as_bytes()).await.is_err() {
                         return;
@@ -61,11 +95,12 @@ async fn fake_server(script: Vec<Answer>) -> (String, Arc<AtomicUsize>) {
             });
         }
     });
-    (format!("http://{addr}/devstoreaccount1"), count)
+    (format!("http://{addr}/devstoreaccount1"), count, heads)
 }
 
-/// Reads one request (headers and a Content-Length body); false at end of stream.
-async fn read_request(sock: &mut TcpStream) -> bool {
+/// Reads one request (headers and a Content-Length body) and returns its head,
+/// lower-cased; `None` at end of stream.
+async fn read_request(sock: &mut TcpStream) -> Option<String> {
     let mut buf = Vec::new();
     let mut byte = [0u8; 1024];
     loop {
@@ -78,22 +113,21 @@ async fn read_request(sock: &mut TcpStream) -> bool {
                 .unwrap_or(0);
             while buf.len() < end + 4 + len {
                 match sock.read(&mut byte).await {
-                    Ok(0) | Err(_) => return false,
+                    Ok(0) | Err(_) => return None,
                     Ok(n) => buf.extend_from_slice(&byte[..n]),
                 }
             }
-            return true;
+            return Some(head);
         }
         match sock.read(&mut byte).await {
-            Ok(0) | Err(_) => return false,
+            Ok(0) | Err(_) => return None,
             Ok(n) => buf.extend_from_slice(&byte[..n]),
         }
     }
 }
 
-fn table(endpoint: &str) -> TableClient<DynamicEntity> {
-    let key = AccountKey::from_base64("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=").unwrap();
-    let account = Account::new("devstoreaccount1", endpoint, Credential::SharedKey(key)).unwrap();
+/// A table client of the fake server at `endpoint`: three quick retries.
+pub(crate) fn table(endpoint: &str) -> TableClient<DynamicEntity> {
     let mut options = ClientOptions::default();
     options.http.retry = RetryPolicy {
         max_retries: 3,
@@ -101,6 +135,12 @@ fn table(endpoint: &str) -> TableClient<DynamicEntity> {
         max_delay: Duration::from_millis(5),
     };
     options.http.timeout = Duration::from_secs(5);
+    table_with(endpoint, options)
+}
+
+pub(crate) fn table_with(endpoint: &str, options: ClientOptions) -> TableClient<DynamicEntity> {
+    let key = AccountKey::from_base64("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=").unwrap();
+    let account = Account::new("devstoreaccount1", endpoint, Credential::SharedKey(key)).unwrap();
     TableServiceClient::with_options(account, options)
         .unwrap()
         .table("Retries")
@@ -183,4 +223,124 @@ async fn a_closed_port_is_a_transport_error() {
         .expect_err("nothing listens on the discard port");
     assert!(err.is_transport(), "{err:?}");
     assert!(err.status().is_none());
+}
+
+#[tokio::test]
+async fn retry_after_of_a_503_is_waited_for() {
+    let (endpoint, count) = fake_server(vec![
+        Answer::RetryAfter("503 Server Busy", "ServerBusy", "1"),
+        Answer::Created,
+    ])
+    .await;
+    let mut options = ClientOptions::default();
+    // Backoff alone would wait at most 1 ms; only Retry-After explains a second.
+    options.http.retry = RetryPolicy {
+        max_retries: 3,
+        base_delay: Duration::from_millis(1),
+        max_delay: Duration::from_secs(3),
+    };
+    let started = Instant::now();
+    table_with(&endpoint, options)
+        .insert(&DynamicEntity::new("p", "r"))
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "waited only {:?}",
+        started.elapsed()
+    );
+    assert_eq!(count.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn the_last_throttling_answer_reports_its_retry_after() {
+    let (endpoint, _) = fake_server(vec![Answer::RetryAfter(
+        "429 Too Many Requests",
+        "TooManyRequests",
+        "Wed, 21 Oct 2015 07:28:00 GMT",
+    )])
+    .await;
+    let err = table(&endpoint).get(("p", "r")).await.unwrap_err();
+    assert!(err.is_throttled());
+    // An HTTP date in the past asks for no wait at all.
+    assert_eq!(err.retry_after(), Some(Duration::ZERO));
+}
+
+#[tokio::test]
+async fn every_request_names_tablekit_as_user_agent() {
+    let (endpoint, _, heads) = recording_server(vec![Answer::Created]).await;
+    table(&endpoint)
+        .insert(&DynamicEntity::new("p", "r"))
+        .await
+        .unwrap();
+    let heads = heads.lock().unwrap();
+    let want = format!("user-agent: tablekit/{} (rust)", env!("CARGO_PKG_VERSION"));
+    assert!(
+        heads[0].lines().any(|l| l == want),
+        "{want:?} not in {:?}",
+        heads[0]
+    );
+}
+
+#[tokio::test]
+async fn a_slow_answer_runs_into_the_per_attempt_timeout() {
+    let (endpoint, count) = fake_server(vec![Answer::Slow(Duration::from_secs(3))]).await;
+    let mut options = ClientOptions::default();
+    options.http.retry = RetryPolicy::none();
+    options.http.timeout = Duration::from_millis(200);
+    let err = table_with(&endpoint, options)
+        .insert(&DynamicEntity::new("p", "r"))
+        .await
+        .expect_err("the answer comes after the timeout");
+    assert!(err.is_transport() && err.is_timeout(), "{err:?}");
+    assert!(err.is_retryable());
+    assert_eq!(count.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_timed_out_attempt_is_retried() {
+    let (endpoint, count) =
+        fake_server(vec![Answer::Slow(Duration::from_secs(3)), Answer::Created]).await;
+    let mut options = ClientOptions::default();
+    options.http.retry = RetryPolicy {
+        max_retries: 1,
+        base_delay: Duration::from_millis(1),
+        max_delay: Duration::from_millis(1),
+    };
+    options.http.timeout = Duration::from_millis(300);
+    table_with(&endpoint, options)
+        .upsert(&DynamicEntity::new("p", "r"), tablekit::UpdateMode::Merge)
+        .await
+        .unwrap();
+    assert_eq!(count.load(Ordering::SeqCst), 2);
+}
+
+/// A server that does not speak TLS: every connection gets a plain HTTP answer.
+async fn plain_http_server() -> (u16, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let connections = Arc::new(AtomicUsize::new(0));
+    let seen = connections.clone();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            seen.fetch_add(1, Ordering::SeqCst);
+            let _ = sock
+                .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                .await;
+        }
+    });
+    (port, connections)
+}
+
+#[tokio::test]
+async fn a_tls_handshake_failure_is_not_retried() {
+    let (port, connections) = plain_http_server().await;
+    let err = table(&format!("https://127.0.0.1:{port}/devstoreaccount1"))
+        .get(("p", "r"))
+        .await
+        .expect_err("the server does not speak TLS");
+    assert!(err.is_transport(), "{err:?}");
+    assert!(!err.is_retryable(), "{err:?}");
+    assert!(err.to_string().contains("TLS"), "{err}");
+    assert_eq!(connections.load(Ordering::SeqCst), 1, "no retry");
 }

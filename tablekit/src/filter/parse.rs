@@ -10,42 +10,87 @@ use crate::error::{Error, ValidationError};
 /// (the service's limit of 15 comparisons keeps real filters far below it).
 const MAX_DEPTH: usize = 100;
 
-/// Why a filter text could not be parsed: the byte offset in the text where the
-/// problem is, and what it is.
+/// Why a filter text could not be parsed: where in the text the problem is
+/// ([`position`](Self::position), [`column`](Self::column)), what is wrong
+/// ([`message`](Self::message)) and, where the grammar allowed only some
+/// tokens, what was expected ([`expected`](Self::expected)).
 ///
 /// It converts into [`crate::Error`] as an invalid-input error
-/// ([`ValidationError::Query`], the offset included in the reason).
+/// ([`ValidationError::Filter`], which keeps this value).
+///
+/// ```
+/// let e = tablekit::filter::parse("(Rating gt 3").unwrap_err();
+/// assert_eq!(e.position(), 12);
+/// assert_eq!(e.column(), 13);
+/// assert_eq!(e.expected(), Some("`)`"));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid filter at byte {offset}: {message}")]
+#[non_exhaustive]
 pub struct ParseError {
     offset: usize,
+    column: usize,
     message: String,
+    expected: Option<String>,
 }
 
 impl ParseError {
     fn new(offset: usize, message: impl Into<String>) -> Self {
         ParseError {
             offset,
+            column: 0,
             message: message.into(),
+            expected: None,
         }
     }
 
+    /// Names what the grammar allowed at the error's position.
+    fn expecting(mut self, expected: impl Into<String>) -> Self {
+        self.expected = Some(expected.into());
+        self
+    }
+
+    /// Fills in the column, once the whole text is at hand.
+    fn in_text(mut self, text: &str) -> Self {
+        let before = text.get(..self.offset).unwrap_or(text);
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        self.column = before[line_start..].chars().count() + 1;
+        self
+    }
+
     /// The byte offset in the filter text where the problem was found.
+    pub fn position(&self) -> usize {
+        self.offset
+    }
+
+    /// The byte offset in the filter text where the problem was found (the
+    /// same as [`position`](Self::position)).
     pub fn offset(&self) -> usize {
         self.offset
+    }
+
+    /// The 1-based column, counted in characters from the start of its line,
+    /// where the problem was found: what an editor shows.
+    pub fn column(&self) -> usize {
+        self.column
     }
 
     /// What is wrong, without the offset.
     pub fn message(&self) -> &str {
         &self.message
     }
+
+    /// What the grammar allowed at [`position`](Self::position), such as
+    /// `` `)` `` or `` a comparison operator ``; `None` when the problem is not a
+    /// missing token (an unterminated string, a number out of range, ...).
+    pub fn expected(&self) -> Option<&str> {
+        self.expected.as_deref()
+    }
 }
 
 impl From<ParseError> for Error {
     fn from(e: ParseError) -> Self {
-        Error::invalid(ValidationError::Query {
-            reason: e.to_string(),
-        })
+        Error::invalid(ValidationError::Filter(e))
     }
 }
 
@@ -132,29 +177,38 @@ pub fn parse(text: &str) -> Result<Expr, ParseError> {
         pos: 0,
         peeked: None,
     };
-    let e = p.parse_or(0)?;
-    let t = p.peek()?;
-    match &t.tok {
-        Tok::End => Ok(e),
-        Tok::Ident(w) if CmpOp::from_keyword(w).is_some() => Err(ParseError::new(
-            t.start,
-            format!(
-                "unexpected `{w}`: the result of a comparison or of `not` cannot be compared; \
+    p.parse_all().map_err(|e| e.in_text(text))
+}
+
+impl Parser<'_> {
+    fn parse_all(&mut self) -> Result<Expr, ParseError> {
+        let p = self;
+        let e = p.parse_or(0)?;
+        let t = p.peek()?;
+        match &t.tok {
+            Tok::End => Ok(e),
+            Tok::Ident(w) if CmpOp::from_keyword(w).is_some() => Err(ParseError::new(
+                t.start,
+                format!(
+                    "unexpected `{w}`: the result of a comparison or of `not` cannot be compared; \
                  write `not (Property {w} literal)` or combine conditions with `and`/`or`"
+                ),
+            )
+            .expecting("`and`, `or` or the end")),
+            Tok::Ident(w) if is_arithmetic(w) => Err(arithmetic(t.start, w)),
+            Tok::RParen => Err(
+                ParseError::new(t.start, "unexpected `)` without a matching `(`")
+                    .expecting("`and`, `or` or the end"),
             ),
-        )),
-        Tok::Ident(w) if is_arithmetic(w) => Err(arithmetic(t.start, w)),
-        Tok::RParen => Err(ParseError::new(
-            t.start,
-            "unexpected `)` without a matching `(`",
-        )),
-        _ => Err(ParseError::new(
-            t.start,
-            format!(
-                "unexpected {} after a complete condition: expected `and`, `or` or the end",
-                describe(&t.tok)
-            ),
-        )),
+            _ => Err(ParseError::new(
+                t.start,
+                format!(
+                    "unexpected {} after a complete condition: expected `and`, `or` or the end",
+                    describe(&t.tok)
+                ),
+            )
+            .expecting("`and`, `or` or the end")),
+        }
     }
 }
 
@@ -619,7 +673,8 @@ impl<'a> Parser<'a> {
                     "expected `(`, `not` or a Boolean property after `not`, found {}",
                     describe(&t.tok)
                 ),
-            )),
+            )
+            .expecting("`(`, `not` or a Boolean property")),
         }
     }
 
@@ -642,7 +697,8 @@ impl<'a> Parser<'a> {
                     "expected `)` to close the `(` at byte {}, found {found}",
                     open.start
                 ),
-            ));
+            )
+            .expecting("`)`"));
         }
         Ok(inner)
     }
@@ -681,7 +737,8 @@ impl<'a> Parser<'a> {
             other => Err(ParseError::new(
                 t.start,
                 format!("expected {what}, found {}", describe(&other)),
-            )),
+            )
+            .expecting(what)),
         }
     }
 
@@ -750,7 +807,8 @@ impl<'a> Parser<'a> {
                      (`eq`, `ne`, `gt`, `ge`, `lt`, `le`) before {}",
                     describe(&next.tok)
                 ),
-            )),
+            )
+            .expecting("a comparison operator (`eq`, `ne`, `gt`, `ge`, `lt`, `le`)")),
         }
     }
 }
@@ -1315,6 +1373,36 @@ mod tests {
             parse("A eq 'x").unwrap_err().to_string(),
             "invalid filter at byte 5: unterminated string literal: no closing `'`"
         );
+    }
+
+    #[test]
+    fn errors_keep_position_column_and_what_was_expected() {
+        let e = parse("(Rating gt 3").unwrap_err();
+        assert_eq!((e.position(), e.column()), (12, 13));
+        assert_eq!(e.expected(), Some("`)`"));
+
+        // The column counts characters, the position bytes.
+        let e = parse("Name eq 'é' Rating").unwrap_err();
+        assert_eq!((e.position(), e.column()), (13, 13));
+        assert_eq!(e.expected(), Some("`and`, `or` or the end"));
+
+        let e = parse("A eq 1 and\n  B gt").unwrap_err();
+        assert_eq!((e.position(), e.column()), (17, 7));
+        assert!(e.expected().is_some_and(|x| x.contains("literal")), "{e:?}");
+
+        let e = parse("'x' B").unwrap_err();
+        assert!(e
+            .expected()
+            .is_some_and(|x| x.starts_with("a comparison operator")));
+
+        // Not a missing token: nothing to expect.
+        assert_eq!(parse("A eq 'x").unwrap_err().expected(), None);
+
+        let err: Error = parse("(A eq 1").unwrap_err().into();
+        match err.validation() {
+            Some(ValidationError::Filter(p)) => assert_eq!(p.position(), 7),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

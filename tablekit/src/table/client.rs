@@ -5,15 +5,17 @@ use std::collections::HashSet;
 use std::fmt;
 use std::future::{Future, IntoFuture};
 use std::marker::PhantomData;
+use std::ops::ControlFlow;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::stream::{self, BoxStream, Stream, StreamExt, TryStreamExt};
 
 use super::handle::{is_missing_entity, TableHandle};
 use super::query::{self, Query, ScanPolicy};
 use crate::backend::http::account::Account;
-use crate::backend::http::{HttpBackend, HttpOptions};
+use crate::backend::http::{full_jitter, HttpBackend, HttpOptions};
 use crate::backend::{Backend, BatchKind, BatchOp, Operation, Response, Written};
 use crate::codec::write::write_entity_json;
 use crate::entity::{ETag, EntityKey, IfMatch, TableEntity, UpdateMode};
@@ -486,32 +488,262 @@ impl<T: TableEntity> TableClient<T> {
     }
 
     /// Reads an entity, lets `change` modify it, and writes it back on the
-    /// condition that nobody changed it in between; on a conflict it reads again
-    /// and retries (up to 16 times). Returns the written entity, or `None` if there
-    /// is no entity with that key.
-    pub async fn modify<F>(
+    /// condition that nobody changed it in between (optimistic concurrency).
+    /// Resolves to the written entity, or `None` if there is no entity with that
+    /// key (then `change` is not called).
+    ///
+    /// When another writer got there first (412), it waits a short random time,
+    /// reads the new version and calls `change` again, up to
+    /// [`Modify::max_attempts`] rounds (default 16); after that the 412 is
+    /// returned ([`Error::is_precondition_failed`]). `change` may thus run more
+    /// than once: keep it free of side effects other than on the entity.
+    /// Between rounds it waits a random time under a ceiling that starts at
+    /// 10 ms and doubles up to 1 s (full jitter), so that writers contending for
+    /// one entity spread out instead of colliding again.
+    ///
+    /// A change that may decline to write is [`try_modify`](Self::try_modify).
+    ///
+    /// ```no_run
+    /// # async fn run(counters: tablekit::TableClient<tablekit::DynamicEntity>) -> tablekit::Result<()> {
+    /// use tablekit::{EdmValue, UpdateMode};
+    ///
+    /// counters
+    ///     .modify(("pages", "home"), UpdateMode::Merge, |e| {
+    ///         let n = e.get("Hits").and_then(EdmValue::as_i64).unwrap_or(0);
+    ///         e.set("Hits", n + 1);
+    ///     })
+    ///     .max_attempts(50)
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn modify<F>(
         &self,
         key: impl Into<EntityKey>,
         mode: UpdateMode,
-        mut change: F,
-    ) -> Result<Option<T>>
+        change: F,
+    ) -> Modify<'_, T, F>
     where
         F: FnMut(&mut T) + Send,
     {
-        let key = key.into();
+        Modify::new(self, key.into(), mode, change)
+    }
+
+    /// [`modify`](Self::modify) with a change that may stop without writing:
+    /// `change` returns [`ControlFlow::Continue(())`](ControlFlow::Continue) to
+    /// write, or [`ControlFlow::Break(value)`](ControlFlow::Break) to stop, and
+    /// the call resolves to [`Modified::Written`], [`Modified::Aborted`] with
+    /// that value, or [`Modified::Missing`]. Retries and
+    /// [`max_attempts`](Modify::max_attempts) are as for `modify`.
+    ///
+    /// `ControlFlow` rather than `Result` because declining is not a failure
+    /// (a balance too low, a state machine in the wrong state) and needs no
+    /// error type; an error of your own travels the same way, as `Break(Err(e))`.
+    /// A separate method rather than one generic `modify` because a plain
+    /// closure `|e| { ... }` then needs no return value and no annotation.
+    ///
+    /// ```no_run
+    /// # async fn run(accounts: tablekit::TableClient<tablekit::DynamicEntity>) -> tablekit::Result<()> {
+    /// use std::ops::ControlFlow;
+    /// use tablekit::{EdmValue, Modified, UpdateMode};
+    ///
+    /// let outcome = accounts
+    ///     .try_modify(("eu", "alice"), UpdateMode::Merge, |e| {
+    ///         let balance = e.get("Balance").and_then(EdmValue::as_i64).unwrap_or(0);
+    ///         if balance < 30 {
+    ///             return ControlFlow::Break(balance);
+    ///         }
+    ///         e.set("Balance", balance - 30);
+    ///         ControlFlow::Continue(())
+    ///     })
+    ///     .await?;
+    /// match outcome {
+    ///     Modified::Written(_) => println!("paid"),
+    ///     Modified::Aborted(balance) => println!("only {balance} left"),
+    ///     _ => println!("no such account"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn try_modify<F, B>(
+        &self,
+        key: impl Into<EntityKey>,
+        mode: UpdateMode,
+        change: F,
+    ) -> Modify<'_, T, F>
+    where
+        F: FnMut(&mut T) -> ControlFlow<B> + Send,
+        B: Send,
+    {
+        Modify::new(self, key.into(), mode, change)
+    }
+}
+
+/// What a [`TableClient::modify`] closure returns (`()`: always write) or a
+/// [`TableClient::try_modify`] closure returns ([`ControlFlow`]: `Break` stops
+/// without writing). Sealed.
+pub trait ModifyStep<T>: Send + sealed::Sealed {
+    /// What the `modify` call resolves to.
+    type Output;
+    #[doc(hidden)]
+    fn decide(self) -> ControlFlow<Self::Output>;
+    #[doc(hidden)]
+    fn written(entity: T) -> Self::Output;
+    #[doc(hidden)]
+    fn missing() -> Self::Output;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for () {}
+    impl<B> Sealed for std::ops::ControlFlow<B> {}
+}
+
+impl<T> ModifyStep<T> for () {
+    type Output = Option<T>;
+    fn decide(self) -> ControlFlow<Option<T>> {
+        ControlFlow::Continue(())
+    }
+    fn written(entity: T) -> Option<T> {
+        Some(entity)
+    }
+    fn missing() -> Option<T> {
+        None
+    }
+}
+
+impl<T, B: Send> ModifyStep<T> for ControlFlow<B> {
+    type Output = Modified<T, B>;
+    fn decide(self) -> ControlFlow<Modified<T, B>> {
+        match self {
+            ControlFlow::Continue(()) => ControlFlow::Continue(()),
+            ControlFlow::Break(b) => ControlFlow::Break(Modified::Aborted(b)),
+        }
+    }
+    fn written(entity: T) -> Modified<T, B> {
+        Modified::Written(entity)
+    }
+    fn missing() -> Modified<T, B> {
+        Modified::Missing
+    }
+}
+
+/// The outcome of a [`TableClient::try_modify`].
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Modified<T, B> {
+    /// The change was written; this is the entity as written, with its new ETag.
+    Written(T),
+    /// The closure returned `Break(value)`: nothing was written.
+    Aborted(B),
+    /// There is no entity with that key; the closure was not called.
+    Missing,
+}
+
+impl<T, B> Modified<T, B> {
+    /// The written entity, if the change was written.
+    pub fn written(self) -> Option<T> {
+        match self {
+            Modified::Written(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    /// The closure's `Break` value, if it stopped.
+    pub fn aborted(self) -> Option<B> {
+        match self {
+            Modified::Aborted(b) => Some(b),
+            _ => None,
+        }
+    }
+}
+
+/// A read-modify-write in progress; see [`TableClient::modify`] and
+/// [`TableClient::try_modify`]. Await it, or set
+/// [`max_attempts`](Self::max_attempts) first.
+#[must_use = "modify does nothing until awaited"]
+pub struct Modify<'a, T, F> {
+    table: &'a TableClient<T>,
+    key: EntityKey,
+    mode: UpdateMode,
+    change: F,
+    max_attempts: u32,
+}
+
+impl<T, F> fmt::Debug for Modify<'_, T, F> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Modify")
+            .field("table", &self.table.handle.name)
+            .field("key", &self.key)
+            .field("mode", &self.mode)
+            .field("max_attempts", &self.max_attempts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a, T, F> Modify<'a, T, F> {
+    fn new(table: &'a TableClient<T>, key: EntityKey, mode: UpdateMode, change: F) -> Self {
+        Modify {
+            table,
+            key,
+            mode,
+            change,
+            max_attempts: 16,
+        }
+    }
+}
+
+impl<'a, T, F, R> Modify<'a, T, F>
+where
+    T: TableEntity,
+    F: FnMut(&mut T) -> R + Send + 'a,
+    R: ModifyStep<T>,
+{
+    const BACKOFF_BASE: Duration = Duration::from_millis(10);
+    const BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+    /// How many read-change-write rounds to try before giving up with the
+    /// last 412 (default 16; values below 1 count as 1).
+    pub fn max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts.max(1);
+        self
+    }
+
+    /// Runs the read-modify-write.
+    pub async fn send(mut self) -> Result<R::Output> {
+        self.key.validate()?;
         let mut attempt = 0;
         loop {
-            let Some((mut entity, etag)) = self.handle.get_with_etag(&key, None).await? else {
-                return Ok(None);
+            let Some((mut entity, etag)) = self.table.handle.get_with_etag(&self.key, None).await?
+            else {
+                return Ok(R::missing());
             };
-            change(&mut entity);
+            if let ControlFlow::Break(stop) = (self.change)(&mut entity).decide() {
+                return Ok(stop);
+            }
             let if_match = etag.map_or(IfMatch::Any, IfMatch::ETag);
-            match self.update(&mut entity, mode, if_match).await {
-                Ok(_) => return Ok(Some(entity)),
-                Err(e) if e.is_precondition_failed() && attempt < 15 => attempt += 1,
+            match self.table.update(&mut entity, self.mode, if_match).await {
+                Ok(_) => return Ok(R::written(entity)),
+                Err(e) if e.is_precondition_failed() && attempt + 1 < self.max_attempts => {
+                    tokio::time::sleep(full_jitter(Self::BACKOFF_BASE, Self::BACKOFF_MAX, attempt))
+                        .await;
+                    attempt += 1;
+                }
                 Err(e) => return Err(e),
             }
         }
+    }
+}
+
+impl<'a, T, F, R> IntoFuture for Modify<'a, T, F>
+where
+    T: TableEntity,
+    F: FnMut(&mut T) -> R + Send + 'a,
+    R: ModifyStep<T> + 'a,
+    R::Output: Send,
+{
+    type Output = Result<R::Output>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'a>>;
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.send())
     }
 }
 

@@ -160,11 +160,7 @@ impl<T: TableEntity> Query<T> {
                         reason: "the filter is empty".into(),
                     }));
                 }
-                let e = filter::parse(text).map_err(|e| {
-                    Error::invalid(ValidationError::Query {
-                        reason: e.to_string(),
-                    })
-                })?;
+                let e = filter::parse(text).map_err(Error::from)?;
                 let n = e.comparisons();
                 if n > MAX_COMPARISONS {
                     return Err(Error::invalid(ValidationError::Query {

@@ -458,11 +458,16 @@ pub trait TokenCredential: Send + Sync + std::fmt::Debug {
 struct Endpoint {
     text: String,
     https: bool,
+    /// The host as the `url` crate parsed it (IPv6 literals keep their brackets).
+    host: String,
+    /// The first path segment, if any (`devstoreaccount1` of a path-style URL).
+    first_segment: Option<String>,
 }
 
 impl Endpoint {
     fn parse(text: &str) -> std::result::Result<Self, &'static str> {
         let text = text.trim();
+        // The checks that `url` would accept or word less helpfully come first.
         let (https, rest) = if let Some(rest) = strip_prefix_ignore_case(text, "https://") {
             (true, rest)
         } else if let Some(rest) = strip_prefix_ignore_case(text, "http://") {
@@ -476,51 +481,50 @@ impl Endpoint {
             );
         }
         let rest = rest.trim_end_matches('/');
+        // `url` reads `http:///host` as `http://host`; a connection string means no host.
         if rest.is_empty() || rest.starts_with(['/', ':']) {
             return Err("has no host");
         }
         if rest.contains(char::is_whitespace) {
             return Err("contains whitespace");
         }
-        let scheme_len = if https {
-            "https://".len()
-        } else {
-            "http://".len()
-        };
+        let text = &text[..text.len() - (text.len() - text.trim_end_matches('/').len())];
+        let url = url::Url::parse(text).map_err(|e| match e {
+            url::ParseError::EmptyHost => "has no host",
+            url::ParseError::InvalidPort => "has an invalid port",
+            _ => "is not a valid URL (check the host name)",
+        })?;
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err("must not contain user information (`user@`)");
+        }
+        let host = url
+            .host_str()
+            .filter(|h| !h.is_empty())
+            .ok_or("has no host")?;
+        let first_segment = url
+            .path_segments()
+            .and_then(|mut segments| segments.next())
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned);
         Ok(Endpoint {
-            text: text[..scheme_len + rest.len()].to_owned(),
+            text: text.to_owned(),
             https,
+            host: host.to_owned(),
+            first_segment,
         })
-    }
-
-    /// The host (without port) and the path (without the leading `/`).
-    fn host_and_path(&self) -> (&str, &str) {
-        let rest = self.text.split_once("://").map_or("", |(_, rest)| rest);
-        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-        (host_of(authority), path)
     }
 
     /// The account name implied by the endpoint: `{name}` in `{name}.table.…` (or
     /// `{name}.privatelink.table.…`), else the first path segment (`/devstoreaccount1`).
     fn account_name(&self) -> Option<&str> {
-        let (host, path) = self.host_and_path();
-        if !is_ip_or_localhost(host) {
-            let mut labels = host.split('.');
+        if !is_ip_or_localhost(&self.host) {
+            let mut labels = self.host.split('.');
             let first = labels.next().filter(|l| !l.is_empty());
             if labels.any(|l| l.eq_ignore_ascii_case("table")) {
                 return first;
             }
         }
-        path.split('/').next().filter(|segment| !segment.is_empty())
-    }
-}
-
-/// `host` of `host[:port]`, keeping an IPv6 literal's brackets.
-fn host_of(authority: &str) -> &str {
-    let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
-    match authority.rfind(':') {
-        Some(i) if !authority[i..].contains(']') => &authority[..i],
-        _ => authority,
+        self.first_segment.as_deref()
     }
 }
 
@@ -793,7 +797,7 @@ impl<'a> ConnectionString<'a> {
         let Some(proxy) = self.endpoint(Setting::DevelopmentStorageProxyUri)? else {
             return Ok(Account::development());
         };
-        let (host, _) = proxy.host_and_path();
+        let host = proxy.host.as_str();
         let scheme = if proxy.https { "https" } else { "http" };
         Ok(Account::development_at(scheme, host))
     }
@@ -1170,6 +1174,32 @@ mod tests {
         assert!(
             message.contains("segment 2: QueueEndpoint has no host"),
             "{message}"
+        );
+    }
+
+    #[test]
+    fn endpoints_are_checked_by_a_real_url_parser() {
+        let message = error("TableEndpoint=http://127.0.0.1:99999/devstoreaccount1");
+        assert!(
+            message.contains("TableEndpoint has an invalid port"),
+            "{message}"
+        );
+        let message = error("TableEndpoint=http://user:pw@127.0.0.1:10002/devstoreaccount1");
+        assert!(
+            message.contains("must not contain user information"),
+            "{message}"
+        );
+        assert!(!message.contains("pw"), "{message}");
+        let message = error("TableEndpoint=http://exa<mple.com/a");
+        assert!(message.contains("is not a valid URL"), "{message}");
+        // IPv6 literals and ports parse; the account comes from the path.
+        let account = parse(&format!(
+            "TableEndpoint=http://[::1]:10002/devstoreaccount1;AccountKey={KEY}"
+        ));
+        assert_eq!(account.account_name(), "devstoreaccount1");
+        assert_eq!(
+            account.table_endpoint(),
+            "http://[::1]:10002/devstoreaccount1"
         );
     }
 

@@ -431,19 +431,7 @@ impl TableSas {
 
 /// A SAS time: ISO 8601 UTC to the second, `2030-01-01T00:00:00Z`.
 fn sas_time(t: DateTime<Utc>) -> String {
-    let mut out = String::with_capacity(20);
-    // Writing to a String cannot fail.
-    let _ = write!(
-        out,
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
-        t.year(),
-        t.month(),
-        t.day(),
-        t.hour(),
-        t.minute(),
-        t.second()
-    );
-    out
+    t.format("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! The `multipart/mixed` wire format of entity group transactions: one batch
 //! holding one changeset, one HTTP request per operation.
 
+use std::borrow::Cow;
+
 use super::wire::{entity_resource, parse_error_body, split_batch_index};
 use crate::backend::{BatchKind, BatchOp};
 use crate::entity::{ETag, UpdateMode};
@@ -64,7 +66,10 @@ pub(crate) fn encode(endpoint: &str, table: &str, ops: &[BatchOp]) -> Encoded {
             if op.kind == BatchKind::Insert {
                 line(&mut b, &["Prefer: return-no-content"]);
             }
-            line(&mut b, &["Content-Length: ", &body.len().to_string()]);
+            line(
+                &mut b,
+                &["Content-Length: ", itoa::Buffer::new().format(body.len())],
+            );
             line(&mut b, &[]);
             b.extend_from_slice(body);
             line(&mut b, &[]);
@@ -99,7 +104,7 @@ pub(crate) fn parse_response(
     let boundary = boundary_of(content_type)
         .ok_or_else(|| Error::decode("a transaction response without a multipart boundary"))?;
     let mut parts = Vec::with_capacity(operations);
-    collect_parts(body, boundary, &mut parts, 0)?;
+    collect_parts(body, &boundary, &mut parts, 0)?;
     if let Some(failed) = parts.iter().find(|p| !(200..300).contains(&p.status)) {
         let (code, message) = parse_error_body(failed.body);
         let (batch_index, message) = split_batch_index(message);
@@ -110,6 +115,7 @@ pub(crate) fn parse_response(
             request_id,
             batch_index,
             ambiguous: false,
+            retry_after: None,
         })
         .into());
     }
@@ -122,14 +128,57 @@ pub(crate) fn parse_response(
     Ok(parts.into_iter().map(|p| p.etag.map(ETag::new)).collect())
 }
 
-fn boundary_of(content_type: &str) -> Option<&str> {
-    content_type.split(';').find_map(|p| {
-        let p = p.trim();
-        let v = p
-            .strip_prefix("boundary=")
-            .or_else(|| p.strip_prefix("BOUNDARY="))?;
-        Some(v.trim_matches('"'))
-    })
+/// The `boundary` parameter of a `multipart/*` Content-Type. Parameter names
+/// are case-insensitive (`Boundary=`, `BOUNDARY=`) and values are a token or a
+/// quoted string with `\` escapes (RFC 2045 §5.1, RFC 7230 §3.2.6), which may
+/// hold `;`. `None` if there is no boundary or the header is malformed.
+fn boundary_of(content_type: &str) -> Option<Cow<'_, str>> {
+    let (_media_type, mut rest) = content_type.split_once(';')?;
+    loop {
+        rest = rest.trim_start_matches([' ', '\t', ';']);
+        if rest.is_empty() {
+            return None;
+        }
+        let (name, after) = rest.split_once('=')?;
+        let name = name.trim();
+        let after = after.trim_start_matches([' ', '\t']);
+        let (value, next) = if let Some(quoted) = after.strip_prefix('"') {
+            let (value, len) = quoted_string(quoted)?;
+            (value, &quoted[len..])
+        } else {
+            let end = after.find(';').unwrap_or(after.len());
+            (Cow::Borrowed(after[..end].trim_end()), &after[end..])
+        };
+        if name.eq_ignore_ascii_case("boundary") {
+            return (!value.is_empty()).then_some(value);
+        }
+        rest = next;
+    }
+}
+
+/// The content of a quoted string whose opening `"` is already consumed, and
+/// how many bytes it took, closing `"` included.
+fn quoted_string(s: &str) -> Option<(Cow<'_, str>, usize)> {
+    let mut owned: Option<String> = None;
+    let mut chars = s.char_indices();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '"' => {
+                let value = owned.map_or(Cow::Borrowed(&s[..i]), Cow::Owned);
+                return Some((value, i + 1));
+            }
+            '\\' => {
+                let (_, escaped) = chars.next()?;
+                owned.get_or_insert_with(|| s[..i].to_owned()).push(escaped);
+            }
+            c => {
+                if let Some(o) = owned.as_mut() {
+                    o.push(c);
+                }
+            }
+        }
+    }
+    None
 }
 
 /// Splits `body` at its boundary lines and walks every part: nested multiparts
@@ -165,7 +214,7 @@ fn collect_parts<'a>(
         if ct.to_ascii_lowercase().starts_with("multipart/mixed") {
             let inner = boundary_of(ct)
                 .ok_or_else(|| Error::decode("nested multipart without boundary"))?;
-            collect_parts(content, inner, out, depth + 1)?;
+            collect_parts(content, &inner, out, depth + 1)?;
         } else if ct.to_ascii_lowercase().starts_with("application/http") {
             out.push(parse_http(content)?);
         }
@@ -296,6 +345,60 @@ mod tests {
             None
         )
         .is_err());
+    }
+
+    #[test]
+    fn the_boundary_parameter_is_found_in_any_case_and_quoted() {
+        let b = |ct| boundary_of(ct).map(Cow::into_owned);
+        assert_eq!(
+            b("multipart/mixed; boundary=batchresponse_x"),
+            Some("batchresponse_x".into())
+        );
+        assert_eq!(
+            b("multipart/mixed; Boundary=batchresponse_x"),
+            Some("batchresponse_x".into())
+        );
+        assert_eq!(b("Multipart/Mixed;BOUNDARY=b1"), Some("b1".into()));
+        assert_eq!(
+            b("multipart/mixed; charset=utf-8; boundary=\"batchresponse_x\""),
+            Some("batchresponse_x".into())
+        );
+        // A quoted value may hold `;` and escaped quotes.
+        assert_eq!(
+            b(r#"multipart/mixed; boundary="a;b\"c"; charset=utf-8"#),
+            Some(r#"a;b"c"#.into())
+        );
+        // A parameter whose name only ends in "boundary" is not it.
+        assert_eq!(
+            b("multipart/mixed; xboundary=no; boundary=yes"),
+            Some("yes".into())
+        );
+        assert_eq!(b("multipart/mixed; boundary=\"unterminated"), None);
+        assert_eq!(b("multipart/mixed; boundary="), None);
+        assert_eq!(b("multipart/mixed"), None);
+    }
+
+    #[test]
+    fn a_response_with_a_capitalised_boundary_parameter_parses() {
+        let etags = parse_response(
+            "multipart/mixed; Boundary=\"batchresponse_1\"",
+            SUCCESS.as_bytes(),
+            2,
+            None,
+        )
+        .unwrap();
+        assert_eq!(etags.len(), 2);
+        let nested = SUCCESS.replace(
+            "; boundary=changesetresponse_2",
+            "; BOUNDARY=changesetresponse_2",
+        );
+        assert!(parse_response(
+            "multipart/mixed; boundary=batchresponse_1",
+            nested.as_bytes(),
+            2,
+            None
+        )
+        .is_ok());
     }
 
     #[test]

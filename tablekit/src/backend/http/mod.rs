@@ -16,7 +16,7 @@ use self::wire::{
 };
 use crate::backend::{Backend, Continuation, Operation, Payload, Response, Written};
 use crate::entity::{ETag, UpdateMode};
-use crate::error::{Error, ErrorKind, Result, TransportError};
+use crate::error::{Error, ErrorKind, Result, TransportError, TransportKind};
 
 pub mod account;
 pub(crate) mod auth;
@@ -29,15 +29,22 @@ mod wire;
 /// SDKs send for tables and what Azurite 3.x serves.
 pub const API_VERSION: &str = "2019-02-02";
 
-/// How failed requests are retried: exponential backoff with full jitter on
-/// timeouts, connection faults, 408, 429, 500, 502, 503 and 504.
+/// How failed requests are retried: exponential backoff with full jitter.
+///
+/// Which failures are retried is the table on [`Error::is_retryable`]
+/// (timeouts, connection faults, 408, 429, 500, 502, 503, 504; never TLS or
+/// certificate failures, never invalid input). Before retry `n` (0-based) the
+/// client waits a uniformly random time in `0 ..= min(base_delay * 2^n, max_delay)`
+/// ("full jitter", so that many clients failing together do not retry
+/// together), except when a 429 or 503 answer carries `Retry-After`: then it
+/// waits what the service asked, capped by `max_delay`.
 #[derive(Debug, Clone)]
 pub struct RetryPolicy {
     /// Retries after the first attempt (0 disables retries).
     pub max_retries: u32,
     /// The delay ceiling of the first retry; it doubles with each retry.
     pub base_delay: Duration,
-    /// The largest delay ceiling.
+    /// The largest delay ceiling, and the cap of a `Retry-After` wait.
     pub max_delay: Duration,
 }
 
@@ -60,19 +67,31 @@ impl RetryPolicy {
         }
     }
 
+    /// The wait before retry `retry` (0-based): full jitter under the doubled
+    /// ceiling.
     fn delay(&self, retry: u32) -> Duration {
-        let ceiling = self
-            .base_delay
-            .saturating_mul(1u32 << retry.min(16))
-            .min(self.max_delay);
-        // Full jitter; the clock's low bits are random enough to spread clients apart.
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        ceiling.mul_f64(f64::from(nanos % 1000) / 1000.0)
+        full_jitter(self.base_delay, self.max_delay, retry)
+    }
+
+    /// The wait before retrying after `error`: what a throttling answer asked
+    /// for (capped by `max_delay`), or else [`RetryPolicy::delay`].
+    fn delay_after(&self, error: &Error, retry: u32) -> Duration {
+        match error.retry_after() {
+            Some(asked) if error.is_throttled() => asked.min(self.max_delay),
+            _ => self.delay(retry),
+        }
     }
 }
+
+/// A uniformly random duration in `0 ..= min(base * 2^attempt, max)`.
+pub(crate) fn full_jitter(base: Duration, max: Duration, attempt: u32) -> Duration {
+    let ceiling = base.saturating_mul(1u32 << attempt.min(16)).min(max);
+    let nanos = u64::try_from(ceiling.as_nanos()).unwrap_or(u64::MAX);
+    Duration::from_nanos(fastrand::u64(..=nanos))
+}
+
+/// The `User-Agent` of every request.
+pub const USER_AGENT: &str = concat!("tablekit/", env!("CARGO_PKG_VERSION"), " (rust)");
 
 /// How much OData metadata the service puts in JSON answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,13 +118,32 @@ impl Metadata {
 }
 
 /// Options of the HTTP transport.
+///
+/// ```
+/// use std::time::Duration;
+/// use tablekit::{ClientOptions, HttpOptions};
+///
+/// let mut http = HttpOptions::default();
+/// http.timeout = Duration::from_secs(5);
+/// http.connect_timeout = Duration::from_secs(2);
+/// let mut options = ClientOptions::default();
+/// options.http = http;
+/// ```
+///
+/// Timeouts apply to each attempt, so a call with retries can take longer than
+/// `timeout`. For a deadline on one call (retries and `Retry-After` waits
+/// included), wrap its future in `tokio::time::timeout`: dropping a tablekit
+/// future cancels its request, and a deadline there needs no option here.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct HttpOptions {
     /// The retry policy.
     pub retry: RetryPolicy,
-    /// The time limit of one attempt.
+    /// The time limit of one attempt, from sending the request to the end of
+    /// the answer's body (connecting included). Default: 30 s.
     pub timeout: Duration,
+    /// The time limit of opening a connection (TCP and TLS). Default: 10 s.
+    pub connect_timeout: Duration,
     /// Idle connections kept per host (the .NET default of 2 starves concurrent clients).
     pub pool_max_idle_per_host: usize,
     /// The metadata level of reads; `None` picks per entity type: minimal metadata
@@ -120,6 +158,7 @@ impl Default for HttpOptions {
         HttpOptions {
             retry: RetryPolicy::default(),
             timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
             pool_max_idle_per_host: 64,
             metadata: None,
         }
@@ -163,7 +202,8 @@ impl HttpBackend {
             .pool_max_idle_per_host(options.pool_max_idle_per_host)
             .tcp_nodelay(true)
             .timeout(options.timeout)
-            .connect_timeout(Duration::from_secs(10))
+            .connect_timeout(options.connect_timeout)
+            .user_agent(USER_AGENT)
             .build()
             .map_err(|e| {
                 Error::config(format!("cannot build the HTTP client: {}", e.without_url()))
@@ -249,7 +289,7 @@ impl HttpBackend {
                     q.push("$filter", &filter);
                 }
                 if let Some(t) = top {
-                    q.push("$top", &t.to_string());
+                    q.push("$top", itoa::Buffer::new().format(*t));
                 }
                 if let Some(n) = next_table_name {
                     q.push("NextTableName", n);
@@ -323,7 +363,7 @@ impl HttpBackend {
                     q.push("$select", s);
                 }
                 if let Some(t) = top {
-                    q.push("$top", &t.to_string());
+                    q.push("$top", itoa::Buffer::new().format(*t));
                 }
                 if let Some(c) = continuation {
                     q.push("NextPartitionKey", &c.next_partition_key);
@@ -437,8 +477,15 @@ impl HttpBackend {
             };
             match outcome {
                 Err(e) if e.is_retryable() && retry < self.retry.max_retries => {
-                    tracing::debug!(operation = op.name(), retry, error = %e, "retrying");
-                    tokio::time::sleep(self.retry.delay(retry)).await;
+                    let delay = self.retry.delay_after(&e, retry);
+                    tracing::debug!(
+                        operation = op.name(),
+                        retry,
+                        delay_ms = delay.as_millis() as u64,
+                        error = %e,
+                        "retrying"
+                    );
+                    tokio::time::sleep(delay).await;
                     retry += 1;
                 }
                 Err(e) if retry > 0 && !op.is_idempotent() => return Err(mark_ambiguous(e)),
@@ -461,8 +508,10 @@ impl HttpBackend {
             span.record("request_id", id.as_str());
         }
         if !status.is_success() {
+            let retry_after = header_str(resp.headers(), "retry-after")
+                .and_then(|v| wire::parse_retry_after(&v, chrono::Utc::now()));
             let body = resp.bytes().await.map_err(|e| transport_error(&e))?;
-            return Err(service_error(status, request_id, &body));
+            return Err(service_error(status, request_id, retry_after, &body));
         }
         let etag = header_str(resp.headers(), "etag");
         Ok(match op {
@@ -539,17 +588,18 @@ impl Backend for HttpBackend {
 
 fn transport_error(e: &reqwest::Error) -> Error {
     // Never keep the URL: with a SAS credential it holds the token.
-    let kind = if e.is_timeout() {
-        "timed out"
-    } else if e.is_connect() {
-        "could not connect"
-    } else if e.is_body() || e.is_decode() {
-        "the response body was cut short"
-    } else {
-        "the request failed"
+    let kind = transport_kind(e);
+    let what = match kind {
+        TransportKind::Timeout => "timed out",
+        TransportKind::Tls => "the TLS handshake failed",
+        TransportKind::Connect => "could not connect",
+        TransportKind::Interrupted if e.is_body() || e.is_decode() => {
+            "the response body was cut short"
+        }
+        TransportKind::Interrupted | TransportKind::Request => "the request failed",
     };
     let detail = {
-        let mut msg = kind.to_owned();
+        let mut msg = what.to_owned();
         let mut src: Option<&dyn std::error::Error> = std::error::Error::source(e);
         while let Some(s) = src {
             msg.push_str(": ");
@@ -558,7 +608,48 @@ fn transport_error(e: &reqwest::Error) -> Error {
         }
         msg
     };
-    ErrorKind::Transport(TransportError::new(detail, None)).into()
+    ErrorKind::Transport(TransportError::new(kind, detail, None)).into()
+}
+
+/// Sorts a reqwest failure into the rows of [`Error::is_retryable`]'s table.
+fn transport_kind(e: &reqwest::Error) -> TransportKind {
+    if e.is_timeout() {
+        TransportKind::Timeout
+    } else if is_tls_failure(e) {
+        TransportKind::Tls
+    } else if e.is_connect() {
+        TransportKind::Connect
+    } else if e.is_builder() || e.is_redirect() || e.is_status() {
+        TransportKind::Request
+    } else {
+        // Sending or receiving broke off: reset, closed, cut short.
+        TransportKind::Interrupted
+    }
+}
+
+/// rustls reports a refused certificate or a peer that does not speak TLS as
+/// an `InvalidData` I/O error while connecting (hyper-rustls wraps the
+/// `rustls::Error` in it, and hyper-util wraps that in another I/O error,
+/// whose `source()` skips the middle one: hence `get_ref`). A plain
+/// connection fault (refused, reset, unreachable) is never `InvalidData`.
+fn is_tls_failure(e: &reqwest::Error) -> bool {
+    if !e.is_connect() {
+        return false;
+    }
+    let mut src: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(s) = src {
+        let mut io = s.downcast_ref::<std::io::Error>();
+        while let Some(err) = io {
+            if err.kind() == std::io::ErrorKind::InvalidData {
+                return true;
+            }
+            io = err
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<std::io::Error>());
+        }
+        src = s.source();
+    }
+    false
 }
 
 fn mark_ambiguous(e: Error) -> Error {
@@ -579,8 +670,55 @@ mod tests {
     #[test]
     fn retry_delay_is_capped() {
         let p = RetryPolicy::default();
-        for r in 0..20 {
+        for r in 0..40 {
             assert!(p.delay(r) <= p.max_delay);
         }
+    }
+
+    #[test]
+    fn retry_delays_are_spread_over_the_whole_ceiling() {
+        let p = RetryPolicy {
+            max_retries: 5,
+            base_delay: Duration::from_millis(100),
+            max_delay: Duration::from_secs(5),
+        };
+        // Retry 2: ceiling 400 ms.
+        let delays: Vec<Duration> = (0..200).map(|_| p.delay(2)).collect();
+        assert!(delays.iter().all(|d| *d <= Duration::from_millis(400)));
+        let distinct: std::collections::HashSet<_> = delays.iter().collect();
+        assert!(distinct.len() > 100, "{} distinct delays", distinct.len());
+        // Full jitter reaches both halves of the range.
+        assert!(delays.iter().any(|d| *d < Duration::from_millis(200)));
+        assert!(delays.iter().any(|d| *d > Duration::from_millis(200)));
+    }
+
+    fn answer(status: u16, retry_after: Option<Duration>) -> Error {
+        let status = reqwest::StatusCode::from_u16(status).unwrap();
+        wire::service_error(status, None, retry_after, b"")
+    }
+
+    #[test]
+    fn retry_after_of_a_throttling_answer_replaces_the_backoff_up_to_the_cap() {
+        let p = RetryPolicy {
+            max_retries: 3,
+            base_delay: Duration::from_millis(1),
+            max_delay: Duration::from_secs(2),
+        };
+        let one = Some(Duration::from_secs(1));
+        assert_eq!(p.delay_after(&answer(503, one), 0), Duration::from_secs(1));
+        assert_eq!(p.delay_after(&answer(429, one), 0), Duration::from_secs(1));
+        let long = Some(Duration::from_secs(60));
+        assert_eq!(p.delay_after(&answer(503, long), 0), Duration::from_secs(2));
+        // Only throttling answers are taken at their word.
+        assert!(p.delay_after(&answer(500, one), 0) <= Duration::from_millis(1));
+        assert!(p.delay_after(&answer(503, None), 0) <= Duration::from_millis(1));
+    }
+
+    #[test]
+    fn user_agent_names_the_crate_and_its_version() {
+        assert_eq!(
+            USER_AGENT,
+            format!("tablekit/{} (rust)", env!("CARGO_PKG_VERSION"))
+        );
     }
 }

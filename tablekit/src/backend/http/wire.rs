@@ -4,6 +4,9 @@
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::StatusCode;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
 
 use crate::entity::EntityKey;
 use crate::error::{Error, ErrorCode, ErrorKind, Result, ServiceError};
@@ -81,8 +84,14 @@ pub(crate) fn header_str(headers: &HeaderMap, name: &'static str) -> Option<Stri
         .map(str::to_owned)
 }
 
-/// Builds the error of a failed response from its status and body (JSON or XML).
-pub(crate) fn service_error(status: StatusCode, request_id: Option<String>, body: &[u8]) -> Error {
+/// Builds the error of a failed response from its status, its `Retry-After`
+/// delay and its body (JSON or XML).
+pub(crate) fn service_error(
+    status: StatusCode,
+    request_id: Option<String>,
+    retry_after: Option<Duration>,
+    body: &[u8],
+) -> Error {
     let (code, message) = parse_error_body(body);
     let (batch_index, message) = split_batch_index(message);
     ErrorKind::Service(ServiceError {
@@ -92,8 +101,23 @@ pub(crate) fn service_error(status: StatusCode, request_id: Option<String>, body
         request_id,
         batch_index,
         ambiguous: false,
+        retry_after,
     })
     .into()
+}
+
+/// The delay a `Retry-After` value asks for: delta-seconds (`120`) or an HTTP
+/// date (`Wed, 21 Oct 2015 07:28:00 GMT`), which counts from `now` (a date in
+/// the past means no wait). Anything else is ignored.
+pub(crate) fn parse_retry_after(value: &str, now: DateTime<Utc>) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let at = DateTime::parse_from_rfc2822(value)
+        .ok()?
+        .with_timezone(&Utc);
+    Some((at - now).to_std().unwrap_or(Duration::ZERO))
 }
 
 /// The service's message of a failed transaction starts with the failing
@@ -231,6 +255,30 @@ mod tests {
         assert_eq!(code.as_deref(), Some("AuthorizationFailure"));
         assert_eq!(msg.as_deref(), Some("Server failed & more"));
         assert_eq!(parse_error_body(b""), (None, None));
+    }
+
+    #[test]
+    fn retry_after_reads_seconds_and_http_dates() {
+        let now = DateTime::parse_from_rfc3339("2015-10-21T07:27:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert_eq!(parse_retry_after("1", now), Some(Duration::from_secs(1)));
+        assert_eq!(
+            parse_retry_after(" 120 ", now),
+            Some(Duration::from_secs(120))
+        );
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now),
+            Some(Duration::from_secs(60))
+        );
+        assert_eq!(
+            parse_retry_after("Wed, 21 Oct 2015 07:26:00 GMT", now),
+            Some(Duration::ZERO),
+            "a date in the past asks for no wait"
+        );
+        assert_eq!(parse_retry_after("-1", now), None);
+        assert_eq!(parse_retry_after("soon", now), None);
+        assert_eq!(parse_retry_after("", now), None);
     }
 
     #[test]
