@@ -235,6 +235,7 @@ impl Error {
             request_id: None,
             batch_index: None,
             ambiguous: false,
+            retry_after: None,
         })
         .into()
     }

@@ -86,7 +86,7 @@ pub use account::{
     TokenCredential,
 };
 pub use backend::http::{HttpOptions, Metadata, RetryPolicy, API_VERSION};
-pub use backend::{Continuation, Written};
+pub use backend::{ClientOptions, Continuation, Written};
 pub use clock::ManualClock;
 pub use codec::write::entity_to_json;
 pub use columns::{Column, DynamicColumns, EntityColumns};
@@ -104,11 +104,11 @@ pub use queue::{
     MessageEncoding, QueueClient, QueueMessage, QueueServiceClient, ReceiveMessages, SendMessage,
     SentMessage,
 };
-pub use table::{
-    ClientOptions, Get, ListTables, Modified, Modify, ModifyStep, TableClient, TableNames,
-    TableServiceClient, Transaction, TransactionResult, WriteTarget,
-};
 pub use table::{EntityStream, Page, PageStream, Query, ScanPolicy};
+pub use table::{
+    Get, ListTables, Modified, Modify, ModifyStep, TableClient, TableNames, TableServiceClient,
+    Transaction, TransactionResult, WriteTarget,
+};
 
 /// `#[derive(TableEntity)]`: a plain struct becomes an entity type.
 ///

@@ -54,8 +54,6 @@ pub(crate) enum QueueOp<'a> {
     },
 }
 
-// Used by the HTTP queue transport (logs, retries), which lands next.
-#[allow(dead_code)]
 impl QueueOp<'_> {
     /// A short name for logs.
     pub(crate) fn name(&self) -> &'static str {

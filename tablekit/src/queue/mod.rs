@@ -43,7 +43,10 @@ use base64::Engine as _;
 use chrono::{DateTime, Utc};
 
 use crate::backend::embedded::queues::Queues;
+use crate::backend::http::account::Account;
+use crate::backend::http::queue::HttpQueueBackend;
 use crate::backend::queue::{QueueBackend, QueueOp, QueueResponse, RawMessage};
+use crate::backend::ClientOptions;
 use crate::clock::{Clock, ManualClock};
 use crate::error::{Error, ErrorCode, Result, ValidationError};
 use crate::validate;
@@ -87,6 +90,26 @@ impl fmt::Debug for QueueServiceClient {
 }
 
 impl QueueServiceClient {
+    /// A client for this account's Queue service over HTTP, with default options.
+    /// The account needs a queue endpoint (`QueueEndpoint`, or an account name
+    /// and key, or `UseDevelopmentStorage=true`).
+    pub fn new(account: Account) -> Result<Self> {
+        Self::with_options(account, ClientOptions::default())
+    }
+
+    /// A client for this account's Queue service over HTTP; retries, timeouts
+    /// and the connection pool are set as for tables.
+    pub fn with_options(account: Account, options: ClientOptions) -> Result<Self> {
+        Ok(QueueServiceClient {
+            backend: Arc::new(HttpQueueBackend::new(account, &options.http)?),
+        })
+    }
+
+    /// A client from a connection string (see [`Account::from_connection_string`]).
+    pub fn from_connection_string(s: &str) -> Result<Self> {
+        Self::new(Account::from_connection_string(s)?)
+    }
+
     /// A fresh, isolated, in-memory queue store with the Queue service's
     /// semantics, on the system clock.
     pub fn embedded() -> Self {

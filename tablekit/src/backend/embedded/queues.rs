@@ -91,6 +91,19 @@ fn pop_receipt_mismatch() -> Error {
     )
 }
 
+/// The first `max` visible messages in the order the service hands them out:
+/// by the time they became visible, then by when they were sent. (The service
+/// promises no order; this is what it and Azurite do.)
+fn visible_order(messages: &[Message], now: DateTime<Utc>, max: u8) -> Vec<usize> {
+    let mut visible: Vec<usize> = (0..messages.len())
+        .filter(|&i| messages[i].visible_on <= now)
+        .collect();
+    // Stable: equal visibility times keep the sending order.
+    visible.sort_by_key(|&i| messages[i].visible_on);
+    visible.truncate(usize::from(max));
+    visible
+}
+
 impl Queues {
     pub(crate) fn new(clock: Clock) -> Self {
         Queues {
@@ -155,11 +168,8 @@ impl Queues {
                 ..
             } => {
                 let mut out = Vec::new();
-                for m in messages
-                    .iter_mut()
-                    .filter(|m| m.visible_on <= now)
-                    .take(usize::from(max))
-                {
+                for i in visible_order(messages, now, max) {
+                    let m = &mut messages[i];
                     m.dequeue_count += 1;
                     m.pop_receipt = Some(Uuid::new_v4().simple().to_string());
                     m.visible_on = after(now, visibility_timeout);
@@ -168,11 +178,9 @@ impl Queues {
                 Ok(QueueResponse::Messages(out))
             }
             QueueOp::Peek { max, .. } => Ok(QueueResponse::Messages(
-                messages
-                    .iter()
-                    .filter(|m| m.visible_on <= now)
-                    .take(usize::from(max))
-                    .map(|m| m.report(false))
+                visible_order(messages, now, max)
+                    .into_iter()
+                    .map(|i| messages[i].report(false))
                     .collect(),
             )),
             QueueOp::Update {
