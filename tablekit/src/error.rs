@@ -226,6 +226,20 @@ impl Error {
         ErrorKind::NoEntity(table.to_owned()).into()
     }
 
+    /// An error answer of a service, built by a backend that is not HTTP.
+    pub(crate) fn service(status: u16, code: ErrorCode, message: impl Into<String>) -> Self {
+        ErrorKind::Service(ServiceError {
+            status,
+            code: Some(code),
+            message: Some(message.into()),
+            request_id: None,
+            batch_index: None,
+            ambiguous: false,
+            retry_after: None,
+        })
+        .into()
+    }
+
     pub(crate) fn config(message: impl Into<String>) -> Self {
         ErrorKind::Config(ConfigError {
             message: message.into(),
@@ -331,6 +345,20 @@ pub enum ValidationError {
         name: String,
         /// Why it was rejected.
         reason: &'static str,
+    },
+    /// A queue name is not 3 to 63 lower-case letters, digits and single hyphens.
+    #[error("queue name {name:?} is invalid: {reason}")]
+    QueueName {
+        /// The rejected name.
+        name: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+    /// A queue message or one of its settings breaks a rule of the Queue service.
+    #[error("queue message: {reason}")]
+    Message {
+        /// Which rule it breaks, with the limit.
+        reason: String,
     },
     /// A PartitionKey or RowKey is longer than 1024 characters.
     #[error("{key} is {len} characters long; the limit is {max}")]

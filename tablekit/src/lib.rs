@@ -68,12 +68,14 @@
 #![deny(rustdoc::broken_intra_doc_links)]
 
 mod backend;
+mod clock;
 mod codec;
 mod columns;
 pub mod edm;
 mod entity;
 mod error;
 pub mod filter;
+pub mod queue;
 mod table;
 pub mod validate;
 
@@ -84,7 +86,8 @@ pub use account::{
     TokenCredential,
 };
 pub use backend::http::{HttpOptions, Metadata, RetryPolicy, API_VERSION};
-pub use backend::{Continuation, Written};
+pub use backend::{ClientOptions, Continuation, Written};
+pub use clock::ManualClock;
 pub use codec::bag::to_dynamic;
 pub use codec::write::entity_to_json;
 pub use columns::{Column, DynamicColumns, EntityColumns};
@@ -98,11 +101,15 @@ pub use error::{
     TransportError, ValidationError,
 };
 pub use filter::{col, Filter, QueryPlan};
-pub use table::{
-    ClientOptions, Get, ListTables, Modified, Modify, ModifyStep, TableClient, TableNames,
-    TableServiceClient, Transaction, TransactionResult, WriteTarget,
+pub use queue::{
+    MessageEncoding, QueueClient, QueueMessage, QueueServiceClient, ReceiveMessages, SendMessage,
+    SentMessage,
 };
 pub use table::{EntityStream, Page, PageStream, Query, ScanPolicy};
+pub use table::{
+    Get, ListTables, Modified, Modify, ModifyStep, TableClient, TableNames, TableServiceClient,
+    Transaction, TransactionResult, WriteTarget,
+};
 
 /// `#[derive(TableEntity)]`: a plain struct becomes an entity type.
 ///

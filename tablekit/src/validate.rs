@@ -43,6 +43,42 @@ pub fn table_name(name: &str) -> Result<(), ValidationError> {
     Ok(())
 }
 
+/// Checks a queue name: 3 to 63 characters of lower-case ASCII letters, digits
+/// and hyphens, starting and ending with a letter or digit, with no two hyphens
+/// in a row.
+///
+/// ```
+/// use tablekit::validate::queue_name;
+/// assert!(queue_name("archive-jobs").is_ok());
+/// assert!(queue_name("Archive").is_err());
+/// assert!(queue_name("a--b").is_err());
+/// ```
+pub fn queue_name(name: &str) -> Result<(), ValidationError> {
+    let err = |reason| ValidationError::QueueName {
+        name: name.to_owned(),
+        reason,
+    };
+    if !(3..=63).contains(&name.len()) {
+        return Err(err("a queue name has 3 to 63 characters"));
+    }
+    let bytes = name.as_bytes();
+    if !bytes
+        .iter()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+    {
+        return Err(err(
+            "a queue name has only lower-case ASCII letters, digits and hyphens",
+        ));
+    }
+    if bytes[0] == b'-' || bytes[bytes.len() - 1] == b'-' {
+        return Err(err("a queue name starts and ends with a letter or digit"));
+    }
+    if name.contains("--") {
+        return Err(err("a queue name has no two hyphens in a row"));
+    }
+    Ok(())
+}
+
 /// Checks a PartitionKey or RowKey value: at most 1024 characters, none of
 /// `/ \ # ?`, U+0000–U+001F or U+007F–U+009F.
 pub fn key(kind: KeyKind, value: &str) -> Result<(), ValidationError> {

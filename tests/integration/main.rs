@@ -23,6 +23,7 @@ mod metadata;
 mod modify;
 mod query;
 mod query_dsl;
+mod queue;
 mod retry;
 mod tables;
 mod tracing;

@@ -13,9 +13,20 @@ use crate::entity::{ETag, EntityKey, IfMatch, TableEntity, UpdateMode};
 use crate::error::Result;
 
 mod continuation;
+pub(crate) mod embedded;
 pub(crate) mod http;
+pub(crate) mod queue;
 
 pub use continuation::Continuation;
+
+/// Options of a client ([`TableServiceClient`](crate::TableServiceClient),
+/// [`QueueServiceClient`](crate::QueueServiceClient)).
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct ClientOptions {
+    /// The HTTP transport's options: retries, timeouts, connection pool.
+    pub http: http::HttpOptions,
+}
 
 /// One request to a backend.
 #[derive(Debug)]

@@ -15,20 +15,12 @@ use futures::stream::{self, BoxStream, Stream, StreamExt, TryStreamExt};
 use super::handle::{is_missing_entity, TableHandle};
 use super::query::{self, Query, ScanPolicy};
 use crate::backend::http::account::Account;
-use crate::backend::http::{full_jitter, HttpBackend, HttpOptions};
-use crate::backend::{Backend, BatchKind, BatchOp, Operation, Response, Written};
+use crate::backend::http::{full_jitter, HttpBackend};
+use crate::backend::{Backend, BatchKind, BatchOp, ClientOptions, Operation, Response, Written};
 use crate::codec::write::write_entity_json;
 use crate::entity::{ETag, EntityKey, IfMatch, TableEntity, UpdateMode};
 use crate::error::{Error, ErrorCode, Result, ValidationError};
 use crate::validate::{self, MAX_BATCH_BYTES, MAX_BATCH_OPERATIONS};
-
-/// Options of a [`TableServiceClient`].
-#[derive(Debug, Clone, Default)]
-#[non_exhaustive]
-pub struct ClientOptions {
-    /// The HTTP transport's options: retries, timeouts, connection pool.
-    pub http: HttpOptions,
-}
 
 /// A client for the tables of one storage account. Cheap to clone; clones share
 /// one connection pool.

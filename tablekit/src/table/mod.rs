@@ -6,7 +6,7 @@ mod handle;
 mod query;
 
 pub use client::{
-    ClientOptions, Get, ListTables, Modified, Modify, ModifyStep, TableClient, TableNames,
-    TableServiceClient, Transaction, TransactionResult, WriteTarget,
+    Get, ListTables, Modified, Modify, ModifyStep, TableClient, TableNames, TableServiceClient,
+    Transaction, TransactionResult, WriteTarget,
 };
 pub use query::{EntityStream, Page, PageStream, Query, ScanPolicy};

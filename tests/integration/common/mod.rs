@@ -20,6 +20,13 @@ pub const EMULATOR_KEY: &str =
 /// A piece of the emulator key that must never show up in any output.
 pub const KEY_FRAGMENT: &str = "Eby8vdM02";
 
+/// The test account's connection string, or `None` (after a note on stderr)
+/// when no emulator is configured. In CI a missing emulator is a failure.
+pub fn connection_string() -> Option<String> {
+    service()?;
+    std::env::var(CONNECTION_STRING_VAR).ok()
+}
+
 /// The service client of the test account, or `None` (after a note on stderr)
 /// when no emulator is configured. In CI a missing emulator is a failure.
 pub fn service() -> Option<TableServiceClient> {

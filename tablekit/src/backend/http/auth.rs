@@ -83,7 +83,12 @@ pub(crate) fn shared_key_lite(account: &str, key: &AccountKey, input: &StringToS
     authorization("SharedKeyLite", account, key, &s)
 }
 
-fn authorization(scheme: &str, account: &str, key: &AccountKey, string_to_sign: &str) -> String {
+pub(crate) fn authorization(
+    scheme: &str,
+    account: &str,
+    key: &AccountKey,
+    string_to_sign: &str,
+) -> String {
     // 44 characters of base64 for a 32-byte HMAC-SHA256.
     let mut header = String::with_capacity(scheme.len() + account.len() + 46);
     header.push_str(scheme);

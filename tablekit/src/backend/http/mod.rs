@@ -21,6 +21,8 @@ use crate::error::{Error, ErrorKind, Result, TransportError, TransportKind};
 pub mod account;
 pub(crate) mod auth;
 pub(crate) mod batch;
+pub(crate) mod queue;
+pub(crate) mod storage_auth;
 mod wire;
 
 /// The REST API version tablekit speaks. 2019-02-02 is what the current official
@@ -182,6 +184,55 @@ impl fmt::Debug for HttpBackend {
     }
 }
 
+/// The connection pool and its settings, shared by the table and queue transports.
+pub(crate) fn http_client(options: &HttpOptions) -> Result<reqwest::Client> {
+    reqwest::Client::builder()
+        // The storage services never redirect, and a signed request must not
+        // be replayed elsewhere; it also spares a URL parse per request.
+        .redirect(reqwest::redirect::Policy::none())
+        .pool_max_idle_per_host(options.pool_max_idle_per_host)
+        .tcp_nodelay(true)
+        .timeout(options.timeout)
+        .connect_timeout(options.connect_timeout)
+        .user_agent(USER_AGENT)
+        .build()
+        .map_err(|e| Error::config(format!("cannot build the HTTP client: {}", e.without_url())))
+}
+
+/// Runs `attempt` until it succeeds, fails for good, or the policy's retries run
+/// out. A non-idempotent request that fails after a retry may have been applied
+/// by an attempt whose answer was lost: its 404/409/412 is marked ambiguous.
+pub(crate) async fn with_retries<T, F, Fut>(
+    policy: &RetryPolicy,
+    operation: &'static str,
+    idempotent: bool,
+    mut attempt: F,
+) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut retry = 0;
+    loop {
+        match attempt().await {
+            Err(e) if e.is_retryable() && retry < policy.max_retries => {
+                let delay = policy.delay_after(&e, retry);
+                tracing::debug!(
+                    operation,
+                    retry,
+                    delay_ms = delay.as_millis() as u64,
+                    error = %e,
+                    "retrying"
+                );
+                tokio::time::sleep(delay).await;
+                retry += 1;
+            }
+            Err(e) if retry > 0 && !idempotent => return Err(mark_ambiguous(e)),
+            other => return other,
+        }
+    }
+}
+
 /// A request ready to send (before signing).
 struct Request {
     method: Method,
@@ -193,19 +244,7 @@ struct Request {
 
 impl HttpBackend {
     pub(crate) fn new(account: Account, options: &HttpOptions) -> Result<Self> {
-        let client = reqwest::Client::builder()
-            // The Table service never redirects, and a signed request must not
-            // be replayed elsewhere; it also spares a URL parse per request.
-            .redirect(reqwest::redirect::Policy::none())
-            .pool_max_idle_per_host(options.pool_max_idle_per_host)
-            .tcp_nodelay(true)
-            .timeout(options.timeout)
-            .connect_timeout(options.connect_timeout)
-            .user_agent(USER_AGENT)
-            .build()
-            .map_err(|e| {
-                Error::config(format!("cannot build the HTTP client: {}", e.without_url()))
-            })?;
+        let client = http_client(options)?;
         let base = reqwest::Url::parse(account.table_endpoint())
             .map_err(|_| Error::config("the table endpoint is not a valid URL"))?;
         if base.cannot_be_a_base() || base.query().is_some() {
@@ -467,29 +506,11 @@ impl HttpBackend {
     async fn execute_inner(&self, op: &Operation<'_>, span: &tracing::Span) -> Result<Response> {
         let req = self.build(op)?;
         span.record("method", req.method.as_str());
-        let mut retry = 0;
-        loop {
-            let outcome = match self.send_once(&req).await {
-                Ok(resp) => self.interpret(op, resp, span).await,
-                Err(e) => Err(e),
-            };
-            match outcome {
-                Err(e) if e.is_retryable() && retry < self.retry.max_retries => {
-                    let delay = self.retry.delay_after(&e, retry);
-                    tracing::debug!(
-                        operation = op.name(),
-                        retry,
-                        delay_ms = delay.as_millis() as u64,
-                        error = %e,
-                        "retrying"
-                    );
-                    tokio::time::sleep(delay).await;
-                    retry += 1;
-                }
-                Err(e) if retry > 0 && !op.is_idempotent() => return Err(mark_ambiguous(e)),
-                other => return other,
-            }
-        }
+        with_retries(&self.retry, op.name(), op.is_idempotent(), || async {
+            let resp = self.send_once(&req).await?;
+            self.interpret(op, resp, span).await
+        })
+        .await
     }
 
     /// Turns a response into the operation's answer or its error.

@@ -1,0 +1,3 @@
+//! The embedded store: the storage services' semantics in process.
+
+pub(crate) mod queues;

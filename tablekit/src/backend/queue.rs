@@ -1,0 +1,127 @@
+//! The queue half of the seam: what a queue client asks of a backend and what it
+//! gets back. Message text travels as the service stores it (already encoded by
+//! the client), so every backend sees exactly what the wire would carry.
+
+use std::fmt;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::error::Result;
+
+/// One request about a queue or its messages.
+#[derive(Debug)]
+pub(crate) enum QueueOp<'a> {
+    Create {
+        queue: &'a str,
+    },
+    Delete {
+        queue: &'a str,
+    },
+    Send {
+        queue: &'a str,
+        text: &'a str,
+        visibility_delay: Duration,
+        /// `None`: the service's default of 7 days; `Some(None)`: never expires.
+        time_to_live: Option<Option<Duration>>,
+    },
+    Receive {
+        queue: &'a str,
+        max: u8,
+        visibility_timeout: Duration,
+    },
+    Peek {
+        queue: &'a str,
+        max: u8,
+    },
+    Update {
+        queue: &'a str,
+        id: &'a str,
+        pop_receipt: &'a str,
+        visibility_timeout: Duration,
+        text: Option<&'a str>,
+    },
+    DeleteMessage {
+        queue: &'a str,
+        id: &'a str,
+        pop_receipt: &'a str,
+    },
+    Clear {
+        queue: &'a str,
+    },
+    Count {
+        queue: &'a str,
+    },
+}
+
+impl QueueOp<'_> {
+    /// A short name for logs.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            QueueOp::Create { .. } => "create_queue",
+            QueueOp::Delete { .. } => "delete_queue",
+            QueueOp::Send { .. } => "send_message",
+            QueueOp::Receive { .. } => "receive_messages",
+            QueueOp::Peek { .. } => "peek_messages",
+            QueueOp::Update { .. } => "update_message",
+            QueueOp::DeleteMessage { .. } => "delete_message",
+            QueueOp::Clear { .. } => "clear_messages",
+            QueueOp::Count { .. } => "queue_properties",
+        }
+    }
+
+    /// Whether repeating the request cannot change its outcome. A send repeated
+    /// after a lost answer may store the message twice; a receive repeated hides
+    /// messages the caller never saw until their visibility timeout ends.
+    pub(crate) fn is_idempotent(&self) -> bool {
+        matches!(
+            self,
+            QueueOp::Peek { .. } | QueueOp::Count { .. } | QueueOp::Clear { .. }
+        )
+    }
+}
+
+/// A message as a backend reports it.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct RawMessage {
+    pub(crate) id: String,
+    pub(crate) pop_receipt: Option<String>,
+    pub(crate) dequeue_count: u32,
+    pub(crate) inserted_on: DateTime<Utc>,
+    pub(crate) expires_on: Option<DateTime<Utc>>,
+    pub(crate) next_visible_on: Option<DateTime<Utc>>,
+    pub(crate) text: String,
+}
+
+impl fmt::Debug for RawMessage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RawMessage")
+            .field("id", &self.id)
+            .field("dequeue_count", &self.dequeue_count)
+            .field("text_len", &self.text.len())
+            .finish()
+    }
+}
+
+/// What a backend answers to a [`QueueOp`].
+#[derive(Debug)]
+pub(crate) enum QueueResponse {
+    Done,
+    /// A create: whether the queue is new (the service answers 201, or 204 when it existed).
+    Created(bool),
+    /// The stored message (no text) of a send.
+    Sent(RawMessage),
+    Messages(Vec<RawMessage>),
+    /// The new pop receipt and visibility of an updated message.
+    Updated {
+        pop_receipt: String,
+        next_visible_on: DateTime<Utc>,
+    },
+    Count(u64),
+}
+
+/// Something that carries out queue requests: the HTTP client, or the embedded store.
+#[async_trait::async_trait]
+pub(crate) trait QueueBackend: Send + Sync + fmt::Debug {
+    async fn queue(&self, op: QueueOp<'_>) -> Result<QueueResponse>;
+}

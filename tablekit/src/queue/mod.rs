@@ -1,0 +1,657 @@
+//! The queue client: [`QueueServiceClient`] for an account's queues,
+//! [`QueueClient`] for the messages of one queue.
+//!
+//! The design guide's eventually consistent patterns move work through a queue:
+//! a message is sent, a worker receives it (it turns invisible for a visibility
+//! timeout), does the work, and deletes it with the pop receipt of that receive.
+//! A worker that dies mid-way leaves the message to come back when the timeout
+//! ends, with its dequeue count one higher: delivery is at least once.
+//!
+//! ```
+//! # async fn run() -> tablekit::Result<()> {
+//! use std::time::Duration;
+//! use tablekit::{ManualClock, QueueServiceClient};
+//!
+//! let clock = ManualClock::starting_now();
+//! let queues = QueueServiceClient::embedded_with_clock(clock.clone());
+//! let jobs = queues.queue("archive-jobs")?;
+//! jobs.create_queue().await?;
+//!
+//! jobs.send_json(&("archive", 456))?.await?;
+//! let mut got = jobs.receive().visibility_timeout(Duration::from_secs(30)).await?;
+//! let job = got.pop().expect("one message");
+//! assert_eq!(job.json::<(String, u32)>()?, ("archive".to_owned(), 456));
+//!
+//! // Not deleted in time: it comes back, received a second time.
+//! clock.advance(Duration::from_secs(31));
+//! let again = jobs.receive().await?.pop().expect("visible again");
+//! assert_eq!(again.dequeue_count(), 2);
+//! jobs.delete_message(&again).await?;
+//! assert_eq!(jobs.approximate_message_count().await?, 0);
+//! # Ok(()) }
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+//! ```
+
+use std::fmt;
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use chrono::{DateTime, Utc};
+
+use crate::backend::embedded::queues::Queues;
+use crate::backend::http::account::Account;
+use crate::backend::http::queue::HttpQueueBackend;
+use crate::backend::queue::{QueueBackend, QueueOp, QueueResponse, RawMessage};
+use crate::backend::ClientOptions;
+use crate::clock::{Clock, ManualClock};
+use crate::error::{Error, ErrorCode, Result, ValidationError};
+use crate::validate;
+
+/// The largest message text the service stores: 64 KiB, counted on the text as
+/// sent (after Base64 encoding, which makes 48 KiB of bytes into 64 KiB).
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+
+/// The most messages one receive or peek returns.
+pub const MAX_MESSAGES_PER_REQUEST: usize = 32;
+
+/// The longest visibility timeout or delay: 7 days.
+pub const MAX_VISIBILITY: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// How message bodies are written as the service's message text.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MessageEncoding {
+    /// Base64 of the bytes, as the official SDKs write by default: any bytes and
+    /// any JSON travel safely, at 4/3 of the size.
+    #[default]
+    Base64,
+    /// The text as is: readable in other tools, but it must be valid UTF-8 with
+    /// no control characters other than tab, CR and LF (the service stores XML text).
+    Text,
+}
+
+/// A client for the queues of one storage account (or of an embedded store).
+/// Cheap to clone; clones share one connection pool or store.
+#[derive(Clone)]
+pub struct QueueServiceClient {
+    backend: Arc<dyn QueueBackend>,
+}
+
+impl fmt::Debug for QueueServiceClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueueServiceClient")
+            .field("backend", &self.backend)
+            .finish()
+    }
+}
+
+impl QueueServiceClient {
+    /// A client for this account's Queue service over HTTP, with default options.
+    /// The account needs a queue endpoint (`QueueEndpoint`, or an account name
+    /// and key, or `UseDevelopmentStorage=true`).
+    pub fn new(account: Account) -> Result<Self> {
+        Self::with_options(account, ClientOptions::default())
+    }
+
+    /// A client for this account's Queue service over HTTP; retries, timeouts
+    /// and the connection pool are set as for tables.
+    pub fn with_options(account: Account, options: ClientOptions) -> Result<Self> {
+        Ok(QueueServiceClient {
+            backend: Arc::new(HttpQueueBackend::new(account, &options.http)?),
+        })
+    }
+
+    /// A client from a connection string (see [`Account::from_connection_string`]).
+    pub fn from_connection_string(s: &str) -> Result<Self> {
+        Self::new(Account::from_connection_string(s)?)
+    }
+
+    /// A fresh, isolated, in-memory queue store with the Queue service's
+    /// semantics, on the system clock.
+    pub fn embedded() -> Self {
+        QueueServiceClient {
+            backend: Arc::new(Queues::new(Clock::System)),
+        }
+    }
+
+    /// A fresh in-memory queue store whose time is `clock`: visibility timeouts
+    /// and lifetimes pass when the test calls [`ManualClock::advance`].
+    pub fn embedded_with_clock(clock: ManualClock) -> Self {
+        QueueServiceClient {
+            backend: Arc::new(Queues::new(Clock::Manual(clock))),
+        }
+    }
+
+    /// A client for one queue. The name is checked here (see [`validate::queue_name`]).
+    pub fn queue(&self, name: &str) -> Result<QueueClient> {
+        validate::queue_name(name)?;
+        Ok(QueueClient {
+            backend: self.backend.clone(),
+            name: Arc::from(name),
+            encoding: MessageEncoding::default(),
+        })
+    }
+}
+
+/// A client for the messages of one queue. Cheap to clone.
+#[derive(Clone)]
+pub struct QueueClient {
+    backend: Arc<dyn QueueBackend>,
+    name: Arc<str>,
+    encoding: MessageEncoding,
+}
+
+impl fmt::Debug for QueueClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueueClient")
+            .field("queue", &self.name)
+            .field("encoding", &self.encoding)
+            .finish()
+    }
+}
+
+fn check_visibility(what: &str, d: Duration) -> Result<()> {
+    if d > MAX_VISIBILITY {
+        return Err(Error::invalid(ValidationError::Message {
+            reason: format!("{what} of {d:?} is over the service's 7 days"),
+        }));
+    }
+    Ok(())
+}
+
+fn unexpected(op: &str) -> Error {
+    Error::decode(format!("unexpected answer to {op}"))
+}
+
+impl QueueClient {
+    /// The queue's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The same queue with bodies encoded another way (Base64 by default).
+    /// Sender and receiver must agree.
+    pub fn with_encoding(mut self, encoding: MessageEncoding) -> Self {
+        self.encoding = encoding;
+        self
+    }
+
+    async fn run(&self, op: QueueOp<'_>) -> Result<QueueResponse> {
+        self.backend.queue(op).await
+    }
+
+    /// Creates the queue. Creating a queue that exists succeeds (the service
+    /// treats it as a no-op), so this is safe to repeat.
+    pub async fn create_queue(&self) -> Result<()> {
+        self.create_queue_if_not_exists().await.map(drop)
+    }
+
+    /// Creates the queue unless it exists; returns whether it was created.
+    pub async fn create_queue_if_not_exists(&self) -> Result<bool> {
+        match self.run(QueueOp::Create { queue: &self.name }).await? {
+            QueueResponse::Created(created) => Ok(created),
+            _ => Err(unexpected("a queue create")),
+        }
+    }
+
+    /// Deletes the queue and its messages; fails with not-found
+    /// ([`ErrorCode::QueueNotFound`]) if there is none.
+    pub async fn delete_queue(&self) -> Result<()> {
+        self.run(QueueOp::Delete { queue: &self.name })
+            .await
+            .map(drop)
+    }
+
+    /// Deletes the queue if it exists; returns whether it did.
+    pub async fn delete_queue_if_exists(&self) -> Result<bool> {
+        match self.delete_queue().await {
+            Ok(()) => Ok(true),
+            Err(e) if e.code() == Some(&ErrorCode::QueueNotFound) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn encode(&self, body: &[u8]) -> Result<String> {
+        let text = match self.encoding {
+            MessageEncoding::Base64 => BASE64.encode(body),
+            MessageEncoding::Text => {
+                let text = std::str::from_utf8(body).map_err(|_| {
+                    Error::invalid(ValidationError::Message {
+                        reason: "a Text-encoded message must be UTF-8; use MessageEncoding::Base64 for bytes".into(),
+                    })
+                })?;
+                if let Some(c) = text
+                    .chars()
+                    .find(|c| c.is_control() && !matches!(c, '\t' | '\n' | '\r'))
+                {
+                    return Err(Error::invalid(ValidationError::Message {
+                        reason: format!(
+                            "a Text-encoded message cannot hold the control character {c:?}; use MessageEncoding::Base64"
+                        ),
+                    }));
+                }
+                text.to_owned()
+            }
+        };
+        if text.len() > MAX_MESSAGE_BYTES {
+            return Err(Error::invalid(ValidationError::Message {
+                reason: format!(
+                    "the message text is {} bytes{}; the service stores at most {MAX_MESSAGE_BYTES}",
+                    text.len(),
+                    if self.encoding == MessageEncoding::Base64 {
+                        " after Base64 encoding"
+                    } else {
+                        ""
+                    }
+                ),
+            }));
+        }
+        Ok(text)
+    }
+
+    fn decode(&self, raw: RawMessage) -> Result<QueueMessage> {
+        let body = match self.encoding {
+            MessageEncoding::Base64 => BASE64.decode(raw.text.as_bytes()).map_err(|_| {
+                Error::decode(format!(
+                    "message {} is not Base64; was it sent with MessageEncoding::Text?",
+                    raw.id
+                ))
+            })?,
+            MessageEncoding::Text => raw.text.clone().into_bytes(),
+        };
+        Ok(QueueMessage { raw, body })
+    }
+
+    /// Sends a message; await the returned builder, after setting a delay or a
+    /// time to live if needed. The body is checked (size, encoding) here, before
+    /// any request.
+    ///
+    /// A send whose answer is lost is not repeated blindly: the message may
+    /// already be in the queue, so the error says the outcome is unknown
+    /// ([`Error::is_ambiguous`]). Receivers should treat messages as
+    /// at-least-once anyway.
+    pub fn send(&self, body: impl AsRef<[u8]>) -> Result<SendMessage> {
+        Ok(SendMessage {
+            queue: self.clone(),
+            text: self.encode(body.as_ref())?,
+            visibility_delay: Duration::ZERO,
+            time_to_live: None,
+        })
+    }
+
+    /// Sends `value` as JSON (see [`send`](QueueClient::send)).
+    pub fn send_json<T: serde::Serialize + ?Sized>(&self, value: &T) -> Result<SendMessage> {
+        let json = serde_json::to_vec(value)
+            .map_err(|e| Error::decode(format!("cannot write the message as JSON: {e}")))?;
+        self.send(json)
+    }
+
+    /// Receives messages: await the returned builder. By default one message,
+    /// invisible to others for 30 seconds.
+    pub fn receive(&self) -> ReceiveMessages {
+        ReceiveMessages {
+            queue: self.clone(),
+            max: 1,
+            visibility_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// Reads up to `max` (1 to 32) visible messages without hiding them or
+    /// counting a dequeue; the messages carry no pop receipt.
+    pub async fn peek(&self, max: usize) -> Result<Vec<QueueMessage>> {
+        let max = check_count(max)?;
+        match self
+            .run(QueueOp::Peek {
+                queue: &self.name,
+                max,
+            })
+            .await?
+        {
+            QueueResponse::Messages(m) => m.into_iter().map(|r| self.decode(r)).collect(),
+            _ => Err(unexpected("a peek")),
+        }
+    }
+
+    /// Changes a received message: hides it for `visibility_timeout` from now
+    /// (zero makes it visible at once), and replaces its body if `body` is given.
+    /// The message gets a new pop receipt, written into `message`; the old one
+    /// stops working.
+    pub async fn update_message(
+        &self,
+        message: &mut QueueMessage,
+        visibility_timeout: Duration,
+        body: Option<&[u8]>,
+    ) -> Result<()> {
+        check_visibility("a visibility timeout", visibility_timeout)?;
+        let text = body.map(|b| self.encode(b)).transpose()?;
+        let receipt = message.pop_receipt_or_err()?;
+        match self
+            .run(QueueOp::Update {
+                queue: &self.name,
+                id: &message.raw.id,
+                pop_receipt: receipt,
+                visibility_timeout,
+                text: text.as_deref(),
+            })
+            .await?
+        {
+            QueueResponse::Updated {
+                pop_receipt,
+                next_visible_on,
+            } => {
+                message.raw.pop_receipt = Some(pop_receipt);
+                message.raw.next_visible_on = Some(next_visible_on);
+                if let (Some(b), Some(t)) = (body, text) {
+                    message.body = b.to_vec();
+                    message.raw.text = t;
+                }
+                Ok(())
+            }
+            _ => Err(unexpected("a message update")),
+        }
+    }
+
+    /// Deletes a received message, with the pop receipt of its latest receive or
+    /// update. A stale receipt (the message was received again, or updated) is
+    /// an error with [`ErrorCode::PopReceiptMismatch`]; a message already gone,
+    /// [`ErrorCode::MessageNotFound`].
+    pub async fn delete_message(&self, message: &QueueMessage) -> Result<()> {
+        let receipt = message.pop_receipt_or_err()?;
+        self.run(QueueOp::DeleteMessage {
+            queue: &self.name,
+            id: &message.raw.id,
+            pop_receipt: receipt,
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Deletes every message of the queue.
+    pub async fn clear(&self) -> Result<()> {
+        self.run(QueueOp::Clear { queue: &self.name })
+            .await
+            .map(drop)
+    }
+
+    /// About how many messages the queue holds, visible or not (the service
+    /// counts lazily: expired messages may still be counted for a while).
+    pub async fn approximate_message_count(&self) -> Result<u64> {
+        match self.run(QueueOp::Count { queue: &self.name }).await? {
+            QueueResponse::Count(n) => Ok(n),
+            _ => Err(unexpected("a queue properties read")),
+        }
+    }
+}
+
+fn check_count(n: usize) -> Result<u8> {
+    if !(1..=MAX_MESSAGES_PER_REQUEST).contains(&n) {
+        return Err(Error::invalid(ValidationError::Message {
+            reason: format!(
+                "{n} messages asked for; one request reads 1 to {MAX_MESSAGES_PER_REQUEST}"
+            ),
+        }));
+    }
+    Ok(n as u8)
+}
+
+/// A message being sent; await it. See [`QueueClient::send`].
+#[must_use = "a message is sent only when awaited"]
+pub struct SendMessage {
+    queue: QueueClient,
+    text: String,
+    visibility_delay: Duration,
+    time_to_live: Option<Option<Duration>>,
+}
+
+impl fmt::Debug for SendMessage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SendMessage")
+            .field("queue", &self.queue.name)
+            .field("text_len", &self.text.len())
+            .field("visibility_delay", &self.visibility_delay)
+            .field("time_to_live", &self.time_to_live)
+            .finish()
+    }
+}
+
+impl SendMessage {
+    /// Keeps the message invisible for this long after it is sent (at most 7 days).
+    pub fn visibility_delay(mut self, delay: Duration) -> Self {
+        self.visibility_delay = delay;
+        self
+    }
+
+    /// Deletes the message this long after it is sent, if nobody has (the
+    /// service's default is 7 days).
+    pub fn time_to_live(mut self, ttl: Duration) -> Self {
+        self.time_to_live = Some(Some(ttl));
+        self
+    }
+
+    /// Keeps the message until it is deleted.
+    pub fn never_expire(mut self) -> Self {
+        self.time_to_live = Some(None);
+        self
+    }
+
+    /// Sends it.
+    pub async fn send(self) -> Result<SentMessage> {
+        check_visibility("a visibility delay", self.visibility_delay)?;
+        if let Some(Some(ttl)) = self.time_to_live {
+            if ttl < Duration::from_secs(1) {
+                return Err(Error::invalid(ValidationError::Message {
+                    reason: format!("a time to live of {ttl:?} is under the service's 1 second"),
+                }));
+            }
+            if self.visibility_delay >= ttl {
+                return Err(Error::invalid(ValidationError::Message {
+                    reason: "the visibility delay must end before the time to live".into(),
+                }));
+            }
+        }
+        match self
+            .queue
+            .run(QueueOp::Send {
+                queue: &self.queue.name,
+                text: &self.text,
+                visibility_delay: self.visibility_delay,
+                time_to_live: self.time_to_live,
+            })
+            .await?
+        {
+            QueueResponse::Sent(raw) => Ok(SentMessage { raw }),
+            _ => Err(unexpected("a message send")),
+        }
+    }
+}
+
+impl IntoFuture for SendMessage {
+    type Output = Result<SentMessage>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send>>;
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.send())
+    }
+}
+
+/// What the service says of a message it stored.
+#[derive(Debug, Clone)]
+pub struct SentMessage {
+    raw: RawMessage,
+}
+
+impl SentMessage {
+    /// The message's id.
+    pub fn id(&self) -> &str {
+        &self.raw.id
+    }
+
+    /// When the message was stored.
+    pub fn inserted_on(&self) -> DateTime<Utc> {
+        self.raw.inserted_on
+    }
+
+    /// When it expires; `None` if never.
+    pub fn expires_on(&self) -> Option<DateTime<Utc>> {
+        self.raw.expires_on
+    }
+
+    /// When it becomes visible to receivers.
+    pub fn next_visible_on(&self) -> Option<DateTime<Utc>> {
+        self.raw.next_visible_on
+    }
+}
+
+/// A receive being prepared; await it for `Result<Vec<QueueMessage>>`.
+#[derive(Debug)]
+#[must_use = "messages are received only when awaited"]
+pub struct ReceiveMessages {
+    queue: QueueClient,
+    max: usize,
+    visibility_timeout: Duration,
+}
+
+impl ReceiveMessages {
+    /// Receives up to `n` messages (1 to 32; default 1).
+    pub fn max_messages(mut self, n: usize) -> Self {
+        self.max = n;
+        self
+    }
+
+    /// Hides the received messages from other receivers for this long (1 second
+    /// to 7 days; default 30 seconds). Size it to the work: a message not deleted
+    /// in time is received again, by this worker or another.
+    pub fn visibility_timeout(mut self, timeout: Duration) -> Self {
+        self.visibility_timeout = timeout;
+        self
+    }
+
+    /// Receives them.
+    pub async fn send(self) -> Result<Vec<QueueMessage>> {
+        let max = check_count(self.max)?;
+        if self.visibility_timeout < Duration::from_secs(1) {
+            return Err(Error::invalid(ValidationError::Message {
+                reason: "a receive's visibility timeout is at least 1 second".into(),
+            }));
+        }
+        check_visibility("a visibility timeout", self.visibility_timeout)?;
+        match self
+            .queue
+            .run(QueueOp::Receive {
+                queue: &self.queue.name,
+                max,
+                visibility_timeout: self.visibility_timeout,
+            })
+            .await?
+        {
+            QueueResponse::Messages(m) => m.into_iter().map(|r| self.queue.decode(r)).collect(),
+            _ => Err(unexpected("a receive")),
+        }
+    }
+
+    /// Receives them and reads each body as JSON.
+    pub async fn json<T: serde::de::DeserializeOwned>(self) -> Result<Vec<(QueueMessage, T)>> {
+        self.send()
+            .await?
+            .into_iter()
+            .map(|m| {
+                let v = m.json()?;
+                Ok((m, v))
+            })
+            .collect()
+    }
+}
+
+impl IntoFuture for ReceiveMessages {
+    type Output = Result<Vec<QueueMessage>>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send>>;
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.send())
+    }
+}
+
+/// A received (or peeked) message.
+#[derive(Clone)]
+pub struct QueueMessage {
+    raw: RawMessage,
+    body: Vec<u8>,
+}
+
+impl fmt::Debug for QueueMessage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueueMessage")
+            .field("id", &self.raw.id)
+            .field("dequeue_count", &self.raw.dequeue_count)
+            .field("next_visible_on", &self.raw.next_visible_on)
+            .field("body_len", &self.body.len())
+            .finish()
+    }
+}
+
+impl QueueMessage {
+    /// The message's id.
+    pub fn id(&self) -> &str {
+        &self.raw.id
+    }
+
+    /// The receipt of the latest receive or update: what a delete or an update
+    /// must present. `None` for a peeked message.
+    pub fn pop_receipt(&self) -> Option<&str> {
+        self.raw.pop_receipt.as_deref()
+    }
+
+    fn pop_receipt_or_err(&self) -> Result<&str> {
+        self.pop_receipt().ok_or_else(|| {
+            Error::invalid(ValidationError::Message {
+                reason: format!(
+                    "message {} was peeked, not received: it has no pop receipt",
+                    self.raw.id
+                ),
+            })
+        })
+    }
+
+    /// How many times it has been received, this time included.
+    pub fn dequeue_count(&self) -> u32 {
+        self.raw.dequeue_count
+    }
+
+    /// When it was sent.
+    pub fn inserted_on(&self) -> DateTime<Utc> {
+        self.raw.inserted_on
+    }
+
+    /// When it expires; `None` if never.
+    pub fn expires_on(&self) -> Option<DateTime<Utc>> {
+        self.raw.expires_on
+    }
+
+    /// When it becomes visible again unless deleted (received messages only).
+    pub fn next_visible_on(&self) -> Option<DateTime<Utc>> {
+        self.raw.next_visible_on
+    }
+
+    /// The body's bytes.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// The body as UTF-8 text.
+    pub fn text(&self) -> Result<&str> {
+        std::str::from_utf8(&self.body)
+            .map_err(|_| Error::decode(format!("message {} is not UTF-8 text", self.raw.id)))
+    }
+
+    /// The body read as JSON.
+    pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
+        serde_json::from_slice(&self.body).map_err(|e| {
+            Error::decode(format!(
+                "message {} is not the expected JSON: {e}",
+                self.raw.id
+            ))
+        })
+    }
+}

@@ -1,0 +1,289 @@
+//! The queue client on both backends: Azurite over HTTP, and the embedded store
+//! with a clock the tests move. Visibility timeouts, dequeue counts, pop
+//! receipts, lifetimes, limits. On Azurite the waits are real (a second or two),
+//! so the timeouts there are short.
+
+use std::time::Duration;
+
+use tablekit::{ErrorCode, ManualClock, MessageEncoding, QueueClient, QueueServiceClient};
+
+use crate::common;
+
+/// Where a case runs: the embedded store and its clock, or Azurite.
+struct Env {
+    queues: QueueServiceClient,
+    clock: Option<ManualClock>,
+}
+
+impl Env {
+    fn embedded() -> Self {
+        let clock = ManualClock::new("2014-07-31T18:00:00Z".parse().unwrap());
+        Env {
+            queues: QueueServiceClient::embedded_with_clock(clock.clone()),
+            clock: Some(clock),
+        }
+    }
+
+    fn azurite() -> Option<Self> {
+        let conn = common::connection_string()?;
+        Some(Env {
+            queues: QueueServiceClient::from_connection_string(&conn).unwrap(),
+            clock: None,
+        })
+    }
+
+    /// Lets `d` pass: the embedded clock moves, Azurite's time is waited for.
+    async fn wait(&self, d: Duration) {
+        match &self.clock {
+            Some(c) => c.advance(d),
+            None => tokio::time::sleep(d).await,
+        }
+    }
+
+    async fn fresh_queue(&self) -> QueueClient {
+        let name = format!("q{}", &uuid::Uuid::new_v4().simple().to_string()[..20]);
+        let q = self.queues.queue(&name).unwrap();
+        assert!(q.create_queue_if_not_exists().await.unwrap());
+        q
+    }
+}
+
+/// Each case as `::embedded` and `::azurite` tests.
+macro_rules! on_both {
+    ($($case:ident),* $(,)?) => {$(
+        mod $case {
+            #[tokio::test]
+            async fn embedded() {
+                super::$case(super::Env::embedded()).await;
+            }
+            #[tokio::test]
+            async fn azurite() {
+                if let Some(env) = super::Env::azurite() {
+                    super::$case(env).await;
+                }
+            }
+        }
+    )*};
+}
+
+on_both!(
+    received_message_is_invisible_until_its_timeout_then_comes_back_counted,
+    update_extends_visibility_replaces_the_body_and_the_receipt,
+    delay_and_time_to_live,
+    receive_takes_up_to_max_in_order_and_peek_has_no_receipt,
+    any_bytes_travel_base64_and_limits_are_checked_before_sending,
+    queue_lifecycle_and_names,
+);
+
+const SECOND: Duration = Duration::from_secs(1);
+
+async fn received_message_is_invisible_until_its_timeout_then_comes_back_counted(env: Env) {
+    let q = env.fresh_queue().await;
+    q.send("job 1").unwrap().await.unwrap();
+
+    let first = q
+        .receive()
+        .visibility_timeout(2 * SECOND)
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    assert_eq!(first.text().unwrap(), "job 1");
+    assert_eq!(first.dequeue_count(), 1);
+    assert!(
+        q.receive().await.unwrap().is_empty(),
+        "hidden while being worked on"
+    );
+    assert!(q.peek(32).await.unwrap().is_empty());
+
+    env.wait(SECOND).await;
+    assert!(q.receive().await.unwrap().is_empty());
+    env.wait(2 * SECOND).await;
+    let second = q.receive().await.unwrap().pop().expect("visible again");
+    assert_eq!(second.id(), first.id());
+    assert_eq!(second.dequeue_count(), 2);
+
+    // The first receive's receipt went stale with the second receive.
+    let err = q.delete_message(&first).await.unwrap_err();
+    assert_eq!(err.code(), Some(&ErrorCode::PopReceiptMismatch), "{err}");
+    q.delete_message(&second).await.unwrap();
+    assert_eq!(q.approximate_message_count().await.unwrap(), 0);
+    let err = q.delete_message(&second).await.unwrap_err();
+    assert_eq!(err.code(), Some(&ErrorCode::MessageNotFound), "{err}");
+}
+
+async fn update_extends_visibility_replaces_the_body_and_the_receipt(env: Env) {
+    let q = env.fresh_queue().await;
+    q.send_json(&serde_json::json!({"step": 1}))
+        .unwrap()
+        .await
+        .unwrap();
+    let mut m = q.receive().await.unwrap().pop().unwrap();
+    let old = m.clone();
+
+    q.update_message(&mut m, 3 * SECOND, Some(br#"{"step":2}"#))
+        .await
+        .unwrap();
+    assert_ne!(m.pop_receipt(), old.pop_receipt());
+    assert_eq!(m.json::<serde_json::Value>().unwrap()["step"], 2);
+
+    let err = q.delete_message(&old).await.unwrap_err();
+    assert_eq!(err.code(), Some(&ErrorCode::PopReceiptMismatch));
+
+    env.wait(SECOND).await;
+    assert!(q.receive().await.unwrap().is_empty(), "extended to 3 s");
+    env.wait(3 * SECOND).await;
+    let back = q.receive().await.unwrap().pop().unwrap();
+    assert_eq!(back.json::<serde_json::Value>().unwrap()["step"], 2);
+    assert_eq!(back.dequeue_count(), 2);
+}
+
+async fn delay_and_time_to_live(env: Env) {
+    let q = env.fresh_queue().await;
+    q.send("later")
+        .unwrap()
+        .visibility_delay(3 * SECOND)
+        .await
+        .unwrap();
+    q.send("short-lived")
+        .unwrap()
+        .time_to_live(2 * SECOND)
+        .await
+        .unwrap();
+    let forever = q.send("forever").unwrap().never_expire().await.unwrap();
+    assert_eq!(forever.expires_on(), None);
+    assert_eq!(q.approximate_message_count().await.unwrap(), 3);
+
+    let peeked: Vec<String> = q
+        .peek(32)
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| m.text().unwrap().to_owned())
+        .collect();
+    assert_eq!(peeked, ["short-lived", "forever"]);
+
+    env.wait(4 * SECOND).await;
+    let texts: Vec<String> = q
+        .peek(32)
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| m.text().unwrap().to_owned())
+        .collect();
+    // By the time they became visible: the delayed one last.
+    assert_eq!(texts, ["forever", "later"], "the 2 s message expired");
+    if env.clock.is_none() {
+        return; // Azurite: no waiting 7 days.
+    }
+    env.wait(Duration::from_secs(8 * 24 * 3600)).await;
+    let texts: Vec<String> = q
+        .peek(32)
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| m.text().unwrap().to_owned())
+        .collect();
+    assert_eq!(texts, ["forever"], "the default lifetime is 7 days");
+}
+
+async fn receive_takes_up_to_max_in_order_and_peek_has_no_receipt(env: Env) {
+    let q = env.fresh_queue().await;
+    for i in 0..40 {
+        q.send(format!("m{i}")).unwrap().await.unwrap();
+    }
+    let got = q.receive().max_messages(32).await.unwrap();
+    assert_eq!(got.len(), 32);
+    assert_eq!(got[0].text().unwrap(), "m0");
+    assert_eq!(got[31].text().unwrap(), "m31");
+    let rest = q.peek(32).await.unwrap();
+    assert_eq!(rest.len(), 8);
+    assert_eq!(rest[0].pop_receipt(), None);
+    let err = q.delete_message(&rest[0]).await.unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+    q.clear().await.unwrap();
+    assert_eq!(q.approximate_message_count().await.unwrap(), 0);
+}
+
+async fn any_bytes_travel_base64_and_limits_are_checked_before_sending(env: Env) {
+    let q = env.fresh_queue().await;
+    let bytes: Vec<u8> = (0..=255).collect();
+    q.send(&bytes).unwrap().await.unwrap();
+    assert_eq!(q.receive().await.unwrap()[0].body(), &bytes[..]);
+
+    // 48 KiB of bytes is exactly 64 KiB of Base64; one byte more is refused.
+    assert!(q.send(vec![7u8; 48 * 1024]).is_ok());
+    let err = q.send(vec![7u8; 48 * 1024 + 1]).unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+    assert!(
+        err.to_string().contains("65540 bytes after Base64"),
+        "{err}"
+    );
+
+    let text = q.clone().with_encoding(MessageEncoding::Text);
+    assert!(text.send("\u{1}").unwrap_err().is_invalid_input());
+    assert!(text.send([0xff_u8]).unwrap_err().is_invalid_input());
+    assert!(q
+        .receive()
+        .max_messages(33)
+        .await
+        .unwrap_err()
+        .is_invalid_input());
+    assert!(q
+        .receive()
+        .max_messages(0)
+        .await
+        .unwrap_err()
+        .is_invalid_input());
+    assert!(q
+        .receive()
+        .visibility_timeout(Duration::from_secs(8 * 24 * 3600))
+        .await
+        .unwrap_err()
+        .is_invalid_input());
+    let err = q
+        .send("x")
+        .unwrap()
+        .visibility_delay(10 * SECOND)
+        .time_to_live(5 * SECOND)
+        .await
+        .unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+}
+
+async fn queue_lifecycle_and_names(env: Env) {
+    let queues = env.queues.clone();
+    for bad in ["ab", "Jobs", "-jobs", "jobs-", "a--b", "job_s"] {
+        assert!(queues.queue(bad).unwrap_err().is_invalid_input(), "{bad}");
+    }
+    let q = env.fresh_queue().await;
+    q.delete_queue().await.unwrap();
+    let err = q.send("x").unwrap().await.unwrap_err();
+    assert_eq!(err.code(), Some(&ErrorCode::QueueNotFound));
+    assert!(err.is_not_found());
+    assert!(q.create_queue_if_not_exists().await.unwrap());
+    assert!(!q.create_queue_if_not_exists().await.unwrap());
+    q.create_queue().await.unwrap();
+    assert!(q.delete_queue_if_exists().await.unwrap());
+    assert!(!q.delete_queue_if_exists().await.unwrap());
+    let err = q.delete_queue().await.unwrap_err();
+    assert_eq!(err.code(), Some(&ErrorCode::QueueNotFound));
+}
+
+/// Azurite checks Shared Key signatures: a wrong key is refused, so the other
+/// Azurite cases passing proves the Blob/Queue signer right.
+#[tokio::test]
+async fn a_wrong_key_is_refused_by_azurite() {
+    let Some(conn) = common::connection_string() else {
+        return;
+    };
+    let wrong = conn.replace(common::KEY_FRAGMENT, "AAAAAAAAA");
+    assert_ne!(wrong, conn);
+    let q = QueueServiceClient::from_connection_string(&wrong)
+        .unwrap()
+        .queue("wrong-key")
+        .unwrap();
+    let err = q.create_queue().await.unwrap_err();
+    assert_eq!(err.status(), Some(403), "{err}");
+    assert!(!err.to_string().contains(common::KEY_FRAGMENT));
+}
