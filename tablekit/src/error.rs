@@ -354,6 +354,28 @@ pub enum ValidationError {
         /// Why it was rejected.
         reason: &'static str,
     },
+    /// A blob container name is not 3 to 63 lower-case letters, digits and single hyphens.
+    #[error("container name {name:?} is invalid: {reason}")]
+    ContainerName {
+        /// The rejected name.
+        name: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+    /// A blob name is empty, too long or holds a control character.
+    #[error("blob name {name:?} is invalid: {reason}")]
+    BlobName {
+        /// The rejected name.
+        name: String,
+        /// Why it was rejected.
+        reason: &'static str,
+    },
+    /// A blob request breaks a rule of the Blob service (range, metadata, block size).
+    #[error("blob request: {reason}")]
+    Blob {
+        /// Which rule it breaks.
+        reason: String,
+    },
     /// A queue message or one of its settings breaks a rule of the Queue service.
     #[error("queue message: {reason}")]
     Message {

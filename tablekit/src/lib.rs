@@ -68,6 +68,7 @@
 #![deny(rustdoc::broken_intra_doc_links)]
 
 mod backend;
+pub mod blob;
 mod clock;
 mod codec;
 mod columns;
@@ -87,6 +88,10 @@ pub use account::{
 };
 pub use backend::http::{HttpOptions, Metadata, RetryPolicy, API_VERSION};
 pub use backend::{ClientOptions, Continuation, Written};
+pub use blob::{
+    BlobClient, BlobListing, BlobProperties, BlobServiceClient, BlobWritten, ContainerClient,
+    Download, DownloadRequest, ListBlobs, Upload,
+};
 pub use clock::ManualClock;
 pub use codec::bag::to_dynamic;
 pub use codec::write::entity_to_json;

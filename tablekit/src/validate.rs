@@ -54,27 +54,73 @@ pub fn table_name(name: &str) -> Result<(), ValidationError> {
 /// assert!(queue_name("a--b").is_err());
 /// ```
 pub fn queue_name(name: &str) -> Result<(), ValidationError> {
-    let err = |reason| ValidationError::QueueName {
+    dns_name("queue", name).map_err(|reason| ValidationError::QueueName {
         name: name.to_owned(),
         reason,
-    };
+    })
+}
+
+/// Checks a blob container name: the same rules as [`queue_name`].
+///
+/// ```
+/// use tablekit::validate::container_name;
+/// assert!(container_name("photos-2014").is_ok());
+/// assert!(container_name("Photos").is_err());
+/// ```
+pub fn container_name(name: &str) -> Result<(), ValidationError> {
+    dns_name("container", name).map_err(|reason| ValidationError::ContainerName {
+        name: name.to_owned(),
+        reason,
+    })
+}
+
+/// The DNS-label rules queue and container names share.
+fn dns_name(kind: &'static str, name: &str) -> Result<(), &'static str> {
+    let what = |q: &'static str, c: &'static str| if kind == "queue" { q } else { c };
     if !(3..=63).contains(&name.len()) {
-        return Err(err("a queue name has 3 to 63 characters"));
+        return Err(what(
+            "a queue name has 3 to 63 characters",
+            "a container name has 3 to 63 characters",
+        ));
     }
     let bytes = name.as_bytes();
     if !bytes
         .iter()
         .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
     {
-        return Err(err(
+        return Err(what(
             "a queue name has only lower-case ASCII letters, digits and hyphens",
+            "a container name has only lower-case ASCII letters, digits and hyphens",
         ));
     }
     if bytes[0] == b'-' || bytes[bytes.len() - 1] == b'-' {
-        return Err(err("a queue name starts and ends with a letter or digit"));
+        return Err(what(
+            "a queue name starts and ends with a letter or digit",
+            "a container name starts and ends with a letter or digit",
+        ));
     }
     if name.contains("--") {
-        return Err(err("a queue name has no two hyphens in a row"));
+        return Err(what(
+            "a queue name has no two hyphens in a row",
+            "a container name has no two hyphens in a row",
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a blob name: 1 to 1,024 characters, none of them control characters.
+/// `/` separates virtual folders, which listings can filter by prefix.
+pub fn blob_name(name: &str) -> Result<(), ValidationError> {
+    let err = |reason| ValidationError::BlobName {
+        name: name.to_owned(),
+        reason,
+    };
+    let len = name.chars().count();
+    if !(1..=1024).contains(&len) {
+        return Err(err("a blob name has 1 to 1,024 characters"));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(err("a blob name has no control characters"));
     }
     Ok(())
 }

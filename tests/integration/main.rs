@@ -8,6 +8,7 @@ mod common;
 
 mod auth;
 mod batch;
+mod blob;
 mod crud;
 mod derive_crate_path;
 mod derive_flatten_names;

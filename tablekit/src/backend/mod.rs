@@ -12,6 +12,7 @@ use crate::codec::read::{decode_entity, decode_page};
 use crate::entity::{ETag, EntityKey, IfMatch, TableEntity, UpdateMode};
 use crate::error::Result;
 
+pub(crate) mod blob;
 mod continuation;
 pub(crate) mod embedded;
 pub(crate) mod http;

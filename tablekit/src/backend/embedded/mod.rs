@@ -1,3 +1,4 @@
 //! The embedded store: the storage services' semantics in process.
 
+pub(crate) mod blobs;
 pub(crate) mod queues;

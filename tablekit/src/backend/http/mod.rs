@@ -21,6 +21,7 @@ use crate::error::{Error, ErrorKind, Result, TransportError, TransportKind};
 pub mod account;
 pub(crate) mod auth;
 pub(crate) mod batch;
+pub(crate) mod blob;
 pub(crate) mod queue;
 pub(crate) mod storage_auth;
 mod wire;

@@ -13,7 +13,7 @@ use crate::error::{Error, ErrorCode, ErrorKind, Result, ServiceError};
 
 /// Everything but the unreserved characters of RFC 3986 is escaped in keys and
 /// query values, so `'`, `%`, `+`, `&`, spaces and non-ASCII text travel intact.
-const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
+pub(crate) const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'-')
     .remove(b'.')
     .remove(b'_')

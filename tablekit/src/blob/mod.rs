@@ -1,0 +1,836 @@
+//! The blob client: [`BlobServiceClient`] for an account's containers,
+//! [`ContainerClient`] for one container, [`BlobClient`] for one block blob.
+//!
+//! The design guide keeps what does not fit an entity in blobs: the large-entity
+//! pattern (a photo beside the employee entity) and the log-data pattern (log
+//! files named by time). Uploads of any size run in bounded memory: small bodies
+//! go in one request, larger ones as blocks, a few in flight at a time, then one
+//! commit; downloads come as a stream of chunks.
+//!
+//! ```
+//! # async fn run() -> tablekit::Result<()> {
+//! use futures::TryStreamExt;
+//! use tablekit::BlobServiceClient;
+//!
+//! let blobs = BlobServiceClient::embedded();
+//! let photos = blobs.container("photos")?;
+//! photos.create_container().await?;
+//!
+//! let photo = photos.blob("employees/000456.jpg")?;
+//! let written = photo.upload(vec![0xff_u8; 10_000]).content_type("image/jpeg").await?;
+//!
+//! // Read a range, and only if nobody replaced the photo meanwhile.
+//! let head = photo.download().range(0..4).if_match(written.etag().clone()).bytes().await?;
+//! assert_eq!(&head[..], &[0xff; 4]);
+//!
+//! let names: Vec<String> = photos.list_blobs().prefix("employees/").stream()
+//!     .map_ok(|p| p.name().to_owned()).try_collect().await?;
+//! assert_eq!(names, ["employees/000456.jpg"]);
+//! # Ok(()) }
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+//! ```
+
+use std::fmt;
+use std::future::{Future, IntoFuture};
+use std::ops::{Bound, RangeBounds};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use bytes::{Bytes, BytesMut};
+use chrono::{DateTime, Utc};
+use futures::stream::{self, BoxStream, Stream, StreamExt, TryStreamExt};
+
+pub use crate::backend::blob::BlobProperties;
+use crate::backend::blob::{BlobBackend, BlobHeaders, BlobOp, BlobResponse, Conditions};
+use crate::backend::embedded::blobs::Blobs;
+use crate::backend::http::account::Account;
+use crate::backend::http::blob::HttpBlobBackend;
+use crate::backend::ClientOptions;
+use crate::clock::{Clock, ManualClock};
+use crate::entity::ETag;
+use crate::error::{Error, ErrorCode, Result, ValidationError};
+use crate::validate;
+
+/// The block size of large uploads: 4 MiB.
+pub const DEFAULT_BLOCK_SIZE: usize = 4 * 1024 * 1024;
+
+/// How many blocks of one upload are sent at once by default.
+pub const DEFAULT_BLOCKS_IN_FLIGHT: usize = 4;
+
+/// The largest block the service takes (4,000 MiB), and the most blocks a blob has.
+pub const MAX_BLOCK_SIZE: usize = 4000 * 1024 * 1024;
+const MAX_BLOCKS: usize = 50_000;
+
+fn invalid(reason: impl Into<String>) -> Error {
+    Error::invalid(ValidationError::Blob {
+        reason: reason.into(),
+    })
+}
+
+fn unexpected(op: &str) -> Error {
+    Error::decode(format!("unexpected answer to {op}"))
+}
+
+/// A client for the blob containers of one storage account (or of an embedded
+/// store). Cheap to clone; clones share one connection pool or store.
+#[derive(Clone)]
+pub struct BlobServiceClient {
+    backend: Arc<dyn BlobBackend>,
+}
+
+impl fmt::Debug for BlobServiceClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BlobServiceClient")
+            .field("backend", &self.backend)
+            .finish()
+    }
+}
+
+impl BlobServiceClient {
+    /// A client for this account's Blob service over HTTP, with default options.
+    pub fn new(account: Account) -> Result<Self> {
+        Self::with_options(account, ClientOptions::default())
+    }
+
+    /// A client for this account's Blob service over HTTP.
+    pub fn with_options(account: Account, options: ClientOptions) -> Result<Self> {
+        Ok(BlobServiceClient {
+            backend: Arc::new(HttpBlobBackend::new(account, &options.http)?),
+        })
+    }
+
+    /// A client from a connection string (see [`Account::from_connection_string`]).
+    pub fn from_connection_string(s: &str) -> Result<Self> {
+        Self::new(Account::from_connection_string(s)?)
+    }
+
+    /// A fresh, isolated, in-memory blob store with the Blob service's semantics.
+    /// It keeps every blob's bytes in memory.
+    pub fn embedded() -> Self {
+        BlobServiceClient {
+            backend: Arc::new(Blobs::new(Clock::System)),
+        }
+    }
+
+    /// A fresh in-memory blob store whose time (Last-Modified) is `clock`.
+    pub fn embedded_with_clock(clock: ManualClock) -> Self {
+        BlobServiceClient {
+            backend: Arc::new(Blobs::new(Clock::Manual(clock))),
+        }
+    }
+
+    /// A client for one container. The name is checked here: 3 to 63 lower-case
+    /// letters, digits and single hyphens, starting and ending with a letter or digit.
+    pub fn container(&self, name: &str) -> Result<ContainerClient> {
+        validate::container_name(name)?;
+        Ok(ContainerClient {
+            backend: self.backend.clone(),
+            name: Arc::from(name),
+        })
+    }
+}
+
+/// A client for one container. Cheap to clone.
+#[derive(Clone)]
+pub struct ContainerClient {
+    backend: Arc<dyn BlobBackend>,
+    name: Arc<str>,
+}
+
+impl fmt::Debug for ContainerClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ContainerClient")
+            .field("container", &self.name)
+            .finish()
+    }
+}
+
+impl ContainerClient {
+    /// The container's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Creates the container; fails with a conflict
+    /// ([`ErrorCode::ContainerAlreadyExists`]) if it exists.
+    pub async fn create_container(&self) -> Result<()> {
+        match self
+            .backend
+            .blob(BlobOp::CreateContainer {
+                container: &self.name,
+            })
+            .await?
+        {
+            BlobResponse::Created(_) | BlobResponse::Done => Ok(()),
+            _ => Err(unexpected("a container create")),
+        }
+    }
+
+    /// Creates the container unless it exists; returns whether it was created.
+    pub async fn create_container_if_not_exists(&self) -> Result<bool> {
+        match self.create_container().await {
+            Ok(()) => Ok(true),
+            Err(e) if e.code() == Some(&ErrorCode::ContainerAlreadyExists) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes the container and its blobs; not-found if there is none.
+    pub async fn delete_container(&self) -> Result<()> {
+        self.backend
+            .blob(BlobOp::DeleteContainer {
+                container: &self.name,
+            })
+            .await
+            .map(drop)
+    }
+
+    /// Deletes the container if it exists; returns whether it did.
+    pub async fn delete_container_if_exists(&self) -> Result<bool> {
+        match self.delete_container().await {
+            Ok(()) => Ok(true),
+            Err(e) if e.code() == Some(&ErrorCode::ContainerNotFound) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Lists the container's blobs in name order; see [`ListBlobs`].
+    pub fn list_blobs(&self) -> ListBlobs {
+        ListBlobs {
+            container: self.clone(),
+            prefix: None,
+            page_size: None,
+        }
+    }
+
+    /// A client for one blob of this container. The name is checked here
+    /// (1 to 1,024 characters, no control characters).
+    pub fn blob(&self, name: &str) -> Result<BlobClient> {
+        validate::blob_name(name)?;
+        Ok(BlobClient {
+            container: self.clone(),
+            name: Arc::from(name),
+            block_size: DEFAULT_BLOCK_SIZE,
+            blocks_in_flight: DEFAULT_BLOCKS_IN_FLIGHT,
+        })
+    }
+}
+
+/// A listing of blobs; see [`ContainerClient::list_blobs`].
+#[derive(Debug)]
+#[must_use = "a listing does nothing until streamed or collected"]
+pub struct ListBlobs {
+    container: ContainerClient,
+    prefix: Option<String>,
+    page_size: Option<u32>,
+}
+
+impl ListBlobs {
+    /// Only blobs whose name starts with `prefix` (a "folder": `2014/07/31/`).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// At most `n` (1 to 5,000) blobs per request.
+    pub fn page_size(mut self, n: u32) -> Self {
+        self.page_size = Some(n);
+        self
+    }
+
+    /// The blobs' properties, in name order, across as many requests as needed.
+    pub fn stream(self) -> BlobListing {
+        if let Some(n) = self.page_size {
+            if !(1..=5000).contains(&n) {
+                let err = invalid(format!("page_size({n}) is outside 1..=5000"));
+                return BlobListing(stream::once(async move { Err(err) }).boxed());
+            }
+        }
+        struct State {
+            list: ListBlobs,
+            marker: Option<String>,
+            done: bool,
+        }
+        let state = State {
+            list: self,
+            marker: None,
+            done: false,
+        };
+        BlobListing(
+            stream::try_unfold(state, |mut s| async move {
+                if s.done {
+                    return Ok(None);
+                }
+                let resp = s
+                    .list
+                    .container
+                    .backend
+                    .blob(BlobOp::List {
+                        container: &s.list.container.name,
+                        prefix: s.list.prefix.as_deref(),
+                        marker: s.marker.as_deref(),
+                        max: s.list.page_size,
+                    })
+                    .await?;
+                let BlobResponse::Listing { blobs, next_marker } = resp else {
+                    return Err(unexpected("a blob listing"));
+                };
+                s.done = next_marker.is_none();
+                s.marker = next_marker;
+                Ok(Some((stream::iter(blobs.into_iter().map(Ok)), s)))
+            })
+            .try_flatten()
+            .boxed(),
+        )
+    }
+
+    /// All the blobs' properties.
+    pub async fn fetch_all(self) -> Result<Vec<BlobProperties>> {
+        self.stream().try_collect().await
+    }
+}
+
+/// The blobs of a listing; a [`Stream`] of `Result<BlobProperties>`.
+pub struct BlobListing(BoxStream<'static, Result<BlobProperties>>);
+
+impl fmt::Debug for BlobListing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("BlobListing")
+    }
+}
+
+impl Stream for BlobListing {
+    type Item = Result<BlobProperties>;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.0.as_mut().poll_next(cx)
+    }
+}
+
+/// A client for one block blob. Cheap to clone.
+#[derive(Clone)]
+pub struct BlobClient {
+    container: ContainerClient,
+    name: Arc<str>,
+    block_size: usize,
+    blocks_in_flight: usize,
+}
+
+impl fmt::Debug for BlobClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BlobClient")
+            .field("container", &self.container.name)
+            .field("blob", &self.name)
+            .field("block_size", &self.block_size)
+            .field("blocks_in_flight", &self.blocks_in_flight)
+            .finish()
+    }
+}
+
+/// Where an upload's bytes come from.
+enum Source {
+    Bytes(Bytes),
+    Stream(BoxStream<'static, Result<Bytes>>),
+}
+
+impl BlobClient {
+    /// The blob's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Large uploads are cut into blocks of `bytes` (default 4 MiB), and at most
+    /// `in_flight` blocks (default 4) are sent at once: an upload holds about
+    /// `bytes × (in_flight + 1)` in memory whatever the blob's size.
+    pub fn with_blocks(mut self, bytes: usize, in_flight: usize) -> Result<Self> {
+        if bytes == 0 || bytes > MAX_BLOCK_SIZE {
+            return Err(invalid(format!(
+                "a block of {bytes} bytes is outside 1..={MAX_BLOCK_SIZE}"
+            )));
+        }
+        if in_flight == 0 {
+            return Err(invalid("at least one block must be in flight"));
+        }
+        self.block_size = bytes;
+        self.blocks_in_flight = in_flight;
+        Ok(self)
+    }
+
+    async fn run(&self, op: BlobOp<'_>) -> Result<BlobResponse> {
+        self.container.backend.blob(op).await
+    }
+
+    /// Uploads these bytes, replacing the blob; await the returned builder after
+    /// setting a content type, metadata or a condition.
+    pub fn upload(&self, body: impl Into<Bytes>) -> Upload {
+        self.upload_from(Source::Bytes(body.into()))
+    }
+
+    /// Uploads what the stream yields (for example a file read in chunks), in
+    /// bounded memory: see [`with_blocks`](BlobClient::with_blocks). The stream's
+    /// first error stops the upload and leaves the blob as it was.
+    pub fn upload_stream<S, E>(&self, chunks: S) -> Upload
+    where
+        S: Stream<Item = std::result::Result<Bytes, E>> + Send + 'static,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let chunks = chunks
+            .map_err(|e| {
+                Error::from(crate::error::ErrorKind::Transport(
+                    crate::error::TransportError::new(
+                        crate::error::TransportKind::Request,
+                        "the upload's source failed",
+                        Some(Box::new(e)),
+                    ),
+                ))
+            })
+            .boxed();
+        self.upload_from(Source::Stream(chunks))
+    }
+
+    /// Uploads everything `reader` yields (a `tokio::fs::File`, say) in bounded
+    /// memory, as [`upload_stream`](BlobClient::upload_stream).
+    pub fn upload_reader<R>(&self, reader: R) -> Upload
+    where
+        R: tokio::io::AsyncRead + Send + Unpin + 'static,
+    {
+        let chunk = self.block_size.min(1 << 20);
+        let chunks = stream::try_unfold(reader, move |mut r| async move {
+            use tokio::io::AsyncReadExt as _;
+            let mut buf = BytesMut::with_capacity(chunk);
+            while buf.len() < chunk {
+                if r.read_buf(&mut buf).await? == 0 {
+                    break;
+                }
+            }
+            Ok::<_, std::io::Error>(if buf.is_empty() {
+                None
+            } else {
+                Some((buf.freeze(), r))
+            })
+        });
+        self.upload_stream(chunks)
+    }
+
+    fn upload_from(&self, source: Source) -> Upload {
+        Upload {
+            blob: self.clone(),
+            source,
+            headers: BlobHeaders::default(),
+            conditions: Conditions::default(),
+        }
+    }
+
+    /// Downloads the blob (or a range of it); await the builder for a
+    /// [`Download`] stream, or call [`bytes`](DownloadRequest::bytes).
+    pub fn download(&self) -> DownloadRequest {
+        DownloadRequest {
+            blob: self.clone(),
+            range: None,
+            conditions: Conditions::default(),
+        }
+    }
+
+    /// The blob's properties; not-found ([`ErrorCode::BlobNotFound`]) if there is none.
+    pub async fn properties(&self) -> Result<BlobProperties> {
+        match self
+            .run(BlobOp::Properties {
+                container: &self.container.name,
+                blob: &self.name,
+            })
+            .await?
+        {
+            BlobResponse::Properties(p) => Ok(p),
+            _ => Err(unexpected("a blob properties read")),
+        }
+    }
+
+    /// Whether the blob exists.
+    pub async fn exists(&self) -> Result<bool> {
+        match self.properties().await {
+            Ok(_) => Ok(true),
+            Err(e) if e.code() == Some(&ErrorCode::BlobNotFound) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes the blob; with `Some(etag)`, only if it is still that version
+    /// (else [`Error::is_precondition_failed`]). Not-found if there is none.
+    pub async fn delete(&self, if_match: Option<ETag>) -> Result<()> {
+        let conditions = Conditions {
+            if_match,
+            if_none_match_any: false,
+        };
+        self.run(BlobOp::Delete {
+            container: &self.container.name,
+            blob: &self.name,
+            conditions: &conditions,
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Deletes the blob if it exists; returns whether it did. Safe to repeat.
+    pub async fn delete_if_exists(&self) -> Result<bool> {
+        match self.delete(None).await {
+            Ok(()) => Ok(true),
+            Err(e) if e.code() == Some(&ErrorCode::BlobNotFound) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// What a successful upload stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlobWritten {
+    etag: ETag,
+    last_modified: DateTime<Utc>,
+}
+
+impl BlobWritten {
+    /// The blob's new ETag.
+    pub fn etag(&self) -> &ETag {
+        &self.etag
+    }
+
+    /// When it was written.
+    pub fn last_modified(&self) -> DateTime<Utc> {
+        self.last_modified
+    }
+}
+
+/// An upload being prepared; await it. See [`BlobClient::upload`].
+#[must_use = "nothing is uploaded until awaited"]
+pub struct Upload {
+    blob: BlobClient,
+    source: Source,
+    headers: BlobHeaders,
+    conditions: Conditions,
+}
+
+impl fmt::Debug for Upload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Upload")
+            .field("blob", &self.blob.name)
+            .field("headers", &self.headers)
+            .field("conditions", &self.conditions)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Upload {
+    /// The blob's `Content-Type`.
+    pub fn content_type(mut self, content_type: impl Into<String>) -> Self {
+        self.headers.content_type = Some(content_type.into());
+        self
+    }
+
+    /// A user metadata entry (`x-ms-meta-{name}`); the name must be an identifier.
+    pub fn metadata(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.metadata.push((name.into(), value.into()));
+        self
+    }
+
+    /// Replace the blob only if it is still this version; otherwise fail with
+    /// [`Error::is_precondition_failed`] and leave it alone.
+    pub fn if_match(mut self, etag: ETag) -> Self {
+        self.conditions.if_match = Some(etag);
+        self
+    }
+
+    /// Create the blob only if there is none; otherwise fail with a conflict
+    /// ([`ErrorCode::BlobAlreadyExists`]) and leave it alone.
+    pub fn if_not_exists(mut self) -> Self {
+        self.conditions.if_none_match_any = true;
+        self
+    }
+
+    fn check(&self) -> Result<()> {
+        for (name, value) in &self.headers.metadata {
+            let ok = name
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !ok {
+                return Err(invalid(format!(
+                    "metadata name {name:?} must be an identifier (ASCII letters, digits, _)"
+                )));
+            }
+            if !value.chars().all(|c| c.is_ascii() && !c.is_ascii_control()) {
+                return Err(invalid(format!(
+                    "metadata {name:?}: values travel as HTTP headers and must be printable ASCII"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Uploads.
+    pub async fn send(self) -> Result<BlobWritten> {
+        self.check()?;
+        let Upload {
+            blob,
+            source,
+            headers,
+            conditions,
+        } = self;
+        let written = match source {
+            Source::Bytes(body) if body.len() <= blob.block_size => {
+                put_whole(&blob, body, &headers, &conditions).await?
+            }
+            Source::Bytes(body) => {
+                let chunks = stream::iter(
+                    (0..body.len())
+                        .step_by(blob.block_size)
+                        .map(|i| Ok(body.slice(i..(i + blob.block_size).min(body.len()))))
+                        .collect::<Vec<_>>(),
+                )
+                .boxed();
+                put_blocks(&blob, chunks, &headers, &conditions).await?
+            }
+            Source::Stream(chunks) => {
+                let mut blocks = rechunk(chunks, blob.block_size);
+                // Peek at the first two blocks: one block and the end is one request.
+                let first = blocks.try_next().await?;
+                let second = match first {
+                    Some(_) => blocks.try_next().await?,
+                    None => None,
+                };
+                match (first, second) {
+                    (None, _) => put_whole(&blob, Bytes::new(), &headers, &conditions).await?,
+                    (Some(only), None) => put_whole(&blob, only, &headers, &conditions).await?,
+                    (Some(a), Some(b)) => {
+                        let all = stream::iter([Ok(a), Ok(b)]).chain(blocks).boxed();
+                        put_blocks(&blob, all, &headers, &conditions).await?
+                    }
+                }
+            }
+        };
+        let BlobResponse::Written {
+            etag,
+            last_modified,
+        } = written
+        else {
+            return Err(unexpected("an upload"));
+        };
+        Ok(BlobWritten {
+            etag,
+            last_modified,
+        })
+    }
+}
+
+impl IntoFuture for Upload {
+    type Output = Result<BlobWritten>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send>>;
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.send())
+    }
+}
+
+async fn put_whole(
+    blob: &BlobClient,
+    body: Bytes,
+    headers: &BlobHeaders,
+    conditions: &Conditions,
+) -> Result<BlobResponse> {
+    blob.run(BlobOp::Put {
+        container: &blob.container.name,
+        blob: &blob.name,
+        body,
+        headers,
+        conditions,
+    })
+    .await
+}
+
+/// Block ids: all the same length, as the service requires.
+fn block_id(index: usize) -> String {
+    BASE64.encode(format!("block-{index:06}"))
+}
+
+/// Puts the blocks, a few at a time, then commits them in order. Nothing is
+/// visible until the commit; blocks of a failed upload are discarded by the
+/// service after a week.
+async fn put_blocks(
+    blob: &BlobClient,
+    blocks: BoxStream<'static, Result<Bytes>>,
+    headers: &BlobHeaders,
+    conditions: &Conditions,
+) -> Result<BlobResponse> {
+    let container = blob.container.name.clone();
+    let name = blob.name.clone();
+    let backend = blob.container.backend.clone();
+    let mut done: Vec<(usize, String)> = blocks
+        .enumerate()
+        .map(|(i, block)| {
+            let (container, name, backend) = (container.clone(), name.clone(), backend.clone());
+            async move {
+                if i >= MAX_BLOCKS {
+                    return Err(invalid(format!(
+                        "a blob holds at most {MAX_BLOCKS} blocks; use larger blocks"
+                    )));
+                }
+                let id = block_id(i);
+                backend
+                    .blob(BlobOp::PutBlock {
+                        container: &container,
+                        blob: &name,
+                        block_id: &id,
+                        body: block?,
+                    })
+                    .await?;
+                Ok((i, id))
+            }
+        })
+        .buffer_unordered(blob.blocks_in_flight)
+        .try_collect()
+        .await?;
+    // They finish in any order; the blob is the blocks in the order they were cut.
+    done.sort_unstable_by_key(|(i, _)| *i);
+    let ids: Vec<String> = done.into_iter().map(|(_, id)| id).collect();
+    blob.run(BlobOp::PutBlockList {
+        container: &blob.container.name,
+        blob: &blob.name,
+        block_ids: &ids,
+        headers,
+        conditions,
+    })
+    .await
+}
+
+/// Cuts a stream of chunks of any size into blocks of `size` (the last one shorter).
+fn rechunk(
+    chunks: BoxStream<'static, Result<Bytes>>,
+    size: usize,
+) -> BoxStream<'static, Result<Bytes>> {
+    stream::try_unfold(
+        (chunks, BytesMut::new(), false),
+        move |(mut chunks, mut buf, mut ended)| async move {
+            while !ended && buf.len() < size {
+                match chunks.try_next().await? {
+                    Some(c) => buf.extend_from_slice(&c),
+                    None => ended = true,
+                }
+            }
+            if buf.is_empty() {
+                return Ok(None);
+            }
+            let block = buf.split_to(size.min(buf.len())).freeze();
+            Ok(Some((block, (chunks, buf, ended))))
+        },
+    )
+    .boxed()
+}
+
+/// A download being prepared; await it for a [`Download`].
+#[derive(Debug)]
+#[must_use = "nothing is downloaded until awaited"]
+pub struct DownloadRequest {
+    blob: BlobClient,
+    range: Option<(u64, Option<u64>)>,
+    conditions: Conditions,
+}
+
+impl DownloadRequest {
+    /// Only these bytes: `0..4`, `1024..`, `..=99`. A range starting past the end
+    /// is an error ([`ErrorCode::InvalidRange`]); one ending past it is cut at the end.
+    pub fn range(mut self, range: impl RangeBounds<u64>) -> Self {
+        let first = match range.start_bound() {
+            Bound::Included(&s) => s,
+            Bound::Excluded(&s) => s + 1,
+            Bound::Unbounded => 0,
+        };
+        let last = match range.end_bound() {
+            Bound::Included(&e) => Some(e),
+            Bound::Excluded(&e) => Some(e.saturating_sub(1)),
+            Bound::Unbounded => None,
+        };
+        self.range = Some((first, last));
+        self
+    }
+
+    /// Only if the blob is still this version; otherwise
+    /// [`Error::is_precondition_failed`].
+    pub fn if_match(mut self, etag: ETag) -> Self {
+        self.conditions.if_match = Some(etag);
+        self
+    }
+
+    /// Starts the download: the properties are known, the bytes come as read.
+    pub async fn send(self) -> Result<Download> {
+        if let Some((first, Some(last))) = self.range {
+            if last < first {
+                return Err(invalid(format!("the range {first}..={last} is empty")));
+            }
+        }
+        match self
+            .blob
+            .run(BlobOp::Get {
+                container: &self.blob.container.name,
+                blob: &self.blob.name,
+                range: self.range,
+                conditions: &self.conditions,
+            })
+            .await?
+        {
+            BlobResponse::Body { properties, chunks } => Ok(Download { properties, chunks }),
+            _ => Err(unexpected("a download")),
+        }
+    }
+
+    /// Downloads into memory.
+    pub async fn bytes(self) -> Result<Bytes> {
+        self.send().await?.bytes().await
+    }
+}
+
+impl IntoFuture for DownloadRequest {
+    type Output = Result<Download>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send>>;
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(self.send())
+    }
+}
+
+/// A download under way: the blob's properties, and a [`Stream`] of its bytes
+/// in chunks as they arrive.
+pub struct Download {
+    properties: BlobProperties,
+    chunks: BoxStream<'static, Result<Bytes>>,
+}
+
+impl fmt::Debug for Download {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Download")
+            .field("properties", &self.properties)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Download {
+    /// The blob's properties (its whole size, not the range's).
+    pub fn properties(&self) -> &BlobProperties {
+        &self.properties
+    }
+
+    /// Reads the rest into memory.
+    pub async fn bytes(self) -> Result<Bytes> {
+        let mut out = BytesMut::new();
+        let mut chunks = self.chunks;
+        while let Some(c) = chunks.try_next().await? {
+            out.extend_from_slice(&c);
+        }
+        Ok(out.freeze())
+    }
+}
+
+impl Stream for Download {
+    type Item = Result<Bytes>;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.chunks.as_mut().poll_next(cx)
+    }
+}
