@@ -7,6 +7,8 @@
 //! | module | pattern (design guide §) | the type |
 //! |---|---|---|
 //! | [`index`] | intra-partition secondary index (§3.1) | [`index::IndexedTable`] with [`index::Index`]es |
+//! | [`compound`] | compound keys (§3.6) | [`compound::family`], [`compound::children`] ranges |
+//! | [`log_tail`] | log tail (§3.7) | [`log_tail::LogTail`], newest-first keys [`log_tail::NewestFirst`] |
 //! | [`range`] | the range queries all patterns read with | [`range::KeyRange`] |
 //! | [`keys`] | key encodings: inverted ticks, padding | functions |
 //!
@@ -34,6 +36,8 @@
 #![warn(missing_docs, missing_debug_implementations)]
 #![deny(rustdoc::broken_intra_doc_links)]
 
+pub mod compound;
 pub mod index;
 pub mod keys;
+pub mod log_tail;
 pub mod range;
