@@ -9,6 +9,7 @@
 //! | [`index`] | intra-partition secondary index (§3.1) | [`index::IndexedTable`] with [`index::Index`]es |
 //! | [`compound`] | compound keys (§3.6) | [`compound::family`], [`compound::children`] ranges |
 //! | [`log_tail`] | log tail (§3.7) | [`log_tail::LogTail`], newest-first keys [`log_tail::NewestFirst`] |
+//! | [`wide`] | wide entities (§3.10) | [`wide::WideTable`] |
 //! | [`range`] | the range queries all patterns read with | [`range::KeyRange`] |
 //! | [`keys`] | key encodings: inverted ticks, padding | functions |
 //!
@@ -41,3 +42,4 @@ pub mod index;
 pub mod keys;
 pub mod log_tail;
 pub mod range;
+pub mod wide;
