@@ -110,3 +110,5 @@ pub fn assert_invalid(err: &tablekit::Error) -> String {
     );
     err.to_string()
 }
+
+pub mod proxy;
