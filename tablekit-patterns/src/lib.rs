@@ -7,6 +7,7 @@
 //! | module | pattern (design guide §) | the type |
 //! |---|---|---|
 //! | [`index`] | intra-partition secondary index (§3.1) | [`index::IndexedTable`] with [`index::Index`]es |
+//! | [`index_entity`] | index entities, option 2 (§3.4) | [`index_entity::IndexEntities`] |
 //! | [`compound`] | compound keys (§3.6) | [`compound::family`], [`compound::children`] ranges |
 //! | [`log_tail`] | log tail (§3.7) | [`log_tail::LogTail`], newest-first keys [`log_tail::NewestFirst`] |
 //! | [`wide`] | wide entities (§3.10) | [`wide::WideTable`] |
@@ -41,6 +42,7 @@
 
 pub mod compound;
 pub mod index;
+pub mod index_entity;
 pub mod keys;
 pub mod log_tail;
 pub mod periodic;
