@@ -18,7 +18,89 @@
 //!
 //! Every write a pattern makes to keep several entities in step is one entity
 //! group transaction, so a failed request leaves them as they were; what
-//! cannot fit one transaction is refused before any request.
+//! cannot fit one transaction is refused before any request. Writes that must
+//! read first (to know which copies exist, or to add to a count) are made
+//! conditional on the ETag read and start again from the read when another
+//! writer got there first. Each module's docs list the requests of each
+//! operation; `tests/request_counts.rs` counts them against hand-written code.
+//!
+//! # A tour
+//!
+//! Declare the access patterns once, next to your entity type, then use them
+//! like a table client (each module has a full example; the `examples/`
+//! directory of the repository has a runnable program per pattern):
+//!
+//! ```no_run
+//! use chrono::Utc;
+//! use tablekit::{ETag, TableEntity, TableServiceClient};
+//! use tablekit_patterns::index::{Index, IndexedTable};
+//! use tablekit_patterns::log_tail::{LogTail, NewestFirst};
+//! use tablekit_patterns::range::KeyRange;
+//!
+//! #[derive(TableEntity, Debug, Clone)]
+//! #[tablekit(partition_key = "{department}", row_key = "empid_{employee_id:06}")]
+//! struct Employee {
+//!     department: String,
+//!     employee_id: u32,
+//!     email: String,
+//!     #[tablekit(etag)]
+//!     etag: Option<ETag>,
+//! }
+//!
+//! #[derive(TableEntity, Debug, Clone)]
+//! #[tablekit(partition_key = "{employee}", row_key = "{key}")]
+//! struct Expense {
+//!     employee: String,
+//!     key: NewestFirst,
+//!     amount: f64,
+//! }
+//!
+//! # async fn run() -> tablekit::Result<()> {
+//! let service = TableServiceClient::from_connection_string("UseDevelopmentStorage=true")?;
+//!
+//! // Employees by id and by email, both copies written in one transaction.
+//! let by_email = Index::new("email", "email_", |e: &Employee| e.email.to_lowercase());
+//! let employees = IndexedTable::new(service.table::<Employee>("Employees")?, "empid_")
+//!     .with_index(&by_email)?;
+//! let a_to_b = employees.list(&by_email, "Sales", KeyRange::prefix("a")).await?;
+//!
+//! // Expense claims newest first: the 10 latest are the top of the partition.
+//! let expenses = LogTail::new(service.table::<Expense>("EmployeeExpense")?);
+//! let latest = expenses.latest("000123", 10).await?;
+//! # let _ = (a_to_b, latest, Utc::now());
+//! # Ok(()) }
+//! ```
+//!
+//! The key and range helpers need no service:
+//!
+//! ```
+//! use chrono::{TimeZone, Utc};
+//! use tablekit_patterns::{compound, log_tail::NewestFirst, periodic::Period, range::KeyRange};
+//!
+//! let t = Utc.with_ymd_and_hms(2014, 8, 22, 0, 50, 32).unwrap();
+//! assert_eq!(NewestFirst::new(t, "7").to_string(), "2519936321679999999_7");
+//! assert_eq!(
+//!     compound::family("empid_000123").filter("Sales", ""),
+//!     "PartitionKey eq 'Sales' and RowKey ge 'empid_000123' and RowKey lt 'empid_000124'"
+//! );
+//! assert_eq!(
+//!     KeyRange::prefix("a").filter("Sales", "email_"),
+//!     "PartitionKey eq 'Sales' and RowKey ge 'email_a' and RowKey lt 'email_b'"
+//! );
+//! let july31 = Utc.with_ymd_and_hms(2014, 7, 31, 18, 0, 0).unwrap();
+//! assert_eq!(Period::Day.table_name("LoginAttempts", july31), "LoginAttempts20140731");
+//! ```
+//!
+//! # Service differences
+//!
+//! Log tail and every range read rely on Azure Table storage returning
+//! entities in (PartitionKey, RowKey) order; the Cosmos DB Table API does not
+//! sort, and these patterns do not work there. Azurite, which the tests run
+//! against, accepts transactions over several partitions (the service does
+//! not; every transaction here is built within one partition, and tablekit
+//! refuses others before sending), caps keys at 512 characters (the service
+//! allows 1 KiB) and does not enforce the 252-property limit (tablekit does,
+//! before sending, which the wide entity tests rely on).
 //!
 //! # Newest first: inverted ticks
 //!
