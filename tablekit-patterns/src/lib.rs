@@ -8,6 +8,7 @@
 //! |---|---|---|
 //! | [`index`] | intra-partition secondary index (§3.1) | [`index::IndexedTable`] with [`index::Index`]es |
 //! | [`index_entity`] | index entities, option 2 (§3.4) | [`index_entity::IndexEntities`] |
+//! | [`summary`] | denormalised counts in a heterogeneous partition (§3.5, §4.8) | [`summary::CountedPartition`] |
 //! | [`compound`] | compound keys (§3.6) | [`compound::family`], [`compound::children`] ranges |
 //! | [`log_tail`] | log tail (§3.7) | [`log_tail::LogTail`], newest-first keys [`log_tail::NewestFirst`] |
 //! | [`wide`] | wide entities (§3.10) | [`wide::WideTable`] |
@@ -130,4 +131,5 @@ pub mod log_tail;
 pub mod periodic;
 pub mod range;
 pub mod series;
+pub mod summary;
 pub mod wide;
