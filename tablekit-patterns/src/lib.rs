@@ -14,6 +14,7 @@
 //! | [`wide`] | wide entities (§3.10) | [`wide::WideTable`] |
 //! | [`periodic`] | high-volume delete (§3.8): one table per period | [`periodic::PeriodicTables`] |
 //! | [`series`] | data series (§3.9) with daily rollover | [`series::DataSeries`], [`series::HourlyCounters`] |
+//! | [`upgrade`] | background schema upgrade | [`upgrade::SchemaUpgrade`] |
 //! | [`range`] | the range queries all patterns read with | [`range::KeyRange`] |
 //! | [`keys`] | key encodings: inverted ticks, padding | functions |
 //!
@@ -132,4 +133,5 @@ pub mod periodic;
 pub mod range;
 pub mod series;
 pub mod summary;
+pub mod upgrade;
 pub mod wide;
