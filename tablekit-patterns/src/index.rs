@@ -31,6 +31,9 @@
 //! must not be prefixes of each other nor of any primary RowKey, or one index's
 //! range would return another's rows: both are checked.
 //!
+//! Azurite caps keys at 512 characters (the service allows 1 KiB), so a long
+//! indexed value that tablekit accepts may still be refused there.
+//!
 //! An index value is unique: inserting an entity whose indexed value is taken
 //! fails with a conflict ([`tablekit::Error::is_conflict`]) and writes nothing.
 //! RowKeys compare ordinally (`email_A…` is not between `email_a` and `email_b`):
@@ -85,9 +88,10 @@ use std::sync::Arc;
 
 use tablekit::{
     to_dynamic, DecodeError, DynamicEntity, EdmValue, EntityKey, Error, ErrorKind, IfMatch,
-    RawEntity, Result, TableClient, TableEntity, Transaction, UpdateMode, ValidationError,
+    RawEntity, Result, TableClient, TableEntity, Transaction, UpdateMode,
 };
 
+use crate::error::invalid;
 use crate::range::KeyRange;
 
 /// The property of an index copy that holds the RowKey of the entity's primary
@@ -247,14 +251,6 @@ impl<T> fmt::Debug for IndexedTable<T> {
             )
             .finish()
     }
-}
-
-pub(crate) fn invalid(reason: impl Into<String>) -> Error {
-    ValidationError::Batch {
-        index: None,
-        reason: reason.into(),
-    }
-    .into()
 }
 
 fn overlaps(a: &str, b: &str) -> bool {

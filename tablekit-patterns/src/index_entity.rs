@@ -60,7 +60,7 @@ use tablekit::{
     TableEntity, Transaction, UpdateMode,
 };
 
-use crate::index::invalid;
+use crate::error::invalid;
 
 /// The String property of an index entity that lists the entities' RowKeys,
 /// separated by `\n`.

@@ -125,6 +125,7 @@
 #![deny(rustdoc::broken_intra_doc_links)]
 
 pub mod compound;
+mod error;
 pub mod index;
 pub mod index_entity;
 pub mod keys;

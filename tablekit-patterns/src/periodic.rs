@@ -38,7 +38,7 @@ use chrono::{DateTime, Datelike, Duration, NaiveDate, TimeZone, Timelike, Utc};
 use futures::TryStreamExt;
 use tablekit::{Query, Result, TableClient, TableEntity, TableServiceClient, UpdateMode};
 
-use crate::index::invalid;
+use crate::error::invalid;
 
 /// The length of time one table covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

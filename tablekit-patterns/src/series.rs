@@ -41,7 +41,7 @@ use tablekit::{
     UpdateMode,
 };
 
-use crate::index::invalid;
+use crate::error::invalid;
 use crate::range::KeyRange;
 
 /// How many times [`DataSeries::add`] starts again after a concurrent change.

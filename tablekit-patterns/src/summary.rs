@@ -45,7 +45,7 @@ use tablekit::{
     TableClient, TableEntity, Transaction, UpdateMode,
 };
 
-use crate::index::invalid;
+use crate::error::invalid;
 
 /// How many times a write starts again after a concurrent change of the summary.
 pub const MAX_ATTEMPTS: usize = 16;

@@ -51,6 +51,7 @@ use tablekit::{
     PropertyWriter, RawEntity, Result, TableClient, TableEntity, UpdateMode, ValidationError,
 };
 
+use crate::error::invalid;
 use crate::range::KeyRange;
 
 /// The Int32 property of part 0 that holds the number of parts. An entity
@@ -93,14 +94,6 @@ impl<T> fmt::Debug for WideTable<T> {
 /// The RowKey of part `index` of the logical entity `row_key`.
 pub fn part_row_key(row_key: &str, index: usize) -> String {
     format!("{row_key}_{index}")
-}
-
-fn invalid(reason: String) -> Error {
-    ValidationError::Batch {
-        index: None,
-        reason,
-    }
-    .into()
 }
 
 fn inconsistent(message: String) -> Error {
