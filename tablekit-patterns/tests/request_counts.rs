@@ -292,3 +292,64 @@ async fn the_log_tail_makes_the_requests_of_the_hand_written_code() {
     );
     row("between (3 of 14)", &t_ours, &t_hand);
 }
+
+/// `latest(n)` stops once it has n: over 1,500 entries, `latest(1001)` reads
+/// one full page of 1,000 and asks the next page for the 1 still needed.
+#[tokio::test]
+async fn latest_stops_after_n_entities() {
+    let Some(svc) = common::service() else { return };
+    let conn = std::env::var(common::CONNECTION_STRING_VAR).unwrap();
+    let proxy = CountingProxy::start(&conn).await;
+    let name = common::fresh_table::<Expense>(&svc, "CountMany")
+        .await
+        .name()
+        .to_owned();
+    let table: TableClient<Expense> = proxy.service().table(&name).unwrap();
+    let t0 = Utc.with_ymd_and_hms(2014, 8, 22, 0, 50, 32).unwrap();
+    for batch in 0..15 {
+        let mut tx = table.transaction();
+        for i in 0..100 {
+            let n = batch * 100 + i;
+            tx.insert(&Expense {
+                employee: "000123".into(),
+                key: NewestFirst::new(t0 + Duration::seconds(n), "0"),
+                amount: n as f64,
+            })
+            .unwrap();
+        }
+        tx.send().await.unwrap();
+    }
+    proxy.take();
+    let log = LogTail::new(table);
+    let latest = log.latest("000123", 1001).await.unwrap();
+    let traffic = proxy.take();
+    println!(
+        "| latest(1001) of 1500 | {} req, {} B |",
+        traffic.requests.len(),
+        traffic.bytes
+    );
+    assert_eq!(latest.len(), 1001);
+    assert_eq!(latest[0].amount, 1499.0);
+    assert_eq!(latest[1000].amount, 499.0);
+    assert_eq!(traffic.requests.len(), 2, "{:?}", traffic.requests);
+    let top = |line: &str| {
+        line.split(['?', '&', ' '])
+            .find_map(|p| {
+                p.strip_prefix("%24top=")
+                    .or_else(|| p.strip_prefix("$top="))
+            })
+            .map(str::to_owned)
+    };
+    assert_eq!(
+        top(&traffic.requests[0]).as_deref(),
+        Some("1000"),
+        "{:?}",
+        traffic.requests
+    );
+    assert_eq!(
+        top(&traffic.requests[1]).as_deref(),
+        Some("1"),
+        "{:?}",
+        traffic.requests
+    );
+}
