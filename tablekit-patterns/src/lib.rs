@@ -1,9 +1,108 @@
 //! The table design patterns of the Azure guides as tested building blocks over
 //! tablekit's public API.
 //!
-//! Today it holds the key encodings the patterns are built from; the patterns
-//! themselves (secondary indexes, eventually consistent transactions, log tail,
-//! large and wide entities, high-volume delete) come in later releases.
+//! Each pattern is a type, generic over your `#[derive(TableEntity)]` types,
+//! that makes the requests the guide describes and no others:
+//!
+//! | module | pattern (design guide §) | the type |
+//! |---|---|---|
+//! | [`index`] | intra-partition secondary index (§3.1) | [`index::IndexedTable`] with [`index::Index`]es |
+//! | [`index_entity`] | index entities, option 2 (§3.4) | [`index_entity::IndexEntities`] |
+//! | [`summary`] | denormalised counts in a heterogeneous partition (§3.5, §4.8) | [`summary::CountedPartition`] |
+//! | [`compound`] | compound keys (§3.6) | [`compound::family`], [`compound::children`] ranges |
+//! | [`log_tail`] | log tail (§3.7) | [`log_tail::LogTail`], newest-first keys [`log_tail::NewestFirst`] |
+//! | [`wide`] | wide entities (§3.10) | [`wide::WideTable`] |
+//! | [`periodic`] | high-volume delete (§3.8): one table per period | [`periodic::PeriodicTables`] |
+//! | [`series`] | data series (§3.9) with daily rollover | [`series::DataSeries`], [`series::HourlyCounters`] |
+//! | [`upgrade`] | background schema upgrade | [`upgrade::SchemaUpgrade`] |
+//! | [`range`] | the range queries all patterns read with | [`range::KeyRange`] |
+//! | [`keys`] | key encodings: inverted ticks, padding | functions |
+//!
+//! Every write a pattern makes to keep several entities in step is one entity
+//! group transaction, so a failed request leaves them as they were; what
+//! cannot fit one transaction is refused before any request. Writes that must
+//! read first (to know which copies exist, or to add to a count) are made
+//! conditional on the ETag read and start again from the read when another
+//! writer got there first. Each module's docs list the requests of each
+//! operation; `tests/request_counts.rs` counts them against hand-written code.
+//!
+//! # A tour
+//!
+//! Declare the access patterns once, next to your entity type, then use them
+//! like a table client (each module has a full example; the `examples/`
+//! directory of the repository has a runnable program per pattern):
+//!
+//! ```no_run
+//! use chrono::Utc;
+//! use tablekit::{ETag, TableEntity, TableServiceClient};
+//! use tablekit_patterns::index::{Index, IndexedTable};
+//! use tablekit_patterns::log_tail::{LogTail, NewestFirst};
+//! use tablekit_patterns::range::KeyRange;
+//!
+//! #[derive(TableEntity, Debug, Clone)]
+//! #[tablekit(partition_key = "{department}", row_key = "empid_{employee_id:06}")]
+//! struct Employee {
+//!     department: String,
+//!     employee_id: u32,
+//!     email: String,
+//!     #[tablekit(etag)]
+//!     etag: Option<ETag>,
+//! }
+//!
+//! #[derive(TableEntity, Debug, Clone)]
+//! #[tablekit(partition_key = "{employee}", row_key = "{key}")]
+//! struct Expense {
+//!     employee: String,
+//!     key: NewestFirst,
+//!     amount: f64,
+//! }
+//!
+//! # async fn run() -> tablekit::Result<()> {
+//! let service = TableServiceClient::from_connection_string("UseDevelopmentStorage=true")?;
+//!
+//! // Employees by id and by email, both copies written in one transaction.
+//! let by_email = Index::new("email", "email_", |e: &Employee| e.email.to_lowercase());
+//! let employees = IndexedTable::new(service.table::<Employee>("Employees")?, "empid_")
+//!     .with_index(&by_email)?;
+//! let a_to_b = employees.list(&by_email, "Sales", KeyRange::prefix("a")).await?;
+//!
+//! // Expense claims newest first: the 10 latest are the top of the partition.
+//! let expenses = LogTail::new(service.table::<Expense>("EmployeeExpense")?);
+//! let latest = expenses.latest("000123", 10).await?;
+//! # let _ = (a_to_b, latest, Utc::now());
+//! # Ok(()) }
+//! ```
+//!
+//! The key and range helpers need no service:
+//!
+//! ```
+//! use chrono::{TimeZone, Utc};
+//! use tablekit_patterns::{compound, log_tail::NewestFirst, periodic::Period, range::KeyRange};
+//!
+//! let t = Utc.with_ymd_and_hms(2014, 8, 22, 0, 50, 32).unwrap();
+//! assert_eq!(NewestFirst::new(t, "7").to_string(), "2519936321679999999_7");
+//! assert_eq!(
+//!     compound::family("empid_000123").filter("Sales", ""),
+//!     "PartitionKey eq 'Sales' and RowKey ge 'empid_000123' and RowKey lt 'empid_000124'"
+//! );
+//! assert_eq!(
+//!     KeyRange::prefix("a").filter("Sales", "email_"),
+//!     "PartitionKey eq 'Sales' and RowKey ge 'email_a' and RowKey lt 'email_b'"
+//! );
+//! let july31 = Utc.with_ymd_and_hms(2014, 7, 31, 18, 0, 0).unwrap();
+//! assert_eq!(Period::Day.table_name("LoginAttempts", july31), "LoginAttempts20140731");
+//! ```
+//!
+//! # Service differences
+//!
+//! Log tail and every range read rely on Azure Table storage returning
+//! entities in (PartitionKey, RowKey) order; the Cosmos DB Table API does not
+//! sort, and these patterns do not work there. Azurite, which the tests run
+//! against, accepts transactions over several partitions (the service does
+//! not; every transaction here is built within one partition, and tablekit
+//! refuses others before sending), caps keys at 512 characters (the service
+//! allows 1 KiB) and does not enforce the 252-property limit (tablekit does,
+//! before sending, which the wide entity tests rely on).
 //!
 //! # Newest first: inverted ticks
 //!
@@ -25,110 +124,15 @@
 #![warn(missing_docs, missing_debug_implementations)]
 #![deny(rustdoc::broken_intra_doc_links)]
 
-pub mod keys {
-    //! Encodings of times and numbers in string keys, so that string order is
-    //! the order the application wants.
-
-    use chrono::{DateTime, TimeZone, Utc};
-
-    /// .NET ticks (100 ns since 0001-01-01T00:00:00) of `DateTime.MaxValue`,
-    /// 9999-12-31T23:59:59.9999999.
-    pub const MAX_TICKS: i64 = 3_155_378_975_999_999_999;
-
-    /// Seconds from 0001-01-01 to the Unix epoch.
-    const EPOCH_SECONDS: i64 = 62_135_596_800;
-
-    /// .NET ticks of an instant: 100 ns units since 0001-01-01T00:00:00Z.
-    pub fn ticks(t: DateTime<Utc>) -> i64 {
-        (t.timestamp() + EPOCH_SECONDS) * 10_000_000 + i64::from(t.timestamp_subsec_nanos() / 100)
-    }
-
-    /// The instant of a tick count, if it is one chrono can represent.
-    pub fn from_ticks(ticks: i64) -> Option<DateTime<Utc>> {
-        let secs = ticks.div_euclid(10_000_000) - EPOCH_SECONDS;
-        let nanos = (ticks.rem_euclid(10_000_000) * 100) as u32;
-        Utc.timestamp_opt(secs, nanos).single()
-    }
-
-    /// `MaxTicks - ticks(t)` as 19 zero-padded digits: newer instants sort first.
-    /// Fixed width matters: from 6831-02-15T14:13:20Z the value has 18 digits.
-    pub fn inverted_ticks(t: DateTime<Utc>) -> String {
-        format!("{:019}", MAX_TICKS - ticks(t))
-    }
-
-    /// The instant an [`inverted_ticks`] key encodes; `None` if it is not one.
-    pub fn from_inverted_ticks(key: &str) -> Option<DateTime<Utc>> {
-        if key.len() != 19 || !key.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        let inverted: i64 = key.parse().ok()?;
-        from_ticks(MAX_TICKS.checked_sub(inverted)?)
-    }
-
-    /// `n` as zero-padded decimal digits of at least `width` characters, so that
-    /// string order is numeric order for numbers of up to `width` digits.
-    pub fn pad_u64(n: u64, width: usize) -> String {
-        format!("{n:0width$}")
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use super::*;
-
-        fn at(y: i32, mo: u32, d: u32, h: u32, mi: u32, s: u32) -> DateTime<Utc> {
-            Utc.with_ymd_and_hms(y, mo, d, h, mi, s).unwrap()
-        }
-
-        #[test]
-        fn the_seed_vectors() {
-            assert_eq!(
-                inverted_ticks(at(2008, 10, 1, 10, 0, 0)),
-                "2521794455999999999"
-            );
-            assert_eq!(
-                inverted_ticks(at(2008, 10, 2, 10, 0, 0)),
-                "2521793591999999999"
-            );
-            assert_eq!(
-                inverted_ticks(at(2008, 7, 3, 0, 0, 0)),
-                "2521872575999999999"
-            );
-            assert_eq!(
-                inverted_ticks(at(2008, 7, 4, 0, 0, 0)),
-                "2521871711999999999"
-            );
-            assert_eq!(
-                inverted_ticks(at(2008, 10, 3, 0, 0, 0)),
-                "2521793087999999999"
-            );
-            assert_eq!(
-                inverted_ticks(at(2008, 10, 4, 0, 0, 0)),
-                "2521792223999999999"
-            );
-            assert_eq!(
-                inverted_ticks(at(6831, 2, 15, 14, 13, 20)),
-                "0999999999999999999"
-            );
-            assert_eq!(format!("{:019}", 0), "0000000000000000000");
-            assert_eq!(format!("{MAX_TICKS:019}"), "3155378975999999999");
-        }
-
-        #[test]
-        fn ticks_round_trip_with_100ns_precision() {
-            let t = Utc.timestamp_opt(1_600_000_000, 123_456_700).unwrap();
-            assert_eq!(from_ticks(ticks(t)), Some(t));
-            assert_eq!(from_inverted_ticks(&inverted_ticks(t)), Some(t));
-            assert_eq!(from_inverted_ticks("123"), None);
-            assert_eq!(from_inverted_ticks("25217944559999999x9"), None);
-        }
-
-        #[test]
-        fn newer_sorts_first_and_padding_keeps_numeric_order() {
-            let old = at(2008, 10, 1, 10, 0, 0);
-            let new = at(2009, 1, 1, 0, 0, 0);
-            assert!(inverted_ticks(new) < inverted_ticks(old));
-            assert!(pad_u64(92, 5) < pad_u64(10_000, 5));
-            assert_eq!(pad_u64(223, 6), "000223");
-        }
-    }
-}
+pub mod compound;
+mod error;
+pub mod index;
+pub mod index_entity;
+pub mod keys;
+pub mod log_tail;
+pub mod periodic;
+pub mod range;
+pub mod series;
+pub mod summary;
+pub mod upgrade;
+pub mod wide;

@@ -1,0 +1,140 @@
+//! Background schema upgrade: blog posts written with a `Rating` (version 0,
+//! no version property) are rewritten as version 2 with `Stars`, page by
+//! page, each under the ETag it was read with.
+//!
+//! ```text
+//! eval "$(scripts/azurite.sh start)"
+//! cargo run --example schema_upgrade
+//! scripts/azurite.sh stop
+//! ```
+
+use tablekit::{DynamicEntity, RawEntity, TableEntity, TableServiceClient};
+use tablekit_patterns::upgrade::SchemaUpgrade;
+
+/// What the old program wrote.
+#[derive(TableEntity, Debug, Clone)]
+struct BlogV1 {
+    #[tablekit(partition_key)]
+    channel: String,
+    #[tablekit(row_key)]
+    posted: String,
+    text: String,
+    rating: i32,
+}
+
+/// The current schema: `Rating` (1 to 5) became `Stars` (out of 10).
+#[derive(TableEntity, Debug, Clone)]
+#[tablekit(version = 2, upgrade = "Blog::upgrade")]
+struct Blog {
+    #[tablekit(partition_key)]
+    channel: String,
+    #[tablekit(row_key)]
+    posted: String,
+    text: String,
+    #[tablekit(default)]
+    stars: i64,
+}
+
+impl Blog {
+    fn upgrade(raw: &RawEntity<'_>, _stored_version: i32) -> tablekit::Result<Self> {
+        let mut blog = Self::decode_current_schema(raw)?;
+        if let Some(rating) = raw.get("Rating") {
+            blog.stars = i64::from(rating.to_i32()?) * 2;
+        }
+        Ok(blog)
+    }
+}
+
+const HOW_TO_START_AZURITE: &str = "\
+This example needs a Table service. Start Azurite from this repository (Node.js 20+):
+    eval \"$(scripts/azurite.sh start)\"
+    cargo run --example schema_upgrade
+    scripts/azurite.sh stop
+or export TABLEKIT_CONNECTION_STRING for an Azure account.";
+
+/// Which Table service the example talks to: the one place to change.
+fn service() -> Option<tablekit::Result<TableServiceClient>> {
+    let conn = std::env::var("TABLEKIT_CONNECTION_STRING").ok()?;
+    Some(TableServiceClient::from_connection_string(&conn))
+}
+
+#[tokio::main]
+async fn main() {
+    let Some(service) = service() else {
+        eprintln!("TABLEKIT_CONNECTION_STRING is not set.\n\n{HOW_TO_START_AZURITE}");
+        std::process::exit(1);
+    };
+    if let Err(e) = async { run(service?).await }.await {
+        eprintln!("schema_upgrade failed: {e}");
+        if e.is_transport() {
+            eprintln!("\n{HOW_TO_START_AZURITE}");
+        }
+        std::process::exit(1);
+    }
+}
+
+async fn show(table: &tablekit::TableClient<DynamicEntity>) -> tablekit::Result<()> {
+    for r in table.query().fetch_all().await? {
+        let props: Vec<String> = r
+            .properties
+            .iter()
+            .map(|(n, v)| format!("{n}={v:?}"))
+            .collect();
+        println!(
+            "  {} / {}: {}",
+            r.partition_key,
+            r.row_key,
+            props.join(", ")
+        );
+    }
+    Ok(())
+}
+
+async fn run(service: TableServiceClient) -> tablekit::Result<()> {
+    let name = format!("Blogs{}", &uuid::Uuid::new_v4().simple().to_string()[..8]);
+    let old = service.table::<BlogV1>(&name)?;
+    old.create_table().await?;
+    println!("created table {name}");
+    for (posted, rating) in [("Oct-27", 3), ("Oct-28", 4), ("Oct-29", 5)] {
+        old.insert(&BlogV1 {
+            channel: "Channel9".into(),
+            posted: posted.into(),
+            text: "Hello".into(),
+            rating,
+        })
+        .await?;
+    }
+    println!("written by the old program:");
+    show(&old.with_type()).await?;
+
+    let upgrade = SchemaUpgrade::new(
+        old.with_type::<Blog>(),
+        Blog::VERSION_PROPERTY,
+        Blog::SCHEMA_VERSION,
+    )
+    .page_size(2);
+    let mut from = None;
+    loop {
+        let page = upgrade.run_page(from).await?;
+        println!(
+            "page: {} read, {} upgraded (1 query + 1 conditional replace each){}",
+            page.report.scanned,
+            page.report.upgraded,
+            if page.continuation.is_some() {
+                ", more to come"
+            } else {
+                ""
+            }
+        );
+        match page.continuation {
+            Some(c) => from = Some(c),
+            None => break,
+        }
+    }
+    println!("after the upgrade:");
+    show(&old.with_type()).await?;
+
+    old.delete_table().await?;
+    println!("deleted table {name}");
+    Ok(())
+}

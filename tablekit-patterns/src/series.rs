@@ -1,0 +1,333 @@
+//! The data series pattern (design guide §3.9): a series of counts kept as
+//! the properties of one entity (or a few), so that the whole series is read
+//! with one request and one slot is updated with a merge that sends only that
+//! slot's property.
+//!
+//! * A [`SeriesLayout`] says how many slots a series has, their property
+//!   names and how many go in one entity: [`SeriesLayout::hourly`] is 24
+//!   counts `H00`..`H23` in one entity; [`SeriesLayout::daily`] is 366 counts
+//!   `Day001`..`Day366` in the two entities `01` (days 1–183) and `02`
+//!   (days 184–366), the guide's wide-entity example.
+//! * [`DataSeries`] reads a whole series ([`read`](DataSeries::read): one
+//!   range query) and adds to one slot ([`add`](DataSeries::add): a point read
+//!   and a merge under the ETag, again on a concurrent change, so no
+//!   increment is lost; an unconditional merge would lose them).
+//! * [`HourlyCounters`] rolls over: each UTC day is a series of its own
+//!   (RowKey `20140731_01`), and [`last_24_hours`](HourlyCounters::last_24_hours)
+//!   reads the two series a 24-hour chart needs with one range query.
+//!
+//! Many writers of one series contend for one entity's ETag; spread writers
+//! over series, or accept retries.
+//!
+//! ```
+//! use tablekit_patterns::series::SeriesLayout;
+//!
+//! let daily = SeriesLayout::daily();
+//! assert_eq!(daily.slot(0).unwrap(), ("01".to_owned(), "Day001".to_owned()));
+//! assert_eq!(daily.slot(183).unwrap(), ("02".to_owned(), "Day184".to_owned()));
+//! assert_eq!(daily.entities(), 2);
+//! let hourly = SeriesLayout::hourly();
+//! assert_eq!(hourly.slot(23).unwrap(), ("01".to_owned(), "H23".to_owned()));
+//! assert!(hourly.slot(24).is_err());
+//! ```
+
+use std::fmt;
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, Timelike, Utc};
+use tablekit::validate::MAX_PROPERTIES;
+use tablekit::{
+    DynamicEntity, ETag, EdmValue, EntityKey, Error, IfMatch, Result, TableClient, TableEntity,
+    UpdateMode,
+};
+
+use crate::error::invalid;
+use crate::range::KeyRange;
+
+/// How many times [`DataSeries::add`] starts again after a concurrent change.
+pub const MAX_ATTEMPTS: usize = 16;
+
+type NameFn = dyn Fn(usize) -> String + Send + Sync;
+
+/// The shape of a series: slot count, slots per entity, property names.
+#[derive(Clone)]
+pub struct SeriesLayout {
+    slots: usize,
+    per_entity: usize,
+    name: Arc<NameFn>,
+}
+
+impl fmt::Debug for SeriesLayout {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SeriesLayout")
+            .field("slots", &self.slots)
+            .field("per_entity", &self.per_entity)
+            .field("first", &(self.name)(0))
+            .finish()
+    }
+}
+
+impl SeriesLayout {
+    /// `slots` slots, `per_entity` of them per entity (at most 252), slot `i`
+    /// stored as the property `name(i)`. At most 99 entities.
+    pub fn new(
+        slots: usize,
+        per_entity: usize,
+        name: impl Fn(usize) -> String + Send + Sync + 'static,
+    ) -> Result<Self> {
+        if slots == 0 || per_entity == 0 || per_entity > MAX_PROPERTIES {
+            return Err(invalid(format!(
+                "a series needs at least one slot and 1 to {MAX_PROPERTIES} slots per entity"
+            )));
+        }
+        if slots.div_ceil(per_entity) > 99 {
+            return Err(invalid("a series spans at most 99 entities"));
+        }
+        Ok(SeriesLayout {
+            slots,
+            per_entity,
+            name: Arc::new(name),
+        })
+    }
+
+    /// 24 hourly counts, `H00`..`H23`, in one entity.
+    pub fn hourly() -> Self {
+        SeriesLayout::new(24, 24, |i| format!("H{i:02}")).expect("a valid layout")
+    }
+
+    /// 366 daily counts, `Day001`..`Day366`, in two entities of 183.
+    pub fn daily() -> Self {
+        SeriesLayout::new(366, 183, |i| format!("Day{:03}", i + 1)).expect("a valid layout")
+    }
+
+    /// The number of slots.
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// The number of entities a series is stored in.
+    pub fn entities(&self) -> usize {
+        self.slots.div_ceil(self.per_entity)
+    }
+
+    /// The entity suffix (`01`, `02`, …) and property name of slot `i`.
+    pub fn slot(&self, i: usize) -> Result<(String, String)> {
+        if i >= self.slots {
+            return Err(invalid(format!(
+                "slot {i} is outside the series' {} slots",
+                self.slots
+            )));
+        }
+        Ok((chunk(i / self.per_entity), (self.name)(i)))
+    }
+}
+
+fn chunk(index: usize) -> String {
+    format!("{:02}", index + 1)
+}
+
+/// The RowKey of entity `suffix` of series `series` (`01` alone when the
+/// series has no name, else `<series>_01`).
+fn row_key(series: &str, suffix: &str) -> String {
+    if series.is_empty() {
+        suffix.to_owned()
+    } else {
+        format!("{series}_{suffix}")
+    }
+}
+
+/// A whole series as read: one value per slot (a slot never written is 0)
+/// and the ETag of each entity (`None` for one not yet written).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SeriesData {
+    /// The values, slot 0 first.
+    pub values: Vec<i64>,
+    /// The ETags of the series' entities, `01` first.
+    pub etags: Vec<Option<ETag>>,
+}
+
+/// Series of counts stored in a table; see the [module docs](self). Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct DataSeries {
+    table: TableClient<DynamicEntity>,
+    layout: SeriesLayout,
+}
+
+fn count(value: Option<&EdmValue>) -> i64 {
+    match value {
+        Some(EdmValue::Int64(n)) => *n,
+        Some(EdmValue::Int32(n)) => i64::from(*n),
+        _ => 0,
+    }
+}
+
+impl DataSeries {
+    /// Series of `layout` in `table` (a table of any entity type: series rows
+    /// are read and written as property bags).
+    pub fn new<T: TableEntity>(table: &TableClient<T>, layout: SeriesLayout) -> Self {
+        DataSeries {
+            table: table.with_type::<DynamicEntity>(),
+            layout,
+        }
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> &SeriesLayout {
+        &self.layout
+    }
+
+    /// Reads the whole series `series` of partition `partition_key`: one range
+    /// query over its entities.
+    pub async fn read(&self, partition_key: &str, series: &str) -> Result<SeriesData> {
+        let last = chunk(self.layout.entities() - 1);
+        let range = KeyRange::inclusive(row_key(series, "01"), row_key(series, &last));
+        let rows = self
+            .table
+            .query()
+            .filter_raw(range.filter(partition_key, ""))
+            .fetch_all()
+            .await?;
+        Ok(self.assemble(series, &rows))
+    }
+
+    fn assemble(&self, series: &str, rows: &[DynamicEntity]) -> SeriesData {
+        let n = self.layout.entities();
+        let mut data = SeriesData {
+            values: vec![0; self.layout.slots],
+            etags: vec![None; n],
+        };
+        for (c, etag) in data.etags.iter_mut().enumerate() {
+            let rk = row_key(series, &chunk(c));
+            if let Some(row) = rows.iter().find(|r| r.row_key == rk) {
+                *etag = row.etag.clone();
+                let first = c * self.layout.per_entity;
+                let end = (first + self.layout.per_entity).min(self.layout.slots);
+                for i in first..end {
+                    data.values[i] = count(row.get(&(self.layout.name)(i)));
+                }
+            }
+        }
+        data
+    }
+
+    /// Sets slot `slot` to `value` whatever it holds: one merge that sends only
+    /// that slot's property (creating the entity if needed). Last writer wins.
+    pub async fn set(
+        &self,
+        partition_key: &str,
+        series: &str,
+        slot: usize,
+        value: i64,
+    ) -> Result<()> {
+        let (suffix, name) = self.layout.slot(slot)?;
+        let e = DynamicEntity::new(partition_key, row_key(series, &suffix)).with(name, value);
+        self.table.upsert(&e, UpdateMode::Merge).await.map(drop)
+    }
+
+    /// Adds `delta` to slot `slot` and returns the new value: reads the slot's
+    /// entity, then merges only that slot's property under the ETag read (or
+    /// inserts the entity if there is none); if another writer changed it in
+    /// between, reads again and retries (at most [`MAX_ATTEMPTS`] times).
+    pub async fn add(
+        &self,
+        partition_key: &str,
+        series: &str,
+        slot: usize,
+        delta: i64,
+    ) -> Result<i64> {
+        let (suffix, name) = self.layout.slot(slot)?;
+        let key = EntityKey::new(partition_key, row_key(series, &suffix));
+        key.validate().map_err(Error::from)?;
+        let mut attempt = 1;
+        loop {
+            let stored = self.table.get(key.clone()).await?;
+            let value = count(stored.as_ref().and_then(|e| e.get(&name))) + delta;
+            let e = DynamicEntity::new(key.partition_key.as_str(), key.row_key.as_str())
+                .with(name.as_str(), value);
+            let result = match stored.and_then(|s| s.etag) {
+                Some(etag) => self
+                    .table
+                    .update(&e, UpdateMode::Merge, IfMatch::ETag(etag))
+                    .await
+                    .map(drop),
+                None => self.table.insert(&e).await.map(drop),
+            };
+            match result {
+                Ok(()) => return Ok(value),
+                Err(e)
+                    if (e.is_precondition_failed() || e.is_conflict() || e.is_not_found())
+                        && attempt < MAX_ATTEMPTS =>
+                {
+                    attempt += 1
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// Hourly counts that roll over to a new series every UTC day: the series of
+/// a day is named `YYYYMMDD` (RowKey `20140731_01`), its slots are the hours.
+#[derive(Debug, Clone)]
+pub struct HourlyCounters {
+    series: DataSeries,
+}
+
+fn day_of(t: DateTime<Utc>) -> String {
+    t.format("%Y%m%d").to_string()
+}
+
+impl HourlyCounters {
+    /// Hourly counters stored in `table`.
+    pub fn new<T: TableEntity>(table: &TableClient<T>) -> Self {
+        HourlyCounters {
+            series: DataSeries::new(table, SeriesLayout::hourly()),
+        }
+    }
+
+    /// The underlying series.
+    pub fn series(&self) -> &DataSeries {
+        &self.series
+    }
+
+    /// Adds `delta` to the count of the hour of `t` and returns the new count.
+    pub async fn record(&self, partition_key: &str, t: DateTime<Utc>, delta: i64) -> Result<i64> {
+        self.series
+            .add(partition_key, &day_of(t), t.hour() as usize, delta)
+            .await
+    }
+
+    /// The counts of the 24 hours up to and including the hour of `now`,
+    /// oldest first, each with the start of its hour: one range query over
+    /// yesterday's and today's series.
+    pub async fn last_24_hours(
+        &self,
+        partition_key: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<(DateTime<Utc>, i64)>> {
+        let this_hour = now
+            .with_minute(0)
+            .and_then(|t| t.with_second(0))
+            .and_then(|t| t.with_nanosecond(0))
+            .expect("the start of an hour exists");
+        let first = this_hour - Duration::hours(23);
+        let (yesterday, today) = (day_of(first), day_of(this_hour));
+        let range = KeyRange::inclusive(row_key(&yesterday, "01"), row_key(&today, "01"));
+        let rows = self
+            .series
+            .table
+            .query()
+            .filter_raw(range.filter(partition_key, ""))
+            .fetch_all()
+            .await?;
+        let old = self.series.assemble(&yesterday, &rows);
+        let new = self.series.assemble(&today, &rows);
+        Ok((0..24)
+            .map(|i| {
+                let t = first + Duration::hours(i);
+                let data = if day_of(t) == today { &new } else { &old };
+                (t, data.values[t.hour() as usize])
+            })
+            .collect())
+    }
+}

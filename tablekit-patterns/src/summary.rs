@@ -1,0 +1,234 @@
+//! Denormalised counts in a heterogeneous partition (design guide §3.5 and
+//! §4.8): a summary entity under a fixed RowKey (the department entity,
+//! `Department`, with `EmployeeCount`) lives in the partition of the entities
+//! it counts, and every insert or delete changes the entity and the count in
+//! one entity group transaction under the summary's ETag, so the count is
+//! never off by a write that failed or raced.
+//!
+//! The count changes by a merge that sends only the count property, so the
+//! other denormalised properties of the summary (the department's name, its
+//! manager's details) are left as they are. The first entity of a partition
+//! inserts the summary; a summary that exists without the count property is
+//! an error ("Invalid entity, EmployeeCount property not found.", the guide's
+//! own message), never silently reset.
+//!
+//! | operation | requests |
+//! |---|---|
+//! | [`insert`](CountedPartition::insert), [`delete`](CountedPartition::delete) | 1 point read (summary) + 1 transaction of 2, again on a concurrent change of the summary |
+//! | [`count`](CountedPartition::count) | 1 point read |
+//!
+//! ```no_run
+//! use tablekit::{TableEntity, TableServiceClient};
+//! use tablekit_patterns::summary::CountedPartition;
+//!
+//! #[derive(TableEntity, Debug, Clone)]
+//! #[tablekit(partition_key = "{department}", row_key = "{employee_id:05}")]
+//! struct Employee {
+//!     department: String,
+//!     employee_id: u32,
+//!     first_name: String,
+//! }
+//!
+//! # async fn run() -> tablekit::Result<()> {
+//! let service = TableServiceClient::from_connection_string("UseDevelopmentStorage=true")?;
+//! let staff = CountedPartition::new(service.table::<Employee>("Employees")?, "Department", "EmployeeCount");
+//! let mut don = Employee { department: "Marketing".into(), employee_id: 1, first_name: "Don".into() };
+//! let count = staff.insert(&mut don).await?; // 00001 and Department.EmployeeCount += 1
+//! # let _ = count;
+//! # Ok(()) }
+//! ```
+
+use std::fmt;
+
+use tablekit::{
+    to_dynamic, DecodeError, DynamicEntity, EdmValue, EntityKey, Error, ErrorKind, IfMatch, Result,
+    TableClient, TableEntity, Transaction, UpdateMode,
+};
+
+use crate::error::invalid;
+
+/// How many times a write starts again after a concurrent change of the summary.
+pub const MAX_ATTEMPTS: usize = 16;
+
+/// Entities of type `T` counted in a summary entity of their partition; see
+/// the [module docs](self). Cheap to clone.
+pub struct CountedPartition<T> {
+    table: TableClient<T>,
+    raw: TableClient<DynamicEntity>,
+    summary_row_key: String,
+    count_property: String,
+}
+
+impl<T> Clone for CountedPartition<T> {
+    fn clone(&self) -> Self {
+        CountedPartition {
+            table: self.table.clone(),
+            raw: self.raw.clone(),
+            summary_row_key: self.summary_row_key.clone(),
+            count_property: self.count_property.clone(),
+        }
+    }
+}
+
+impl<T> fmt::Debug for CountedPartition<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CountedPartition")
+            .field("table", &self.table.name())
+            .field("summary_row_key", &self.summary_row_key)
+            .field("count_property", &self.count_property)
+            .finish()
+    }
+}
+
+impl<T: TableEntity> CountedPartition<T> {
+    /// Entities of `table` counted in the Int32 property `count_property` of
+    /// the entity with RowKey `summary_row_key` in each partition.
+    pub fn new(
+        table: TableClient<T>,
+        summary_row_key: impl Into<String>,
+        count_property: impl Into<String>,
+    ) -> Self {
+        CountedPartition {
+            raw: table.with_type::<DynamicEntity>(),
+            table,
+            summary_row_key: summary_row_key.into(),
+            count_property: count_property.into(),
+        }
+    }
+
+    /// The typed table client.
+    pub fn table(&self) -> &TableClient<T> {
+        &self.table
+    }
+
+    /// The summary entity of a partition (with every denormalised property).
+    pub async fn summary(&self, partition_key: &str) -> Result<Option<DynamicEntity>> {
+        self.raw
+            .get((partition_key, self.summary_row_key.as_str()))
+            .await
+    }
+
+    fn read_count(&self, summary: &DynamicEntity) -> Result<i32> {
+        match summary.get(&self.count_property) {
+            Some(EdmValue::Int32(n)) => Ok(*n),
+            Some(EdmValue::Int64(n)) => i32::try_from(*n).map_err(|_| {
+                Error::from(ErrorKind::Decode(DecodeError {
+                    message: format!("{n} does not fit an Int32 count"),
+                    property: Some(self.count_property.clone()),
+                }))
+            }),
+            _ => Err(ErrorKind::Decode(DecodeError {
+                message: format!(
+                    "Invalid entity, {} property not found.",
+                    self.count_property
+                ),
+                property: Some(self.count_property.clone()),
+            })
+            .into()),
+        }
+    }
+
+    /// The count of a partition: one point read of its summary (0 if none).
+    pub async fn count(&self, partition_key: &str) -> Result<i32> {
+        match self.summary(partition_key).await? {
+            Some(s) => self.read_count(&s),
+            None => Ok(0),
+        }
+    }
+
+    fn check(&self, entity: &T) -> Result<()> {
+        if entity.row_key() == self.summary_row_key {
+            return Err(invalid(format!(
+                "RowKey {:?} is the summary entity's",
+                self.summary_row_key
+            )));
+        }
+        Ok(())
+    }
+
+    /// Adds the summary's change to `tx` after the entity's operation and sends it.
+    async fn send(
+        &self,
+        mut tx: Transaction<DynamicEntity>,
+        partition_key: &str,
+        delta: i32,
+    ) -> Result<(i32, Option<tablekit::ETag>)> {
+        let key = EntityKey::new(partition_key, self.summary_row_key.as_str());
+        let count = match self.raw.get(key).await? {
+            Some(summary) => {
+                let count = self.read_count(&summary)? + delta;
+                let change = DynamicEntity::new(partition_key, self.summary_row_key.as_str())
+                    .with(self.count_property.as_str(), count);
+                let etag = summary.etag.map_or(IfMatch::Any, IfMatch::ETag);
+                tx.update(&change, UpdateMode::Merge, etag)?;
+                count
+            }
+            None => {
+                let count = delta.max(0);
+                tx.insert(
+                    &DynamicEntity::new(partition_key, self.summary_row_key.as_str())
+                        .with(self.count_property.as_str(), count),
+                )?;
+                count
+            }
+        };
+        let done = tx.send().await?;
+        Ok((count, done.etag(0).cloned()))
+    }
+
+    /// Inserts the entity and adds one to its partition's count, in one
+    /// transaction; returns the new count. A taken key is a conflict.
+    pub async fn insert(&self, entity: &mut T) -> Result<i32> {
+        self.check(entity)?;
+        let pk = entity.partition_key().into_owned();
+        let mut bag = to_dynamic(entity)?;
+        bag.etag = None;
+        let mut attempt = 1;
+        loop {
+            let mut tx = self.raw.transaction();
+            tx.insert(&bag)?;
+            match self.send(tx, &pk, 1).await {
+                Ok((count, etag)) => {
+                    if let Some(etag) = etag {
+                        entity.set_etag(etag);
+                    }
+                    return Ok(count);
+                }
+                Err(e) if summary_race(&e) && attempt < MAX_ATTEMPTS => attempt += 1,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Deletes the entity with this key under `if_match` and subtracts one
+    /// from its partition's count, in one transaction; returns the new count.
+    pub async fn delete(
+        &self,
+        key: impl Into<EntityKey>,
+        if_match: impl Into<IfMatch>,
+    ) -> Result<i32> {
+        let key = key.into();
+        if key.row_key == self.summary_row_key {
+            return Err(invalid(
+                "the summary entity is not one of the counted entities",
+            ));
+        }
+        let if_match = if_match.into();
+        let mut attempt = 1;
+        loop {
+            let mut tx = self.raw.transaction();
+            tx.delete(key.clone(), if_match.clone())?;
+            match self.send(tx, &key.partition_key, -1).await {
+                Ok((count, _)) => return Ok(count),
+                Err(e) if summary_race(&e) && attempt < MAX_ATTEMPTS => attempt += 1,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// The transaction failed on the summary (operation 1): another writer changed
+/// or created it since the read.
+fn summary_race(e: &Error) -> bool {
+    e.batch_index() == Some(1) && (e.is_precondition_failed() || e.is_conflict())
+}

@@ -1,0 +1,472 @@
+//! The wide entities pattern (design guide §3.10): a logical entity with more
+//! properties than one entity may hold (252 custom properties, 1 MiB) stored as
+//! several physical entities of one partition, `<RowKey>_0`, `<RowKey>_1`, …,
+//! written together in one entity group transaction and read back with one
+//! range query.
+//!
+//! The logical entity is any [`TableEntity`]: a [`DynamicEntity`] with 365
+//! daily counts, or a hand-written impl over an array (the derive itself
+//! refuses more than 252 properties). Its properties are dealt, in the order
+//! it writes them, into parts of at most 251 properties and about 900 KB; part
+//! 0 also holds [`PARTS`], the number of parts. Part 0's ETag is the logical
+//! entity's: every write rewrites part 0 under it, so two writers cannot
+//! interleave their parts.
+//!
+//! | operation | requests |
+//! |---|---|
+//! | [`insert`](WideTable::insert) | 1 transaction (an insert per part) |
+//! | [`get`](WideTable::get) | 1 range query |
+//! | [`replace`](WideTable::replace), [`delete`](WideTable::delete) | 1 range query (which parts exist, keys only) + 1 transaction |
+//! | [`merge`](WideTable::merge), [`modify`](WideTable::modify) | 1 range query (the whole entity) + 1 transaction, again on a concurrent change |
+//!
+//! A logical entity must fit one transaction: at most 100 parts and 4 MiB in
+//! all, checked before any request. Avoid base RowKeys that extend another's
+//! with `_` and digits (`x` and `x_0`): their parts would share a range.
+//!
+//! ```no_run
+//! use tablekit::{DynamicEntity, IfMatch, TableServiceClient};
+//! use tablekit_patterns::wide::WideTable;
+//!
+//! # async fn run() -> tablekit::Result<()> {
+//! let service = TableServiceClient::from_connection_string("UseDevelopmentStorage=true")?;
+//! let stats = WideTable::new(service.table::<DynamicEntity>("MessageStats")?);
+//! let mut year = DynamicEntity::new("000123", "2014");
+//! for day in 1..=365 {
+//!     year.set(format!("Day{day:03}"), 0);
+//! }
+//! stats.insert(&mut year).await?; // 2 parts, 1 transaction
+//! let back = stats.get(("000123", "2014")).await?.unwrap();
+//! assert_eq!(back.properties.len(), 365);
+//! # Ok(()) }
+//! ```
+
+use std::collections::HashSet;
+use std::fmt;
+use std::marker::PhantomData;
+
+use chrono::{DateTime, Utc};
+use tablekit::validate::MAX_PROPERTIES;
+use tablekit::{
+    DecodeError, DynamicEntity, ETag, EdmValue, EntityKey, Error, ErrorKind, IfMatch,
+    PropertyWriter, RawEntity, Result, TableClient, TableEntity, UpdateMode, ValidationError,
+};
+
+use crate::error::invalid;
+use crate::range::KeyRange;
+
+/// The Int32 property of part 0 that holds the number of parts. An entity
+/// type must not have a property of this name.
+pub const PARTS: &str = "WideParts";
+
+/// The estimated size above which a part is closed and the next one begun;
+/// below the service's 1 MiB so the estimate's error cannot reach the limit.
+pub const PART_BUDGET_BYTES: usize = 900 * 1024;
+
+/// How many times [`WideTable::merge`] and [`WideTable::modify`] start again
+/// after a concurrent change.
+pub const MAX_ATTEMPTS: usize = 16;
+
+/// A table of logical entities of type `T`, each stored as several parts; see
+/// the [module docs](self). Cheap to clone.
+pub struct WideTable<T> {
+    raw: TableClient<DynamicEntity>,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for WideTable<T> {
+    fn clone(&self) -> Self {
+        WideTable {
+            raw: self.raw.clone(),
+            _t: PhantomData,
+        }
+    }
+}
+
+impl<T> fmt::Debug for WideTable<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WideTable")
+            .field("table", &self.raw.name())
+            .field("entity", &std::any::type_name::<T>())
+            .finish()
+    }
+}
+
+/// The RowKey of part `index` of the logical entity `row_key`.
+pub fn part_row_key(row_key: &str, index: usize) -> String {
+    format!("{row_key}_{index}")
+}
+
+fn inconsistent(message: String) -> Error {
+    ErrorKind::Decode(DecodeError {
+        message,
+        property: Some(PARTS.to_owned()),
+    })
+    .into()
+}
+
+/// Collects an entity's properties, refusing a name written twice.
+#[derive(Default)]
+struct Collector {
+    props: Vec<(String, EdmValue)>,
+    seen: HashSet<String>,
+}
+
+impl Collector {
+    fn put(&mut self, name: &str, value: EdmValue) -> Result<()> {
+        if name == PARTS {
+            return Err(invalid(format!(
+                "property {PARTS:?} is reserved by the wide entity pattern"
+            )));
+        }
+        if !self.seen.insert(name.to_owned()) {
+            return Err(ValidationError::DuplicateProperty {
+                name: name.to_owned(),
+            }
+            .into());
+        }
+        self.props.push((name.to_owned(), value));
+        Ok(())
+    }
+}
+
+impl PropertyWriter for Collector {
+    fn string(&mut self, name: &str, value: &str) -> Result<()> {
+        self.put(name, EdmValue::String(value.to_owned()))
+    }
+    fn binary(&mut self, name: &str, value: &[u8]) -> Result<()> {
+        self.put(name, EdmValue::Binary(value.to_owned()))
+    }
+    fn boolean(&mut self, name: &str, value: bool) -> Result<()> {
+        self.put(name, EdmValue::Boolean(value))
+    }
+    fn datetime(&mut self, name: &str, value: &DateTime<Utc>) -> Result<()> {
+        self.put(name, EdmValue::DateTime(*value))
+    }
+    fn double(&mut self, name: &str, value: f64) -> Result<()> {
+        self.put(name, EdmValue::Double(value))
+    }
+    fn guid(&mut self, name: &str, value: &uuid::Uuid) -> Result<()> {
+        self.put(name, EdmValue::Guid(*value))
+    }
+    fn int32(&mut self, name: &str, value: i32) -> Result<()> {
+        self.put(name, EdmValue::Int32(value))
+    }
+    fn int64(&mut self, name: &str, value: i64) -> Result<()> {
+        self.put(name, EdmValue::Int64(value))
+    }
+}
+
+/// An upper estimate of a property's stored size (the service counts names
+/// and strings in UTF-16).
+fn estimate(name: &str, value: &EdmValue) -> usize {
+    8 + name.len() * 2
+        + match value {
+            EdmValue::String(s) => s.len() * 2,
+            EdmValue::Binary(b) => b.len(),
+            _ => 16,
+        }
+}
+
+/// The stored parts of one logical entity, as read.
+struct Stored {
+    parts: Vec<DynamicEntity>,
+    etag: ETag,
+}
+
+impl<T: TableEntity> WideTable<T> {
+    /// The logical entities of `table`.
+    pub fn new(table: TableClient<T>) -> Self {
+        WideTable {
+            raw: table.with_type::<DynamicEntity>(),
+            _t: PhantomData,
+        }
+    }
+
+    /// The physical entities `entity` is stored as, part 0 first. Fails if a
+    /// property name repeats or is [`PARTS`].
+    pub fn parts(&self, entity: &T) -> Result<Vec<DynamicEntity>> {
+        let (pk, rk) = (entity.partition_key(), entity.row_key());
+        let mut all = Collector::default();
+        entity.write_properties(&mut all)?;
+        let mut parts = vec![DynamicEntity::new(pk.as_ref(), part_row_key(&rk, 0))];
+        // Part 0 keeps room for the part count.
+        let mut room = MAX_PROPERTIES - 1;
+        let mut size = 0;
+        for (name, value) in all.props {
+            let cost = estimate(&name, &value);
+            if room == 0 || (size + cost > PART_BUDGET_BYTES && size > 0) {
+                let index = parts.len();
+                parts.push(DynamicEntity::new(pk.as_ref(), part_row_key(&rk, index)));
+                room = MAX_PROPERTIES;
+                size = 0;
+            }
+            room -= 1;
+            size += cost;
+            parts
+                .last_mut()
+                .expect("there is a part")
+                .properties
+                .insert(name, value);
+        }
+        let n = parts.len();
+        parts[0].set(PARTS, n as i32);
+        Ok(parts)
+    }
+
+    /// Inserts the logical entity: one transaction inserting every part. An
+    /// entity that exists is a conflict. Sets the entity's ETag (part 0's).
+    pub async fn insert(&self, entity: &mut T) -> Result<()> {
+        let parts = self.parts(entity)?;
+        let mut tx = self.raw.transaction();
+        for p in &parts {
+            tx.insert(p)?;
+        }
+        let done = tx.send().await?;
+        if let Some(etag) = done.etag(0) {
+            entity.set_etag(etag.clone());
+        }
+        Ok(())
+    }
+
+    async fn read(&self, key: &EntityKey, keys_only: bool) -> Result<Option<Stored>> {
+        let mut query = self
+            .raw
+            .query()
+            .filter_raw(KeyRange::all().filter(&key.partition_key, &format!("{}_", key.row_key)));
+        if keys_only {
+            query = query.select([PARTS]);
+        }
+        let rows = query.fetch_all().await?;
+        let mut parts: Vec<(usize, DynamicEntity)> = rows
+            .into_iter()
+            .filter_map(|r| {
+                let suffix = r.row_key.get(key.row_key.len() + 1..)?;
+                let index = suffix
+                    .bytes()
+                    .all(|b| b.is_ascii_digit())
+                    .then(|| suffix.parse::<usize>().ok())??;
+                Some((index, r))
+            })
+            .collect();
+        if parts.is_empty() {
+            return Ok(None);
+        }
+        parts.sort_by_key(|(i, _)| *i);
+        let n = match parts[0].1.get(PARTS) {
+            Some(EdmValue::Int32(n)) if parts[0].0 == 0 && *n >= 1 => *n as usize,
+            _ => {
+                return Err(inconsistent(format!(
+                    "{key}: part 0 with the part count is missing"
+                )))
+            }
+        };
+        if parts.len() < n || parts.iter().take(n).enumerate().any(|(i, (j, _))| i != *j) {
+            return Err(inconsistent(format!(
+                "{key}: part 0 says {n} parts, {} found",
+                parts.len()
+            )));
+        }
+        parts.truncate(n);
+        let etag = parts[0]
+            .1
+            .etag
+            .clone()
+            .ok_or_else(|| inconsistent(format!("{key}: part 0 came without an ETag")))?;
+        Ok(Some(Stored {
+            parts: parts.into_iter().map(|(_, p)| p).collect(),
+            etag,
+        }))
+    }
+
+    fn assemble(key: &EntityKey, stored: &Stored) -> Result<T> {
+        let mut whole = DynamicEntity::new(key.partition_key.as_str(), key.row_key.as_str());
+        whole.etag = Some(stored.etag.clone());
+        whole.timestamp = stored.parts[0].timestamp;
+        for part in &stored.parts {
+            for (name, value) in &part.properties {
+                if name != PARTS {
+                    whole.properties.insert(name, value.clone());
+                }
+            }
+        }
+        T::decode(&RawEntity::from_dynamic(&whole))
+    }
+
+    /// Reads the logical entity (one range query over its parts) with its ETag.
+    pub async fn get_with_etag(&self, key: impl Into<EntityKey>) -> Result<Option<(T, ETag)>> {
+        let key = key.into();
+        match self.read(&key, false).await? {
+            Some(stored) => Ok(Some((Self::assemble(&key, &stored)?, stored.etag))),
+            None => Ok(None),
+        }
+    }
+
+    /// Reads the logical entity: one range query over its parts.
+    pub async fn get(&self, key: impl Into<EntityKey>) -> Result<Option<T>> {
+        Ok(self.get_with_etag(key).await?.map(|(e, _)| e))
+    }
+
+    async fn write_over(&self, entity: &mut T, stored: &Stored, if_match: IfMatch) -> Result<()> {
+        let parts = self.parts(entity)?;
+        let mut tx = self.raw.transaction();
+        tx.update(&parts[0], UpdateMode::Replace, if_match)?;
+        for p in &parts[1..] {
+            tx.upsert(p, UpdateMode::Replace)?;
+        }
+        for old in stored.parts.iter().skip(parts.len()) {
+            tx.delete(
+                (old.partition_key.as_str(), old.row_key.as_str()),
+                IfMatch::Any,
+            )?;
+        }
+        let done = tx.send().await?;
+        if let Some(etag) = done.etag(0) {
+            entity.set_etag(etag.clone());
+        }
+        Ok(())
+    }
+
+    /// Replaces the stored logical entity with `entity` (properties it lacks
+    /// are removed; parts no longer needed are deleted) on the condition
+    /// `if_match`. With [`IfMatch::Any`] the write is still made conditional
+    /// on the version whose parts were listed, and starts again on a change.
+    /// Fails with not-found if there is no such entity.
+    pub async fn replace(&self, entity: &mut T, if_match: impl Into<IfMatch>) -> Result<()> {
+        let key = entity.key();
+        let if_match = if_match.into();
+        let mut attempt = 1;
+        loop {
+            let Some(stored) = self.read(&key, true).await? else {
+                return Err(not_found(&key, self.raw.name()));
+            };
+            let condition = match &if_match {
+                IfMatch::Any => IfMatch::ETag(stored.etag.clone()),
+                other => other.clone(),
+            };
+            match self.write_over(entity, &stored, condition).await {
+                Err(e)
+                    if e.is_precondition_failed()
+                        && matches!(if_match, IfMatch::Any)
+                        && attempt < MAX_ATTEMPTS =>
+                {
+                    attempt += 1
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Deletes every part of the logical entity in one transaction, on the
+    /// condition `if_match` (checked on part 0). Returns whether it existed.
+    pub async fn delete(
+        &self,
+        key: impl Into<EntityKey>,
+        if_match: impl Into<IfMatch>,
+    ) -> Result<bool> {
+        let key = key.into();
+        let if_match = if_match.into();
+        let mut attempt = 1;
+        loop {
+            let Some(stored) = self.read(&key, true).await? else {
+                return Ok(false);
+            };
+            let mut tx = self.raw.transaction();
+            for (i, p) in stored.parts.iter().enumerate() {
+                let condition = match (&if_match, i) {
+                    (IfMatch::Any, 0) => IfMatch::ETag(stored.etag.clone()),
+                    (given, 0) => given.clone(),
+                    _ => IfMatch::Any,
+                };
+                tx.delete((p.partition_key.as_str(), p.row_key.as_str()), condition)?;
+            }
+            match tx.send().await {
+                Ok(_) => return Ok(true),
+                Err(e)
+                    if e.is_precondition_failed()
+                        && matches!(if_match, IfMatch::Any)
+                        && attempt < MAX_ATTEMPTS =>
+                {
+                    attempt += 1
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Reads the logical entity, lets `change` modify it, and writes it back
+    /// (replace) under the ETag read; on a concurrent change reads again and
+    /// retries (at most [`MAX_ATTEMPTS`] times). Returns the written entity, or
+    /// `None` if there is none.
+    pub async fn modify<F>(&self, key: impl Into<EntityKey>, mut change: F) -> Result<Option<T>>
+    where
+        F: FnMut(&mut T) + Send,
+    {
+        let key = key.into();
+        let mut attempt = 1;
+        loop {
+            let Some(stored) = self.read(&key, false).await? else {
+                return Ok(None);
+            };
+            let mut entity = Self::assemble(&key, &stored)?;
+            change(&mut entity);
+            if entity.key() != key {
+                return Err(invalid(format!(
+                    "modify keeps the entity's key {key}; delete and insert to move it"
+                )));
+            }
+            let etag = IfMatch::ETag(stored.etag.clone());
+            match self.write_over(&mut entity, &stored, etag).await {
+                Ok(()) => return Ok(Some(entity)),
+                Err(e) if e.is_precondition_failed() && attempt < MAX_ATTEMPTS => attempt += 1,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+impl WideTable<DynamicEntity> {
+    /// Merges `entity`'s properties into the stored logical entity (stored
+    /// properties it lacks are kept), on the condition `if_match`; with
+    /// [`IfMatch::Any`], under the version read, again on a concurrent change.
+    /// Properties may move between parts; each part stays within the limits.
+    pub async fn merge(
+        &self,
+        entity: &mut DynamicEntity,
+        if_match: impl Into<IfMatch>,
+    ) -> Result<()> {
+        let key = entity.key();
+        let if_match = if_match.into();
+        let mut attempt = 1;
+        loop {
+            let Some(stored) = self.read(&key, false).await? else {
+                return Err(not_found(&key, self.raw.name()));
+            };
+            let mut merged = Self::assemble(&key, &stored)?;
+            for (name, value) in &entity.properties {
+                merged.properties.insert(name, value.clone());
+            }
+            let condition = match &if_match {
+                IfMatch::Any => IfMatch::ETag(stored.etag.clone()),
+                other => other.clone(),
+            };
+            match self.write_over(&mut merged, &stored, condition).await {
+                Ok(()) => {
+                    *entity = merged;
+                    return Ok(());
+                }
+                Err(e)
+                    if e.is_precondition_failed()
+                        && matches!(if_match, IfMatch::Any)
+                        && attempt < MAX_ATTEMPTS =>
+                {
+                    attempt += 1
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+fn not_found(key: &EntityKey, table: &str) -> Error {
+    ErrorKind::NoEntity(format!("no wide entity {key} in table {table}")).into()
+}

@@ -1,0 +1,114 @@
+//! The one place the pattern tests get their Table service from, so that
+//! switching backends (Azurite today, the embedded store later) is a one-line
+//! change in [`service`].
+//!
+//! Each test starts with `let Some(svc) = common::service() else { return };`
+//! and works in its own freshly created, uniquely named table.
+
+// Every test binary compiles this module and uses a different part of it.
+#![allow(dead_code)]
+
+use tablekit::{
+    Account, ClientOptions, DynamicEntity, RetryPolicy, TableClient, TableEntity,
+    TableServiceClient,
+};
+
+/// The environment variable holding the test account's connection string.
+pub const CONNECTION_STRING_VAR: &str = "TABLEKIT_TEST_CONNECTION_STRING";
+
+/// The well-known development key of Azurite and the storage emulator (public).
+const EMULATOR_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+/// The service the tests run against: Azurite (or any loopback emulator) named
+/// by `TABLEKIT_TEST_CONNECTION_STRING`. Without it: a panic when `CI=true`,
+/// otherwise `None` after a note on stderr, and the test returns early.
+pub fn service() -> Option<TableServiceClient> {
+    let conn = match std::env::var(CONNECTION_STRING_VAR) {
+        Ok(s) if !s.trim().is_empty() => s,
+        _ => {
+            if std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true")) {
+                panic!(
+                    "{CONNECTION_STRING_VAR} is not set but CI=true: the pattern tests need \
+                     Azurite (eval \"$(bash scripts/azurite.sh start)\")"
+                );
+            }
+            eprintln!(
+                "skipping: {CONNECTION_STRING_VAR} is not set \
+                 (eval \"$(bash scripts/azurite.sh start)\" to run the pattern tests)"
+            );
+            return None;
+        }
+    };
+    assert!(
+        conn.contains("127.0.0.1")
+            || conn.contains("localhost")
+            || conn.contains("[::1]")
+            || conn.contains("UseDevelopmentStorage=true"),
+        "{CONNECTION_STRING_VAR} must point at a loopback emulator"
+    );
+    Some(TableServiceClient::from_connection_string(&conn).expect("valid connection string"))
+}
+
+/// A second, independent client of the same account: the "other writer" of
+/// the concurrency tests.
+pub fn second_service() -> TableServiceClient {
+    let conn = std::env::var(CONNECTION_STRING_VAR).expect("service() succeeded before");
+    TableServiceClient::from_connection_string(&conn).expect("valid connection string")
+}
+
+/// A client for an account at a closed loopback port (the discard port 9), with
+/// no retries: anything that reaches the network fails with a transport error,
+/// so an `is_invalid_input()` error from it proves nothing was sent.
+pub fn offline_service() -> TableServiceClient {
+    let conn = format!(
+        "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={EMULATOR_KEY};\
+         TableEndpoint=http://127.0.0.1:9/devstoreaccount1"
+    );
+    let account = Account::from_connection_string(&conn).expect("valid connection string");
+    let mut options = ClientOptions::default();
+    options.http.retry = RetryPolicy::none();
+    TableServiceClient::with_options(account, options).expect("client builds")
+}
+
+/// `prefix` followed by 12 hex characters of a v4 UUID.
+pub fn unique_name(prefix: &str) -> String {
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    format!("{prefix}{}", &id[..12])
+}
+
+/// Creates a table with a unique name, so tests can run in parallel.
+pub async fn fresh_table<T: TableEntity>(svc: &TableServiceClient, prefix: &str) -> TableClient<T> {
+    let table = svc
+        .table::<T>(&unique_name(prefix))
+        .expect("valid table name");
+    table.create_table().await.expect("create the test table");
+    table
+}
+
+/// Every stored row of a partition, read directly (no pattern code involved).
+pub async fn rows<T: TableEntity>(
+    table: &TableClient<T>,
+    partition_key: &str,
+) -> Vec<DynamicEntity> {
+    table
+        .with_type::<DynamicEntity>()
+        .query()
+        .filter(|e| e.partition_key.eq(partition_key))
+        .fetch_all()
+        .await
+        .expect("read the partition")
+}
+
+/// Asserts that `err` was raised before any I/O and returns its message.
+#[track_caller]
+pub fn assert_invalid(err: &tablekit::Error) -> String {
+    assert!(
+        err.is_invalid_input(),
+        "expected a client-side rejection, got {err:?} (transport: {})",
+        err.is_transport()
+    );
+    err.to_string()
+}
+
+pub mod proxy;

@@ -1,0 +1,224 @@
+//! Denormalised counts in a heterogeneous partition (§3.5, §4.8) against a
+//! live service, with the seed's Marketing department (EmployeeCount 153).
+
+mod common;
+
+use tablekit::{DynamicEntity, ETag, EdmValue, IfMatch, TableClient, TableEntity};
+use tablekit_patterns::summary::CountedPartition;
+
+#[derive(TableEntity, Debug, Clone, PartialEq)]
+#[tablekit(partition_key = "{department}", row_key = "{employee_id:05}")]
+struct Employee {
+    department: String,
+    employee_id: u32,
+    first_name: String,
+    last_name: String,
+    age: i32,
+    email: String,
+    #[tablekit(etag)]
+    etag: Option<ETag>,
+}
+
+fn employee(dept: &str, id: u32, first: &str, last: &str, age: i32) -> Employee {
+    Employee {
+        department: dept.into(),
+        employee_id: id,
+        first_name: first.into(),
+        last_name: last.into(),
+        age,
+        email: format!(
+            "{}{}@contoso.com",
+            first.to_lowercase(),
+            &last[..1].to_lowercase()
+        ),
+        etag: None,
+    }
+}
+
+fn staff(table: TableClient<Employee>) -> CountedPartition<Employee> {
+    CountedPartition::new(table, "Department", "EmployeeCount")
+}
+
+/// Reads the partition directly: the count equals the number of employees
+/// written through the pattern plus `base`.
+async fn assert_count(table: &TableClient<Employee>, pk: &str, base: i32) -> i32 {
+    let rows = common::rows(table, pk).await;
+    let employees = rows.iter().filter(|r| r.row_key != "Department").count() as i32;
+    let summary = rows
+        .iter()
+        .find(|r| r.row_key == "Department")
+        .expect("a summary");
+    assert_eq!(
+        summary.get("EmployeeCount"),
+        Some(&EdmValue::Int32(base + employees))
+    );
+    base + employees
+}
+
+#[tokio::test]
+async fn the_marketing_department_counts_its_employees() {
+    let Some(svc) = common::service() else { return };
+    let table = common::fresh_table::<Employee>(&svc, "Dept").await;
+    // §1.1: Marketing/Department with EmployeeCount=153, plus manager details (§3.5).
+    table
+        .with_type::<DynamicEntity>()
+        .insert(
+            &DynamicEntity::new("Marketing", "Department")
+                .with("DepartmentName", "Marketing")
+                .with("EmployeeCount", 153)
+                .with("ManagerFirstName", "Don")
+                .with("ManagerEmail", "donh@contoso.com"),
+        )
+        .await
+        .unwrap();
+    let staff = staff(table.clone());
+    assert_eq!(
+        staff
+            .insert(&mut employee("Marketing", 1, "Don", "Hall", 34))
+            .await
+            .unwrap(),
+        154
+    );
+    let mut jun = employee("Marketing", 2, "Jun", "Cao", 47);
+    assert_eq!(staff.insert(&mut jun).await.unwrap(), 155);
+    assert!(jun.etag.is_some());
+    assert_eq!(staff.count("Marketing").await.unwrap(), 155);
+    assert_eq!(assert_count(&table, "Marketing", 153).await, 155);
+
+    let summary = staff.summary("Marketing").await.unwrap().unwrap();
+    assert_eq!(
+        summary.get("ManagerEmail"),
+        Some(&EdmValue::String("donh@contoso.com".into()))
+    );
+    assert_eq!(
+        summary.get("DepartmentName"),
+        Some(&EdmValue::String("Marketing".into()))
+    );
+
+    assert_eq!(
+        staff
+            .delete(("Marketing", "00001"), IfMatch::Any)
+            .await
+            .unwrap(),
+        154
+    );
+    assert_eq!(assert_count(&table, "Marketing", 153).await, 154);
+
+    // The first employee of Sales creates its summary.
+    assert_eq!(
+        staff
+            .insert(&mut employee("Sales", 10, "Ken", "Kwok", 23))
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(assert_count(&table, "Sales", 0).await, 1);
+    assert_eq!(staff.count("Finance").await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_summary_without_its_count_is_an_error_that_writes_nothing() {
+    let Some(svc) = common::service() else { return };
+    let table = common::fresh_table::<Employee>(&svc, "DeptBad").await;
+    table
+        .with_type::<DynamicEntity>()
+        .insert(&DynamicEntity::new("Sales", "Department").with("DepartmentName", "Sales"))
+        .await
+        .unwrap();
+    let err = staff(table.clone())
+        .insert(&mut employee("Sales", 10, "Ken", "Kwok", 23))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("Invalid entity, EmployeeCount property not found."),
+        "{err}"
+    );
+    assert_eq!(common::rows(&table, "Sales").await.len(), 1);
+}
+
+#[tokio::test]
+async fn duplicates_and_stale_deletes_leave_the_count_right() {
+    let Some(svc) = common::service() else { return };
+    let table = common::fresh_table::<Employee>(&svc, "DeptDup").await;
+    let staff = staff(table.clone());
+    let mut ken = employee("Sales", 10, "Ken", "Kwok", 23);
+    staff.insert(&mut ken).await.unwrap();
+
+    let err = staff
+        .insert(&mut employee("Sales", 10, "Kim", "Lee", 30))
+        .await
+        .unwrap_err();
+    assert!(err.is_conflict(), "{err:?}");
+    assert_eq!(err.batch_index(), Some(0));
+    assert_eq!(assert_count(&table, "Sales", 0).await, 1);
+
+    // Another client changes Ken after our read: our delete under the old ETag is refused.
+    let other = common::second_service()
+        .table::<Employee>(table.name())
+        .unwrap();
+    let mut theirs = ken.clone();
+    theirs.age = 24;
+    other
+        .update(
+            &mut theirs,
+            tablekit::UpdateMode::Replace,
+            IfMatch::ETag(ken.etag.clone().unwrap()),
+        )
+        .await
+        .unwrap();
+    let err = staff
+        .delete(("Sales", "00010"), IfMatch::ETag(ken.etag.clone().unwrap()))
+        .await
+        .unwrap_err();
+    assert!(err.is_precondition_failed(), "{err:?}");
+    assert_eq!(assert_count(&table, "Sales", 0).await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_inserts_are_all_counted() {
+    let Some(svc) = common::service() else { return };
+    let table = common::fresh_table::<Employee>(&svc, "DeptRace").await;
+    let mine = staff(table.clone());
+    let theirs = staff(
+        common::second_service()
+            .table::<Employee>(table.name())
+            .unwrap(),
+    );
+    let run = |s: CountedPartition<Employee>, base: u32| async move {
+        for i in 0..8 {
+            s.insert(&mut employee("Sales", base + i, "A", "B", 30))
+                .await
+                .unwrap();
+        }
+    };
+    tokio::join!(run(mine.clone(), 100), run(theirs, 200));
+    assert_eq!(assert_count(&table, "Sales", 0).await, 16);
+}
+
+#[tokio::test]
+async fn bad_keys_are_refused_before_any_request() {
+    let staff = staff(
+        common::offline_service()
+            .table::<Employee>("Offline")
+            .unwrap(),
+    );
+    common::assert_invalid(
+        &staff
+            .insert(&mut employee("Sa/les", 1, "A", "B", 1))
+            .await
+            .unwrap_err(),
+    );
+    common::assert_invalid(
+        &staff
+            .delete(("Sales", "Department"), IfMatch::Any)
+            .await
+            .unwrap_err(),
+    );
+    common::assert_invalid(
+        &staff
+            .delete(("Sales", "a#b"), IfMatch::Any)
+            .await
+            .unwrap_err(),
+    );
+}
