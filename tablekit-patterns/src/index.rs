@@ -87,8 +87,8 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use tablekit::{
-    to_dynamic, DecodeError, DynamicEntity, EdmValue, EntityKey, Error, ErrorKind, IfMatch,
-    RawEntity, Result, TableClient, TableEntity, Transaction, UpdateMode,
+    to_dynamic, DecodeError, DynamicEntity, EdmValue, EntityKey, Error, IfMatch, RawEntity, Result,
+    TableClient, TableEntity, Transaction, UpdateMode,
 };
 
 use crate::error::invalid;
@@ -429,12 +429,10 @@ impl<T: TableEntity> IndexedTable<T> {
         let Some(d) = self.raw.get(key).await? else {
             return Ok(None);
         };
-        let etag = d.etag.clone().ok_or_else(|| {
-            Error::from(ErrorKind::Decode(DecodeError {
-                message: "the service returned no ETag".into(),
-                property: None,
-            }))
-        })?;
+        let etag = d
+            .etag
+            .clone()
+            .ok_or_else(|| Error::from(DecodeError::new("the service returned no ETag")))?;
         Ok(Some((T::decode(&RawEntity::from_dynamic(&d))?, etag)))
     }
 
@@ -565,13 +563,13 @@ fn decode_copy<P: TableEntity>(mut d: DynamicEntity) -> Result<P> {
     match d.properties.remove(PRIMARY_ROW_KEY) {
         Some(EdmValue::String(rk)) => d.row_key = rk,
         _ => {
-            return Err(ErrorKind::Decode(DecodeError {
-                message: format!(
+            return Err(DecodeError::for_property(
+                PRIMARY_ROW_KEY,
+                format!(
                     "({:?}, {:?}) is not an index copy: it has no {PRIMARY_ROW_KEY} string",
                     d.partition_key, d.row_key
                 ),
-                property: Some(PRIMARY_ROW_KEY.to_owned()),
-            })
+            )
             .into())
         }
     }

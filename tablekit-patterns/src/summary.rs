@@ -41,7 +41,7 @@
 use std::fmt;
 
 use tablekit::{
-    to_dynamic, DecodeError, DynamicEntity, EdmValue, EntityKey, Error, ErrorKind, IfMatch, Result,
+    to_dynamic, DecodeError, DynamicEntity, EdmValue, EntityKey, Error, IfMatch, Result,
     TableClient, TableEntity, Transaction, UpdateMode,
 };
 
@@ -112,18 +112,18 @@ impl<T: TableEntity> CountedPartition<T> {
         match summary.get(&self.count_property) {
             Some(EdmValue::Int32(n)) => Ok(*n),
             Some(EdmValue::Int64(n)) => i32::try_from(*n).map_err(|_| {
-                Error::from(ErrorKind::Decode(DecodeError {
-                    message: format!("{n} does not fit an Int32 count"),
-                    property: Some(self.count_property.clone()),
-                }))
+                Error::from(DecodeError::for_property(
+                    self.count_property.clone(),
+                    format!("{n} does not fit an Int32 count"),
+                ))
             }),
-            _ => Err(ErrorKind::Decode(DecodeError {
-                message: format!(
+            _ => Err(DecodeError::for_property(
+                self.count_property.clone(),
+                format!(
                     "Invalid entity, {} property not found.",
                     self.count_property
                 ),
-                property: Some(self.count_property.clone()),
-            })
+            )
             .into()),
         }
     }

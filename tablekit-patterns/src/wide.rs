@@ -97,11 +97,7 @@ pub fn part_row_key(row_key: &str, index: usize) -> String {
 }
 
 fn inconsistent(message: String) -> Error {
-    ErrorKind::Decode(DecodeError {
-        message,
-        property: Some(PARTS.to_owned()),
-    })
-    .into()
+    DecodeError::for_property(PARTS, message).into()
 }
 
 /// Collects an entity's properties, refusing a name written twice.

@@ -800,6 +800,34 @@ pub struct DecodeError {
     source: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
+impl DecodeError {
+    /// A decode error about the whole entity or answer. For code outside
+    /// tablekit that decodes entities (hand-written [`TableEntity`](crate::TableEntity)
+    /// impls, pattern crates): `Error::from(DecodeError::new("..."))`.
+    pub fn new(message: impl Into<String>) -> Self {
+        DecodeError {
+            message: message.into(),
+            property: None,
+            source: None,
+        }
+    }
+
+    /// A decode error about one property.
+    pub fn for_property(property: impl Into<String>, message: impl Into<String>) -> Self {
+        DecodeError {
+            message: message.into(),
+            property: Some(property.into()),
+            source: None,
+        }
+    }
+}
+
+impl From<DecodeError> for Error {
+    fn from(e: DecodeError) -> Self {
+        ErrorKind::Decode(e).into()
+    }
+}
+
 impl std::error::Error for DecodeError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         self.source
