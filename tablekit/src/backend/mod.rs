@@ -1,10 +1,12 @@
 //! The transport-neutral vocabulary between the typed clients and a backend.
 //!
 //! Clients validate and encode before building an [`Operation`]; a backend only
-//! carries it out. Entity bodies travel as the service's JSON, so every backend
-//! sees exactly what the wire would carry.
+//! carries it out. Entity bodies of writes travel as the service's JSON, so every
+//! backend sees exactly what the wire would carry; reads come back as a
+//! [`Payload`]: JSON from the HTTP backend, stored property bags from the embedded one.
 
 use std::fmt;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -13,9 +15,12 @@ use crate::entity::{ETag, EntityKey, IfMatch, TableEntity, UpdateMode};
 use crate::error::Result;
 
 mod continuation;
+pub(crate) mod embedded;
 pub(crate) mod http;
+mod stored;
 
 pub use continuation::Continuation;
+pub(crate) use stored::{Selection, StoredEntity};
 
 /// One request to a backend.
 #[derive(Debug)]
@@ -190,38 +195,56 @@ impl Written {
 pub(crate) enum Payload {
     /// A JSON body; `etag` is the response's ETag header, for single entities.
     Json { body: Bytes, etag: Option<String> },
+    /// Entities held in process (the embedded backend): shared, immutable
+    /// versions, viewed through `$select` and decoded straight from their
+    /// property bags, never turned into JSON.
+    Stored {
+        entities: Vec<Arc<StoredEntity>>,
+        select: Option<Selection>,
+    },
 }
 
 impl fmt::Debug for Payload {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Payload::Json { body, .. } => write!(f, "Payload::Json({} bytes)", body.len()),
+            Payload::Stored { entities, .. } => {
+                write!(f, "Payload::Stored({} entities)", entities.len())
+            }
         }
     }
 }
 
 impl Payload {
-    /// The ETag header of a single-entity answer.
+    /// The ETag of a single-entity answer.
     pub(crate) fn etag(&self) -> Option<&str> {
         match self {
             Payload::Json { etag, .. } => etag.as_deref(),
+            Payload::Stored { entities, .. } => entities.first().and_then(|e| e.etag()),
         }
     }
 
     pub(crate) fn decode_one<T: TableEntity>(&self) -> Result<T> {
         match self {
             Payload::Json { body, etag } => decode_entity(body, etag.as_deref()),
+            Payload::Stored { entities, select } => match entities.first() {
+                Some(e) => stored::decode_one(e, select.as_ref()),
+                None => Err(crate::error::Error::decode("an empty single-entity answer")),
+            },
         }
     }
 
     pub(crate) fn decode_into<T: TableEntity>(&self, out: &mut Vec<T>) -> Result<()> {
         match self {
             Payload::Json { body, .. } => decode_page(body, out),
+            Payload::Stored { entities, select } => {
+                stored::decode_page(entities, select.as_ref(), out)
+            }
         }
     }
 }
 
-/// Something that carries out operations: the HTTP client, or (later) the embedded store.
+/// Something that carries out operations: the HTTP client, or the embedded store.
 #[async_trait::async_trait]
 pub(crate) trait Backend: Send + Sync + fmt::Debug {
     async fn execute(&self, op: Operation<'_>) -> Result<Response>;

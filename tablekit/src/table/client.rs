@@ -12,6 +12,7 @@ use futures::stream::{self, BoxStream, Stream, StreamExt, TryStreamExt};
 
 use super::handle::{is_missing_entity, TableHandle};
 use super::query::{self, Query, ScanPolicy};
+use crate::backend::embedded::EmbeddedBackend;
 use crate::backend::http::account::Account;
 use crate::backend::http::{HttpBackend, HttpOptions};
 use crate::backend::{Backend, BatchKind, BatchOp, Operation, Response, Written};
@@ -64,6 +65,33 @@ impl TableServiceClient {
         Ok(TableServiceClient {
             backend: Arc::new(HttpBackend::new(account, &options.http)?),
         })
+    }
+
+    /// A client for a fresh, empty, in-memory account: the embedded backend.
+    ///
+    /// It carries out the same operations as Azure Table Storage, with the
+    /// service's rules (key order, ETags and conditions, transactions, paging,
+    /// limits, error codes), inside this process: for examples, and for unit
+    /// tests of code written on tablekit, with no emulator to run. Each call
+    /// makes a new, isolated store; clones of the client share it. Nothing is
+    /// persisted.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tablekit::Result<()> {
+    /// use tablekit::{DynamicEntity, TableServiceClient};
+    ///
+    /// let service = TableServiceClient::embedded();
+    /// let blogs = service.table::<DynamicEntity>("Blogs")?;
+    /// blogs.create_table().await?;
+    /// blogs.insert(&DynamicEntity::new("Channel9", "Oct-29").with("Rating", 3)).await?;
+    /// let read = blogs.get(("Channel9", "Oct-29")).await?.expect("stored");
+    /// assert_eq!(read.get("Rating"), Some(&tablekit::EdmValue::Int32(3)));
+    /// # Ok(()) }
+    /// ```
+    pub fn embedded() -> Self {
+        TableServiceClient {
+            backend: Arc::new(EmbeddedBackend::new()),
+        }
     }
 
     /// A client from a connection string (see [`Account::from_connection_string`]).
