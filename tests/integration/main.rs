@@ -21,6 +21,7 @@ mod metadata;
 mod query;
 mod query_dsl;
 mod retry;
+mod service_rules;
 mod tables;
 mod tracing;
 mod types;

@@ -221,9 +221,28 @@ crate::both! {
         let upper = name.to_ascii_uppercase();
         let err = svc.create_table(&upper).await.unwrap_err();
         assert!(err.is_conflict(), "{err:?}");
-        // Azurite (3.35) is case-insensitive here but not for entity operations: an
-        // insert through the lower-cased name answers 404 TableNotFound, where Azure
-        // would find the table. So entity access by another case is not asserted.
+        // Names are case-insensitive and case-preserving (data model §3.1): the
+        // listing shows the name as created, and entity operations through another
+        // case reach the same table. Azurite (3.35) is case-insensitive for create
+        // but answers entity operations through another case with 404
+        // TableNotFound (a listed deviation).
+        let listed = svc.list_tables().prefix(&name).fetch_all().await.unwrap();
+        assert_eq!(listed, vec![name.clone()]);
+        let other_case = svc.table::<tablekit::DynamicEntity>(&upper).unwrap();
+        let inserted = other_case
+            .insert(&tablekit::DynamicEntity::new("p", "r"))
+            .await;
+        match backend {
+            common::BackendKind::Embedded => {
+                inserted.unwrap();
+                let same = svc.table::<tablekit::DynamicEntity>(&name).unwrap();
+                assert!(same.get(("p", "r")).await.unwrap().is_some());
+            }
+            common::BackendKind::Azurite => {
+                let err = inserted.unwrap_err();
+                assert_eq!(err.code(), Some(&tablekit::ErrorCode::TableNotFound), "{err:?}");
+            }
+        }
         svc.delete_table(&name).await.unwrap();
     }
 }
