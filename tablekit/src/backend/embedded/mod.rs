@@ -165,3 +165,226 @@ impl Backend for EmbeddedBackend {
         self.run(op)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The store's own checks, reached by operations that bypass the clients'
+    //! validation (the clients refuse all of these before any I/O): each is
+    //! answered with the service's status and code, and leaves the store unchanged.
+
+    use super::*;
+    use crate::backend::{BatchOp, Continuation};
+    use crate::entity::IfMatch;
+    use crate::error::ErrorCode;
+    use bytes::Bytes;
+
+    fn store_with_table() -> EmbeddedBackend {
+        let b = EmbeddedBackend::new();
+        b.run(Operation::CreateTable { table: "T1x" }).unwrap();
+        b
+    }
+
+    fn insert(b: &EmbeddedBackend, json: String) -> Result<Response> {
+        b.run(Operation::Insert {
+            table: "T1x",
+            body: Bytes::from(json),
+        })
+    }
+
+    fn count(b: &EmbeddedBackend) -> usize {
+        match b
+            .run(Operation::Query {
+                table: "T1x",
+                filter: None,
+                select: None,
+                top: None,
+                continuation: None,
+                annotations: true,
+            })
+            .unwrap()
+        {
+            Response::Page {
+                payload: Payload::Stored { entities, .. },
+                ..
+            } => entities.len(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[track_caller]
+    fn assert_code(r: Result<Response>, status: u16, code: ErrorCode) {
+        let err = r.unwrap_err();
+        assert_eq!(err.status(), Some(status), "{err:?}");
+        assert_eq!(err.code(), Some(&code), "{err:?}");
+    }
+
+    #[test]
+    fn limits_are_enforced_by_the_store_with_the_service_codes() {
+        let b = store_with_table();
+        let props: String = (0..253).map(|i| format!(",\"P{i}\":1")).collect();
+        assert_code(
+            insert(
+                &b,
+                format!("{{\"PartitionKey\":\"p\",\"RowKey\":\"r\"{props}}}"),
+            ),
+            400,
+            ErrorCode::TooManyProperties,
+        );
+        let big = "x".repeat(32 * 1024 + 1);
+        assert_code(
+            insert(
+                &b,
+                format!("{{\"PartitionKey\":\"p\",\"RowKey\":\"r\",\"S\":\"{big}\"}}"),
+            ),
+            400,
+            ErrorCode::PropertyValueTooLarge,
+        );
+        // 64 KiB counted as UTF-16: 32,768 'é' are 65,536 bytes (ok), one more is not.
+        let e = "\u{e9}".repeat(32 * 1024);
+        insert(
+            &b,
+            format!("{{\"PartitionKey\":\"p\",\"RowKey\":\"ok\",\"S\":\"{e}\"}}"),
+        )
+        .unwrap();
+        let blobs: String = (0..17)
+            .map(|i| {
+                format!(
+                    ",\"B{i}@odata.type\":\"Edm.Binary\",\"B{i}\":\"{}\"",
+                    "A".repeat(87380)
+                )
+            })
+            .collect();
+        assert_code(
+            insert(
+                &b,
+                format!("{{\"PartitionKey\":\"p\",\"RowKey\":\"r\"{blobs}}}"),
+            ),
+            400,
+            ErrorCode::EntityTooLarge,
+        );
+        for (pk, rk) in [("a/b", "r"), ("p", "a#b"), ("p", "\u{7f}")] {
+            assert_code(
+                insert(
+                    &b,
+                    format!("{{\"PartitionKey\":\"{pk}\",\"RowKey\":\"{rk}\"}}"),
+                ),
+                400,
+                ErrorCode::OutOfRangeInput,
+            );
+        }
+        let long = "k".repeat(1025);
+        assert_code(
+            insert(
+                &b,
+                format!("{{\"PartitionKey\":\"p\",\"RowKey\":\"{long}\"}}"),
+            ),
+            400,
+            ErrorCode::OutOfRangeInput,
+        );
+        assert_code(
+            insert(&b, r#"{"PartitionKey":"p","RowKey":"r","D@odata.type":"Edm.DateTime","D":"1600-12-31T23:59:59Z"}"#.into()),
+            400,
+            ErrorCode::OutOfRangeInput,
+        );
+        assert_code(
+            insert(&b, r#"{"PartitionKey":"p","RowKey":"r","a-b":1}"#.into()),
+            400,
+            ErrorCode::PropertyNameInvalid,
+        );
+        assert_code(
+            insert(
+                &b,
+                r#"{"PartitionKey":"p","RowKey":"r","A":1,"A":2}"#.into(),
+            ),
+            400,
+            ErrorCode::DuplicatePropertiesSpecified,
+        );
+        assert_eq!(count(&b), 1, "only the valid entity was stored");
+    }
+
+    #[test]
+    fn a_transaction_the_client_would_refuse_fails_whole_with_its_index() {
+        let b = store_with_table();
+        let op = |pk: &str, rk: &str| BatchOp {
+            kind: BatchKind::Insert,
+            key: EntityKey::new(pk, rk),
+            body: Some(format!("{{\"PartitionKey\":\"{pk}\",\"RowKey\":\"{rk}\"}}").into_bytes()),
+        };
+        let ops = [op("p", "a"), op("p", "b"), op("q", "c")];
+        let err = b
+            .run(Operation::Transaction {
+                table: "T1x",
+                ops: &ops,
+            })
+            .unwrap_err();
+        assert_eq!(err.status(), Some(400));
+        assert_eq!(err.batch_index(), Some(2));
+        let ops = [op("p", "a"), op("p", "a")];
+        let err = b
+            .run(Operation::Transaction {
+                table: "T1x",
+                ops: &ops,
+            })
+            .unwrap_err();
+        assert_eq!(err.code(), Some(&ErrorCode::InvalidDuplicateRow));
+        assert_eq!(err.batch_index(), Some(1));
+        let ops: Vec<_> = (0..101).map(|i| op("p", &format!("r{i}"))).collect();
+        assert!(b
+            .run(Operation::Transaction {
+                table: "T1x",
+                ops: &ops
+            })
+            .is_err());
+        let del = BatchOp {
+            kind: BatchKind::Delete(IfMatch::Any),
+            key: EntityKey::new("p", "missing"),
+            body: None,
+        };
+        let ops = [op("p", "a"), del];
+        let err = b
+            .run(Operation::Transaction {
+                table: "T1x",
+                ops: &ops,
+            })
+            .unwrap_err();
+        assert_eq!(err.status(), Some(404));
+        assert_eq!(err.batch_index(), Some(1));
+        assert_eq!(count(&b), 0, "nothing applied");
+    }
+
+    #[test]
+    fn a_continuation_naming_no_entity_resumes_at_the_next_key() {
+        let b = store_with_table();
+        for rk in ["a", "c", "e"] {
+            insert(
+                &b,
+                format!("{{\"PartitionKey\":\"p\",\"RowKey\":\"{rk}\"}}"),
+            )
+            .unwrap();
+        }
+        let c = Continuation {
+            next_partition_key: "p".into(),
+            next_row_key: Some("b".into()),
+        };
+        let Response::Page {
+            payload,
+            continuation,
+        } = b
+            .run(Operation::Query {
+                table: "T1x",
+                filter: Some("RowKey ne 'x'"),
+                select: None,
+                top: Some(1),
+                continuation: Some(&c),
+                annotations: false,
+            })
+            .unwrap()
+        else {
+            panic!("a page")
+        };
+        let mut out: Vec<crate::DynamicEntity> = Vec::new();
+        payload.decode_into(&mut out).unwrap();
+        assert_eq!(out[0].row_key, "c");
+        assert_eq!(continuation.unwrap().next_row_key.as_deref(), Some("e"));
+    }
+}
