@@ -330,6 +330,16 @@ impl Properties {
     pub(crate) fn push_unchecked(&mut self, name: String, value: EdmValue) {
         self.entries.push((name, value));
     }
+
+    /// The values, to change in place (the embedded store normalises DateTimes).
+    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut EdmValue> {
+        self.entries.iter_mut().map(|(_, v)| v)
+    }
+
+    /// The entries, moved out (the embedded store's merge reuses them).
+    pub(crate) fn into_entries(self) -> Vec<(String, EdmValue)> {
+        self.entries
+    }
 }
 
 impl<N: Into<String>, V: Into<EdmValue>> FromIterator<(N, V)> for Properties {
@@ -496,6 +506,65 @@ impl PropertyWriter for BagWriter {
         }
         Ok(())
     }
+}
+
+/// Collects properties in order without looking for repeated names: the
+/// [`EntityChecker`](crate::codec::write::EntityChecker) beside it does, for
+/// the types that need it.
+struct PushWriter(Properties);
+
+impl PropertyWriter for PushWriter {
+    fn string(&mut self, name: &str, value: &str) -> Result<()> {
+        self.0
+            .push_unchecked(name.to_owned(), EdmValue::String(value.to_owned()));
+        Ok(())
+    }
+    fn binary(&mut self, name: &str, value: &[u8]) -> Result<()> {
+        self.0
+            .push_unchecked(name.to_owned(), EdmValue::Binary(value.to_vec()));
+        Ok(())
+    }
+    fn boolean(&mut self, name: &str, value: bool) -> Result<()> {
+        self.value(name, &EdmValue::Boolean(value))
+    }
+    fn datetime(&mut self, name: &str, value: &DateTime<Utc>) -> Result<()> {
+        self.value(name, &EdmValue::DateTime(*value))
+    }
+    fn double(&mut self, name: &str, value: f64) -> Result<()> {
+        self.value(name, &EdmValue::Double(value))
+    }
+    fn guid(&mut self, name: &str, value: &Uuid) -> Result<()> {
+        self.value(name, &EdmValue::Guid(*value))
+    }
+    fn int32(&mut self, name: &str, value: i32) -> Result<()> {
+        self.value(name, &EdmValue::Int32(value))
+    }
+    fn int64(&mut self, name: &str, value: i64) -> Result<()> {
+        self.value(name, &EdmValue::Int64(value))
+    }
+    fn value(&mut self, name: &str, value: &EdmValue) -> Result<()> {
+        self.0.push_unchecked(name.to_owned(), value.clone());
+        Ok(())
+    }
+}
+
+/// The property bag of a write, checked exactly as the JSON encoder checks it
+/// (same checker, same options), for a backend that stores bags.
+pub(crate) fn to_bag<T: TableEntity>(entity: &T) -> Result<DynamicEntity> {
+    let (pk, rk) = (entity.partition_key(), entity.row_key());
+    let mut checker = crate::codec::write::EntityChecker::new(&pk, &rk)?
+        .names_checked(T::property_names_checked())
+        .find_duplicates(!T::unique_property_names());
+    let mut w = PushWriter(Properties::with_capacity(16));
+    entity.write_properties(&mut crate::codec::write::Tee(&mut checker, &mut w))?;
+    checker.finish(&pk, &rk)?;
+    Ok(DynamicEntity {
+        partition_key: pk.into_owned(),
+        row_key: rk.into_owned(),
+        timestamp: None,
+        etag: None,
+        properties: w.0,
+    })
 }
 
 /// The property bag of any entity, validated the way a write validates it.

@@ -1,9 +1,10 @@
 //! The transport-neutral vocabulary between the typed clients and a backend.
 //!
 //! Clients validate and encode before building an [`Operation`]; a backend only
-//! carries it out. Entity bodies of writes travel as the service's JSON, so every
-//! backend sees exactly what the wire would carry; reads come back as a
-//! [`Payload`]: JSON from the HTTP backend, stored property bags from the embedded one.
+//! carries it out. The entity of a single write travels as an [`EntityBody`]: the
+//! service's JSON for HTTP, the checked property bag for a backend that stores
+//! bags; transaction bodies are always JSON. Reads come back as a [`Payload`]:
+//! JSON from the HTTP backend, stored property bags from the embedded one.
 
 use std::fmt;
 use std::sync::Arc;
@@ -11,7 +12,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::codec::read::{decode_entity, decode_page};
-use crate::entity::{ETag, EntityKey, IfMatch, TableEntity, UpdateMode};
+use crate::codec::write::entity_to_json;
+use crate::entity::{DynamicEntity, ETag, EntityKey, IfMatch, TableEntity, UpdateMode};
 use crate::error::Result;
 
 mod continuation;
@@ -39,13 +41,13 @@ pub(crate) enum Operation<'a> {
     },
     Insert {
         table: &'a str,
-        body: Bytes,
+        body: EntityBody,
     },
     /// Update (with a condition) or upsert (without one).
     Write {
         table: &'a str,
         key: &'a EntityKey,
-        body: Bytes,
+        body: EntityBody,
         mode: UpdateMode,
         if_match: Option<&'a IfMatch>,
     },
@@ -71,7 +73,8 @@ pub(crate) enum Operation<'a> {
     },
     Transaction {
         table: &'a str,
-        ops: &'a [BatchOp],
+        /// Owned, so a backend that stores bags can keep them without a copy.
+        ops: Vec<BatchOp>,
     },
 }
 
@@ -121,13 +124,37 @@ impl Operation<'_> {
     }
 }
 
+/// The entity of a single write, encoded and validated by the client.
+#[derive(Debug)]
+pub(crate) enum EntityBody {
+    /// The service's JSON.
+    Json(Bytes),
+    /// The property bag, for a backend that stores bags
+    /// ([`Backend::stores_property_bags`]).
+    Bag(Box<DynamicEntity>),
+}
+
+impl EntityBody {
+    /// The JSON of the entity (encoded here if it came as a bag).
+    pub(crate) fn json(&self) -> Result<Bytes> {
+        match self {
+            EntityBody::Json(b) => Ok(b.clone()),
+            EntityBody::Bag(e) => Ok(entity_to_json(e.as_ref())?.into()),
+        }
+    }
+}
+
 /// One operation of an entity group transaction, encoded and validated.
 #[derive(Debug, Clone)]
 pub(crate) struct BatchOp {
     pub(crate) kind: BatchKind,
     pub(crate) key: EntityKey,
-    /// The entity's JSON, for every kind but delete.
+    /// The entity's JSON, for every kind but delete. It is what the 4 MiB limit
+    /// is measured on, whatever the backend.
     pub(crate) body: Option<Vec<u8>>,
+    /// The same entity as a checked property bag, for a backend that stores
+    /// bags ([`Backend::stores_property_bags`]), which then need not parse `body`.
+    pub(crate) bag: Option<Box<DynamicEntity>>,
 }
 
 /// What a transaction operation does.
@@ -248,4 +275,9 @@ impl Payload {
 #[async_trait::async_trait]
 pub(crate) trait Backend: Send + Sync + fmt::Debug {
     async fn execute(&self, op: Operation<'_>) -> Result<Response>;
+
+    /// Whether single writes should come as [`EntityBody::Bag`] rather than JSON.
+    fn stores_property_bags(&self) -> bool {
+        false
+    }
 }

@@ -15,7 +15,7 @@ use super::query::{self, Query, ScanPolicy};
 use crate::backend::embedded::EmbeddedBackend;
 use crate::backend::http::account::Account;
 use crate::backend::http::{HttpBackend, HttpOptions};
-use crate::backend::{Backend, BatchKind, BatchOp, Operation, Response, Written};
+use crate::backend::{Backend, BatchKind, BatchOp, EntityBody, Operation, Response, Written};
 use crate::codec::write::write_entity_json;
 use crate::entity::{ETag, EntityKey, IfMatch, TableEntity, UpdateMode};
 use crate::error::{Error, ErrorCode, Result, ValidationError};
@@ -321,6 +321,10 @@ impl<T> fmt::Debug for TableClient<T> {
     }
 }
 
+fn bag_key(bag: &crate::DynamicEntity) -> EntityKey {
+    EntityKey::new(bag.partition_key.clone(), bag.row_key.clone())
+}
+
 fn encode<T: TableEntity>(entity: &T) -> Result<(EntityKey, Vec<u8>)> {
     let mut body = Vec::with_capacity(crate::codec::write::ENCODE_CAPACITY);
     write_entity_json(entity, &mut body)?;
@@ -402,8 +406,16 @@ impl<T: TableEntity> TableClient<T> {
     }
 
     async fn write(&self, mut target: impl WriteTarget<T>, kind: WriteKind<'_>) -> Result<Written> {
-        let (key, body) = encode(target.entity())?;
-        let body = bytes::Bytes::from(body);
+        // A backend that stores property bags gets the bag, checked by the same
+        // checker as the JSON encoder: the refusals are identical, and the entity
+        // is not printed as JSON only to be parsed back.
+        let (key, body) = if self.handle.backend.stores_property_bags() {
+            let bag = crate::entity::to_bag(target.entity())?;
+            (bag_key(&bag), EntityBody::Bag(Box::new(bag)))
+        } else {
+            let (key, body) = encode(target.entity())?;
+            (key, EntityBody::Json(bytes::Bytes::from(body)))
+        };
         let op = match kind {
             WriteKind::Insert => Operation::Insert {
                 table: &self.handle.name,
@@ -642,6 +654,7 @@ impl<T: TableEntity> Transaction<T> {
         kind: BatchKind,
         key: EntityKey,
         body: Option<Vec<u8>>,
+        bag: Option<Box<crate::DynamicEntity>>,
     ) -> Result<&mut Self> {
         let index = self.ops.len();
         let fail = |reason: String| {
@@ -680,20 +693,33 @@ impl<T: TableEntity> Transaction<T> {
         }
         self.size = size;
         self.row_keys.insert(key.row_key.clone());
-        self.ops.push(BatchOp { kind, key, body });
+        self.ops.push(BatchOp {
+            kind,
+            key,
+            body,
+            bag,
+        });
         Ok(self)
     }
 
     fn push_entity(&mut self, kind: BatchKind, entity: &T) -> Result<&mut Self> {
         let index = self.ops.len();
-        let (key, body) = encode(entity).map_err(|e| match e.validation() {
+        let at_index = |e: Error| match e.validation() {
             Some(v) => Error::invalid(ValidationError::Batch {
                 index: Some(index),
                 reason: v.to_string(),
             }),
             None => e,
-        })?;
-        self.push(kind, key, Some(body))
+        };
+        let (key, body) = encode(entity).map_err(at_index)?;
+        // The JSON is kept either way: the payload limit is measured on it. A
+        // backend that stores bags also gets the bag, and parses nothing.
+        let bag = if self.table.handle.backend.stores_property_bags() {
+            Some(Box::new(crate::entity::to_bag(entity).map_err(at_index)?))
+        } else {
+            None
+        };
+        self.push(kind, key, Some(body), bag)
     }
 
     /// Adds an insert.
@@ -729,7 +755,7 @@ impl<T: TableEntity> Transaction<T> {
                 reason: v.to_string(),
             }));
         }
-        self.push(BatchKind::Delete(if_match.into()), key, None)
+        self.push(BatchKind::Delete(if_match.into()), key, None, None)
     }
 
     /// The number of operations added.
@@ -757,7 +783,7 @@ impl<T: TableEntity> Transaction<T> {
             .backend
             .execute(Operation::Transaction {
                 table: &self.table.handle.name,
-                ops: &self.ops,
+                ops: self.ops,
             })
             .await?
         {

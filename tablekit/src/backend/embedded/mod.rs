@@ -77,7 +77,7 @@ impl EmbeddedBackend {
             }
             Operation::Insert { table, body } => {
                 let t = store.table(table)?;
-                let entity = check::entity_from_body(&body)?;
+                let entity = check::entity_of(body)?;
                 let key = EntityKey::new(entity.partition_key.clone(), entity.row_key.clone());
                 written(t.write_one(store.clock(), &key, &BatchKind::Insert, Some(entity))?)?
             }
@@ -89,7 +89,7 @@ impl EmbeddedBackend {
                 if_match,
             } => {
                 let t = store.table(table)?;
-                let mut entity = check::entity_from_body(&body)?;
+                let mut entity = check::entity_of(body)?;
                 // The URL's key is the entity's key; the body's keys are ignored.
                 entity.partition_key.clone_from(&key.partition_key);
                 entity.row_key.clone_from(&key.row_key);
@@ -164,6 +164,10 @@ impl Backend for EmbeddedBackend {
     async fn execute(&self, op: Operation<'_>) -> Result<Response> {
         self.run(op)
     }
+
+    fn stores_property_bags(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]
@@ -173,7 +177,7 @@ mod tests {
     //! answered with the service's status and code, and leaves the store unchanged.
 
     use super::*;
-    use crate::backend::{BatchOp, Continuation};
+    use crate::backend::{BatchOp, Continuation, EntityBody};
     use crate::entity::IfMatch;
     use crate::error::ErrorCode;
     use bytes::Bytes;
@@ -187,7 +191,7 @@ mod tests {
     fn insert(b: &EmbeddedBackend, json: String) -> Result<Response> {
         b.run(Operation::Insert {
             table: "T1x",
-            body: Bytes::from(json),
+            body: EntityBody::Json(Bytes::from(json)),
         })
     }
 
@@ -309,12 +313,13 @@ mod tests {
             kind: BatchKind::Insert,
             key: EntityKey::new(pk, rk),
             body: Some(format!("{{\"PartitionKey\":\"{pk}\",\"RowKey\":\"{rk}\"}}").into_bytes()),
+            bag: None,
         };
         let ops = [op("p", "a"), op("p", "b"), op("q", "c")];
         let err = b
             .run(Operation::Transaction {
                 table: "T1x",
-                ops: &ops,
+                ops: ops.to_vec(),
             })
             .unwrap_err();
         assert_eq!(err.status(), Some(400));
@@ -323,7 +328,7 @@ mod tests {
         let err = b
             .run(Operation::Transaction {
                 table: "T1x",
-                ops: &ops,
+                ops: ops.to_vec(),
             })
             .unwrap_err();
         assert_eq!(err.code(), Some(&ErrorCode::InvalidDuplicateRow));
@@ -332,19 +337,20 @@ mod tests {
         assert!(b
             .run(Operation::Transaction {
                 table: "T1x",
-                ops: &ops
+                ops: ops.to_vec()
             })
             .is_err());
         let del = BatchOp {
             kind: BatchKind::Delete(IfMatch::Any),
             key: EntityKey::new("p", "missing"),
             body: None,
+            bag: None,
         };
         let ops = [op("p", "a"), del];
         let err = b
             .run(Operation::Transaction {
                 table: "T1x",
-                ops: &ops,
+                ops: ops.to_vec(),
             })
             .unwrap_err();
         assert_eq!(err.status(), Some(404));

@@ -20,7 +20,7 @@ use super::clock::Clock;
 use super::errors;
 use super::key::{compare_utf16, Key};
 use crate::backend::{BatchKind, BatchOp, Continuation, StoredEntity, Written};
-use crate::entity::{DynamicEntity, ETag, EntityKey, IfMatch, UpdateMode};
+use crate::entity::{DynamicEntity, ETag, EntityKey, IfMatch, Properties, UpdateMode};
 use crate::error::{ErrorCode, Result};
 use crate::filter::{matches, CmpOp, Expr};
 use crate::validate::{MAX_BATCH_BYTES, MAX_BATCH_OPERATIONS, MAX_PAGE_SIZE};
@@ -139,16 +139,46 @@ fn condition<'a>(
 }
 
 fn merged(current: &StoredEntity, new: DynamicEntity) -> Result<DynamicEntity> {
-    let mut out = DynamicEntity {
-        properties: current.entity.properties.clone(),
-        ..new
-    };
-    for (name, value) in new.properties.iter() {
-        out.properties.insert(name, value.clone());
+    // The stored properties in their order, each replaced by the incoming value of
+    // that name if there is one (moved, not cloned), then the new names.
+    let DynamicEntity {
+        partition_key,
+        row_key,
+        properties,
+        ..
+    } = new;
+    let mut incoming: Vec<Option<(String, EdmValue)>> =
+        properties.into_entries().into_iter().map(Some).collect();
+    let mut out = Properties::with_capacity(current.entity.properties.len() + incoming.len());
+    let mut kept_old = false;
+    for (name, old) in current.entity.properties.iter() {
+        let slot = incoming
+            .iter_mut()
+            .find(|e| e.as_ref().is_some_and(|(n, _)| n == name));
+        match slot.and_then(Option::take) {
+            Some((n, v)) => out.push_unchecked(n, v),
+            None => {
+                out.push_unchecked(name.to_owned(), old.clone());
+                kept_old = true;
+            }
+        }
     }
-    // The merged entity must itself fit the limits (count, size), which the
-    // client cannot know: the service checks the result, and so does the store.
-    check::check(&out)?;
+    for (n, v) in incoming.into_iter().flatten() {
+        out.push_unchecked(n, v);
+    }
+    let out = DynamicEntity {
+        partition_key,
+        row_key,
+        timestamp: None,
+        etag: None,
+        properties: out,
+    };
+    // A merge that keeps stored properties must itself fit the limits (count,
+    // size), which the client cannot know: the service checks the result, and so
+    // does the store. Without kept properties it is the incoming entity, checked.
+    if kept_old {
+        check::check(&out)?;
+    }
     Ok(out)
 }
 
@@ -251,7 +281,11 @@ impl Table {
     /// An entity group transaction: every operation is decided against the
     /// partition as it is, and only if all succeed are they applied, under one
     /// lock, so nobody sees a part of it.
-    pub(crate) fn transaction(&self, clock: &Clock, ops: &[BatchOp]) -> Result<Vec<Option<ETag>>> {
+    pub(crate) fn transaction(
+        &self,
+        clock: &Clock,
+        mut ops: Vec<BatchOp>,
+    ) -> Result<Vec<Option<ETag>>> {
         if ops.is_empty() {
             return Err(errors::invalid_input(
                 "One of the request inputs is not valid.",
@@ -273,13 +307,19 @@ impl Table {
                 "The request body is too large and exceeds the maximum permissible limit.",
             ));
         }
-        let pk = &ops[0].key.partition_key;
+        let pk = ops[0].key.partition_key.clone();
+        let pk = &pk;
         let mut entities = Vec::with_capacity(ops.len());
         let mut seen = std::collections::HashSet::with_capacity(ops.len());
-        for (i, op) in ops.iter().enumerate() {
-            let entity = match &op.body {
-                Some(body) => {
-                    let e = check::entity_from_body(body).map_err(|e| errors::at_index(e, i))?;
+        for (i, op) in ops.iter_mut().enumerate() {
+            let parsed = match (op.bag.take(), &op.body) {
+                (Some(bag), _) => Some(check::stored_form(*bag)),
+                (None, Some(body)) => Some(check::entity_from_body(body)),
+                (None, None) => None,
+            };
+            let entity = match parsed {
+                Some(parsed) => {
+                    let e = parsed.map_err(|e| errors::at_index(e, i))?;
                     if e.partition_key != op.key.partition_key || e.row_key != op.key.row_key {
                         return Err(errors::at_index(
                             errors::invalid_input("One of the request inputs is not valid."),
