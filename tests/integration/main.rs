@@ -16,6 +16,7 @@ mod derive_keys;
 mod derive_proptest;
 mod derive_roundtrip;
 mod derive_schema;
+mod differential;
 mod filter_macros;
 mod metadata;
 mod query;
