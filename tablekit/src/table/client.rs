@@ -410,7 +410,7 @@ impl<T: TableEntity> TableClient<T> {
         // checker as the JSON encoder: the refusals are identical, and the entity
         // is not printed as JSON only to be parsed back.
         let (key, body) = if self.handle.backend.stores_property_bags() {
-            let bag = crate::entity::to_bag(target.entity())?;
+            let bag = crate::entity::to_bag(target.entity(), false)?;
             (bag_key(&bag), EntityBody::Bag(Box::new(bag)))
         } else {
             let (key, body) = encode(target.entity())?;
@@ -715,7 +715,9 @@ impl<T: TableEntity> Transaction<T> {
         // The JSON is kept either way: the payload limit is measured on it. A
         // backend that stores bags also gets the bag, and parses nothing.
         let bag = if self.table.handle.backend.stores_property_bags() {
-            Some(Box::new(crate::entity::to_bag(entity).map_err(at_index)?))
+            Some(Box::new(
+                crate::entity::to_bag(entity, true).map_err(at_index)?,
+            ))
         } else {
             None
         };

@@ -45,7 +45,16 @@ impl Clock {
         .unwrap_or(now);
         let text = format_datetime(&timestamp);
         // The service's form: W/"datetime'2008-10-01T15%3A27%3A34.4838174Z'".
-        let etag = ETag::new(format!("W/\"datetime'{}'\"", text.replace(':', "%3A")));
+        let mut etag = String::with_capacity(text.len() + 18);
+        etag.push_str("W/\"datetime'");
+        for part in text.split(':') {
+            if etag.len() > 12 {
+                etag.push_str("%3A");
+            }
+            etag.push_str(part);
+        }
+        etag.push_str("'\"");
+        let etag = ETag::new(etag);
         Version {
             timestamp,
             text: text.into_boxed_str(),
