@@ -1,8 +1,11 @@
 //! The integration tests, in one binary (one link instead of one per file).
 //!
-//! Most run against the Azurite (or Azure) account named by
-//! `TABLEKIT_TEST_CONNECTION_STRING`, which `scripts/test.sh` starts and sets;
-//! the `derive_*` offline ones and `retry` need no emulator.
+//! The behaviour suite (crud, batch, query, query_dsl, tables, types,
+//! service_rules, differential) runs every case twice: against the Azurite (or
+//! Azure) account named by `TABLEKIT_TEST_CONNECTION_STRING`, which
+//! `scripts/test.sh` starts and sets, and on the embedded backend (see
+//! `common::both!`). auth, metadata and tracing are HTTP-only; the `derive_*`
+//! offline ones and `retry` need no emulator.
 
 mod common;
 

@@ -277,3 +277,60 @@ async fn thirty_two_tasks_modifying_one_entity_lose_no_increment() {
         "{exhausted} calls ran out of attempts"
     );
 }
+
+crate::both! {
+    /// What the client refuses before any I/O, it refuses on both backends with
+    /// the same validation error (the store never answers `Invalid`, so on
+    /// embedded too the refusal came from the client), and nothing is written.
+    async fn client_side_refusals_are_identical_and_write_nothing(svc, backend) {
+        let t = common::fresh_table::<DynamicEntity>(&svc, "Rules").await;
+        let mut wide = DynamicEntity::new("p", "wide");
+        for i in 0..253 {
+            wide.set(format!("P{i}"), i);
+        }
+        let mut huge = DynamicEntity::new("p", "huge");
+        for i in 0..17 {
+            huge.set(format!("B{i}"), vec![0u8; 65536]);
+        }
+        let old = chrono::DateTime::parse_from_rfc3339("1600-12-31T23:59:59Z")
+            .unwrap()
+            .with_timezone(&chrono::Utc);
+        let refused = [
+            t.insert(&DynamicEntity::new("a/b", "r")).await.unwrap_err(),
+            t.insert(&DynamicEntity::new("p", "k".repeat(1025))).await.unwrap_err(),
+            t.insert(&wide).await.unwrap_err(),
+            t.insert(&huge).await.unwrap_err(),
+            t.insert(&DynamicEntity::new("p", "s").with("S", "x".repeat(32 * 1024 + 1)))
+                .await
+                .unwrap_err(),
+            t.insert(&DynamicEntity::new("p", "d").with("D", old)).await.unwrap_err(),
+            t.upsert(&DynamicEntity::new("p", "n").with("a-b", 1), UpdateMode::Merge)
+                .await
+                .unwrap_err(),
+            t.delete(("p", "a#b"), IfMatch::Any).await.unwrap_err(),
+            t.query().page_size(1001).fetch_all().await.unwrap_err(),
+            t.query().select(["b-c"]).fetch_all().await.unwrap_err(),
+            t.query()
+                .filter_raw((0..16).map(|i| format!("A eq {i}")).collect::<Vec<_>>().join(" or "))
+                .fetch_all()
+                .await
+                .unwrap_err(),
+            t.clone()
+                .with_scan_policy(tablekit::ScanPolicy::Deny)
+                .query()
+                .fetch_all()
+                .await
+                .unwrap_err(),
+        ];
+        let messages: Vec<String> = refused.iter().map(common::assert_invalid).collect();
+        assert!(messages[0].contains("PartitionKey"), "{messages:?}");
+        let mut tx = t.transaction();
+        tx.insert(&DynamicEntity::new("p", "a")).unwrap();
+        let err = tx.insert(&DynamicEntity::new("q", "b")).unwrap_err();
+        assert_eq!(err.batch_index(), Some(1));
+        let err = tx.insert(&DynamicEntity::new("p", "a")).unwrap_err();
+        assert_eq!(err.batch_index(), Some(1));
+        assert!(t.query().fetch_all().await.unwrap().is_empty(), "nothing written");
+        common::drop_table(&t).await;
+    }
+}
