@@ -6,7 +6,8 @@
 //! ```
 //!
 //! It uses `TABLEKIT_CONNECTION_STRING` when set (Azure or Azurite), and otherwise
-//! the Azurite emulator on its default port (`UseDevelopmentStorage=true`).
+//! the embedded backend: an in-memory store with the service's rules, inside this
+//! process, so the tour runs on a fresh machine with no server.
 
 use chrono::{DateTime, Utc};
 use futures::TryStreamExt;
@@ -28,9 +29,9 @@ struct Post {
 }
 
 const HOW_TO_START_AZURITE: &str = "\
-No Table service answered.
+No Table service answered at TABLEKIT_CONNECTION_STRING.
 
-tablekit talks to Azure Table Storage or to Azurite, the local emulator. Either
+Unset it to run the tour on the embedded backend, or
   * point it at an account:
         export TABLEKIT_CONNECTION_STRING='DefaultEndpointsProtocol=https;AccountName=...;AccountKey=...'
   * or start Azurite from this repository (needs Node.js 20+) and use what it prints:
@@ -53,11 +54,18 @@ async fn main() {
 }
 
 async fn run() -> tablekit::Result<()> {
-    let connection = std::env::var("TABLEKIT_CONNECTION_STRING").unwrap_or_else(|_| {
-        println!("TABLEKIT_CONNECTION_STRING is not set: trying Azurite on 127.0.0.1:10002");
-        "UseDevelopmentStorage=true".to_owned()
-    });
-    let service = TableServiceClient::from_connection_string(&connection)?;
+    let service = match std::env::var("TABLEKIT_CONNECTION_STRING") {
+        Ok(connection) if !connection.trim().is_empty() => {
+            println!("backend: the account of TABLEKIT_CONNECTION_STRING (Azure or Azurite)");
+            TableServiceClient::from_connection_string(&connection)?
+        }
+        _ => {
+            println!(
+                "backend: embedded (in-memory, this process only; set TABLEKIT_CONNECTION_STRING to use Azure or Azurite)"
+            );
+            TableServiceClient::embedded()
+        }
+    };
 
     // A fresh table per run: a deleted table's name stays taken for ~40 s on Azure.
     let name = format!(

@@ -1,12 +1,18 @@
 //! The standard end-to-end workload (W1–W7 of the shared WORKLOAD.md) against one
 //! Azurite on loopback, so tablekit's figures compare with other client libraries
-//! measured the same way.
+//! measured the same way, and against the embedded backend, so the cost of the
+//! library itself (and of the in-process store) shows next to it.
 //!
 //! ```text
 //! eval "$(scripts/azurite.sh start)"    # exports TABLEKIT_TEST_CONNECTION_STRING, AZURITE_PID
 //! cargo bench --bench workload           # TABLEKIT_BENCH_N=... to change N (default 10000)
 //! scripts/azurite.sh stop
 //! ```
+//!
+//! `TABLEKIT_BENCH_BACKEND` picks the backends: `azurite`, `embedded`, or `both`
+//! (the default when a connection string is set; `embedded` otherwise). Each JSON
+//! line carries `"backend"`, and with more than one backend a table on stderr puts
+//! the per-request and per-entity CPU figures side by side.
 //!
 //! The whole sequence runs once per entity representation, each in fresh tables:
 //! `TABLEKIT_BENCH_ENTITY=typed` (the `#[derive(TableEntity)]` struct [`Employee`]),
@@ -320,11 +326,39 @@ fn round(x: f64, digits: i32) -> f64 {
     (x * m).round() / m
 }
 
+/// One emitted figure, kept for the side-by-side table at the end.
+struct Figure {
+    backend: &'static str,
+    entity: String,
+    workload: String,
+    per_request_us: Option<f64>,
+    per_entity_us: Option<f64>,
+}
+
+static FIGURES: std::sync::Mutex<Vec<Figure>> = std::sync::Mutex::new(Vec::new());
+
+/// The backend being measured, for `emit` (backends are measured one after the other).
+static BACKEND: std::sync::Mutex<&'static str> = std::sync::Mutex::new("azurite");
+
 /// Prints a workload's JSON line; `n` is the number of entities it wrote or read.
 fn emit(entity: &str, id: &str, what: &str, n: usize, requests: usize, cost: &Cost, ok: bool) {
     let cpu_s = cost.user_s + cost.sys_s;
     let per = |count: usize| (count > 0).then(|| round(cpu_s * 1e6 / count as f64, 3));
+    let backend = *BACKEND
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    FIGURES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .push(Figure {
+            backend,
+            entity: entity.to_owned(),
+            workload: id.to_owned(),
+            per_request_us: per(requests),
+            per_entity_us: per(n),
+        });
     let line = json!({
+        "backend": backend,
         "workload": id,
         "entity": entity,
         "what": what,
@@ -745,6 +779,43 @@ async fn read_back<T: BenchEntity>(table: &TableClient<T>, i: usize) -> bool {
 
 // ---------------------------------------------------------------------------
 
+/// The per-request and per-entity CPU figures of every backend, side by side (stderr).
+fn print_comparison(backends: &[&'static str]) {
+    let figures = FIGURES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let show = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.3}"));
+    let mut header = format!("{:<8} {:<4}", "entity", "id");
+    for b in backends {
+        header.push_str(&format!(
+            " {:>14} {:>14}",
+            format!("{b} us/req"),
+            format!("{b} us/ent")
+        ));
+    }
+    eprintln!("\n{header}");
+    let mut rows: Vec<(&str, &str)> = Vec::new();
+    for f in figures.iter() {
+        if !rows.contains(&(f.entity.as_str(), f.workload.as_str())) {
+            rows.push((&f.entity, &f.workload));
+        }
+    }
+    for (entity, id) in rows {
+        let mut line = format!("{entity:<8} {id:<4}");
+        for b in backends {
+            let f = figures
+                .iter()
+                .find(|f| f.backend == *b && f.entity == entity && f.workload == id);
+            line.push_str(&format!(
+                " {:>14} {:>14}",
+                show(f.and_then(|f| f.per_request_us)),
+                show(f.and_then(|f| f.per_entity_us))
+            ));
+        }
+        eprintln!("{line}");
+    }
+}
+
 fn main() {
     // `cargo bench` passes --bench; `cargo test --benches` does not, and a test run
     // must not start a minutes-long workload.
@@ -752,15 +823,34 @@ fn main() {
         eprintln!("workload: run it with `cargo bench --bench workload`; skipped");
         return;
     }
-    let Some(connection) = [
+    let connection = [
         "TABLEKIT_TEST_CONNECTION_STRING",
         "TABLEKIT_CONNECTION_STRING",
     ]
     .iter()
-    .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty())) else {
+    .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()));
+    let backends: Vec<&'static str> = match std::env::var("TABLEKIT_BENCH_BACKEND") {
+        Err(_) if connection.is_some() => vec!["azurite", "embedded"],
+        Err(_) => {
+            eprintln!("workload: no connection string: measuring the embedded backend only");
+            vec!["embedded"]
+        }
+        Ok(v) => {
+            match v.trim() {
+                "both" | "" => vec!["azurite", "embedded"],
+                "azurite" => vec!["azurite"],
+                "embedded" => vec!["embedded"],
+                other => {
+                    eprintln!("workload: TABLEKIT_BENCH_BACKEND is azurite, embedded or both, not {other:?}");
+                    std::process::exit(2);
+                }
+            }
+        }
+    };
+    if backends.contains(&"azurite") && connection.is_none() {
         eprintln!("{HOW_TO_RUN}");
         return;
-    };
+    }
     let n = match std::env::var("TABLEKIT_BENCH_N") {
         Ok(v) => match v.trim().parse::<usize>() {
             Ok(n) if n > 0 => n,
@@ -772,14 +862,6 @@ fn main() {
         Err(_) => DEFAULT_N,
     };
     let kinds = kinds_from_env();
-    let service = match TableServiceClient::from_connection_string(&connection) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("workload: bad connection string: {e}");
-            std::process::exit(2);
-        }
-    };
-    let server = Server::from_env();
     // The runtime: a multi-thread one with the workload driven from the main thread
     // (as under `#[tokio::main]`) by default; the others help to tell runtime
     // overhead from the library's own cost.
@@ -795,14 +877,35 @@ fn main() {
         }
     };
     let runtime = builder.enable_all().build().expect("a tokio runtime");
-    eprintln!("workload: runtime {flavor}, entities {kinds:?}");
-    let ok = if flavor == "multi_thread_spawned" {
-        runtime
-            .block_on(runtime.spawn(run_all(service, n, server, kinds)))
-            .unwrap_or(false)
-    } else {
-        runtime.block_on(run_all(service, n, server, kinds))
-    };
+    eprintln!("workload: runtime {flavor}, entities {kinds:?}, backends {backends:?}");
+    let mut ok = true;
+    for &backend in &backends {
+        let (service, server) = if backend == "azurite" {
+            let connection = connection.as_deref().unwrap_or_default();
+            match TableServiceClient::from_connection_string(connection) {
+                Ok(s) => (s, Server::from_env()),
+                Err(e) => {
+                    eprintln!("workload: bad connection string: {e}");
+                    std::process::exit(2);
+                }
+            }
+        } else {
+            (TableServiceClient::embedded(), None)
+        };
+        let kinds = kinds.clone();
+        *BACKEND
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = backend;
+        let measured = run_all(service, n, server, kinds);
+        ok &= if flavor == "multi_thread_spawned" {
+            runtime.block_on(runtime.spawn(measured)).unwrap_or(false)
+        } else {
+            runtime.block_on(measured)
+        };
+    }
+    if backends.len() > 1 {
+        print_comparison(&backends);
+    }
     if !ok {
         std::process::exit(1);
     }

@@ -15,133 +15,133 @@ async fn exists(t: &TableClient<DynamicEntity>, rk: &str) -> bool {
     t.get((PK, rk)).await.unwrap().is_some()
 }
 
-#[tokio::test]
-async fn transaction_of_every_operation_kind_applies_all_and_returns_etags() {
-    let Some(svc) = common::service() else { return };
-    let t = common::fresh_table::<DynamicEntity>(&svc, "Batch").await;
+crate::both! {
+    async fn transaction_of_every_operation_kind_applies_all_and_returns_etags(svc, backend) {
+        let t = common::fresh_table::<DynamicEntity>(&svc, "Batch").await;
 
-    for rk in ["merge", "replace", "update", "delete"] {
-        t.insert(&row(rk)).await.unwrap();
-    }
-    let update_etag = t.get((PK, "update")).await.unwrap().unwrap().etag.unwrap();
-    let delete_etag = t.get((PK, "delete")).await.unwrap().unwrap().etag.unwrap();
+        for rk in ["merge", "replace", "update", "delete"] {
+            t.insert(&row(rk)).await.unwrap();
+        }
+        let update_etag = t.get((PK, "update")).await.unwrap().unwrap().etag.unwrap();
+        let delete_etag = t.get((PK, "delete")).await.unwrap().unwrap().etag.unwrap();
 
-    let mut tx = t.transaction();
-    tx.insert(&row("new")).unwrap();
-    tx.upsert(
-        &DynamicEntity::new(PK, "merge").with("B", 2),
-        UpdateMode::Merge,
-    )
-    .unwrap();
-    tx.upsert(
-        &DynamicEntity::new(PK, "replace").with("B", 2),
-        UpdateMode::Replace,
-    )
-    .unwrap();
-    tx.update(
-        &DynamicEntity::new(PK, "update").with("Text", "new"),
-        UpdateMode::Merge,
-        update_etag.clone(),
-    )
-    .unwrap();
-    tx.delete((PK, "delete"), delete_etag).unwrap();
-    tx.upsert(&row("upserted"), UpdateMode::Merge).unwrap();
-    assert_eq!(tx.len(), 6);
-    let result = tx.send().await.unwrap();
-
-    assert_eq!(result.etags().len(), 6);
-    for i in [0, 1, 2, 3, 5] {
-        assert!(result.etag(i).is_some(), "operation {i} wrote an entity");
-    }
-    assert_eq!(result.etag(4), None, "a delete has no ETag");
-    assert_eq!(result.etag(6), None);
-
-    let new = t.get((PK, "new")).await.unwrap().expect("inserted");
-    assert_eq!(new.etag.as_ref(), result.etag(0));
-    let merged = t.get((PK, "merge")).await.unwrap().unwrap();
-    assert_eq!(merged.get("A"), Some(&EdmValue::Int32(1)));
-    assert_eq!(merged.get("B"), Some(&EdmValue::Int32(2)));
-    assert_eq!(merged.etag.as_ref(), result.etag(1));
-    let replaced = t.get((PK, "replace")).await.unwrap().unwrap();
-    assert_eq!(replaced.get("A"), None);
-    assert_eq!(replaced.get("B"), Some(&EdmValue::Int32(2)));
-    let updated = t.get((PK, "update")).await.unwrap().unwrap();
-    assert_eq!(updated.get("Text"), Some(&EdmValue::from("new")));
-    assert_eq!(updated.get("A"), Some(&EdmValue::Int32(1)));
-    assert_ne!(updated.etag.as_ref(), Some(&update_etag));
-    assert!(!exists(&t, "delete").await);
-    assert!(exists(&t, "upserted").await);
-    common::drop_table(&t).await;
-}
-
-#[tokio::test]
-async fn transaction_failing_at_its_third_operation_names_index_2_and_writes_nothing() {
-    let Some(svc) = common::service() else { return };
-    let t = common::fresh_table::<DynamicEntity>(&svc, "Batch").await;
-
-    t.insert(&row("c")).await.unwrap();
-    let mut tx = t.transaction();
-    tx.insert(&row("a")).unwrap();
-    tx.upsert(&row("b"), UpdateMode::Replace).unwrap();
-    tx.insert(&row("c").with("A", 99)).unwrap(); // exists: conflict
-    tx.insert(&row("d")).unwrap();
-    let err = tx.send().await.unwrap_err();
-
-    assert!(err.is_conflict(), "{err:?}");
-    assert_eq!(err.status(), Some(409));
-    assert_eq!(err.code(), Some(&tablekit::ErrorCode::EntityAlreadyExists));
-    assert_eq!(err.batch_index(), Some(2), "{err:?}");
-    assert!(err.to_string().contains("operation 2"), "{err}");
-
-    for rk in ["a", "b", "d"] {
-        assert!(!exists(&t, rk).await, "{rk} must not be written");
-    }
-    let c = t.get((PK, "c")).await.unwrap().unwrap();
-    assert_eq!(c.get("A"), Some(&EdmValue::Int32(1)), "c is unchanged");
-    common::drop_table(&t).await;
-}
-
-#[tokio::test]
-async fn transaction_with_a_stale_etag_fails_with_412_and_writes_nothing() {
-    let Some(svc) = common::service() else { return };
-    let t = common::fresh_table::<DynamicEntity>(&svc, "Batch").await;
-
-    let v1 = t.insert(&row("u")).await.unwrap();
-    t.update(&row("u").with("A", 2), UpdateMode::Merge, v1.etag())
-        .await
+        let mut tx = t.transaction();
+        tx.insert(&row("new")).unwrap();
+        tx.upsert(
+            &DynamicEntity::new(PK, "merge").with("B", 2),
+            UpdateMode::Merge,
+        )
         .unwrap();
-
-    let mut tx = t.transaction();
-    tx.insert(&row("a")).unwrap();
-    tx.update(&row("u").with("A", 3), UpdateMode::Replace, v1.etag())
+        tx.upsert(
+            &DynamicEntity::new(PK, "replace").with("B", 2),
+            UpdateMode::Replace,
+        )
         .unwrap();
-    let err = tx.send().await.unwrap_err();
-    assert!(err.is_precondition_failed(), "{err:?}");
-    assert_eq!(
-        err.code(),
-        Some(&tablekit::ErrorCode::UpdateConditionNotSatisfied)
-    );
-    assert_eq!(err.batch_index(), Some(1), "{err:?}");
+        tx.update(
+            &DynamicEntity::new(PK, "update").with("Text", "new"),
+            UpdateMode::Merge,
+            update_etag.clone(),
+        )
+        .unwrap();
+        tx.delete((PK, "delete"), delete_etag).unwrap();
+        tx.upsert(&row("upserted"), UpdateMode::Merge).unwrap();
+        assert_eq!(tx.len(), 6);
+        let result = tx.send().await.unwrap();
 
-    assert!(!exists(&t, "a").await);
-    let u = t.get((PK, "u")).await.unwrap().unwrap();
-    assert_eq!(u.get("A"), Some(&EdmValue::Int32(2)));
-    common::drop_table(&t).await;
+        assert_eq!(result.etags().len(), 6);
+        for i in [0, 1, 2, 3, 5] {
+            assert!(result.etag(i).is_some(), "operation {i} wrote an entity");
+        }
+        assert_eq!(result.etag(4), None, "a delete has no ETag");
+        assert_eq!(result.etag(6), None);
+
+        let new = t.get((PK, "new")).await.unwrap().expect("inserted");
+        assert_eq!(new.etag.as_ref(), result.etag(0));
+        let merged = t.get((PK, "merge")).await.unwrap().unwrap();
+        assert_eq!(merged.get("A"), Some(&EdmValue::Int32(1)));
+        assert_eq!(merged.get("B"), Some(&EdmValue::Int32(2)));
+        assert_eq!(merged.etag.as_ref(), result.etag(1));
+        let replaced = t.get((PK, "replace")).await.unwrap().unwrap();
+        assert_eq!(replaced.get("A"), None);
+        assert_eq!(replaced.get("B"), Some(&EdmValue::Int32(2)));
+        let updated = t.get((PK, "update")).await.unwrap().unwrap();
+        assert_eq!(updated.get("Text"), Some(&EdmValue::from("new")));
+        assert_eq!(updated.get("A"), Some(&EdmValue::Int32(1)));
+        assert_ne!(updated.etag.as_ref(), Some(&update_etag));
+        assert!(!exists(&t, "delete").await);
+        assert!(exists(&t, "upserted").await);
+        common::drop_table(&t).await;
+    }
 }
 
-#[tokio::test]
-async fn transaction_delete_of_a_missing_entity_fails_and_writes_nothing() {
-    let Some(svc) = common::service() else { return };
-    let t = common::fresh_table::<DynamicEntity>(&svc, "Batch").await;
+crate::both! {
+    async fn transaction_failing_at_its_third_operation_names_index_2_and_writes_nothing(svc, backend) {
+        let t = common::fresh_table::<DynamicEntity>(&svc, "Batch").await;
 
-    let mut tx = t.transaction();
-    tx.insert(&row("a")).unwrap();
-    tx.delete((PK, "missing"), IfMatch::Any).unwrap();
-    let err = tx.send().await.unwrap_err();
-    assert!(err.is_not_found(), "{err:?}");
-    assert_eq!(err.batch_index(), Some(1), "{err:?}");
-    assert!(!exists(&t, "a").await);
-    common::drop_table(&t).await;
+        t.insert(&row("c")).await.unwrap();
+        let mut tx = t.transaction();
+        tx.insert(&row("a")).unwrap();
+        tx.upsert(&row("b"), UpdateMode::Replace).unwrap();
+        tx.insert(&row("c").with("A", 99)).unwrap(); // exists: conflict
+        tx.insert(&row("d")).unwrap();
+        let err = tx.send().await.unwrap_err();
+
+        assert!(err.is_conflict(), "{err:?}");
+        assert_eq!(err.status(), Some(409));
+        assert_eq!(err.code(), Some(&tablekit::ErrorCode::EntityAlreadyExists));
+        assert_eq!(err.batch_index(), Some(2), "{err:?}");
+        assert!(err.to_string().contains("operation 2"), "{err}");
+
+        for rk in ["a", "b", "d"] {
+            assert!(!exists(&t, rk).await, "{rk} must not be written");
+        }
+        let c = t.get((PK, "c")).await.unwrap().unwrap();
+        assert_eq!(c.get("A"), Some(&EdmValue::Int32(1)), "c is unchanged");
+        common::drop_table(&t).await;
+    }
+}
+
+crate::both! {
+    async fn transaction_with_a_stale_etag_fails_with_412_and_writes_nothing(svc, backend) {
+        let t = common::fresh_table::<DynamicEntity>(&svc, "Batch").await;
+
+        let v1 = t.insert(&row("u")).await.unwrap();
+        t.update(&row("u").with("A", 2), UpdateMode::Merge, v1.etag())
+            .await
+            .unwrap();
+
+        let mut tx = t.transaction();
+        tx.insert(&row("a")).unwrap();
+        tx.update(&row("u").with("A", 3), UpdateMode::Replace, v1.etag())
+            .unwrap();
+        let err = tx.send().await.unwrap_err();
+        assert!(err.is_precondition_failed(), "{err:?}");
+        assert_eq!(
+            err.code(),
+            Some(&tablekit::ErrorCode::UpdateConditionNotSatisfied)
+        );
+        assert_eq!(err.batch_index(), Some(1), "{err:?}");
+
+        assert!(!exists(&t, "a").await);
+        let u = t.get((PK, "u")).await.unwrap().unwrap();
+        assert_eq!(u.get("A"), Some(&EdmValue::Int32(2)));
+        common::drop_table(&t).await;
+    }
+}
+
+crate::both! {
+    async fn transaction_delete_of_a_missing_entity_fails_and_writes_nothing(svc, backend) {
+        let t = common::fresh_table::<DynamicEntity>(&svc, "Batch").await;
+
+        let mut tx = t.transaction();
+        tx.insert(&row("a")).unwrap();
+        tx.delete((PK, "missing"), IfMatch::Any).unwrap();
+        let err = tx.send().await.unwrap_err();
+        assert!(err.is_not_found(), "{err:?}");
+        assert_eq!(err.batch_index(), Some(1), "{err:?}");
+        assert!(!exists(&t, "a").await);
+        common::drop_table(&t).await;
+    }
 }
 
 #[tokio::test]
@@ -270,19 +270,19 @@ async fn empty_transaction_is_rejected_before_io() {
     );
 }
 
-#[tokio::test]
-async fn transaction_of_100_operations_is_accepted() {
-    let Some(svc) = common::service() else { return };
-    let t = common::fresh_table::<DynamicEntity>(&svc, "Batch").await;
+crate::both! {
+    async fn transaction_of_100_operations_is_accepted(svc, backend) {
+        let t = common::fresh_table::<DynamicEntity>(&svc, "Batch").await;
 
-    let mut tx = t.transaction();
-    for i in 0..100 {
-        tx.insert(&row(&format!("r{i:03}"))).unwrap();
+        let mut tx = t.transaction();
+        for i in 0..100 {
+            tx.insert(&row(&format!("r{i:03}"))).unwrap();
+        }
+        let result = tx.send().await.unwrap();
+        assert_eq!(result.etags().len(), 100);
+        assert!(result.etags().iter().all(Option::is_some));
+        let all = t.query().fetch_all().await.unwrap();
+        assert_eq!(all.len(), 100);
+        common::drop_table(&t).await;
     }
-    let result = tx.send().await.unwrap();
-    assert_eq!(result.etags().len(), 100);
-    assert!(result.etags().iter().all(Option::is_some));
-    let all = t.query().fetch_all().await.unwrap();
-    assert_eq!(all.len(), 100);
-    common::drop_table(&t).await;
 }

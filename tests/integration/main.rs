@@ -1,8 +1,11 @@
 //! The integration tests, in one binary (one link instead of one per file).
 //!
-//! Most run against the Azurite (or Azure) account named by
-//! `TABLEKIT_TEST_CONNECTION_STRING`, which `scripts/test.sh` starts and sets;
-//! the `derive_*` offline ones and `retry` need no emulator.
+//! The behaviour suite (crud, batch, query, query_dsl, tables, types,
+//! service_rules, differential) runs every case twice: against the Azurite (or
+//! Azure) account named by `TABLEKIT_TEST_CONNECTION_STRING`, which
+//! `scripts/test.sh` starts and sets, and on the embedded backend (see
+//! `common::both!`). auth, metadata and tracing are HTTP-only; the `derive_*`
+//! offline ones and `retry` need no emulator.
 
 mod common;
 
@@ -18,6 +21,7 @@ mod derive_keys;
 mod derive_proptest;
 mod derive_roundtrip;
 mod derive_schema;
+mod differential;
 mod errors;
 mod filter_macros;
 mod metadata;
@@ -26,6 +30,7 @@ mod query;
 mod query_dsl;
 mod queue;
 mod retry;
+mod service_rules;
 mod tables;
 mod tracing;
 mod types;

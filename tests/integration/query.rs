@@ -1,10 +1,10 @@
 //! Queries against Azurite over 2,500 entities: ordering, paging with `top`,
 //! `take`, resumable continuations, filters, projection and client-side limits.
 
-use crate::common;
+use crate::common::{self, BackendKind};
 
 use futures::TryStreamExt;
-use tablekit::{Continuation, DynamicEntity, EdmValue, Page, TableClient};
+use tablekit::{Continuation, DynamicEntity, EdmValue, Page, TableClient, TableServiceClient};
 use tokio::sync::OnceCell;
 
 const PARTITIONS: i32 = 25;
@@ -24,10 +24,18 @@ fn entity(n: i32) -> DynamicEntity {
 /// The name of a table holding entities 0..2,500 (25 partitions × 100), seeded
 /// once per test binary by whichever test gets here first (25 transactions).
 /// Each test uses its own client: a client belongs to the runtime it runs on.
-async fn seeded_table() -> Option<TableClient<DynamicEntity>> {
-    static SEEDED: OnceCell<String> = OnceCell::const_new();
-    let svc = common::service()?;
-    let name = SEEDED
+async fn seeded_table(
+    svc: &TableServiceClient,
+    backend: BackendKind,
+) -> TableClient<DynamicEntity> {
+    static AZURITE: OnceCell<String> = OnceCell::const_new();
+    static EMBEDDED: OnceCell<String> = OnceCell::const_new();
+    let svc = common::seed_service(svc, backend);
+    let cell = match backend {
+        BackendKind::Azurite => &AZURITE,
+        BackendKind::Embedded => &EMBEDDED,
+    };
+    let name = cell
         .get_or_init(|| async {
             let table = common::fresh_table::<DynamicEntity>(&svc, "Query").await;
             let sends = (0..PARTITIONS).map(|p| {
@@ -43,7 +51,7 @@ async fn seeded_table() -> Option<TableClient<DynamicEntity>> {
             table.name().to_owned()
         })
         .await;
-    Some(svc.table(name).unwrap())
+    svc.table(name).unwrap()
 }
 
 fn numbers(items: &[DynamicEntity]) -> Vec<i32> {
@@ -65,34 +73,32 @@ async fn collect_pages(pages: tablekit::PageStream<DynamicEntity>) -> Vec<Page<D
     pages.try_collect().await.unwrap()
 }
 
-#[tokio::test]
-async fn stream_without_top_returns_everything_in_key_order() {
-    let Some(t) = seeded_table().await else {
-        return;
-    };
+crate::both! {
+    async fn stream_without_top_returns_everything_in_key_order(svc, backend) {
+        let t = seeded_table(&svc, backend).await;
 
-    let all: Vec<DynamicEntity> = t.query().stream().try_collect().await.unwrap();
-    assert_eq!(all.len(), TOTAL);
-    assert_eq!(numbers(&all), all_numbers());
-    let keys: Vec<(String, String)> = all
-        .iter()
-        .map(|e| (e.partition_key.clone(), e.row_key.clone()))
-        .collect();
-    let mut sorted = keys.clone();
-    sorted.sort();
-    assert_eq!(keys, sorted, "results come in (PartitionKey, RowKey) order");
-    assert!(all
-        .iter()
-        .all(|e| e.etag.is_some() && e.timestamp.is_some()));
+        let all: Vec<DynamicEntity> = t.query().stream().try_collect().await.unwrap();
+        assert_eq!(all.len(), TOTAL);
+        assert_eq!(numbers(&all), all_numbers());
+        let keys: Vec<(String, String)> = all
+            .iter()
+            .map(|e| (e.partition_key.clone(), e.row_key.clone()))
+            .collect();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(keys, sorted, "results come in (PartitionKey, RowKey) order");
+        assert!(all
+            .iter()
+            .all(|e| e.etag.is_some() && e.timestamp.is_some()));
+    }
 }
 
-#[tokio::test]
-async fn fetch_all_returns_everything() {
-    let Some(t) = seeded_table().await else {
-        return;
-    };
-    let all = t.query().fetch_all().await.unwrap();
-    assert_eq!(numbers(&all), all_numbers());
+crate::both! {
+    async fn fetch_all_returns_everything(svc, backend) {
+        let t = seeded_table(&svc, backend).await;
+        let all = t.query().fetch_all().await.unwrap();
+        assert_eq!(numbers(&all), all_numbers());
+    }
 }
 
 /// Every page but the last carries a continuation; together they hold every
@@ -109,249 +115,237 @@ fn assert_pages_cover_everything(pages: &[Page<DynamicEntity>], top: usize) {
     assert_eq!(numbers(&all), all_numbers());
 }
 
-#[tokio::test]
-async fn pages_with_top_1000_span_at_least_three_pages() {
-    let Some(t) = seeded_table().await else {
-        return;
-    };
+crate::both! {
+    async fn pages_with_top_1000_span_at_least_three_pages(svc, backend) {
+        let t = seeded_table(&svc, backend).await;
 
-    let pages = collect_pages(t.query().page_size(1000).pages()).await;
-    assert!(pages.len() >= 3, "{} pages", pages.len());
-    assert_pages_cover_everything(&pages, 1000);
-}
-
-#[tokio::test]
-async fn pages_without_top_hold_at_most_1000_entities() {
-    let Some(t) = seeded_table().await else {
-        return;
-    };
-
-    let pages = collect_pages(t.query().pages()).await;
-    assert!(pages.len() >= 3, "{} pages", pages.len());
-    assert_pages_cover_everything(&pages, 1000);
-}
-
-#[tokio::test]
-async fn pages_with_top_300_span_at_least_nine_pages() {
-    let Some(t) = seeded_table().await else {
-        return;
-    };
-
-    let pages = collect_pages(t.query().page_size(300).pages()).await;
-    assert!(pages.len() >= 9, "{} pages", pages.len());
-    assert_pages_cover_everything(&pages, 300);
-}
-
-#[tokio::test]
-async fn take_returns_exactly_that_many_and_stops_fetching() {
-    let Some(t) = seeded_table().await else {
-        return;
-    };
-
-    let first: Vec<DynamicEntity> = t.query().take(250).stream().try_collect().await.unwrap();
-    assert_eq!(numbers(&first), (0..250).collect::<Vec<_>>());
-    let fetched = t.query().take(250).fetch_all().await.unwrap();
-    assert_eq!(fetched.len(), 250);
-
-    // With top(100): 100 + 100 + 50 (the last request asks only for what is
-    // still needed), and no fourth request even though more entities exist.
-    let pages = collect_pages(t.query().page_size(100).take(250).pages()).await;
-    let sizes: Vec<usize> = pages.iter().map(|p| p.items.len()).collect();
-    assert_eq!(sizes, [100, 100, 50]);
-    assert!(
-        pages.last().unwrap().continuation.is_some(),
-        "the results go on; take stopped the paging"
-    );
-    let all: Vec<DynamicEntity> = pages.into_iter().flat_map(|p| p.items).collect();
-    assert_eq!(numbers(&all), (0..250).collect::<Vec<_>>());
-}
-
-#[tokio::test]
-async fn take_zero_returns_nothing() {
-    let Some(t) = seeded_table().await else {
-        return;
-    };
-    let none = t.query().take(0).fetch_all().await.unwrap();
-    assert!(none.is_empty());
-}
-
-#[tokio::test]
-async fn next_page_then_continue_from_resumes_exactly_where_it_stopped() {
-    let Some(t) = seeded_table().await else {
-        return;
-    };
-
-    let first = t.query().page_size(700).next_page().await.unwrap();
-    assert_eq!(numbers(&first.items), (0..700).collect::<Vec<_>>());
-    let token = first.continuation.expect("more results").to_string();
-
-    // The token survives as text (e.g. stored between two web requests).
-    let resumed: Continuation = token.parse().unwrap();
-    let second = t
-        .query()
-        .page_size(700)
-        .continue_from(resumed.clone())
-        .next_page()
-        .await
-        .unwrap();
-    assert_eq!(numbers(&second.items), (700..1400).collect::<Vec<_>>());
-
-    let rest = t
-        .query()
-        .page_size(700)
-        .continue_from(resumed)
-        .fetch_all()
-        .await
-        .unwrap();
-    let mut seen = numbers(&first.items);
-    seen.extend(numbers(&rest));
-    assert_eq!(seen, all_numbers(), "no duplicates, no gaps");
-}
-
-#[tokio::test]
-async fn filter_on_a_property_returns_only_matching_entities() {
-    let Some(t) = seeded_table().await else {
-        return;
-    };
-
-    let high = t
-        .query()
-        .filter_raw("Rating ge 3")
-        .fetch_all()
-        .await
-        .unwrap();
-    let expected: Vec<i32> = all_numbers().into_iter().filter(|n| n % 5 >= 3).collect();
-    assert_eq!(numbers(&high), expected);
-    assert_eq!(high.len(), 1000);
-}
-
-#[tokio::test]
-async fn filter_on_partition_key_returns_that_partition_in_row_key_order() {
-    let Some(t) = seeded_table().await else {
-        return;
-    };
-
-    let p07 = t
-        .query()
-        .filter_raw("PartitionKey eq 'p07'")
-        .fetch_all()
-        .await
-        .unwrap();
-    assert_eq!(numbers(&p07), (700..800).collect::<Vec<_>>());
-    assert!(p07.iter().all(|e| e.partition_key == "p07"));
-
-    let both = t
-        .query()
-        .filter_raw("PartitionKey eq 'p07' and Rating ge 3 and RowKey lt 'r050'")
-        .fetch_all()
-        .await
-        .unwrap();
-    let expected: Vec<i32> = (700..750).filter(|n| n % 5 >= 3).collect();
-    assert_eq!(numbers(&both), expected);
-
-    let range = t
-        .query()
-        .filter_raw("PartitionKey ge 'p10' and PartitionKey lt 'p12'")
-        .fetch_all()
-        .await
-        .unwrap();
-    assert_eq!(numbers(&range), (1000..1200).collect::<Vec<_>>());
-}
-
-#[tokio::test]
-async fn fetch_optional_returns_the_first_match_or_none() {
-    let Some(t) = seeded_table().await else {
-        return;
-    };
-
-    let one = t
-        .query()
-        .filter_raw("N eq 1234")
-        .fetch_optional()
-        .await
-        .unwrap()
-        .expect("entity 1234 exists");
-    assert_eq!(
-        (one.partition_key.as_str(), one.row_key.as_str()),
-        ("p12", "r034")
-    );
-
-    let first = t.query().fetch_optional().await.unwrap().unwrap();
-    assert_eq!(numbers(&[first]), [0]);
-
-    let none = t
-        .query()
-        .filter_raw("N eq -1")
-        .fetch_optional()
-        .await
-        .unwrap();
-    assert!(none.is_none());
-}
-
-#[tokio::test]
-async fn empty_result_is_one_empty_page_without_continuation() {
-    let Some(t) = seeded_table().await else {
-        return;
-    };
-
-    let q = || t.query().filter_raw("PartitionKey eq 'nope'");
-    assert!(q().fetch_all().await.unwrap().is_empty());
-    let pages = collect_pages(q().pages()).await;
-    assert_eq!(pages.len(), 1);
-    assert!(pages[0].items.is_empty());
-    assert!(pages[0].continuation.is_none());
-    let page = q().next_page().await.unwrap();
-    assert!(page.items.is_empty() && page.continuation.is_none());
-}
-
-#[tokio::test]
-async fn query_of_an_empty_table_is_empty() {
-    let Some(svc) = common::service() else { return };
-    let t = common::fresh_table::<DynamicEntity>(&svc, "Empty").await;
-    assert!(t.query().fetch_all().await.unwrap().is_empty());
-    assert!(t.query().fetch_optional().await.unwrap().is_none());
-    common::drop_table(&t).await;
-}
-
-#[tokio::test]
-async fn select_returns_only_the_selected_properties() {
-    let Some(t) = seeded_table().await else {
-        return;
-    };
-
-    let rows = t
-        .query()
-        .filter_raw("PartitionKey eq 'p03'")
-        .select(["N", "Rating"])
-        .take(5)
-        .fetch_all()
-        .await
-        .unwrap();
-    assert_eq!(numbers(&rows), (300..305).collect::<Vec<_>>());
-    for e in &rows {
-        assert_eq!(e.partition_key, "p03");
-        assert_eq!(e.properties.len(), 2, "{e:?}");
-        assert!(e.get("Text").is_none());
+        let pages = collect_pages(t.query().page_size(1000).pages()).await;
+        assert!(pages.len() >= 3, "{} pages", pages.len());
+        assert_pages_cover_everything(&pages, 1000);
     }
 }
 
-#[tokio::test]
-async fn select_naming_the_keys_too_returns_keys_and_selected_properties() {
-    let Some(t) = seeded_table().await else {
-        return;
-    };
+crate::both! {
+    async fn pages_without_top_hold_at_most_1000_entities(svc, backend) {
+        let t = seeded_table(&svc, backend).await;
 
-    let rows = t
-        .query()
-        .filter_raw("PartitionKey eq 'p03'")
-        .select(["PartitionKey", "RowKey", "N"])
-        .take(3)
-        .fetch_all()
-        .await
-        .unwrap();
-    assert_eq!(numbers(&rows), [300, 301, 302]);
-    assert!(rows.iter().all(|e| e.properties.len() == 1));
-    assert_eq!(rows[1].row_key, "r001");
+        let pages = collect_pages(t.query().pages()).await;
+        assert!(pages.len() >= 3, "{} pages", pages.len());
+        assert_pages_cover_everything(&pages, 1000);
+    }
+}
+
+crate::both! {
+    async fn pages_with_top_300_span_at_least_nine_pages(svc, backend) {
+        let t = seeded_table(&svc, backend).await;
+
+        let pages = collect_pages(t.query().page_size(300).pages()).await;
+        assert!(pages.len() >= 9, "{} pages", pages.len());
+        assert_pages_cover_everything(&pages, 300);
+    }
+}
+
+crate::both! {
+    async fn take_returns_exactly_that_many_and_stops_fetching(svc, backend) {
+        let t = seeded_table(&svc, backend).await;
+
+        let first: Vec<DynamicEntity> = t.query().take(250).stream().try_collect().await.unwrap();
+        assert_eq!(numbers(&first), (0..250).collect::<Vec<_>>());
+        let fetched = t.query().take(250).fetch_all().await.unwrap();
+        assert_eq!(fetched.len(), 250);
+
+        // With top(100): 100 + 100 + 50 (the last request asks only for what is
+        // still needed), and no fourth request even though more entities exist.
+        let pages = collect_pages(t.query().page_size(100).take(250).pages()).await;
+        let sizes: Vec<usize> = pages.iter().map(|p| p.items.len()).collect();
+        assert_eq!(sizes, [100, 100, 50]);
+        assert!(
+            pages.last().unwrap().continuation.is_some(),
+            "the results go on; take stopped the paging"
+        );
+        let all: Vec<DynamicEntity> = pages.into_iter().flat_map(|p| p.items).collect();
+        assert_eq!(numbers(&all), (0..250).collect::<Vec<_>>());
+    }
+}
+
+crate::both! {
+    async fn take_zero_returns_nothing(svc, backend) {
+        let t = seeded_table(&svc, backend).await;
+        let none = t.query().take(0).fetch_all().await.unwrap();
+        assert!(none.is_empty());
+    }
+}
+
+crate::both! {
+    async fn next_page_then_continue_from_resumes_exactly_where_it_stopped(svc, backend) {
+        let t = seeded_table(&svc, backend).await;
+
+        let first = t.query().page_size(700).next_page().await.unwrap();
+        assert_eq!(numbers(&first.items), (0..700).collect::<Vec<_>>());
+        let token = first.continuation.expect("more results").to_string();
+
+        // The token survives as text (e.g. stored between two web requests).
+        let resumed: Continuation = token.parse().unwrap();
+        let second = t
+            .query()
+            .page_size(700)
+            .continue_from(resumed.clone())
+            .next_page()
+            .await
+            .unwrap();
+        assert_eq!(numbers(&second.items), (700..1400).collect::<Vec<_>>());
+
+        let rest = t
+            .query()
+            .page_size(700)
+            .continue_from(resumed)
+            .fetch_all()
+            .await
+            .unwrap();
+        let mut seen = numbers(&first.items);
+        seen.extend(numbers(&rest));
+        assert_eq!(seen, all_numbers(), "no duplicates, no gaps");
+    }
+}
+
+crate::both! {
+    async fn filter_on_a_property_returns_only_matching_entities(svc, backend) {
+        let t = seeded_table(&svc, backend).await;
+
+        let high = t
+            .query()
+            .filter_raw("Rating ge 3")
+            .fetch_all()
+            .await
+            .unwrap();
+        let expected: Vec<i32> = all_numbers().into_iter().filter(|n| n % 5 >= 3).collect();
+        assert_eq!(numbers(&high), expected);
+        assert_eq!(high.len(), 1000);
+    }
+}
+
+crate::both! {
+    async fn filter_on_partition_key_returns_that_partition_in_row_key_order(svc, backend) {
+        let t = seeded_table(&svc, backend).await;
+
+        let p07 = t
+            .query()
+            .filter_raw("PartitionKey eq 'p07'")
+            .fetch_all()
+            .await
+            .unwrap();
+        assert_eq!(numbers(&p07), (700..800).collect::<Vec<_>>());
+        assert!(p07.iter().all(|e| e.partition_key == "p07"));
+
+        let both = t
+            .query()
+            .filter_raw("PartitionKey eq 'p07' and Rating ge 3 and RowKey lt 'r050'")
+            .fetch_all()
+            .await
+            .unwrap();
+        let expected: Vec<i32> = (700..750).filter(|n| n % 5 >= 3).collect();
+        assert_eq!(numbers(&both), expected);
+
+        let range = t
+            .query()
+            .filter_raw("PartitionKey ge 'p10' and PartitionKey lt 'p12'")
+            .fetch_all()
+            .await
+            .unwrap();
+        assert_eq!(numbers(&range), (1000..1200).collect::<Vec<_>>());
+    }
+}
+
+crate::both! {
+    async fn fetch_optional_returns_the_first_match_or_none(svc, backend) {
+        let t = seeded_table(&svc, backend).await;
+
+        let one = t
+            .query()
+            .filter_raw("N eq 1234")
+            .fetch_optional()
+            .await
+            .unwrap()
+            .expect("entity 1234 exists");
+        assert_eq!(
+            (one.partition_key.as_str(), one.row_key.as_str()),
+            ("p12", "r034")
+        );
+
+        let first = t.query().fetch_optional().await.unwrap().unwrap();
+        assert_eq!(numbers(&[first]), [0]);
+
+        let none = t
+            .query()
+            .filter_raw("N eq -1")
+            .fetch_optional()
+            .await
+            .unwrap();
+        assert!(none.is_none());
+    }
+}
+
+crate::both! {
+    async fn empty_result_is_one_empty_page_without_continuation(svc, backend) {
+        let t = seeded_table(&svc, backend).await;
+
+        let q = || t.query().filter_raw("PartitionKey eq 'nope'");
+        assert!(q().fetch_all().await.unwrap().is_empty());
+        let pages = collect_pages(q().pages()).await;
+        assert_eq!(pages.len(), 1);
+        assert!(pages[0].items.is_empty());
+        assert!(pages[0].continuation.is_none());
+        let page = q().next_page().await.unwrap();
+        assert!(page.items.is_empty() && page.continuation.is_none());
+    }
+}
+
+crate::both! {
+    async fn query_of_an_empty_table_is_empty(svc, backend) {
+        let t = common::fresh_table::<DynamicEntity>(&svc, "Empty").await;
+        assert!(t.query().fetch_all().await.unwrap().is_empty());
+        assert!(t.query().fetch_optional().await.unwrap().is_none());
+        common::drop_table(&t).await;
+    }
+}
+
+crate::both! {
+    async fn select_returns_only_the_selected_properties(svc, backend) {
+        let t = seeded_table(&svc, backend).await;
+
+        let rows = t
+            .query()
+            .filter_raw("PartitionKey eq 'p03'")
+            .select(["N", "Rating"])
+            .take(5)
+            .fetch_all()
+            .await
+            .unwrap();
+        assert_eq!(numbers(&rows), (300..305).collect::<Vec<_>>());
+        for e in &rows {
+            assert_eq!(e.partition_key, "p03");
+            assert_eq!(e.properties.len(), 2, "{e:?}");
+            assert!(e.get("Text").is_none());
+        }
+    }
+}
+
+crate::both! {
+    async fn select_naming_the_keys_too_returns_keys_and_selected_properties(svc, backend) {
+        let t = seeded_table(&svc, backend).await;
+
+        let rows = t
+            .query()
+            .filter_raw("PartitionKey eq 'p03'")
+            .select(["PartitionKey", "RowKey", "N"])
+            .take(3)
+            .fetch_all()
+            .await
+            .unwrap();
+        assert_eq!(numbers(&rows), [300, 301, 302]);
+        assert!(rows.iter().all(|e| e.properties.len() == 1));
+        assert_eq!(rows[1].row_key, "r001");
+    }
 }
 
 #[tokio::test]

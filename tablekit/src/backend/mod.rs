@@ -1,15 +1,19 @@
 //! The transport-neutral vocabulary between the typed clients and a backend.
 //!
 //! Clients validate and encode before building an [`Operation`]; a backend only
-//! carries it out. Entity bodies travel as the service's JSON, so every backend
-//! sees exactly what the wire would carry.
+//! carries it out. The entity of a single write travels as an [`EntityBody`]: the
+//! service's JSON for HTTP, the checked property bag for a backend that stores
+//! bags; transaction bodies are always JSON. Reads come back as a [`Payload`]:
+//! JSON from the HTTP backend, stored property bags from the embedded one.
 
 use std::fmt;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
 use crate::codec::read::{decode_entity, decode_page};
-use crate::entity::{ETag, EntityKey, IfMatch, TableEntity, UpdateMode};
+use crate::codec::write::entity_to_json;
+use crate::entity::{DynamicEntity, ETag, EntityKey, IfMatch, TableEntity, UpdateMode};
 use crate::error::Result;
 
 pub(crate) mod blob;
@@ -17,8 +21,10 @@ mod continuation;
 pub(crate) mod embedded;
 pub(crate) mod http;
 pub(crate) mod queue;
+mod stored;
 
 pub use continuation::Continuation;
+pub(crate) use stored::{Selection, StoredEntity};
 
 /// Options of a client ([`TableServiceClient`](crate::TableServiceClient),
 /// [`QueueServiceClient`](crate::QueueServiceClient)).
@@ -46,13 +52,13 @@ pub(crate) enum Operation<'a> {
     },
     Insert {
         table: &'a str,
-        body: Bytes,
+        body: EntityBody,
     },
     /// Update (with a condition) or upsert (without one).
     Write {
         table: &'a str,
         key: &'a EntityKey,
-        body: Bytes,
+        body: EntityBody,
         mode: UpdateMode,
         if_match: Option<&'a IfMatch>,
     },
@@ -78,7 +84,8 @@ pub(crate) enum Operation<'a> {
     },
     Transaction {
         table: &'a str,
-        ops: &'a [BatchOp],
+        /// Owned, so a backend that stores bags can keep them without a copy.
+        ops: Vec<BatchOp>,
     },
 }
 
@@ -128,13 +135,37 @@ impl Operation<'_> {
     }
 }
 
+/// The entity of a single write, encoded and validated by the client.
+#[derive(Debug)]
+pub(crate) enum EntityBody {
+    /// The service's JSON.
+    Json(Bytes),
+    /// The property bag, for a backend that stores bags
+    /// ([`Backend::stores_property_bags`]).
+    Bag(Box<DynamicEntity>),
+}
+
+impl EntityBody {
+    /// The JSON of the entity (encoded here if it came as a bag).
+    pub(crate) fn json(&self) -> Result<Bytes> {
+        match self {
+            EntityBody::Json(b) => Ok(b.clone()),
+            EntityBody::Bag(e) => Ok(entity_to_json(e.as_ref())?.into()),
+        }
+    }
+}
+
 /// One operation of an entity group transaction, encoded and validated.
 #[derive(Debug, Clone)]
 pub(crate) struct BatchOp {
     pub(crate) kind: BatchKind,
     pub(crate) key: EntityKey,
-    /// The entity's JSON, for every kind but delete.
+    /// The entity's JSON, for every kind but delete. It is what the 4 MiB limit
+    /// is measured on, whatever the backend.
     pub(crate) body: Option<Vec<u8>>,
+    /// The same entity as a checked property bag, for a backend that stores
+    /// bags ([`Backend::stores_property_bags`]), which then need not parse `body`.
+    pub(crate) bag: Option<Box<DynamicEntity>>,
 }
 
 /// What a transaction operation does.
@@ -202,39 +233,62 @@ impl Written {
 pub(crate) enum Payload {
     /// A JSON body; `etag` is the response's ETag header, for single entities.
     Json { body: Bytes, etag: Option<String> },
+    /// Entities held in process (the embedded backend): shared, immutable
+    /// versions, viewed through `$select` and decoded straight from their
+    /// property bags, never turned into JSON.
+    Stored {
+        entities: Vec<Arc<StoredEntity>>,
+        select: Option<Selection>,
+    },
 }
 
 impl fmt::Debug for Payload {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Payload::Json { body, .. } => write!(f, "Payload::Json({} bytes)", body.len()),
+            Payload::Stored { entities, .. } => {
+                write!(f, "Payload::Stored({} entities)", entities.len())
+            }
         }
     }
 }
 
 impl Payload {
-    /// The ETag header of a single-entity answer.
+    /// The ETag of a single-entity answer.
     pub(crate) fn etag(&self) -> Option<&str> {
         match self {
             Payload::Json { etag, .. } => etag.as_deref(),
+            Payload::Stored { entities, .. } => entities.first().and_then(|e| e.etag()),
         }
     }
 
     pub(crate) fn decode_one<T: TableEntity>(&self) -> Result<T> {
         match self {
             Payload::Json { body, etag } => decode_entity(body, etag.as_deref()),
+            Payload::Stored { entities, select } => match entities.first() {
+                Some(e) => stored::decode_one(e, select.as_ref()),
+                None => Err(crate::error::Error::decode("an empty single-entity answer")),
+            },
         }
     }
 
     pub(crate) fn decode_into<T: TableEntity>(&self, out: &mut Vec<T>) -> Result<()> {
         match self {
             Payload::Json { body, .. } => decode_page(body, out),
+            Payload::Stored { entities, select } => {
+                stored::decode_page(entities, select.as_ref(), out)
+            }
         }
     }
 }
 
-/// Something that carries out operations: the HTTP client, or (later) the embedded store.
+/// Something that carries out operations: the HTTP client, or the embedded store.
 #[async_trait::async_trait]
 pub(crate) trait Backend: Send + Sync + fmt::Debug {
     async fn execute(&self, op: Operation<'_>) -> Result<Response>;
+
+    /// Whether single writes should come as [`EntityBody::Bag`] rather than JSON.
+    fn stores_property_bags(&self) -> bool {
+        false
+    }
 }

@@ -278,6 +278,16 @@ impl Properties {
     pub(crate) fn push_unchecked(&mut self, name: String, value: EdmValue) {
         self.entries.push((name, value));
     }
+
+    /// The values, to change in place (the embedded store normalises DateTimes).
+    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut EdmValue> {
+        self.entries.iter_mut().map(|(_, v)| v)
+    }
+
+    /// The entries, moved out (the embedded store's merge reuses them).
+    pub(crate) fn into_entries(self) -> Vec<(String, EdmValue)> {
+        self.entries
+    }
 }
 
 impl<N: Into<String>, V: Into<EdmValue>> FromIterator<(N, V)> for Properties {

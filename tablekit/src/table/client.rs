@@ -14,9 +14,12 @@ use futures::stream::{self, BoxStream, Stream, StreamExt, TryStreamExt};
 
 use super::handle::{is_missing_entity, TableHandle};
 use super::query::{self, Query, ScanPolicy};
+use crate::backend::embedded::EmbeddedBackend;
 use crate::backend::http::account::Account;
 use crate::backend::http::{full_jitter, HttpBackend};
-use crate::backend::{Backend, BatchKind, BatchOp, ClientOptions, Operation, Response, Written};
+use crate::backend::{
+    Backend, BatchKind, BatchOp, ClientOptions, EntityBody, Operation, Response, Written,
+};
 use crate::codec::write::write_entity_json;
 use crate::entity::{ETag, EntityKey, IfMatch, TableEntity, UpdateMode};
 use crate::error::{Error, ErrorCode, Result, ValidationError};
@@ -58,6 +61,33 @@ impl TableServiceClient {
         Ok(TableServiceClient {
             backend: Arc::new(HttpBackend::new(account, &options.http)?),
         })
+    }
+
+    /// A client for a fresh, empty, in-memory account: the embedded backend.
+    ///
+    /// It carries out the same operations as Azure Table Storage, with the
+    /// service's rules (key order, ETags and conditions, transactions, paging,
+    /// limits, error codes), inside this process: for examples, and for unit
+    /// tests of code written on tablekit, with no emulator to run. Each call
+    /// makes a new, isolated store; clones of the client share it. Nothing is
+    /// persisted.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tablekit::Result<()> {
+    /// use tablekit::{DynamicEntity, TableServiceClient};
+    ///
+    /// let service = TableServiceClient::embedded();
+    /// let blogs = service.table::<DynamicEntity>("Blogs")?;
+    /// blogs.create_table().await?;
+    /// blogs.insert(&DynamicEntity::new("Channel9", "Oct-29").with("Rating", 3)).await?;
+    /// let read = blogs.get(("Channel9", "Oct-29")).await?.expect("stored");
+    /// assert_eq!(read.get("Rating"), Some(&tablekit::EdmValue::Int32(3)));
+    /// # Ok(()) }
+    /// ```
+    pub fn embedded() -> Self {
+        TableServiceClient {
+            backend: Arc::new(EmbeddedBackend::new()),
+        }
     }
 
     /// A client from a connection string (see [`Account::from_connection_string`]).
@@ -287,6 +317,10 @@ impl<T> fmt::Debug for TableClient<T> {
     }
 }
 
+fn bag_key(bag: &crate::DynamicEntity) -> EntityKey {
+    EntityKey::new(bag.partition_key.clone(), bag.row_key.clone())
+}
+
 fn encode<T: TableEntity>(entity: &T) -> Result<(EntityKey, Vec<u8>)> {
     let mut body = Vec::with_capacity(crate::codec::write::ENCODE_CAPACITY);
     write_entity_json(entity, &mut body)?;
@@ -368,8 +402,16 @@ impl<T: TableEntity> TableClient<T> {
     }
 
     async fn write(&self, mut target: impl WriteTarget<T>, kind: WriteKind<'_>) -> Result<Written> {
-        let (key, body) = encode(target.entity())?;
-        let body = bytes::Bytes::from(body);
+        // A backend that stores property bags gets the bag, checked by the same
+        // checker as the JSON encoder: the refusals are identical, and the entity
+        // is not printed as JSON only to be parsed back.
+        let (key, body) = if self.handle.backend.stores_property_bags() {
+            let bag = crate::codec::bag::to_bag(target.entity(), false)?;
+            (bag_key(&bag), EntityBody::Bag(Box::new(bag)))
+        } else {
+            let (key, body) = encode(target.entity())?;
+            (key, EntityBody::Json(bytes::Bytes::from(body)))
+        };
         let op = match kind {
             WriteKind::Insert => Operation::Insert {
                 table: &self.handle.name,
@@ -838,6 +880,7 @@ impl<T: TableEntity> Transaction<T> {
         kind: BatchKind,
         key: EntityKey,
         body: Option<Vec<u8>>,
+        bag: Option<Box<crate::DynamicEntity>>,
     ) -> Result<&mut Self> {
         let index = self.ops.len();
         let fail = |reason: String| {
@@ -876,20 +919,35 @@ impl<T: TableEntity> Transaction<T> {
         }
         self.size = size;
         self.row_keys.insert(key.row_key.clone());
-        self.ops.push(BatchOp { kind, key, body });
+        self.ops.push(BatchOp {
+            kind,
+            key,
+            body,
+            bag,
+        });
         Ok(self)
     }
 
     fn push_entity(&mut self, kind: BatchKind, entity: &T) -> Result<&mut Self> {
         let index = self.ops.len();
-        let (key, body) = encode(entity).map_err(|e| match e.validation() {
+        let at_index = |e: Error| match e.validation() {
             Some(v) => Error::invalid(ValidationError::Batch {
                 index: Some(index),
                 reason: v.to_string(),
             }),
             None => e,
-        })?;
-        self.push(kind, key, Some(body))
+        };
+        let (key, body) = encode(entity).map_err(at_index)?;
+        // The JSON is kept either way: the payload limit is measured on it. A
+        // backend that stores bags also gets the bag, and parses nothing.
+        let bag = if self.table.handle.backend.stores_property_bags() {
+            Some(Box::new(
+                crate::codec::bag::to_bag(entity, true).map_err(at_index)?,
+            ))
+        } else {
+            None
+        };
+        self.push(kind, key, Some(body), bag)
     }
 
     /// Adds an insert.
@@ -925,7 +983,7 @@ impl<T: TableEntity> Transaction<T> {
                 reason: v.to_string(),
             }));
         }
-        self.push(BatchKind::Delete(if_match.into()), key, None)
+        self.push(BatchKind::Delete(if_match.into()), key, None, None)
     }
 
     /// The number of operations added.
@@ -953,7 +1011,7 @@ impl<T: TableEntity> Transaction<T> {
             .backend
             .execute(Operation::Transaction {
                 table: &self.table.handle.name,
-                ops: &self.ops,
+                ops: self.ops,
             })
             .await?
         {

@@ -3,12 +3,100 @@
 //! and a client pointed at a closed port to prove that a rejection happened
 //! before any I/O.
 //!
-//! Each test starts with `let Some(svc) = common::service() else { return };`.
+//! The behaviour suite is written once and run on both backends: a case is an
+//! `async fn name(svc, backend)` inside [`both!`], which makes it two tests,
+//! `name::azurite` and `name::embedded`. Where Azurite differs from the service
+//! (listed in `tablekit/src/backend/embedded/mod.rs`), a case branches on
+//! [`BackendKind`] and asserts the service's answer on embedded.
 
 // Every test binary compiles this module and uses a different part of it.
 #![allow(dead_code)]
 
+use std::io::Write as _;
+use std::sync::Once;
+
 use tablekit::{ClientOptions, RetryPolicy, TableClient, TableEntity, TableServiceClient};
+
+/// Which backend a case of the behaviour suite runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendKind {
+    /// The emulator (or Azure) named by `TABLEKIT_TEST_CONNECTION_STRING`.
+    Azurite,
+    /// `TableServiceClient::embedded()`.
+    Embedded,
+}
+
+impl BackendKind {
+    /// Whether the case runs on Azurite, whose deviations from the service it must accept.
+    pub fn is_azurite(self) -> bool {
+        self == BackendKind::Azurite
+    }
+}
+
+/// Turns `async fn name(svc, backend) { ... }` into a module `name` with two
+/// tests: `azurite` (skipped with a banner when no emulator is configured and CI
+/// is unset; a failure with CI=true) and `embedded`.
+#[macro_export]
+macro_rules! both {
+    ($(#[$meta:meta])* async fn $name:ident($svc:ident, $backend:ident) $body:block) => {
+        $(#[$meta])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            #[allow(unused_variables)]
+            async fn case(
+                $svc: ::tablekit::TableServiceClient,
+                $backend: $crate::common::BackendKind,
+            ) $body
+
+            #[tokio::test]
+            async fn azurite() {
+                if let Some(svc) = $crate::common::service() {
+                    case(svc, $crate::common::BackendKind::Azurite).await
+                }
+            }
+
+            #[tokio::test]
+            async fn embedded() {
+                case(
+                    ::tablekit::TableServiceClient::embedded(),
+                    $crate::common::BackendKind::Embedded,
+                )
+                .await
+            }
+        }
+    };
+}
+
+/// The client a seeded, read-only table of a case lives on: for Azurite the
+/// case's own client (a client belongs to the runtime it runs on), for embedded
+/// one store shared by the whole binary (it belongs to no runtime), so the seed
+/// is written once per backend.
+pub fn seed_service(svc: &TableServiceClient, backend: BackendKind) -> TableServiceClient {
+    static SHARED: std::sync::OnceLock<TableServiceClient> = std::sync::OnceLock::new();
+    match backend {
+        BackendKind::Azurite => svc.clone(),
+        BackendKind::Embedded => SHARED.get_or_init(TableServiceClient::embedded).clone(),
+    }
+}
+
+static SKIP_BANNER: Once = Once::new();
+
+/// Says once per test binary, loudly and past libtest's capture, that the
+/// Azurite half of the suite did not run.
+fn azurite_skipped_banner() {
+    SKIP_BANNER.call_once(|| {
+        let line = "=".repeat(78);
+        let _ = writeln!(
+            std::io::stderr(),
+            "\n{line}\n  AZURITE CASES SKIPPED: {CONNECTION_STRING_VAR} is not set (and CI is not true).\n  \
+             Only the embedded half of the behaviour suite ran; every `::azurite` test passed\n  \
+             without checking anything. Run scripts/test.sh, or\n  \
+             eval \"$(bash scripts/azurite.sh start)\" first, to compare with the emulator.\n{line}\n"
+        );
+    });
+}
 
 /// The environment variable holding the test account's connection string.
 pub const CONNECTION_STRING_VAR: &str = "TABLEKIT_TEST_CONNECTION_STRING";
@@ -39,10 +127,7 @@ pub fn service() -> Option<TableServiceClient> {
                      Azurite (run scripts/test.sh, or eval \"$(bash scripts/azurite.sh start)\")"
                 );
             }
-            eprintln!(
-                "skipping: {CONNECTION_STRING_VAR} is not set \
-                 (eval \"$(bash scripts/azurite.sh start)\" to run the integration tests)"
-            );
+            azurite_skipped_banner();
             return None;
         }
     };

@@ -299,11 +299,13 @@ mod tests {
                 kind: BatchKind::Insert,
                 key: EntityKey::new("p", "1"),
                 body: Some(br#"{"PartitionKey":"p","RowKey":"1"}"#.to_vec()),
+                bag: None,
             },
             BatchOp {
                 kind: BatchKind::Delete(IfMatch::Any),
                 key: EntityKey::new("p", "2'"),
                 body: None,
+                bag: None,
             },
         ];
         let e = encode("http://127.0.0.1:1/acct", "T1", &ops);

@@ -337,7 +337,7 @@ impl HttpBackend {
             Operation::Insert { table, body: b, .. } => {
                 content_type = Some("application/json");
                 headers.insert("prefer", HeaderValue::from_static("return-no-content"));
-                body = b.clone();
+                body = b.json()?;
                 (Method::POST, self.url(table, ""))
             }
             Operation::Write {
@@ -351,7 +351,7 @@ impl HttpBackend {
                 if let Some(m) = if_match {
                     headers.insert(reqwest::header::IF_MATCH, header_value(m.header_value())?);
                 }
-                body = b.clone();
+                body = b.json()?;
                 let method = match mode {
                     UpdateMode::Replace => Method::PUT,
                     UpdateMode::Merge => {

@@ -1,0 +1,82 @@
+//! Timestamps and ETags of writes: strictly increasing, so two writes of one
+//! store never share an ETag, in the service's ETag form.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use chrono::{DateTime, Utc};
+
+use crate::edm::format_datetime;
+use crate::entity::ETag;
+
+/// Hands out write times in 100 ns ticks since the Unix epoch (the service's
+/// resolution), each later than the one before, even within one tick of the clock.
+#[derive(Debug, Default)]
+pub(crate) struct Clock {
+    last: AtomicI64,
+}
+
+/// One write's version: its Timestamp, the Timestamp's text, and the ETag.
+pub(crate) struct Version {
+    pub(crate) timestamp: DateTime<Utc>,
+    pub(crate) text: Box<str>,
+    pub(crate) etag: ETag,
+}
+
+impl Clock {
+    pub(crate) fn next(&self) -> Version {
+        let now = Utc::now();
+        let now_ticks =
+            now.timestamp() * 10_000_000 + i64::from(now.timestamp_subsec_nanos() / 100);
+        let mut prev = self.last.load(Ordering::Relaxed);
+        let ticks = loop {
+            let next = now_ticks.max(prev + 1);
+            match self
+                .last
+                .compare_exchange_weak(prev, next, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => break next,
+                Err(actual) => prev = actual,
+            }
+        };
+        let timestamp = DateTime::from_timestamp(
+            ticks.div_euclid(10_000_000),
+            (ticks.rem_euclid(10_000_000) * 100) as u32,
+        )
+        .unwrap_or(now);
+        let text = format_datetime(&timestamp);
+        // The service's form: W/"datetime'2008-10-01T15%3A27%3A34.4838174Z'".
+        let mut etag = String::with_capacity(text.len() + 18);
+        etag.push_str("W/\"datetime'");
+        for part in text.split(':') {
+            if etag.len() > 12 {
+                etag.push_str("%3A");
+            }
+            etag.push_str(part);
+        }
+        etag.push_str("'\"");
+        let etag = ETag::new(etag);
+        Version {
+            timestamp,
+            text: text.into_boxed_str(),
+            etag,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions_strictly_increase_and_the_etag_carries_the_timestamp() {
+        let clock = Clock::default();
+        let mut prev = clock.next();
+        for _ in 0..10_000 {
+            let v = clock.next();
+            assert!(v.timestamp > prev.timestamp);
+            assert_ne!(v.etag, prev.etag);
+            assert_eq!(v.etag.timestamp(), Some(v.timestamp));
+            prev = v;
+        }
+    }
+}

@@ -1,0 +1,471 @@
+//! The store: tables of partitions of entities, each kept in (PartitionKey,
+//! RowKey) order, with the service's rules for writes, conditions, transactions
+//! and paged queries.
+//!
+//! Locking follows the service's unit of consistency, the partition: a table
+//! holds its partitions behind one lock that is held only to find (or add) a
+//! partition, and each partition has its own lock. Writes to different
+//! partitions therefore do not wait for each other, a transaction (one
+//! partition by rule) is atomic under its partition's lock, and a query sees
+//! each partition as of one instant (the service's snapshot isolation holds
+//! within a partition, not across). Stored versions are immutable `Arc`s, so a
+//! reader keeps what it read without copying and without holding any lock.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use super::check;
+use super::clock::Clock;
+use super::errors;
+use super::key::{compare_utf16, Key};
+use crate::backend::{BatchKind, BatchOp, Continuation, StoredEntity, Written};
+use crate::entity::{DynamicEntity, ETag, EntityKey, IfMatch, Properties, UpdateMode};
+use crate::error::{ErrorCode, Result};
+use crate::filter::{matches, CmpOp, Expr};
+use crate::validate::{MAX_BATCH_BYTES, MAX_BATCH_OPERATIONS, MAX_PAGE_SIZE};
+use crate::EdmValue;
+
+fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    // A panic while holding a lock cannot leave a half-applied change: every
+    // change is computed first and applied with infallible map operations.
+    lock.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+type Partition = BTreeMap<Key, Arc<StoredEntity>>;
+
+/// An account's tables, and the clock that versions its writes.
+#[derive(Debug, Default)]
+pub(crate) struct Store {
+    /// Keyed by the lower-cased name: names are case-insensitive, case-preserving.
+    tables: RwLock<BTreeMap<Key, Arc<Table>>>,
+    clock: Clock,
+}
+
+/// One table.
+#[derive(Debug)]
+pub(crate) struct Table {
+    /// The name as created.
+    name: String,
+    partitions: RwLock<BTreeMap<Key, Arc<RwLock<Partition>>>>,
+}
+
+fn lower(name: &str) -> Key {
+    Key(name.to_ascii_lowercase())
+}
+
+impl Store {
+    pub(crate) fn create_table(&self, name: &str) -> Result<()> {
+        let mut tables = write(&self.tables);
+        let key = lower(name);
+        if tables.contains_key(&key) {
+            return Err(errors::table_exists());
+        }
+        tables.insert(
+            key,
+            Arc::new(Table {
+                name: name.to_owned(),
+                partitions: RwLock::default(),
+            }),
+        );
+        Ok(())
+    }
+
+    pub(crate) fn delete_table(&self, name: &str) -> Result<()> {
+        match write(&self.tables).remove(&lower(name)) {
+            Some(_) => Ok(()),
+            None => Err(errors::resource_not_found()),
+        }
+    }
+
+    /// Table names as created, in order of their lower-cased form, from `next` on.
+    pub(crate) fn list_tables(
+        &self,
+        prefix: Option<&str>,
+        next: Option<&str>,
+        top: Option<usize>,
+    ) -> (Vec<String>, Option<String>) {
+        let top = top.unwrap_or(MAX_PAGE_SIZE).clamp(1, MAX_PAGE_SIZE);
+        let tables = read(&self.tables);
+        let start = next.map_or(Bound::Unbounded, |n| Bound::Included(lower(n)));
+        let mut names = Vec::new();
+        for t in tables.range((start, Bound::Unbounded)).map(|(_, t)| t) {
+            if prefix.is_some_and(|p| !t.name.starts_with(p)) {
+                continue;
+            }
+            if names.len() == top {
+                return (names, Some(t.name.clone()));
+            }
+            names.push(t.name.clone());
+        }
+        (names, None)
+    }
+
+    /// The table of that name (in any case), or 404 `TableNotFound`.
+    pub(crate) fn table(&self, name: &str) -> Result<Arc<Table>> {
+        read(&self.tables)
+            .get(&lower(name))
+            .cloned()
+            .ok_or_else(errors::table_not_found)
+    }
+
+    pub(crate) fn clock(&self) -> &Clock {
+        &self.clock
+    }
+}
+
+/// What one write does to the entity at its key, decided before anything changes.
+enum Change {
+    Put(DynamicEntity),
+    Remove,
+}
+
+/// The entity must exist and, for `IfMatch::ETag`, still have that ETag.
+fn condition<'a>(
+    current: Option<&'a Arc<StoredEntity>>,
+    if_match: &IfMatch,
+) -> Result<&'a Arc<StoredEntity>> {
+    let current = current.ok_or_else(errors::resource_not_found)?;
+    if let IfMatch::ETag(e) = if_match {
+        if current.etag() != Some(e.as_str()) {
+            return Err(errors::condition_not_met());
+        }
+    }
+    Ok(current)
+}
+
+fn merged(current: &StoredEntity, new: DynamicEntity) -> Result<DynamicEntity> {
+    // The stored properties in their order, each replaced by the incoming value of
+    // that name if there is one (moved, not cloned), then the new names.
+    let DynamicEntity {
+        partition_key,
+        row_key,
+        properties,
+        ..
+    } = new;
+    let mut incoming: Vec<Option<(String, EdmValue)>> =
+        properties.into_entries().into_iter().map(Some).collect();
+    let mut out = Properties::with_capacity(current.entity.properties.len() + incoming.len());
+    let mut kept_old = false;
+    for (name, old) in current.entity.properties.iter() {
+        let slot = incoming
+            .iter_mut()
+            .find(|e| e.as_ref().is_some_and(|(n, _)| n == name));
+        match slot.and_then(Option::take) {
+            Some((n, v)) => out.push_unchecked(n, v),
+            None => {
+                out.push_unchecked(name.to_owned(), old.clone());
+                kept_old = true;
+            }
+        }
+    }
+    for (n, v) in incoming.into_iter().flatten() {
+        out.push_unchecked(n, v);
+    }
+    let out = DynamicEntity {
+        partition_key,
+        row_key,
+        timestamp: None,
+        etag: None,
+        properties: out,
+    };
+    // A merge that keeps stored properties must itself fit the limits (count,
+    // size), which the client cannot know: the service checks the result, and so
+    // does the store. Without kept properties it is the incoming entity, checked.
+    if kept_old {
+        check::check(&out)?;
+    }
+    Ok(out)
+}
+
+/// Decides what `kind` does given the stored entity (if any).
+fn decide(
+    current: Option<&Arc<StoredEntity>>,
+    kind: &BatchKind,
+    new: Option<DynamicEntity>,
+) -> Result<Change> {
+    let body =
+        || new.ok_or_else(|| errors::invalid_input("One of the request inputs is not valid."));
+    Ok(match kind {
+        BatchKind::Insert => {
+            if current.is_some() {
+                return Err(errors::entity_exists());
+            }
+            Change::Put(body()?)
+        }
+        BatchKind::Upsert(mode) => match (current, mode) {
+            (Some(cur), UpdateMode::Merge) => Change::Put(merged(cur, body()?)?),
+            _ => Change::Put(body()?),
+        },
+        BatchKind::Update(mode, if_match) => {
+            let cur = condition(current, if_match)?;
+            match mode {
+                UpdateMode::Merge => Change::Put(merged(cur, body()?)?),
+                UpdateMode::Replace => Change::Put(body()?),
+            }
+        }
+        BatchKind::Delete(if_match) => {
+            condition(current, if_match)?;
+            Change::Remove
+        }
+    })
+}
+
+/// Applies a decided change: a put gets its new version (Timestamp and ETag).
+fn apply(part: &mut Partition, rk: Key, change: Change, clock: &Clock) -> Option<Written> {
+    match change {
+        Change::Put(mut entity) => {
+            let v = clock.next();
+            entity.timestamp = Some(v.timestamp);
+            entity.etag = Some(v.etag.clone());
+            part.insert(
+                rk,
+                Arc::new(StoredEntity {
+                    entity,
+                    timestamp_text: v.text,
+                }),
+            );
+            Some(Written {
+                etag: v.etag,
+                timestamp: Some(v.timestamp),
+            })
+        }
+        Change::Remove => {
+            part.remove(&rk);
+            None
+        }
+    }
+}
+
+impl Table {
+    /// The partition of `pk`; created on demand when `create`.
+    fn partition(&self, pk: &str, create: bool) -> Option<Arc<RwLock<Partition>>> {
+        let key = Key::new(pk);
+        if let Some(p) = read(&self.partitions).get(&key) {
+            return Some(p.clone());
+        }
+        if !create {
+            return None;
+        }
+        Some(write(&self.partitions).entry(key).or_default().clone())
+    }
+
+    /// One write or delete of one entity.
+    pub(crate) fn write_one(
+        &self,
+        clock: &Clock,
+        key: &EntityKey,
+        kind: &BatchKind,
+        entity: Option<DynamicEntity>,
+    ) -> Result<Option<Written>> {
+        let create = matches!(kind, BatchKind::Insert | BatchKind::Upsert(_));
+        let Some(part) = self.partition(&key.partition_key, create) else {
+            return Err(errors::resource_not_found());
+        };
+        let mut part = write(&part);
+        let rk = Key::new(&key.row_key);
+        let change = decide(part.get(&rk), kind, entity)?;
+        Ok(apply(&mut part, rk, change, clock))
+    }
+
+    pub(crate) fn get(&self, key: &EntityKey) -> Option<Arc<StoredEntity>> {
+        let part = self.partition(&key.partition_key, false)?;
+        let found = read(&part).get(&Key::new(&key.row_key)).cloned();
+        found
+    }
+
+    /// An entity group transaction: every operation is decided against the
+    /// partition as it is, and only if all succeed are they applied, under one
+    /// lock, so nobody sees a part of it.
+    pub(crate) fn transaction(
+        &self,
+        clock: &Clock,
+        mut ops: Vec<BatchOp>,
+    ) -> Result<Vec<Option<ETag>>> {
+        if ops.is_empty() {
+            return Err(errors::invalid_input(
+                "One of the request inputs is not valid.",
+            ));
+        }
+        if ops.len() > MAX_BATCH_OPERATIONS {
+            return Err(errors::invalid_input(
+                "The batch request operation exceeds the maximum 100 changes per change set.",
+            ));
+        }
+        let size: usize = ops
+            .iter()
+            .map(|o| o.body.as_ref().map_or(0, Vec::len))
+            .sum();
+        if size > MAX_BATCH_BYTES {
+            return Err(errors::service(
+                413,
+                ErrorCode::RequestBodyTooLarge,
+                "The request body is too large and exceeds the maximum permissible limit.",
+            ));
+        }
+        let pk = ops[0].key.partition_key.clone();
+        let pk = &pk;
+        let mut entities = Vec::with_capacity(ops.len());
+        let mut seen = std::collections::HashSet::with_capacity(ops.len());
+        for (i, op) in ops.iter_mut().enumerate() {
+            let parsed = match (op.bag.take(), &op.body) {
+                (Some(bag), _) => Some(check::stored_form(*bag)),
+                (None, Some(body)) => Some(check::entity_from_body(body)),
+                (None, None) => None,
+            };
+            let entity = match parsed {
+                Some(parsed) => {
+                    let e = parsed.map_err(|e| errors::at_index(e, i))?;
+                    if e.partition_key != op.key.partition_key || e.row_key != op.key.row_key {
+                        return Err(errors::at_index(
+                            errors::invalid_input("One of the request inputs is not valid."),
+                            i,
+                        ));
+                    }
+                    Some(e)
+                }
+                None => {
+                    op.key
+                        .validate()
+                        .map_err(|v| errors::at_index(errors::from_validation(&v), i))?;
+                    None
+                }
+            };
+            if &op.key.partition_key != pk {
+                return Err(errors::at_index(
+                    errors::service(
+                        400,
+                        ErrorCode::Other("CommandsInBatchActOnDifferentPartitions".into()),
+                        "All commands in a batch must operate on same entity group.",
+                    ),
+                    i,
+                ));
+            }
+            if !seen.insert(op.key.row_key.as_str()) {
+                return Err(errors::at_index(
+                    errors::service(
+                        400,
+                        ErrorCode::InvalidDuplicateRow,
+                        "The batch request contains multiple changes with same row key. An entity can appear only once in a batch request.",
+                    ),
+                    i,
+                ));
+            }
+            entities.push(entity);
+        }
+        let part = self.partition(pk, true).expect("created on demand");
+        let mut part = write(&part);
+        let mut changes = Vec::with_capacity(ops.len());
+        for (i, (op, entity)) in ops.iter().zip(entities).enumerate() {
+            let rk = Key::new(&op.key.row_key);
+            let change =
+                decide(part.get(&rk), &op.kind, entity).map_err(|e| errors::at_index(e, i))?;
+            changes.push((rk, change));
+        }
+        Ok(changes
+            .into_iter()
+            .map(|(rk, change)| apply(&mut part, rk, change, clock).map(|w| w.etag))
+            .collect())
+    }
+
+    /// One page of a query: at most `top` matching entities from `from` on, in
+    /// key order, and where the next page starts (the key of the first entity
+    /// not yet examined, which a later page reads with `>=`: entities inserted
+    /// before it are not returned, entities from it on are, as the service does).
+    pub(crate) fn query(
+        &self,
+        filter: Option<&Expr>,
+        top: Option<usize>,
+        from: Option<&Continuation>,
+    ) -> (Vec<Arc<StoredEntity>>, Option<Continuation>) {
+        let top = top.unwrap_or(MAX_PAGE_SIZE).clamp(1, MAX_PAGE_SIZE);
+        let (lo, hi) = partition_bounds(filter);
+        let from_pk = from.map(|c| Key::new(&c.next_partition_key));
+        let from_rk = from.and_then(|c| c.next_row_key.as_deref()).map(Key::new);
+        let lo = match (lo, &from_pk) {
+            (Bound::Included(l), Some(f)) | (Bound::Excluded(l), Some(f)) if f >= &l => {
+                Bound::Included(f.clone())
+            }
+            (Bound::Unbounded, Some(f)) => Bound::Included(f.clone()),
+            (lo, _) => lo,
+        };
+        if matches!((&lo, &hi), (Bound::Included(l) | Bound::Excluded(l), Bound::Included(h) | Bound::Excluded(h)) if l > h)
+        {
+            return (Vec::new(), None);
+        }
+        let mut out = Vec::new();
+        let partitions = read(&self.partitions);
+        for (pk, part) in partitions.range((lo, hi)) {
+            let part = read(part);
+            let start = match (&from_pk, &from_rk) {
+                (Some(fp), Some(fr)) if fp == pk => Bound::Included(fr.clone()),
+                _ => Bound::Unbounded,
+            };
+            for (rk, e) in part.range((start, Bound::Unbounded)) {
+                if out.len() == top {
+                    return (
+                        out,
+                        Some(Continuation {
+                            next_partition_key: pk.0.clone(),
+                            next_row_key: Some(rk.0.clone()),
+                        }),
+                    );
+                }
+                if filter.map_or(true, |f| matches(f, &e.entity)) {
+                    out.push(e.clone());
+                }
+            }
+        }
+        (out, None)
+    }
+}
+
+/// The PartitionKey range a filter confines itself to, from the comparisons of
+/// PartitionKey with a string that the whole filter requires (its top-level
+/// `and`s); inclusive bounds, so the evaluator still decides each entity.
+fn partition_bounds(filter: Option<&Expr>) -> (Bound<Key>, Bound<Key>) {
+    fn walk<'e>(e: &'e Expr, lo: &mut Option<&'e str>, hi: &mut Option<&'e str>) {
+        match e {
+            Expr::And(a, b) => {
+                walk(a, lo, hi);
+                walk(b, lo, hi);
+            }
+            Expr::Cmp {
+                property,
+                op,
+                value: EdmValue::String(v),
+            } if property == "PartitionKey" => {
+                let raise = |b: &mut Option<&'e str>| {
+                    if b.map_or(true, |cur| compare_utf16(v, cur).is_gt()) {
+                        *b = Some(v);
+                    }
+                };
+                let lower = |b: &mut Option<&'e str>| {
+                    if b.map_or(true, |cur| compare_utf16(v, cur).is_lt()) {
+                        *b = Some(v);
+                    }
+                };
+                match op {
+                    CmpOp::Eq => {
+                        raise(lo);
+                        lower(hi);
+                    }
+                    CmpOp::Gt | CmpOp::Ge => raise(lo),
+                    CmpOp::Lt | CmpOp::Le => lower(hi),
+                    CmpOp::Ne => {}
+                }
+            }
+            _ => {}
+        }
+    }
+    let (mut lo, mut hi) = (None, None);
+    if let Some(f) = filter {
+        walk(f, &mut lo, &mut hi);
+    }
+    let bound = |b: Option<&str>| b.map_or(Bound::Unbounded, |s| Bound::Included(Key::new(s)));
+    (bound(lo), bound(hi))
+}
