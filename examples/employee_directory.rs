@@ -4,8 +4,9 @@
 //! changing both copies in one entity group transaction.
 //!
 //! ```text
-//! eval "$(scripts/azurite.sh start)"
-//! cargo run --example employee_directory
+//! cargo run --example employee_directory                 # on the embedded in-process store
+//! eval "$(scripts/azurite.sh start)"      # or on Azurite (or export an Azure
+//! cargo run --example employee_directory                 # account's TABLEKIT_CONNECTION_STRING)
 //! scripts/azurite.sh stop
 //! ```
 
@@ -27,16 +28,27 @@ struct Employee {
 }
 
 const HOW_TO_START_AZURITE: &str = "\
-This example needs a Table service. Start Azurite from this repository (Node.js 20+):
+No Table service answered at TABLEKIT_CONNECTION_STRING. Unset it to run on the
+embedded store, or start Azurite from this repository (Node.js 20+):
     eval \"$(scripts/azurite.sh start)\"
     cargo run --example employee_directory
     scripts/azurite.sh stop
 or export TABLEKIT_CONNECTION_STRING for an Azure account.";
 
 /// Which Table service the example talks to: the one place to change.
+/// Azure or Azurite when `TABLEKIT_CONNECTION_STRING` is set; otherwise the
+/// embedded in-process store, so the example runs with no server.
 fn service() -> Option<tablekit::Result<TableServiceClient>> {
-    let conn = std::env::var("TABLEKIT_CONNECTION_STRING").ok()?;
-    Some(TableServiceClient::from_connection_string(&conn))
+    match std::env::var("TABLEKIT_CONNECTION_STRING") {
+        Ok(conn) => {
+            println!("backend: the account of TABLEKIT_CONNECTION_STRING");
+            Some(TableServiceClient::from_connection_string(&conn))
+        }
+        Err(_) => {
+            println!("backend: embedded (in-process; set TABLEKIT_CONNECTION_STRING for Azure or Azurite)");
+            Some(Ok(TableServiceClient::embedded()))
+        }
+    }
 }
 
 #[tokio::main]

@@ -3,8 +3,9 @@
 //! ticks), so "the 10 most recent claims" is one range query with `$top=10`.
 //!
 //! ```text
-//! eval "$(scripts/azurite.sh start)"
-//! cargo run --example expense_log_tail
+//! cargo run --example expense_log_tail                 # on the embedded in-process store
+//! eval "$(scripts/azurite.sh start)"      # or on Azurite (or export an Azure
+//! cargo run --example expense_log_tail                 # account's TABLEKIT_CONNECTION_STRING)
 //! scripts/azurite.sh stop
 //! ```
 
@@ -24,16 +25,27 @@ struct Expense {
 }
 
 const HOW_TO_START_AZURITE: &str = "\
-This example needs a Table service. Start Azurite from this repository (Node.js 20+):
+No Table service answered at TABLEKIT_CONNECTION_STRING. Unset it to run on the
+embedded store, or start Azurite from this repository (Node.js 20+):
     eval \"$(scripts/azurite.sh start)\"
     cargo run --example expense_log_tail
     scripts/azurite.sh stop
 or export TABLEKIT_CONNECTION_STRING for an Azure account.";
 
 /// Which Table service the example talks to: the one place to change.
+/// Azure or Azurite when `TABLEKIT_CONNECTION_STRING` is set; otherwise the
+/// embedded in-process store, so the example runs with no server.
 fn service() -> Option<tablekit::Result<TableServiceClient>> {
-    let conn = std::env::var("TABLEKIT_CONNECTION_STRING").ok()?;
-    Some(TableServiceClient::from_connection_string(&conn))
+    match std::env::var("TABLEKIT_CONNECTION_STRING") {
+        Ok(conn) => {
+            println!("backend: the account of TABLEKIT_CONNECTION_STRING");
+            Some(TableServiceClient::from_connection_string(&conn))
+        }
+        Err(_) => {
+            println!("backend: embedded (in-process; set TABLEKIT_CONNECTION_STRING for Azure or Azurite)");
+            Some(Ok(TableServiceClient::embedded()))
+        }
+    }
 }
 
 #[tokio::main]

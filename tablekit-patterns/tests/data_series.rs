@@ -4,6 +4,8 @@
 
 mod common;
 
+use tablekit::TableServiceClient;
+
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use tablekit::{DynamicEntity, EdmValue};
 use tablekit_patterns::series::{DataSeries, HourlyCounters, SeriesLayout};
@@ -12,9 +14,7 @@ fn at(d: u32, h: u32) -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2014, 7, d, h, 0, 0).unwrap()
 }
 
-#[tokio::test]
-async fn hourly_counts_live_in_one_entity_and_read_in_one_request() {
-    let Some(svc) = common::service() else { return };
+async fn hourly_counts_live_in_one_entity_and_read_in_one_request(svc: TableServiceClient) {
     let table = common::fresh_table::<DynamicEntity>(&svc, "Hourly").await;
     let series = DataSeries::new(&table, SeriesLayout::hourly());
     assert!(series
@@ -51,9 +51,7 @@ async fn hourly_counts_live_in_one_entity_and_read_in_one_request() {
     assert_eq!(series.read("000123", "").await.unwrap().values[9], 40);
 }
 
-#[tokio::test]
-async fn daily_counts_are_split_over_entities_01_and_02() {
-    let Some(svc) = common::service() else { return };
+async fn daily_counts_are_split_over_entities_01_and_02(svc: TableServiceClient) {
     let table = common::fresh_table::<DynamicEntity>(&svc, "Daily").await;
     let series = DataSeries::new(&table, SeriesLayout::daily());
     series.add("000123", "", 0, 7).await.unwrap();
@@ -99,13 +97,11 @@ async fn daily_counts_are_split_over_entities_01_and_02() {
 
 /// Two clients increment one slot at the same time: every increment lands,
 /// because each is a merge under the ETag read, retried on 412/409.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_increments_are_never_lost() {
-    let Some(svc) = common::service() else { return };
+async fn concurrent_increments_are_never_lost(svc: TableServiceClient) {
     let table = common::fresh_table::<DynamicEntity>(&svc, "Contend").await;
     let mine = DataSeries::new(&table, SeriesLayout::hourly());
     let theirs = DataSeries::new(
-        &common::second_service()
+        &common::second_service(&svc)
             .table::<DynamicEntity>(table.name())
             .unwrap(),
         SeriesLayout::hourly(),
@@ -119,9 +115,7 @@ async fn concurrent_increments_are_never_lost() {
     assert_eq!(mine.read("000123", "").await.unwrap().values[5], 20);
 }
 
-#[tokio::test]
-async fn hourly_counters_roll_over_to_a_new_series_each_day() {
-    let Some(svc) = common::service() else { return };
+async fn hourly_counters_roll_over_to_a_new_series_each_day(svc: TableServiceClient) {
     let table = common::fresh_table::<DynamicEntity>(&svc, "Rollover").await;
     let counters = HourlyCounters::new(&table);
     counters.record("000123", at(30, 5), 100).await.unwrap(); // more than 24 h before
@@ -172,4 +166,11 @@ async fn bad_layouts_slots_and_keys_are_refused_before_any_request() {
     common::assert_invalid(&series.add("000123", "", 24, 1).await.unwrap_err());
     common::assert_invalid(&series.add("a/b", "", 1, 1).await.unwrap_err());
     common::assert_invalid(&series.set("000123", "", 99, 1).await.unwrap_err());
+}
+
+common::on_both! {
+    hourly_counts_live_in_one_entity_and_read_in_one_request,
+    daily_counts_are_split_over_entities_01_and_02,
+    concurrent_increments_are_never_lost [flavor = "multi_thread", worker_threads = 2],
+    hourly_counters_roll_over_to_a_new_series_each_day,
 }

@@ -3,6 +3,8 @@
 
 mod common;
 
+use tablekit::TableServiceClient;
+
 use tablekit::{DynamicEntity, ETag, EdmValue, IfMatch, TableClient, TableEntity};
 use tablekit_patterns::summary::CountedPartition;
 
@@ -55,9 +57,7 @@ async fn assert_count(table: &TableClient<Employee>, pk: &str, base: i32) -> i32
     base + employees
 }
 
-#[tokio::test]
-async fn the_marketing_department_counts_its_employees() {
-    let Some(svc) = common::service() else { return };
+async fn the_marketing_department_counts_its_employees(svc: TableServiceClient) {
     let table = common::fresh_table::<Employee>(&svc, "Dept").await;
     // §1.1: Marketing/Department with EmployeeCount=153, plus manager details (§3.5).
     table
@@ -116,9 +116,7 @@ async fn the_marketing_department_counts_its_employees() {
     assert_eq!(staff.count("Finance").await.unwrap(), 0);
 }
 
-#[tokio::test]
-async fn a_summary_without_its_count_is_an_error_that_writes_nothing() {
-    let Some(svc) = common::service() else { return };
+async fn a_summary_without_its_count_is_an_error_that_writes_nothing(svc: TableServiceClient) {
     let table = common::fresh_table::<Employee>(&svc, "DeptBad").await;
     table
         .with_type::<DynamicEntity>()
@@ -137,9 +135,7 @@ async fn a_summary_without_its_count_is_an_error_that_writes_nothing() {
     assert_eq!(common::rows(&table, "Sales").await.len(), 1);
 }
 
-#[tokio::test]
-async fn duplicates_and_stale_deletes_leave_the_count_right() {
-    let Some(svc) = common::service() else { return };
+async fn duplicates_and_stale_deletes_leave_the_count_right(svc: TableServiceClient) {
     let table = common::fresh_table::<Employee>(&svc, "DeptDup").await;
     let staff = staff(table.clone());
     let mut ken = employee("Sales", 10, "Ken", "Kwok", 23);
@@ -154,7 +150,7 @@ async fn duplicates_and_stale_deletes_leave_the_count_right() {
     assert_eq!(assert_count(&table, "Sales", 0).await, 1);
 
     // Another client changes Ken after our read: our delete under the old ETag is refused.
-    let other = common::second_service()
+    let other = common::second_service(&svc)
         .table::<Employee>(table.name())
         .unwrap();
     let mut theirs = ken.clone();
@@ -175,13 +171,11 @@ async fn duplicates_and_stale_deletes_leave_the_count_right() {
     assert_eq!(assert_count(&table, "Sales", 0).await, 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_inserts_are_all_counted() {
-    let Some(svc) = common::service() else { return };
+async fn concurrent_inserts_are_all_counted(svc: TableServiceClient) {
     let table = common::fresh_table::<Employee>(&svc, "DeptRace").await;
     let mine = staff(table.clone());
     let theirs = staff(
-        common::second_service()
+        common::second_service(&svc)
             .table::<Employee>(table.name())
             .unwrap(),
     );
@@ -221,4 +215,11 @@ async fn bad_keys_are_refused_before_any_request() {
             .await
             .unwrap_err(),
     );
+}
+
+common::on_both! {
+    the_marketing_department_counts_its_employees,
+    a_summary_without_its_count_is_an_error_that_writes_nothing,
+    duplicates_and_stale_deletes_leave_the_count_right,
+    concurrent_inserts_are_all_counted [flavor = "multi_thread", worker_threads = 2],
 }

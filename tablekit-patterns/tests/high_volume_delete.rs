@@ -47,9 +47,7 @@ async fn names(svc: &TableServiceClient, prefix: &str) -> Vec<String> {
     n
 }
 
-#[tokio::test]
-async fn writes_are_routed_to_the_table_of_their_day() {
-    let Some(svc) = common::service() else { return };
+async fn writes_are_routed_to_the_table_of_their_day(svc: TableServiceClient) {
     let seed = PeriodicTables::new(
         svc.clone(),
         "LoginAttempts",
@@ -94,9 +92,7 @@ async fn writes_are_routed_to_the_table_of_their_day() {
     assert!(err.is_conflict(), "a taken key: {err:?}");
 }
 
-#[tokio::test]
-async fn a_window_over_several_days_is_merged_in_key_order() {
-    let Some(svc) = common::service() else { return };
+async fn a_window_over_several_days_is_merged_in_key_order(svc: TableServiceClient) {
     let log = logins(&svc);
     // Written out of order, over Jul 30, Jul 31 and Aug 2 (Aug 1 has no table).
     for t in [
@@ -147,9 +143,9 @@ async fn a_window_over_several_days_is_merged_in_key_order() {
     assert_eq!(times, [day(8, 2, 1), day(7, 31, 12), day(7, 31, 2)]);
 }
 
-#[tokio::test]
-async fn the_sweep_drops_whole_tables_past_the_retention_and_is_idempotent() {
-    let Some(svc) = common::service() else { return };
+async fn the_sweep_drops_whole_tables_past_the_retention_and_is_idempotent(
+    svc: TableServiceClient,
+) {
     let log = logins(&svc);
     let p = log.prefix().to_owned();
     for d in [(7, 31), (8, 1), (8, 2), (8, 3)] {
@@ -165,7 +161,7 @@ async fn the_sweep_drops_whole_tables_past_the_retention_and_is_idempotent() {
     // 60 days before 2014-10-02T00:00Z is 2014-08-03T00:00Z: Jul 31 to Aug 2 are over.
     let now = day(10, 2, 0);
     let other = PeriodicTables::new(
-        common::second_service(),
+        common::second_service(&svc),
         p.clone(),
         Period::Day,
         Duration::days(60),
@@ -193,12 +189,10 @@ async fn the_sweep_drops_whole_tables_past_the_retention_and_is_idempotent() {
     assert_eq!(rows.len(), 3);
 }
 
-#[tokio::test]
-async fn two_first_writers_of_a_new_day_both_land() {
-    let Some(svc) = common::service() else { return };
+async fn two_first_writers_of_a_new_day_both_land(svc: TableServiceClient) {
     let mine = logins(&svc);
     let theirs = PeriodicTables::new(
-        common::second_service(),
+        common::second_service(&svc),
         mine.prefix().to_owned(),
         Period::Day,
         Duration::days(60),
@@ -249,4 +243,11 @@ fn period_names_parse_back_only_when_canonical() {
         Period::Month.next(day(12, 1, 0)),
         Utc.with_ymd_and_hms(2015, 1, 1, 0, 0, 0).unwrap()
     );
+}
+
+common::on_both! {
+    writes_are_routed_to_the_table_of_their_day,
+    a_window_over_several_days_is_merged_in_key_order,
+    the_sweep_drops_whole_tables_past_the_retention_and_is_idempotent,
+    two_first_writers_of_a_new_day_both_land,
 }

@@ -4,6 +4,8 @@
 
 mod common;
 
+use tablekit::TableServiceClient;
+
 use tablekit::{DynamicEntity, ETag, EdmValue, IfMatch, TableClient, TableEntity};
 use tablekit_patterns::index_entity::{IndexEntities, ENTITY_IDS};
 
@@ -65,9 +67,7 @@ async fn assert_consistent(table: &TableClient<Employee>) -> Vec<(String, Vec<St
     index
 }
 
-#[tokio::test]
-async fn adding_000152_jones_updates_the_jones_index_entity() {
-    let Some(svc) = common::service() else { return };
+async fn adding_000152_jones_updates_the_jones_index_entity(svc: TableServiceClient) {
     let table = common::fresh_table::<Employee>(&svc, "IdxEnt").await;
     let idx = by_last_name(table.clone());
     idx.insert(&mut employee(100, "Jones")).await.unwrap(); // creates lastname_Jones
@@ -127,13 +127,11 @@ async fn adding_000152_jones_updates_the_jones_index_entity() {
         .is_none());
 }
 
-#[tokio::test]
-async fn stale_writes_and_duplicates_change_nothing() {
-    let Some(svc) = common::service() else { return };
+async fn stale_writes_and_duplicates_change_nothing(svc: TableServiceClient) {
     let table = common::fresh_table::<Employee>(&svc, "IdxEntStale").await;
     let idx = by_last_name(table.clone());
     let other = by_last_name(
-        common::second_service()
+        common::second_service(&svc)
             .table::<Employee>(table.name())
             .unwrap(),
     );
@@ -176,13 +174,11 @@ async fn stale_writes_and_duplicates_change_nothing() {
 /// Two clients add employees of one last name at once, the index entity not
 /// existing yet: creations collide (409) and updates race (412), and every
 /// loser starts again from the read, so no RowKey is lost.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_writers_of_one_index_entity_lose_nothing() {
-    let Some(svc) = common::service() else { return };
+async fn concurrent_writers_of_one_index_entity_lose_nothing(svc: TableServiceClient) {
     let table = common::fresh_table::<Employee>(&svc, "IdxEntRace").await;
     let mine = by_last_name(table.clone());
     let theirs = by_last_name(
-        common::second_service()
+        common::second_service(&svc)
             .table::<Employee>(table.name())
             .unwrap(),
     );
@@ -197,9 +193,7 @@ async fn concurrent_writers_of_one_index_entity_lose_nothing() {
     assert_eq!(index[0].1.len(), 16);
 }
 
-#[tokio::test]
-async fn a_list_past_64_kib_is_refused_before_the_write() {
-    let Some(svc) = common::service() else { return };
+async fn a_list_past_64_kib_is_refused_before_the_write(svc: TableServiceClient) {
     let table = common::fresh_table::<Employee>(&svc, "IdxEntBig").await;
     let idx = by_last_name(table.clone());
     // 4,681 RowKeys of 6 digits: 32,766 characters (65,532 UTF-16 bytes), just
@@ -229,4 +223,11 @@ async fn bad_values_and_keys_are_refused_before_any_request() {
     common::assert_invalid(&idx.ids("Sales", "a#b").await.unwrap_err());
     let clash = IndexEntities::new(table, "0", |e: &Employee| e.last_name.clone());
     common::assert_invalid(&clash.insert(&mut employee(1, "Jones")).await.unwrap_err());
+}
+
+common::on_both! {
+    adding_000152_jones_updates_the_jones_index_entity,
+    stale_writes_and_duplicates_change_nothing,
+    concurrent_writers_of_one_index_entity_lose_nothing [flavor = "multi_thread", worker_threads = 2],
+    a_list_past_64_kib_is_refused_before_the_write,
 }

@@ -2,6 +2,8 @@
 
 mod common;
 
+use tablekit::TableServiceClient;
+
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use tablekit::{DynamicEntity, ETag, IfMatch, TableEntity, UpdateMode};
 use tablekit_patterns::compound::{self, children, family};
@@ -52,9 +54,7 @@ fn expense(at: DateTime<Utc>, tie: &str, amount: f64) -> Expense {
     }
 }
 
-#[tokio::test]
-async fn latest_returns_the_newest_entries_first_with_ties_kept() {
-    let Some(svc) = common::service() else { return };
+async fn latest_returns_the_newest_entries_first_with_ties_kept(svc: TableServiceClient) {
     let table = common::fresh_table::<Expense>(&svc, "Tail").await;
     let log = LogTail::new(table.clone());
     let t0 = seed_instant();
@@ -89,9 +89,7 @@ async fn latest_returns_the_newest_entries_first_with_ties_kept() {
     assert_eq!(rows.last().unwrap().row_key, "2519936321679999999_000");
 }
 
-#[tokio::test]
-async fn between_returns_a_half_open_window_newest_first() {
-    let Some(svc) = common::service() else { return };
+async fn between_returns_a_half_open_window_newest_first(svc: TableServiceClient) {
     let table = common::fresh_table::<Expense>(&svc, "TailWin").await;
     let log = LogTail::new(table);
     let t0 = seed_instant();
@@ -112,13 +110,11 @@ async fn between_returns_a_half_open_window_newest_first() {
     assert_eq!(amounts, [6.0, 5.0, 4.0, 3.0]);
 }
 
-#[tokio::test]
-async fn two_writers_of_one_instant_need_different_tie_breakers() {
-    let Some(svc) = common::service() else { return };
+async fn two_writers_of_one_instant_need_different_tie_breakers(svc: TableServiceClient) {
     let table = common::fresh_table::<Expense>(&svc, "TailDup").await;
     let mine = LogTail::new(table.clone());
     let theirs = LogTail::new(
-        common::second_service()
+        common::second_service(&svc)
             .table::<Expense>(table.name())
             .unwrap(),
     );
@@ -161,9 +157,7 @@ async fn bad_keys_are_refused_before_any_request() {
     common::assert_invalid(&err);
 }
 
-#[tokio::test]
-async fn compound_keys_read_an_employee_and_their_reviews_in_one_range() {
-    let Some(svc) = common::service() else { return };
+async fn compound_keys_read_an_employee_and_their_reviews_in_one_range(svc: TableServiceClient) {
     let table = common::fresh_table::<DynamicEntity>(&svc, "Compound").await;
 
     assert_eq!(Review::row_key(123, 2012).unwrap(), "empid_000123_2012");
@@ -212,9 +206,7 @@ async fn compound_keys_read_an_employee_and_their_reviews_in_one_range() {
 /// The employee and a review share a partition, so one transaction changes
 /// both; a concurrent change of either (a second client, between the read and
 /// the write) refuses the whole transaction and both stay as they were.
-#[tokio::test]
-async fn a_compound_family_changes_together_or_not_at_all() {
-    let Some(svc) = common::service() else { return };
+async fn a_compound_family_changes_together_or_not_at_all(svc: TableServiceClient) {
     let table = common::fresh_table::<Review>(&svc, "CompoundTx").await;
     let mut r2012 = Review {
         department: "Sales".into(),
@@ -233,7 +225,7 @@ async fn a_compound_family_changes_together_or_not_at_all() {
     table.insert(&mut r2013).await.unwrap();
 
     // The other writer changes the 2013 review after our reads.
-    let other = common::second_service()
+    let other = common::second_service(&svc)
         .table::<Review>(table.name())
         .unwrap();
     let mut theirs = r2013.clone();
@@ -274,4 +266,12 @@ async fn a_compound_family_changes_together_or_not_at_all() {
         .map(|r| (r.peer_rating, r.comments.as_str()))
         .collect();
     assert_eq!(state, [(3, "ok"), (3, "theirs")]);
+}
+
+common::on_both! {
+    latest_returns_the_newest_entries_first_with_ties_kept,
+    between_returns_a_half_open_window_newest_first,
+    two_writers_of_one_instant_need_different_tie_breakers,
+    compound_keys_read_an_employee_and_their_reviews_in_one_range,
+    a_compound_family_changes_together_or_not_at_all,
 }

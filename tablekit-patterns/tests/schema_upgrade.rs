@@ -3,6 +3,8 @@
 
 mod common;
 
+use tablekit::TableServiceClient;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -54,9 +56,7 @@ async fn stored(table: &TableClient<BlogV1>, channel: &str) -> Vec<DynamicEntity
     common::rows(table, channel).await
 }
 
-#[tokio::test]
-async fn old_entities_are_rewritten_in_the_current_version_once() {
-    let Some(svc) = common::service() else { return };
+async fn old_entities_are_rewritten_in_the_current_version_once(svc: TableServiceClient) {
     let table = common::fresh_table::<BlogV1>(&svc, "Upgrade").await;
     for (i, rating) in [1, 2, 3, 4, 5].into_iter().enumerate() {
         table
@@ -116,9 +116,7 @@ async fn old_entities_are_rewritten_in_the_current_version_once() {
     assert_eq!((again.upgraded, again.current), (0, 6));
 }
 
-#[tokio::test]
-async fn one_partition_and_resumable_pages() {
-    let Some(svc) = common::service() else { return };
+async fn one_partition_and_resumable_pages(svc: TableServiceClient) {
     let table = common::fresh_table::<BlogV1>(&svc, "UpgradePart").await;
     for i in 0..5 {
         table.insert(&v1("A", &format!("p{i}"), 1)).await.unwrap();
@@ -184,12 +182,15 @@ impl RacingBlog {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_concurrent_old_writer_is_not_overwritten_with_a_stale_copy() {
-    let Some(svc) = common::service() else { return };
+async fn a_concurrent_old_writer_is_not_overwritten_with_a_stale_copy(svc: TableServiceClient) {
+    // The race hook's statics are shared by this case's two runs (Azurite and
+    // embedded): one at a time.
+    static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _turn = ONE_AT_A_TIME.lock().await;
+    RACE_CALLS.store(0, Ordering::SeqCst);
     let table = common::fresh_table::<BlogV1>(&svc, "UpgradeRace").await;
     table.insert(&v1("Channel9", "Oct-29", 1)).await.unwrap();
-    *RACE_TABLE.lock().unwrap() = Some(common::second_service().table(table.name()).unwrap());
+    *RACE_TABLE.lock().unwrap() = Some(common::second_service(&svc).table(table.name()).unwrap());
 
     let upgrade = SchemaUpgrade::new(
         table.with_type::<RacingBlog>(),
@@ -210,4 +211,10 @@ async fn a_concurrent_old_writer_is_not_overwritten_with_a_stale_copy() {
         "from the other writer's rating 5, not the stale 1"
     );
     assert_eq!(row.get("SchemaVersion"), Some(&EdmValue::Int32(2)));
+}
+
+common::on_both! {
+    old_entities_are_rewritten_in_the_current_version_once,
+    one_partition_and_resumable_pages,
+    a_concurrent_old_writer_is_not_overwritten_with_a_stale_copy [flavor = "multi_thread", worker_threads = 2],
 }

@@ -4,6 +4,8 @@
 
 mod common;
 
+use tablekit::TableServiceClient;
+
 use std::collections::BTreeSet;
 
 use tablekit::{DynamicEntity, ETag, EdmValue, IfMatch, TableClient, TableEntity};
@@ -110,9 +112,7 @@ async fn assert_consistent(table: &TableClient<Employee>) -> Vec<(String, String
     primaries
 }
 
-#[tokio::test]
-async fn insert_writes_every_copy_and_lookups_find_the_seed_keys() {
-    let Some(svc) = common::service() else { return };
+async fn insert_writes_every_copy_and_lookups_find_the_seed_keys(svc: TableServiceClient) {
     let table = common::fresh_table::<Employee>(&svc, "Idx").await;
     let (dir, email) = directory(table.clone());
 
@@ -153,9 +153,7 @@ async fn insert_writes_every_copy_and_lookups_find_the_seed_keys() {
         .is_none());
 }
 
-#[tokio::test]
-async fn ranges_come_back_in_the_order_of_the_chosen_index() {
-    let Some(svc) = common::service() else { return };
+async fn ranges_come_back_in_the_order_of_the_chosen_index(svc: TableServiceClient) {
     let table = common::fresh_table::<Employee>(&svc, "IdxRange").await;
     let (dir, email) = directory(table.clone());
     for (id, last, mail) in [
@@ -197,9 +195,7 @@ async fn ranges_come_back_in_the_order_of_the_chosen_index() {
     assert_consistent(&table).await;
 }
 
-#[tokio::test]
-async fn projected_copies_hold_only_the_projection() {
-    let Some(svc) = common::service() else { return };
+async fn projected_copies_hold_only_the_projection(svc: TableServiceClient) {
     let table = common::fresh_table::<Employee>(&svc, "IdxProj").await;
     let contact = by_email().projected(|e: &Employee| Contact {
         department: e.department.clone(),
@@ -249,9 +245,7 @@ async fn projected_copies_hold_only_the_projection() {
     assert_eq!(keys, ["email_jj@contoso.com", "empid_000223"]);
 }
 
-#[tokio::test]
-async fn changing_an_indexed_value_moves_its_copy_in_one_transaction() {
-    let Some(svc) = common::service() else { return };
+async fn changing_an_indexed_value_moves_its_copy_in_one_transaction(svc: TableServiceClient) {
     let table = common::fresh_table::<Employee>(&svc, "IdxMove").await;
     let (dir, email) = directory(table.clone());
     let mut jones = employee(223, "Jones", "jonesj@contoso.com");
@@ -283,9 +277,7 @@ async fn changing_an_indexed_value_moves_its_copy_in_one_transaction() {
     assert_eq!(found.age, 41);
 }
 
-#[tokio::test]
-async fn a_taken_key_or_indexed_value_is_a_conflict_that_writes_nothing() {
-    let Some(svc) = common::service() else { return };
+async fn a_taken_key_or_indexed_value_is_a_conflict_that_writes_nothing(svc: TableServiceClient) {
     let table = common::fresh_table::<Employee>(&svc, "IdxDup").await;
     let (dir, _) = directory(table.clone());
     dir.insert(&mut employee(223, "Jones", "jonesj@contoso.com"))
@@ -331,12 +323,10 @@ async fn a_taken_key_or_indexed_value_is_a_conflict_that_writes_nothing() {
 /// Failure injected between the read and the write of an update and of a
 /// delete: a second client changes the entity. The stale write is refused
 /// (412) and the table holds exactly the other writer's consistent version.
-#[tokio::test]
-async fn a_stale_write_is_refused_and_leaves_the_copies_consistent() {
-    let Some(svc) = common::service() else { return };
+async fn a_stale_write_is_refused_and_leaves_the_copies_consistent(svc: TableServiceClient) {
     let table = common::fresh_table::<Employee>(&svc, "IdxStale").await;
     let (dir, _) = directory(table.clone());
-    let other_table = common::second_service()
+    let other_table = common::second_service(&svc)
         .table::<Employee>(table.name())
         .unwrap();
     let (other, _) = directory(other_table);
@@ -382,12 +372,10 @@ async fn a_stale_write_is_refused_and_leaves_the_copies_consistent() {
 
 /// The retrying operations: the closure runs between the read and the write,
 /// so a write from a second client there is a deterministic interleaving.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn modify_starts_again_from_the_read_after_a_concurrent_writer() {
-    let Some(svc) = common::service() else { return };
+async fn modify_starts_again_from_the_read_after_a_concurrent_writer(svc: TableServiceClient) {
     let table = common::fresh_table::<Employee>(&svc, "IdxRetry").await;
     let (dir, _) = directory(table.clone());
-    let other_table = common::second_service()
+    let other_table = common::second_service(&svc)
         .table::<Employee>(table.name())
         .unwrap();
     let (other, _) = directory(other_table);
@@ -429,9 +417,7 @@ async fn modify_starts_again_from_the_read_after_a_concurrent_writer() {
     assert!(rows.iter().any(|r| r.row_key == "email_other@contoso.com"));
 }
 
-#[tokio::test]
-async fn upsert_and_delete_key_handle_present_and_missing_entities() {
-    let Some(svc) = common::service() else { return };
+async fn upsert_and_delete_key_handle_present_and_missing_entities(svc: TableServiceClient) {
     let table = common::fresh_table::<Employee>(&svc, "IdxUpsert").await;
     let (dir, _) = directory(table.clone());
 
@@ -526,4 +512,15 @@ async fn what_cannot_fit_one_transaction_is_refused_before_any_request() {
         .await
         .unwrap_err();
     common::assert_invalid(&err);
+}
+
+common::on_both! {
+    insert_writes_every_copy_and_lookups_find_the_seed_keys,
+    ranges_come_back_in_the_order_of_the_chosen_index,
+    projected_copies_hold_only_the_projection,
+    changing_an_indexed_value_moves_its_copy_in_one_transaction,
+    a_taken_key_or_indexed_value_is_a_conflict_that_writes_nothing,
+    a_stale_write_is_refused_and_leaves_the_copies_consistent,
+    modify_starts_again_from_the_read_after_a_concurrent_writer [flavor = "multi_thread", worker_threads = 2],
+    upsert_and_delete_key_handle_present_and_missing_entities,
 }

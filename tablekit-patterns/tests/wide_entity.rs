@@ -3,6 +3,8 @@
 
 mod common;
 
+use tablekit::TableServiceClient;
+
 use std::borrow::Cow;
 
 use tablekit::{
@@ -81,9 +83,7 @@ async fn parts<T: TableEntity>(table: &TableClient<T>, value: i32) -> Vec<(Strin
         .collect()
 }
 
-#[tokio::test]
-async fn a_year_of_daily_counts_is_two_parts_written_and_read_together() {
-    let Some(svc) = common::service() else { return };
+async fn a_year_of_daily_counts_is_two_parts_written_and_read_together(svc: TableServiceClient) {
     let table = common::fresh_table::<DynamicEntity>(&svc, "Wide").await;
     let wide = WideTable::new(table.clone());
 
@@ -107,9 +107,7 @@ async fn a_year_of_daily_counts_is_two_parts_written_and_read_together() {
     assert_eq!(parts(&table, 7).await.len(), 2);
 }
 
-#[tokio::test]
-async fn replace_merge_and_delete_act_on_every_part() {
-    let Some(svc) = common::service() else { return };
+async fn replace_merge_and_delete_act_on_every_part(svc: TableServiceClient) {
     let table = common::fresh_table::<DynamicEntity>(&svc, "WideOps").await;
     let wide = WideTable::new(table.clone());
     let mut stats = year(1, 365);
@@ -168,9 +166,7 @@ async fn replace_merge_and_delete_act_on_every_part() {
     assert!(err.is_not_found(), "{err:?}");
 }
 
-#[tokio::test]
-async fn a_typed_logical_entity_round_trips() {
-    let Some(svc) = common::service() else { return };
+async fn a_typed_logical_entity_round_trips(svc: TableServiceClient) {
     let table = common::fresh_table::<MessageStats>(&svc, "WideTyped").await;
     let wide = WideTable::new(table.clone());
     let mut stats = MessageStats {
@@ -198,13 +194,11 @@ async fn a_typed_logical_entity_round_trips() {
 /// A second client changes the entity between our read and our write: the
 /// stale replace is refused and the table holds the other writer's parts
 /// only; `modify` starts again from the read and applies on top of it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_concurrent_writer_never_leaves_mixed_parts() {
-    let Some(svc) = common::service() else { return };
+async fn a_concurrent_writer_never_leaves_mixed_parts(svc: TableServiceClient) {
     let table = common::fresh_table::<DynamicEntity>(&svc, "WideRace").await;
     let wide = WideTable::new(table.clone());
     let other = WideTable::new(
-        common::second_service()
+        common::second_service(&svc)
             .table::<DynamicEntity>(table.name())
             .unwrap(),
     );
@@ -263,9 +257,7 @@ async fn a_concurrent_writer_never_leaves_mixed_parts() {
     assert_eq!(parts(&table, 8).await.len(), 2);
 }
 
-#[tokio::test]
-async fn a_missing_part_is_reported_not_read_as_a_smaller_entity() {
-    let Some(svc) = common::service() else { return };
+async fn a_missing_part_is_reported_not_read_as_a_smaller_entity(svc: TableServiceClient) {
     let table = common::fresh_table::<DynamicEntity>(&svc, "WideGap").await;
     let wide = WideTable::new(table.clone());
     wide.insert(&mut year(1, 365)).await.unwrap();
@@ -313,4 +305,12 @@ async fn what_cannot_fit_one_transaction_is_refused_before_any_request() {
         .await
         .unwrap_err();
     common::assert_invalid(&err);
+}
+
+common::on_both! {
+    a_year_of_daily_counts_is_two_parts_written_and_read_together,
+    replace_merge_and_delete_act_on_every_part,
+    a_typed_logical_entity_round_trips,
+    a_concurrent_writer_never_leaves_mixed_parts [flavor = "multi_thread", worker_threads = 2],
+    a_missing_part_is_reported_not_read_as_a_smaller_entity,
 }

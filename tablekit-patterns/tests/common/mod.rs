@@ -1,9 +1,7 @@
-//! The one place the pattern tests get their Table service from, so that
-//! switching backends (Azurite today, the embedded store later) is a one-line
-//! change in [`service`].
-//!
-//! Each test starts with `let Some(svc) = common::service() else { return };`
-//! and works in its own freshly created, uniquely named table.
+//! The one place the pattern tests get their Table service from. Each case
+//! is an `async fn case(svc: TableServiceClient)` run twice by [`on_both!`]:
+//! on Azurite (from `TABLEKIT_TEST_CONNECTION_STRING`) and on the embedded
+//! store, each in its own freshly created, uniquely named table.
 
 // Every test binary compiles this module and uses a different part of it.
 #![allow(dead_code)]
@@ -50,12 +48,42 @@ pub fn service() -> Option<TableServiceClient> {
     Some(TableServiceClient::from_connection_string(&conn).expect("valid connection string"))
 }
 
-/// A second, independent client of the same account: the "other writer" of
-/// the concurrency tests.
-pub fn second_service() -> TableServiceClient {
+/// A second client of the same account: the "other writer" of the concurrency
+/// tests. Over HTTP it is an independent client (its own connections); on the
+/// embedded backend, a clone sharing the store, which is what another
+/// process's client would see.
+pub fn second_service(svc: &TableServiceClient) -> TableServiceClient {
+    if svc.is_embedded() {
+        return svc.clone();
+    }
     let conn = std::env::var(CONNECTION_STRING_VAR).expect("service() succeeded before");
     TableServiceClient::from_connection_string(&conn).expect("valid connection string")
 }
+
+/// Turns each `async fn case(svc: TableServiceClient)` into two tests,
+/// `case::azurite` (skipped without an emulator, a failure with `CI=true`)
+/// and `case::embedded`; `case [flavor = "multi_thread"]` passes the runtime
+/// flavour on to `#[tokio::test]`.
+#[allow(unused_macros)] // request_counts counts HTTP requests: Azurite only.
+macro_rules! on_both {
+    ($($case:ident $([$($flavor:tt)*])?),* $(,)?) => {$(
+        mod $case {
+            #[tokio::test$(($($flavor)*))?]
+            async fn azurite() {
+                if let Some(svc) = crate::common::service() {
+                    super::$case(svc).await
+                }
+            }
+
+            #[tokio::test$(($($flavor)*))?]
+            async fn embedded() {
+                super::$case(::tablekit::TableServiceClient::embedded()).await
+            }
+        }
+    )*};
+}
+#[allow(unused_imports)]
+pub(crate) use on_both;
 
 /// A client for an account at a closed loopback port (the discard port 9), with
 /// no retries: anything that reaches the network fails with a transport error,

@@ -95,6 +95,17 @@ impl TableServiceClient {
         Self::new(Account::from_connection_string(s)?)
     }
 
+    /// Whether this client works on an in-process embedded store
+    /// ([`embedded`](TableServiceClient::embedded)) rather than a service over HTTP.
+    ///
+    /// ```
+    /// assert!(tablekit::TableServiceClient::embedded().is_embedded());
+    /// ```
+    pub fn is_embedded(&self) -> bool {
+        // Only the embedded store keeps property bags.
+        self.backend.stores_property_bags()
+    }
+
     /// A client for the entities of one table, typed as `T`. The name is checked here.
     pub fn table<T: TableEntity>(&self, name: &str) -> Result<TableClient<T>> {
         validate::table_name(name)?;
