@@ -39,11 +39,20 @@ fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 type Partition = BTreeMap<Key, Arc<StoredEntity>>;
 
 /// An account's tables, and the clock that versions its writes.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct Store {
     /// Keyed by the lower-cased name: names are case-insensitive, case-preserving.
     tables: RwLock<BTreeMap<Key, Arc<Table>>>,
     clock: Clock,
+}
+
+// A client's Debug output names the store, not every entity in it.
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("tables", &read(&self.tables).len())
+            .finish()
+    }
 }
 
 /// One table.
