@@ -369,8 +369,9 @@ impl Table {
         let part = self.partition(pk, true).expect("created on demand");
         let mut part = write(&part);
         let mut changes = Vec::with_capacity(ops.len());
-        for (i, (op, entity)) in ops.iter().zip(entities).enumerate() {
-            let rk = Key::new(&op.key.row_key);
+        for (i, (op, entity)) in ops.iter_mut().zip(entities).enumerate() {
+            // The operations are ours: their keys move into the partition.
+            let rk = Key(std::mem::take(&mut op.key.row_key));
             let change =
                 decide(part.get(&rk), &op.kind, entity).map_err(|e| errors::at_index(e, i))?;
             changes.push((rk, change));
