@@ -361,6 +361,14 @@ mod tests {
     }
 
     #[test]
+    fn debug_output_names_the_store_not_its_entities() {
+        let b = store_with_table();
+        insert(&b, r#"{"PartitionKey":"p","RowKey":"secret"}"#.into()).unwrap();
+        let shown = format!("{b:?}");
+        assert_eq!(shown, "EmbeddedBackend { store: Store { tables: 1 } }");
+    }
+
+    #[test]
     fn a_continuation_naming_no_entity_resumes_at_the_next_key() {
         let b = store_with_table();
         for rk in ["a", "c", "e"] {

@@ -39,11 +39,20 @@ fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
 type Partition = BTreeMap<Key, Arc<StoredEntity>>;
 
 /// An account's tables, and the clock that versions its writes.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct Store {
     /// Keyed by the lower-cased name: names are case-insensitive, case-preserving.
     tables: RwLock<BTreeMap<Key, Arc<Table>>>,
     clock: Clock,
+}
+
+// A client's Debug output names the store, not every entity in it.
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("tables", &read(&self.tables).len())
+            .finish()
+    }
 }
 
 /// One table.
@@ -360,8 +369,9 @@ impl Table {
         let part = self.partition(pk, true).expect("created on demand");
         let mut part = write(&part);
         let mut changes = Vec::with_capacity(ops.len());
-        for (i, (op, entity)) in ops.iter().zip(entities).enumerate() {
-            let rk = Key::new(&op.key.row_key);
+        for (i, (op, entity)) in ops.iter_mut().zip(entities).enumerate() {
+            // The operations are ours: their keys move into the partition.
+            let rk = Key(std::mem::take(&mut op.key.row_key));
             let change =
                 decide(part.get(&rk), &op.kind, entity).map_err(|e| errors::at_index(e, i))?;
             changes.push((rk, change));
