@@ -9,7 +9,6 @@ use chrono::{DateTime, Utc};
 
 use crate::edm::EdmType;
 use crate::entity::{DynamicEntity, TableEntity};
-use crate::filter::{col, DynColumn};
 
 /// A stored property of entity type `E` whose values are Rust values of type `V`.
 pub struct Column<E, V> {
@@ -105,5 +104,43 @@ impl EntityColumns for DynamicEntity {
     type Columns = DynamicColumns;
     fn columns() -> &'static DynamicColumns {
         &DYNAMIC_COLUMNS
+    }
+}
+
+/// A column of the untyped [`DynamicEntity`] named at run time; see [`col`].
+pub struct DynColumn<V> {
+    name: String,
+    _value: PhantomData<fn() -> V>,
+}
+
+impl<V> Clone for DynColumn<V> {
+    fn clone(&self) -> Self {
+        DynColumn {
+            name: self.name.clone(),
+            _value: PhantomData,
+        }
+    }
+}
+
+impl<V> fmt::Debug for DynColumn<V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "DynColumn({})", self.name)
+    }
+}
+
+impl<V> DynColumn<V> {
+    /// The property's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// A typed handle on a property of [`DynamicEntity`] rows: `col::<i32>("Age").ge(30)`.
+/// The type parameter picks the literal written for values (and so the Edm type
+/// the service compares with: a property stored as another type never matches).
+pub fn col<V>(name: impl Into<String>) -> DynColumn<V> {
+    DynColumn {
+        name: name.into(),
+        _value: PhantomData,
     }
 }

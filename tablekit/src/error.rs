@@ -8,8 +8,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::filter::ParseError;
-
 /// The result type of tablekit operations.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -503,6 +501,90 @@ pub enum ValidationError {
     /// expected there ([`ParseError::expected`]).
     #[error(transparent)]
     Filter(ParseError),
+}
+
+/// Why a filter text could not be parsed: where in the text the problem is
+/// ([`position`](Self::position), [`column`](Self::column)), what is wrong
+/// ([`message`](Self::message)) and, where the grammar allowed only some
+/// tokens, what was expected ([`expected`](Self::expected)).
+///
+/// It converts into [`Error`] as an invalid-input error
+/// ([`ValidationError::Filter`], which keeps this value).
+///
+/// ```
+/// let e = tablekit::filter::parse("(Rating gt 3").unwrap_err();
+/// assert_eq!(e.position(), 12);
+/// assert_eq!(e.column(), 13);
+/// assert_eq!(e.expected(), Some("`)`"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid filter at byte {offset}: {message}")]
+#[non_exhaustive]
+pub struct ParseError {
+    offset: usize,
+    column: usize,
+    message: String,
+    expected: Option<String>,
+}
+
+impl ParseError {
+    pub(crate) fn new(offset: usize, message: impl Into<String>) -> Self {
+        ParseError {
+            offset,
+            column: 0,
+            message: message.into(),
+            expected: None,
+        }
+    }
+
+    /// Names what the grammar allowed at the error's position.
+    pub(crate) fn expecting(mut self, expected: impl Into<String>) -> Self {
+        self.expected = Some(expected.into());
+        self
+    }
+
+    /// Fills in the column, once the whole text is at hand.
+    pub(crate) fn in_text(mut self, text: &str) -> Self {
+        let before = text.get(..self.offset).unwrap_or(text);
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        self.column = before[line_start..].chars().count() + 1;
+        self
+    }
+
+    /// The byte offset in the filter text where the problem was found.
+    pub fn position(&self) -> usize {
+        self.offset
+    }
+
+    /// The byte offset in the filter text where the problem was found (the
+    /// same as [`position`](Self::position)).
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// The 1-based column, counted in characters from the start of its line,
+    /// where the problem was found: what an editor shows.
+    pub fn column(&self) -> usize {
+        self.column
+    }
+
+    /// What is wrong, without the offset.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// What the grammar allowed at [`position`](Self::position), such as
+    /// `` `)` `` or `` a comparison operator ``; `None` when the problem is not a
+    /// missing token (an unterminated string, a number out of range, ...).
+    pub fn expected(&self) -> Option<&str> {
+        self.expected.as_deref()
+    }
+}
+
+impl From<ParseError> for Error {
+    fn from(e: ParseError) -> Self {
+        Error::invalid(ValidationError::Filter(e))
+    }
 }
 
 macro_rules! error_codes {

@@ -76,18 +76,50 @@ pub mod edm;
 mod entity;
 mod error;
 pub mod filter;
+#[cfg(test)]
+mod layering;
+mod options;
 pub mod queue;
 mod table;
 pub mod validate;
 
-pub use backend::http::account;
+pub mod account {
+    //! Accounts and credentials: where the service lives and how requests prove who sends them.
+    //!
+    //! An [`Account`] is usually parsed from a connection string:
+    //!
+    //! ```
+    //! use tablekit::Account;
+    //!
+    //! let account: Account = "DefaultEndpointsProtocol=https;AccountName=myaccount;\
+    //!     AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+    //!     .parse()?;
+    //! assert_eq!(account.table_endpoint(), "https://myaccount.table.core.windows.net");
+    //!
+    //! // The emulator (Azurite) shortcut.
+    //! let dev = Account::from_connection_string("UseDevelopmentStorage=true")?;
+    //! assert_eq!(dev.table_endpoint(), "http://127.0.0.1:10002/devstoreaccount1");
+    //! # Ok::<(), tablekit::Error>(())
+    //! ```
+    //!
+    //! No secret ever appears in the `Debug` output of these types, nor in the message of a
+    //! connection-string error.
+    //!
+    //! [`TableSas`] signs a shared access signature for one table with the account key.
+
+    // A facade: the connection-string parser and the SAS signer live in the
+    // HTTP backend (they import each other's vocabulary only one way), and
+    // both are public here under one name.
+    pub use crate::backend::http::account::*;
+    pub use crate::backend::http::auth::{SasProtocol, TableSas, TableSasPermissions};
+}
 
 pub use account::{
     Account, AccountKey, Credential, SasProtocol, SasToken, TableSas, TableSasPermissions,
     TokenCredential,
 };
-pub use backend::http::{HttpOptions, Metadata, RetryPolicy, API_VERSION};
-pub use backend::{ClientOptions, Continuation, Written};
+pub use backend::http::API_VERSION;
+pub use backend::{Continuation, Written};
 pub use blob::{
     BlobClient, BlobListing, BlobProperties, BlobServiceClient, BlobWritten, ContainerClient,
     Download, DownloadRequest, ListBlobs, Upload,
@@ -106,6 +138,7 @@ pub use error::{
     TransportError, ValidationError,
 };
 pub use filter::{col, Filter, QueryPlan};
+pub use options::{ClientOptions, HttpOptions, Metadata, RetryPolicy};
 pub use queue::{
     MessageEncoding, QueueClient, QueueMessage, QueueServiceClient, ReceiveMessages, SendMessage,
     SentMessage,

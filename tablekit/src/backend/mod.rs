@@ -17,23 +17,18 @@ use crate::entity::{DynamicEntity, ETag, EntityKey, IfMatch, TableEntity, Update
 use crate::error::Result;
 
 pub(crate) mod blob;
+mod connect;
 mod continuation;
 pub(crate) mod embedded;
 pub(crate) mod http;
 pub(crate) mod queue;
 mod stored;
 
+pub(crate) use connect::{
+    connect, connect_blobs, connect_queues, embedded, embedded_blobs, embedded_queues,
+};
 pub use continuation::Continuation;
 pub(crate) use stored::{Selection, StoredEntity};
-
-/// Options of a client ([`TableServiceClient`](crate::TableServiceClient),
-/// [`QueueServiceClient`](crate::QueueServiceClient)).
-#[derive(Debug, Clone, Default)]
-#[non_exhaustive]
-pub struct ClientOptions {
-    /// The HTTP transport's options: retries, timeouts, connection pool.
-    pub http: http::HttpOptions,
-}
 
 /// One request to a backend.
 #[derive(Debug)]

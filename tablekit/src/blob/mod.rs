@@ -43,15 +43,14 @@ use bytes::{Bytes, BytesMut};
 use chrono::{DateTime, Utc};
 use futures::stream::{self, BoxStream, Stream, StreamExt, TryStreamExt};
 
+use crate::account::Account;
 pub use crate::backend::blob::BlobProperties;
 use crate::backend::blob::{BlobBackend, BlobHeaders, BlobOp, BlobResponse, Conditions};
-use crate::backend::embedded::blobs::Blobs;
-use crate::backend::http::account::Account;
-use crate::backend::http::blob::HttpBlobBackend;
-use crate::backend::ClientOptions;
+use crate::backend::{connect_blobs, embedded_blobs};
 use crate::clock::{Clock, ManualClock};
 use crate::entity::ETag;
 use crate::error::{Error, ErrorCode, Result, ValidationError};
+use crate::options::ClientOptions;
 use crate::validate;
 
 /// The block size of large uploads: 4 MiB.
@@ -98,7 +97,7 @@ impl BlobServiceClient {
     /// A client for this account's Blob service over HTTP.
     pub fn with_options(account: Account, options: ClientOptions) -> Result<Self> {
         Ok(BlobServiceClient {
-            backend: Arc::new(HttpBlobBackend::new(account, &options.http)?),
+            backend: connect_blobs(account, &options)?,
         })
     }
 
@@ -111,14 +110,14 @@ impl BlobServiceClient {
     /// It keeps every blob's bytes in memory.
     pub fn embedded() -> Self {
         BlobServiceClient {
-            backend: Arc::new(Blobs::new(Clock::System)),
+            backend: embedded_blobs(Clock::System),
         }
     }
 
     /// A fresh in-memory blob store whose time (Last-Modified) is `clock`.
     pub fn embedded_with_clock(clock: ManualClock) -> Self {
         BlobServiceClient {
-            backend: Arc::new(Blobs::new(Clock::Manual(clock))),
+            backend: embedded_blobs(Clock::Manual(clock)),
         }
     }
 

@@ -51,7 +51,7 @@ pub enum IfMatch {
     /// Apply whatever the stored version is (`If-Match: *`).
     Any,
     /// Apply only if the stored version still has this ETag; otherwise the service
-    /// answers 412 and [`Error::is_precondition_failed`] is true.
+    /// answers 412 and [`Error::is_precondition_failed`](crate::Error::is_precondition_failed) is true.
     ETag(ETag),
 }
 

@@ -8,9 +8,11 @@ mod plan;
 mod raw;
 mod typed;
 
+pub use crate::columns::{col, DynColumn};
+pub use crate::error::ParseError;
 pub use eval::matches;
 pub use expr::{CmpOp, Expr};
-pub use parse::{parse, ParseError};
+pub use parse::parse;
 pub(crate) use plan::plan_with_residual;
 pub use plan::{plan, QueryPlan};
 pub use raw::RawFilter;
@@ -19,7 +21,4 @@ pub use raw::{
     filter_and, filter_not, filter_of, filter_or, odata_build, odata_value, Condition, ODataPiece,
     ODataValue,
 };
-pub use typed::{
-    col, prefix_successor, DynBool, DynColumn, Filter, FilterValue, IntoFilterValue,
-    MAX_COMPARISONS,
-};
+pub use typed::{prefix_successor, DynBool, Filter, FilterValue, IntoFilterValue, MAX_COMPARISONS};

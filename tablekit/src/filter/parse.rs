@@ -4,95 +4,11 @@ use uuid::Uuid;
 
 use super::expr::{CmpOp, Expr};
 use crate::edm::{parse_datetime, EdmValue};
-use crate::error::{Error, ValidationError};
+use crate::error::ParseError;
 
 /// How deeply parentheses and `not` may nest before the parser gives up
 /// (the service's limit of 15 comparisons keeps real filters far below it).
 const MAX_DEPTH: usize = 100;
-
-/// Why a filter text could not be parsed: where in the text the problem is
-/// ([`position`](Self::position), [`column`](Self::column)), what is wrong
-/// ([`message`](Self::message)) and, where the grammar allowed only some
-/// tokens, what was expected ([`expected`](Self::expected)).
-///
-/// It converts into [`crate::Error`] as an invalid-input error
-/// ([`ValidationError::Filter`], which keeps this value).
-///
-/// ```
-/// let e = tablekit::filter::parse("(Rating gt 3").unwrap_err();
-/// assert_eq!(e.position(), 12);
-/// assert_eq!(e.column(), 13);
-/// assert_eq!(e.expected(), Some("`)`"));
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid filter at byte {offset}: {message}")]
-#[non_exhaustive]
-pub struct ParseError {
-    offset: usize,
-    column: usize,
-    message: String,
-    expected: Option<String>,
-}
-
-impl ParseError {
-    fn new(offset: usize, message: impl Into<String>) -> Self {
-        ParseError {
-            offset,
-            column: 0,
-            message: message.into(),
-            expected: None,
-        }
-    }
-
-    /// Names what the grammar allowed at the error's position.
-    fn expecting(mut self, expected: impl Into<String>) -> Self {
-        self.expected = Some(expected.into());
-        self
-    }
-
-    /// Fills in the column, once the whole text is at hand.
-    fn in_text(mut self, text: &str) -> Self {
-        let before = text.get(..self.offset).unwrap_or(text);
-        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-        self.column = before[line_start..].chars().count() + 1;
-        self
-    }
-
-    /// The byte offset in the filter text where the problem was found.
-    pub fn position(&self) -> usize {
-        self.offset
-    }
-
-    /// The byte offset in the filter text where the problem was found (the
-    /// same as [`position`](Self::position)).
-    pub fn offset(&self) -> usize {
-        self.offset
-    }
-
-    /// The 1-based column, counted in characters from the start of its line,
-    /// where the problem was found: what an editor shows.
-    pub fn column(&self) -> usize {
-        self.column
-    }
-
-    /// What is wrong, without the offset.
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-
-    /// What the grammar allowed at [`position`](Self::position), such as
-    /// `` `)` `` or `` a comparison operator ``; `None` when the problem is not a
-    /// missing token (an unterminated string, a number out of range, ...).
-    pub fn expected(&self) -> Option<&str> {
-        self.expected.as_deref()
-    }
-}
-
-impl From<ParseError> for Error {
-    fn from(e: ParseError) -> Self {
-        Error::invalid(ValidationError::Filter(e))
-    }
-}
 
 /// Parses the text of an OData `$filter` into an [`Expr`]: the subset of OData
 /// v3 that the Table service accepts.
@@ -924,6 +840,7 @@ mod tests {
 
     use super::*;
     use crate::edm::parse_datetime;
+    use crate::error::{Error, ValidationError};
 
     fn cmp(p: &str, op: CmpOp, v: impl Into<EdmValue>) -> Expr {
         Expr::cmp(p, op, v)

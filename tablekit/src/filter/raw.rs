@@ -6,8 +6,8 @@ use chrono::{DateTime, FixedOffset, Utc};
 use uuid::Uuid;
 
 use super::expr::write_literal;
-use super::typed::{DynColumn, Filter, FilterValue};
-use crate::columns::Column;
+use super::typed::{Filter, FilterValue};
+use crate::columns::{Column, DynColumn};
 use crate::edm::EdmValue;
 use crate::entity::DynamicEntity;
 

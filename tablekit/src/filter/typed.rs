@@ -13,7 +13,7 @@ use chrono::{DateTime, FixedOffset, Utc};
 use uuid::Uuid;
 
 use super::expr::{CmpOp, Expr};
-use crate::columns::Column;
+use crate::columns::{Column, DynColumn};
 use crate::edm::{EdmType, EdmValue};
 use crate::entity::DynamicEntity;
 use crate::error::{Error, Result, ValidationError};
@@ -449,34 +449,6 @@ impl<E> BitOr<Filter<E>> for Column<E, bool> {
     }
 }
 
-/// A column of the untyped [`DynamicEntity`] named at run time; see [`col`].
-pub struct DynColumn<V> {
-    name: String,
-    _value: PhantomData<fn() -> V>,
-}
-
-impl<V> Clone for DynColumn<V> {
-    fn clone(&self) -> Self {
-        DynColumn {
-            name: self.name.clone(),
-            _value: PhantomData,
-        }
-    }
-}
-
-impl<V> fmt::Debug for DynColumn<V> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "DynColumn({})", self.name)
-    }
-}
-
-impl<V> DynColumn<V> {
-    /// The property's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-}
-
 impl<V> DynColumn<V> {
     column_methods!(DynamicEntity);
 
@@ -487,16 +459,6 @@ impl<V> DynColumn<V> {
 
 impl DynColumn<String> {
     string_methods!(DynamicEntity);
-}
-
-/// A typed handle on a property of [`DynamicEntity`] rows: `col::<i32>("Age").ge(30)`.
-/// The type parameter picks the literal written for values (and so the Edm type
-/// the service compares with: a property stored as another type never matches).
-pub fn col<V>(name: impl Into<String>) -> DynColumn<V> {
-    DynColumn {
-        name: name.into(),
-        _value: PhantomData,
-    }
 }
 
 impl<V> From<DynColumn<V>> for Filter<DynamicEntity>
@@ -515,6 +477,7 @@ impl DynBool for DynColumn<bool> {}
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::columns::col;
     use crate::edm::parse_datetime;
 
     struct Emp;

@@ -42,13 +42,12 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
 
-use crate::backend::embedded::queues::Queues;
-use crate::backend::http::account::Account;
-use crate::backend::http::queue::HttpQueueBackend;
+use crate::account::Account;
 use crate::backend::queue::{QueueBackend, QueueOp, QueueResponse, RawMessage};
-use crate::backend::ClientOptions;
+use crate::backend::{connect_queues, embedded_queues};
 use crate::clock::{Clock, ManualClock};
 use crate::error::{Error, ErrorCode, Result, ValidationError};
+use crate::options::ClientOptions;
 use crate::validate;
 
 /// The largest message text the service stores: 64 KiB, counted on the text as
@@ -101,7 +100,7 @@ impl QueueServiceClient {
     /// and the connection pool are set as for tables.
     pub fn with_options(account: Account, options: ClientOptions) -> Result<Self> {
         Ok(QueueServiceClient {
-            backend: Arc::new(HttpQueueBackend::new(account, &options.http)?),
+            backend: connect_queues(account, &options)?,
         })
     }
 
@@ -114,7 +113,7 @@ impl QueueServiceClient {
     /// semantics, on the system clock.
     pub fn embedded() -> Self {
         QueueServiceClient {
-            backend: Arc::new(Queues::new(Clock::System)),
+            backend: embedded_queues(Clock::System),
         }
     }
 
@@ -122,7 +121,7 @@ impl QueueServiceClient {
     /// and lifetimes pass when the test calls [`ManualClock::advance`].
     pub fn embedded_with_clock(clock: ManualClock) -> Self {
         QueueServiceClient {
-            backend: Arc::new(Queues::new(Clock::Manual(clock))),
+            backend: embedded_queues(Clock::Manual(clock)),
         }
     }
 

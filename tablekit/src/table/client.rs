@@ -14,15 +14,12 @@ use futures::stream::{self, BoxStream, Stream, StreamExt, TryStreamExt};
 
 use super::handle::{is_missing_entity, TableHandle};
 use super::query::{self, Query, ScanPolicy};
-use crate::backend::embedded::EmbeddedBackend;
-use crate::backend::http::account::Account;
-use crate::backend::http::{full_jitter, HttpBackend};
-use crate::backend::{
-    Backend, BatchKind, BatchOp, ClientOptions, EntityBody, Operation, Response, Written,
-};
+use crate::account::Account;
+use crate::backend::{self, Backend, BatchKind, BatchOp, EntityBody, Operation, Response, Written};
 use crate::codec::write::write_entity_json;
 use crate::entity::{ETag, EntityKey, IfMatch, TableEntity, UpdateMode};
 use crate::error::{Error, ErrorCode, Result, ValidationError};
+use crate::options::{full_jitter, ClientOptions};
 use crate::validate::{self, MAX_BATCH_BYTES, MAX_BATCH_OPERATIONS};
 
 /// A client for the tables of one storage account. Cheap to clone; clones share
@@ -59,7 +56,7 @@ impl TableServiceClient {
     /// A client for this account over HTTP.
     pub fn with_options(account: Account, options: ClientOptions) -> Result<Self> {
         Ok(TableServiceClient {
-            backend: Arc::new(HttpBackend::new(account, &options.http)?),
+            backend: backend::connect(account, &options)?,
         })
     }
 
@@ -86,7 +83,7 @@ impl TableServiceClient {
     /// ```
     pub fn embedded() -> Self {
         TableServiceClient {
-            backend: Arc::new(EmbeddedBackend::new()),
+            backend: backend::embedded(),
         }
     }
 

@@ -1,23 +1,4 @@
-//! Accounts and credentials: where the service lives and how requests prove who sends them.
-//!
-//! An [`Account`] is usually parsed from a connection string:
-//!
-//! ```
-//! use tablekit::Account;
-//!
-//! let account: Account = "DefaultEndpointsProtocol=https;AccountName=myaccount;\
-//!     AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
-//!     .parse()?;
-//! assert_eq!(account.table_endpoint(), "https://myaccount.table.core.windows.net");
-//!
-//! // The emulator (Azurite) shortcut.
-//! let dev = Account::from_connection_string("UseDevelopmentStorage=true")?;
-//! assert_eq!(dev.table_endpoint(), "http://127.0.0.1:10002/devstoreaccount1");
-//! # Ok::<(), tablekit::Error>(())
-//! ```
-//!
-//! No secret ever appears in the `Debug` output of these types, nor in the message of a
-//! connection-string error.
+//! Accounts and credentials (documented where `tablekit::account` re-exports them).
 
 use std::fmt;
 use std::str::FromStr;
@@ -26,8 +7,6 @@ use std::sync::Arc;
 use base64::Engine as _;
 
 use crate::error::{Error, Result};
-
-pub use super::auth::{SasProtocol, TableSas, TableSasPermissions};
 
 /// The name of the emulator's built-in account.
 const DEV_ACCOUNT: &str = "devstoreaccount1";
@@ -386,7 +365,7 @@ impl fmt::Debug for AccountKey {
 /// A shared access signature: the query string (`sv=…&sig=…`) that authorizes requests.
 ///
 /// Make one from a token issued elsewhere with [`SasToken::new`], or sign one for a table
-/// with [`TableSas`]. `Debug` prints `SasToken(***)`.
+/// with [`TableSas`](crate::account::TableSas). `Debug` prints `SasToken(***)`.
 #[derive(Clone)]
 pub struct SasToken(Arc<str>);
 

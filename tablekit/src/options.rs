@@ -1,0 +1,121 @@
+//! Options of the clients: retries, timeouts, the connection pool and the
+//! metadata level. Plain data, no I/O: the clients hand them to a backend.
+
+use std::time::Duration;
+
+/// Options of a client ([`TableServiceClient`](crate::TableServiceClient),
+/// [`QueueServiceClient`](crate::QueueServiceClient)).
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct ClientOptions {
+    /// The HTTP transport's options: retries, timeouts, connection pool.
+    pub http: HttpOptions,
+}
+
+/// How failed requests are retried: exponential backoff with full jitter.
+///
+/// Which failures are retried is the table on [`Error::is_retryable`](crate::Error::is_retryable)
+/// (timeouts, connection faults, 408, 429, 500, 502, 503, 504; never TLS or
+/// certificate failures, never invalid input). Before retry `n` (0-based) the
+/// client waits a uniformly random time in `0 ..= min(base_delay * 2^n, max_delay)`
+/// ("full jitter", so that many clients failing together do not retry
+/// together), except when a 429 or 503 answer carries `Retry-After`: then it
+/// waits what the service asked, capped by `max_delay`.
+#[derive(Debug, Clone)]
+pub struct RetryPolicy {
+    /// Retries after the first attempt (0 disables retries).
+    pub max_retries: u32,
+    /// The delay ceiling of the first retry; it doubles with each retry.
+    pub base_delay: Duration,
+    /// The largest delay ceiling, and the cap of a `Retry-After` wait.
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 3,
+            base_delay: Duration::from_millis(200),
+            max_delay: Duration::from_secs(5),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// A policy that never retries.
+    pub fn none() -> Self {
+        RetryPolicy {
+            max_retries: 0,
+            ..Default::default()
+        }
+    }
+}
+
+/// A uniformly random duration in `0 ..= min(base * 2^attempt, max)`.
+pub(crate) fn full_jitter(base: Duration, max: Duration, attempt: u32) -> Duration {
+    let ceiling = base.saturating_mul(1u32 << attempt.min(16)).min(max);
+    let nanos = u64::try_from(ceiling.as_nanos()).unwrap_or(u64::MAX);
+    Duration::from_nanos(fastrand::u64(..=nanos))
+}
+
+/// How much OData metadata the service puts in JSON answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Metadata {
+    /// No annotations at all (`odata=nometadata`): the smallest answers. Types
+    /// are then known only from the reader's schema; ETags of query results
+    /// come without it only where the service includes them.
+    None,
+    /// Type annotations for values whose JSON form is ambiguous, and ETags (`odata=minimalmetadata`).
+    Minimal,
+    /// Every annotation (`odata=fullmetadata`).
+    Full,
+}
+
+/// Options of the HTTP transport.
+///
+/// ```
+/// use std::time::Duration;
+/// use tablekit::{ClientOptions, HttpOptions};
+///
+/// let mut http = HttpOptions::default();
+/// http.timeout = Duration::from_secs(5);
+/// http.connect_timeout = Duration::from_secs(2);
+/// let mut options = ClientOptions::default();
+/// options.http = http;
+/// ```
+///
+/// Timeouts apply to each attempt, so a call with retries can take longer than
+/// `timeout`. For a deadline on one call (retries and `Retry-After` waits
+/// included), wrap its future in `tokio::time::timeout`: dropping a tablekit
+/// future cancels its request, and a deadline there needs no option here.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct HttpOptions {
+    /// The retry policy.
+    pub retry: RetryPolicy,
+    /// The time limit of one attempt, from sending the request to the end of
+    /// the answer's body (connecting included). Default: 30 s.
+    pub timeout: Duration,
+    /// The time limit of opening a connection (TCP and TLS). Default: 10 s.
+    pub connect_timeout: Duration,
+    /// Idle connections kept per host (the .NET default of 2 starves concurrent clients).
+    pub pool_max_idle_per_host: usize,
+    /// The metadata level of reads; `None` picks per entity type: minimal metadata
+    /// for types that need the service's type annotations (such as `DynamicEntity`),
+    /// none for types that know their schema. A type that needs annotations always
+    /// gets at least minimal metadata.
+    pub metadata: Option<Metadata>,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        HttpOptions {
+            retry: RetryPolicy::default(),
+            timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+            pool_max_idle_per_host: 64,
+            metadata: None,
+        }
+    }
+}
