@@ -98,11 +98,16 @@ fn out_of_range(name: &str, reason: String) -> Error {
     })
 }
 
-fn narrow<T: TryFrom<i64>>(value: PropertyValue<'_>, wide: i64, ty: &str) -> Result<T> {
-    T::try_from(wide).map_err(|_| {
-        Error::decode_property(
+fn narrow<T>(value: PropertyValue<'_>, wide: i64, ty: &str) -> Result<T>
+where
+    T: TryFrom<i64>,
+    T::Error: std::error::Error + Send + Sync + 'static,
+{
+    T::try_from(wide).map_err(|e| {
+        Error::decode_property_caused_by(
             value.name(),
             format!("{wide} does not fit the field's {ty}"),
+            e,
         )
     })
 }
@@ -256,8 +261,9 @@ impl PropertyAs<as_edm::String> for Uuid {
     }
     fn read_as(value: PropertyValue<'_>) -> Result<Self> {
         let s = value.as_str()?;
-        Uuid::parse_str(s)
-            .map_err(|_| Error::decode_property(value.name(), format!("{s:?} is not a GUID")))
+        Uuid::parse_str(s).map_err(|e| {
+            Error::decode_property_caused_by(value.name(), format!("{s:?} is not a GUID"), e)
+        })
     }
 }
 
@@ -341,7 +347,7 @@ pub fn write_json<T: serde::Serialize + ?Sized, W: PropertyWriter + ?Sized>(
 /// `#[tablekit(json)]`: a JSON string property as the value.
 pub fn read_json<T: serde::de::DeserializeOwned>(value: PropertyValue<'_>) -> Result<T> {
     serde_json::from_str(value.as_str()?)
-        .map_err(|e| Error::decode_property(value.name(), format!("invalid JSON: {e}")))
+        .map_err(|e| Error::decode_property_caused_by(value.name(), "not the field's JSON", e))
 }
 
 /// `#[tablekit(as_str)]`: the value's `Display` text as a String property.

@@ -270,6 +270,14 @@ pub fn format_datetime(dt: &DateTime<Utc>) -> String {
 /// Parses an ISO 8601 / RFC 3339 instant as the service writes it (any number of
 /// fractional digits, `Z` or an offset), normalised to UTC.
 pub fn parse_datetime(s: &str) -> Result<DateTime<Utc>> {
+    parse_datetime_text(s)
+        .map_err(|e| Error::decode_caused_by(format!("{s:?} is not an ISO 8601 date and time"), e))
+}
+
+/// [`parse_datetime`] with chrono's error, for callers that name the property.
+pub(crate) fn parse_datetime_text(
+    s: &str,
+) -> std::result::Result<DateTime<Utc>, chrono::ParseError> {
     if let Some(dt) = parse_service_datetime(s.as_bytes()) {
         return Ok(dt);
     }
@@ -279,7 +287,6 @@ pub fn parse_datetime(s: &str) -> Result<DateTime<Utc>> {
             // Some writers omit the zone; the service treats such values as UTC.
             chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f").map(|d| d.and_utc())
         })
-        .map_err(|e| Error::decode_caused_by(format!("{s:?} is not an ISO 8601 date and time"), e))
 }
 
 /// The form the service writes, `YYYY-MM-DDTHH:MM:SS[.f{1,9}]Z`, parsed without

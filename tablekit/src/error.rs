@@ -206,7 +206,6 @@ impl Error {
     }
 
     /// [`Error::decode_property`] with its cause kept as the source.
-    #[allow(dead_code)] // the codec's call sites move to it one by one
     pub(crate) fn decode_property_caused_by(
         property: &str,
         message: impl Into<String>,

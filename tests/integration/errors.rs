@@ -45,3 +45,52 @@ async fn a_filter_with_a_stray_word_says_what_could_follow() {
         other => panic!("{other:?}"),
     }
 }
+
+/// What a newer writer stored, read by an older reader with narrower fields.
+#[derive(tablekit::TableEntity, Debug)]
+#[tablekit(partition_key = "{pk}", row_key = "{rk}")]
+struct Narrow {
+    pk: String,
+    rk: String,
+    small: u8,
+}
+
+#[derive(tablekit::TableEntity, Debug)]
+#[tablekit(partition_key = "{pk}", row_key = "{rk}")]
+struct WithJson {
+    pk: String,
+    rk: String,
+    #[tablekit(json)]
+    tags: Vec<String>,
+}
+
+/// The underlying error a decode error keeps as its `source()`.
+fn cause<E: std::error::Error + 'static>(err: &tablekit::Error) -> &E {
+    let source = std::error::Error::source(err).unwrap_or_else(|| panic!("{err} has no source"));
+    source
+        .downcast_ref::<E>()
+        .unwrap_or_else(|| panic!("{err}: the source {source:?} is not the expected type"))
+}
+
+crate::both! {
+    async fn a_stored_value_a_derived_field_cannot_hold_keeps_its_cause(svc, backend) {
+        let t = common::fresh_table::<DynamicEntity>(&svc, "Decode").await;
+        t.insert(
+            &DynamicEntity::new("p", "wide")
+                .with("Small", 300)
+                .with("Tags", "not JSON"),
+        )
+        .await
+        .unwrap();
+
+        let err = t.with_type::<Narrow>().get(("p", "wide")).await.unwrap_err();
+        assert!(err.to_string().contains("\"Small\""), "{err}");
+        assert!(err.to_string().contains("300 does not fit"), "{err}");
+        cause::<std::num::TryFromIntError>(&err);
+
+        let err = t.with_type::<WithJson>().get(("p", "wide")).await.unwrap_err();
+        assert!(err.to_string().contains("\"Tags\""), "{err}");
+        assert!(cause::<serde_json::Error>(&err).is_syntax());
+        common::drop_table(&t).await;
+    }
+}

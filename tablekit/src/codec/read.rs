@@ -251,7 +251,10 @@ impl<'de, T: TableEntity> Visitor<'de> for QueryBody<'_, T> {
 }
 
 fn json_failure(e: serde_json::Error, failure: Option<Error>) -> Error {
-    failure.unwrap_or_else(|| Error::decode(format!("invalid JSON: {e}")))
+    failure.unwrap_or_else(|| {
+        let at = format!("line {}, column {}", e.line(), e.column());
+        Error::decode_caused_by(format!("not the expected entity JSON ({at})"), e)
+    })
 }
 
 /// Decodes the entities of a query response body (`{"value":[...]}`).
@@ -295,7 +298,7 @@ pub(crate) fn decode_table_names(body: &[u8]) -> Result<Vec<String>> {
         table_name: String,
     }
     let b: Body = serde_json::from_slice(body)
-        .map_err(|e| Error::decode(format!("invalid table list: {e}")))?;
+        .map_err(|e| Error::decode_caused_by("not the expected table list", e))?;
     Ok(b.value.into_iter().map(|r| r.table_name).collect())
 }
 
@@ -375,6 +378,70 @@ mod tests {
         assert!(decode_entity::<DynamicEntity>(body, None).is_err());
         assert!(decode_entity::<DynamicEntity>(b"{", None).is_err());
         assert!(decode_entity::<DynamicEntity>(br#"{"RowKey":"r"}"#, None).is_err());
+    }
+
+    /// The underlying error a decode error keeps as its `source()`.
+    fn cause<E: std::error::Error + 'static>(err: &Error) -> &E {
+        let source =
+            std::error::Error::source(err).unwrap_or_else(|| panic!("{err} has no source"));
+        source.downcast_ref::<E>().unwrap_or_else(|| {
+            panic!(
+                "{err}: the source {source:?} is not a {}",
+                std::any::type_name::<E>()
+            )
+        })
+    }
+
+    fn decode_one(property: &str, edm: &str, json_value: &str) -> Error {
+        let body = format!(
+            r#"{{"PartitionKey":"p","RowKey":"r","{property}@odata.type":"Edm.{edm}","{property}":{json_value}}}"#
+        );
+        let err = decode_entity::<DynamicEntity>(body.as_bytes(), None).unwrap_err();
+        match err.kind() {
+            crate::ErrorKind::Decode(d) => assert_eq!(d.property.as_deref(), Some(property)),
+            other => panic!("{other:?}"),
+        }
+        err
+    }
+
+    #[test]
+    fn a_bad_guid_keeps_the_uuid_error_as_source() {
+        let err = decode_one("Id", "Guid", r#""not-a-guid""#);
+        cause::<uuid::Error>(&err);
+        // `Display` names the value, not the cause a second time.
+        assert_eq!(
+            err.to_string(),
+            r#"cannot decode property "Id": "not-a-guid" is not a Guid"#
+        );
+    }
+
+    #[test]
+    fn a_bad_datetime_keeps_chronos_error_as_source() {
+        let err = decode_one("When", "DateTime", r#""yesterday""#);
+        cause::<chrono::ParseError>(&err);
+    }
+
+    #[test]
+    fn bad_base64_keeps_the_base64_error_as_source() {
+        let err = decode_one("Blob", "Binary", r#""%%%""#);
+        cause::<base64::DecodeError>(&err);
+    }
+
+    #[test]
+    fn bad_integers_and_doubles_keep_the_parse_error_as_source() {
+        cause::<std::num::ParseIntError>(&decode_one("Big", "Int64", r#""12x""#));
+        cause::<std::num::ParseIntError>(&decode_one("Small", "Int32", r#""12x""#));
+        cause::<std::num::TryFromIntError>(&decode_one("Small", "Int32", "4294967296"));
+        cause::<std::num::ParseFloatError>(&decode_one("D", "Double", r#""two""#));
+    }
+
+    #[test]
+    fn malformed_json_keeps_serdes_error_as_source() {
+        let err = decode_entity::<DynamicEntity>(br#"{"PartitionKey":"p","#, None).unwrap_err();
+        assert!(cause::<serde_json::Error>(&err).is_eof());
+        assert!(err.to_string().contains("line 1, column 20"), "{err}");
+        let err = decode_table_names(b"[1]").unwrap_err();
+        cause::<serde_json::Error>(&err);
     }
 
     #[test]

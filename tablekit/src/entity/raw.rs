@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use super::etag::ETag;
-use crate::edm::{parse_datetime, EdmType, EdmValue};
+use crate::edm::{parse_datetime, parse_datetime_text, EdmType, EdmValue};
 use crate::error::{Error, Result};
 
 /// A JSON scalar as it appeared on the wire.
@@ -189,11 +189,12 @@ impl<'e> PropertyValue<'e> {
     pub fn to_i32(&self) -> Result<i32> {
         self.declared_is(EdmType::Int32, &[])?;
         match self.slot {
-            Slot::Json(Scalar::Int(i), _) => i32::try_from(*i)
-                .map_err(|_| Error::decode_property(self.name, format!("{i} does not fit Int32"))),
-            Slot::Json(Scalar::Str(s), Some(EdmType::Int32)) => s
-                .parse()
-                .map_err(|_| Error::decode_property(self.name, format!("{s:?} is not an Int32"))),
+            Slot::Json(Scalar::Int(i), _) => i32::try_from(*i).map_err(|e| {
+                Error::decode_property_caused_by(self.name, format!("{i} does not fit Int32"), e)
+            }),
+            Slot::Json(Scalar::Str(s), Some(EdmType::Int32)) => s.parse().map_err(|e| {
+                Error::decode_property_caused_by(self.name, format!("{s:?} is not an Int32"), e)
+            }),
             Slot::Value(v) => v.as_i32().ok_or_else(|| self.mismatch(EdmType::Int32)),
             _ => Err(self.mismatch(EdmType::Int32)),
         }
@@ -205,9 +206,9 @@ impl<'e> PropertyValue<'e> {
         match self.slot {
             Slot::Json(Scalar::Int(i), _) => Ok(*i),
             // Int64 travels as a string; without metadata it is a bare string.
-            Slot::Json(Scalar::Str(s), _) => s
-                .parse()
-                .map_err(|_| Error::decode_property(self.name, format!("{s:?} is not an Int64"))),
+            Slot::Json(Scalar::Str(s), _) => s.parse().map_err(|e| {
+                Error::decode_property_caused_by(self.name, format!("{s:?} is not an Int64"), e)
+            }),
             Slot::Value(v) => v.as_i64().ok_or_else(|| self.mismatch(EdmType::Int64)),
             _ => Err(self.mismatch(EdmType::Int64)),
         }
@@ -224,8 +225,12 @@ impl<'e> PropertyValue<'e> {
                 "NaN" => Ok(f64::NAN),
                 "Infinity" | "INF" => Ok(f64::INFINITY),
                 "-Infinity" | "-INF" => Ok(f64::NEG_INFINITY),
-                other => other.parse().map_err(|_| {
-                    Error::decode_property(self.name, format!("{other:?} is not a Double"))
+                other => other.parse().map_err(|e| {
+                    Error::decode_property_caused_by(
+                        self.name,
+                        format!("{other:?} is not a Double"),
+                        e,
+                    )
                 }),
             },
             Slot::Value(v) => match v.as_ref() {
@@ -242,8 +247,9 @@ impl<'e> PropertyValue<'e> {
     pub fn to_datetime(&self) -> Result<DateTime<Utc>> {
         self.declared_is(EdmType::DateTime, &[])?;
         match self.slot {
-            Slot::Json(Scalar::Str(s), _) => parse_datetime(s)
-                .map_err(|_| Error::decode_property(self.name, format!("{s:?} is not a DateTime"))),
+            Slot::Json(Scalar::Str(s), _) => parse_datetime_text(s).map_err(|e| {
+                Error::decode_property_caused_by(self.name, format!("{s:?} is not a DateTime"), e)
+            }),
             Slot::Value(v) => v
                 .as_datetime()
                 .ok_or_else(|| self.mismatch(EdmType::DateTime)),
@@ -255,8 +261,9 @@ impl<'e> PropertyValue<'e> {
     pub fn to_guid(&self) -> Result<Uuid> {
         self.declared_is(EdmType::Guid, &[])?;
         match self.slot {
-            Slot::Json(Scalar::Str(s), _) => Uuid::parse_str(s)
-                .map_err(|_| Error::decode_property(self.name, format!("{s:?} is not a Guid"))),
+            Slot::Json(Scalar::Str(s), _) => Uuid::parse_str(s).map_err(|e| {
+                Error::decode_property_caused_by(self.name, format!("{s:?} is not a Guid"), e)
+            }),
             Slot::Value(v) => v.as_guid().ok_or_else(|| self.mismatch(EdmType::Guid)),
             _ => Err(self.mismatch(EdmType::Guid)),
         }
@@ -268,7 +275,7 @@ impl<'e> PropertyValue<'e> {
         match self.slot {
             Slot::Json(Scalar::Str(s), _) => base64::engine::general_purpose::STANDARD
                 .decode(s.as_bytes())
-                .map_err(|_| Error::decode_property(self.name, "not valid base64")),
+                .map_err(|e| Error::decode_property_caused_by(self.name, "not valid base64", e)),
             Slot::Value(v) => v
                 .as_binary()
                 .map(<[u8]>::to_vec)

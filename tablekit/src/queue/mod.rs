@@ -254,11 +254,14 @@ impl QueueClient {
 
     fn decode(&self, raw: RawMessage) -> Result<QueueMessage> {
         let body = match self.encoding {
-            MessageEncoding::Base64 => BASE64.decode(raw.text.as_bytes()).map_err(|_| {
-                Error::decode(format!(
-                    "message {} is not Base64; was it sent with MessageEncoding::Text?",
-                    raw.id
-                ))
+            MessageEncoding::Base64 => BASE64.decode(raw.text.as_bytes()).map_err(|e| {
+                Error::decode_caused_by(
+                    format!(
+                        "message {} is not Base64; was it sent with MessageEncoding::Text?",
+                        raw.id
+                    ),
+                    e,
+                )
             })?,
             MessageEncoding::Text => raw.text.clone().into_bytes(),
         };
@@ -640,17 +643,18 @@ impl QueueMessage {
 
     /// The body as UTF-8 text.
     pub fn text(&self) -> Result<&str> {
-        std::str::from_utf8(&self.body)
-            .map_err(|_| Error::decode(format!("message {} is not UTF-8 text", self.raw.id)))
+        std::str::from_utf8(&self.body).map_err(|e| {
+            Error::decode_caused_by(format!("message {} is not UTF-8 text", self.raw.id), e)
+        })
     }
 
     /// The body read as JSON.
     pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
         serde_json::from_slice(&self.body).map_err(|e| {
-            Error::decode(format!(
-                "message {} is not the expected JSON: {e}",
-                self.raw.id
-            ))
+            Error::decode_caused_by(
+                format!("message {} is not the expected JSON", self.raw.id),
+                e,
+            )
         })
     }
 }

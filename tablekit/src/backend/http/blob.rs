@@ -459,10 +459,10 @@ fn parse_listing(body: &[u8]) -> Result<BlobResponse> {
         #[serde(rename = "Content-Type")]
         content_type: Option<String>,
     }
-    let text =
-        std::str::from_utf8(body).map_err(|_| Error::decode("a blob listing is not UTF-8"))?;
+    let text = std::str::from_utf8(body)
+        .map_err(|e| Error::decode_caused_by("a blob listing is not UTF-8", e))?;
     let results: Results = quick_xml::de::from_str(text)
-        .map_err(|e| Error::decode(format!("a blob listing is not the expected XML: {e}")))?;
+        .map_err(|e| Error::decode_caused_by("a blob listing is not the expected XML", e))?;
     let blobs = results
         .blobs
         .items

@@ -334,10 +334,10 @@ fn parse_messages(body: &[u8]) -> Result<Vec<RawMessage>> {
         dequeue_count: Option<u32>,
         message_text: Option<String>,
     }
-    let text =
-        std::str::from_utf8(body).map_err(|_| Error::decode("a queue answer is not UTF-8"))?;
+    let text = std::str::from_utf8(body)
+        .map_err(|e| Error::decode_caused_by("a queue answer is not UTF-8", e))?;
     let list: List = quick_xml::de::from_str(text)
-        .map_err(|e| Error::decode(format!("a queue answer is not the expected XML: {e}")))?;
+        .map_err(|e| Error::decode_caused_by("a queue answer is not the expected XML", e))?;
     let date = |what: &str, t: &str| {
         parse_http_date(t).ok_or_else(|| Error::decode(format!("{what} {t:?} is not an HTTP date")))
     };
