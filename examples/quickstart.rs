@@ -88,7 +88,7 @@ async fn run() -> tablekit::Result<()> {
     };
     posts.insert(&mut post).await?; // `&mut`: the new ETag lands in `post.etag`
     println!(
-        "inserted {:?} with ETag {}",
+        "inserted {} with ETag {}",
         post.key(),
         post.etag.as_ref().unwrap()
     );

@@ -1,6 +1,6 @@
 //! The eight property types of the Table service (the Entity Data Model subset it stores).
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 
 use chrono::{DateTime, Datelike, NaiveDate, Timelike, Utc};
 use uuid::Uuid;
@@ -86,6 +86,87 @@ pub enum EdmValue {
     Int32(i32),
     /// `Edm.Int64`.
     Int64(i64),
+}
+
+/// The value as an OData literal, the form a `$filter` compares with:
+/// `'O''Brien'`, `123`, `123L`, `2.5`, `true`,
+/// `datetime'2009-05-01T00:00:00.0000000Z'`, `guid'…'`, `X'0a1b'`.
+///
+/// A literal rather than the bare value, because the type is part of what a
+/// value means in the service (`5` and `5L` are different values) and a reader
+/// of a log line should see it. NaN and the infinities print as OData's `NaN`,
+/// `INF` and `-INF`, which the Table service does not accept in a filter.
+///
+/// ```
+/// use tablekit::EdmValue;
+///
+/// assert_eq!(EdmValue::from("O'Brien").to_string(), "'O''Brien'");
+/// assert_eq!(EdmValue::Int64(5).to_string(), "5L");
+/// assert_eq!(EdmValue::Double(2.0).to_string(), "2.0");
+/// assert_eq!(EdmValue::Binary(vec![10, 27]).to_string(), "X'0a1b'");
+/// ```
+impl fmt::Display for EdmValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EdmValue::Double(d) if d.is_nan() => f.write_str("NaN"),
+            EdmValue::Double(d) if d.is_infinite() => {
+                f.write_str(if *d > 0.0 { "INF" } else { "-INF" })
+            }
+            value => {
+                let mut out = String::new();
+                write_literal(&mut out, value);
+                f.write_str(&out)
+            }
+        }
+    }
+}
+
+/// Appends a literal in OData form: `'O''Brien'`, `123`, `123L`, `2.0`, `true`,
+/// `datetime'2020-07-23T21:20:41.6667782Z'`, `guid'…'`, `X'01ff'`.
+///
+/// Doubles must be finite (the caller checks): NaN and the infinities have no literal.
+pub(crate) fn write_literal(out: &mut String, value: &EdmValue) {
+    match value {
+        EdmValue::String(s) => {
+            out.push('\'');
+            for ch in s.chars() {
+                if ch == '\'' {
+                    out.push('\'');
+                }
+                out.push(ch);
+            }
+            out.push('\'');
+        }
+        EdmValue::Int32(i) => {
+            let _ = write!(out, "{i}");
+        }
+        EdmValue::Int64(i) => {
+            let _ = write!(out, "{i}L");
+        }
+        EdmValue::Double(d) => {
+            // Debug prints the shortest text that reads back to the same bits, and
+            // always with a '.' or an exponent, so it never reads as an integer.
+            let _ = write!(out, "{d:?}");
+        }
+        EdmValue::Boolean(b) => out.push_str(if *b { "true" } else { "false" }),
+        EdmValue::DateTime(dt) => {
+            let mut buf = Vec::with_capacity(28);
+            write_datetime(&mut buf, dt);
+            out.push_str("datetime'");
+            out.push_str(std::str::from_utf8(&buf).unwrap_or_default());
+            out.push('\'');
+        }
+        EdmValue::Guid(g) => {
+            let _ = write!(out, "guid'{}'", g.hyphenated());
+        }
+        EdmValue::Binary(b) => {
+            out.push_str("X'");
+            for byte in b {
+                let _ = write!(out, "{byte:02x}");
+            }
+            out.push('\'');
+        }
+    }
 }
 
 impl EdmValue {
@@ -331,6 +412,35 @@ fn parse_service_datetime(b: &[u8]) -> Option<DateTime<Utc>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn display_is_the_odata_literal_of_every_type() {
+        let when = parse_datetime("2009-05-01T00:00:00Z").unwrap();
+        let id = Uuid::parse_str("01234567-89ab-cdef-0123-456789abcdef").unwrap();
+        let cases = [
+            (EdmValue::String("it's".into()), "'it''s'"),
+            (EdmValue::Int32(-7), "-7"),
+            (EdmValue::Int64(9_000_000_000), "9000000000L"),
+            (EdmValue::Double(2.5), "2.5"),
+            (EdmValue::Double(3.0), "3.0"),
+            (EdmValue::Double(f64::NAN), "NaN"),
+            (EdmValue::Double(f64::INFINITY), "INF"),
+            (EdmValue::Double(f64::NEG_INFINITY), "-INF"),
+            (EdmValue::Boolean(false), "false"),
+            (
+                EdmValue::DateTime(when),
+                "datetime'2009-05-01T00:00:00.0000000Z'",
+            ),
+            (
+                EdmValue::Guid(id),
+                "guid'01234567-89ab-cdef-0123-456789abcdef'",
+            ),
+            (EdmValue::Binary(vec![0, 255]), "X'00ff'"),
+        ];
+        for (value, text) in cases {
+            assert_eq!(value.to_string(), text, "{value:?}");
+        }
+    }
 
     #[test]
     fn a_bad_datetime_keeps_chronos_error_as_source() {

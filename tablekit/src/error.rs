@@ -337,6 +337,7 @@ impl fmt::Display for KeyKind {
 pub enum ValidationError {
     /// A table name is not 3 to 63 ASCII letters and digits starting with a letter, or is reserved.
     #[error("table name {name:?} is invalid: {reason}")]
+    #[non_exhaustive]
     TableName {
         /// The rejected name.
         name: String,
@@ -345,6 +346,7 @@ pub enum ValidationError {
     },
     /// A queue name is not 3 to 63 lower-case letters, digits and single hyphens.
     #[error("queue name {name:?} is invalid: {reason}")]
+    #[non_exhaustive]
     QueueName {
         /// The rejected name.
         name: String,
@@ -353,6 +355,7 @@ pub enum ValidationError {
     },
     /// A blob container name is not 3 to 63 lower-case letters, digits and single hyphens.
     #[error("container name {name:?} is invalid: {reason}")]
+    #[non_exhaustive]
     ContainerName {
         /// The rejected name.
         name: String,
@@ -361,6 +364,7 @@ pub enum ValidationError {
     },
     /// A blob name is empty, too long or holds a control character.
     #[error("blob name {name:?} is invalid: {reason}")]
+    #[non_exhaustive]
     BlobName {
         /// The rejected name.
         name: String,
@@ -369,18 +373,21 @@ pub enum ValidationError {
     },
     /// A blob request breaks a rule of the Blob service (range, metadata, block size).
     #[error("blob request: {reason}")]
+    #[non_exhaustive]
     Blob {
         /// Which rule it breaks.
         reason: String,
     },
     /// A queue message or one of its settings breaks a rule of the Queue service.
     #[error("queue message: {reason}")]
+    #[non_exhaustive]
     Message {
         /// Which rule it breaks, with the limit.
         reason: String,
     },
     /// A PartitionKey or RowKey is longer than 1024 characters.
     #[error("{key} is {len} characters long; the limit is {max}")]
+    #[non_exhaustive]
     KeyTooLong {
         /// Which key.
         key: KeyKind,
@@ -392,6 +399,7 @@ pub enum ValidationError {
     /// A PartitionKey or RowKey holds a character the service forbids in keys
     /// (`/`, `\`, `#`, `?` or a control character).
     #[error("{key} contains the forbidden character {ch:?} at character {index} (keys may not contain '/', '\\', '#', '?' or control characters)")]
+    #[non_exhaustive]
     KeyForbiddenChar {
         /// Which key.
         key: KeyKind,
@@ -402,6 +410,7 @@ pub enum ValidationError {
     },
     /// A property name is empty, too long, not identifier-like, or reserved.
     #[error("property name {name:?} is invalid: {reason}")]
+    #[non_exhaustive]
     PropertyName {
         /// The rejected name.
         name: String,
@@ -416,6 +425,7 @@ pub enum ValidationError {
     },
     /// An entity has more custom properties than the service stores.
     #[error("entity has {count} custom properties; the limit is {max} (255 including PartitionKey, RowKey and Timestamp)")]
+    #[non_exhaustive]
     TooManyProperties {
         /// How many custom properties it has.
         count: usize,
@@ -424,6 +434,7 @@ pub enum ValidationError {
     },
     /// A String or Binary value is over 64 KiB.
     #[error("property {property:?} is {size} bytes; a {edm} value may be at most {max} bytes")]
+    #[non_exhaustive]
     ValueTooLarge {
         /// The property.
         property: String,
@@ -438,6 +449,7 @@ pub enum ValidationError {
     #[error(
         "entity ({partition_key:?}, {row_key:?}) is about {size} bytes; the limit is {max} bytes"
     )]
+    #[non_exhaustive]
     EntityTooLarge {
         /// Its PartitionKey.
         partition_key: String,
@@ -450,6 +462,7 @@ pub enum ValidationError {
     },
     /// A DateTime outside 1601-01-01T00:00:00Z ..= 9999-12-31T23:59:59.9999999Z, the range the service stores.
     #[error("property {property:?} holds {value}, outside 1601-01-01T00:00:00Z ..= 9999-12-31T23:59:59.9999999Z, the DateTime range the service stores")]
+    #[non_exhaustive]
     DateTimeOutOfRange {
         /// The property.
         property: String,
@@ -458,23 +471,29 @@ pub enum ValidationError {
     },
     /// A value does not fit the Edm type it is stored as.
     #[error("property {property:?}: {reason}")]
+    #[non_exhaustive]
     ValueOutOfRange {
         /// The property.
         property: String,
         /// What does not fit.
         reason: String,
     },
-    /// `$top` outside 1..=1000.
+    /// A page size ([`Query::page_size`](crate::Query::page_size),
+    /// [`ListTables::page_size`](crate::ListTables::page_size)) outside 1..=1000.
     #[error(
-        "top({value}) is outside 1..={max}: the service returns at most {max} entities per page"
+        "page_size({value}) is outside 1..={max}: the service returns at most {max} entities per page"
     )]
-    Top {
+    #[non_exhaustive]
+    PageSize {
         /// The requested value.
         value: usize,
         /// The limit.
         max: usize,
     },
     /// An entity group transaction breaks one of its rules.
+    // Not `#[non_exhaustive]` yet, like `DuplicateProperty`: tablekit-patterns
+    // builds both with struct literals. Once it calls `ValidationError::batch`
+    // and `ValidationError::duplicate_property`, mark them too.
     #[error("{}{reason}", index.map(|i| format!("transaction operation {i}: ")).unwrap_or_default())]
     Batch {
         /// The operation at fault, when one is.
@@ -484,12 +503,14 @@ pub enum ValidationError {
     },
     /// A continuation token string could not be parsed.
     #[error("continuation token is malformed: {reason}")]
+    #[non_exhaustive]
     Continuation {
         /// Why.
         reason: &'static str,
     },
     /// A filter or select expression is invalid.
     #[error("query is invalid: {reason}")]
+    #[non_exhaustive]
     Query {
         /// Why.
         reason: String,
@@ -500,6 +521,32 @@ pub enum ValidationError {
     /// expected there ([`ParseError::expected`]).
     #[error(transparent)]
     Filter(ParseError),
+}
+
+impl ValidationError {
+    /// A broken transaction rule, for code outside tablekit that checks
+    /// transactions of its own (pattern crates): reported as tablekit reports
+    /// its own, so [`Error::is_invalid_input`] holds.
+    ///
+    /// ```
+    /// use tablekit::{Error, ValidationError};
+    ///
+    /// let err = Error::from(ValidationError::batch(Some(3), "the index entity is missing"));
+    /// assert!(err.is_invalid_input());
+    /// assert_eq!(err.to_string(), "invalid input: transaction operation 3: the index entity is missing");
+    /// ```
+    pub fn batch(index: Option<usize>, reason: impl Into<String>) -> Self {
+        ValidationError::Batch {
+            index,
+            reason: reason.into(),
+        }
+    }
+
+    /// Two properties of one entity with the same name, for hand-written
+    /// [`TableEntity`](crate::TableEntity) impls and pattern crates.
+    pub fn duplicate_property(name: impl Into<String>) -> Self {
+        ValidationError::DuplicateProperty { name: name.into() }
+    }
 }
 
 /// Why a filter text could not be parsed: where in the text the problem is

@@ -1,4 +1,4 @@
-//! Queries against Azurite over 2,500 entities: ordering, paging with `top`,
+//! Queries against Azurite over 2,500 entities: ordering, paging with `page_size`,
 //! `take`, resumable continuations, filters, projection and client-side limits.
 
 use crate::common::{self, BackendKind};
@@ -74,7 +74,7 @@ async fn collect_pages(pages: tablekit::PageStream<DynamicEntity>) -> Vec<Page<D
 }
 
 crate::both! {
-    async fn stream_without_top_returns_everything_in_key_order(svc, backend) {
+    async fn stream_without_page_size_returns_everything_in_key_order(svc, backend) {
         let t = seeded_table(&svc, backend).await;
 
         let all: Vec<DynamicEntity> = t.query().stream().try_collect().await.unwrap();
@@ -102,21 +102,21 @@ crate::both! {
 }
 
 /// Every page but the last carries a continuation; together they hold every
-/// entity once, in order; no page exceeds `top`.
-fn assert_pages_cover_everything(pages: &[Page<DynamicEntity>], top: usize) {
+/// entity once, in order; no page exceeds `page_size`.
+fn assert_pages_cover_everything(pages: &[Page<DynamicEntity>], page_size: usize) {
     let (last, rest) = pages.split_last().expect("at least one page");
     assert!(
         last.continuation.is_none(),
         "the last page has no continuation"
     );
     assert!(rest.iter().all(|p| p.continuation.is_some()));
-    assert!(pages.iter().all(|p| p.items.len() <= top));
+    assert!(pages.iter().all(|p| p.items.len() <= page_size));
     let all: Vec<DynamicEntity> = pages.iter().flat_map(|p| p.items.clone()).collect();
     assert_eq!(numbers(&all), all_numbers());
 }
 
 crate::both! {
-    async fn pages_with_top_1000_span_at_least_three_pages(svc, backend) {
+    async fn pages_with_page_size_1000_span_at_least_three_pages(svc, backend) {
         let t = seeded_table(&svc, backend).await;
 
         let pages = collect_pages(t.query().page_size(1000).pages()).await;
@@ -126,7 +126,7 @@ crate::both! {
 }
 
 crate::both! {
-    async fn pages_without_top_hold_at_most_1000_entities(svc, backend) {
+    async fn pages_without_page_size_hold_at_most_1000_entities(svc, backend) {
         let t = seeded_table(&svc, backend).await;
 
         let pages = collect_pages(t.query().pages()).await;
@@ -136,7 +136,7 @@ crate::both! {
 }
 
 crate::both! {
-    async fn pages_with_top_300_span_at_least_nine_pages(svc, backend) {
+    async fn pages_with_page_size_300_span_at_least_nine_pages(svc, backend) {
         let t = seeded_table(&svc, backend).await;
 
         let pages = collect_pages(t.query().page_size(300).pages()).await;
@@ -154,7 +154,7 @@ crate::both! {
         let fetched = t.query().take(250).fetch_all().await.unwrap();
         assert_eq!(fetched.len(), 250);
 
-        // With top(100): 100 + 100 + 50 (the last request asks only for what is
+        // With page_size(100): 100 + 100 + 50 (the last request asks only for what is
         // still needed), and no fourth request even though more entities exist.
         let pages = collect_pages(t.query().page_size(100).take(250).pages()).await;
         let sizes: Vec<usize> = pages.iter().map(|p| p.items.len()).collect();
@@ -349,7 +349,7 @@ crate::both! {
 }
 
 #[tokio::test]
-async fn top_outside_1_to_1000_is_rejected_before_io() {
+async fn page_size_outside_1_to_1000_is_rejected_before_io() {
     let t = common::offline_table::<DynamicEntity>();
     for n in [0, 1001] {
         let errors = [
@@ -368,7 +368,7 @@ async fn top_outside_1_to_1000_is_rejected_before_io() {
             assert_eq!(
                 msg,
                 format!(
-                    "invalid input: top({n}) is outside 1..=1000: the service returns at most 1000 entities per page"
+                    "invalid input: page_size({n}) is outside 1..=1000: the service returns at most 1000 entities per page"
                 )
             );
         }
@@ -394,5 +394,42 @@ async fn malformed_continuation_text_is_rejected() {
             common::assert_invalid(&err).contains("continuation"),
             "{bad:?}"
         );
+    }
+}
+
+crate::both! {
+    async fn fetch_one_gives_the_match_or_not_found_and_the_first_of_several(svc, backend) {
+        let t = common::fresh_table::<DynamicEntity>(&svc, "FetchOne").await;
+        for (pk, rk, n) in [("a", "2", 2), ("a", "1", 1), ("b", "1", 3)] {
+            t.insert(&DynamicEntity::new(pk, rk).with("N", n)).await.unwrap();
+        }
+
+        let none = t
+            .query()
+            .filter(|e| e.col::<i32>("N").gt(10))
+            .fetch_one()
+            .await
+            .unwrap_err();
+        assert!(none.is_not_found(), "{none:?}");
+        assert_eq!(none.status(), None, "no request answered 404");
+
+        let one = t
+            .query()
+            .filter(|e| e.col::<i32>("N").eq(3))
+            .fetch_one()
+            .await
+            .unwrap();
+        assert_eq!((one.partition_key.as_str(), one.row_key.as_str()), ("b", "1"));
+
+        // Several match: the first in key order, not an error.
+        let first = t
+            .query()
+            .filter(|e| e.partition_key.eq("a"))
+            .fetch_one()
+            .await
+            .unwrap();
+        assert_eq!(first.row_key, "1");
+        assert_eq!(first.get("N"), Some(&EdmValue::Int32(1)));
+        common::drop_table(&t).await;
     }
 }

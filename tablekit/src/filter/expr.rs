@@ -2,9 +2,9 @@
 //! The typed DSL builds it, the planner reads it, the text form prints it, and
 //! the parser (for filters written by hand) produces it.
 
-use std::fmt::{self, Write as _};
+use std::fmt;
 
-use crate::edm::{write_datetime, EdmValue};
+use crate::edm::{write_literal, EdmValue};
 
 /// A comparison operator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -203,54 +203,6 @@ impl fmt::Display for Expr {
         let mut s = String::new();
         self.write(&mut s);
         f.write_str(&s)
-    }
-}
-
-/// Appends a literal in OData form: `'O''Brien'`, `123`, `123L`, `2.0`, `true`,
-/// `datetime'2020-07-23T21:20:41.6667782Z'`, `guid'…'`, `X'01ff'`.
-///
-/// Doubles must be finite (the caller checks): NaN and the infinities have no literal.
-pub(crate) fn write_literal(out: &mut String, value: &EdmValue) {
-    match value {
-        EdmValue::String(s) => {
-            out.push('\'');
-            for ch in s.chars() {
-                if ch == '\'' {
-                    out.push('\'');
-                }
-                out.push(ch);
-            }
-            out.push('\'');
-        }
-        EdmValue::Int32(i) => {
-            let _ = write!(out, "{i}");
-        }
-        EdmValue::Int64(i) => {
-            let _ = write!(out, "{i}L");
-        }
-        EdmValue::Double(d) => {
-            // Debug prints the shortest text that reads back to the same bits, and
-            // always with a '.' or an exponent, so it never reads as an integer.
-            let _ = write!(out, "{d:?}");
-        }
-        EdmValue::Boolean(b) => out.push_str(if *b { "true" } else { "false" }),
-        EdmValue::DateTime(dt) => {
-            let mut buf = Vec::with_capacity(28);
-            write_datetime(&mut buf, dt);
-            out.push_str("datetime'");
-            out.push_str(std::str::from_utf8(&buf).unwrap_or_default());
-            out.push('\'');
-        }
-        EdmValue::Guid(g) => {
-            let _ = write!(out, "guid'{}'", g.hyphenated());
-        }
-        EdmValue::Binary(b) => {
-            out.push_str("X'");
-            for byte in b {
-                let _ = write!(out, "{byte:02x}");
-            }
-            out.push('\'');
-        }
     }
 }
 

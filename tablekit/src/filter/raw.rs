@@ -5,10 +5,9 @@ use std::fmt;
 use chrono::{DateTime, FixedOffset, Utc};
 use uuid::Uuid;
 
-use super::expr::write_literal;
 use super::typed::{Filter, FilterValue};
 use crate::columns::{Column, DynColumn};
-use crate::edm::EdmValue;
+use crate::edm::{write_literal, EdmValue};
 use crate::entity::DynamicEntity;
 
 /// A filter in OData text, as given to [`Query::filter_raw`](crate::Query::filter_raw):
@@ -29,6 +28,23 @@ impl fmt::Debug for RawFilter {
         match &self.0 {
             Ok(t) => write!(f, "RawFilter({t:?})"),
             Err(e) => write!(f, "RawFilter(invalid: {e})"),
+        }
+    }
+}
+
+/// The filter text as given or built; a filter that could not be built (a
+/// value with no OData literal) prints why instead (`invalid filter: …`).
+///
+/// ```
+/// let (name, age) = ("O'Brien", 30);
+/// let f = tablekit::odata!("LastName eq {name} and Age ge {age}");
+/// assert_eq!(f.to_string(), "LastName eq 'O''Brien' and Age ge 30");
+/// ```
+impl fmt::Display for RawFilter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Ok(t) => f.write_str(t),
+            Err(e) => write!(f, "invalid filter: {e}"),
         }
     }
 }
@@ -197,5 +213,23 @@ mod tests {
         );
         let bad = odata_build(&[ODataPiece::Value(odata_value(&f64::NAN))]);
         assert!(bad.text().is_err());
+    }
+
+    #[test]
+    fn display_is_the_text_or_why_there_is_none() {
+        let f = odata_build(&[
+            ODataPiece::Text("Name eq "),
+            ODataPiece::Value(odata_value(&"a'b")),
+        ]);
+        assert_eq!(f.to_string(), "Name eq 'a''b'");
+        assert_eq!(
+            RawFilter::from("Rating gt 3".to_owned()).to_string(),
+            "Rating gt 3"
+        );
+        let bad = odata_build(&[ODataPiece::Value(odata_value(&f64::INFINITY))]);
+        assert_eq!(
+            bad.to_string(),
+            format!("invalid filter: {}", bad.text().unwrap_err())
+        );
     }
 }

@@ -53,6 +53,27 @@ impl<E> fmt::Debug for Filter<E> {
     }
 }
 
+/// The filter's OData text, as [`to_odata`](Filter::to_odata) gives it, for
+/// logs and messages; a filter that cannot be sent prints why instead
+/// (`invalid filter: …`), which no query accepts either. Not checked against
+/// the 15-comparison limit: [`to_odata`](Filter::to_odata) is the checked form.
+///
+/// ```
+/// use tablekit::filter::col;
+///
+/// let f = col::<String>("LastName").eq("O'Brien") & col::<i64>("Views").gt(10);
+/// assert_eq!(f.to_string(), "LastName eq 'O''Brien' and Views gt 10L");
+/// assert_eq!(col::<f64>("Score").gt(f64::NAN).to_string().split(':').next(), Some("invalid filter"));
+/// ```
+impl<E> fmt::Display for Filter<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.inner {
+            Ok(e) => fmt::Display::fmt(e, f),
+            Err(reason) => write!(f, "invalid filter: {reason}"),
+        }
+    }
+}
+
 impl<E> Filter<E> {
     fn from_expr(expr: Expr) -> Self {
         Filter {
@@ -494,6 +515,21 @@ mod tests {
 
     fn text<E>(f: Filter<E>) -> String {
         f.to_odata().unwrap()
+    }
+
+    #[test]
+    fn display_prints_the_odata_text_unchecked_or_why_it_cannot() {
+        let f = age.ge(30) & !last.eq("O'Brien") | active;
+        assert_eq!(f.to_string(), f.to_odata().unwrap());
+        // Over the comparison limit: still printable, refused by to_odata.
+        let mut wide = age.eq(0);
+        for n in 1..16 {
+            wide = wide.or(age.eq(n));
+        }
+        assert!(wide.to_odata().is_err());
+        assert!(wide.to_string().starts_with("Age eq 0 or Age eq 1"));
+        let nan = score.gt(f64::NAN);
+        assert!(nan.to_string().starts_with("invalid filter: "), "{nan}");
     }
 
     #[test]

@@ -205,7 +205,7 @@ impl ListTables {
         }
         if let Some(n) = self.page_size {
             if !(1..=validate::MAX_PAGE_SIZE).contains(&n) {
-                let err = Error::invalid(ValidationError::Top {
+                let err = Error::invalid(ValidationError::PageSize {
                     value: n,
                     max: validate::MAX_PAGE_SIZE,
                 });

@@ -71,7 +71,7 @@ impl<T> fmt::Debug for Query<T> {
             .field("table", &self.table.name())
             .field("filter", &self.filter)
             .field("select", &self.select)
-            .field("top", &self.top)
+            .field("page_size", &self.top)
             .field("take", &self.take)
             .field("continuation", &self.continuation)
             .finish()
@@ -226,7 +226,7 @@ impl<T: TableEntity> Query<T> {
     fn check(&self) -> Result<Resolved> {
         if let Some(n) = self.top {
             if !(1..=MAX_PAGE_SIZE).contains(&n) {
-                return Err(Error::invalid(ValidationError::Top {
+                return Err(Error::invalid(ValidationError::PageSize {
                     value: n,
                     max: MAX_PAGE_SIZE,
                 }));
@@ -405,6 +405,12 @@ impl<T: TableEntity> Query<T> {
 
     /// The first entity; an error ([`Error::is_not_found`], with no HTTP status)
     /// if nothing matches. Stops after it arrives.
+    ///
+    /// When several entities match, the first in the service's order
+    /// (PartitionKey, then RowKey) is returned and the others are never
+    /// fetched, as sqlx's `fetch_one` does: a query is not a uniqueness
+    /// check. To insist on exactly one, read `take(2).fetch_all()` and look
+    /// at its length.
     pub async fn fetch_one(self) -> Result<T> {
         let table = self.table.name.clone();
         self.fetch_optional()
