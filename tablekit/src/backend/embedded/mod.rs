@@ -18,6 +18,7 @@
 //! |---|---|---|---|
 //! | filter literal of another type than the property (`Rating gt 1.2` over an Int32 `Rating`) | the comparison is false: the entity is skipped (data model §11) | compares by JS coercion: `Rating gt 1.2` matches Int32 2, `Rating eq '2'` matches Int64 2 | code tested on Azurite would otherwise match entities Azure never returns |
 //! | Int64 literal against an Int32 property (`Age ge 0L`) | false, no entity | the whole query fails: 500 with an empty body, even if other entities hold an Int64 of that name | same rule as above; a 500 is an emulator fault |
+//! | `gt`/`ge`/`lt`/`le` on a Binary (`H lt X'0001'` over `[255]`) | bytewise order: false | orders the base64 text (`"/w=="` < `"AAE="`): true | the service compares the bytes it stores |
 //! | merge that makes an entity exceed 252 custom properties (or 1 MiB) | 400 `TooManyProperties` / `EntityTooLarge`, nothing written | accepted (no property-count limit) | the limit is the service's; only the server sees the merged entity |
 //! | keys of 513 to 1,024 characters | accepted (limit 1 KiB) | rejected (caps keys at 512) | the service's limit; the client checks 1,024 |
 //! | `-0.0` stored as a Double | read back as `-0.0` | read back as `0.0` | the service stores the IEEE bits it is given |
