@@ -28,7 +28,9 @@
 //!
 //! Not modelled: the ~30 s during which a deleted table's name cannot be reused
 //! (`TableBeingDeleted`), throttling, and the 5 s query time limit; pages are cut
-//! only at `$top` / 1,000 entities.
+//! only at `$top` / 1,000 entities. Each entity a transaction writes gets its own
+//! (increasing) Timestamp and ETag: whether the service gives all of one batch the
+//! same Timestamp is not documented, so the store does not assume it.
 
 pub(crate) mod blobs;
 mod check;
