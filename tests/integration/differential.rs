@@ -7,6 +7,11 @@
 //! plain in-memory model of the service's write rules instead, and the banner
 //! of the binary says that the Azurite comparison did not run.
 //!
+//! Values come in all eight Edm types, and queries carry random filters from
+//! the typed DSL's generator (`tablekit::filter::strategies::dsl_filter`:
+//! comparisons of every literal type, `starts_with`, `&`, `|`, `not`), a
+//! `$select` and a page size.
+//!
 //! The sequences keep to what Azurite implements like the service (each
 //! property name has one type, and filter literals match it; no -0.0): the
 //! places where Azurite deviates are asserted one by one in `service_rules`.
@@ -16,38 +21,43 @@ use std::collections::BTreeMap;
 use futures::TryStreamExt;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use tablekit::filter::{matches, parse};
+use tablekit::filter::strategies::{dsl_filter, small_value_of};
+use tablekit::filter::{matches, CmpOp, Expr};
 use tablekit::{
-    DynamicEntity, ETag, EdmValue, IfMatch, TableClient, TableServiceClient, UpdateMode,
+    DynamicEntity, ETag, EdmType, EdmValue, Filter, IfMatch, TableClient, TableServiceClient,
+    UpdateMode,
 };
 
 use crate::common;
 
 const ROW_KEYS: [&str; 5] = ["a", "b", "b2", "c", "d"];
 const PARTITIONS: [&str; 2] = ["p0", "p1"];
-/// Each name has one type: A Int32, B String, C Double, D Int64.
-const NAMES: [&str; 4] = ["A", "B", "C", "D"];
+/// Each name has one type (Azurite answers a mix of types by JS coercion or a 500).
+const NAMES: [&str; 8] = ["A", "B", "C", "D", "E", "F", "G", "H"];
+const TYPES: [EdmType; 8] = [
+    EdmType::Int32,
+    EdmType::String,
+    EdmType::Double,
+    EdmType::Int64,
+    EdmType::Boolean,
+    EdmType::DateTime,
+    EdmType::Guid,
+    EdmType::Binary,
+];
 const STALE: &str = "W/\"datetime'2000-01-01T00%3A00%3A00.0000000Z'\"";
 
-fn value(name: usize, seed: i32) -> EdmValue {
-    match name {
-        0 => EdmValue::Int32(seed),
-        1 => EdmValue::String(format!("s{seed}")),
-        2 => EdmValue::Double(f64::from(seed) + 0.5),
-        _ => EdmValue::Int64(i64::from(seed) * 3_000_000_000),
-    }
+/// The values of property `name`: its type's small pool, without -0.0 (which
+/// Azurite reads back as 0.0, a listed deviation).
+fn value(name: usize) -> BoxedStrategy<EdmValue> {
+    small_value_of(TYPES[name])
+        .prop_filter(
+            "no -0.0",
+            |v| !matches!(v, EdmValue::Double(d) if *d == 0.0 && d.is_sign_negative()),
+        )
+        .boxed()
 }
 
-fn literal(name: usize, seed: i32) -> String {
-    match name {
-        0 => seed.to_string(),
-        1 => format!("'s{seed}'"),
-        2 => format!("{}.5", seed),
-        _ => format!("{}L", i64::from(seed) * 3_000_000_000),
-    }
-}
-
-type Props = Vec<(usize, i32)>;
+type Props = Vec<(usize, EdmValue)>;
 
 #[derive(Debug, Clone, Copy)]
 enum Cond {
@@ -70,11 +80,15 @@ enum Op {
     /// One partition; duplicate RowKeys are dropped before sending.
     Tx(usize, Vec<(usize, Write)>),
     Get(usize, usize),
-    Query(String, Option<usize>),
+    /// A filter, a page size, and the names of a `$select`.
+    Query(Filter<DynamicEntity>, Option<usize>, Option<Vec<usize>>),
 }
 
 fn props() -> impl Strategy<Value = Props> {
-    prop::collection::vec((0..NAMES.len(), -3..4i32), 0..4)
+    prop::collection::vec(
+        (0..NAMES.len()).prop_flat_map(|n| (Just(n), value(n))),
+        0..5,
+    )
 }
 
 fn cond() -> impl Strategy<Value = Cond> {
@@ -95,29 +109,40 @@ fn write() -> impl Strategy<Value = Write> {
     ]
 }
 
-fn comparison() -> impl Strategy<Value = String> {
-    let ops = prop::sample::select(vec!["eq", "ne", "gt", "ge", "lt", "le"]);
-    prop_oneof![
-        (0..NAMES.len(), ops.clone(), -3..4i32).prop_map(|(n, op, s)| format!(
-            "{} {op} {}",
-            NAMES[n],
-            literal(n, s)
-        )),
-        (ops.clone(), 0..ROW_KEYS.len())
-            .prop_map(|(op, r)| format!("RowKey {op} '{}'", ROW_KEYS[r])),
-        (ops, 0..PARTITIONS.len())
-            .prop_map(|(op, p)| format!("PartitionKey {op} '{}'", PARTITIONS[p])),
-    ]
+/// Random DSL filters over the keys and every property name.
+fn filter() -> BoxedStrategy<Filter<DynamicEntity>> {
+    let keys =
+        |pool: &'static [&'static str]| prop::sample::select(pool).prop_map(EdmValue::from).boxed();
+    let mut columns = vec![
+        ("PartitionKey", keys(&PARTITIONS)),
+        ("RowKey", keys(&ROW_KEYS)),
+    ];
+    columns.extend((0..NAMES.len()).map(|n| (NAMES[n], value(n))));
+    dsl_filter(columns, 3)
+        .prop_filter("Binary only with eq and ne", |f| {
+            !orders_binary(f.expr().expect("within the limits"))
+        })
+        .boxed()
 }
 
-fn filter() -> impl Strategy<Value = String> {
-    comparison().prop_recursive(3, 8, 2, |inner| {
-        prop_oneof![
-            (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("({a}) and ({b})")),
-            (inner.clone(), inner.clone()).prop_map(|(a, b)| format!("({a}) or ({b})")),
-            inner.prop_map(|a| format!("not ({a})")),
-        ]
-    })
+/// Whether the filter orders a Binary (`gt`, `ge`, `lt`, `le`): Azurite 3.35
+/// compares the base64 text, not the bytes (a listed deviation, asserted in
+/// `service_rules`), so those comparisons stay out of the random sequences.
+fn orders_binary(e: &Expr) -> bool {
+    match e {
+        Expr::Cmp {
+            op,
+            value: EdmValue::Binary(_),
+            ..
+        } => !matches!(op, CmpOp::Eq | CmpOp::Ne),
+        Expr::And(a, b) | Expr::Or(a, b) => orders_binary(a) || orders_binary(b),
+        Expr::Not(a) => orders_binary(a),
+        _ => false,
+    }
+}
+
+fn select() -> impl Strategy<Value = Option<Vec<usize>>> {
+    prop::option::of(prop::collection::vec(0..NAMES.len(), 1..4))
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -128,7 +153,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (pk.clone(), prop::collection::vec((rk.clone(), write()), 1..5))
             .prop_map(|(p, ops)| Op::Tx(p, ops)),
         1 => (pk, rk).prop_map(|(p, r)| Op::Get(p, r)),
-        2 => (filter(), prop::option::of(1..4usize)).prop_map(|(f, top)| Op::Query(f, top)),
+        2 => (filter(), prop::option::of(1..4usize), select())
+            .prop_map(|(f, top, sel)| Op::Query(f, top, sel)),
     ]
 }
 
@@ -167,10 +193,18 @@ fn failed(e: &tablekit::Error) -> Outcome {
 
 fn entity(p: usize, r: usize, props: &Props) -> DynamicEntity {
     let mut e = DynamicEntity::new(PARTITIONS[p], ROW_KEYS[r]);
-    for &(n, s) in props {
-        e.set(NAMES[n], value(n, s));
+    for (n, v) in props {
+        e.set(NAMES[*n], v.clone());
     }
     e
+}
+
+/// What a `$select` of `names` leaves of a row: the keys and those properties.
+fn projected(mut r: Row, names: Option<&Vec<usize>>) -> Row {
+    if let Some(names) = names {
+        r.2.retain(|(p, _)| names.iter().any(|&n| NAMES[n] == p));
+    }
+    r
 }
 
 fn mode(merge: bool) -> UpdateMode {
@@ -273,10 +307,13 @@ impl Runner {
                 Ok(e) => Outcome::Read(e.iter().map(row).collect()),
                 Err(e) => failed(&e),
             },
-            Op::Query(f, top) => {
-                let mut q = self.table.query().filter_raw(f.as_str());
+            Op::Query(f, top, sel) => {
+                let mut q = self.table.query().filter_by(f.clone());
                 if let Some(n) = top {
                     q = q.page_size(*n);
+                }
+                if let Some(names) = sel {
+                    q = q.select(names.iter().map(|&n| NAMES[n]));
                 }
                 match q.stream().try_collect::<Vec<_>>().await {
                     Ok(rows) => Outcome::Read(rows.iter().map(row).collect()),
@@ -318,9 +355,9 @@ impl Model {
         let v = self.version;
         let merge = |old: &Props, new: &Props| {
             let mut out: Props = old.clone();
-            for &(n, s) in new {
-                out.retain(|(m, _)| *m != n);
-                out.push((n, s));
+            for (n, v) in new {
+                out.retain(|(m, _)| m != n);
+                out.push((*n, v.clone()));
             }
             out
         };
@@ -370,9 +407,9 @@ impl Model {
 /// Later values of a name replace earlier ones, as `DynamicEntity::set` does.
 fn dedup(props: &Props) -> Props {
     let mut out: Props = Vec::new();
-    for &(n, s) in props {
-        out.retain(|(m, _)| *m != n);
-        out.push((n, s));
+    for (n, v) in props {
+        out.retain(|(m, _)| m != n);
+        out.push((*n, v.clone()));
     }
     out
 }
@@ -509,14 +546,14 @@ fn embedded_matches_the_model_of_the_service() {
                                 .into_iter()
                                 .collect(),
                         ),
-                        Op::Query(f, _) => {
-                            let expr = parse(f).unwrap();
+                        Op::Query(f, _, sel) => {
+                            let expr = f.expr().expect("the generator keeps to the limits");
                             Outcome::Read(
                                 model
                                     .entities()
                                     .iter()
-                                    .filter(|e| matches(&expr, e))
-                                    .map(row)
+                                    .filter(|e| matches(expr, e))
+                                    .map(|e| projected(row(e), sel.as_ref()))
                                     .collect(),
                             )
                         }

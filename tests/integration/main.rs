@@ -29,6 +29,7 @@ mod modify;
 mod query;
 mod query_dsl;
 mod queue;
+mod readme;
 mod retry;
 mod service_rules;
 mod tables;

@@ -19,8 +19,49 @@ pub(crate) struct EntityChecker {
     size: usize,
     /// The names were checked at compile time (derived types).
     names_checked: bool,
-    /// Hashes of the names seen so far, when the type cannot promise unique names.
-    seen: Option<Vec<u64>>,
+    /// The names seen so far, when the type cannot promise unique names.
+    seen: Option<SeenNames>,
+}
+
+/// The property names of one entity, for an exact duplicate check: each name's
+/// hash (to compare cheaply) and its text (to compare exactly on a hash match,
+/// so a collision of two different names never refuses an entity). The texts
+/// share one buffer, so a name costs a copy, not an allocation.
+#[derive(Debug, Default)]
+struct SeenNames {
+    /// `(hash, end of the name in `text`)`; a name starts where the previous one ends.
+    entries: Vec<(u64, usize)>,
+    text: String,
+    /// Masks the hashes: all ones, except in the tests that make every name
+    /// collide to prove the comparison exact.
+    hash_mask: u64,
+}
+
+impl SeenNames {
+    fn new() -> Self {
+        SeenNames {
+            hash_mask: u64::MAX,
+            ..SeenNames::default()
+        }
+    }
+
+    /// Adds `name`; false if it was already there.
+    fn insert(&mut self, name: &str) -> bool {
+        // FNV-1a: fast on short names; only a filter before the exact comparison.
+        let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        }) & self.hash_mask;
+        let mut start = 0;
+        for &(h, end) in &self.entries {
+            if h == hash && &self.text[start..end] == name {
+                return false;
+            }
+            start = end;
+        }
+        self.text.push_str(name);
+        self.entries.push((hash, self.text.len()));
+        true
+    }
 }
 
 impl EntityChecker {
@@ -39,7 +80,7 @@ impl EntityChecker {
 
     /// Looks for two properties with one name (types that cannot rule it out).
     pub(crate) fn find_duplicates(mut self, find: bool) -> Self {
-        self.seen = find.then(Vec::new);
+        self.seen = find.then(SeenNames::new);
         self
     }
 
@@ -54,17 +95,11 @@ impl EntityChecker {
             validate::property_name(name)?;
         }
         if let Some(seen) = &mut self.seen {
-            // FNV-1a: a 64-bit collision between two names of one entity is not a
-            // practical concern, and it spares keeping the names themselves.
-            let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-                (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-            });
-            if seen.contains(&hash) {
+            if !seen.insert(name) {
                 return Err(Error::invalid(ValidationError::DuplicateProperty {
                     name: name.to_owned(),
                 }));
             }
-            seen.push(hash);
         }
         self.count += 1;
         if self.count > MAX_PROPERTIES {
@@ -509,6 +544,31 @@ mod tests {
         assert_eq!(
             entity_to_json(&Twice).unwrap_err().validation(),
             Some(&ValidationError::DuplicateProperty { name: "A".into() })
+        );
+    }
+
+    #[test]
+    fn the_duplicate_check_compares_names_exactly_when_hashes_collide() {
+        // Every name hashes alike here, so only the exact comparison tells them apart.
+        let mut seen = SeenNames {
+            hash_mask: 0,
+            ..SeenNames::default()
+        };
+        for name in ["A", "B", "AB", "Ab", "BA", "\u{e9}", ""] {
+            assert!(seen.insert(name), "{name:?} is new");
+        }
+        for name in ["A", "AB", "BA", "\u{e9}", ""] {
+            assert!(!seen.insert(name), "{name:?} was seen");
+        }
+        // With real hashes too, and through the checker.
+        let mut seen = SeenNames::new();
+        assert!(seen.insert("Name") && seen.insert("Name2") && !seen.insert("Name"));
+        let mut checker = EntityChecker::new("p", "r").unwrap().find_duplicates(true);
+        checker.int32("X", 1).unwrap();
+        checker.int32("Y", 1).unwrap();
+        assert_eq!(
+            checker.int32("X", 2).unwrap_err().validation(),
+            Some(&ValidationError::DuplicateProperty { name: "X".into() })
         );
     }
 

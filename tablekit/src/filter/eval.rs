@@ -156,7 +156,7 @@ mod tests {
     use super::*;
     use crate::edm::parse_datetime;
     use crate::filter::parse;
-    use crate::filter::parse::strategies;
+    use crate::filter::strategies;
 
     #[track_caller]
     fn m(filter: &str, e: &DynamicEntity) -> bool {

@@ -6,6 +6,8 @@ mod expr;
 mod parse;
 mod plan;
 mod raw;
+#[cfg(any(test, feature = "test-support"))]
+pub mod strategies;
 mod typed;
 
 pub use crate::columns::{col, DynColumn};

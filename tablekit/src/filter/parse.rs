@@ -729,111 +729,6 @@ impl<'a> Parser<'a> {
     }
 }
 
-/// Strategies for the property tests of the parser and the evaluator.
-#[cfg(test)]
-pub(super) mod strategies {
-    use chrono::{DateTime, Utc};
-    use proptest::prelude::*;
-    use uuid::Uuid;
-
-    use crate::edm::{max_datetime, min_datetime, EdmValue};
-    use crate::filter::{CmpOp, Expr};
-
-    /// Property names, the three system properties included.
-    pub(in crate::filter) const NAMES: &[&str] = &[
-        "PartitionKey",
-        "RowKey",
-        "Timestamp",
-        "A",
-        "B",
-        "Rating",
-        "_x1",
-    ];
-
-    pub(in crate::filter) fn op() -> impl Strategy<Value = CmpOp> {
-        prop::sample::select(vec![
-            CmpOp::Eq,
-            CmpOp::Ne,
-            CmpOp::Gt,
-            CmpOp::Ge,
-            CmpOp::Lt,
-            CmpOp::Le,
-        ])
-    }
-
-    /// Any instant the service stores, at its 100 ns resolution.
-    pub(in crate::filter) fn datetime() -> impl Strategy<Value = DateTime<Utc>> {
-        let (lo, hi) = (min_datetime().timestamp(), max_datetime().timestamp());
-        (lo..=hi, 0u32..10_000_000)
-            .prop_map(|(s, ticks)| DateTime::from_timestamp(s, ticks * 100).expect("in range"))
-    }
-
-    /// Literals of all eight types over their whole range (finite doubles).
-    pub(in crate::filter) fn wide_literal() -> impl Strategy<Value = EdmValue> {
-        prop_oneof![
-            any::<String>().prop_map(EdmValue::String),
-            "[a'\u{e9}\u{FFFD}\u{1F600} ]{0,8}".prop_map(EdmValue::String),
-            any::<i32>().prop_map(EdmValue::Int32),
-            any::<i64>().prop_map(EdmValue::Int64),
-            any::<f64>()
-                .prop_filter("finite", |d| d.is_finite())
-                .prop_map(EdmValue::Double),
-            any::<bool>().prop_map(EdmValue::Boolean),
-            datetime().prop_map(EdmValue::DateTime),
-            any::<u128>().prop_map(|g| EdmValue::Guid(Uuid::from_u128(g))),
-            prop::collection::vec(any::<u8>(), 0..8).prop_map(EdmValue::Binary),
-        ]
-    }
-
-    /// Values from small pools of each type, so that comparisons often tie.
-    /// `nan` adds a NaN to the doubles (stored values only: literals cannot be NaN).
-    pub(in crate::filter) fn small_value(nan: bool) -> impl Strategy<Value = EdmValue> {
-        let strings = [
-            "",
-            "a",
-            "b",
-            "ab",
-            "O'Brien",
-            "\u{FFFD}",
-            "\u{1F600}",
-            "\u{E000}x",
-        ];
-        let mut doubles = vec![-1.5, -0.0, 0.0, 1.0, 2.5];
-        if nan {
-            doubles.push(f64::NAN);
-        }
-        let times = [0i64, 1, 1_000_000_000];
-        let guids = [0u128, 1, 0x7fff_ffff << 96, 0x8000_0000 << 96, u128::MAX];
-        let bins: Vec<Vec<u8>> = vec![vec![], vec![0], vec![0, 1], vec![1], vec![255]];
-        prop_oneof![
-            prop::sample::select(strings.to_vec()).prop_map(EdmValue::from),
-            (-2i32..=2).prop_map(EdmValue::Int32),
-            (-2i64..=2).prop_map(EdmValue::Int64),
-            prop::sample::select(doubles).prop_map(EdmValue::Double),
-            any::<bool>().prop_map(EdmValue::Boolean),
-            prop::sample::select(times.to_vec())
-                .prop_map(|s| EdmValue::DateTime(DateTime::from_timestamp(s, 0).expect("valid"))),
-            prop::sample::select(guids.to_vec()).prop_map(|g| EdmValue::Guid(Uuid::from_u128(g))),
-            prop::sample::select(bins).prop_map(EdmValue::Binary),
-        ]
-    }
-
-    /// Random trees: and/or/not nested up to depth 4 over comparisons.
-    pub(in crate::filter) fn expr(
-        literal: impl Strategy<Value = EdmValue> + 'static,
-    ) -> impl Strategy<Value = Expr> {
-        let leaf = (prop::sample::select(NAMES), op(), literal)
-            .prop_map(|(name, op, value)| Expr::cmp(name, op, value));
-        leaf.prop_recursive(4, 32, 2, |inner| {
-            prop_oneof![
-                (inner.clone(), inner.clone()).prop_map(|(a, b)| a.and(b)),
-                (inner.clone(), inner.clone()).prop_map(|(a, b)| a.or(b)),
-                inner.prop_map(Expr::negate),
-            ]
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -841,6 +736,7 @@ mod tests {
     use super::*;
     use crate::edm::parse_datetime;
     use crate::error::{Error, ValidationError};
+    use crate::filter::strategies;
 
     fn cmp(p: &str, op: CmpOp, v: impl Into<EdmValue>) -> Expr {
         Expr::cmp(p, op, v)

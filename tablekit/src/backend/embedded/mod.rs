@@ -17,16 +17,20 @@
 //! | case | Azure Table service and the embedded store | Azurite 3.35 | why the store follows the service |
 //! |---|---|---|---|
 //! | filter literal of another type than the property (`Rating gt 1.2` over an Int32 `Rating`) | the comparison is false: the entity is skipped (data model §11) | compares by JS coercion: `Rating gt 1.2` matches Int32 2, `Rating eq '2'` matches Int64 2 | code tested on Azurite would otherwise match entities Azure never returns |
-//! | Int64 literal against an Int32 property (`Age ge 0L`) | false, no entity | 500 with an empty body | same rule as above; a 500 is an emulator fault |
+//! | Int64 literal against an Int32 property (`Age ge 0L`) | false, no entity | the whole query fails: 500 with an empty body, even if other entities hold an Int64 of that name | same rule as above; a 500 is an emulator fault |
+//! | `gt`/`ge`/`lt`/`le` on a Binary (`H lt X'0001'` over `[255]`) | bytewise order: false | orders the base64 text (`"/w=="` < `"AAE="`): true | the service compares the bytes it stores |
 //! | merge that makes an entity exceed 252 custom properties (or 1 MiB) | 400 `TooManyProperties` / `EntityTooLarge`, nothing written | accepted (no property-count limit) | the limit is the service's; only the server sees the merged entity |
 //! | keys of 513 to 1,024 characters | accepted (limit 1 KiB) | rejected (caps keys at 512) | the service's limit; the client checks 1,024 |
 //! | `-0.0` stored as a Double | read back as `-0.0` | read back as `0.0` | the service stores the IEEE bits it is given |
 //! | a table name in another case than created (`MYTABLE` for `MyTable`) for entity operations | the same table (names are case-insensitive, case-preserving) | 404 `TableNotFound` | data model §3.1 |
+//! | transaction of more than 100 operations (bypassing the client's check) | 400 `InvalidInput`, index 99 | 400 `InvalidInput`, index 0 | the service's answer (`99:The batch request operation exceeds ...`) |
 //! | transaction over several partitions (bypassing the client's check) | 400 `CommandsInBatchActOnDifferentPartitions`, with the index | accepted | a transaction is atomic within one partition only |
 //!
 //! Not modelled: the ~30 s during which a deleted table's name cannot be reused
 //! (`TableBeingDeleted`), throttling, and the 5 s query time limit; pages are cut
-//! only at `$top` / 1,000 entities.
+//! only at `$top` / 1,000 entities. Each entity a transaction writes gets its own
+//! (increasing) Timestamp and ETag: whether the service gives all of one batch the
+//! same Timestamp is not documented, so the store does not assume it.
 
 pub(crate) mod blobs;
 mod check;
@@ -335,13 +339,22 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.code(), Some(&ErrorCode::InvalidDuplicateRow));
         assert_eq!(err.batch_index(), Some(1));
-        let ops: Vec<_> = (0..101).map(|i| op("p", &format!("r{i}"))).collect();
-        assert!(b
-            .run(Operation::Transaction {
-                table: "T1x",
-                ops: ops.to_vec()
-            })
-            .is_err());
+        // Over 100 operations: the service's 400 InvalidInput, naming operation 99.
+        for n in [101, 150] {
+            let ops: Vec<_> = (0..n).map(|i| op("p", &format!("r{i}"))).collect();
+            let err = b
+                .run(Operation::Transaction { table: "T1x", ops })
+                .unwrap_err();
+            assert_eq!(err.status(), Some(400), "{err:?}");
+            assert_eq!(err.code(), Some(&ErrorCode::InvalidInput), "{err:?}");
+            assert_eq!(err.batch_index(), Some(99), "{err:?}");
+        }
+        let ops: Vec<_> = (0..100).map(|i| op("p", &format!("r{i}"))).collect();
+        b.run(Operation::Transaction { table: "T1x", ops })
+            .expect("100 operations are allowed");
+        assert_eq!(count(&b), 100);
+        b.run(Operation::DeleteTable { table: "T1x" }).unwrap();
+        b.run(Operation::CreateTable { table: "T1x" }).unwrap();
         let del = BatchOp {
             kind: BatchKind::Delete(IfMatch::Any),
             key: EntityKey::new("p", "missing"),
@@ -358,6 +371,103 @@ mod tests {
         assert_eq!(err.status(), Some(404));
         assert_eq!(err.batch_index(), Some(1));
         assert_eq!(count(&b), 0, "nothing applied");
+    }
+
+    /// An insert of `{"PartitionKey":"p","RowKey":rk}` padded with JSON whitespace
+    /// to exactly `len` bytes.
+    fn padded_insert(rk: &str, len: usize) -> BatchOp {
+        let mut body = format!("{{\"PartitionKey\":\"p\",\"RowKey\":\"{rk}\"}}").into_bytes();
+        body.resize(len, b' ');
+        BatchOp {
+            kind: BatchKind::Insert,
+            key: EntityKey::new("p", rk),
+            body: Some(body),
+            bag: None,
+        }
+    }
+
+    #[test]
+    fn a_transaction_payload_over_4_mib_is_a_413_without_an_index() {
+        let b = store_with_table();
+        let quarter = crate::validate::MAX_BATCH_BYTES / 4;
+        let over: Vec<_> = (0..4)
+            .map(|i| padded_insert(&format!("r{i}"), quarter + usize::from(i == 3)))
+            .collect();
+        let err = b
+            .run(Operation::Transaction {
+                table: "T1x",
+                ops: over,
+            })
+            .unwrap_err();
+        assert_eq!(err.status(), Some(413), "{err:?}");
+        assert_eq!(err.code(), Some(&ErrorCode::RequestBodyTooLarge), "{err:?}");
+        assert_eq!(err.batch_index(), None, "the request as a whole is refused");
+        assert_eq!(count(&b), 0, "nothing applied");
+        // Exactly 4 MiB is allowed.
+        let exact: Vec<_> = (0..4)
+            .map(|i| padded_insert(&format!("r{i}"), quarter))
+            .collect();
+        b.run(Operation::Transaction {
+            table: "T1x",
+            ops: exact,
+        })
+        .expect("4 MiB is within the limit");
+        assert_eq!(count(&b), 4);
+    }
+
+    fn bag_insert(b: &EmbeddedBackend, e: crate::DynamicEntity) -> Result<Response> {
+        b.run(Operation::Insert {
+            table: "T1x",
+            body: EntityBody::Bag(Box::new(e)),
+        })
+    }
+
+    #[test]
+    fn the_store_takes_252_custom_properties_and_refuses_253() {
+        let b = store_with_table();
+        let with = |rk: &str, n: usize| {
+            (0..n).fold(crate::DynamicEntity::new("p", rk), |e, i| {
+                e.with(format!("P{i}"), 1)
+            })
+        };
+        bag_insert(&b, with("ok", 252)).expect("252 custom properties are allowed");
+        assert_code(
+            bag_insert(&b, with("over", 253)),
+            400,
+            ErrorCode::TooManyProperties,
+        );
+        // The same limits on the JSON path (a transaction's bodies).
+        let props: String = (0..252).map(|i| format!(",\"P{i}\":1")).collect();
+        insert(
+            &b,
+            format!("{{\"PartitionKey\":\"p\",\"RowKey\":\"json\"{props}}}"),
+        )
+        .expect("252 custom properties are allowed");
+        assert_eq!(count(&b), 2);
+    }
+
+    #[test]
+    fn the_store_takes_an_entity_of_exactly_1_mib_and_refuses_one_byte_more() {
+        // The service's size formula: 4 bytes, the keys as UTF-16, and per property
+        // 8 bytes, its name as UTF-16 and its value (a Binary: 4 + its length).
+        let b = store_with_table();
+        let limit = crate::validate::MAX_ENTITY_BYTES;
+        let entity = |rk: &str, extra: usize| {
+            let keys = 4 + 2 * ("p".len() + rk.len());
+            let per_full = 8 + 2 * 3 + 4 + 65_536;
+            let last = limit - keys - 15 * per_full - (8 + 2 * 3 + 4) + extra;
+            (0..16).fold(crate::DynamicEntity::new("p", rk), |e, i| {
+                let len = if i == 15 { last } else { 65_536 };
+                e.with(format!("B{i:02}"), vec![7u8; len])
+            })
+        };
+        bag_insert(&b, entity("r1", 0)).expect("exactly 1 MiB is allowed");
+        assert_code(
+            bag_insert(&b, entity("r2", 1)),
+            400,
+            ErrorCode::EntityTooLarge,
+        );
+        assert_eq!(count(&b), 1);
     }
 
     #[test]

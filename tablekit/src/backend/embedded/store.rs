@@ -301,14 +301,22 @@ impl Table {
             ));
         }
         if ops.len() > MAX_BATCH_OPERATIONS {
-            return Err(errors::invalid_input(
-                "The batch request operation exceeds the maximum 100 changes per change set.",
+            // The service names the 100th operation (index 99) whatever the count:
+            // "99:The batch request operation exceeds the maximum 100 changes per
+            // change set." (an answer of Azure quoted in
+            // petabridge/Akka.Persistence.Azure#251). Azurite answers index 0.
+            return Err(errors::at_index(
+                errors::invalid_input(
+                    "The batch request operation exceeds the maximum 100 changes per change set.",
+                ),
+                MAX_BATCH_OPERATIONS - 1,
             ));
         }
         let size: usize = ops
             .iter()
             .map(|o| o.body.as_ref().map_or(0, Vec::len))
             .sum();
+        // The whole request is refused before its operations are read: no index.
         if size > MAX_BATCH_BYTES {
             return Err(errors::service(
                 413,
