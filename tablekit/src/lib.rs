@@ -83,8 +83,8 @@ pub mod validate;
 pub use backend::http::account;
 
 pub use account::{
-    Account, AccountKey, Credential, SasProtocol, SasToken, TableSas, TableSasPermissions,
-    TokenCredential,
+    Account, AccountKey, BlobSas, BlobSasPermissions, Credential, QueueSas, QueueSasPermissions,
+    SasProtocol, SasToken, TableSas, TableSasPermissions, TokenCredential,
 };
 pub use backend::http::{HttpOptions, Metadata, RetryPolicy, API_VERSION};
 pub use backend::{ClientOptions, Continuation, Written};

@@ -4,6 +4,7 @@
 
 use bytes::Bytes;
 use futures::{stream, TryStreamExt};
+use tablekit::account::{BlobSas, BlobSasPermissions, SasProtocol};
 use tablekit::{BlobServiceClient, ContainerClient, ErrorCode};
 
 use crate::common;
@@ -313,4 +314,107 @@ async fn a_failing_source_leaves_the_blob_as_it_was(blobs: BlobServiceClient, _a
     let err = b.upload_stream(stream::iter(chunks)).await.unwrap_err();
     assert!(!err.is_retryable(), "{err}");
     assert_eq!(&b.download().bytes().await.unwrap()[..], b"original");
+}
+
+fn blob_sas_connection(conn: &str, sas: BlobSas) -> String {
+    let account = tablekit::Account::from_connection_string(conn).unwrap();
+    let token = sas
+        .expiry(chrono::Utc::now() + chrono::Duration::hours(1))
+        .protocol(SasProtocol::HttpsAndHttp)
+        .sign(&account)
+        .unwrap();
+    format!(
+        "BlobEndpoint={};SharedAccessSignature={}",
+        account
+            .blob_endpoint()
+            .expect("the test account has a blob endpoint"),
+        token.as_query()
+    )
+}
+
+#[tokio::test]
+async fn a_read_only_blob_sas_downloads_but_cannot_upload_and_other_blobs_refuse_it() {
+    let Some(conn) = common::connection_string() else {
+        return;
+    };
+    let owner = BlobServiceClient::from_connection_string(&conn).unwrap();
+    let c = fresh_container(&owner).await;
+    let photo = c.blob("employees/000456 photo.jpg").unwrap();
+    photo.upload("jpeg bytes").await.unwrap();
+
+    // A connection string with only a BlobEndpoint and the SAS: no table endpoint.
+    let read_only = blob_sas_connection(
+        &conn,
+        BlobSas::blob(c.name(), photo.name()).permissions(BlobSasPermissions::READ_ONLY),
+    );
+    let err = tablekit::TableServiceClient::from_connection_string(&read_only).unwrap_err();
+    assert!(err.to_string().contains("no table endpoint"), "{err}");
+    let reader = BlobServiceClient::from_connection_string(&read_only)
+        .unwrap()
+        .container(c.name())
+        .unwrap();
+    let b = reader.blob(photo.name()).unwrap();
+    assert_eq!(&b.download().bytes().await.unwrap()[..], b"jpeg bytes");
+    assert_eq!(b.properties().await.unwrap().size(), 10);
+    let err = b.upload("replaced").await.unwrap_err();
+    assert_eq!(err.status(), Some(403), "{err}");
+    let err = b.delete(None).await.unwrap_err();
+    assert_eq!(err.status(), Some(403), "{err}");
+
+    // Widening the permissions breaks the signature (Azurite checks it).
+    let forged = read_only.replace("sp=r&", "sp=rcw&");
+    assert_ne!(forged, read_only);
+    let forger = BlobServiceClient::from_connection_string(&forged).unwrap();
+    let err = forger
+        .container(c.name())
+        .unwrap()
+        .blob(photo.name())
+        .unwrap()
+        .download()
+        .bytes()
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(403), "{err}");
+
+    // Signed for that blob, presented for another one of the same container.
+    c.blob("other.jpg").unwrap().upload("x").await.unwrap();
+    let err = reader
+        .blob("other.jpg")
+        .unwrap()
+        .download()
+        .bytes()
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(403), "{err}");
+    assert!(!err.to_string().contains("sig="), "{err}");
+
+    // A container SAS that may create and write uploads, in blocks too, but not read.
+    let writer = BlobServiceClient::from_connection_string(&blob_sas_connection(
+        &conn,
+        BlobSas::container(c.name()).permissions(BlobSasPermissions {
+            create: true,
+            write: true,
+            ..Default::default()
+        }),
+    ))
+    .unwrap()
+    .container(c.name())
+    .unwrap();
+    let upload = writer
+        .blob("upload.bin")
+        .unwrap()
+        .with_blocks(1024, 2)
+        .unwrap();
+    upload.upload(pattern(3000)).await.unwrap();
+    let err = upload.download().bytes().await.unwrap_err();
+    assert_eq!(err.status(), Some(403), "{err}");
+    assert_eq!(
+        &c.blob("upload.bin")
+            .unwrap()
+            .download()
+            .bytes()
+            .await
+            .unwrap()[..],
+        &pattern(3000)[..]
+    );
 }

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use tablekit::account::{QueueSas, QueueSasPermissions, SasProtocol};
 use tablekit::{ErrorCode, ManualClock, MessageEncoding, QueueClient, QueueServiceClient};
 
 use crate::common;
@@ -286,4 +287,94 @@ async fn a_wrong_key_is_refused_by_azurite() {
     let err = q.create_queue().await.unwrap_err();
     assert_eq!(err.status(), Some(403), "{err}");
     assert!(!err.to_string().contains(common::KEY_FRAGMENT));
+}
+
+/// The `QueueEndpoint=` of the test connection string: a connection string with
+/// only that endpoint and a SAS is what a keyless sender or reader gets.
+fn queue_endpoint(conn: &str) -> String {
+    tablekit::Account::from_connection_string(conn)
+        .unwrap()
+        .queue_endpoint()
+        .expect("the test account has a queue endpoint")
+        .to_owned()
+}
+
+fn queue_sas(conn: &str, queue: &str, permissions: QueueSasPermissions) -> String {
+    let account = tablekit::Account::from_connection_string(conn).unwrap();
+    let sas = QueueSas::new(queue)
+        .permissions(permissions)
+        .expiry(chrono::Utc::now() + chrono::Duration::hours(1))
+        .protocol(SasProtocol::HttpsAndHttp)
+        .sign(&account)
+        .unwrap();
+    format!(
+        "QueueEndpoint={};SharedAccessSignature={}",
+        queue_endpoint(conn),
+        sas.as_query()
+    )
+}
+
+#[tokio::test]
+async fn a_read_only_queue_sas_peeks_but_cannot_send_and_other_queues_refuse_it() {
+    let Some(conn) = common::connection_string() else {
+        return;
+    };
+    let owner = QueueServiceClient::from_connection_string(&conn).unwrap();
+    let name = format!("sas{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let q = owner.queue(&name).unwrap();
+    q.create_queue().await.unwrap();
+    q.send("for readers").unwrap().await.unwrap();
+
+    // A connection string with only a QueueEndpoint and the SAS: no table endpoint.
+    let read_only = queue_sas(&conn, &name, QueueSasPermissions::READ_ONLY);
+    let err = tablekit::TableServiceClient::from_connection_string(&read_only).unwrap_err();
+    assert!(err.to_string().contains("no table endpoint"), "{err}");
+    let reader = QueueServiceClient::from_connection_string(&read_only)
+        .unwrap()
+        .queue(&name)
+        .unwrap();
+    let peeked = reader.peek(1).await.unwrap();
+    assert_eq!(peeked[0].text().unwrap(), "for readers");
+    assert_eq!(reader.approximate_message_count().await.unwrap(), 1);
+    let err = reader.send("not allowed").unwrap().await.unwrap_err();
+    assert_eq!(err.status(), Some(403), "{err}");
+    let err = reader.receive().await.unwrap_err();
+    assert_eq!(err.status(), Some(403), "receiving needs `process`: {err}");
+
+    // Widening the permissions breaks the signature (Azurite checks it).
+    let forged = read_only.replace("sp=r&", "sp=raup&");
+    assert_ne!(forged, read_only);
+    let forger = QueueServiceClient::from_connection_string(&forged)
+        .unwrap()
+        .queue(&name)
+        .unwrap();
+    let err = forger.peek(1).await.unwrap_err();
+    assert_eq!(err.status(), Some(403), "{err}");
+
+    // Signed for this queue, presented to another one.
+    let other = QueueServiceClient::from_connection_string(&read_only)
+        .unwrap()
+        .queue("some-other-queue")
+        .unwrap();
+    let err = other.peek(1).await.unwrap_err();
+    assert_eq!(err.status(), Some(403), "{err}");
+
+    // A sender's SAS sends, and the message is there for the owner.
+    let sender = QueueServiceClient::from_connection_string(&queue_sas(
+        &conn,
+        &name,
+        QueueSasPermissions {
+            add: true,
+            ..Default::default()
+        },
+    ))
+    .unwrap()
+    .queue(&name)
+    .unwrap();
+    sender.send("from a sender").unwrap().await.unwrap();
+    assert_eq!(q.approximate_message_count().await.unwrap(), 2);
+    let err = sender.peek(1).await.unwrap_err();
+    assert_eq!(err.status(), Some(403), "{err}");
+    assert!(!err.to_string().contains("sig="), "{err}");
+    q.delete_queue().await.unwrap();
 }
