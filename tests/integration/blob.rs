@@ -2,6 +2,9 @@
 //! Containers, uploads small and in blocks (from bytes, streams and readers),
 //! streamed and ranged downloads, properties and metadata, conditions, listings.
 
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
 use bytes::Bytes;
 use futures::{stream, TryStreamExt};
 use tablekit::account::{BlobSas, BlobSasPermissions, SasProtocol};
@@ -416,5 +419,218 @@ async fn a_read_only_blob_sas_downloads_but_cannot_upload_and_other_blobs_refuse
             .await
             .unwrap()[..],
         &pattern(3000)[..]
+    );
+}
+
+/// One request the block-counting server saw.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Seen {
+    PutBlob { len: usize },
+    PutBlock { id: String, len: usize },
+    PutBlockList { body: String },
+}
+
+#[derive(Default)]
+struct Traffic {
+    seen: Vec<Seen>,
+    in_flight: usize,
+    max_in_flight: usize,
+}
+
+/// A loopback Blob endpoint that answers uploads and records them. Each Put
+/// Block is held until `hold_for` blocks are in flight together (or half a
+/// second passes, for the last few), so the highest concurrency the client
+/// reaches is observed without depending on timing.
+async fn block_counting_server(hold_for: usize) -> (String, Arc<Mutex<Traffic>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let traffic: Arc<Mutex<Traffic>> = Arc::default();
+    let shared = traffic.clone();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let traffic = shared.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = vec![0u8; 64 * 1024];
+                loop {
+                    // One request: the head, then Content-Length bytes of body.
+                    let end = loop {
+                        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break end;
+                        }
+                        match sock.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).to_string();
+                    let len: usize = head
+                        .lines()
+                        .find_map(|l| {
+                            let (k, v) = l.split_once(':')?;
+                            k.eq_ignore_ascii_case("content-length")
+                                .then(|| v.trim().parse().ok())?
+                        })
+                        .unwrap_or(0);
+                    while buf.len() < end + 4 + len {
+                        match sock.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    let body = buf[end + 4..end + 4 + len].to_vec();
+                    buf.drain(..end + 4 + len);
+                    let target = head.split(' ').nth(1).unwrap_or_default().to_owned();
+                    let query: Vec<(String, String)> = target
+                        .split_once('?')
+                        .map(|(_, q)| {
+                            url::form_urlencoded::parse(q.as_bytes())
+                                .into_owned()
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    let param = |name: &str| {
+                        query
+                            .iter()
+                            .find(|(k, _)| k == name)
+                            .map(|(_, v)| v.clone())
+                    };
+                    let seen = match param("comp").as_deref() {
+                        Some("block") => Seen::PutBlock {
+                            id: param("blockid").unwrap_or_default(),
+                            len,
+                        },
+                        Some("blocklist") => Seen::PutBlockList {
+                            body: String::from_utf8_lossy(&body).into_owned(),
+                        },
+                        _ => Seen::PutBlob { len },
+                    };
+                    let is_block = matches!(seen, Seen::PutBlock { .. });
+                    {
+                        let mut t = traffic.lock().unwrap();
+                        t.seen.push(seen);
+                        t.in_flight += 1;
+                        t.max_in_flight = t.max_in_flight.max(t.in_flight);
+                    }
+                    if is_block {
+                        let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
+                        while traffic.lock().unwrap().in_flight < hold_for
+                            && tokio::time::Instant::now() < deadline
+                        {
+                            tokio::time::sleep(Duration::from_millis(2)).await;
+                        }
+                    }
+                    let reply = "HTTP/1.1 201 Created\r\nETag: \"0x8D1\"\r\n\
+                                 Last-Modified: Thu, 31 Jul 2014 18:00:00 GMT\r\n\
+                                 x-ms-request-id: counted\r\nContent-Length: 0\r\n\r\n";
+                    let ok = sock.write_all(reply.as_bytes()).await.is_ok();
+                    traffic.lock().unwrap().in_flight -= 1;
+                    if !ok {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (format!("http://{addr}/devstoreaccount1"), traffic)
+}
+
+fn counted_container(endpoint: &str) -> ContainerClient {
+    let conn = format!(
+        "AccountName=devstoreaccount1;AccountKey={};BlobEndpoint={endpoint}",
+        common::EMULATOR_KEY
+    );
+    BlobServiceClient::from_connection_string(&conn)
+        .unwrap()
+        .container("counted")
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_large_upload_is_put_blocks_at_most_in_flight_then_one_block_list() {
+    let (endpoint, traffic) = block_counting_server(3).await;
+    let blob = counted_container(&endpoint)
+        .blob("large.bin")
+        .unwrap()
+        .with_blocks(1024, 3)
+        .unwrap();
+    blob.upload(pattern(10 * 1024 + 5)).await.unwrap();
+
+    let t = traffic.lock().unwrap();
+    let blocks: Vec<(String, usize)> = t
+        .seen
+        .iter()
+        .filter_map(|s| match s {
+            Seen::PutBlock { id, len } => Some((id.clone(), *len)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(blocks.len(), 11, "ten full blocks and a 5-byte tail");
+    assert_eq!(
+        blocks.iter().map(|(_, len)| len).sum::<usize>(),
+        10 * 1024 + 5
+    );
+    assert!(!t.seen.iter().any(|s| matches!(s, Seen::PutBlob { .. })));
+    assert_eq!(t.max_in_flight, 3, "three blocks in flight, never more");
+    let Some(Seen::PutBlockList { body }) = t.seen.last() else {
+        panic!("the commit comes last: {:?}", t.seen.last());
+    };
+    let tail = blocks.iter().find(|(_, len)| *len == 5).unwrap().0.clone();
+    let listed: Vec<&str> = body
+        .split("<Latest>")
+        .skip(1)
+        .map(|s| s.split("</Latest>").next().unwrap())
+        .collect();
+    assert_eq!(
+        listed.last(),
+        Some(&tail.as_str()),
+        "the tail is committed last"
+    );
+    let mut put: Vec<&str> = blocks.iter().map(|(id, _)| id.as_str()).collect();
+    let mut committed = listed.clone();
+    put.sort_unstable();
+    committed.sort_unstable();
+    assert_eq!(committed, put, "every block put is committed, once");
+}
+
+#[tokio::test]
+async fn a_streamed_upload_keeps_to_its_in_flight_limit() {
+    let (endpoint, traffic) = block_counting_server(2).await;
+    let blob = counted_container(&endpoint)
+        .blob("streamed.bin")
+        .unwrap()
+        .with_blocks(1000, 2)
+        .unwrap();
+    let chunks: Vec<Result<Bytes, std::io::Error>> = pattern(9_500)
+        .chunks(333)
+        .map(|c| Ok(Bytes::copy_from_slice(c)))
+        .collect();
+    blob.upload_stream(stream::iter(chunks)).await.unwrap();
+    let t = traffic.lock().unwrap();
+    let blocks = t
+        .seen
+        .iter()
+        .filter(|s| matches!(s, Seen::PutBlock { .. }))
+        .count();
+    assert_eq!(blocks, 10);
+    assert_eq!(t.max_in_flight, 2);
+    assert!(matches!(t.seen.last(), Some(Seen::PutBlockList { .. })));
+}
+
+#[tokio::test]
+async fn a_small_upload_is_one_put_blob() {
+    let (endpoint, traffic) = block_counting_server(1).await;
+    let c = counted_container(&endpoint);
+    let blob = c.blob("small.bin").unwrap().with_blocks(1024, 3).unwrap();
+    blob.upload(pattern(1024)).await.unwrap();
+    // From a stream too: one block's worth and the end is one request.
+    let chunks: Vec<Result<Bytes, std::io::Error>> =
+        vec![Ok(Bytes::from(pattern(500))), Ok(Bytes::from(pattern(524)))];
+    blob.upload_stream(stream::iter(chunks)).await.unwrap();
+    let t = traffic.lock().unwrap();
+    assert_eq!(
+        t.seen,
+        [Seen::PutBlob { len: 1024 }, Seen::PutBlob { len: 1024 }]
     );
 }
