@@ -266,6 +266,26 @@ async fn listing_by_prefix_pages_in_name_order(blobs: BlobServiceClient, _azurit
     let all = c.list_blobs().fetch_all().await.unwrap();
     assert_eq!(all.len(), 6);
     assert_eq!(all[0].size(), 32);
+    assert!(all[0].metadata().is_empty());
+
+    // Listings carry each blob's user metadata, as properties() does.
+    c.blob("table/2014/07/31/1505/000001.log")
+        .unwrap()
+        .upload("with metadata")
+        .metadata("source", "table")
+        .metadata("Host", "vm7")
+        .content_type("text/plain")
+        .await
+        .unwrap();
+    let listed = c.list_blobs().prefix("table/").fetch_all().await.unwrap();
+    assert_eq!(
+        listed[0].metadata(),
+        [
+            ("host".to_owned(), "vm7".to_owned()),
+            ("source".to_owned(), "table".to_owned())
+        ]
+    );
+    assert_eq!(listed[0].content_type(), Some("text/plain"));
     assert!(c
         .list_blobs()
         .page_size(0)
