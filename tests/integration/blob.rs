@@ -12,12 +12,28 @@ use tablekit::{BlobServiceClient, ContainerClient, ErrorCode};
 
 use crate::common;
 
-fn embedded() -> BlobServiceClient {
-    BlobServiceClient::embedded()
+/// Where a case runs: the embedded store, or Azurite (whose deviations a case
+/// may have to accept).
+struct Env {
+    blobs: BlobServiceClient,
+    azurite: bool,
 }
 
-fn azurite() -> Option<BlobServiceClient> {
-    Some(BlobServiceClient::from_connection_string(&common::connection_string()?).unwrap())
+impl Env {
+    fn embedded() -> Self {
+        Env {
+            blobs: BlobServiceClient::embedded(),
+            azurite: false,
+        }
+    }
+
+    fn azurite() -> Option<Self> {
+        Some(Env {
+            blobs: BlobServiceClient::from_connection_string(&common::connection_string()?)
+                .unwrap(),
+            azurite: true,
+        })
+    }
 }
 
 async fn fresh_container(blobs: &BlobServiceClient) -> ContainerClient {
@@ -27,25 +43,8 @@ async fn fresh_container(blobs: &BlobServiceClient) -> ContainerClient {
     c
 }
 
-/// Each case as `::embedded` and `::azurite` tests.
-macro_rules! on_both {
-    ($($case:ident),* $(,)?) => {$(
-        mod $case {
-            #[tokio::test]
-            async fn embedded() {
-                super::$case(super::embedded(), false).await;
-            }
-            #[tokio::test]
-            async fn azurite() {
-                if let Some(blobs) = super::azurite() {
-                    super::$case(blobs, true).await;
-                }
-            }
-        }
-    )*};
-}
-
-on_both!(
+crate::on_both_with!(
+    Env;
     container_lifecycle_and_names,
     small_upload_round_trips_with_properties_and_ranges,
     large_uploads_go_in_blocks_and_come_back_whole,
@@ -59,7 +58,7 @@ fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 31 % 251) as u8).collect()
 }
 
-async fn container_lifecycle_and_names(blobs: BlobServiceClient, _azurite: bool) {
+async fn container_lifecycle_and_names(Env { blobs, .. }: Env) {
     for bad in ["ab", "Photos", "-photos", "a--b", "ph_otos"] {
         assert!(
             blobs.container(bad).unwrap_err().is_invalid_input(),
@@ -82,10 +81,7 @@ async fn container_lifecycle_and_names(blobs: BlobServiceClient, _azurite: bool)
     assert!(!c.delete_container_if_exists().await.unwrap());
 }
 
-async fn small_upload_round_trips_with_properties_and_ranges(
-    blobs: BlobServiceClient,
-    _azurite: bool,
-) {
+async fn small_upload_round_trips_with_properties_and_ranges(Env { blobs, .. }: Env) {
     let c = fresh_container(&blobs).await;
     let photo = c.blob("employees/000456 photo.jpg").unwrap();
     let body = pattern(10_000);
@@ -144,7 +140,7 @@ async fn small_upload_round_trips_with_properties_and_ranges(
     assert!(empty.download().bytes().await.unwrap().is_empty());
 }
 
-async fn large_uploads_go_in_blocks_and_come_back_whole(blobs: BlobServiceClient, _azurite: bool) {
+async fn large_uploads_go_in_blocks_and_come_back_whole(Env { blobs, .. }: Env) {
     let c = fresh_container(&blobs).await;
     let body = pattern(1024 * 1024 + 123);
 
@@ -193,7 +189,7 @@ async fn large_uploads_go_in_blocks_and_come_back_whole(blobs: BlobServiceClient
     assert!(err.is_invalid_input());
 }
 
-async fn conditions_protect_blobs(blobs: BlobServiceClient, _azurite: bool) {
+async fn conditions_protect_blobs(Env { blobs, .. }: Env) {
     let c = fresh_container(&blobs).await;
     let b = c.blob("report.txt").unwrap();
     let first = b.upload("v1").if_not_exists().await.unwrap();
@@ -232,7 +228,7 @@ async fn conditions_protect_blobs(blobs: BlobServiceClient, _azurite: bool) {
     assert!(!b.delete_if_exists().await.unwrap());
 }
 
-async fn listing_by_prefix_pages_in_name_order(blobs: BlobServiceClient, _azurite: bool) {
+async fn listing_by_prefix_pages_in_name_order(Env { blobs, .. }: Env) {
     let c = fresh_container(&blobs).await;
     // The log-data pattern: blobs named by time, read by a time window's prefix.
     for name in [
@@ -295,7 +291,7 @@ async fn listing_by_prefix_pages_in_name_order(blobs: BlobServiceClient, _azurit
         .is_invalid_input());
 }
 
-async fn missing_things_are_named_errors(blobs: BlobServiceClient, azurite: bool) {
+async fn missing_things_are_named_errors(Env { blobs, azurite }: Env) {
     let missing = blobs.container("no-such-container").unwrap();
     let err = missing.blob("x").unwrap().upload("x").await.unwrap_err();
     assert_eq!(err.code(), Some(&ErrorCode::ContainerNotFound), "{err}");
@@ -325,7 +321,7 @@ async fn missing_things_are_named_errors(blobs: BlobServiceClient, azurite: bool
     }
 }
 
-async fn a_failing_source_leaves_the_blob_as_it_was(blobs: BlobServiceClient, _azurite: bool) {
+async fn a_failing_source_leaves_the_blob_as_it_was(Env { blobs, .. }: Env) {
     let c = fresh_container(&blobs).await;
     let b = c.blob("kept").unwrap().with_blocks(1024, 2).unwrap();
     b.upload("original").await.unwrap();

@@ -59,25 +59,8 @@ impl Env {
     }
 }
 
-/// Each case as `::embedded` and `::azurite` tests.
-macro_rules! on_both {
-    ($($case:ident),* $(,)?) => {$(
-        mod $case {
-            #[tokio::test]
-            async fn embedded() {
-                super::$case(super::Env::embedded()).await;
-            }
-            #[tokio::test]
-            async fn azurite() {
-                if let Some(env) = super::Env::azurite() {
-                    super::$case(env).await;
-                }
-            }
-        }
-    )*};
-}
-
-on_both!(
+crate::on_both_with!(
+    Env;
     received_message_is_invisible_until_its_timeout_then_comes_back_counted,
     update_extends_visibility_replaces_the_body_and_the_receipt,
     delay_and_time_to_live,
