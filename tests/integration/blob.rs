@@ -438,12 +438,12 @@ async fn a_read_only_blob_sas_downloads_but_cannot_upload_and_other_blobs_refuse
     );
 }
 
-/// One request the block-counting server saw.
+/// One request the block-counting server saw: Put Blob, Put Block, Put Block List.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Seen {
-    PutBlob { len: usize },
-    PutBlock { id: String, len: usize },
-    PutBlockList { body: String },
+    Blob { len: usize },
+    Block { id: String, len: usize },
+    BlockList { body: String },
 }
 
 #[derive(Default)]
@@ -513,16 +513,16 @@ async fn block_counting_server(hold_for: usize) -> (String, Arc<Mutex<Traffic>>)
                             .map(|(_, v)| v.clone())
                     };
                     let seen = match param("comp").as_deref() {
-                        Some("block") => Seen::PutBlock {
+                        Some("block") => Seen::Block {
                             id: param("blockid").unwrap_or_default(),
                             len,
                         },
-                        Some("blocklist") => Seen::PutBlockList {
+                        Some("blocklist") => Seen::BlockList {
                             body: String::from_utf8_lossy(&body).into_owned(),
                         },
-                        _ => Seen::PutBlob { len },
+                        _ => Seen::Blob { len },
                     };
-                    let is_block = matches!(seen, Seen::PutBlock { .. });
+                    let is_block = matches!(seen, Seen::Block { .. });
                     {
                         let mut t = traffic.lock().unwrap();
                         t.seen.push(seen);
@@ -578,7 +578,7 @@ async fn a_large_upload_is_put_blocks_at_most_in_flight_then_one_block_list() {
         .seen
         .iter()
         .filter_map(|s| match s {
-            Seen::PutBlock { id, len } => Some((id.clone(), *len)),
+            Seen::Block { id, len } => Some((id.clone(), *len)),
             _ => None,
         })
         .collect();
@@ -587,9 +587,9 @@ async fn a_large_upload_is_put_blocks_at_most_in_flight_then_one_block_list() {
         blocks.iter().map(|(_, len)| len).sum::<usize>(),
         10 * 1024 + 5
     );
-    assert!(!t.seen.iter().any(|s| matches!(s, Seen::PutBlob { .. })));
+    assert!(!t.seen.iter().any(|s| matches!(s, Seen::Blob { .. })));
     assert_eq!(t.max_in_flight, 3, "three blocks in flight, never more");
-    let Some(Seen::PutBlockList { body }) = t.seen.last() else {
+    let Some(Seen::BlockList { body }) = t.seen.last() else {
         panic!("the commit comes last: {:?}", t.seen.last());
     };
     let tail = blocks.iter().find(|(_, len)| *len == 5).unwrap().0.clone();
@@ -627,11 +627,11 @@ async fn a_streamed_upload_keeps_to_its_in_flight_limit() {
     let blocks = t
         .seen
         .iter()
-        .filter(|s| matches!(s, Seen::PutBlock { .. }))
+        .filter(|s| matches!(s, Seen::Block { .. }))
         .count();
     assert_eq!(blocks, 10);
     assert_eq!(t.max_in_flight, 2);
-    assert!(matches!(t.seen.last(), Some(Seen::PutBlockList { .. })));
+    assert!(matches!(t.seen.last(), Some(Seen::BlockList { .. })));
 }
 
 #[tokio::test]
@@ -645,8 +645,5 @@ async fn a_small_upload_is_one_put_blob() {
         vec![Ok(Bytes::from(pattern(500))), Ok(Bytes::from(pattern(524)))];
     blob.upload_stream(stream::iter(chunks)).await.unwrap();
     let t = traffic.lock().unwrap();
-    assert_eq!(
-        t.seen,
-        [Seen::PutBlob { len: 1024 }, Seen::PutBlob { len: 1024 }]
-    );
+    assert_eq!(t.seen, [Seen::Blob { len: 1024 }, Seen::Blob { len: 1024 }]);
 }
