@@ -1,16 +1,21 @@
-//! Uploads and downloads a large blob in bounded memory, and reports the peak
-//! memory of the process (Linux: `VmHWM` of /proc/self/status).
+//! Uploads and downloads a large blob in bounded memory, reports the peak
+//! memory of the process (Linux: `VmHWM` of /proc/self/status), and exits
+//! with status 1 if it went over budget: 50 MiB over HTTP.
 //!
 //! ```text
 //! eval "$(scripts/azurite.sh start)"
-//! cargo run --release --example blob_transfer            # 200 MiB by default
+//! TABLEKIT_CONNECTION_STRING="$TABLEKIT_TEST_CONNECTION_STRING" \
+//!     cargo run --release --example blob_transfer            # 200 MiB by default
+//! cargo run --example blob_transfer -- 20                    # 20 MiB, embedded
 //! TABLEKIT_BLOB_MIB=50 cargo run --release --example blob_transfer
 //! ```
 //!
+//! The size in MiB is the first argument, else `TABLEKIT_BLOB_MIB`, else 200.
 //! The bytes are generated as a stream (nothing holds the whole blob) and the
-//! download is hashed as it arrives. With no connection string it runs on the
-//! embedded store, which keeps the blob itself in memory: the bounded-memory
-//! figure is only meaningful over HTTP.
+//! download is checked as it arrives. With no connection string it runs on the
+//! embedded store, which keeps the blob itself in memory (its staged blocks and
+//! then the committed blob): there the budget is 50 MiB plus twice the blob's
+//! size, and the bounded-memory figure is only meaningful over HTTP.
 
 use std::time::Instant;
 
@@ -19,6 +24,9 @@ use futures::{stream, StreamExt as _, TryStreamExt};
 use tablekit::BlobServiceClient;
 
 const CHUNK: usize = 256 * 1024;
+
+/// The client's memory budget, whatever the blob's size (the issue's bound).
+const BUDGET_MIB: f64 = 50.0;
 
 fn peak_rss_mib() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -34,21 +42,31 @@ fn byte(i: u64) -> u8 {
 
 #[tokio::main]
 async fn main() -> tablekit::Result<()> {
-    let mib: u64 = std::env::var("TABLEKIT_BLOB_MIB")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
+    let arg = std::env::args().nth(1);
+    let mib: u64 = match arg.or_else(|| std::env::var("TABLEKIT_BLOB_MIB").ok()) {
+        Some(v) => match v.parse() {
+            Ok(n) if n > 0 => n,
+            _ => {
+                eprintln!("blob_transfer: the size must be a whole number of MiB, got {v:?}");
+                std::process::exit(2);
+            }
+        },
+        None => 200,
+    };
     let size = mib * 1024 * 1024;
-    let blobs = match std::env::var("TABLEKIT_CONNECTION_STRING") {
+    let (blobs, budget) = match std::env::var("TABLEKIT_CONNECTION_STRING") {
         Ok(conn) => {
             println!("backend: the Blob service of TABLEKIT_CONNECTION_STRING");
-            BlobServiceClient::from_connection_string(&conn)?
+            (
+                BlobServiceClient::from_connection_string(&conn)?,
+                BUDGET_MIB,
+            )
         }
         Err(_) => {
             println!(
                 "backend: embedded (no TABLEKIT_CONNECTION_STRING); it holds the blob in memory"
             );
-            BlobServiceClient::embedded()
+            (BlobServiceClient::embedded(), BUDGET_MIB + 2.0 * mib as f64)
         }
     };
     let container = blobs.container("transfer")?;
@@ -91,7 +109,15 @@ async fn main() -> tablekit::Result<()> {
         mb_s(down)
     );
     match (before, peak_rss_mib()) {
-        (Some(b), Some(p)) => println!("peak RSS: {p:.1} MiB (before the transfer: {b:.1} MiB)"),
+        (Some(b), Some(p)) => {
+            println!(
+                "peak RSS: {p:.1} MiB (before the transfer: {b:.1} MiB; budget {budget:.0} MiB)"
+            );
+            if p > budget {
+                eprintln!("blob_transfer: peak RSS {p:.1} MiB is over the {budget:.0} MiB budget");
+                std::process::exit(1);
+            }
+        }
         _ => println!("peak RSS: not available on this platform"),
     }
     Ok(())

@@ -45,3 +45,10 @@ cargo clippy --workspace --all-targets -- -D warnings
 
 banner "cargo test --workspace $*"
 cargo test --workspace "$@"
+
+# The bounded-memory transfer, small enough to be cheap: it exits non-zero if
+# the peak RSS goes over budget (50 MiB over HTTP; embedded adds the blob it holds).
+banner "cargo run --example blob_transfer -- 20 (embedded, then Azurite)"
+env -u TABLEKIT_CONNECTION_STRING cargo run --quiet --example blob_transfer -- 20
+TABLEKIT_CONNECTION_STRING="$TABLEKIT_TEST_CONNECTION_STRING" \
+    cargo run --quiet --example blob_transfer -- 20

@@ -94,29 +94,33 @@ pub mod account {
     //! let account: Account = "DefaultEndpointsProtocol=https;AccountName=myaccount;\
     //!     AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
     //!     .parse()?;
-    //! assert_eq!(account.table_endpoint(), "https://myaccount.table.core.windows.net");
+    //! assert_eq!(account.table_endpoint(), Some("https://myaccount.table.core.windows.net"));
     //!
     //! // The emulator (Azurite) shortcut.
     //! let dev = Account::from_connection_string("UseDevelopmentStorage=true")?;
-    //! assert_eq!(dev.table_endpoint(), "http://127.0.0.1:10002/devstoreaccount1");
+    //! assert_eq!(dev.table_endpoint(), Some("http://127.0.0.1:10002/devstoreaccount1"));
     //! # Ok::<(), tablekit::Error>(())
     //! ```
     //!
     //! No secret ever appears in the `Debug` output of these types, nor in the message of a
     //! connection-string error.
     //!
-    //! [`TableSas`] signs a shared access signature for one table with the account key.
+    //! [`TableSas`], [`QueueSas`] and [`BlobSas`] sign shared access signatures
+    //! for one table, queue, container or blob with the account key.
 
     // A facade: the connection-string parser and the SAS signer live in the
     // HTTP backend (they import each other's vocabulary only one way), and
     // both are public here under one name.
     pub use crate::backend::http::account::*;
-    pub use crate::backend::http::auth::{SasProtocol, TableSas, TableSasPermissions};
+    pub use crate::backend::http::auth::{
+        BlobSas, BlobSasPermissions, QueueSas, QueueSasPermissions, SasProtocol, TableSas,
+        TableSasPermissions,
+    };
 }
 
 pub use account::{
-    Account, AccountKey, Credential, SasProtocol, SasToken, TableSas, TableSasPermissions,
-    TokenCredential,
+    Account, AccountKey, BlobSas, BlobSasPermissions, Credential, QueueSas, QueueSasPermissions,
+    SasProtocol, SasToken, TableSas, TableSasPermissions, TokenCredential,
 };
 pub use backend::http::API_VERSION;
 pub use backend::{Continuation, Written};

@@ -5,6 +5,9 @@
 
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+
+use tablekit::account::{QueueSas, QueueSasPermissions, SasProtocol};
 use tablekit::{ErrorCode, ManualClock, MessageEncoding, QueueClient, QueueServiceClient};
 
 use crate::common;
@@ -32,6 +35,14 @@ impl Env {
         })
     }
 
+    /// The time now, as the backend sees it.
+    fn now(&self) -> DateTime<Utc> {
+        match &self.clock {
+            Some(c) => c.now(),
+            None => Utc::now(),
+        }
+    }
+
     /// Lets `d` pass: the embedded clock moves, Azurite's time is waited for.
     async fn wait(&self, d: Duration) {
         match &self.clock {
@@ -48,31 +59,19 @@ impl Env {
     }
 }
 
-/// Each case as `::embedded` and `::azurite` tests.
-macro_rules! on_both {
-    ($($case:ident),* $(,)?) => {$(
-        mod $case {
-            #[tokio::test]
-            async fn embedded() {
-                super::$case(super::Env::embedded()).await;
-            }
-            #[tokio::test]
-            async fn azurite() {
-                if let Some(env) = super::Env::azurite() {
-                    super::$case(env).await;
-                }
-            }
-        }
-    )*};
-}
-
-on_both!(
+crate::on_both_with!(
+    Env;
     received_message_is_invisible_until_its_timeout_then_comes_back_counted,
     update_extends_visibility_replaces_the_body_and_the_receipt,
     delay_and_time_to_live,
     receive_takes_up_to_max_in_order_and_peek_has_no_receipt,
     any_bytes_travel_base64_and_limits_are_checked_before_sending,
     queue_lifecycle_and_names,
+    received_messages_carry_their_insertion_expiry_and_visibility_times,
+    every_operation_on_a_missing_queue_is_queue_not_found,
+    the_64_kib_limit_is_exact_on_the_wire,
+    text_mode_round_trips_markup_and_multibyte_text,
+    peek_leaves_the_dequeue_count_alone,
 );
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -286,4 +285,316 @@ async fn a_wrong_key_is_refused_by_azurite() {
     let err = q.create_queue().await.unwrap_err();
     assert_eq!(err.status(), Some(403), "{err}");
     assert!(!err.to_string().contains(common::KEY_FRAGMENT));
+}
+
+/// The `QueueEndpoint=` of the test connection string: a connection string with
+/// only that endpoint and a SAS is what a keyless sender or reader gets.
+fn queue_endpoint(conn: &str) -> String {
+    tablekit::Account::from_connection_string(conn)
+        .unwrap()
+        .queue_endpoint()
+        .expect("the test account has a queue endpoint")
+        .to_owned()
+}
+
+fn queue_sas(conn: &str, queue: &str, permissions: QueueSasPermissions) -> String {
+    let account = tablekit::Account::from_connection_string(conn).unwrap();
+    let sas = QueueSas::new(queue)
+        .permissions(permissions)
+        .expiry(chrono::Utc::now() + chrono::Duration::hours(1))
+        .protocol(SasProtocol::HttpsAndHttp)
+        .sign(&account)
+        .unwrap();
+    format!(
+        "QueueEndpoint={};SharedAccessSignature={}",
+        queue_endpoint(conn),
+        sas.as_query()
+    )
+}
+
+#[tokio::test]
+async fn a_read_only_queue_sas_peeks_but_cannot_send_and_other_queues_refuse_it() {
+    let Some(conn) = common::connection_string() else {
+        return;
+    };
+    let owner = QueueServiceClient::from_connection_string(&conn).unwrap();
+    let name = format!("sas{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let q = owner.queue(&name).unwrap();
+    q.create_queue().await.unwrap();
+    q.send("for readers").unwrap().await.unwrap();
+
+    // A connection string with only a QueueEndpoint and the SAS: no table endpoint.
+    let read_only = queue_sas(&conn, &name, QueueSasPermissions::READ_ONLY);
+    let err = tablekit::TableServiceClient::from_connection_string(&read_only).unwrap_err();
+    assert!(err.to_string().contains("no table endpoint"), "{err}");
+    let reader = QueueServiceClient::from_connection_string(&read_only)
+        .unwrap()
+        .queue(&name)
+        .unwrap();
+    let peeked = reader.peek(1).await.unwrap();
+    assert_eq!(peeked[0].text().unwrap(), "for readers");
+    assert_eq!(reader.approximate_message_count().await.unwrap(), 1);
+    let err = reader.send("not allowed").unwrap().await.unwrap_err();
+    assert_eq!(err.status(), Some(403), "{err}");
+    let err = reader.receive().await.unwrap_err();
+    assert_eq!(err.status(), Some(403), "receiving needs `process`: {err}");
+
+    // Widening the permissions breaks the signature (Azurite checks it).
+    let forged = read_only.replace("sp=r&", "sp=raup&");
+    assert_ne!(forged, read_only);
+    let forger = QueueServiceClient::from_connection_string(&forged)
+        .unwrap()
+        .queue(&name)
+        .unwrap();
+    let err = forger.peek(1).await.unwrap_err();
+    assert_eq!(err.status(), Some(403), "{err}");
+
+    // Signed for this queue, presented to another one.
+    let other = QueueServiceClient::from_connection_string(&read_only)
+        .unwrap()
+        .queue("some-other-queue")
+        .unwrap();
+    let err = other.peek(1).await.unwrap_err();
+    assert_eq!(err.status(), Some(403), "{err}");
+
+    // A sender's SAS sends, and the message is there for the owner.
+    let sender = QueueServiceClient::from_connection_string(&queue_sas(
+        &conn,
+        &name,
+        QueueSasPermissions {
+            add: true,
+            ..Default::default()
+        },
+    ))
+    .unwrap()
+    .queue(&name)
+    .unwrap();
+    sender.send("from a sender").unwrap().await.unwrap();
+    assert_eq!(q.approximate_message_count().await.unwrap(), 2);
+    let err = sender.peek(1).await.unwrap_err();
+    assert_eq!(err.status(), Some(403), "{err}");
+    assert!(!err.to_string().contains("sig="), "{err}");
+    q.delete_queue().await.unwrap();
+}
+
+/// `a` is within `secs` seconds of `b`: Azurite's clock is this machine's, but
+/// a second boundary may fall between the request and the check.
+#[track_caller]
+fn near(a: DateTime<Utc>, b: DateTime<Utc>, secs: i64) {
+    assert!(
+        (a - b).num_seconds().abs() <= secs,
+        "{a} is not within {secs} s of {b}"
+    );
+}
+
+async fn received_messages_carry_their_insertion_expiry_and_visibility_times(env: Env) {
+    let q = env.fresh_queue().await;
+    let before = env.now();
+    let sent = q
+        .send("timed")
+        .unwrap()
+        .time_to_live(Duration::from_secs(3600))
+        .await
+        .unwrap();
+    env.wait(2 * SECOND).await;
+    let received_at = env.now();
+    let m = q
+        .receive()
+        .visibility_timeout(Duration::from_secs(90))
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    let ttl = chrono::Duration::seconds(3600);
+    assert_eq!(m.inserted_on(), sent.inserted_on());
+    assert_eq!(m.expires_on(), Some(m.inserted_on() + ttl));
+    let next_visible = m.next_visible_on().expect("a received message has one");
+    if env.clock.is_some() {
+        // The embedded store's times are the ManualClock's, to the second.
+        assert_eq!(m.inserted_on(), before);
+        assert_eq!(next_visible, received_at + chrono::Duration::seconds(90));
+    } else {
+        near(m.inserted_on(), before, 2);
+        near(next_visible, received_at + chrono::Duration::seconds(90), 2);
+    }
+    let peeked = q.peek(1).await.unwrap();
+    assert!(peeked.is_empty(), "hidden for 90 s");
+}
+
+async fn every_operation_on_a_missing_queue_is_queue_not_found(env: Env) {
+    let q = env.fresh_queue().await;
+    q.send("m").unwrap().await.unwrap();
+    let mut received = q.receive().await.unwrap().pop().unwrap();
+    q.delete_queue().await.unwrap();
+
+    let mut errors = vec![
+        ("send", q.send("x").unwrap().await.map(drop).unwrap_err()),
+        ("receive", q.receive().await.map(drop).unwrap_err()),
+        ("peek", q.peek(1).await.map(drop).unwrap_err()),
+        ("clear", q.clear().await.unwrap_err()),
+        (
+            "count",
+            q.approximate_message_count().await.map(drop).unwrap_err(),
+        ),
+        (
+            "delete message",
+            q.delete_message(&received).await.unwrap_err(),
+        ),
+        ("delete queue", q.delete_queue().await.unwrap_err()),
+    ];
+    errors.push((
+        "update",
+        q.update_message(&mut received, SECOND, None)
+            .await
+            .unwrap_err(),
+    ));
+    for (op, err) in errors {
+        assert_eq!(err.code(), Some(&ErrorCode::QueueNotFound), "{op}: {err}");
+        assert!(err.is_not_found(), "{op}: {err}");
+        assert_eq!(err.status(), Some(404), "{op}: {err}");
+    }
+}
+
+async fn the_64_kib_limit_is_exact_on_the_wire(env: Env) {
+    let q = env.fresh_queue().await;
+    // Base64: 48 KiB of bytes is exactly 65,536 characters, which the service takes.
+    let largest: Vec<u8> = (0..48 * 1024).map(|i| (i % 251) as u8).collect();
+    q.send(&largest).unwrap().await.unwrap();
+    let m = q.receive().await.unwrap().pop().unwrap();
+    assert_eq!(m.body(), &largest[..]);
+    q.delete_message(&m).await.unwrap();
+
+    // Text: 65,536 bytes of text is the largest; markup is counted before escaping.
+    let text = q.clone().with_encoding(MessageEncoding::Text);
+    let mut body = "x".repeat(64 * 1024 - 3);
+    body.push_str("a<b");
+    assert_eq!(body.len(), 65_536);
+    text.send(body.as_str()).unwrap().await.unwrap();
+    let m = text.receive().await.unwrap().pop().unwrap();
+    assert_eq!(m.text().unwrap(), body);
+
+    // One byte more is refused when the send is built: no request is made.
+    body.push('y');
+    let err = text.send(body.as_str()).unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+    assert!(err.to_string().contains("65537 bytes"), "{err}");
+    let err = q.send(vec![0u8; 48 * 1024 + 1]).unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+    assert_eq!(q.approximate_message_count().await.unwrap(), 1);
+}
+
+async fn text_mode_round_trips_markup_and_multibyte_text(env: Env) {
+    let q = env.fresh_queue().await.with_encoding(MessageEncoding::Text);
+    let samples = [
+        "plain",
+        "<order id=\"456\"> & 'quotes' </order>",
+        "tab\tand\r\nnew lines",
+        "Grüße, 日本語, emoji 🦀",
+    ];
+    for text in samples {
+        q.send(text).unwrap().await.unwrap();
+    }
+    let got: Vec<String> = q
+        .receive()
+        .max_messages(32)
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| m.text().unwrap().to_owned())
+        .collect();
+    assert_eq!(got, samples);
+
+    // The limit counts UTF-8 bytes: 32,768 two-byte characters fill 64 KiB exactly.
+    let full = "é".repeat(32 * 1024);
+    assert_eq!(full.len(), 65_536);
+    q.send(full.as_str()).unwrap().await.unwrap();
+    let m = q.receive().await.unwrap().pop().unwrap();
+    assert_eq!(m.text().unwrap(), full);
+    let over = format!("{full}é");
+    let err = q.send(over.as_str()).unwrap_err();
+    assert!(err.is_invalid_input(), "{err}");
+
+    // A Text-mode message is not Base64: reading it as Base64 is a clear error.
+    q.send("not base64!").unwrap().await.unwrap();
+    let err = q
+        .clone()
+        .with_encoding(MessageEncoding::Base64)
+        .receive()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("not Base64"), "{err}");
+}
+
+async fn peek_leaves_the_dequeue_count_alone(env: Env) {
+    let q = env.fresh_queue().await;
+    q.send("counted").unwrap().await.unwrap();
+    for _ in 0..3 {
+        let peeked = q.peek(1).await.unwrap();
+        assert_eq!(peeked.len(), 1);
+        assert_eq!(peeked[0].dequeue_count(), 0, "never received");
+    }
+    let m = q
+        .receive()
+        .visibility_timeout(SECOND)
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    assert_eq!(m.dequeue_count(), 1, "peeks did not count");
+    env.wait(2 * SECOND).await;
+    let peeked = q.peek(1).await.unwrap().pop().expect("visible again");
+    assert_eq!(
+        peeked.dequeue_count(),
+        1,
+        "a peek shows the count without adding"
+    );
+    let again = q.receive().await.unwrap().pop().unwrap();
+    assert_eq!(again.dequeue_count(), 2);
+}
+
+/// A create whose first answer was lost is retried and succeeds (create is
+/// idempotent), reporting the queue as existing; a 409 `QueueAlreadyExists`
+/// (the queue exists with other metadata) also leaves `create_queue` content.
+#[tokio::test]
+async fn a_retried_queue_create_succeeds_and_reports_an_existing_queue() {
+    use crate::retry::{fake_server, Answer};
+    use std::sync::atomic::Ordering;
+
+    let client = |endpoint: &str| {
+        let account = tablekit::Account::from_connection_string(&format!(
+            "AccountName=devstoreaccount1;AccountKey={};QueueEndpoint={endpoint}",
+            common::EMULATOR_KEY
+        ))
+        .unwrap();
+        let mut options = tablekit::ClientOptions::default();
+        options.http.retry = tablekit::RetryPolicy {
+            max_retries: 3,
+            base_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(5),
+        };
+        QueueServiceClient::with_options(account, options)
+            .unwrap()
+            .queue("jobs")
+            .unwrap()
+    };
+
+    // Lost answer, then 204 (exists): success, not an ambiguous error.
+    let (endpoint, count) = fake_server(vec![Answer::Drop, Answer::Created]).await;
+    client(&endpoint).create_queue().await.unwrap();
+    assert_eq!(count.load(Ordering::SeqCst), 2);
+    let (endpoint, _) = fake_server(vec![Answer::Drop, Answer::Created]).await;
+    let created = client(&endpoint)
+        .create_queue_if_not_exists()
+        .await
+        .unwrap();
+    assert!(!created, "the retry saw the queue the lost attempt made");
+
+    let (endpoint, _) =
+        fake_server(vec![Answer::Status("409 Conflict", "QueueAlreadyExists")]).await;
+    client(&endpoint).create_queue().await.unwrap();
+    let err = client(&endpoint)
+        .create_queue_if_not_exists()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some(&ErrorCode::QueueAlreadyExists), "{err}");
 }

@@ -114,7 +114,34 @@ impl BlobOp<'_> {
     }
 }
 
-/// A blob's properties, as stored.
+/// A blob's properties, as stored: from [`BlobClient::properties`], a
+/// [`Download`], or each entry of a listing (which carries the metadata too).
+///
+/// [`BlobClient::properties`]: crate::BlobClient::properties
+/// [`Download`]: crate::Download
+///
+/// ```
+/// # async fn run() -> tablekit::Result<()> {
+/// let clock = tablekit::ManualClock::new("2014-07-31T18:00:00Z".parse().unwrap());
+/// let photos = tablekit::BlobServiceClient::embedded_with_clock(clock).container("photos")?;
+/// photos.create_container().await?;
+/// let written = photos
+///     .blob("employees/000456.jpg")?
+///     .upload(vec![0xff_u8; 2048])
+///     .content_type("image/jpeg")
+///     .metadata("Employee", "456")
+///     .await?;
+///
+/// let p = photos.blob("employees/000456.jpg")?.properties().await?;
+/// assert_eq!(p.name(), "employees/000456.jpg");
+/// assert_eq!(p.size(), 2048);
+/// assert_eq!(p.etag(), written.etag());
+/// assert_eq!(p.last_modified().to_rfc3339(), "2014-07-31T18:00:00+00:00");
+/// assert_eq!(p.content_type(), Some("image/jpeg"));
+/// assert_eq!(p.metadata(), [("employee".to_owned(), "456".to_owned())]);
+/// # Ok(()) }
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlobProperties {
     pub(crate) name: String,
@@ -151,7 +178,8 @@ impl BlobProperties {
         self.content_type.as_deref()
     }
 
-    /// Its user metadata (`x-ms-meta-*`), names in lower case.
+    /// Its user metadata (`x-ms-meta-*`), names in lower case, in name order.
+    /// Listings carry it too (they ask for `include=metadata`).
     pub fn metadata(&self) -> &[(String, String)] {
         &self.metadata
     }

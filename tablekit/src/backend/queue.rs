@@ -72,11 +72,16 @@ impl QueueOp<'_> {
 
     /// Whether repeating the request cannot change its outcome. A send repeated
     /// after a lost answer may store the message twice; a receive repeated hides
-    /// messages the caller never saw until their visibility timeout ends.
+    /// messages the caller never saw until their visibility timeout ends. A
+    /// create is idempotent: the service answers a repeated one (same, here
+    /// empty, metadata) with 204 and leaves the queue as it was.
     pub(crate) fn is_idempotent(&self) -> bool {
         matches!(
             self,
-            QueueOp::Peek { .. } | QueueOp::Count { .. } | QueueOp::Clear { .. }
+            QueueOp::Create { .. }
+                | QueueOp::Peek { .. }
+                | QueueOp::Count { .. }
+                | QueueOp::Clear { .. }
         )
     }
 }

@@ -102,6 +102,16 @@ impl BlobServiceClient {
     }
 
     /// A client from a connection string (see [`Account::from_connection_string`]).
+    /// Nothing is sent until the first operation.
+    ///
+    /// ```
+    /// let blobs = tablekit::BlobServiceClient::from_connection_string(
+    ///     "BlobEndpoint=https://myaccount.blob.core.windows.net;SharedAccessSignature=sv=2019-02-02&sr=c&sp=r&sig=abc",
+    /// )?;
+    /// let photos = blobs.container("photos")?;
+    /// assert_eq!(photos.name(), "photos");
+    /// # Ok::<(), tablekit::Error>(())
+    /// ```
     pub fn from_connection_string(s: &str) -> Result<Self> {
         Self::new(Account::from_connection_string(s)?)
     }
@@ -123,6 +133,12 @@ impl BlobServiceClient {
 
     /// A client for one container. The name is checked here: 3 to 63 lower-case
     /// letters, digits and single hyphens, starting and ending with a letter or digit.
+    ///
+    /// ```
+    /// let blobs = tablekit::BlobServiceClient::embedded();
+    /// assert!(blobs.container("photos-2014").is_ok());
+    /// assert!(blobs.container("Photos").unwrap_err().is_invalid_input());
+    /// ```
     pub fn container(&self, name: &str) -> Result<ContainerClient> {
         validate::container_name(name)?;
         Ok(ContainerClient {
@@ -155,6 +171,16 @@ impl ContainerClient {
 
     /// Creates the container; fails with a conflict
     /// ([`ErrorCode::ContainerAlreadyExists`]) if it exists.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+    /// # photos.create_container().await?;
+    /// let err = photos.create_container().await.unwrap_err();
+    /// assert_eq!(err.code(), Some(&tablekit::ErrorCode::ContainerAlreadyExists));
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub async fn create_container(&self) -> Result<()> {
         match self
             .backend
@@ -169,6 +195,15 @@ impl ContainerClient {
     }
 
     /// Creates the container unless it exists; returns whether it was created.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+    /// # photos.create_container().await?;
+    /// assert!(!photos.create_container_if_not_exists().await?, "created above");
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub async fn create_container_if_not_exists(&self) -> Result<bool> {
         match self.create_container().await {
             Ok(()) => Ok(true),
@@ -178,6 +213,16 @@ impl ContainerClient {
     }
 
     /// Deletes the container and its blobs; not-found if there is none.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+    /// # photos.create_container().await?;
+    /// photos.delete_container().await?;
+    /// assert!(photos.delete_container().await.unwrap_err().is_not_found());
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub async fn delete_container(&self) -> Result<()> {
         self.backend
             .blob(BlobOp::DeleteContainer {
@@ -188,6 +233,16 @@ impl ContainerClient {
     }
 
     /// Deletes the container if it exists; returns whether it did.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+    /// # photos.create_container().await?;
+    /// assert!(photos.delete_container_if_exists().await?);
+    /// assert!(!photos.delete_container_if_exists().await?);
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub async fn delete_container_if_exists(&self) -> Result<bool> {
         match self.delete_container().await {
             Ok(()) => Ok(true),
@@ -197,6 +252,20 @@ impl ContainerClient {
     }
 
     /// Lists the container's blobs in name order; see [`ListBlobs`].
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+    /// # photos.create_container().await?;
+    /// for name in ["2014/07/31/a.log", "2014/08/01/b.log"] {
+    ///     photos.blob(name)?.upload(name.to_owned()).await?;
+    /// }
+    /// let july = photos.list_blobs().prefix("2014/07/").fetch_all().await?;
+    /// assert_eq!(july.len(), 1);
+    /// assert_eq!(july[0].name(), "2014/07/31/a.log");
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub fn list_blobs(&self) -> ListBlobs {
         ListBlobs {
             container: self.clone(),
@@ -207,6 +276,17 @@ impl ContainerClient {
 
     /// A client for one blob of this container. The name is checked here
     /// (1 to 1,024 characters, no control characters).
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+    /// # photos.create_container().await?;
+    /// let photo = photos.blob("employees/000456.jpg")?;
+    /// assert_eq!(photo.name(), "employees/000456.jpg");
+    /// assert!(photos.blob("").unwrap_err().is_invalid_input());
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub fn blob(&self, name: &str) -> Result<BlobClient> {
         validate::blob_name(name)?;
         Ok(BlobClient {
@@ -229,18 +309,56 @@ pub struct ListBlobs {
 
 impl ListBlobs {
     /// Only blobs whose name starts with `prefix` (a "folder": `2014/07/31/`).
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+    /// # photos.create_container().await?;
+    /// photos.blob("employees/1.jpg")?.upload("1").await?;
+    /// photos.blob("logos/a.png")?.upload("a").await?;
+    /// let employees = photos.list_blobs().prefix("employees/").fetch_all().await?;
+    /// assert_eq!(employees.len(), 1);
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = Some(prefix.into());
         self
     }
 
     /// At most `n` (1 to 5,000) blobs per request.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+    /// # photos.create_container().await?;
+    /// for i in 0..5 {
+    ///     photos.blob(&format!("{i}.jpg"))?.upload("x").await?;
+    /// }
+    /// // Two per request, three requests, one listing.
+    /// assert_eq!(photos.list_blobs().page_size(2).fetch_all().await?.len(), 5);
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub fn page_size(mut self, n: u32) -> Self {
         self.page_size = Some(n);
         self
     }
 
     /// The blobs' properties, in name order, across as many requests as needed.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+    /// # photos.create_container().await?;
+    /// use futures::TryStreamExt;
+    /// photos.blob("a.jpg")?.upload(vec![0u8; 10]).await?;
+    /// photos.blob("b.jpg")?.upload(vec![0u8; 20]).await?;
+    /// let total: u64 = photos.list_blobs().stream().map_ok(|p| p.size()).try_fold(0, |a, b| async move { Ok(a + b) }).await?;
+    /// assert_eq!(total, 30);
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub fn stream(self) -> BlobListing {
         if let Some(n) = self.page_size {
             if !(1..=5000).contains(&n) {
@@ -287,6 +405,17 @@ impl ListBlobs {
     }
 
     /// All the blobs' properties.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+    /// # photos.create_container().await?;
+    /// photos.blob("a.jpg")?.upload("x").metadata("employee", "456").await?;
+    /// let all = photos.list_blobs().fetch_all().await?;
+    /// assert_eq!(all[0].metadata(), [("employee".to_owned(), "456".to_owned())]);
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub async fn fetch_all(self) -> Result<Vec<BlobProperties>> {
         self.stream().try_collect().await
     }
@@ -343,6 +472,19 @@ impl BlobClient {
     /// Large uploads are cut into blocks of `bytes` (default 4 MiB), and at most
     /// `in_flight` blocks (default 4) are sent at once: an upload holds about
     /// `bytes × (in_flight + 1)` in memory whatever the blob's size.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+    /// # photos.create_container().await?;
+    /// // 1 MiB blocks, two at a time: about 3 MiB of memory for an upload of any size.
+    /// let video = photos.blob("intro.mp4")?.with_blocks(1 << 20, 2)?;
+    /// video.upload(vec![7u8; 3 << 20]).await?;
+    /// assert_eq!(video.properties().await?.size(), 3 << 20);
+    /// assert!(photos.blob("x")?.with_blocks(0, 1).unwrap_err().is_invalid_input());
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub fn with_blocks(mut self, bytes: usize, in_flight: usize) -> Result<Self> {
         if bytes == 0 || bytes > MAX_BLOCK_SIZE {
             return Err(invalid(format!(
@@ -363,6 +505,17 @@ impl BlobClient {
 
     /// Uploads these bytes, replacing the blob; await the returned builder after
     /// setting a content type, metadata or a condition.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+    /// # photos.create_container().await?;
+    /// let photo = photos.blob("000456.jpg")?;
+    /// let written = photo.upload(vec![0xff_u8; 1000]).content_type("image/jpeg").await?;
+    /// assert_eq!(photo.properties().await?.etag(), written.etag());
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub fn upload(&self, body: impl Into<Bytes>) -> Upload {
         self.upload_from(Source::Bytes(body.into()))
     }
@@ -370,6 +523,19 @@ impl BlobClient {
     /// Uploads what the stream yields (for example a file read in chunks), in
     /// bounded memory: see [`with_blocks`](BlobClient::with_blocks). The stream's
     /// first error stops the upload and leaves the blob as it was.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+    /// # photos.create_container().await?;
+    /// use bytes::Bytes;
+    /// let chunks = futures::stream::iter((0..4).map(|i| Ok::<_, std::io::Error>(Bytes::from(vec![i; 1000]))));
+    /// let log = photos.blob("log.bin")?.with_blocks(1500, 2)?;
+    /// log.upload_stream(chunks).await?; // three blocks of 1500, 1500 and 1000 bytes
+    /// assert_eq!(log.download().bytes().await?.len(), 4000);
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub fn upload_stream<S, E>(&self, chunks: S) -> Upload
     where
         S: Stream<Item = std::result::Result<Bytes, E>> + Send + 'static,
@@ -391,6 +557,18 @@ impl BlobClient {
 
     /// Uploads everything `reader` yields (a `tokio::fs::File`, say) in bounded
     /// memory, as [`upload_stream`](BlobClient::upload_stream).
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+    /// # photos.create_container().await?;
+    /// // Any tokio AsyncRead: a file, a socket, or here bytes in memory.
+    /// let reader = std::io::Cursor::new(b"line 1\nline 2\n".to_vec());
+    /// photos.blob("notes.txt")?.upload_reader(reader).content_type("text/plain").await?;
+    /// assert_eq!(photos.blob("notes.txt")?.properties().await?.size(), 14);
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub fn upload_reader<R>(&self, reader: R) -> Upload
     where
         R: tokio::io::AsyncRead + Send + Unpin + 'static,
@@ -424,6 +602,26 @@ impl BlobClient {
 
     /// Downloads the blob (or a range of it); await the builder for a
     /// [`Download`] stream, or call [`bytes`](DownloadRequest::bytes).
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+    /// # photos.create_container().await?;
+    /// use futures::TryStreamExt;
+    /// let photo = photos.blob("000456.jpg")?;
+    /// photo.upload(vec![1u8; 100_000]).await?;
+    /// // As a stream of chunks, never all in memory...
+    /// let mut download = photo.download().await?;
+    /// let mut seen = 0;
+    /// while let Some(chunk) = download.try_next().await? {
+    ///     seen += chunk.len();
+    /// }
+    /// assert_eq!(seen, 100_000);
+    /// // ...or into memory at once.
+    /// assert_eq!(photo.download().bytes().await?.len(), 100_000);
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub fn download(&self) -> DownloadRequest {
         DownloadRequest {
             blob: self.clone(),
@@ -433,6 +631,19 @@ impl BlobClient {
     }
 
     /// The blob's properties; not-found ([`ErrorCode::BlobNotFound`]) if there is none.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+    /// # photos.create_container().await?;
+    /// let photo = photos.blob("000456.jpg")?;
+    /// photo.upload("jpeg").content_type("image/jpeg").metadata("employee", "456").await?;
+    /// let p = photo.properties().await?;
+    /// assert_eq!((p.size(), p.content_type()), (4, Some("image/jpeg")));
+    /// assert_eq!(p.metadata(), [("employee".to_owned(), "456".to_owned())]);
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub async fn properties(&self) -> Result<BlobProperties> {
         match self
             .run(BlobOp::Properties {
@@ -447,6 +658,18 @@ impl BlobClient {
     }
 
     /// Whether the blob exists.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+    /// # photos.create_container().await?;
+    /// let photo = photos.blob("000456.jpg")?;
+    /// assert!(!photo.exists().await?);
+    /// photo.upload("jpeg").await?;
+    /// assert!(photo.exists().await?);
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub async fn exists(&self) -> Result<bool> {
         match self.properties().await {
             Ok(_) => Ok(true),
@@ -457,6 +680,20 @@ impl BlobClient {
 
     /// Deletes the blob; with `Some(etag)`, only if it is still that version
     /// (else [`Error::is_precondition_failed`]). Not-found if there is none.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+    /// # photos.create_container().await?;
+    /// let photo = photos.blob("000456.jpg")?;
+    /// let old = photo.upload("v1").await?;
+    /// photo.upload("v2").await?;
+    /// // Somebody replaced it: the conditional delete leaves it alone.
+    /// assert!(photo.delete(Some(old.etag().clone())).await.unwrap_err().is_precondition_failed());
+    /// photo.delete(None).await?;
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub async fn delete(&self, if_match: Option<ETag>) -> Result<()> {
         let conditions = Conditions {
             if_match,
@@ -472,6 +709,18 @@ impl BlobClient {
     }
 
     /// Deletes the blob if it exists; returns whether it did. Safe to repeat.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+    /// # photos.create_container().await?;
+    /// let photo = photos.blob("000456.jpg")?;
+    /// photo.upload("jpeg").await?;
+    /// assert!(photo.delete_if_exists().await?);
+    /// assert!(!photo.delete_if_exists().await?);
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub async fn delete_if_exists(&self) -> Result<bool> {
         match self.delete(None).await {
             Ok(()) => Ok(true),
@@ -482,6 +731,18 @@ impl BlobClient {
 }
 
 /// What a successful upload stored.
+///
+/// ```
+/// # async fn run() -> tablekit::Result<()> {
+/// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+/// # photos.create_container().await?;
+/// let written = photos.blob("a.jpg")?.upload("jpeg").await?;
+/// let props = photos.blob("a.jpg")?.properties().await?;
+/// assert_eq!(written.etag(), props.etag());
+/// assert_eq!(written.last_modified(), props.last_modified());
+/// # Ok(()) }
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlobWritten {
     etag: ETag,
@@ -521,12 +782,36 @@ impl fmt::Debug for Upload {
 
 impl Upload {
     /// The blob's `Content-Type`.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+    /// # photos.create_container().await?;
+    /// photos.blob("a.svg")?.upload("<svg/>").content_type("image/svg+xml").await?;
+    /// let p = photos.blob("a.svg")?.properties().await?;
+    /// assert_eq!(p.content_type(), Some("image/svg+xml"));
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub fn content_type(mut self, content_type: impl Into<String>) -> Self {
         self.headers.content_type = Some(content_type.into());
         self
     }
 
     /// A user metadata entry (`x-ms-meta-{name}`); the name must be an identifier.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+    /// # photos.create_container().await?;
+    /// let photo = photos.blob("a.jpg")?;
+    /// photo.upload("jpeg").metadata("employee", "456").await?;
+    /// assert_eq!(photo.properties().await?.metadata(), [("employee".to_owned(), "456".to_owned())]);
+    /// // Names travel as header names, values as header values: checked before sending.
+    /// assert!(photo.upload("x").metadata("not-an-identifier", "1").await.unwrap_err().is_invalid_input());
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub fn metadata(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.headers.metadata.push((name.into(), value.into()));
         self
@@ -534,6 +819,21 @@ impl Upload {
 
     /// Replace the blob only if it is still this version; otherwise fail with
     /// [`Error::is_precondition_failed`] and leave it alone.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+    /// # photos.create_container().await?;
+    /// let report = photos.blob("report.txt")?;
+    /// let v1 = report.upload("v1").await?;
+    /// let v2 = report.upload("v2").if_match(v1.etag().clone()).await?;
+    /// // A writer still holding v1 loses, and v2 stays.
+    /// let err = report.upload("v1 edited").if_match(v1.etag().clone()).await.unwrap_err();
+    /// assert!(err.is_precondition_failed());
+    /// assert_eq!(report.properties().await?.etag(), v2.etag());
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub fn if_match(mut self, etag: ETag) -> Self {
         self.conditions.if_match = Some(etag);
         self
@@ -541,6 +841,18 @@ impl Upload {
 
     /// Create the blob only if there is none; otherwise fail with a conflict
     /// ([`ErrorCode::BlobAlreadyExists`]) and leave it alone.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+    /// # photos.create_container().await?;
+    /// let report = photos.blob("report.txt")?;
+    /// report.upload("first").if_not_exists().await?;
+    /// let err = report.upload("second").if_not_exists().await.unwrap_err();
+    /// assert_eq!(err.code(), Some(&tablekit::ErrorCode::BlobAlreadyExists));
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub fn if_not_exists(mut self) -> Self {
         self.conditions.if_none_match_any = true;
         self
@@ -568,6 +880,17 @@ impl Upload {
     }
 
     /// Uploads.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+    /// # photos.create_container().await?;
+    /// let upload = photos.blob("a.jpg")?.upload("jpeg");
+    /// let written = upload.send().await?; // the same as `upload.await`
+    /// assert!(!written.etag().as_str().is_empty());
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub async fn send(self) -> Result<BlobWritten> {
         self.check()?;
         let Upload {
@@ -737,6 +1060,20 @@ pub struct DownloadRequest {
 impl DownloadRequest {
     /// Only these bytes: `0..4`, `1024..`, `..=99`. A range starting past the end
     /// is an error ([`ErrorCode::InvalidRange`]); one ending past it is cut at the end.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+    /// # photos.create_container().await?;
+    /// let log = photos.blob("app.log")?;
+    /// log.upload("0123456789").await?;
+    /// assert_eq!(&log.download().range(2..5).bytes().await?[..], b"234");
+    /// assert_eq!(&log.download().range(8..).bytes().await?[..], b"89");
+    /// assert_eq!(&log.download().range(..=1).bytes().await?[..], b"01");
+    /// assert_eq!(&log.download().range(9..100).bytes().await?[..], b"9", "cut at the end");
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub fn range(mut self, range: impl RangeBounds<u64>) -> Self {
         let first = match range.start_bound() {
             Bound::Included(&s) => s,
@@ -754,12 +1091,40 @@ impl DownloadRequest {
 
     /// Only if the blob is still this version; otherwise
     /// [`Error::is_precondition_failed`].
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+    /// # photos.create_container().await?;
+    /// let photo = photos.blob("a.jpg")?;
+    /// let v1 = photo.upload("v1").await?;
+    /// assert_eq!(&photo.download().if_match(v1.etag().clone()).bytes().await?[..], b"v1");
+    /// photo.upload("v2").await?;
+    /// let err = photo.download().if_match(v1.etag().clone()).bytes().await.unwrap_err();
+    /// assert!(err.is_precondition_failed());
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub fn if_match(mut self, etag: ETag) -> Self {
         self.conditions.if_match = Some(etag);
         self
     }
 
     /// Starts the download: the properties are known, the bytes come as read.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+    /// # photos.create_container().await?;
+    /// let photo = photos.blob("a.jpg")?;
+    /// photo.upload(vec![0u8; 5000]).content_type("image/jpeg").await?;
+    /// let download = photo.download().range(0..10).send().await?;
+    /// assert_eq!(download.properties().size(), 5000);
+    /// assert_eq!(download.properties().content_type(), Some("image/jpeg"));
+    /// assert_eq!(download.bytes().await?.len(), 10);
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub async fn send(self) -> Result<Download> {
         if let Some((first, Some(last))) = self.range {
             if last < first {
@@ -782,6 +1147,16 @@ impl DownloadRequest {
     }
 
     /// Downloads into memory.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+    /// # photos.create_container().await?;
+    /// photos.blob("a.txt")?.upload("hello").await?;
+    /// assert_eq!(&photos.blob("a.txt")?.download().bytes().await?[..], b"hello");
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub async fn bytes(self) -> Result<Bytes> {
         self.send().await?.bytes().await
     }
@@ -797,6 +1172,21 @@ impl IntoFuture for DownloadRequest {
 
 /// A download under way: the blob's properties, and a [`Stream`] of its bytes
 /// in chunks as they arrive.
+///
+/// ```
+/// # async fn run() -> tablekit::Result<()> {
+/// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+/// # photos.create_container().await?;
+/// use futures::TryStreamExt;
+/// let log = photos.blob("app.log")?;
+/// log.upload("line 1\nline 2\n").await?;
+/// let download = log.download().await?;
+/// assert_eq!(download.properties().size(), 14);
+/// let chunks: Vec<bytes::Bytes> = download.try_collect().await?;
+/// assert_eq!(chunks.concat(), b"line 1\nline 2\n");
+/// # Ok(()) }
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+/// ```
 pub struct Download {
     properties: BlobProperties,
     chunks: BoxStream<'static, Result<Bytes>>,

@@ -105,6 +105,16 @@ impl QueueServiceClient {
     }
 
     /// A client from a connection string (see [`Account::from_connection_string`]).
+    /// Nothing is sent until the first operation.
+    ///
+    /// ```
+    /// let queues = tablekit::QueueServiceClient::from_connection_string(
+    ///     "QueueEndpoint=https://myaccount.queue.core.windows.net;SharedAccessSignature=sv=2019-02-02&sp=a&sig=abc",
+    /// )?;
+    /// let jobs = queues.queue("archive-jobs")?;
+    /// assert_eq!(jobs.name(), "archive-jobs");
+    /// # Ok::<(), tablekit::Error>(())
+    /// ```
     pub fn from_connection_string(s: &str) -> Result<Self> {
         Self::new(Account::from_connection_string(s)?)
     }
@@ -126,6 +136,12 @@ impl QueueServiceClient {
     }
 
     /// A client for one queue. The name is checked here (see [`validate::queue_name`]).
+    ///
+    /// ```
+    /// let queues = tablekit::QueueServiceClient::embedded();
+    /// assert!(queues.queue("archive-jobs").is_ok());
+    /// assert!(queues.queue("Archive_Jobs").unwrap_err().is_invalid_input());
+    /// ```
     pub fn queue(&self, name: &str) -> Result<QueueClient> {
         validate::queue_name(name)?;
         Ok(QueueClient {
@@ -174,6 +190,18 @@ impl QueueClient {
 
     /// The same queue with bodies encoded another way (Base64 by default).
     /// Sender and receiver must agree.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
+    /// # jobs.create_queue().await?;
+    /// use tablekit::MessageEncoding;
+    /// let plain = jobs.clone().with_encoding(MessageEncoding::Text);
+    /// plain.send("readable in Storage Explorer")?.await?;
+    /// assert_eq!(plain.peek(1).await?[0].text()?, "readable in Storage Explorer");
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub fn with_encoding(mut self, encoding: MessageEncoding) -> Self {
         self.encoding = encoding;
         self
@@ -184,12 +212,41 @@ impl QueueClient {
     }
 
     /// Creates the queue. Creating a queue that exists succeeds (the service
-    /// treats it as a no-op), so this is safe to repeat.
+    /// treats it as a no-op), so this is safe to repeat, and a create retried
+    /// after a lost answer succeeds too. A queue that exists with metadata set by
+    /// another tool (the service answers 409 `QueueAlreadyExists`) also counts
+    /// as created: what the caller needs, a queue by that name, is there.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// let jobs = tablekit::QueueServiceClient::embedded().queue("archive-jobs")?;
+    /// jobs.create_queue().await?;
+    /// jobs.create_queue().await?; // already there: still fine
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub async fn create_queue(&self) -> Result<()> {
-        self.create_queue_if_not_exists().await.map(drop)
+        match self.create_queue_if_not_exists().await {
+            Ok(_) => Ok(()),
+            Err(e) if e.code() == Some(&ErrorCode::QueueAlreadyExists) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
-    /// Creates the queue unless it exists; returns whether it was created.
+    /// Creates the queue unless it exists; returns whether this call created it.
+    ///
+    /// `false` means the queue existed when the service answered. When the
+    /// first attempt's answer was lost and the create was retried, that may be
+    /// the queue this very call created: the answer cannot tell them apart.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// let jobs = tablekit::QueueServiceClient::embedded().queue("archive-jobs")?;
+    /// assert!(jobs.create_queue_if_not_exists().await?);
+    /// assert!(!jobs.create_queue_if_not_exists().await?);
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub async fn create_queue_if_not_exists(&self) -> Result<bool> {
         match self.run(QueueOp::Create { queue: &self.name }).await? {
             QueueResponse::Created(created) => Ok(created),
@@ -199,6 +256,17 @@ impl QueueClient {
 
     /// Deletes the queue and its messages; fails with not-found
     /// ([`ErrorCode::QueueNotFound`]) if there is none.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
+    /// # jobs.create_queue().await?;
+    /// jobs.delete_queue().await?;
+    /// let err = jobs.delete_queue().await.unwrap_err();
+    /// assert_eq!(err.code(), Some(&tablekit::ErrorCode::QueueNotFound));
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub async fn delete_queue(&self) -> Result<()> {
         self.run(QueueOp::Delete { queue: &self.name })
             .await
@@ -206,6 +274,16 @@ impl QueueClient {
     }
 
     /// Deletes the queue if it exists; returns whether it did.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
+    /// # jobs.create_queue().await?;
+    /// assert!(jobs.delete_queue_if_exists().await?);
+    /// assert!(!jobs.delete_queue_if_exists().await?);
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub async fn delete_queue_if_exists(&self) -> Result<bool> {
         match self.delete_queue().await {
             Ok(()) => Ok(true),
@@ -276,6 +354,19 @@ impl QueueClient {
     /// already be in the queue, so the error says the outcome is unknown
     /// ([`Error::is_ambiguous`]). Receivers should treat messages as
     /// at-least-once anyway.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
+    /// # jobs.create_queue().await?;
+    /// use std::time::Duration;
+    /// let sent = jobs.send("archive order 456")?.time_to_live(Duration::from_secs(3600)).await?;
+    /// assert!(sent.expires_on().is_some());
+    /// // Too large to store: refused here, before any request.
+    /// assert!(jobs.send(vec![0u8; 64 * 1024]).unwrap_err().is_invalid_input());
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub fn send(&self, body: impl AsRef<[u8]>) -> Result<SendMessage> {
         Ok(SendMessage {
             queue: self.clone(),
@@ -286,6 +377,17 @@ impl QueueClient {
     }
 
     /// Sends `value` as JSON (see [`send`](QueueClient::send)).
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
+    /// # jobs.create_queue().await?;
+    /// jobs.send_json(&serde_json::json!({"order": 456}))?.await?;
+    /// let (_, order) = jobs.receive_json::<serde_json::Value>().await?.expect("a message");
+    /// assert_eq!(order["order"], 456);
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub fn send_json<T: serde::Serialize + ?Sized>(&self, value: &T) -> Result<SendMessage> {
         let json = serde_json::to_vec(value)
             .map_err(|e| Error::decode(format!("cannot write the message as JSON: {e}")))?;
@@ -294,6 +396,20 @@ impl QueueClient {
 
     /// Receives messages: await the returned builder. By default one message,
     /// invisible to others for 30 seconds.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
+    /// # jobs.create_queue().await?;
+    /// use std::time::Duration;
+    /// jobs.send("job 1")?.await?;
+    /// let got = jobs.receive().max_messages(10).visibility_timeout(Duration::from_secs(60)).await?;
+    /// assert_eq!(got.len(), 1);
+    /// assert_eq!(got[0].dequeue_count(), 1);
+    /// jobs.delete_message(&got[0]).await?;
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub fn receive(&self) -> ReceiveMessages {
         ReceiveMessages {
             queue: self.clone(),
@@ -302,8 +418,49 @@ impl QueueClient {
         }
     }
 
+    /// Receives one message, hidden for the default 30 seconds, and reads its
+    /// body as JSON; `None` if no message is visible. For more messages or
+    /// another timeout use [`receive`](QueueClient::receive) and
+    /// [`ReceiveMessages::json`]. A body that is not the expected JSON is a
+    /// decode error; the message stays received and comes back after the timeout.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
+    /// # jobs.create_queue().await?;
+    /// #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+    /// struct Archive { order: u32 }
+    ///
+    /// jobs.send_json(&Archive { order: 456 })?.await?;
+    /// let (message, job) = jobs.receive_json::<Archive>().await?.expect("one message");
+    /// assert_eq!(job, Archive { order: 456 });
+    /// jobs.delete_message(&message).await?;
+    /// assert!(jobs.receive_json::<Archive>().await?.is_none());
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
+    pub async fn receive_json<T: serde::de::DeserializeOwned>(
+        &self,
+    ) -> Result<Option<(QueueMessage, T)>> {
+        Ok(self.receive().json::<T>().await?.pop())
+    }
+
     /// Reads up to `max` (1 to 32) visible messages without hiding them or
     /// counting a dequeue; the messages carry no pop receipt.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
+    /// # jobs.create_queue().await?;
+    /// jobs.send("job 1")?.await?;
+    /// let seen = jobs.peek(32).await?;
+    /// assert_eq!(seen[0].text()?, "job 1");
+    /// assert_eq!(seen[0].pop_receipt(), None);
+    /// // Still there for a worker, never counted as received.
+    /// assert_eq!(jobs.receive().await?[0].dequeue_count(), 1);
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub async fn peek(&self, max: usize) -> Result<Vec<QueueMessage>> {
         let max = check_count(max)?;
         match self
@@ -322,6 +479,21 @@ impl QueueClient {
     /// (zero makes it visible at once), and replaces its body if `body` is given.
     /// The message gets a new pop receipt, written into `message`; the old one
     /// stops working.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
+    /// # jobs.create_queue().await?;
+    /// use std::time::Duration;
+    /// jobs.send("step 1")?.await?;
+    /// let mut m = jobs.receive().await?.pop().expect("a message");
+    /// // Record progress and keep it hidden for another minute.
+    /// jobs.update_message(&mut m, Duration::from_secs(60), Some(b"step 2")).await?;
+    /// assert_eq!(m.text()?, "step 2");
+    /// jobs.delete_message(&m).await?; // with the new receipt
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub async fn update_message(
         &self,
         message: &mut QueueMessage,
@@ -361,6 +533,22 @@ impl QueueClient {
     /// update. A stale receipt (the message was received again, or updated) is
     /// an error with [`ErrorCode::PopReceiptMismatch`]; a message already gone,
     /// [`ErrorCode::MessageNotFound`].
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
+    /// # jobs.create_queue().await?;
+    /// use std::time::Duration;
+    /// jobs.send("job")?.await?;
+    /// let mut m = jobs.receive().await?.pop().expect("a message");
+    /// let stale = m.clone();
+    /// jobs.update_message(&mut m, Duration::from_secs(30), None).await?;
+    /// let err = jobs.delete_message(&stale).await.unwrap_err();
+    /// assert_eq!(err.code(), Some(&tablekit::ErrorCode::PopReceiptMismatch));
+    /// jobs.delete_message(&m).await?;
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub async fn delete_message(&self, message: &QueueMessage) -> Result<()> {
         let receipt = message.pop_receipt_or_err()?;
         self.run(QueueOp::DeleteMessage {
@@ -373,6 +561,18 @@ impl QueueClient {
     }
 
     /// Deletes every message of the queue.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
+    /// # jobs.create_queue().await?;
+    /// jobs.send("a")?.await?;
+    /// jobs.send("b")?.await?;
+    /// jobs.clear().await?;
+    /// assert_eq!(jobs.approximate_message_count().await?, 0);
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub async fn clear(&self) -> Result<()> {
         self.run(QueueOp::Clear { queue: &self.name })
             .await
@@ -381,6 +581,17 @@ impl QueueClient {
 
     /// About how many messages the queue holds, visible or not (the service
     /// counts lazily: expired messages may still be counted for a while).
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
+    /// # jobs.create_queue().await?;
+    /// jobs.send("a")?.await?;
+    /// let _hidden = jobs.receive().await?;
+    /// assert_eq!(jobs.approximate_message_count().await?, 1, "invisible ones count too");
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub async fn approximate_message_count(&self) -> Result<u64> {
         match self.run(QueueOp::Count { queue: &self.name }).await? {
             QueueResponse::Count(n) => Ok(n),
@@ -422,6 +633,17 @@ impl fmt::Debug for SendMessage {
 
 impl SendMessage {
     /// Keeps the message invisible for this long after it is sent (at most 7 days).
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
+    /// # jobs.create_queue().await?;
+    /// use std::time::Duration;
+    /// jobs.send("later")?.visibility_delay(Duration::from_secs(60)).await?;
+    /// assert!(jobs.peek(1).await?.is_empty(), "not visible yet");
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub fn visibility_delay(mut self, delay: Duration) -> Self {
         self.visibility_delay = delay;
         self
@@ -429,12 +651,33 @@ impl SendMessage {
 
     /// Deletes the message this long after it is sent, if nobody has (the
     /// service's default is 7 days).
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
+    /// # jobs.create_queue().await?;
+    /// use std::time::Duration;
+    /// let sent = jobs.send("soon stale")?.time_to_live(Duration::from_secs(60)).await?;
+    /// assert_eq!(sent.expires_on(), Some(sent.inserted_on() + chrono::Duration::seconds(60)));
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub fn time_to_live(mut self, ttl: Duration) -> Self {
         self.time_to_live = Some(Some(ttl));
         self
     }
 
     /// Keeps the message until it is deleted.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
+    /// # jobs.create_queue().await?;
+    /// let sent = jobs.send("keep")?.never_expire().await?;
+    /// assert_eq!(sent.expires_on(), None);
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub fn never_expire(mut self) -> Self {
         self.time_to_live = Some(None);
         self
@@ -480,6 +723,21 @@ impl IntoFuture for SendMessage {
 }
 
 /// What the service says of a message it stored.
+///
+/// ```
+/// # async fn run() -> tablekit::Result<()> {
+/// use std::time::Duration;
+/// let clock = tablekit::ManualClock::new("2014-07-31T18:00:00Z".parse().unwrap());
+/// let jobs = tablekit::QueueServiceClient::embedded_with_clock(clock).queue("jobs")?;
+/// jobs.create_queue().await?;
+/// let sent = jobs.send("job")?.visibility_delay(Duration::from_secs(5)).await?;
+/// assert_eq!(sent.inserted_on().to_rfc3339(), "2014-07-31T18:00:00+00:00");
+/// assert_eq!(sent.next_visible_on().unwrap().to_rfc3339(), "2014-07-31T18:00:05+00:00");
+/// assert_eq!(sent.expires_on().unwrap().to_rfc3339(), "2014-08-07T18:00:00+00:00"); // 7 days
+/// assert!(!sent.id().is_empty());
+/// # Ok(()) }
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+/// ```
 #[derive(Debug, Clone)]
 pub struct SentMessage {
     raw: RawMessage,
@@ -518,6 +776,19 @@ pub struct ReceiveMessages {
 
 impl ReceiveMessages {
     /// Receives up to `n` messages (1 to 32; default 1).
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
+    /// # jobs.create_queue().await?;
+    /// for i in 0..5 {
+    ///     jobs.send(format!("m{i}"))?.await?;
+    /// }
+    /// assert_eq!(jobs.receive().max_messages(3).await?.len(), 3);
+    /// assert!(jobs.receive().max_messages(33).await.unwrap_err().is_invalid_input());
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub fn max_messages(mut self, n: usize) -> Self {
         self.max = n;
         self
@@ -526,6 +797,20 @@ impl ReceiveMessages {
     /// Hides the received messages from other receivers for this long (1 second
     /// to 7 days; default 30 seconds). Size it to the work: a message not deleted
     /// in time is received again, by this worker or another.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let clock = tablekit::ManualClock::starting_now();
+    /// # let jobs = tablekit::QueueServiceClient::embedded_with_clock(clock).queue("jobs")?;
+    /// # jobs.create_queue().await?;
+    /// use std::time::Duration;
+    /// jobs.send("long job")?.await?;
+    /// let got = jobs.receive().visibility_timeout(Duration::from_secs(600)).await?;
+    /// let m = &got[0];
+    /// assert_eq!(m.next_visible_on(), Some(m.inserted_on() + chrono::Duration::seconds(600)));
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub fn visibility_timeout(mut self, timeout: Duration) -> Self {
         self.visibility_timeout = timeout;
         self
@@ -555,6 +840,19 @@ impl ReceiveMessages {
     }
 
     /// Receives them and reads each body as JSON.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
+    /// # jobs.create_queue().await?;
+    /// jobs.send_json(&[1, 2])?.await?;
+    /// jobs.send_json(&[3, 4])?.await?;
+    /// let got = jobs.receive().max_messages(2).json::<Vec<u32>>().await?;
+    /// let bodies: Vec<Vec<u32>> = got.into_iter().map(|(_, v)| v).collect();
+    /// assert_eq!(bodies, [vec![1, 2], vec![3, 4]]);
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub async fn json<T: serde::de::DeserializeOwned>(self) -> Result<Vec<(QueueMessage, T)>> {
         self.send()
             .await?
@@ -576,6 +874,23 @@ impl IntoFuture for ReceiveMessages {
 }
 
 /// A received (or peeked) message.
+///
+/// ```
+/// # async fn run() -> tablekit::Result<()> {
+/// let clock = tablekit::ManualClock::new("2014-07-31T18:00:00Z".parse().unwrap());
+/// let jobs = tablekit::QueueServiceClient::embedded_with_clock(clock).queue("jobs")?;
+/// jobs.create_queue().await?;
+/// jobs.send_json(&("archive", 456))?.await?;
+/// let m = jobs.receive().await?.pop().expect("a message");
+/// assert_eq!(m.text()?, r#"["archive",456]"#);
+/// assert_eq!(m.json::<(String, u32)>()?, ("archive".to_owned(), 456));
+/// assert_eq!(m.body(), br#"["archive",456]"#);
+/// assert_eq!(m.dequeue_count(), 1);
+/// assert!(m.pop_receipt().is_some());
+/// assert_eq!(m.next_visible_on().unwrap().to_rfc3339(), "2014-07-31T18:00:30+00:00");
+/// # Ok(()) }
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+/// ```
 #[derive(Clone)]
 pub struct QueueMessage {
     raw: RawMessage,

@@ -69,6 +69,35 @@ macro_rules! both {
     };
 }
 
+/// [`both!`] for a service other than tables: each `case` of the calling module,
+/// an `async fn case(env: Env)`, becomes a module with the tests `embedded` and
+/// `azurite`. `Env` is the calling module's own type, with
+/// `fn embedded() -> Env` and `fn azurite() -> Option<Env>` (`None` when no
+/// emulator is configured, as [`connection_string`] decides).
+///
+/// `both!` cannot serve the queue and blob suites: its cases receive a
+/// `TableServiceClient`, while the queue cases need the `ManualClock` that drives
+/// the embedded queue (to let visibility timeouts pass without sleeping) and the
+/// blob cases a `BlobServiceClient`.
+#[macro_export]
+macro_rules! on_both_with {
+    ($env:ident; $($case:ident),* $(,)?) => {$(
+        mod $case {
+            #[tokio::test]
+            async fn embedded() {
+                super::$case(super::$env::embedded()).await;
+            }
+
+            #[tokio::test]
+            async fn azurite() {
+                if let Some(env) = super::$env::azurite() {
+                    super::$case(env).await;
+                }
+            }
+        }
+    )*};
+}
+
 /// The client a seeded, read-only table of a case lives on: for Azurite the
 /// case's own client (a client belongs to the runtime it runs on), for embedded
 /// one store shared by the whole binary (it belongs to no runtime), so the seed

@@ -76,7 +76,17 @@ fn properties(name: &str, blob: &Blob) -> BlobProperties {
         etag: blob.etag.clone(),
         last_modified: blob.last_modified,
         content_type: blob.headers.content_type.clone(),
-        metadata: blob.headers.metadata.clone(),
+        metadata: {
+            // As the service answers: names in lower case, in name order.
+            let mut m: Vec<(String, String)> = blob
+                .headers
+                .metadata
+                .iter()
+                .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+                .collect();
+            m.sort();
+            m
+        },
     }
 }
 

@@ -44,7 +44,7 @@ const DEFAULT_ENDPOINT_SUFFIX: &str = "core.windows.net";
 ///     Credential::Anonymous,
 /// )?;
 /// assert_eq!(account.account_name(), "myaccount");
-/// assert_eq!(account.table_endpoint(), "https://myaccount.table.core.windows.net");
+/// assert_eq!(account.table_endpoint(), Some("https://myaccount.table.core.windows.net"));
 /// # Ok::<(), tablekit::Error>(())
 /// ```
 #[derive(Clone)]
@@ -55,7 +55,7 @@ pub struct Account {
 #[derive(Clone)]
 struct AccountInner {
     name: String,
-    table_endpoint: String,
+    table_endpoint: Option<String>,
     queue_endpoint: Option<String>,
     blob_endpoint: Option<String>,
     credential: Credential,
@@ -83,11 +83,13 @@ impl Account {
     ///
     /// Endpoints: without an explicit endpoint, each one is derived as
     /// `{protocol}://{AccountName}.{table|queue|blob}.{EndpointSuffix}`. As soon as any
-    /// `*Endpoint` setting is given, only the given endpoints are set (the queue and blob
-    /// endpoints may then be `None`).
+    /// `*Endpoint` setting is given, only the given endpoints are set (the others are then
+    /// `None`: a connection string with only a `QueueEndpoint` serves a queue client,
+    /// and a table client built on it is refused with a configuration error).
     ///
-    /// Account name: `AccountName`, or else derived from `TableEndpoint`: the first DNS
-    /// label of a host of the form `{name}.table.…` (or `{name}.privatelink.table.…`),
+    /// Account name: `AccountName`, or else derived from the first of `TableEndpoint`,
+    /// `QueueEndpoint` and `BlobEndpoint` that is given: the first DNS label of a host of
+    /// the form `{name}.table.…` (`.queue.`, `.blob.`; or `{name}.privatelink.table.…`),
     /// otherwise the first path segment of a path-style endpoint such as
     /// `http://127.0.0.1:10002/devstoreaccount1`.
     ///
@@ -109,7 +111,7 @@ impl Account {
     ///     "TableEndpoint=https://myaccount.table.core.windows.net/;SharedAccessSignature=?sv=2019-02-02&tn=orders&sig=abc",
     /// )?;
     /// assert_eq!(account.account_name(), "myaccount");
-    /// println!("{}", account.table_endpoint());
+    /// println!("{:?}", account.table_endpoint());
     ///
     /// let err = Account::from_connection_string("AccountName=myaccount;Foo=1").unwrap_err();
     /// assert!(err.to_string().contains("unknown setting `Foo`"));
@@ -140,7 +142,7 @@ impl Account {
             DEV_PORTS.map(|port| format!("{scheme}://{host}:{port}/{DEV_ACCOUNT}"));
         Account::from_inner(AccountInner {
             name: DEV_ACCOUNT.to_owned(),
-            table_endpoint: table,
+            table_endpoint: Some(table),
             queue_endpoint: Some(queue),
             blob_endpoint: Some(blob),
             credential: Credential::SharedKey(AccountKey::from_bytes(&DEV_KEY)),
@@ -170,7 +172,7 @@ impl Account {
             .text;
         Ok(Account::from_inner(AccountInner {
             name,
-            table_endpoint,
+            table_endpoint: Some(table_endpoint),
             queue_endpoint: None,
             blob_endpoint: None,
             credential,
@@ -188,9 +190,11 @@ impl Account {
         &self.inner.name
     }
 
-    /// The Table service endpoint, without a trailing `/`.
-    pub fn table_endpoint(&self) -> &str {
-        &self.inner.table_endpoint
+    /// The Table service endpoint, without a trailing `/`, when known: a
+    /// connection string that names only a `QueueEndpoint` or a `BlobEndpoint`
+    /// has none, and a table client refuses such an account when it is built.
+    pub fn table_endpoint(&self) -> Option<&str> {
+        self.inner.table_endpoint.as_deref()
     }
 
     /// The Queue service endpoint, without a trailing `/`, when known.
@@ -493,13 +497,14 @@ impl Endpoint {
         })
     }
 
-    /// The account name implied by the endpoint: `{name}` in `{name}.table.…` (or
-    /// `{name}.privatelink.table.…`), else the first path segment (`/devstoreaccount1`).
-    fn account_name(&self) -> Option<&str> {
+    /// The account name implied by the endpoint of `service` (`table`, `queue`,
+    /// `blob`): `{name}` in `{name}.table.…` (or `{name}.privatelink.table.…`), else
+    /// the first path segment (`/devstoreaccount1`).
+    fn account_name(&self, service: &str) -> Option<&str> {
         if !is_ip_or_localhost(&self.host) {
             let mut labels = self.host.split('.');
             let first = labels.next().filter(|l| !l.is_empty());
-            if labels.any(|l| l.eq_ignore_ascii_case("table")) {
+            if labels.any(|l| l.eq_ignore_ascii_case(service)) {
                 return first;
             }
         }
@@ -699,14 +704,24 @@ impl<'a> ConnectionString<'a> {
         self.endpoint(Setting::FileEndpoint)?;
         let any_explicit = table.is_some() || queue.is_some() || blob.is_some();
 
-        let name = match (explicit_name, &table) {
+        let named_by = [
+            (&table, "table", "TableEndpoint"),
+            (&queue, "queue", "QueueEndpoint"),
+            (&blob, "blob", "BlobEndpoint"),
+        ]
+        .into_iter()
+        .find_map(|(e, service, setting)| e.as_ref().map(|e| (e, service, setting)));
+        let name = match (explicit_name, named_by) {
             (Some(name), _) => name.to_owned(),
-            (None, Some(table)) => table.account_name().map(str::to_owned).ok_or_else(|| {
-                Error::config(
-                    "missing AccountName: it cannot be derived from TableEndpoint \
-                     (expected a host `{name}.table.…` or a path `/{name}`)",
-                )
-            })?,
+            (None, Some((endpoint, service, setting))) => endpoint
+                .account_name(service)
+                .map(str::to_owned)
+                .ok_or_else(|| {
+                    Error::config(format!(
+                        "missing AccountName: it cannot be derived from {setting} \
+                         (expected a host `{{name}}.{service}.…` or a path `/{{name}}`)"
+                    ))
+                })?,
             (None, None) => {
                 return Err(Error::config(
                     "missing AccountName (or TableEndpoint): the connection string does not say which account to use",
@@ -716,16 +731,17 @@ impl<'a> ConnectionString<'a> {
 
         let scheme = if https { "https" } else { "http" };
         let derived = |service: &str| format!("{scheme}://{name}.{service}.{suffix}");
+        // As soon as one endpoint is explicit, none is derived: a connection string
+        // for a queue alone (QueueEndpoint + SAS) names no table endpoint.
         let (table_endpoint, queue_endpoint, blob_endpoint) = if any_explicit {
-            let Some(table) = table else {
-                return Err(Error::config(
-                    "missing TableEndpoint: QueueEndpoint or BlobEndpoint is given, so endpoints are not derived",
-                ));
-            };
-            (table.text, queue.map(|e| e.text), blob.map(|e| e.text))
+            (
+                table.map(|e| e.text),
+                queue.map(|e| e.text),
+                blob.map(|e| e.text),
+            )
         } else {
             (
-                derived("table"),
+                Some(derived("table")),
                 Some(derived("queue")),
                 Some(derived("blob")),
             )
@@ -854,7 +870,7 @@ mod tests {
             let account = parse(s);
             assert_eq!(account.account_name(), "devstoreaccount1");
             assert_eq!(
-                account.table_endpoint(),
+                account.table_endpoint().unwrap(),
                 "http://127.0.0.1:10002/devstoreaccount1"
             );
             assert_eq!(
@@ -869,7 +885,7 @@ mod tests {
         }
         let dev = Account::development();
         assert_eq!(
-            dev.table_endpoint(),
+            dev.table_endpoint().unwrap(),
             "http://127.0.0.1:10002/devstoreaccount1"
         );
         assert_eq!(key_of(dev.credential()), DEV_KEY);
@@ -881,7 +897,7 @@ mod tests {
             "UseDevelopmentStorage=true;DevelopmentStorageProxyUri=http://ipv4.fiddler:8888/",
         );
         assert_eq!(
-            account.table_endpoint(),
+            account.table_endpoint().unwrap(),
             "http://ipv4.fiddler:10002/devstoreaccount1"
         );
         assert_eq!(
@@ -917,7 +933,7 @@ mod tests {
         );
         let account = parse("UseDevelopmentStorage=false;AccountName=myaccount");
         assert_eq!(
-            account.table_endpoint(),
+            account.table_endpoint().unwrap(),
             "https://myaccount.table.core.windows.net"
         );
     }
@@ -929,7 +945,7 @@ mod tests {
             .expect("parses");
         assert_eq!(account.account_name(), "myaccount");
         assert_eq!(
-            account.table_endpoint(),
+            account.table_endpoint().unwrap(),
             "https://myaccount.table.core.windows.net"
         );
         assert_eq!(
@@ -949,12 +965,15 @@ mod tests {
             "DefaultEndpointsProtocol=HTTP;AccountName=myaccount;AccountKey={KEY};EndpointSuffix=core.chinacloudapi.cn"
         ));
         assert_eq!(
-            account.table_endpoint(),
+            account.table_endpoint().unwrap(),
             "http://myaccount.table.core.chinacloudapi.cn"
         );
         let account =
             parse("DefaultEndpointsProtocol=https;AccountName=a1;EndpointSuffix=.example.org/");
-        assert_eq!(account.table_endpoint(), "https://a1.table.example.org");
+        assert_eq!(
+            account.table_endpoint().unwrap(),
+            "https://a1.table.example.org"
+        );
         let message = error("DefaultEndpointsProtocol=ftp;AccountName=a");
         assert!(
             message.contains("segment 1: DefaultEndpointsProtocol must be `https` or `http`"),
@@ -975,7 +994,7 @@ mod tests {
         ));
         assert_eq!(account.account_name(), "devstoreaccount1");
         assert_eq!(
-            account.table_endpoint(),
+            account.table_endpoint().unwrap(),
             "http://127.0.0.1:10002/devstoreaccount1"
         );
         assert_eq!(account.queue_endpoint(), None);
@@ -993,9 +1012,35 @@ mod tests {
             account.blob_endpoint(),
             Some("https://x.blob.core.windows.net")
         );
+    }
 
-        let message = error("AccountName=a;BlobEndpoint=https://a.blob.core.windows.net");
-        assert!(message.contains("missing TableEndpoint"), "{message}");
+    #[test]
+    fn a_queue_or_blob_endpoint_alone_sets_only_that_endpoint() {
+        let blob_only = parse("AccountName=a;BlobEndpoint=https://a.blob.core.windows.net");
+        assert_eq!(
+            blob_only.blob_endpoint(),
+            Some("https://a.blob.core.windows.net")
+        );
+        assert_eq!(blob_only.table_endpoint(), None);
+        assert_eq!(blob_only.queue_endpoint(), None);
+
+        // The account name comes from the queue endpoint when nothing else names it.
+        let queue_only = parse(&format!(
+            "QueueEndpoint=https://jobsacct.queue.core.windows.net/;SharedAccessSignature={SAS}"
+        ));
+        assert_eq!(queue_only.account_name(), "jobsacct");
+        assert_eq!(
+            queue_only.queue_endpoint(),
+            Some("https://jobsacct.queue.core.windows.net")
+        );
+        assert_eq!(queue_only.table_endpoint(), None);
+        let emulator = parse("QueueEndpoint=http://127.0.0.1:10001/devstoreaccount1");
+        assert_eq!(emulator.account_name(), "devstoreaccount1");
+
+        // A host that is not `{name}.blob.…` names no account.
+        let message = error("BlobEndpoint=https://files.contoso.com");
+        assert!(message.contains("missing AccountName"), "{message}");
+        assert!(message.contains("BlobEndpoint"), "{message}");
     }
 
     #[test]
@@ -1021,7 +1066,10 @@ mod tests {
         for (endpoint, name) in cases {
             let account = parse(&format!("TableEndpoint={endpoint};AccountKey={KEY}"));
             assert_eq!(account.account_name(), name, "{endpoint}");
-            assert_eq!(account.table_endpoint(), endpoint.trim_end_matches('/'));
+            assert_eq!(
+                account.table_endpoint().unwrap(),
+                endpoint.trim_end_matches('/')
+            );
         }
         let message = error(&format!(
             "TableEndpoint=https://tables.contoso.com;AccountKey={KEY}"
@@ -1177,7 +1225,7 @@ mod tests {
         ));
         assert_eq!(account.account_name(), "devstoreaccount1");
         assert_eq!(
-            account.table_endpoint(),
+            account.table_endpoint().unwrap(),
             "http://[::1]:10002/devstoreaccount1"
         );
     }
@@ -1190,7 +1238,10 @@ mod tests {
             Credential::Anonymous,
         )
         .expect("valid");
-        assert_eq!(account.table_endpoint(), "HTTPS://a.table.core.windows.net");
+        assert_eq!(
+            account.table_endpoint().unwrap(),
+            "HTTPS://a.table.core.windows.net"
+        );
         assert_eq!(account.queue_endpoint(), None);
         for bad in [
             "a.table.core.windows.net",
@@ -1211,7 +1262,10 @@ mod tests {
         let dev = Account::development();
         let anonymous = dev.clone().with_credential(Credential::Anonymous);
         assert!(matches!(anonymous.credential(), Credential::Anonymous));
-        assert_eq!(anonymous.table_endpoint(), dev.table_endpoint());
+        assert_eq!(
+            anonymous.table_endpoint().unwrap(),
+            dev.table_endpoint().unwrap()
+        );
         assert_eq!(key_of(dev.credential()), DEV_KEY);
     }
 

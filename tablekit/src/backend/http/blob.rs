@@ -155,6 +155,8 @@ impl HttpBlobBackend {
                 req.path = encode_path(container, None);
                 req.query = container_query();
                 req.query.push(("comp", "list".to_owned()));
+                // Listings carry each blob's user metadata, as properties() does.
+                req.query.push(("include", "metadata".to_owned()));
                 if let Some(p) = prefix {
                     req.query.push(("prefix", p.to_string()));
                 }
@@ -447,6 +449,9 @@ fn parse_listing(body: &[u8]) -> Result<BlobResponse> {
     struct Item {
         name: String,
         properties: Props,
+        /// `<Metadata><name>value</name>...</Metadata>`: element names are the keys.
+        #[serde(default)]
+        metadata: std::collections::BTreeMap<String, String>,
     }
     #[derive(serde::Deserialize)]
     struct Props {
@@ -476,7 +481,15 @@ fn parse_listing(body: &[u8]) -> Result<BlobResponse> {
                 size: b.properties.content_length,
                 etag: ETag::new(b.properties.etag),
                 content_type: b.properties.content_type.filter(|c| !c.is_empty()),
-                metadata: Vec::new(),
+                metadata: {
+                    let mut m: Vec<(String, String)> = b
+                        .metadata
+                        .into_iter()
+                        .map(|(k, v)| (k.to_ascii_lowercase(), v))
+                        .collect();
+                    m.sort();
+                    m
+                },
             })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -510,7 +523,7 @@ mod tests {
 
     #[test]
     fn listings_are_read_with_their_marker() {
-        let xml = br#"<?xml version="1.0" encoding="utf-8"?><EnumerationResults ServiceEndpoint="http://127.0.0.1:10000/devstoreaccount1" ContainerName="logs"><Prefix>queue/</Prefix><MaxResults>2</MaxResults><Blobs><Blob><Name>queue/2014/07/31/1800/000001.log</Name><Properties><Last-Modified>Thu, 31 Jul 2014 18:00:00 GMT</Last-Modified><Etag>0x8D1</Etag><Content-Length>12</Content-Length><Content-Type>text/plain</Content-Type><BlobType>BlockBlob</BlobType></Properties></Blob><Blob><Name>queue/a&amp;b.log</Name><Properties><Last-Modified>Thu, 31 Jul 2014 18:01:00 GMT</Last-Modified><Etag>0x8D2</Etag><Content-Length>0</Content-Length><Content-Type /></Properties></Blob></Blobs><NextMarker>2!abc</NextMarker></EnumerationResults>"#;
+        let xml = br#"<?xml version="1.0" encoding="utf-8"?><EnumerationResults ServiceEndpoint="http://127.0.0.1:10000/devstoreaccount1" ContainerName="logs"><Prefix>queue/</Prefix><MaxResults>2</MaxResults><Blobs><Blob><Name>queue/2014/07/31/1800/000001.log</Name><Properties><Last-Modified>Thu, 31 Jul 2014 18:00:00 GMT</Last-Modified><Etag>0x8D1</Etag><Content-Length>12</Content-Length><Content-Type>text/plain</Content-Type><BlobType>BlockBlob</BlobType></Properties><Metadata><source>queue</source><Host>vm&amp;7</Host></Metadata></Blob><Blob><Name>queue/a&amp;b.log</Name><Properties><Last-Modified>Thu, 31 Jul 2014 18:01:00 GMT</Last-Modified><Etag>0x8D2</Etag><Content-Length>0</Content-Length><Content-Type /></Properties></Blob></Blobs><NextMarker>2!abc</NextMarker></EnumerationResults>"#;
         let BlobResponse::Listing { blobs, next_marker } = parse_listing(xml).unwrap() else {
             panic!("a listing")
         };
@@ -521,6 +534,14 @@ mod tests {
         assert_eq!(blobs[0].content_type.as_deref(), Some("text/plain"));
         assert_eq!(blobs[1].name, "queue/a&b.log");
         assert_eq!(blobs[1].content_type, None);
+        assert_eq!(
+            blobs[0].metadata,
+            [
+                ("host".to_owned(), "vm&7".to_owned()),
+                ("source".to_owned(), "queue".to_owned())
+            ]
+        );
+        assert!(blobs[1].metadata.is_empty());
 
         let empty = br#"<EnumerationResults><Blobs /><NextMarker /></EnumerationResults>"#;
         let BlobResponse::Listing { blobs, next_marker } = parse_listing(empty).unwrap() else {

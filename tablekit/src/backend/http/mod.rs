@@ -142,7 +142,12 @@ struct Request {
 impl HttpBackend {
     pub(crate) fn new(account: Account, options: &HttpOptions) -> Result<Self> {
         let client = http_client(options)?;
-        let base = reqwest::Url::parse(account.table_endpoint())
+        let endpoint = account.table_endpoint().ok_or_else(|| {
+            Error::config(
+                "the connection string names no table endpoint (TableEndpoint, or AccountName with AccountKey)",
+            )
+        })?;
+        let base = reqwest::Url::parse(endpoint)
             .map_err(|_| Error::config("the table endpoint is not a valid URL"))?;
         if base.cannot_be_a_base() || base.query().is_some() {
             return Err(Error::config(
@@ -311,7 +316,12 @@ impl HttpBackend {
                 (Method::GET, self.url(&resource, &q.0))
             }
             Operation::Transaction { table, ops } => {
-                let encoded = batch::encode(self.account.table_endpoint(), table, ops);
+                let encoded = batch::encode(
+                    // `new` refused an account without one.
+                    self.account.table_endpoint().unwrap_or_default(),
+                    table,
+                    ops,
+                );
                 headers.insert(
                     reqwest::header::CONTENT_TYPE,
                     header_value(&encoded.content_type)?,
