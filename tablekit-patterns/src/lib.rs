@@ -7,7 +7,7 @@
 //! | module | pattern (design guide §) | the type |
 //! |---|---|---|
 //! | [`index`] | intra-partition secondary index (§3.1) | [`index::IndexedTable`] with [`index::Index`]es |
-//! | [`index_entity`] | index entities, option 2 (§3.4) | [`index_entity::IndexEntities`] |
+//! | [`index_entity`] | index entities, options 2 and 3 (§3.4) | [`index_entity::IndexEntities`], [`index_entity::SeparateIndexEntities`] |
 //! | [`summary`] | denormalised counts in a heterogeneous partition (§3.5, §4.8) | [`summary::CountedPartition`] |
 //! | [`compound`] | compound keys (§3.6) | [`compound::family`], [`compound::children`] ranges |
 //! | [`log_tail`] | log tail (§3.7) | [`log_tail::LogTail`], newest-first keys [`log_tail::NewestFirst`] |
@@ -126,6 +126,7 @@
 
 pub mod compound;
 mod error;
+mod hook;
 pub mod index;
 pub mod index_entity;
 pub mod keys;
