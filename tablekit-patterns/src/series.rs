@@ -42,6 +42,7 @@ use tablekit::{
 };
 
 use crate::error::invalid;
+use crate::hook::BeforeWrite;
 use crate::range::KeyRange;
 
 /// How many times [`DataSeries::add`] starts again after a concurrent change.
@@ -151,6 +152,7 @@ pub struct SeriesData {
 pub struct DataSeries {
     table: TableClient<DynamicEntity>,
     layout: SeriesLayout,
+    before_write: BeforeWrite,
 }
 
 fn count(value: Option<&EdmValue>) -> i64 {
@@ -168,7 +170,17 @@ impl DataSeries {
         DataSeries {
             table: table.with_type::<DynamicEntity>(),
             layout,
+            before_write: BeforeWrite::default(),
         }
+    }
+
+    /// Runs `hook` with the attempt number (1 first) after
+    /// [`add`](Self::add) read the slot's entity and before its conditional
+    /// write: for tracing retries, and in tests the exact place to let
+    /// another client write.
+    pub fn before_write(mut self, hook: impl Fn(usize) + Send + Sync + 'static) -> Self {
+        self.before_write = BeforeWrite::new(hook);
+        self
     }
 
     /// The layout.
@@ -244,6 +256,7 @@ impl DataSeries {
             let value = count(stored.as_ref().and_then(|e| e.get(&name))) + delta;
             let e = DynamicEntity::new(key.partition_key.as_str(), key.row_key.as_str())
                 .with(name.as_str(), value);
+            self.before_write.call(attempt);
             let result = match stored.and_then(|s| s.etag) {
                 Some(etag) => self
                     .table
