@@ -39,7 +39,7 @@
 //! RowKeys compare ordinally (`email_A…` is not between `email_a` and `email_b`):
 //! normalise values in the key function, for example to lower case.
 //!
-//! ```no_run
+//! ```
 //! use tablekit::{ETag, TableEntity, TableServiceClient};
 //! use tablekit_patterns::index::{Index, IndexedTable};
 //! use tablekit_patterns::range::KeyRange;
@@ -55,8 +55,10 @@
 //!     etag: Option<ETag>,
 //! }
 //!
-//! # async fn run() -> tablekit::Result<()> {
-//! let service = TableServiceClient::from_connection_string("UseDevelopmentStorage=true")?;
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> tablekit::Result<()> {
+//! let service = TableServiceClient::embedded(); // or ::from_connection_string(..)
+//! # service.create_table("Employees").await?;
 //! let by_email = Index::new("email", "email_", |e: &Employee| e.email.to_lowercase());
 //! let employees = IndexedTable::new(service.table::<Employee>("Employees")?, "empid_")
 //!     .with_index(&by_email)?;

@@ -32,7 +32,7 @@
 //! like a table client (each module has a full example; the `examples/`
 //! directory of the repository has a runnable program per pattern):
 //!
-//! ```no_run
+//! ```
 //! use chrono::Utc;
 //! use tablekit::{ETag, TableEntity, TableServiceClient};
 //! use tablekit_patterns::index::{Index, IndexedTable};
@@ -57,8 +57,11 @@
 //!     amount: f64,
 //! }
 //!
-//! # async fn run() -> tablekit::Result<()> {
-//! let service = TableServiceClient::from_connection_string("UseDevelopmentStorage=true")?;
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> tablekit::Result<()> {
+//! let service = TableServiceClient::embedded(); // or ::from_connection_string(..)
+//! # service.create_table("Employees").await?;
+//! # service.create_table("EmployeeExpense").await?;
 //!
 //! // Employees by id and by email, both copies written in one transaction.
 //! let by_email = Index::new("email", "email_", |e: &Employee| e.email.to_lowercase());

@@ -30,6 +30,25 @@
 //! assert_eq!(hourly.slot(23).unwrap(), ("01".to_owned(), "H23".to_owned()));
 //! assert!(hourly.slot(24).is_err());
 //! ```
+//!
+//! Hourly counts of one employee's messages:
+//!
+//! ```
+//! use tablekit::{DynamicEntity, TableServiceClient};
+//! use tablekit_patterns::series::{DataSeries, SeriesLayout};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> tablekit::Result<()> {
+//! let service = TableServiceClient::embedded(); // or ::from_connection_string(..)
+//! # service.create_table("MessageStats").await?;
+//! let stats = DataSeries::new(&service.table::<DynamicEntity>("MessageStats")?, SeriesLayout::hourly());
+//! stats.add("000123", "", 9, 2).await?; // a point read and a merge of H09 under its ETag
+//! stats.add("000123", "", 9, 1).await?;
+//! let day = stats.read("000123", "").await?; // one request for the 24 counts
+//! assert_eq!(day.values[9], 3);
+//! assert_eq!(day.values.iter().sum::<i64>(), 3);
+//! # Ok(()) }
+//! ```
 
 use std::fmt;
 use std::sync::Arc;

@@ -21,7 +21,7 @@
 //! [`run_page`](SchemaUpgrade::run_page) returns a [`Continuation`] to resume
 //! from after a restart; [`run`](SchemaUpgrade::run) does every page.
 //!
-//! ```no_run
+//! ```
 //! use tablekit::{RawEntity, TableEntity, TableServiceClient};
 //! use tablekit_patterns::upgrade::SchemaUpgrade;
 //!
@@ -46,15 +46,20 @@
 //!     }
 //! }
 //!
-//! # async fn run() -> tablekit::Result<()> {
-//! let service = TableServiceClient::from_connection_string("UseDevelopmentStorage=true")?;
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> tablekit::Result<()> {
+//! let service = TableServiceClient::embedded(); // or ::from_connection_string(..)
+//! # service.create_table("Blogs").await?;
+//! # service.table::<tablekit::DynamicEntity>("Blogs")?.insert(
+//! #     &tablekit::DynamicEntity::new("news", "0001").with(Blog::VERSION_PROPERTY, 1).with("Rating", 4),
+//! # ).await?;
 //! let upgrade = SchemaUpgrade::new(
 //!     service.table::<Blog>("Blogs")?,
 //!     Blog::VERSION_PROPERTY,
 //!     Blog::SCHEMA_VERSION,
 //! );
 //! let report = upgrade.run().await?;
-//! println!("{} entities upgraded", report.upgraded);
+//! assert_eq!(report.upgraded, 1); // version 1 (Rating 4) -> version 2 (Stars 8)
 //! # Ok(()) }
 //! ```
 
