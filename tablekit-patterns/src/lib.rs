@@ -34,8 +34,7 @@
 //! byte (the test asserts both the request count and the bytes of every row).
 //! Bytes are the requests' heads and bodies as sent; they vary with the table
 //! and account names (here tables of 17 and 21 characters in
-//! `devstoreaccount1`), the
-//! key and property values, and the ETags.
+//! `devstoreaccount1`), the key and property values, and the ETags.
 //!
 //! | operation | requests | combinator | hand-written |
 //! |---|---|---|---|
