@@ -255,9 +255,8 @@ async fn a_saved_continuation_resumes_in_a_fresh_instance_with_progress(svc: Tab
         .unwrap();
     assert_eq!((total.scanned, total.upgraded, total.current), (4, 4, 0));
     assert_eq!(pages.iter().map(|p| p.0).sum::<usize>(), 4);
-    assert_eq!(
-        pages.last().unwrap().2,
-        false,
+    assert!(
+        !pages.last().unwrap().2,
         "the last page has no continuation"
     );
     assert!(pages.iter().rev().skip(1).all(|p| p.2));
