@@ -1,7 +1,9 @@
 //! Denormalised counts in a heterogeneous partition (design guide §3.5, §4.8):
 //! the Marketing partition holds employees (`00001`, `00002`) and the
 //! department entity (`Department`, EmployeeCount=153, the manager's details);
-//! adding or removing an employee changes the count in the same transaction.
+//! adding or removing an employee changes the count in the same transaction,
+//! and one query reads the department with its employees into a typed enum
+//! (the kinds told apart by their `EntityType` property, §4.8).
 //!
 //! ```text
 //! cargo run --example department_counts                 # on the embedded in-process store
@@ -10,7 +12,7 @@
 //! scripts/azurite.sh stop
 //! ```
 
-use tablekit::{DynamicEntity, IfMatch, TableEntity, TableServiceClient};
+use tablekit::{IfMatch, TableEntity, TableServiceClient};
 use tablekit_patterns::summary::CountedPartition;
 
 #[derive(TableEntity, Debug, Clone)]
@@ -22,6 +24,25 @@ struct Employee {
     last_name: String,
     age: i32,
     email: String,
+}
+
+/// The department entity: its count and its manager's details (§3.5).
+#[derive(TableEntity, Debug, Clone)]
+#[tablekit(partition_key = "{department}", row_key = "Department")]
+struct Department {
+    department: String,
+    department_name: Option<String>,
+    employee_count: i32,
+    manager_first_name: Option<String>,
+    manager_last_name: Option<String>,
+    manager_email: Option<String>,
+}
+
+/// The partition's two kinds, told apart by `EntityType`.
+#[derive(TableEntity, Debug, Clone)]
+enum Staff {
+    Employee(Employee),
+    Department(Department),
 }
 
 const HOW_TO_START_AZURITE: &str = "\
@@ -68,26 +89,26 @@ async fn run(service: TableServiceClient) -> tablekit::Result<()> {
         "Employees{}",
         &uuid::Uuid::new_v4().simple().to_string()[..8]
     );
-    let table = service.table::<Employee>(&name)?;
+    let table = service.table::<Staff>(&name)?;
     table.create_table().await?;
     println!("created table {name}");
 
     // The department entity of the seed, with its manager's details denormalised into it.
-    let department = DynamicEntity::new("Marketing", "Department")
-        .with("DepartmentName", "Marketing")
-        .with("EmployeeCount", 153)
-        .with("ManagerFirstName", "Don")
-        .with("ManagerLastName", "Hall")
-        .with("ManagerEmail", "donh@contoso.com");
-    table
-        .with_type::<DynamicEntity>()
-        .insert(&department)
-        .await?;
+    let department = Staff::Department(Department {
+        department: "Marketing".into(),
+        department_name: Some("Marketing".into()),
+        employee_count: 153,
+        manager_first_name: Some("Don".into()),
+        manager_last_name: Some("Hall".into()),
+        manager_email: Some("donh@contoso.com".into()),
+    });
+    table.insert(&department).await?;
     println!("Marketing / Department: EmployeeCount = 153, manager Don Hall");
 
-    let staff = CountedPartition::new(table.clone(), "Department", "EmployeeCount");
+    let staff = CountedPartition::new(table.clone(), "Department", "EmployeeCount")
+        .with_summary_property("EntityType", "Department");
     for (id, first, last, age) in [(1, "Don", "Hall", 34), (2, "Jun", "Cao", 47)] {
-        let mut e = Employee {
+        let mut e = Staff::Employee(Employee {
             department: "Marketing".into(),
             employee_id: id,
             first_name: first.into(),
@@ -98,7 +119,7 @@ async fn run(service: TableServiceClient) -> tablekit::Result<()> {
                 first.to_lowercase(),
                 &last[..1].to_lowercase()
             ),
-        };
+        });
         let count = staff.insert(&mut e).await?;
         println!("added {id:05} {first} {last}: read Department + one transaction (insert, merge of EmployeeCount under its ETag) -> {count}");
     }
@@ -111,19 +132,22 @@ async fn run(service: TableServiceClient) -> tablekit::Result<()> {
             println!("  {name} = {value:?}");
         }
     }
-    println!("the heterogeneous partition, read as property bags:");
-    for r in table
-        .with_type::<DynamicEntity>()
-        .query()
-        .fetch_all()
-        .await?
-    {
-        println!(
-            "  {} / {} ({} properties)",
-            r.partition_key,
-            r.row_key,
-            r.properties.len()
-        );
+    println!("one query reads the partition into the typed enum:");
+    for entity in staff.read_partition::<Staff>("Marketing").await? {
+        match entity {
+            Staff::Employee(e) => println!(
+                "  Employee {:05}: {} {}, {}, {}",
+                e.employee_id, e.first_name, e.last_name, e.age, e.email
+            ),
+            Staff::Department(d) => println!(
+                "  Department {}: EmployeeCount = {}, manager {} {} <{}>",
+                d.department,
+                d.employee_count,
+                d.manager_first_name.unwrap_or_default(),
+                d.manager_last_name.unwrap_or_default(),
+                d.manager_email.unwrap_or_default()
+            ),
+        }
     }
 
     table.delete_table().await?;

@@ -1,7 +1,9 @@
-//! The index entities pattern, option 2 (design guide §3.4): for each last
-//! name in a department, an index entity `lastname_<name>` lists the
-//! employees' RowKeys; an employee and the index entity change together in
-//! one transaction under the index entity's ETag.
+//! The index entities pattern (design guide §3.4). Option 2: for each last
+//! name in a department, index entities `lastname_<name>_000`, `_001`, …
+//! list the employees' RowKeys; an employee and the index entity change
+//! together in one transaction under the index entity's ETag. Option 3: an
+//! index table of its own lists (department, id) pairs, so one lookup finds
+//! the Joneses of every department.
 //!
 //! ```text
 //! cargo run --example last_name_index                 # on the embedded in-process store
@@ -11,7 +13,7 @@
 //! ```
 
 use tablekit::{DynamicEntity, ETag, EdmValue, IfMatch, TableEntity, TableServiceClient};
-use tablekit_patterns::index_entity::{IndexEntities, ENTITY_IDS};
+use tablekit_patterns::index_entity::{IndexEntities, SeparateIndexEntities, ENTITY_IDS};
 
 #[derive(TableEntity, Debug, Clone)]
 #[tablekit(partition_key = "{department}", row_key = "{employee_id:06}")]
@@ -143,6 +145,40 @@ async fn run(service: TableServiceClient) -> tablekit::Result<()> {
         .await?;
     println!("deleted 000100, the last Jones: the index entity went with it");
     show(&table.with_type()).await?;
+
+    // Option 3: the index in a table of its own, across departments.
+    let index = service.table::<DynamicEntity>(&format!("{name}Ix"))?;
+    index.create_table().await?;
+    let everywhere = SeparateIndexEntities::new(
+        table.clone(),
+        index.clone(),
+        "lastname",
+        "",
+        |e: &Employee| e.last_name.clone(),
+    );
+    for (dept, id, first) in [("Sales", 300, "Dee"), ("Marketing", 1, "Don")] {
+        let mut e = Employee {
+            department: dept.into(),
+            employee_id: id,
+            first_name: first.into(),
+            last_name: "Jones".into(),
+            etag: None,
+        };
+        everywhere.insert(&mut e).await?;
+        println!("added {dept}/{id:06} {first} Jones (index entity first, then the employee)");
+    }
+    let found = everywhere.find("Jones").await?;
+    println!(
+        "every Jones (one range query of the index, then a point read each), {} dangling:",
+        found.dangling.len()
+    );
+    for e in &found.entities {
+        println!(
+            "  {} / {:06} {} {}",
+            e.department, e.employee_id, e.first_name, e.last_name
+        );
+    }
+    index.delete_table().await?;
 
     table.delete_table().await?;
     println!("deleted table {name}");

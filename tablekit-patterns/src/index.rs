@@ -39,7 +39,7 @@
 //! RowKeys compare ordinally (`email_A…` is not between `email_a` and `email_b`):
 //! normalise values in the key function, for example to lower case.
 //!
-//! ```no_run
+//! ```
 //! use tablekit::{ETag, TableEntity, TableServiceClient};
 //! use tablekit_patterns::index::{Index, IndexedTable};
 //! use tablekit_patterns::range::KeyRange;
@@ -55,8 +55,10 @@
 //!     etag: Option<ETag>,
 //! }
 //!
-//! # async fn run() -> tablekit::Result<()> {
-//! let service = TableServiceClient::from_connection_string("UseDevelopmentStorage=true")?;
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> tablekit::Result<()> {
+//! let service = TableServiceClient::embedded(); // or ::from_connection_string(..)
+//! # service.create_table("Employees").await?;
 //! let by_email = Index::new("email", "email_", |e: &Employee| e.email.to_lowercase());
 //! let employees = IndexedTable::new(service.table::<Employee>("Employees")?, "empid_")
 //!     .with_index(&by_email)?;
@@ -92,6 +94,7 @@ use tablekit::{
 };
 
 use crate::error::invalid;
+use crate::hook::BeforeWrite;
 use crate::range::KeyRange;
 
 /// The property of an index copy that holds the RowKey of the entity's primary
@@ -223,6 +226,7 @@ pub struct IndexedTable<T> {
     raw: TableClient<DynamicEntity>,
     primary_prefix: String,
     indexes: Vec<Arc<IndexDef<T>>>,
+    before_write: BeforeWrite,
 }
 
 impl<T> Clone for IndexedTable<T> {
@@ -232,6 +236,7 @@ impl<T> Clone for IndexedTable<T> {
             raw: self.raw.clone(),
             primary_prefix: self.primary_prefix.clone(),
             indexes: self.indexes.clone(),
+            before_write: self.before_write.clone(),
         }
     }
 }
@@ -266,7 +271,17 @@ impl<T: TableEntity> IndexedTable<T> {
             table,
             primary_prefix: primary_prefix.into(),
             indexes: Vec::new(),
+            before_write: BeforeWrite::default(),
         }
+    }
+
+    /// Runs `hook` with the attempt number (1 first) after the read of
+    /// [`upsert`](Self::upsert), [`delete_key`](Self::delete_key) and
+    /// [`modify`](Self::modify) and before their transaction: for tracing
+    /// retries, and in tests the exact place to let another client write.
+    pub fn before_write(mut self, hook: impl Fn(usize) + Send + Sync + 'static) -> Self {
+        self.before_write = BeforeWrite::new(hook);
+        self
     }
 
     /// Adds an index. Fails if its prefix is empty, overlaps the primary prefix
@@ -504,6 +519,7 @@ impl<T: TableEntity + Clone> IndexedTable<T> {
             };
             let mut new = current.clone();
             change(&mut new);
+            self.before_write.call(attempt);
             match self.update(&current, &mut new, IfMatch::ETag(etag)).await {
                 Ok(()) => return Ok(Some(new)),
                 Err(e) if e.is_precondition_failed() && attempt < MAX_ATTEMPTS => attempt += 1,
@@ -519,7 +535,9 @@ impl<T: TableEntity + Clone> IndexedTable<T> {
         let key = entity.key();
         let mut attempt = 1;
         loop {
-            let result = match self.get_with_etag(key.clone()).await? {
+            let stored = self.get_with_etag(key.clone()).await?;
+            self.before_write.call(attempt);
+            let result = match stored {
                 None => self.insert(entity).await,
                 Some((current, etag)) => self.update(&current, entity, IfMatch::ETag(etag)).await,
             };
@@ -540,6 +558,7 @@ impl<T: TableEntity + Clone> IndexedTable<T> {
             let Some((current, etag)) = self.get_with_etag(key.clone()).await? else {
                 return Ok(false);
             };
+            self.before_write.call(attempt);
             match self.delete(&current, IfMatch::ETag(etag)).await {
                 Ok(()) => return Ok(true),
                 Err(e) if is_race(&e) && attempt < MAX_ATTEMPTS => attempt += 1,

@@ -30,7 +30,7 @@
 //! assert!(later.to_string() < key.to_string());
 //! ```
 //!
-//! ```no_run
+//! ```
 //! use chrono::Utc;
 //! use tablekit::{TableEntity, TableServiceClient};
 //! use tablekit_patterns::log_tail::{LogTail, NewestFirst};
@@ -43,13 +43,15 @@
 //!     amount: f64,
 //! }
 //!
-//! # async fn run() -> tablekit::Result<()> {
-//! let service = TableServiceClient::from_connection_string("UseDevelopmentStorage=true")?;
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> tablekit::Result<()> {
+//! let service = TableServiceClient::embedded(); // or ::from_connection_string(..)
+//! # service.create_table("EmployeeExpense").await?;
 //! let log = LogTail::new(service.table::<Expense>("EmployeeExpense")?);
 //! let mut claim = Expense { employee: "000123".into(), key: NewestFirst::unique(Utc::now()), amount: 12.5 };
 //! log.append(&mut claim).await?;
 //! let ten_most_recent = log.latest("000123", 10).await?;
-//! # let _ = ten_most_recent;
+//! assert_eq!(ten_most_recent.len(), 1);
 //! # Ok(()) }
 //! ```
 

@@ -30,6 +30,36 @@
 //! assert_eq!(Period::Day.parse("LoginAttempts", "LoginAttempts20140731"), Some(Period::Day.start(t)));
 //! assert_eq!(Period::Day.next(Period::Day.start(t)), Utc.with_ymd_and_hms(2014, 8, 1, 0, 0, 0).unwrap());
 //! ```
+//!
+//! Login attempts kept 60 days, one table per day:
+//!
+//! ```
+//! use chrono::{DateTime, Duration, TimeZone, Utc};
+//! use tablekit::{TableEntity, TableServiceClient};
+//! use tablekit_patterns::periodic::{Period, PeriodicTables};
+//!
+//! #[derive(TableEntity, Debug, Clone)]
+//! #[tablekit(partition_key = "{user}", row_key = "{id}")]
+//! struct LoginAttempt {
+//!     user: String,
+//!     id: String,
+//!     at: DateTime<Utc>,
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> tablekit::Result<()> {
+//! let service = TableServiceClient::embedded(); // or ::from_connection_string(..)
+//! let attempts = PeriodicTables::new(service, "LoginAttempts", Period::Day, Duration::days(60), |a: &LoginAttempt| a.at)?;
+//! let t = Utc.with_ymd_and_hms(2014, 7, 31, 18, 0, 0).unwrap();
+//! let mut a = LoginAttempt { user: "joe".into(), id: "0001".into(), at: t };
+//! attempts.insert(&mut a).await?; // creates LoginAttempts20140731 on first use
+//! let day = attempts.query(t - Duration::hours(1), t + Duration::hours(1), |q| q).await?;
+//! assert_eq!(day.len(), 1);
+//! // 61 days after the day ended, its table goes with one request.
+//! let swept = attempts.sweep(t + Duration::days(62)).await?;
+//! assert_eq!(swept, ["LoginAttempts20140731"]);
+//! # Ok(()) }
+//! ```
 
 use std::fmt;
 use std::sync::Arc;

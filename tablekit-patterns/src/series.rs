@@ -30,6 +30,25 @@
 //! assert_eq!(hourly.slot(23).unwrap(), ("01".to_owned(), "H23".to_owned()));
 //! assert!(hourly.slot(24).is_err());
 //! ```
+//!
+//! Hourly counts of one employee's messages:
+//!
+//! ```
+//! use tablekit::{DynamicEntity, TableServiceClient};
+//! use tablekit_patterns::series::{DataSeries, SeriesLayout};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> tablekit::Result<()> {
+//! let service = TableServiceClient::embedded(); // or ::from_connection_string(..)
+//! # service.create_table("MessageStats").await?;
+//! let stats = DataSeries::new(&service.table::<DynamicEntity>("MessageStats")?, SeriesLayout::hourly());
+//! stats.add("000123", "", 9, 2).await?; // a point read and a merge of H09 under its ETag
+//! stats.add("000123", "", 9, 1).await?;
+//! let day = stats.read("000123", "").await?; // one request for the 24 counts
+//! assert_eq!(day.values[9], 3);
+//! assert_eq!(day.values.iter().sum::<i64>(), 3);
+//! # Ok(()) }
+//! ```
 
 use std::fmt;
 use std::sync::Arc;
@@ -42,6 +61,7 @@ use tablekit::{
 };
 
 use crate::error::invalid;
+use crate::hook::BeforeWrite;
 use crate::range::KeyRange;
 
 /// How many times [`DataSeries::add`] starts again after a concurrent change.
@@ -151,6 +171,7 @@ pub struct SeriesData {
 pub struct DataSeries {
     table: TableClient<DynamicEntity>,
     layout: SeriesLayout,
+    before_write: BeforeWrite,
 }
 
 fn count(value: Option<&EdmValue>) -> i64 {
@@ -168,7 +189,17 @@ impl DataSeries {
         DataSeries {
             table: table.with_type::<DynamicEntity>(),
             layout,
+            before_write: BeforeWrite::default(),
         }
+    }
+
+    /// Runs `hook` with the attempt number (1 first) after
+    /// [`add`](Self::add) read the slot's entity and before its conditional
+    /// write: for tracing retries, and in tests the exact place to let
+    /// another client write.
+    pub fn before_write(mut self, hook: impl Fn(usize) + Send + Sync + 'static) -> Self {
+        self.before_write = BeforeWrite::new(hook);
+        self
     }
 
     /// The layout.
@@ -244,6 +275,7 @@ impl DataSeries {
             let value = count(stored.as_ref().and_then(|e| e.get(&name))) + delta;
             let e = DynamicEntity::new(key.partition_key.as_str(), key.row_key.as_str())
                 .with(name.as_str(), value);
+            self.before_write.call(attempt);
             let result = match stored.and_then(|s| s.etag) {
                 Some(etag) => self
                     .table

@@ -19,9 +19,11 @@
 //! | each old entity | 1 replace (+1 point read and 1 replace per concurrent change) |
 //!
 //! [`run_page`](SchemaUpgrade::run_page) returns a [`Continuation`] to resume
-//! from after a restart; [`run`](SchemaUpgrade::run) does every page.
+//! from after a restart; [`run`](SchemaUpgrade::run) does every page, and
+//! [`run_from`](SchemaUpgrade::run_from) every page from a saved continuation,
+//! reporting each page's progress.
 //!
-//! ```no_run
+//! ```
 //! use tablekit::{RawEntity, TableEntity, TableServiceClient};
 //! use tablekit_patterns::upgrade::SchemaUpgrade;
 //!
@@ -46,15 +48,20 @@
 //!     }
 //! }
 //!
-//! # async fn run() -> tablekit::Result<()> {
-//! let service = TableServiceClient::from_connection_string("UseDevelopmentStorage=true")?;
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> tablekit::Result<()> {
+//! let service = TableServiceClient::embedded(); // or ::from_connection_string(..)
+//! # service.create_table("Blogs").await?;
+//! # service.table::<tablekit::DynamicEntity>("Blogs")?.insert(
+//! #     &tablekit::DynamicEntity::new("news", "0001").with(Blog::VERSION_PROPERTY, 1).with("Rating", 4),
+//! # ).await?;
 //! let upgrade = SchemaUpgrade::new(
 //!     service.table::<Blog>("Blogs")?,
 //!     Blog::VERSION_PROPERTY,
 //!     Blog::SCHEMA_VERSION,
 //! );
 //! let report = upgrade.run().await?;
-//! println!("{} entities upgraded", report.upgraded);
+//! assert_eq!(report.upgraded, 1); // version 1 (Rating 4) -> version 2 (Stars 8)
 //! # Ok(()) }
 //! ```
 
@@ -178,11 +185,25 @@ impl<T: TableEntity> SchemaUpgrade<T> {
 
     /// Upgrades every page.
     pub async fn run(&self) -> Result<UpgradeReport> {
+        self.run_from(None, |_| {}).await
+    }
+
+    /// Upgrades every page from `from` (the start when `None`) and returns
+    /// the total, calling `on_page` after each page with what it did and
+    /// where the next page starts: the place to report progress and to save
+    /// the continuation (its `to_string()`; parse it back with `str::parse`)
+    /// so that a restarted process resumes there with a new `SchemaUpgrade`.
+    pub async fn run_from(
+        &self,
+        from: Option<Continuation>,
+        mut on_page: impl FnMut(&UpgradePage),
+    ) -> Result<UpgradeReport> {
         let mut total = UpgradeReport::default();
-        let mut from = None;
+        let mut from = from;
         loop {
             let page = self.run_page(from).await?;
             total += page.report;
+            on_page(&page);
             match page.continuation {
                 Some(c) => from = Some(c),
                 None => return Ok(total),

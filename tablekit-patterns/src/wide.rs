@@ -23,12 +23,14 @@
 //! all, checked before any request. Avoid base RowKeys that extend another's
 //! with `_` and digits (`x` and `x_0`): their parts would share a range.
 //!
-//! ```no_run
+//! ```
 //! use tablekit::{DynamicEntity, IfMatch, TableServiceClient};
 //! use tablekit_patterns::wide::WideTable;
 //!
-//! # async fn run() -> tablekit::Result<()> {
-//! let service = TableServiceClient::from_connection_string("UseDevelopmentStorage=true")?;
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> tablekit::Result<()> {
+//! let service = TableServiceClient::embedded(); // or ::from_connection_string(..)
+//! # service.create_table("MessageStats").await?;
 //! let stats = WideTable::new(service.table::<DynamicEntity>("MessageStats")?);
 //! let mut year = DynamicEntity::new("000123", "2014");
 //! for day in 1..=365 {

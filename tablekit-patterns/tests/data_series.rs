@@ -6,6 +6,8 @@ mod common;
 
 use tablekit::TableServiceClient;
 
+use std::sync::{Arc, Mutex};
+
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use tablekit::{DynamicEntity, EdmValue};
 use tablekit_patterns::series::{DataSeries, HourlyCounters, SeriesLayout};
@@ -115,6 +117,39 @@ async fn concurrent_increments_are_never_lost(svc: TableServiceClient) {
     assert_eq!(mine.read("000123", "").await.unwrap().values[5], 20);
 }
 
+/// Another client increments the slot between our read of its entity and our
+/// write: the write is refused (409 when the other created the entity, 412
+/// after), read again and retried, and both increments land.
+async fn an_increment_raced_between_its_read_and_its_write_is_read_again(svc: TableServiceClient) {
+    let table = common::fresh_table::<DynamicEntity>(&svc, "SeriesInject").await;
+    let theirs = DataSeries::new(
+        &common::second_service(&svc)
+            .table::<DynamicEntity>(table.name())
+            .unwrap(),
+        SeriesLayout::hourly(),
+    );
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let handle = tokio::runtime::Handle::current();
+    let mine = {
+        let calls = calls.clone();
+        DataSeries::new(&table, SeriesLayout::hourly()).before_write(move |attempt| {
+            calls.lock().unwrap().push(attempt);
+            if attempt == 1 {
+                tokio::task::block_in_place(|| {
+                    handle.block_on(async { theirs.add("000123", "", 5, 10).await.unwrap() })
+                });
+            }
+        })
+    };
+    assert_eq!(mine.add("000123", "", 5, 1).await.unwrap(), 11);
+    assert_eq!(std::mem::take(&mut *calls.lock().unwrap()), [1, 2]);
+    assert_eq!(mine.add("000123", "", 5, 1).await.unwrap(), 22);
+    assert_eq!(std::mem::take(&mut *calls.lock().unwrap()), [1, 2]);
+    let rows = common::rows(&table, "000123").await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].get("H05"), Some(&EdmValue::Int64(22)));
+}
+
 async fn hourly_counters_roll_over_to_a_new_series_each_day(svc: TableServiceClient) {
     let table = common::fresh_table::<DynamicEntity>(&svc, "Rollover").await;
     let counters = HourlyCounters::new(&table);
@@ -173,4 +208,5 @@ common::on_both! {
     daily_counts_are_split_over_entities_01_and_02,
     concurrent_increments_are_never_lost [flavor = "multi_thread", worker_threads = 2],
     hourly_counters_roll_over_to_a_new_series_each_day,
+    an_increment_raced_between_its_read_and_its_write_is_read_again [flavor = "multi_thread", worker_threads = 2],
 }

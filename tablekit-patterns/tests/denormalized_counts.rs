@@ -1,7 +1,13 @@
 //! Denormalised counts in a heterogeneous partition (§3.5, §4.8) against a
-//! live service, with the seed's Marketing department (EmployeeCount 153).
+//! live service, with the seed's Marketing department (EmployeeCount 153):
+//! the count in step with every insert and delete, another writer's change
+//! injected between the read of the summary and the transaction, and the
+//! department with its employees read in one query into a typed enum.
 
 mod common;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use tablekit::TableServiceClient;
 
@@ -190,6 +196,164 @@ async fn concurrent_inserts_are_all_counted(svc: TableServiceClient) {
     assert_eq!(assert_count(&table, "Sales", 0).await, 16);
 }
 
+/// The department entity of §1.1 (its count and the manager's details, §3.5).
+#[derive(TableEntity, Debug, Clone, PartialEq)]
+#[tablekit(partition_key = "{department}", row_key = "Department")]
+struct Department {
+    department: String,
+    department_name: Option<String>,
+    employee_count: i32,
+    manager_email: Option<String>,
+}
+
+/// The heterogeneous partition, told apart by `EntityType` (§4.8).
+#[derive(TableEntity, Debug, Clone, PartialEq)]
+enum Staff {
+    Employee(Employee),
+    Department(Department),
+}
+
+fn typed_staff(table: TableClient<Staff>) -> CountedPartition<Staff> {
+    CountedPartition::new(table, "Department", "EmployeeCount")
+        .with_summary_property("EntityType", "Department")
+}
+
+async fn the_department_and_its_employees_read_as_one_typed_partition(svc: TableServiceClient) {
+    let table = common::fresh_table::<Staff>(&svc, "DeptTyped").await;
+    table
+        .insert(&Staff::Department(Department {
+            department: "Marketing".into(),
+            department_name: Some("Marketing".into()),
+            employee_count: 153,
+            manager_email: Some("donh@contoso.com".into()),
+        }))
+        .await
+        .unwrap();
+    let staff = typed_staff(table.clone());
+    let mut don = Staff::Employee(employee("Marketing", 1, "Don", "Hall", 34));
+    let mut jun = Staff::Employee(employee("Marketing", 2, "Jun", "Cao", 47));
+    assert_eq!(staff.insert(&mut don).await.unwrap(), 154);
+    assert_eq!(staff.insert(&mut jun).await.unwrap(), 155);
+    // The department row is not one of the counted entities.
+    let err = staff
+        .insert(&mut Staff::Department(Department {
+            department: "Marketing".into(),
+            department_name: None,
+            employee_count: 0,
+            manager_email: None,
+        }))
+        .await
+        .unwrap_err();
+    common::assert_invalid(&err);
+
+    let partition = staff.read_partition::<Staff>("Marketing").await.unwrap();
+    let [Staff::Employee(a), Staff::Employee(b), Staff::Department(d)] = &partition[..] else {
+        panic!("{partition:#?}")
+    };
+    assert_eq!(
+        (a.first_name.as_str(), a.last_name.as_str(), a.age),
+        ("Don", "Hall", 34)
+    );
+    assert_eq!(
+        (b.first_name.as_str(), b.last_name.as_str(), b.age),
+        ("Jun", "Cao", 47)
+    );
+    assert_eq!(
+        d,
+        &Department {
+            department: "Marketing".into(),
+            department_name: Some("Marketing".into()),
+            employee_count: 155,
+            manager_email: Some("donh@contoso.com".into()),
+        }
+    );
+
+    // A summary the pattern creates is typed too.
+    staff
+        .insert(&mut Staff::Employee(employee(
+            "Sales", 10, "Ken", "Kwok", 23,
+        )))
+        .await
+        .unwrap();
+    let sales = staff.read_partition::<Staff>("Sales").await.unwrap();
+    assert_eq!(sales.len(), 2);
+    assert_eq!(
+        sales[1],
+        Staff::Department(Department {
+            department: "Sales".into(),
+            department_name: None,
+            employee_count: 1,
+            manager_email: None,
+        })
+    );
+    assert!(staff
+        .read_partition::<Staff>("Finance")
+        .await
+        .unwrap()
+        .is_empty());
+}
+
+/// The other writer adds an employee between our read of the summary and our
+/// transaction: the transaction fails on the summary (409 when it created
+/// it, 412 after), the hook sees a second attempt, and the count is right.
+async fn a_summary_changed_between_its_read_and_the_transaction_is_read_again(
+    svc: TableServiceClient,
+) {
+    let table = common::fresh_table::<Employee>(&svc, "DeptInject").await;
+    let other = staff(
+        common::second_service(&svc)
+            .table::<Employee>(table.name())
+            .unwrap(),
+    );
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let next = Arc::new(AtomicU32::new(500));
+    let handle = tokio::runtime::Handle::current();
+    let mine = {
+        let (calls, next) = (calls.clone(), next.clone());
+        staff(table.clone()).before_write(move |attempt| {
+            calls.lock().unwrap().push(attempt);
+            if attempt == 1 {
+                let id = next.fetch_add(1, Ordering::SeqCst);
+                tokio::task::block_in_place(|| {
+                    handle.block_on(async {
+                        other
+                            .insert(&mut employee("Sales", id, "O", "Ther", 40))
+                            .await
+                            .unwrap();
+                    })
+                });
+            }
+        })
+    };
+    let take = || std::mem::take(&mut *calls.lock().unwrap());
+
+    // No summary yet: the other writer creates it first (409 on ours).
+    assert_eq!(
+        mine.insert(&mut employee("Sales", 10, "Ken", "Kwok", 23))
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(take(), [1, 2], "one conflict, one retry");
+    assert_eq!(assert_count(&table, "Sales", 0).await, 2);
+    // The summary exists: 412 on ours.
+    assert_eq!(
+        mine.insert(&mut employee("Sales", 11, "Kim", "Lee", 30))
+            .await
+            .unwrap(),
+        4
+    );
+    assert_eq!(take(), [1, 2]);
+    assert_eq!(assert_count(&table, "Sales", 0).await, 4);
+    // A delete.
+    assert_eq!(
+        mine.delete(("Sales", "00010"), IfMatch::Any).await.unwrap(),
+        4
+    );
+    assert_eq!(take(), [1, 2]);
+    assert_eq!(assert_count(&table, "Sales", 0).await, 4);
+}
+
 #[tokio::test]
 async fn bad_keys_are_refused_before_any_request() {
     let staff = staff(
@@ -222,4 +386,6 @@ common::on_both! {
     a_summary_without_its_count_is_an_error_that_writes_nothing,
     duplicates_and_stale_deletes_leave_the_count_right,
     concurrent_inserts_are_all_counted [flavor = "multi_thread", worker_threads = 2],
+    the_department_and_its_employees_read_as_one_typed_partition,
+    a_summary_changed_between_its_read_and_the_transaction_is_read_again [flavor = "multi_thread", worker_threads = 2],
 }

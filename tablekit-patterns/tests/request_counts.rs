@@ -7,6 +7,7 @@ mod common;
 
 use chrono::{Duration, TimeZone, Utc};
 use common::proxy::{CountingProxy, Traffic};
+use tablekit::filter::prefix_successor;
 use tablekit::{to_dynamic, DynamicEntity, ETag, IfMatch, TableClient, TableEntity, UpdateMode};
 use tablekit_patterns::index::{Index, IndexedTable, PRIMARY_ROW_KEY};
 use tablekit_patterns::keys::inverted_ticks;
@@ -76,6 +77,11 @@ fn row(op: &str, ours: &Traffic, hand: &Traffic) {
         "{op}: {:?} vs {:?}",
         ours.requests,
         hand.requests
+    );
+    assert_eq!(
+        ours.bytes, hand.bytes,
+        "{op}: the same requests, byte for byte ({:?} vs {:?})",
+        ours.requests, hand.requests
     );
 }
 
@@ -277,10 +283,12 @@ async fn the_log_tail_makes_the_requests_of_the_hand_written_code() {
     let t_ours = proxy.take();
     let hand = table
         .query()
+        // Past every key of the instant `to` (`gt '{ticks}~'` would do too; the
+        // successor of the ticks, `…9` -> `…:`, is what the combinator sends).
         .filter_raw(format!(
-            "PartitionKey eq '000123' and RowKey gt '{}~' and RowKey lt '{}~'",
-            inverted_ticks(t0 + Duration::minutes(5)),
-            inverted_ticks(t0 + Duration::minutes(2)),
+            "PartitionKey eq '000123' and RowKey ge '{}' and RowKey lt '{}'",
+            prefix_successor(&inverted_ticks(t0 + Duration::minutes(5))).unwrap(),
+            prefix_successor(&inverted_ticks(t0 + Duration::minutes(2))).unwrap(),
         ))
         .fetch_all()
         .await

@@ -213,7 +213,72 @@ async fn a_concurrent_old_writer_is_not_overwritten_with_a_stale_copy(svc: Table
     assert_eq!(row.get("SchemaVersion"), Some(&EdmValue::Int32(2)));
 }
 
+/// A process upgrades one page, saves the continuation as text and dies; a
+/// new process (a new client and a new `SchemaUpgrade`) parses it and
+/// upgrades the rest, reporting each page, without reading the first page
+/// again.
+async fn a_saved_continuation_resumes_in_a_fresh_instance_with_progress(svc: TableServiceClient) {
+    let table = common::fresh_table::<BlogV1>(&svc, "UpgradeResume").await;
+    for i in 0..7 {
+        table
+            .insert(&v1("Channel9", &format!("Oct-{i:02}"), i + 1))
+            .await
+            .unwrap();
+    }
+    let saved = {
+        let first = SchemaUpgrade::new(
+            table.with_type::<BlogV2>(),
+            BlogV2::VERSION_PROPERTY,
+            BlogV2::SCHEMA_VERSION,
+        )
+        .page_size(3);
+        let page = first.run_page(None).await.unwrap();
+        assert_eq!((page.report.scanned, page.report.upgraded), (3, 3));
+        page.continuation.expect("more pages").to_string()
+    };
+
+    let fresh = common::second_service(&svc)
+        .table::<BlogV2>(table.name())
+        .unwrap();
+    let resumed =
+        SchemaUpgrade::new(fresh, BlogV2::VERSION_PROPERTY, BlogV2::SCHEMA_VERSION).page_size(3);
+    let mut pages = Vec::new();
+    let total = resumed
+        .run_from(Some(saved.parse().unwrap()), |p| {
+            pages.push((
+                p.report.scanned,
+                p.report.upgraded,
+                p.continuation.is_some(),
+            ))
+        })
+        .await
+        .unwrap();
+    assert_eq!((total.scanned, total.upgraded, total.current), (4, 4, 0));
+    assert_eq!(pages.iter().map(|p| p.0).sum::<usize>(), 4);
+    assert!(
+        !pages.last().unwrap().2,
+        "the last page has no continuation"
+    );
+    assert!(pages.iter().rev().skip(1).all(|p| p.2));
+    let rows = stored(&table, "Channel9").await;
+    assert_eq!(rows.len(), 7);
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(
+            r.get("SchemaVersion"),
+            Some(&EdmValue::Int32(2)),
+            "{}",
+            r.row_key
+        );
+        assert_eq!(r.get("Stars"), Some(&EdmValue::Int64(2 * (i as i64 + 1))));
+    }
+    // A garbled continuation is refused, not read as the start.
+    assert!("not a continuation"
+        .parse::<tablekit::Continuation>()
+        .is_err());
+}
+
 common::on_both! {
+    a_saved_continuation_resumes_in_a_fresh_instance_with_progress,
     old_entities_are_rewritten_in_the_current_version_once,
     one_partition_and_resumable_pages,
     a_concurrent_old_writer_is_not_overwritten_with_a_stale_copy [flavor = "multi_thread", worker_threads = 2],

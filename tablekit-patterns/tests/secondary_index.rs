@@ -7,6 +7,7 @@ mod common;
 use tablekit::TableServiceClient;
 
 use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 
 use tablekit::{DynamicEntity, ETag, EdmValue, IfMatch, TableClient, TableEntity};
 use tablekit_patterns::index::{Index, IndexedTable, PRIMARY_ROW_KEY};
@@ -440,6 +441,72 @@ async fn upsert_and_delete_key_handle_present_and_missing_entities(svc: TableSer
         .is_none());
 }
 
+/// `upsert` and `delete_key` read first; a second client writes between that
+/// read and the transaction (inserting the entity the upsert found missing,
+/// changing the one it found, changing the one to delete). Each transaction
+/// is refused, read again and retried, and the copies stay consistent.
+async fn upsert_and_delete_key_start_again_after_a_concurrent_writer(svc: TableServiceClient) {
+    let table = common::fresh_table::<Employee>(&svc, "IdxUpsRace").await;
+    let other_table = common::second_service(&svc)
+        .table::<Employee>(table.name())
+        .unwrap();
+    let (other, _) = directory(other_table);
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    // What the other writer does on our first attempt: insert an entity, or
+    // change one's email.
+    let action: Arc<Mutex<Option<Employee>>> = Arc::default();
+    let handle = tokio::runtime::Handle::current();
+    let dir = {
+        let (calls, action) = (calls.clone(), action.clone());
+        directory(table.clone()).0.before_write(move |attempt| {
+            calls.lock().unwrap().push(attempt);
+            let Some(mut theirs) = action.lock().unwrap().take() else {
+                return;
+            };
+            tokio::task::block_in_place(|| {
+                handle.block_on(async {
+                    let key = theirs.key();
+                    if other.get(key.clone()).await.unwrap().is_none() {
+                        other.insert(&mut theirs).await.unwrap();
+                    } else {
+                        other
+                            .modify(key, |e| e.email = theirs.email.clone())
+                            .await
+                            .unwrap();
+                    }
+                })
+            });
+        })
+    };
+    let take = || std::mem::take(&mut *calls.lock().unwrap());
+
+    // Missing at the read, inserted by the other before our insert: 409, then an update.
+    *action.lock().unwrap() = Some(employee(5, "Lee", "theirs@contoso.com"));
+    let mut mine = employee(5, "Lee", "mine@contoso.com");
+    dir.upsert(&mut mine).await.unwrap();
+    assert_eq!(take(), [1, 2]);
+    assert_eq!(
+        assert_consistent(&table).await,
+        [("empid_000005".to_owned(), "mine@contoso.com".to_owned())]
+    );
+
+    // Changed by the other after our read: 412, then an update of their version.
+    *action.lock().unwrap() = Some(employee(5, "Lee", "other@contoso.com"));
+    mine.email = "mine2@contoso.com".into();
+    dir.upsert(&mut mine).await.unwrap();
+    assert_eq!(take(), [1, 2]);
+    assert_eq!(
+        assert_consistent(&table).await,
+        [("empid_000005".to_owned(), "mine2@contoso.com".to_owned())]
+    );
+
+    // delete_key: changed after our read, 412, then deleted with every copy.
+    *action.lock().unwrap() = Some(employee(5, "Lee", "last@contoso.com"));
+    assert!(dir.delete_key(("Sales", "empid_000005")).await.unwrap());
+    assert_eq!(take(), [1, 2]);
+    assert!(common::rows(&table, "Sales").await.is_empty());
+}
+
 #[tokio::test]
 async fn what_cannot_fit_one_transaction_is_refused_before_any_request() {
     let table = common::offline_service()
@@ -523,4 +590,5 @@ common::on_both! {
     a_stale_write_is_refused_and_leaves_the_copies_consistent,
     modify_starts_again_from_the_read_after_a_concurrent_writer [flavor = "multi_thread", worker_threads = 2],
     upsert_and_delete_key_handle_present_and_missing_entities,
+    upsert_and_delete_key_start_again_after_a_concurrent_writer [flavor = "multi_thread", worker_threads = 2],
 }
