@@ -5,9 +5,5 @@ use tablekit::{Error, ValidationError};
 /// Input a pattern refuses before any request: reported like tablekit's own
 /// transaction rules, so `is_invalid_input()` holds.
 pub(crate) fn invalid(reason: impl Into<String>) -> Error {
-    ValidationError::Batch {
-        index: None,
-        reason: reason.into(),
-    }
-    .into()
+    ValidationError::batch(None, reason).into()
 }

@@ -117,10 +117,7 @@ impl Collector {
             )));
         }
         if !self.seen.insert(name.to_owned()) {
-            return Err(ValidationError::DuplicateProperty {
-                name: name.to_owned(),
-            }
-            .into());
+            return Err(ValidationError::duplicate_property(name).into());
         }
         self.props.push((name.to_owned(), value));
         Ok(())

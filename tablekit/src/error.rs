@@ -417,7 +417,9 @@ pub enum ValidationError {
         /// Why it was rejected.
         reason: &'static str,
     },
-    /// Two properties of one entity have the same name.
+    /// Two properties of one entity have the same name (built outside
+    /// tablekit with [`ValidationError::duplicate_property`]).
+    #[non_exhaustive]
     #[error("property {name:?} appears twice in one entity")]
     DuplicateProperty {
         /// The repeated name.
@@ -490,10 +492,9 @@ pub enum ValidationError {
         /// The limit.
         max: usize,
     },
-    /// An entity group transaction breaks one of its rules.
-    // Not `#[non_exhaustive]` yet, like `DuplicateProperty`: tablekit-patterns
-    // builds both with struct literals. Once it calls `ValidationError::batch`
-    // and `ValidationError::duplicate_property`, mark them too.
+    /// An entity group transaction breaks one of its rules
+    /// (built outside tablekit with [`ValidationError::batch`]).
+    #[non_exhaustive]
     #[error("{}{reason}", index.map(|i| format!("transaction operation {i}: ")).unwrap_or_default())]
     Batch {
         /// The operation at fault, when one is.

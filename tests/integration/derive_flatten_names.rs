@@ -41,9 +41,7 @@ fn a_flattened_name_that_clashes_with_a_field_is_refused() {
     assert!(err.is_invalid_input());
     assert_eq!(
         err.validation(),
-        Some(&ValidationError::DuplicateProperty {
-            name: "Address_City".into()
-        })
+        Some(&ValidationError::duplicate_property("Address_City"))
     );
 }
 
