@@ -139,13 +139,13 @@ impl Error {
 
     /// The write failed, but it may have been applied: its outcome is unknown.
     ///
-    /// A write that is not idempotent (an insert, a conditional update or
-    /// delete, a transaction, a queue send) is ambiguous when one of its
-    /// attempts may have reached the service without its answer reaching the
-    /// client (the connection broke or timed out after the request was sent,
-    /// or the service answered 500, 502 or 504), and the call then failed:
-    /// with that same fault on its last attempt, or with the 404, 409 or 412
-    /// that its own earlier attempt provoked. [`Error::status`] still gives
+    /// A failed write (any write: an upsert as well as an insert, a
+    /// conditional update or delete, a transaction, a queue send) is ambiguous
+    /// when one of its attempts may have reached the service without its
+    /// answer reaching the client (the connection broke or timed out after the
+    /// request was sent, or the service answered 500, 502 or 504): whatever
+    /// the last attempt met, that same fault, a 503, or the 404, 409 or 412
+    /// that its own earlier attempt provoked. A failed read is never ambiguous. [`Error::status`] still gives
     /// the last answer's status, but [`Error::is_conflict`],
     /// [`Error::is_precondition_failed`] and [`Error::is_not_found`] are false,
     /// since the conflict may be the caller's own write.

@@ -101,13 +101,11 @@ impl BlobOp<'_> {
     /// repeated after a lost answer fails its condition or finds nothing.
     pub(crate) fn repeat(&self) -> Repeat {
         match self {
-            BlobOp::List { .. }
-            | BlobOp::Get { .. }
-            | BlobOp::Properties { .. }
-            | BlobOp::PutBlock { .. } => Repeat::Safe,
+            BlobOp::List { .. } | BlobOp::Get { .. } | BlobOp::Properties { .. } => Repeat::Read,
+            BlobOp::PutBlock { .. } => Repeat::Idempotent,
             BlobOp::Put { conditions, .. } | BlobOp::PutBlockList { conditions, .. } => {
                 if **conditions == Conditions::default() {
-                    Repeat::Safe
+                    Repeat::Idempotent
                 } else {
                     Repeat::Detected
                 }

@@ -125,13 +125,13 @@ impl Operation<'_> {
     pub(crate) fn repeat(&self) -> Repeat {
         match self {
             Operation::ListTables { .. } | Operation::Get { .. } | Operation::Query { .. } => {
-                Repeat::Safe
+                Repeat::Read
             }
             // An unconditional write (upsert, or `If-Match: *`) leaves the same
             // entity however often it is applied.
             Operation::Write { if_match, .. } => match if_match {
                 Some(IfMatch::ETag(_)) => Repeat::Detected,
-                _ => Repeat::Safe,
+                _ => Repeat::Idempotent,
             },
             Operation::Transaction { ops, .. } => {
                 let unconditional = |op: &BatchOp| {
@@ -141,7 +141,7 @@ impl Operation<'_> {
                     )
                 };
                 if ops.iter().all(unconditional) {
-                    Repeat::Safe
+                    Repeat::Idempotent
                 } else {
                     Repeat::Detected
                 }
@@ -161,9 +161,13 @@ impl Operation<'_> {
 /// error is [ambiguous](crate::Error::is_ambiguous).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Repeat {
-    /// Repeating it cannot change the outcome (a read, an upsert): every
-    /// retryable failure is retried.
-    Safe,
+    /// A read: repeating it changes nothing, and its failure leaves nothing
+    /// behind.
+    Read,
+    /// A write that leaves the same state however often it is applied (an
+    /// upsert): every retryable failure is retried, and a failed call whose
+    /// attempt may have been applied is ambiguous.
+    Idempotent,
     /// Not idempotent, but a repeat of an applied attempt is refused by the
     /// service (an insert meets 409, a conditional write 412, a delete 404):
     /// retried, and the call's error is ambiguous if an attempt may have been

@@ -83,10 +83,8 @@ impl QueueOp<'_> {
     pub(crate) fn repeat(&self) -> Repeat {
         match self {
             QueueOp::Send { .. } => Repeat::Never,
-            QueueOp::Receive { .. }
-            | QueueOp::Peek { .. }
-            | QueueOp::Count { .. }
-            | QueueOp::Clear { .. } => Repeat::Safe,
+            QueueOp::Peek { .. } | QueueOp::Count { .. } => Repeat::Read,
+            QueueOp::Receive { .. } | QueueOp::Clear { .. } => Repeat::Idempotent,
             QueueOp::Update { .. }
             | QueueOp::DeleteMessage { .. }
             | QueueOp::Create { .. }

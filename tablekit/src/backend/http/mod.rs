@@ -215,10 +215,10 @@ pub(crate) fn client_request_id() -> String {
 /// out. Every attempt sends the same `client_request_id` (one per logical
 /// call, from [`client_request_id`]), which the error of a failed call carries.
 ///
-/// When an attempt of a non-idempotent request fails in a way that leaves its
-/// outcome unknown ([`Error::outcome_unknown`]), the call's final error, whatever
-/// it is, is marked [`Error::is_ambiguous`]; a [`Repeat::Never`] request is
-/// not resent after such an attempt.
+/// When an attempt of a write fails in a way that leaves its outcome unknown
+/// ([`Error::outcome_unknown`]), the call's final error, whatever it is, is
+/// marked [`Error::is_ambiguous`]; a [`Repeat::Never`] request is not resent
+/// after such an attempt.
 pub(crate) async fn with_retries<T, F, Fut>(
     policy: &RetryPolicy,
     operation: &'static str,
@@ -238,7 +238,7 @@ where
             Ok(v) => return Ok(v),
             Err(e) => e,
         };
-        let this_unknown = repeat != Repeat::Safe && e.outcome_unknown();
+        let this_unknown = repeat != Repeat::Read && e.outcome_unknown();
         let resend = e.is_retryable()
             && retry < policy.max_retries
             && !(repeat == Repeat::Never && this_unknown);
