@@ -18,7 +18,20 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// [`std::error::Error::source`]. No secret (account key, SAS token, bearer
 /// token) ever appears in an error.
 pub struct Error {
-    inner: Box<ErrorKind>,
+    inner: Box<Inner>,
+}
+
+/// An error's kind and what the retry loop learnt about the request.
+struct Inner {
+    kind: ErrorKind,
+    /// Some attempt of a write may have been applied: see [`Error::is_ambiguous`].
+    ambiguous: bool,
+    /// The `x-ms-client-request-id` the client sent with every attempt.
+    client_request_id: Option<Box<str>>,
+    /// What a read-back found after an ambiguous write (a
+    /// [`ReadBack`](crate::ReadBack)); kept as `Any` so that this vocabulary
+    /// module needs no entity type.
+    read_back: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 /// What went wrong, by category.
@@ -43,12 +56,12 @@ pub enum ErrorKind {
 impl Error {
     /// The category of this error.
     pub fn kind(&self) -> &ErrorKind {
-        &self.inner
+        &self.inner.kind
     }
 
     /// The HTTP status the service answered with, if the error came from the service.
     pub fn status(&self) -> Option<u16> {
-        match &*self.inner {
+        match &self.inner.kind {
             ErrorKind::Service(e) => Some(e.status),
             _ => None,
         }
@@ -57,7 +70,7 @@ impl Error {
     /// The service's error code ([`ErrorCode::EntityAlreadyExists`],
     /// [`ErrorCode::ResourceNotFound`], ...).
     pub fn code(&self) -> Option<&ErrorCode> {
-        match &*self.inner {
+        match &self.inner.kind {
             ErrorKind::Service(e) => e.code.as_ref(),
             _ => None,
         }
@@ -65,7 +78,7 @@ impl Error {
 
     /// The service's `x-ms-request-id`, needed when asking Azure support about a failure.
     pub fn request_id(&self) -> Option<&str> {
-        match &*self.inner {
+        match &self.inner.kind {
             ErrorKind::Service(e) => e.request_id.as_deref(),
             _ => None,
         }
@@ -74,7 +87,7 @@ impl Error {
     /// For a failed entity group transaction: the 0-based index of the operation
     /// that failed, when the service named one.
     pub fn batch_index(&self) -> Option<usize> {
-        match &*self.inner {
+        match &self.inner.kind {
             ErrorKind::Service(e) => e.batch_index,
             ErrorKind::Invalid(ValidationError::Batch { index, .. }) => *index,
             _ => None,
@@ -83,7 +96,7 @@ impl Error {
 
     /// The validation failure, when the input was rejected before any I/O.
     pub fn validation(&self) -> Option<&ValidationError> {
-        match &*self.inner {
+        match &self.inner.kind {
             ErrorKind::Invalid(v) => Some(v),
             _ => None,
         }
@@ -91,18 +104,30 @@ impl Error {
 
     /// The entity, table or resource does not exist (404), or a query that had
     /// to return an entity matched none ([`ErrorKind::NoEntity`]).
+    ///
+    /// False for an [ambiguous](Error::is_ambiguous) error: a 404 that answers
+    /// the retry of a delete may mean that the first attempt deleted it.
     pub fn is_not_found(&self) -> bool {
-        self.status() == Some(404) || matches!(&*self.inner, ErrorKind::NoEntity(_))
+        (self.status() == Some(404) && !self.inner.ambiguous)
+            || matches!(&self.inner.kind, ErrorKind::NoEntity(_))
     }
 
     /// The entity or table already exists, or the table is being deleted (409).
+    ///
+    /// False for an [ambiguous](Error::is_ambiguous) error: a 409 that answers
+    /// the retry of an insert may be the caller's own entity, written by an
+    /// earlier attempt whose answer was lost. [`Error::status`] still says 409.
     pub fn is_conflict(&self) -> bool {
-        self.status() == Some(409)
+        self.status() == Some(409) && !self.inner.ambiguous
     }
 
     /// An ETag condition failed (412): someone else changed the entity since it was read.
+    ///
+    /// False for an [ambiguous](Error::is_ambiguous) error: a 412 that answers
+    /// the retry of a conditional write may come from the caller's own first
+    /// attempt, which changed the ETag.
     pub fn is_precondition_failed(&self) -> bool {
-        self.status() == Some(412)
+        self.status() == Some(412) && !self.inner.ambiguous
     }
 
     /// The service asked the client to slow down (503 `ServerBusy`, or 429).
@@ -110,29 +135,94 @@ impl Error {
         matches!(self.status(), Some(503) | Some(429))
     }
 
-    /// A retried write came back with 404, 409 or 412: the first attempt may have
-    /// been applied before its answer was lost, so the outcome is unknown and the
-    /// caller should read the entity to find out.
+    /// The write failed, but it may have been applied: its outcome is unknown.
+    ///
+    /// A failed write (any write: an upsert as well as an insert, a
+    /// conditional update or delete, a transaction, a queue send) is ambiguous
+    /// when one of its attempts may have reached the service without its
+    /// answer reaching the client (the connection broke or timed out after the
+    /// request was sent, or the service answered 500, 502 or 504): whatever
+    /// the last attempt met, that same fault, a 503, or the 404, 409 or 412
+    /// that its own earlier attempt provoked. A failed read is never ambiguous. [`Error::status`] still gives
+    /// the last answer's status, but [`Error::is_conflict`],
+    /// [`Error::is_precondition_failed`] and [`Error::is_not_found`] are false,
+    /// since the conflict may be the caller's own write.
+    ///
+    /// Table writes do not stop there by default: the client reads the
+    /// entities back, returns success when they hold exactly what the write
+    /// sent, and only otherwise returns this error, with what it read in
+    /// [`Error::read_back`](crate::Error::read_back)
+    /// (see [`AmbiguousWrites`](crate::AmbiguousWrites)).
     pub fn is_ambiguous(&self) -> bool {
-        matches!(&*self.inner, ErrorKind::Service(e) if e.ambiguous)
+        self.inner.ambiguous
+    }
+
+    /// The `x-ms-client-request-id` tablekit sent with every attempt of the
+    /// failed call (one id per call, the same on its retries): search the
+    /// service's logs for it. [`Error::request_id`] is the service's own id of
+    /// the answer, when one arrived.
+    pub fn client_request_id(&self) -> Option<&str> {
+        self.inner.client_request_id.as_deref()
+    }
+
+    /// Whether the request may have reached the server and been applied
+    /// although this attempt failed: a connection cut or a timeout after the
+    /// request was sent, or an answer (500, 502, 504) that does not say
+    /// whether the work was done. A refused connection, a TLS failure, 408,
+    /// 429, 503 and every other answer say that nothing was applied, or what was.
+    pub(crate) fn outcome_unknown(&self) -> bool {
+        match &self.inner.kind {
+            ErrorKind::Transport(t) => {
+                matches!(t.kind, TransportKind::Timeout | TransportKind::Interrupted)
+            }
+            ErrorKind::Service(e) => matches!(e.status, 500 | 502 | 504),
+            _ => false,
+        }
+    }
+
+    /// Marks the error ambiguous: an attempt of this non-idempotent call may
+    /// have been applied.
+    pub(crate) fn into_ambiguous(mut self) -> Self {
+        self.inner.ambiguous = true;
+        self
+    }
+
+    /// Attaches what a read-back found (see `table::outcome`).
+    pub(crate) fn with_read_back(mut self, state: Arc<dyn std::any::Any + Send + Sync>) -> Self {
+        self.inner.read_back = Some(state);
+        self
+    }
+
+    /// What a read-back found, as attached by [`Error::with_read_back`].
+    pub(crate) fn read_back_state(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
+        self.inner.read_back.as_deref()
+    }
+
+    /// Records the client request id of the call that failed.
+    pub(crate) fn with_client_request_id(mut self, id: &str) -> Self {
+        self.inner.client_request_id = Some(id.into());
+        self
     }
 
     /// The input was rejected on the client before any request was sent.
     pub fn is_invalid_input(&self) -> bool {
-        matches!(&*self.inner, ErrorKind::Invalid(_))
+        matches!(&self.inner.kind, ErrorKind::Invalid(_))
     }
 
     /// The failure happened in the transport: no answer was received.
     pub fn is_transport(&self) -> bool {
-        matches!(&*self.inner, ErrorKind::Transport(_))
+        matches!(&self.inner.kind, ErrorKind::Transport(_))
     }
 
     /// A transient failure that is safe to retry for an idempotent operation.
     ///
     /// This is the one classification tablekit uses: the HTTP backend's retry
-    /// loop asks this predicate and nothing else. A retried write that is not
-    /// idempotent (an insert, a transaction) is still retried, and if its retry
-    /// then meets 404, 409 or 412 the error is flagged [`Error::is_ambiguous`].
+    /// loop asks this predicate and nothing else. A write that is not
+    /// idempotent (an insert, a transaction) is still retried when its repeat
+    /// is detected by the service (409, 412 or 404 then answer it), and the
+    /// call's error is flagged [`Error::is_ambiguous`] if an attempt may have
+    /// been applied. A queue send, whose repeat nobody would detect, is not
+    /// resent after such an attempt: the call fails, ambiguous.
     ///
     /// | status or condition | retried? | why |
     /// |---|---|---|
@@ -150,19 +240,22 @@ impl Error {
     /// | any other status (400, 403, 404, 409, 412, ...) | no | the answer is final |
     /// | invalid input, configuration, decode, no entity | no | nothing was sent, or the answer arrived |
     pub fn is_retryable(&self) -> bool {
-        retryable(&self.inner)
+        retryable(&self.inner.kind)
     }
 
     /// The failure was a time limit: the connect timeout or the per-attempt
     /// timeout of [`HttpOptions`](crate::HttpOptions) ran out.
     pub fn is_timeout(&self) -> bool {
-        matches!(&*self.inner, ErrorKind::Transport(t) if t.kind == TransportKind::Timeout)
+        matches!(
+            &self.inner.kind,
+            ErrorKind::Transport(t) if matches!(t.kind, TransportKind::Timeout | TransportKind::ConnectTimeout)
+        )
     }
 
     /// How long the service asked the client to wait (`Retry-After` of a 429 or
     /// 503 answer), when it said so.
     pub fn retry_after(&self) -> Option<Duration> {
-        match &*self.inner {
+        match &self.inner.kind {
             ErrorKind::Service(e) => e.retry_after,
             _ => None,
         }
@@ -231,7 +324,6 @@ impl Error {
             message: Some(message.into()),
             request_id: None,
             batch_index: None,
-            ambiguous: false,
             retry_after: None,
         })
         .into()
@@ -248,7 +340,12 @@ impl Error {
 impl From<ErrorKind> for Error {
     fn from(kind: ErrorKind) -> Self {
         Error {
-            inner: Box::new(kind),
+            inner: Box::new(Inner {
+                kind,
+                ambiguous: false,
+                client_request_id: None,
+                read_back: None,
+            }),
         }
     }
 }
@@ -261,20 +358,35 @@ impl From<ValidationError> for Error {
 
 impl fmt::Debug for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(&self.inner, f)
+        let mut d = f.debug_struct("Error");
+        d.field("kind", &self.inner.kind);
+        if self.inner.ambiguous {
+            d.field("ambiguous", &true);
+        }
+        if let Some(id) = &self.inner.client_request_id {
+            d.field("client_request_id", id);
+        }
+        if self.inner.read_back.is_some() {
+            d.field("read_back", &true);
+        }
+        d.finish()
     }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &*self.inner {
+        match &self.inner.kind {
             ErrorKind::Invalid(v) => write!(f, "invalid input: {v}"),
             ErrorKind::Service(e) => fmt::Display::fmt(e, f),
             ErrorKind::Transport(e) => fmt::Display::fmt(e, f),
             ErrorKind::Decode(e) => fmt::Display::fmt(e, f),
             ErrorKind::Config(e) => fmt::Display::fmt(e, f),
             ErrorKind::NoEntity(table) => write!(f, "no entity of table {table} matched the query"),
+        }?;
+        if self.inner.ambiguous {
+            f.write_str("; the outcome is unknown: an attempt may have been applied")?;
         }
+        Ok(())
     }
 }
 
@@ -282,7 +394,7 @@ impl std::error::Error for Error {
     // `Display` of each kind already shows the kind's own message, so the source
     // is the kind's cause, not the kind itself (which would print twice).
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &*self.inner {
+        match &self.inner.kind {
             ErrorKind::Transport(t) => std::error::Error::source(t),
             ErrorKind::Decode(d) => std::error::Error::source(d),
             _ => None,
@@ -295,7 +407,10 @@ impl std::error::Error for Error {
 fn retryable(kind: &ErrorKind) -> bool {
     match kind {
         ErrorKind::Transport(t) => match t.kind {
-            TransportKind::Timeout | TransportKind::Connect | TransportKind::Interrupted => true,
+            TransportKind::Timeout
+            | TransportKind::ConnectTimeout
+            | TransportKind::Connect
+            | TransportKind::Interrupted => true,
             TransportKind::Tls | TransportKind::Request => false,
         },
         ErrorKind::Service(e) => retryable_status(e.status),
@@ -829,9 +944,6 @@ pub struct ServiceError {
     pub request_id: Option<String>,
     /// For a failed entity group transaction, the 0-based index of the failing operation.
     pub batch_index: Option<usize>,
-    /// A retried non-idempotent request came back with 404/409/412: the first attempt
-    /// may have been applied, so the outcome is ambiguous.
-    pub ambiguous: bool,
     /// The service's `Retry-After` (seconds or an HTTP date), as a delay from
     /// the moment the answer arrived.
     pub retry_after: Option<Duration>,
@@ -854,9 +966,6 @@ impl fmt::Display for ServiceError {
         if let Some(id) = &self.request_id {
             write!(f, " (request id {id})")?;
         }
-        if self.ambiguous {
-            f.write_str(" after a retry; the first attempt may have been applied")?;
-        }
         Ok(())
     }
 }
@@ -872,8 +981,11 @@ pub struct TransportError {
 /// What kind of transport failure, for [`Error::is_retryable`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TransportKind {
-    /// The connect timeout or the per-attempt timeout ran out.
+    /// The per-attempt timeout ran out after the connection was made: the
+    /// request may have been sent.
     Timeout,
+    /// The connect timeout ran out: nothing was sent.
+    ConnectTimeout,
     /// No connection could be made (refused, unreachable, DNS).
     Connect,
     /// The connection was reset or closed, or the answer was cut short.
@@ -1000,7 +1112,6 @@ mod tests {
             message: Some("The specified entity already exists.\nRequestId:abc".into()),
             request_id: Some("abc".into()),
             batch_index: Some(2),
-            ambiguous: false,
             retry_after: None,
         })
         .into();
@@ -1019,7 +1130,6 @@ mod tests {
             message: None,
             request_id: None,
             batch_index: None,
-            ambiguous: false,
             retry_after: None,
         })
         .into()

@@ -147,6 +147,7 @@ pub use queue::{
     MessageEncoding, QueueClient, QueueMessage, QueueServiceClient, ReceiveMessages, SendMessage,
     SentMessage,
 };
+pub use table::{AmbiguousWrites, ReadBack};
 pub use table::{EntityStream, Page, PageStream, Query, ScanPolicy};
 pub use table::{
     Get, ListTables, Modified, Modify, ModifyStep, TableClient, TableNames, TableServiceClient,

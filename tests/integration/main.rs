@@ -26,6 +26,7 @@ mod errors;
 mod filter_macros;
 mod metadata;
 mod modify;
+mod outcomes;
 mod query;
 mod query_dsl;
 mod queue;

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tablekit::{
-    Account, AccountKey, ClientOptions, Credential, DynamicEntity, RetryPolicy, TableClient,
-    TableServiceClient,
+    Account, AccountKey, AmbiguousWrites, ClientOptions, Credential, DynamicEntity, RetryPolicy,
+    TableClient, TableServiceClient,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -29,6 +29,9 @@ pub(crate) enum Answer {
     Slow(Duration),
     /// Read the request, then close the connection without answering.
     Drop,
+    /// Answer this status with a JSON error body for this code, but close the
+    /// connection halfway through the body.
+    CutBody(&'static str, &'static str),
 }
 
 /// The request heads the fake server received, lower-cased, in order.
@@ -73,6 +76,13 @@ pub(crate) async fn recording_server(script: Vec<Answer>) -> (String, Arc<Atomic
                     };
                     let reply = match answer {
                         Answer::Drop => return,
+                        Answer::CutBody(status, code) => {
+                            let whole = error(status, code, "");
+                            let cut = whole.len() - 40;
+                            let _ = sock.write_all(&whole.as_bytes()[..cut]).await;
+                            let _ = sock.flush().await;
+                            return;
+                        }
                         Answer::RetryAfter(status, code, after) => {
                             error(status, code, &format!("Retry-After: {after}\r\n"))
                         }
@@ -199,20 +209,195 @@ async fn permanent_errors_are_not_retried() {
 }
 
 #[tokio::test]
-async fn an_insert_whose_answer_was_lost_then_conflicts_is_ambiguous() {
+async fn an_insert_whose_answer_was_lost_then_conflicts_is_ambiguous_not_a_conflict() {
     let (endpoint, count) = fake_server(vec![
         Answer::Drop,
         Answer::Status("409 Conflict", "EntityAlreadyExists"),
     ])
     .await;
     let err = table(&endpoint)
+        .with_ambiguous_writes(AmbiguousWrites::Report)
         .insert(&DynamicEntity::new("p", "r"))
         .await
         .expect_err("the retry conflicts");
-    assert!(err.is_conflict());
     assert!(err.is_ambiguous(), "{err}");
-    assert!(err.to_string().contains("may have been applied"), "{err}");
+    // The 409 may be the caller's own entity: not a conflict, but the status stays.
+    assert!(!err.is_conflict(), "{err}");
+    assert_eq!(err.status(), Some(409));
+    assert!(err.to_string().contains("outcome is unknown"), "{err}");
+    assert!(err.read_back().is_none(), "Report reads nothing back");
     assert_eq!(count.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn an_ambiguous_insert_that_reads_back_as_sent_succeeds() {
+    let (endpoint, count) = fake_server(vec![
+        Answer::Drop,
+        Answer::Status("409 Conflict", "EntityAlreadyExists"),
+        Answer::Entity(r#"{"PartitionKey":"p","RowKey":"r","N":7,"S":"x"}"#),
+    ])
+    .await;
+    let written = table(&endpoint)
+        .insert(&DynamicEntity::new("p", "r").with("N", 7).with("S", "x"))
+        .await
+        .expect("the read-back shows the insert landed");
+    assert!(
+        written.etag().as_str().contains("2024-01-01"),
+        "{written:?}"
+    );
+    assert_eq!(count.load(Ordering::SeqCst), 3, "insert, retry, read-back");
+}
+
+#[tokio::test]
+async fn an_ambiguous_insert_that_reads_back_otherwise_fails_with_what_was_read() {
+    let (endpoint, _) = fake_server(vec![
+        Answer::Drop,
+        Answer::Status("409 Conflict", "EntityAlreadyExists"),
+        Answer::Entity(r#"{"PartitionKey":"p","RowKey":"r","N":8,"S":"x"}"#),
+    ])
+    .await;
+    let err = table(&endpoint)
+        .insert(&DynamicEntity::new("p", "r").with("N", 7).with("S", "x"))
+        .await
+        .expect_err("somebody else's entity is there");
+    assert!(err.is_ambiguous() && !err.is_conflict(), "{err}");
+    let found = err
+        .read_back()
+        .and_then(|rb| rb.get(&tablekit::EntityKey::new("p", "r")))
+        .expect("the read-back state is kept");
+    assert_eq!(
+        found.properties.get("N"),
+        Some(&tablekit::EdmValue::Int32(8))
+    );
+}
+
+#[tokio::test]
+async fn an_insert_whose_every_answer_is_lost_is_ambiguous() {
+    let (endpoint, count) = fake_server(vec![Answer::Drop]).await;
+    let err = table(&endpoint)
+        .insert(&DynamicEntity::new("p", "r"))
+        .await
+        .expect_err("no answer ever arrives");
+    assert!(err.is_transport(), "{err:?}");
+    assert!(err.is_ambiguous(), "the insert may have landed: {err:?}");
+    assert!(err.read_back().is_none(), "the read-back failed too");
+    // One attempt, three retries, then one read-back attempt and its three retries.
+    assert_eq!(count.load(Ordering::SeqCst), 8);
+}
+
+#[tokio::test]
+async fn a_read_whose_answers_are_lost_is_not_ambiguous() {
+    let (endpoint, _) = fake_server(vec![Answer::Drop]).await;
+    let err = table(&endpoint).get(("p", "r")).await.unwrap_err();
+    assert!(err.is_transport() && !err.is_ambiguous(), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_503_proves_nothing_was_applied_so_a_later_conflict_is_certain() {
+    let (endpoint, count) = fake_server(vec![
+        Answer::Status("503 Server Busy", "ServerBusy"),
+        Answer::Status("409 Conflict", "EntityAlreadyExists"),
+    ])
+    .await;
+    let err = table(&endpoint)
+        .insert(&DynamicEntity::new("p", "r"))
+        .await
+        .unwrap_err();
+    assert!(err.is_conflict() && !err.is_ambiguous(), "{err:?}");
+    assert_eq!(count.load(Ordering::SeqCst), 2, "no read-back");
+}
+
+#[tokio::test]
+async fn a_500_leaves_the_outcome_unknown() {
+    let (endpoint, _) = fake_server(vec![
+        Answer::Status("500 Internal Server Error", "InternalError"),
+        Answer::Status("409 Conflict", "EntityAlreadyExists"),
+    ])
+    .await;
+    let err = table(&endpoint)
+        .with_ambiguous_writes(AmbiguousWrites::Report)
+        .insert(&DynamicEntity::new("p", "r"))
+        .await
+        .unwrap_err();
+    assert!(err.is_ambiguous() && !err.is_conflict(), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_reset_inside_an_error_answer_keeps_its_status() {
+    let (endpoint, count) =
+        fake_server(vec![Answer::CutBody("409 Conflict", "EntityAlreadyExists")]).await;
+    let err = table(&endpoint)
+        .insert(&DynamicEntity::new("p", "r"))
+        .await
+        .expect_err("the service answered 409");
+    assert!(!err.is_transport(), "{err:?}");
+    assert_eq!(err.status(), Some(409));
+    assert!(err.is_conflict() && !err.is_ambiguous(), "{err:?}");
+    assert_eq!(count.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn an_ambiguous_delete_that_finds_nothing_succeeds() {
+    let (endpoint, count) = fake_server(vec![
+        Answer::Drop,
+        Answer::Status("404 Not Found", "ResourceNotFound"),
+    ])
+    .await;
+    table(&endpoint)
+        .delete(("p", "r"), tablekit::IfMatch::Any)
+        .await
+        .expect("the entity is gone, as the delete wanted");
+    // delete, retry (404), read-back (404: no entity)
+    assert_eq!(count.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn an_ambiguous_conditional_update_that_reads_back_as_sent_succeeds() {
+    let (endpoint, _) = fake_server(vec![
+        Answer::Drop,
+        Answer::Status("412 Precondition Failed", "UpdateConditionNotSatisfied"),
+        Answer::Entity(r#"{"PartitionKey":"p","RowKey":"r","N":2,"Old":"kept"}"#),
+    ])
+    .await;
+    let etag = tablekit::ETag::new("W/\"datetime'2023-01-01T00%3A00%3A00.0000000Z'\"");
+    table(&endpoint)
+        .update(
+            &DynamicEntity::new("p", "r").with("N", 2),
+            tablekit::UpdateMode::Merge,
+            etag,
+        )
+        .await
+        .expect("the merge is in the stored entity");
+}
+
+#[tokio::test]
+async fn every_attempt_of_a_call_sends_one_client_request_id() {
+    let (endpoint, _, heads) = recording_server(vec![
+        Answer::Status("503 Server Busy", "ServerBusy"),
+        Answer::Created,
+        Answer::Status("400 Bad Request", "InvalidInput"),
+    ])
+    .await;
+    let t = table(&endpoint);
+    t.insert(&DynamicEntity::new("p", "r")).await.unwrap();
+    let err = t.insert(&DynamicEntity::new("p", "s")).await.unwrap_err();
+    let ids: Vec<String> = heads
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            h.lines()
+                .find_map(|l| l.strip_prefix("x-ms-client-request-id:"))
+                .expect("every request carries a client request id")
+                .trim()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(ids.len(), 3);
+    assert_eq!(ids[0], ids[1], "a retry keeps its call's id");
+    assert_ne!(ids[1], ids[2], "each call has its own id");
+    assert!(uuid::Uuid::parse_str(&ids[2]).is_ok(), "{}", ids[2]);
+    assert_eq!(err.client_request_id(), Some(ids[2].as_str()));
 }
 
 #[tokio::test]
@@ -294,7 +479,10 @@ async fn a_slow_answer_runs_into_the_per_attempt_timeout() {
         .expect_err("the answer comes after the timeout");
     assert!(err.is_transport() && err.is_timeout(), "{err:?}");
     assert!(err.is_retryable());
-    assert_eq!(count.load(Ordering::SeqCst), 1);
+    // The insert may have landed after the timeout: ambiguous, and read back
+    // (which times out as well, so the error stays).
+    assert!(err.is_ambiguous(), "{err:?}");
+    assert_eq!(count.load(Ordering::SeqCst), 2);
 }
 
 #[tokio::test]

@@ -7,6 +7,7 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use futures::stream::BoxStream;
 
+use crate::backend::Repeat;
 use crate::entity::ETag;
 use crate::error::Result;
 
@@ -95,21 +96,23 @@ impl BlobOp<'_> {
         }
     }
 
-    /// Whether repeating the request cannot change its outcome. Unconditional
+    /// How the request may be repeated after a failed attempt. Unconditional
     /// puts replace with the same bytes; a conditional one, a create or a delete
     /// repeated after a lost answer fails its condition or finds nothing.
-    pub(crate) fn is_idempotent(&self) -> bool {
+    pub(crate) fn repeat(&self) -> Repeat {
         match self {
-            BlobOp::List { .. }
-            | BlobOp::Get { .. }
-            | BlobOp::Properties { .. }
-            | BlobOp::PutBlock { .. } => true,
+            BlobOp::List { .. } | BlobOp::Get { .. } | BlobOp::Properties { .. } => Repeat::Read,
+            BlobOp::PutBlock { .. } => Repeat::Idempotent,
             BlobOp::Put { conditions, .. } | BlobOp::PutBlockList { conditions, .. } => {
-                **conditions == Conditions::default()
+                if **conditions == Conditions::default() {
+                    Repeat::Idempotent
+                } else {
+                    Repeat::Detected
+                }
             }
             BlobOp::CreateContainer { .. }
             | BlobOp::DeleteContainer { .. }
-            | BlobOp::Delete { .. } => false,
+            | BlobOp::Delete { .. } => Repeat::Detected,
         }
     }
 }

@@ -116,18 +116,62 @@ impl Operation<'_> {
         }
     }
 
-    /// Whether repeating the operation cannot change its outcome.
-    pub(crate) fn is_idempotent(&self) -> bool {
+    /// How the operation may be repeated after a failed attempt.
+    pub(crate) fn repeat(&self) -> Repeat {
         match self {
+            Operation::ListTables { .. } | Operation::Get { .. } | Operation::Query { .. } => {
+                Repeat::Read
+            }
+            // An unconditional write (upsert, or `If-Match: *`) leaves the same
+            // entity however often it is applied.
+            Operation::Write { if_match, .. } => match if_match {
+                Some(IfMatch::ETag(_)) => Repeat::Detected,
+                _ => Repeat::Idempotent,
+            },
+            Operation::Transaction { ops, .. } => {
+                let unconditional = |op: &BatchOp| {
+                    matches!(
+                        op.kind,
+                        BatchKind::Upsert(_) | BatchKind::Update(_, IfMatch::Any)
+                    )
+                };
+                if ops.iter().all(unconditional) {
+                    Repeat::Idempotent
+                } else {
+                    Repeat::Detected
+                }
+            }
+            // Applied once, each is refused the second time: 409 for a create
+            // or an insert, 412 for a stale ETag, 404 for a delete.
             Operation::Insert { .. }
-            | Operation::Transaction { .. }
-            | Operation::CreateTable { .. } => false,
-            // A conditional write or delete that succeeded once fails its condition the second time.
-            Operation::Write { if_match, .. } => !matches!(if_match, Some(IfMatch::ETag(_))),
-            Operation::Delete { .. } | Operation::DeleteTable { .. } => false,
-            Operation::ListTables { .. } | Operation::Get { .. } | Operation::Query { .. } => true,
+            | Operation::Delete { .. }
+            | Operation::CreateTable { .. }
+            | Operation::DeleteTable { .. } => Repeat::Detected,
         }
     }
+}
+
+/// How a request may be repeated after an attempt failed; the retry loop of
+/// a remote backend decides by it whether to resend and whether the call's
+/// error is [ambiguous](crate::Error::is_ambiguous).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Repeat {
+    /// A read: repeating it changes nothing, and its failure leaves nothing
+    /// behind.
+    Read,
+    /// A write that leaves the same state however often it is applied (an
+    /// upsert): every retryable failure is retried, and a failed call whose
+    /// attempt may have been applied is ambiguous.
+    Idempotent,
+    /// Not idempotent, but a repeat of an applied attempt is refused by the
+    /// service (an insert meets 409, a conditional write 412, a delete 404):
+    /// retried, and the call's error is ambiguous if an attempt may have been
+    /// applied.
+    Detected,
+    /// A repeat of an applied attempt would apply twice unnoticed (a queue
+    /// send): retried only after failures that prove nothing was applied;
+    /// after an attempt whose outcome is unknown the call fails, ambiguous.
+    Never,
 }
 
 /// The entity of a single write, encoded and validated by the client.

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use crate::backend::Repeat;
 use crate::error::Result;
 
 /// One request about a queue or its messages.
@@ -70,19 +71,28 @@ impl QueueOp<'_> {
         }
     }
 
-    /// Whether repeating the request cannot change its outcome. A send repeated
-    /// after a lost answer may store the message twice; a receive repeated hides
-    /// messages the caller never saw until their visibility timeout ends. A
-    /// create is idempotent: the service answers a repeated one (same, here
-    /// empty, metadata) with 204 and leaves the queue as it was.
-    pub(crate) fn is_idempotent(&self) -> bool {
-        matches!(
-            self,
-            QueueOp::Create { .. }
-                | QueueOp::Peek { .. }
-                | QueueOp::Count { .. }
-                | QueueOp::Clear { .. }
-        )
+    /// How the request may be repeated after a failed attempt.
+    ///
+    /// A send repeated after an attempt that may have been applied could store
+    /// the message twice, and nothing would tell: it is never resent then
+    /// (the call fails, [ambiguous](crate::Error::is_ambiguous)). A receive
+    /// is repeated: the messages of a lost answer are not lost, they become
+    /// visible again when their visibility timeout ends, one dequeue later.
+    /// A create is idempotent: the service answers a repeated one (same, here
+    /// empty, metadata) with 204 and leaves the queue as it was. An update or
+    /// delete of a message, and a delete of a queue, are refused the second
+    /// time (the pop receipt changed, or nothing is left).
+    pub(crate) fn repeat(&self) -> Repeat {
+        match self {
+            QueueOp::Send { .. } => Repeat::Never,
+            QueueOp::Peek { .. } | QueueOp::Count { .. } => Repeat::Read,
+            QueueOp::Receive { .. } | QueueOp::Clear { .. } | QueueOp::Create { .. } => {
+                Repeat::Idempotent
+            }
+            QueueOp::Update { .. } | QueueOp::DeleteMessage { .. } | QueueOp::Delete { .. } => {
+                Repeat::Detected
+            }
+        }
     }
 }
 

@@ -13,6 +13,7 @@ use std::time::Duration;
 use futures::stream::{self, BoxStream, Stream, StreamExt, TryStreamExt};
 
 use super::handle::{is_missing_entity, TableHandle};
+use super::outcome::{self, AmbiguousWrites};
 use super::query::{self, Query, ScanPolicy};
 use crate::account::Account;
 use crate::backend::{self, Backend, BatchKind, BatchOp, EntityBody, Operation, Response, Written};
@@ -111,6 +112,7 @@ impl TableServiceClient {
                 backend: self.backend.clone(),
                 name: Arc::from(name),
                 scan_policy: ScanPolicy::default(),
+                ambiguous_writes: AmbiguousWrites::default(),
             },
             _t: PhantomData,
         })
@@ -352,6 +354,19 @@ impl<T> TableClient<T> {
     pub fn scan_policy(&self) -> ScanPolicy {
         self.handle.scan_policy
     }
+
+    /// What a write whose outcome is unknown does: read back and decide
+    /// ([`AmbiguousWrites::ReadBack`], the default), or fail with the
+    /// [ambiguous](Error::is_ambiguous) error as it is.
+    pub fn with_ambiguous_writes(mut self, policy: AmbiguousWrites) -> Self {
+        self.handle.ambiguous_writes = policy;
+        self
+    }
+
+    /// The policy for writes whose outcome is unknown.
+    pub fn ambiguous_writes(&self) -> AmbiguousWrites {
+        self.handle.ambiguous_writes
+    }
 }
 
 impl<T: TableEntity> TableClient<T> {
@@ -420,26 +435,51 @@ impl<T: TableEntity> TableClient<T> {
             let (key, body) = encode(target.entity())?;
             (key, EntityBody::Json(bytes::Bytes::from(body)))
         };
-        let op = match kind {
-            WriteKind::Insert => Operation::Insert {
-                table: &self.handle.name,
-                body,
-            },
-            WriteKind::Write(mode, if_match) => Operation::Write {
-                table: &self.handle.name,
-                key: &key,
-                body,
-                mode,
-                if_match,
-            },
-        };
-        match self.handle.backend.execute(op).await? {
-            Response::Written(w) => {
-                target.written(&w);
-                Ok(w)
+        // What the write sent, kept for a read-back; the JSON is shared, not copied.
+        let sent = match (&body, self.handle.ambiguous_writes) {
+            (EntityBody::Json(json), AmbiguousWrites::ReadBack) => {
+                Some(EntityBody::Json(json.clone()))
             }
-            _ => Err(Error::decode("unexpected answer to a write")),
-        }
+            _ => None,
+        };
+        let (op, mode) = match kind {
+            WriteKind::Insert => (
+                Operation::Insert {
+                    table: &self.handle.name,
+                    body,
+                },
+                UpdateMode::Replace,
+            ),
+            WriteKind::Write(mode, if_match) => (
+                Operation::Write {
+                    table: &self.handle.name,
+                    key: &key,
+                    body,
+                    mode,
+                    if_match,
+                },
+                mode,
+            ),
+        };
+        let name = op.name();
+        let written = match self.handle.backend.execute(op).await {
+            Ok(Response::Written(w)) => w,
+            Ok(_) => return Err(Error::decode("unexpected answer to a write")),
+            Err(e) if e.is_ambiguous() => match sent {
+                Some(sent) => {
+                    let intent = outcome::Intent::of_body(&sent, mode)?;
+                    outcome::resolve(&self.handle, name, vec![intent], e)
+                        .await?
+                        .pop()
+                        .flatten()
+                        .ok_or_else(|| Error::decode("a resolved write without its ETag"))?
+                }
+                None => return Err(e),
+            },
+            Err(e) => return Err(e),
+        };
+        target.written(&written);
+        Ok(written)
     }
 
     /// Inserts a new entity; fails with a conflict ([`Error::is_conflict`]) if one
@@ -478,7 +518,8 @@ impl<T: TableEntity> TableClient<T> {
         let key = key.into();
         key.validate()?;
         let if_match = if_match.into();
-        self.handle
+        match self
+            .handle
             .backend
             .execute(Operation::Delete {
                 table: &self.handle.name,
@@ -486,7 +527,19 @@ impl<T: TableEntity> TableClient<T> {
                 if_match: &if_match,
             })
             .await
-            .map(drop)
+        {
+            Ok(_) => Ok(()),
+            Err(e)
+                if e.is_ambiguous()
+                    && self.handle.ambiguous_writes == AmbiguousWrites::ReadBack =>
+            {
+                let intent = outcome::Intent::Absent(key);
+                outcome::resolve(&self.handle, "delete", vec![intent], e)
+                    .await
+                    .map(drop)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Deletes an entity if it exists; returns whether it did. A missing entity is
@@ -1013,18 +1066,35 @@ impl<T: TableEntity> Transaction<T> {
                 reason: "a transaction needs at least one operation".into(),
             }));
         }
-        match self
-            .table
-            .handle
+        let handle = &self.table.handle;
+        // What each operation sent, kept for a read-back. A backend that stores
+        // bags answers every write for certain, so nothing is kept for it.
+        let sent: Option<Vec<outcome::SentOp>> = (handle.ambiguous_writes
+            == AmbiguousWrites::ReadBack
+            && !handle.backend.stores_property_bags())
+        .then(|| self.ops.iter().map(outcome::SentOp::of).collect());
+        let result = handle
             .backend
             .execute(Operation::Transaction {
-                table: &self.table.handle.name,
+                table: &handle.name,
                 ops: self.ops,
             })
-            .await?
-        {
-            Response::Transaction(etags) => Ok(TransactionResult { etags }),
-            _ => Err(Error::decode("unexpected answer to a transaction")),
+            .await;
+        match result {
+            Ok(Response::Transaction(etags)) => Ok(TransactionResult { etags }),
+            Ok(_) => Err(Error::decode("unexpected answer to a transaction")),
+            Err(e) if e.is_ambiguous() && sent.is_some() => {
+                let intents = sent
+                    .iter()
+                    .flatten()
+                    .map(outcome::SentOp::intent)
+                    .collect::<Result<Vec<_>>>()?;
+                let written = outcome::resolve(handle, "transaction", intents, e).await?;
+                Ok(TransactionResult {
+                    etags: written.into_iter().map(|w| w.map(|w| w.etag)).collect(),
+                })
+            }
+            Err(e) => Err(e),
         }
     }
 }

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use super::outcome::AmbiguousWrites;
 use crate::backend::{Backend, Operation, Response};
 use crate::entity::{ETag, EntityKey, TableEntity};
 use crate::error::{Error, ErrorCode, Result};
@@ -14,6 +15,7 @@ pub(crate) struct TableHandle {
     pub(crate) backend: Arc<dyn Backend>,
     pub(crate) name: Arc<str>,
     pub(crate) scan_policy: ScanPolicy,
+    pub(crate) ambiguous_writes: AmbiguousWrites,
 }
 
 impl TableHandle {

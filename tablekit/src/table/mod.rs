@@ -3,10 +3,12 @@
 
 mod client;
 mod handle;
+mod outcome;
 mod query;
 
 pub use client::{
     Get, ListTables, Modified, Modify, ModifyStep, TableClient, TableNames, TableServiceClient,
     Transaction, TransactionResult, WriteTarget,
 };
+pub use outcome::{AmbiguousWrites, ReadBack};
 pub use query::{EntityStream, Page, PageStream, Query, ScanPolicy};

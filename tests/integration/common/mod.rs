@@ -12,6 +12,8 @@
 // Every test binary compiles this module and uses a different part of it.
 #![allow(dead_code)]
 
+pub mod fault_proxy;
+
 use std::io::Write as _;
 use std::sync::Once;
 

@@ -12,7 +12,6 @@ pub(crate) fn service(status: u16, code: ErrorCode, message: &str) -> Error {
         // The service names every answer; so does the store, for logs that expect one.
         request_id: Some(uuid::Uuid::new_v4().to_string()),
         batch_index: None,
-        ambiguous: false,
         retry_after: None,
     })
     .into()

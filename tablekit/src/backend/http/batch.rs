@@ -114,7 +114,6 @@ pub(crate) fn parse_response(
             message,
             request_id,
             batch_index,
-            ambiguous: false,
             retry_after: None,
         })
         .into());

@@ -15,11 +15,10 @@ use tracing::Instrument;
 
 use super::account::{Account, Credential};
 use super::storage_auth::{self, StorageRequest};
-use super::wire::{
-    header_str, header_value, parse_retry_after, service_error, QueryString, COMPONENT,
-};
+use super::wire::{header_str, header_value, parse_retry_after, QueryString, COMPONENT};
 use super::{
-    auth, http_client, transport_error, with_retries, HttpOptions, RetryPolicy, API_VERSION,
+    auth, client_request_id, error_answer, http_client, transport_error, with_retries, HttpOptions,
+    RetryPolicy, API_VERSION,
 };
 use crate::backend::blob::{
     BlobBackend, BlobHeaders, BlobOp, BlobProperties, BlobResponse, Conditions,
@@ -247,7 +246,7 @@ impl HttpBlobBackend {
         req
     }
 
-    async fn send_once(&self, req: &Request) -> Result<reqwest::Response> {
+    async fn send_once(&self, req: &Request, client_request_id: &str) -> Result<reqwest::Response> {
         let mut url = self.base.clone();
         url.set_path(&format!("{}/{}", self.base_path, req.path));
         let mut q = QueryString::default();
@@ -258,6 +257,7 @@ impl HttpBlobBackend {
         let mut headers = HeaderMap::new();
         headers.insert("x-ms-date", header_value(&date)?);
         headers.insert("x-ms-version", HeaderValue::from_static(API_VERSION));
+        headers.insert("x-ms-client-request-id", header_value(client_request_id)?);
         for (name, value) in &req.ms {
             let name = HeaderName::from_bytes(name.as_bytes())
                 .map_err(|_| Error::config(format!("{name:?} is not a valid header name")))?;
@@ -284,8 +284,11 @@ impl HttpBlobBackend {
             Credential::SharedKey(key) => {
                 let query: Vec<(&str, &str)> =
                     req.query.iter().map(|(n, v)| (*n, v.as_str())).collect();
-                let mut ms: Vec<(&str, &str)> =
-                    vec![("x-ms-date", &date), ("x-ms-version", API_VERSION)];
+                let mut ms: Vec<(&str, &str)> = vec![
+                    ("x-ms-client-request-id", client_request_id),
+                    ("x-ms-date", &date),
+                    ("x-ms-version", API_VERSION),
+                ];
                 ms.extend(req.ms.iter().map(|(n, v)| (n.as_str(), v.as_str())));
                 let signed = StorageRequest {
                     method: req.method.as_str(),
@@ -373,11 +376,8 @@ async fn error_of(resp: reqwest::Response) -> Error {
     let header_code = header_str(resp.headers(), "x-ms-error-code");
     let retry_after =
         header_str(resp.headers(), "retry-after").and_then(|v| parse_retry_after(&v, Utc::now()));
-    let body = match resp.bytes().await {
-        Ok(b) => b,
-        Err(e) => return transport_error(&e),
-    };
-    let err = service_error(status, request_id, retry_after, &body);
+    // A body cut short loses only the code and message: the status stands.
+    let err = error_answer(resp, status, request_id, retry_after).await;
     match (err.kind(), header_code) {
         (ErrorKind::Service(s), Some(code)) if s.code.is_none() => {
             let mut s = s.clone();
@@ -506,10 +506,12 @@ impl BlobBackend for HttpBlobBackend {
             "tablekit.request",
             operation = op.name(),
             status = tracing::field::Empty,
+            client_request_id = tracing::field::Empty,
         );
         let req = self.build(&op);
-        with_retries(&self.retry, op.name(), op.is_idempotent(), || async {
-            let resp = self.send_once(&req).await?;
+        let id = client_request_id();
+        with_retries(&self.retry, op.name(), op.repeat(), &id, || async {
+            let resp = self.send_once(&req, &id).await?;
             self.interpret(&op, resp).await
         })
         .instrument(span)

@@ -14,7 +14,7 @@ use self::auth::StringToSign;
 use self::wire::{
     entity_resource, header_str, header_value, prefix_bounds, service_error, QueryString,
 };
-use crate::backend::{Backend, Continuation, Operation, Payload, Response, Written};
+use crate::backend::{Backend, Continuation, Operation, Payload, Repeat, Response, Written};
 use crate::entity::{ETag, UpdateMode};
 use crate::error::{Error, ErrorKind, Result, TransportError, TransportKind};
 use crate::options::full_jitter;
@@ -96,37 +96,69 @@ pub(crate) fn http_client(options: &HttpOptions) -> Result<reqwest::Client> {
         .map_err(|e| Error::config(format!("cannot build the HTTP client: {}", e.without_url())))
 }
 
+/// A fresh `x-ms-client-request-id`: a random v4 UUID, from a fast
+/// non-cryptographic source (it only has to be unique enough to find a
+/// request in logs).
+pub(crate) fn client_request_id() -> String {
+    let bytes = fastrand::u128(..).to_le_bytes();
+    uuid::Builder::from_random_bytes(bytes)
+        .into_uuid()
+        .hyphenated()
+        .to_string()
+}
+
 /// Runs `attempt` until it succeeds, fails for good, or the policy's retries run
-/// out. A non-idempotent request that fails after a retry may have been applied
-/// by an attempt whose answer was lost: its 404/409/412 is marked ambiguous.
+/// out. Every attempt sends the same `client_request_id` (one per logical
+/// call, from [`client_request_id`]), which the error of a failed call carries.
+///
+/// When an attempt of a write fails in a way that leaves its outcome unknown
+/// ([`Error::outcome_unknown`]), the call's final error, whatever it is, is
+/// marked [`Error::is_ambiguous`]; a [`Repeat::Never`] request is not resent
+/// after such an attempt.
 pub(crate) async fn with_retries<T, F, Fut>(
     policy: &RetryPolicy,
     operation: &'static str,
-    idempotent: bool,
+    repeat: Repeat,
+    client_request_id: &str,
     mut attempt: F,
 ) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T>>,
 {
+    tracing::Span::current().record("client_request_id", client_request_id);
     let mut retry = 0;
+    let mut unknown = false;
     loop {
-        match attempt().await {
-            Err(e) if e.is_retryable() && retry < policy.max_retries => {
-                let delay = policy.delay_after(&e, retry);
-                tracing::debug!(
-                    operation,
-                    retry,
-                    delay_ms = delay.as_millis() as u64,
-                    error = %e,
-                    "retrying"
-                );
-                tokio::time::sleep(delay).await;
-                retry += 1;
-            }
-            Err(e) if retry > 0 && !idempotent => return Err(mark_ambiguous(e)),
-            other => return other,
+        let e = match attempt().await {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
+        };
+        let this_unknown = repeat != Repeat::Read && e.outcome_unknown();
+        let resend = e.is_retryable()
+            && retry < policy.max_retries
+            && !(repeat == Repeat::Never && this_unknown);
+        if resend {
+            unknown |= this_unknown;
+            let delay = policy.delay_after(&e, retry);
+            tracing::debug!(
+                operation,
+                retry,
+                delay_ms = delay.as_millis() as u64,
+                outcome_unknown = this_unknown,
+                error = %e,
+                "retrying"
+            );
+            tokio::time::sleep(delay).await;
+            retry += 1;
+            continue;
         }
+        let e = e.with_client_request_id(client_request_id);
+        return Err(if unknown || this_unknown {
+            e.into_ambiguous()
+        } else {
+            e
+        });
     }
 }
 
@@ -343,11 +375,12 @@ impl HttpBackend {
     }
 
     /// Adds the common headers and the credential, then sends once.
-    async fn send_once(&self, req: &Request) -> Result<reqwest::Response> {
+    async fn send_once(&self, req: &Request, client_request_id: &str) -> Result<reqwest::Response> {
         let mut url = req.url.clone();
         let date = auth::rfc1123(chrono::Utc::now());
         let mut headers = req.headers.clone();
         headers.insert("x-ms-date", header_value(&date)?);
+        headers.insert("x-ms-client-request-id", header_value(client_request_id)?);
         headers.insert("x-ms-version", HeaderValue::from_static(API_VERSION));
         headers.insert("dataserviceversion", HeaderValue::from_static("3.0;NetFx"));
         headers.insert(
@@ -413,8 +446,9 @@ impl HttpBackend {
     async fn execute_inner(&self, op: &Operation<'_>, span: &tracing::Span) -> Result<Response> {
         let req = self.build(op)?;
         span.record("method", req.method.as_str());
-        with_retries(&self.retry, op.name(), op.is_idempotent(), || async {
-            let resp = self.send_once(&req).await?;
+        let id = client_request_id();
+        with_retries(&self.retry, op.name(), op.repeat(), &id, || async {
+            let resp = self.send_once(&req, &id).await?;
             self.interpret(op, resp, span).await
         })
         .await
@@ -436,8 +470,7 @@ impl HttpBackend {
         if !status.is_success() {
             let retry_after = header_str(resp.headers(), "retry-after")
                 .and_then(|v| wire::parse_retry_after(&v, chrono::Utc::now()));
-            let body = resp.bytes().await.map_err(|e| transport_error(&e))?;
-            return Err(service_error(status, request_id, retry_after, &body));
+            return Err(error_answer(resp, status, request_id, retry_after).await);
         }
         let etag = header_str(resp.headers(), "etag");
         Ok(match op {
@@ -497,6 +530,7 @@ impl Backend for HttpBackend {
             method = tracing::field::Empty,
             status = tracing::field::Empty,
             request_id = tracing::field::Empty,
+            client_request_id = tracing::field::Empty,
             duration_us = tracing::field::Empty,
         );
         let start = Instant::now();
@@ -517,6 +551,7 @@ fn transport_error(e: &reqwest::Error) -> Error {
     let kind = transport_kind(e);
     let what = match kind {
         TransportKind::Timeout => "timed out",
+        TransportKind::ConnectTimeout => "timed out connecting",
         TransportKind::Tls => "the TLS handshake failed",
         TransportKind::Connect => "could not connect",
         TransportKind::Interrupted if e.is_body() || e.is_decode() => {
@@ -539,7 +574,9 @@ fn transport_error(e: &reqwest::Error) -> Error {
 
 /// Sorts a reqwest failure into the rows of [`Error::is_retryable`]'s table.
 fn transport_kind(e: &reqwest::Error) -> TransportKind {
-    if e.is_timeout() {
+    if e.is_timeout() && e.is_connect() {
+        TransportKind::ConnectTimeout
+    } else if e.is_timeout() {
         TransportKind::Timeout
     } else if is_tls_failure(e) {
         TransportKind::Tls
@@ -578,15 +615,22 @@ fn is_tls_failure(e: &reqwest::Error) -> bool {
     false
 }
 
-fn mark_ambiguous(e: Error) -> Error {
-    if let ErrorKind::Service(s) = e.kind() {
-        if matches!(s.status, 404 | 409 | 412) {
-            let mut s = s.clone();
-            s.ambiguous = true;
-            return ErrorKind::Service(s).into();
+/// The error of an answer whose status says it failed. If the connection
+/// breaks while its body is read, the status stands (it is the service's
+/// answer); only the code and message of the body are lost.
+pub(crate) async fn error_answer(
+    resp: reqwest::Response,
+    status: reqwest::StatusCode,
+    request_id: Option<String>,
+    retry_after: Option<Duration>,
+) -> Error {
+    match resp.bytes().await {
+        Ok(body) => service_error(status, request_id, retry_after, &body),
+        Err(e) => {
+            tracing::debug!(status = status.as_u16(), error = %transport_error(&e), "an error answer's body was cut short");
+            service_error(status, request_id, retry_after, b"")
         }
     }
-    e
 }
 
 #[cfg(test)]

@@ -13,9 +13,10 @@ use tracing::Instrument;
 
 use super::account::{Account, Credential};
 use super::storage_auth::{self, StorageRequest};
-use super::wire::{header_str, header_value, parse_retry_after, service_error, QueryString};
+use super::wire::{header_str, header_value, parse_retry_after, QueryString};
 use super::{
-    auth, http_client, transport_error, with_retries, HttpOptions, RetryPolicy, API_VERSION,
+    auth, client_request_id, error_answer, http_client, transport_error, with_retries, HttpOptions,
+    RetryPolicy, API_VERSION,
 };
 use crate::backend::queue::{QueueBackend, QueueOp, QueueResponse, RawMessage};
 use crate::error::{Error, Result};
@@ -164,7 +165,7 @@ impl HttpQueueBackend {
         }
     }
 
-    async fn send_once(&self, req: &Request) -> Result<reqwest::Response> {
+    async fn send_once(&self, req: &Request, client_request_id: &str) -> Result<reqwest::Response> {
         let mut path = String::with_capacity(self.base_path.len() + req.resource.len() + 1);
         path.push_str(&self.base_path);
         path.push('/');
@@ -180,6 +181,7 @@ impl HttpQueueBackend {
         let mut headers = HeaderMap::new();
         headers.insert("x-ms-date", header_value(&date)?);
         headers.insert("x-ms-version", HeaderValue::from_static(API_VERSION));
+        headers.insert("x-ms-client-request-id", header_value(client_request_id)?);
         let content_type = if req.body.is_empty() {
             ""
         } else {
@@ -199,7 +201,11 @@ impl HttpQueueBackend {
                     method: req.method.as_str(),
                     content_length: req.body.len() as u64,
                     content_type,
-                    ms_headers: &[("x-ms-date", &date), ("x-ms-version", API_VERSION)],
+                    ms_headers: &[
+                        ("x-ms-client-request-id", client_request_id),
+                        ("x-ms-date", &date),
+                        ("x-ms-version", API_VERSION),
+                    ],
                     path: url.path(),
                     query: &query,
                     ..Default::default()
@@ -245,8 +251,7 @@ impl HttpQueueBackend {
         if !status.is_success() {
             let retry_after = header_str(resp.headers(), "retry-after")
                 .and_then(|v| parse_retry_after(&v, Utc::now()));
-            let body = resp.bytes().await.map_err(|e| transport_error(&e))?;
-            return Err(service_error(status, request_id, retry_after, &body));
+            return Err(error_answer(resp, status, request_id, retry_after).await);
         }
         Ok(match op {
             QueueOp::Create { .. } => QueueResponse::Created(status.as_u16() == 201),
@@ -298,10 +303,12 @@ impl QueueBackend for HttpQueueBackend {
             "tablekit.request",
             operation = op.name(),
             status = tracing::field::Empty,
+            client_request_id = tracing::field::Empty,
         );
         let req = self.build(&op);
-        with_retries(&self.retry, op.name(), op.is_idempotent(), || async {
-            let resp = self.send_once(&req).await?;
+        let id = client_request_id();
+        with_retries(&self.retry, op.name(), op.repeat(), &id, || async {
+            let resp = self.send_once(&req, &id).await?;
             self.interpret(&op, resp).await
         })
         .instrument(span)

@@ -100,7 +100,6 @@ pub(crate) fn service_error(
         message,
         request_id,
         batch_index,
-        ambiguous: false,
         retry_after,
     })
     .into()

@@ -1,0 +1,353 @@
+//! Writes whose outcome is unknown, resolved by reading back.
+//!
+//! A write that is not idempotent (an insert, a conditional update or delete, a
+//! transaction) can fail after the service applied it: the answer was lost, the
+//! client retried, and the retry met the 409, 412 or 404 that the first attempt
+//! caused. The retry loop marks such an error [ambiguous](Error::is_ambiguous).
+//! Here the table client reads the entities back and decides: if they hold what
+//! the write sent, the write happened and the call succeeds; if not, the caller
+//! gets the ambiguous error with what was read ([`Error::read_back`]).
+
+use std::fmt;
+use std::sync::Arc;
+
+use futures::{StreamExt, TryStreamExt};
+
+use super::handle::TableHandle;
+use crate::backend::{BatchKind, BatchOp, EntityBody, Written};
+use crate::codec::read::decode_entity;
+use crate::entity::{DynamicEntity, ETag, EntityKey, UpdateMode};
+use crate::error::{Error, Result};
+
+/// What a [`TableClient`](crate::TableClient) does when a write fails with an
+/// [ambiguous](Error::is_ambiguous) error: a retried insert met 409, a retried
+/// conditional update 412, a retried delete 404, or every attempt lost its
+/// answer.
+///
+/// The default, [`AmbiguousWrites::ReadBack`], reads the entities back and
+/// decides, so that a write that landed is reported as the success it was.
+/// The comparison is by value: if another writer stored exactly the values
+/// this write sent, the write is taken as applied. That is the right answer for
+/// "is my data there?", but a read–modify–write where two writers can compute
+/// the same value (two increments of the same counter) could then count one
+/// increment twice as done; give such writes a property only they write (a
+/// writer or operation id), or choose [`AmbiguousWrites::Report`] and decide
+/// yourself.
+///
+/// ```
+/// use tablekit::{AmbiguousWrites, DynamicEntity, TableServiceClient};
+///
+/// let svc = TableServiceClient::embedded();
+/// let table = svc
+///     .table::<DynamicEntity>("Counters")?
+///     .with_ambiguous_writes(AmbiguousWrites::Report);
+/// assert_eq!(table.ambiguous_writes(), AmbiguousWrites::Report);
+/// # Ok::<(), tablekit::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AmbiguousWrites {
+    /// Read the written entities back (one point read each, eight at a time)
+    /// and succeed if they hold what the write sent; otherwise fail with the
+    /// ambiguous error and the read-back state ([`Error::read_back`]).
+    #[default]
+    ReadBack,
+    /// Return the ambiguous error without reading anything.
+    Report,
+}
+
+/// What a write meant to leave at one key.
+#[derive(Debug)]
+pub(crate) enum Intent {
+    /// An entity holding the properties of `entity`: exactly those (an insert
+    /// or a replace), or at least those (a merge).
+    Holds { entity: DynamicEntity, exact: bool },
+    /// No entity (a delete).
+    Absent(EntityKey),
+}
+
+impl Intent {
+    /// The intent of a single write whose body was `body`.
+    pub(crate) fn of_body(body: &EntityBody, mode: UpdateMode) -> Result<Self> {
+        let entity = match body {
+            EntityBody::Json(json) => decode_entity::<DynamicEntity>(json, None)?,
+            EntityBody::Bag(bag) => (**bag).clone(),
+        };
+        Ok(Intent::Holds {
+            entity,
+            exact: mode == UpdateMode::Replace,
+        })
+    }
+
+    fn key(&self) -> EntityKey {
+        match self {
+            Intent::Holds { entity, .. } => {
+                EntityKey::new(entity.partition_key.clone(), entity.row_key.clone())
+            }
+            Intent::Absent(key) => key.clone(),
+        }
+    }
+
+    /// Whether `stored` (the entity read back, if any) is what the write left.
+    fn is_met_by(&self, stored: Option<&DynamicEntity>) -> bool {
+        match (self, stored) {
+            (Intent::Absent(_), stored) => stored.is_none(),
+            (Intent::Holds { .. }, None) => false,
+            (Intent::Holds { entity, exact }, Some(stored)) => {
+                (!exact || stored.properties.len() == entity.properties.len())
+                    && entity
+                        .properties
+                        .iter()
+                        .all(|(name, value)| stored.properties.get(name) == Some(value))
+            }
+        }
+    }
+}
+
+/// What one transaction operation sent, kept until the transaction's outcome
+/// is known; its intent is only worked out if a read-back is needed.
+#[derive(Debug)]
+pub(crate) struct SentOp {
+    kind: BatchKind,
+    key: EntityKey,
+    body: Option<Vec<u8>>,
+}
+
+impl SentOp {
+    pub(crate) fn of(op: &BatchOp) -> Self {
+        SentOp {
+            kind: op.kind.clone(),
+            key: op.key.clone(),
+            body: op.body.clone(),
+        }
+    }
+
+    /// What the operation meant to leave at its key.
+    pub(crate) fn intent(&self) -> Result<Intent> {
+        let mode = match &self.kind {
+            BatchKind::Delete(_) => return Ok(Intent::Absent(self.key.clone())),
+            BatchKind::Insert => UpdateMode::Replace,
+            BatchKind::Upsert(mode) | BatchKind::Update(mode, _) => *mode,
+        };
+        let json = self
+            .body
+            .as_deref()
+            .ok_or_else(|| Error::decode("a transaction write without a body"))?;
+        Ok(Intent::Holds {
+            entity: decode_entity::<DynamicEntity>(json, None)?,
+            exact: mode == UpdateMode::Replace,
+        })
+    }
+}
+
+/// An entity read back, with the ETag it was read at; `None` where there is none.
+type ReadBackEntity = Option<(DynamicEntity, Option<ETag>)>;
+
+/// What tablekit read back after a write whose outcome was unknown and could
+/// not be confirmed: one row per entity of the write, in the write's order,
+/// with the entity found at that key (`None` where there was none).
+///
+/// It is attached to the ambiguous error ([`Error::read_back`]) so that the
+/// caller can decide without another request: the entities may hold another
+/// writer's values (the write did not land, or was overwritten since), or part
+/// of what the write sent.
+#[derive(Clone)]
+pub struct ReadBack {
+    entities: Vec<(EntityKey, Option<DynamicEntity>)>,
+}
+
+impl ReadBack {
+    /// The keys of the write, each with the entity found there (`None`: no entity).
+    pub fn entities(&self) -> &[(EntityKey, Option<DynamicEntity>)] {
+        &self.entities
+    }
+
+    /// The entity found at `key`; `None` if there was none or the write did
+    /// not touch `key`.
+    pub fn get(&self, key: &EntityKey) -> Option<&DynamicEntity> {
+        self.entities
+            .iter()
+            .find(|(k, _)| k == key)
+            .and_then(|(_, e)| e.as_ref())
+    }
+}
+
+impl fmt::Debug for ReadBack {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Keys and whether an entity was there; property values stay out of logs.
+        f.debug_list()
+            .entries(
+                self.entities
+                    .iter()
+                    .map(|(k, e)| (k.to_string(), e.is_some())),
+            )
+            .finish()
+    }
+}
+
+impl Error {
+    /// After a table write failed [ambiguously](Error::is_ambiguous) and its
+    /// read-back could not confirm it: what was read. `None` for every other
+    /// error, and when the read-back itself failed (or was turned off with
+    /// [`AmbiguousWrites::Report`]).
+    pub fn read_back(&self) -> Option<&ReadBack> {
+        self.read_back_state()?.downcast_ref()
+    }
+}
+
+/// Decides the outcome of an ambiguous write from its intents: reads every key
+/// back, and returns what the write would have returned (the new ETag and
+/// Timestamp per intent, `None` for deletes) if every intent is met, or `error`
+/// with the read-back state if not. A failed read-back returns `error` as it is.
+pub(crate) async fn resolve(
+    handle: &TableHandle,
+    operation: &'static str,
+    intents: Vec<Intent>,
+    error: Error,
+) -> Result<Vec<Option<Written>>> {
+    let keys: Vec<EntityKey> = intents.iter().map(Intent::key).collect();
+    // Owned keys and handles: a future borrowing from a closure's argument is
+    // not `Send` for every lifetime, which the callers' futures must be.
+    let reads_futures: Vec<_> = keys
+        .iter()
+        .cloned()
+        .map(|key| {
+            let handle = handle.clone();
+            async move { handle.get_with_etag::<DynamicEntity>(&key, None).await }
+        })
+        .collect();
+    let reads: Result<Vec<ReadBackEntity>> = futures::stream::iter(reads_futures)
+        .buffered(8)
+        .try_collect()
+        .await;
+    let reads = match reads {
+        Ok(reads) => reads,
+        Err(read_error) => {
+            tracing::warn!(
+                operation,
+                table = handle.name(),
+                error = %read_error,
+                "the outcome of a write is unknown and reading it back failed"
+            );
+            return Err(error);
+        }
+    };
+    let met = intents
+        .iter()
+        .zip(&reads)
+        .all(|(intent, read)| intent.is_met_by(read.as_ref().map(|(e, _)| e)));
+    if met {
+        let mut written = Vec::with_capacity(reads.len());
+        for (intent, read) in intents.iter().zip(reads) {
+            written.push(match (intent, read) {
+                (Intent::Absent(_), _) => None,
+                (Intent::Holds { .. }, Some((entity, Some(etag)))) => {
+                    let mut w = Written::from_etag(etag);
+                    if entity.timestamp.is_some() {
+                        w.timestamp = entity.timestamp;
+                    }
+                    Some(w)
+                }
+                (Intent::Holds { .. }, _) => return Err(error),
+            });
+        }
+        tracing::info!(
+            operation,
+            table = handle.name(),
+            entities = intents.len(),
+            client_request_id = error.client_request_id().unwrap_or(""),
+            "an ambiguous write was resolved by read-back: it was applied"
+        );
+        return Ok(written);
+    }
+    tracing::info!(
+        operation,
+        table = handle.name(),
+        entities = intents.len(),
+        client_request_id = error.client_request_id().unwrap_or(""),
+        "an ambiguous write could not be confirmed by read-back"
+    );
+    let state = ReadBack {
+        entities: keys
+            .into_iter()
+            .zip(reads.into_iter().map(|r| r.map(|(e, _)| e)))
+            .collect(),
+    };
+    Err(error.with_read_back(Arc::new(state)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::EdmValue;
+
+    fn holds(entity: DynamicEntity, exact: bool) -> Intent {
+        Intent::Holds { entity, exact }
+    }
+
+    #[test]
+    fn an_exact_intent_needs_the_same_properties_and_types() {
+        let sent = DynamicEntity::new("p", "r").with("N", 1).with("S", "a");
+        let intent = holds(sent.clone(), true);
+        assert!(intent.is_met_by(Some(&sent)));
+        // Another type with the same number is not what was sent.
+        let int64 = DynamicEntity::new("p", "r")
+            .with("N", EdmValue::Int64(1))
+            .with("S", "a");
+        assert!(!intent.is_met_by(Some(&int64)));
+        // An extra property means somebody else's entity, or a merge into one.
+        let extra = sent.clone().with("X", true);
+        assert!(!intent.is_met_by(Some(&extra)));
+        assert!(!intent.is_met_by(None));
+    }
+
+    #[test]
+    fn a_merge_intent_needs_only_its_own_properties() {
+        let sent = DynamicEntity::new("p", "r").with("N", 2);
+        let intent = holds(sent, false);
+        let stored = DynamicEntity::new("p", "r")
+            .with("N", 2)
+            .with("Old", "kept");
+        assert!(intent.is_met_by(Some(&stored)));
+        let other = DynamicEntity::new("p", "r")
+            .with("N", 3)
+            .with("Old", "kept");
+        assert!(!intent.is_met_by(Some(&other)));
+    }
+
+    #[test]
+    fn a_delete_intent_is_met_by_absence_only() {
+        let intent = Intent::Absent(EntityKey::new("p", "r"));
+        assert!(intent.is_met_by(None));
+        assert!(!intent.is_met_by(Some(&DynamicEntity::new("p", "r"))));
+    }
+
+    #[test]
+    fn the_intent_of_a_json_body_reads_its_types_from_the_annotations() {
+        let e = DynamicEntity::new("p", "r")
+            .with("Big", EdmValue::Int64(9_000_000_000))
+            .with("D", 2.0)
+            .with("I", 7);
+        let json = crate::codec::write::entity_to_json(&e).unwrap();
+        let Intent::Holds { entity, exact } =
+            Intent::of_body(&EntityBody::Json(json.into()), UpdateMode::Merge).unwrap()
+        else {
+            panic!("a write's intent holds an entity")
+        };
+        assert!(!exact);
+        assert_eq!(entity.properties, e.properties);
+    }
+
+    #[test]
+    fn read_back_debug_shows_keys_not_values() {
+        let rb = ReadBack {
+            entities: vec![(
+                EntityKey::new("p", "r"),
+                Some(DynamicEntity::new("p", "r").with("Secret", "hunter2")),
+            )],
+        };
+        let text = format!("{rb:?}");
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(text.contains("true"), "{text}");
+    }
+}
