@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use futures::stream::{self, BoxStream, Stream, StreamExt, TryStreamExt};
 
+use super::handle::AmbiguousWrites;
 use super::handle::{is_missing_entity, TableHandle};
-use super::outcome::{self, AmbiguousWrites};
+use super::outcome;
 use super::query::{self, Query, ScanPolicy};
 use crate::account::Account;
 use crate::backend::{self, Backend, BatchKind, BatchOp, EntityBody, Operation, Response, Written};

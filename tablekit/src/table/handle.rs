@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use super::outcome::AmbiguousWrites;
 use crate::backend::{Backend, Operation, Response};
 use crate::entity::{ETag, EntityKey, TableEntity};
 use crate::error::{Error, ErrorCode, Result};
@@ -81,4 +80,41 @@ pub enum ScanPolicy {
     Warn,
     /// Refuse it before any request, with an invalid-input error.
     Deny,
+}
+
+/// What a [`TableClient`](crate::TableClient) does when a write fails with an
+/// [ambiguous](Error::is_ambiguous) error: a retried insert met 409, a retried
+/// conditional update 412, a retried delete 404, or every attempt lost its
+/// answer.
+///
+/// The default, [`AmbiguousWrites::ReadBack`], reads the entities back and
+/// decides, so that a write that landed is reported as the success it was.
+/// The comparison is by value: if another writer stored exactly the values
+/// this write sent, the write is taken as applied. That is the right answer for
+/// "is my data there?", but a read–modify–write where two writers can compute
+/// the same value (two increments of the same counter) could then count one
+/// increment twice as done; give such writes a property only they write (a
+/// writer or operation id), or choose [`AmbiguousWrites::Report`] and decide
+/// yourself.
+///
+/// ```
+/// use tablekit::{AmbiguousWrites, DynamicEntity, TableServiceClient};
+///
+/// let svc = TableServiceClient::embedded();
+/// let table = svc
+///     .table::<DynamicEntity>("Counters")?
+///     .with_ambiguous_writes(AmbiguousWrites::Report);
+/// assert_eq!(table.ambiguous_writes(), AmbiguousWrites::Report);
+/// # Ok::<(), tablekit::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AmbiguousWrites {
+    /// Read the written entities back (one point read each, eight at a time)
+    /// and succeed if they hold what the write sent; otherwise fail with the
+    /// ambiguous error and the read-back state ([`Error::read_back`]).
+    #[default]
+    ReadBack,
+    /// Return the ambiguous error without reading anything.
+    Report,
 }

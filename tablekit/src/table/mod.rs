@@ -10,5 +10,6 @@ pub use client::{
     Get, ListTables, Modified, Modify, ModifyStep, TableClient, TableNames, TableServiceClient,
     Transaction, TransactionResult, WriteTarget,
 };
-pub use outcome::{AmbiguousWrites, ReadBack};
+pub use handle::AmbiguousWrites;
+pub use outcome::ReadBack;
 pub use query::{EntityStream, Page, PageStream, Query, ScanPolicy};
