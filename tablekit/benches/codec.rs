@@ -340,6 +340,17 @@ fn codec(c: &mut Criterion) {
     g.bench_function("entity_to_json", |b| {
         b.iter(|| entity_to_json(black_box(&e)).expect("a valid entity"))
     });
+    // The same entity with its three strings in accented Latin, CJK and
+    // emoji (the same number of characters): every non-ASCII character is
+    // written as \uXXXX (two for an emoji), which is what this measures.
+    let non_ascii = e
+        .clone()
+        .with("FirstName", "Fírst-\u{e9}\u{e8}\u{ea}\u{eb}-\u{e0}bcdéf-x")
+        .with("LastName", "\u{6771}\u{4eac}\u{4e2d}".repeat(7))
+        .with("Email", "\u{1F600}".repeat(24));
+    g.bench_function("entity_to_json_non_ascii_text", |b| {
+        b.iter(|| entity_to_json(black_box(&non_ascii)).expect("a valid entity"))
+    });
     let searched = MayRepeatNames(e.clone());
     g.bench_function("entity_to_json_duplicate_search", |b| {
         b.iter(|| entity_to_json(black_box(&searched)).expect("a valid entity"))

@@ -598,3 +598,51 @@ async fn a_retried_queue_create_succeeds_and_reports_an_existing_queue() {
         .unwrap_err();
     assert_eq!(err.code(), Some(&ErrorCode::QueueAlreadyExists), "{err}");
 }
+
+/// A send is never resent after an attempt whose outcome is unknown (the
+/// message may be in the queue, and a second copy would go unnoticed): the call
+/// fails at once, ambiguous. After a 503, which proves nothing was stored, it
+/// is resent.
+#[tokio::test]
+async fn a_send_whose_answer_was_lost_is_not_resent_and_is_ambiguous() {
+    use crate::retry::{fake_server, Answer};
+    use std::sync::atomic::Ordering;
+
+    let client = |endpoint: &str| {
+        let account = tablekit::Account::from_connection_string(&format!(
+            "AccountName=devstoreaccount1;AccountKey={};QueueEndpoint={endpoint}",
+            common::EMULATOR_KEY
+        ))
+        .unwrap();
+        let mut options = tablekit::ClientOptions::default();
+        options.http.retry = tablekit::RetryPolicy {
+            max_retries: 3,
+            base_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(5),
+        };
+        QueueServiceClient::with_options(account, options)
+            .unwrap()
+            .queue("jobs")
+            .unwrap()
+    };
+
+    let (endpoint, count) = fake_server(vec![Answer::Drop]).await;
+    let err = client(&endpoint).send(b"job").unwrap().await.unwrap_err();
+    assert!(err.is_ambiguous() && err.is_transport(), "{err:?}");
+    assert!(err.client_request_id().is_some());
+    assert_eq!(count.load(Ordering::SeqCst), 1, "never resent");
+
+    let (endpoint, count) = fake_server(vec![
+        Answer::Status("503 Server Busy", "ServerBusy"),
+        Answer::Drop,
+    ])
+    .await;
+    let err = client(&endpoint).send(b"job").unwrap().await.unwrap_err();
+    assert!(err.is_ambiguous(), "{err:?}");
+    assert_eq!(count.load(Ordering::SeqCst), 2, "resent after the 503 only");
+
+    // A read is never ambiguous, however its answers are lost.
+    let (endpoint, _) = fake_server(vec![Answer::Drop]).await;
+    let err = client(&endpoint).peek(1).await.unwrap_err();
+    assert!(err.is_transport() && !err.is_ambiguous(), "{err:?}");
+}
