@@ -552,6 +552,25 @@ async fn peek_leaves_the_dequeue_count_alone(env: Env) {
     assert_eq!(again.dequeue_count(), 2);
 }
 
+/// The queue `jobs` of a scripted server (`retry::fake_server`), with three quick retries.
+fn scripted_queue(endpoint: &str) -> tablekit::QueueClient {
+    let account = tablekit::Account::from_connection_string(&format!(
+        "AccountName=devstoreaccount1;AccountKey={};QueueEndpoint={endpoint}",
+        common::EMULATOR_KEY
+    ))
+    .unwrap();
+    let mut options = tablekit::ClientOptions::default();
+    options.http.retry = tablekit::RetryPolicy {
+        max_retries: 3,
+        base_delay: Duration::from_millis(1),
+        max_delay: Duration::from_millis(5),
+    };
+    QueueServiceClient::with_options(account, options)
+        .unwrap()
+        .queue("jobs")
+        .unwrap()
+}
+
 /// A create whose first answer was lost is retried and succeeds (create is
 /// idempotent), reporting the queue as existing; a 409 `QueueAlreadyExists`
 /// (the queue exists with other metadata) also leaves `create_queue` content.
@@ -560,23 +579,7 @@ async fn a_retried_queue_create_succeeds_and_reports_an_existing_queue() {
     use crate::retry::{fake_server, Answer};
     use std::sync::atomic::Ordering;
 
-    let client = |endpoint: &str| {
-        let account = tablekit::Account::from_connection_string(&format!(
-            "AccountName=devstoreaccount1;AccountKey={};QueueEndpoint={endpoint}",
-            common::EMULATOR_KEY
-        ))
-        .unwrap();
-        let mut options = tablekit::ClientOptions::default();
-        options.http.retry = tablekit::RetryPolicy {
-            max_retries: 3,
-            base_delay: Duration::from_millis(1),
-            max_delay: Duration::from_millis(5),
-        };
-        QueueServiceClient::with_options(account, options)
-            .unwrap()
-            .queue("jobs")
-            .unwrap()
-    };
+    let client = scripted_queue;
 
     // Lost answer, then 204 (exists): success, not an ambiguous error.
     let (endpoint, count) = fake_server(vec![Answer::Drop, Answer::Created]).await;
@@ -608,23 +611,7 @@ async fn a_send_whose_answer_was_lost_is_not_resent_and_is_ambiguous() {
     use crate::retry::{fake_server, Answer};
     use std::sync::atomic::Ordering;
 
-    let client = |endpoint: &str| {
-        let account = tablekit::Account::from_connection_string(&format!(
-            "AccountName=devstoreaccount1;AccountKey={};QueueEndpoint={endpoint}",
-            common::EMULATOR_KEY
-        ))
-        .unwrap();
-        let mut options = tablekit::ClientOptions::default();
-        options.http.retry = tablekit::RetryPolicy {
-            max_retries: 3,
-            base_delay: Duration::from_millis(1),
-            max_delay: Duration::from_millis(5),
-        };
-        QueueServiceClient::with_options(account, options)
-            .unwrap()
-            .queue("jobs")
-            .unwrap()
-    };
+    let client = scripted_queue;
 
     let (endpoint, count) = fake_server(vec![Answer::Drop]).await;
     let err = client(&endpoint).send(b"job").unwrap().await.unwrap_err();

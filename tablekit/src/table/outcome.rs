@@ -199,6 +199,14 @@ pub(crate) async fn resolve(
         .iter()
         .zip(&reads)
         .all(|(intent, read)| intent.is_met_by(read.as_ref().map(|(e, _)| e)));
+    tracing::info!(
+        operation,
+        table = handle.name(),
+        entities = intents.len(),
+        client_request_id = error.client_request_id().unwrap_or(""),
+        applied = met,
+        "the outcome of an ambiguous write was decided by read-back"
+    );
     if met {
         let mut written = Vec::with_capacity(reads.len());
         for (intent, read) in intents.iter().zip(reads) {
@@ -214,22 +222,8 @@ pub(crate) async fn resolve(
                 (Intent::Holds { .. }, _) => return Err(error),
             });
         }
-        tracing::info!(
-            operation,
-            table = handle.name(),
-            entities = intents.len(),
-            client_request_id = error.client_request_id().unwrap_or(""),
-            "an ambiguous write was resolved by read-back: it was applied"
-        );
         return Ok(written);
     }
-    tracing::info!(
-        operation,
-        table = handle.name(),
-        entities = intents.len(),
-        client_request_id = error.client_request_id().unwrap_or(""),
-        "an ambiguous write could not be confirmed by read-back"
-    );
     let state = ReadBack {
         entities: keys
             .into_iter()
