@@ -1060,6 +1060,18 @@ impl<T: TableEntity> Transaction<T> {
 
     /// Sends the transaction. On failure nothing was applied, and the error's
     /// [`Error::batch_index`] names the operation the service rejected.
+    ///
+    /// A transaction whose answer is lost (a dropped or reset connection, a
+    /// timeout, a 500) may have been applied. It is resent like any write: a
+    /// batch that holds an insert or a conditional operation is refused as a
+    /// whole the second time, and one of upserts only leaves the same entities.
+    /// If the call then fails, its outcome is settled by reading every entity
+    /// back (see [`AmbiguousWrites`]): all of them as the transaction left
+    /// them means it was applied, and the call succeeds with their ETags;
+    /// anything else is an [ambiguous](Error::is_ambiguous) error with the
+    /// entities found ([`Error::read_back`]), since the service applies a
+    /// transaction whole or not at all and another writer may have changed
+    /// some of them since.
     pub async fn send(self) -> Result<TransactionResult> {
         if self.ops.is_empty() {
             return Err(Error::invalid(ValidationError::Batch {
