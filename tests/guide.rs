@@ -15,3 +15,8 @@ pub struct Introduction;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/guide/src/ch01-tables-in-ten-minutes.md")]
 pub struct Chapter1TablesInTenMinutes;
+
+/// Chapter 2: migrating from DataServiceContext.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/src/ch02-from-dataservicecontext.md")]
+pub struct Chapter2FromDataServiceContext;
