@@ -20,3 +20,8 @@ pub struct Chapter1TablesInTenMinutes;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/guide/src/ch02-from-dataservicecontext.md")]
 pub struct Chapter2FromDataServiceContext;
+
+/// Chapter 3: migrating from the official SDKs.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/src/ch03-from-the-official-sdks.md")]
+pub struct Chapter3FromTheOfficialSdks;
