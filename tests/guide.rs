@@ -25,3 +25,8 @@ pub struct Chapter2FromDataServiceContext;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/guide/src/ch03-from-the-official-sdks.md")]
 pub struct Chapter3FromTheOfficialSdks;
+
+/// Chapter 5: testing your code.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/src/ch05-testing.md")]
+pub struct Chapter5Testing;
