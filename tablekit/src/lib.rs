@@ -25,6 +25,9 @@
 //! * Every failure is an [`Error`]; input the service would refuse is refused
 //!   before any request is sent.
 //!
+//! Migrating from `DataServiceContext` or the official SDKs? The guide in the
+//! repository's `docs/guide/` (an mdBook) puts every call side by side.
+//!
 //! ```no_run
 //! use futures::TryStreamExt;
 //! use tablekit::{DynamicEntity, IfMatch, TableServiceClient, UpdateMode};
