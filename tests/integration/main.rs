@@ -22,6 +22,7 @@ mod derive_proptest;
 mod derive_roundtrip;
 mod derive_schema;
 mod differential;
+mod durable;
 mod errors;
 mod filter_macros;
 mod metadata;

@@ -27,6 +27,11 @@ pub(crate) fn embedded() -> Arc<dyn Backend> {
     Arc::new(EmbeddedBackend::new())
 }
 
+/// The in-process table store kept in the file at `path` (created if missing).
+pub(crate) fn embedded_at(path: &std::path::Path) -> Result<Arc<dyn Backend>> {
+    Ok(Arc::new(EmbeddedBackend::open(path)?))
+}
+
 /// The Queue service of `account`, over HTTP.
 pub(crate) fn connect_queues(
     account: Account,

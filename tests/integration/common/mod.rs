@@ -71,6 +71,44 @@ macro_rules! both {
     };
 }
 
+/// A file for an embedded store (`TableServiceClient::embedded_at`) in the
+/// temporary directory, with a unique name; removed when dropped.
+pub struct TempStore {
+    path: std::path::PathBuf,
+}
+
+impl TempStore {
+    /// A unique path that does not exist yet.
+    pub fn new() -> Self {
+        let name = format!("tablekit-test-{}.redb", uuid::Uuid::new_v4().simple());
+        TempStore {
+            path: std::env::temp_dir().join(name),
+        }
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// The store in the file (created on first open).
+    pub fn open(&self) -> TableServiceClient {
+        TableServiceClient::embedded_at(&self.path).expect("open the store file")
+    }
+}
+
+impl Default for TempStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for TempStore {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
 /// [`both!`] for a service other than tables: each `case` of the calling module,
 /// an `async fn case(env: Env)`, becomes a module with the tests `embedded` and
 /// `azurite`. `Env` is the calling module's own type, with

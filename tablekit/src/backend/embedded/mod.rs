@@ -35,6 +35,7 @@
 pub(crate) mod blobs;
 mod check;
 mod clock;
+mod durable;
 mod errors;
 mod key;
 pub(crate) mod queues;
@@ -57,6 +58,14 @@ impl EmbeddedBackend {
     /// A fresh, empty store.
     pub(crate) fn new() -> Self {
         EmbeddedBackend::default()
+    }
+
+    /// The store kept in the file at `path` (created if missing), with
+    /// everything the file holds (see the `durable` module).
+    pub(crate) fn open(path: &std::path::Path) -> Result<Self> {
+        Ok(EmbeddedBackend {
+            store: Arc::new(Store::open(path)?),
+        })
     }
 
     fn run(&self, op: Operation<'_>) -> Result<Response> {
@@ -85,7 +94,7 @@ impl EmbeddedBackend {
                 let t = store.table(table)?;
                 let entity = check::entity_of(body)?;
                 let key = EntityKey::new(entity.partition_key.clone(), entity.row_key.clone());
-                written(t.write_one(store.clock(), &key, &BatchKind::Insert, Some(entity))?)?
+                written(t.write_one(store, &key, &BatchKind::Insert, Some(entity))?)?
             }
             Operation::Write {
                 table,
@@ -103,7 +112,7 @@ impl EmbeddedBackend {
                     None => BatchKind::Upsert(mode),
                     Some(m) => BatchKind::Update(mode, m.clone()),
                 };
-                written(t.write_one(store.clock(), key, &kind, Some(entity))?)?
+                written(t.write_one(store, key, &kind, Some(entity))?)?
             }
             Operation::Delete {
                 table,
@@ -112,12 +121,7 @@ impl EmbeddedBackend {
             } => {
                 let t = store.table(table)?;
                 key.validate().map_err(|v| errors::from_validation(&v))?;
-                t.write_one(
-                    store.clock(),
-                    key,
-                    &BatchKind::Delete(if_match.clone()),
-                    None,
-                )?;
+                t.write_one(store, key, &BatchKind::Delete(if_match.clone()), None)?;
                 Response::Done
             }
             Operation::Get {
@@ -154,7 +158,7 @@ impl EmbeddedBackend {
             }
             Operation::Transaction { table, ops } => {
                 let t = store.table(table)?;
-                Response::Transaction(t.transaction(store.clock(), ops)?)
+                Response::Transaction(t.transaction(store, ops)?)
             }
         })
     }

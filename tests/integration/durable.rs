@@ -1,0 +1,195 @@
+//! The embedded store kept in a file (`TableServiceClient::embedded_at`):
+//! everything acknowledged is there after a reopen, and a file in use cannot be
+//! opened a second time.
+
+use std::process::Command;
+
+use futures::TryStreamExt as _;
+use tablekit::{DynamicEntity, EdmValue, IfMatch, TableServiceClient, UpdateMode};
+
+use crate::common::TempStore;
+
+/// Every entity of a table, in key order, with its Timestamp and ETag.
+async fn all(svc: &TableServiceClient, table: &str) -> Vec<DynamicEntity> {
+    svc.table::<DynamicEntity>(table)
+        .unwrap()
+        .query()
+        .stream()
+        .try_collect()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_reopened_file_holds_every_acknowledged_write_and_nothing_refused() {
+    let file = TempStore::new();
+    let svc = file.open();
+    for name in ["Alpha", "Beta", "Gamma"] {
+        svc.create_table(name).await.unwrap();
+    }
+    svc.delete_table("Beta").await.unwrap();
+    let t = svc.table::<DynamicEntity>("Alpha").unwrap();
+    let when = chrono::DateTime::from_timestamp(1_234_567_890, 123_456_700).unwrap();
+    t.insert(
+        &DynamicEntity::new("p", "every-type")
+            .with("S", "text \u{1F600}")
+            .with("B", vec![0u8, 255])
+            .with("O", true)
+            .with("D", when)
+            .with("F", -0.0)
+            .with("N", f64::NAN)
+            .with("G", uuid::Uuid::from_u128(42))
+            .with("I", i32::MIN)
+            .with("L", i64::MAX),
+    )
+    .await
+    .unwrap();
+    for rk in ["merge", "replace", "update", "delete"] {
+        t.insert(&DynamicEntity::new("p", rk).with("A", 1))
+            .await
+            .unwrap();
+    }
+    t.upsert(
+        &DynamicEntity::new("p", "merge").with("B", 2),
+        UpdateMode::Merge,
+    )
+    .await
+    .unwrap();
+    t.upsert(
+        &DynamicEntity::new("p", "replace").with("B", 2),
+        UpdateMode::Replace,
+    )
+    .await
+    .unwrap();
+    let etag = t.get(("p", "update")).await.unwrap().unwrap().etag.unwrap();
+    t.update(
+        &DynamicEntity::new("p", "update").with("C", 3),
+        UpdateMode::Replace,
+        IfMatch::ETag(etag.clone()),
+    )
+    .await
+    .unwrap();
+    // Refused writes change nothing in the file either.
+    let stale = t
+        .update(
+            &DynamicEntity::new("p", "update").with("C", 4),
+            UpdateMode::Replace,
+            IfMatch::ETag(etag),
+        )
+        .await
+        .unwrap_err();
+    assert!(stale.is_precondition_failed(), "{stale:?}");
+    t.delete(("p", "delete"), IfMatch::Any).await.unwrap();
+    let mut tx = t.transaction();
+    for i in 0..5 {
+        tx.insert(&DynamicEntity::new("q", format!("tx{i}")).with("I", i))
+            .unwrap();
+    }
+    tx.send().await.unwrap();
+    let mut failing = t.transaction();
+    failing
+        .insert(&DynamicEntity::new("q", "new").with("I", 9))
+        .unwrap();
+    failing
+        .insert(&DynamicEntity::new("q", "tx0").with("I", 9))
+        .unwrap();
+    let err = failing.send().await.unwrap_err();
+    assert_eq!(err.batch_index(), Some(1), "{err:?}");
+
+    let before = all(&svc, "Alpha").await;
+    assert_eq!(before.len(), 9);
+    drop((svc, t));
+
+    let svc = file.open();
+    let names = svc.list_tables().fetch_all().await.unwrap();
+    assert_eq!(names, ["Alpha", "Gamma"]);
+    let after = all(&svc, "alpha").await;
+    assert_eq!(after.len(), before.len());
+    for (a, b) in after.iter().zip(&before) {
+        assert_eq!(
+            (&a.partition_key, &a.row_key, &a.etag, &a.timestamp),
+            (&b.partition_key, &b.row_key, &b.etag, &b.timestamp)
+        );
+        let props = |e: &DynamicEntity| {
+            e.properties
+                .iter()
+                .map(|(n, v)| match v {
+                    // NaN != NaN: compare Doubles by their bits.
+                    EdmValue::Double(f) => (n.to_owned(), format!("double {:x}", f.to_bits())),
+                    v => (n.to_owned(), format!("{v:?}")),
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(props(a), props(b), "{}", a.row_key);
+    }
+    // The reopened store goes on: ETags keep increasing, conditions hold.
+    let t = svc.table::<DynamicEntity>("Alpha").unwrap();
+    let old = before.iter().find(|e| e.row_key == "merge").unwrap();
+    let w = t
+        .update(
+            &DynamicEntity::new("p", "merge").with("Z", 1),
+            UpdateMode::Merge,
+            IfMatch::ETag(old.etag.clone().unwrap()),
+        )
+        .await
+        .unwrap();
+    assert!(w.timestamp() > before.iter().filter_map(|e| e.timestamp).max());
+    assert!(t.get(("p", "delete")).await.unwrap().is_none());
+    assert!(svc
+        .table::<DynamicEntity>("Beta")
+        .unwrap()
+        .get(("p", "x"))
+        .await
+        .unwrap_err()
+        .is_not_found());
+}
+
+#[tokio::test]
+async fn a_second_open_of_a_file_in_use_is_a_clear_error_and_harms_nothing() {
+    let file = TempStore::new();
+    let svc = file.open();
+    let t = svc.table::<DynamicEntity>("Kept").unwrap();
+    t.create_table().await.unwrap();
+    t.insert(&DynamicEntity::new("p", "r")).await.unwrap();
+
+    let err = TableServiceClient::embedded_at(file.path()).unwrap_err();
+    assert!(
+        err.to_string().contains("in use by another open store"),
+        "{err}"
+    );
+    // A second process is refused the same way, and the first goes on.
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "durable::open_helper",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(OPEN_VAR, file.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("OPEN-REFUSED") && stdout.contains("in use by another open store"),
+        "{stdout}"
+    );
+    t.insert(&DynamicEntity::new("p", "r2")).await.unwrap();
+    drop((svc, t));
+    let svc = file.open();
+    assert_eq!(all(&svc, "Kept").await.len(), 2);
+}
+
+const OPEN_VAR: &str = "TABLEKIT_DURABLE_OPEN_CHILD";
+
+/// Run only as the child of the test above (`OPEN_VAR` names the file):
+/// tries to open the file and prints what happened.
+#[test]
+fn open_helper() {
+    let Some(path) = std::env::var_os(OPEN_VAR) else {
+        return;
+    };
+    match TableServiceClient::embedded_at(&path) {
+        Ok(_) => println!("OPEN-SUCCEEDED"),
+        Err(e) => println!("OPEN-REFUSED {e}"),
+    }
+}
