@@ -4,10 +4,13 @@
 //! before any I/O.
 //!
 //! The behaviour suite is written once and run on both backends: a case is an
-//! `async fn name(svc, backend)` inside [`both!`], which makes it two tests,
-//! `name::azurite` and `name::embedded`. Where Azurite differs from the service
-//! (listed in `tablekit/src/backend/embedded/mod.rs`), a case branches on
-//! [`BackendKind`] and asserts the service's answer on embedded.
+//! `async fn name(svc, backend)` inside [`both!`], which makes it three tests,
+//! `name::azurite`, `name::embedded` and `name::embedded_file` (the same store
+//! kept in a fresh file, [`TempStore`]: the file-backed store must answer
+//! exactly as the in-memory one, so it runs as [`BackendKind::Embedded`];
+//! seeded read-only tables, [`seed_service`], stay in memory). Where Azurite
+//! differs from the service (listed in `tablekit/src/backend/embedded/mod.rs`),
+//! a case branches on [`BackendKind`] and asserts the service's answer on embedded.
 
 // Every test binary compiles this module and uses a different part of it.
 #![allow(dead_code)]
@@ -24,7 +27,7 @@ use tablekit::{ClientOptions, RetryPolicy, TableClient, TableEntity, TableServic
 pub enum BackendKind {
     /// The emulator (or Azure) named by `TABLEKIT_TEST_CONNECTION_STRING`.
     Azurite,
-    /// `TableServiceClient::embedded()`.
+    /// `TableServiceClient::embedded()`, or `embedded_at(path)` on a fresh file.
     Embedded,
 }
 
@@ -35,9 +38,10 @@ impl BackendKind {
     }
 }
 
-/// Turns `async fn name(svc, backend) { ... }` into a module `name` with two
+/// Turns `async fn name(svc, backend) { ... }` into a module `name` with three
 /// tests: `azurite` (skipped with a banner when no emulator is configured and CI
-/// is unset; a failure with CI=true) and `embedded`.
+/// is unset; a failure with CI=true), `embedded` and `embedded_file` (on a fresh
+/// [`TempStore`], removed afterwards).
 #[macro_export]
 macro_rules! both {
     ($(#[$meta:meta])* async fn $name:ident($svc:ident, $backend:ident) $body:block) => {
@@ -66,6 +70,12 @@ macro_rules! both {
                     $crate::common::BackendKind::Embedded,
                 )
                 .await
+            }
+
+            #[tokio::test]
+            async fn embedded_file() {
+                let file = $crate::common::TempStore::new();
+                case(file.open(), $crate::common::BackendKind::Embedded).await
             }
         }
     };
