@@ -48,6 +48,19 @@
 //! with its Edm type; a Double as its IEEE bits and a DateTime as seconds and
 //! nanoseconds, so every value reads back bit for bit (`-0.0`, NaN, 100 ns).
 //!
+//! # When things go wrong
+//!
+//! - A file that has content but is no redb database is refused and left
+//!   untouched (redb 2.2 itself would initialise a new database over it).
+//! - A damaged file (cut short, a broken header) is refused at open with a clear
+//!   error; redb 2.2 panics on some of these, which the open turns into that error.
+//! - A write the disk refuses (full, read-only, failing) answers 500
+//!   `InternalError` and is not applied; redb then refuses every later write
+//!   until the store is reopened, since the file's state after a failed commit
+//!   is known only to its recovery on open. If the failure came after the
+//!   commit reached the disk (a failed final `fsync`), the reopened store may
+//!   show that one write: it is ambiguous, as a lost answer over HTTP is.
+//!
 //! A crash (power loss, SIGKILL) loses nothing acknowledged; on the next open
 //! redb rebuilds its free-space map from the last committed state by itself,
 //! which takes time proportional to the file's size. Blocking: a write blocks
@@ -146,7 +159,9 @@ fn write_error(what: impl std::fmt::Display) -> Error {
     Error::service(
         500,
         ErrorCode::InternalError,
-        format!("the embedded store file could not be written; nothing was changed: {what}"),
+        format!(
+            "the embedded store file could not be written, so the write was not applied: {what}"
+        ),
     )
 }
 
@@ -154,7 +169,11 @@ impl Durable {
     /// Opens (or creates) the file at `path` and reads every table in it.
     pub(crate) fn open(path: &Path) -> Result<(Durable, Vec<LoadedTable>)> {
         refuse_foreign_file(path)?;
-        let db = Database::create(path).map_err(|e| match e {
+        // redb 2.2 asserts (panics) on some damaged files, such as one cut
+        // shorter than its header says: that is a damaged file, not a bug here.
+        let opened = std::panic::catch_unwind(|| Database::create(path))
+            .map_err(|_| open_error(path, "it is damaged (truncated or corrupted)"))?;
+        let db = opened.map_err(|e| match e {
             DatabaseError::DatabaseAlreadyOpen => open_error(
                 path,
                 "it is in use by another open store (in this or another process)",
@@ -165,6 +184,11 @@ impl Durable {
             ),
             other => open_error(path, other),
         })?;
+        Durable::from_db(db, path)
+    }
+
+    /// The store in an open database: its format checked, its tables read.
+    fn from_db(db: Database, path: &Path) -> Result<(Durable, Vec<LoadedTable>)> {
         let durable = Durable {
             db,
             path: path.to_owned(),
@@ -410,10 +434,10 @@ mod tests {
     use crate::error::ErrorKind;
 
     /// A path in the temporary directory, removed when dropped.
-    struct TempFile(PathBuf);
+    pub(super) struct TempFile(pub(super) PathBuf);
 
     impl TempFile {
-        fn new() -> Self {
+        pub(super) fn new() -> Self {
             TempFile(std::env::temp_dir().join(format!(
                 "tablekit-durable-{}.redb",
                 uuid::Uuid::new_v4().simple()
@@ -527,6 +551,71 @@ mod tests {
     }
 
     #[test]
+    fn a_truncated_or_corrupted_store_is_a_clear_error() {
+        let file = TempFile::new();
+        {
+            let (d, _) = Durable::open(&file.0).unwrap();
+            let id = d.create_table("t1x", "T1x").unwrap();
+            let mut e = DynamicEntity::new("p", "r");
+            e.properties
+                .push_unchecked("S".into(), EdmValue::String("x".repeat(20_000)));
+            let v = Version::at(1);
+            e.timestamp = Some(v.timestamp);
+            e.etag = Some(v.etag);
+            let stored = StoredEntity {
+                entity: e,
+                timestamp_text: v.text,
+            };
+            let put = Put {
+                row_key: "r",
+                entity: Some(&stored),
+            };
+            d.write("t1x", id, "p", &[put]).unwrap();
+        }
+        let whole = std::fs::read(&file.0).unwrap();
+        // Per table, the length of its one entity's string.
+        let shape = |tables: &[LoadedTable]| -> Vec<usize> {
+            tables
+                .iter()
+                .flat_map(|t| &t.entities)
+                .map(|e| match e.entity.properties.iter().next() {
+                    Some((_, EdmValue::String(s))) => s.len(),
+                    _ => 0,
+                })
+                .collect()
+        };
+        let mut outcomes = Vec::new();
+        for len in [whole.len() / 2, 4096, 600, 20] {
+            std::fs::write(&file.0, &whole[..len]).unwrap();
+            outcomes.push((len, Durable::open(&file.0).map(|(_, t)| shape(&t))));
+        }
+        // Every byte of the header region flipped in turn would be slow; flip
+        // a run of bytes in the middle of the file (pages, not the header).
+        let mut corrupt = whole.clone();
+        let mid = whole.len() / 2;
+        for b in &mut corrupt[mid..mid + 4096] {
+            *b ^= 0x5a;
+        }
+        std::fs::write(&file.0, &corrupt).unwrap();
+        outcomes.push((0, Durable::open(&file.0).map(|(_, t)| shape(&t))));
+        for (len, outcome) in outcomes {
+            eprintln!(
+                "cut to {len} bytes (0: corrupted): {:?}",
+                outcome.as_ref().map_err(ToString::to_string)
+            );
+            match outcome {
+                Err(e) => {
+                    let message = e.to_string();
+                    assert!(message.contains("cannot be opened"), "{len}: {message}");
+                }
+                // A cut or flipped region that held no live page may leave the
+                // store readable: then it must read back whole.
+                Ok(tables) => assert_eq!(tables, [20_000], "{len}"),
+            }
+        }
+    }
+
+    #[test]
     fn a_file_that_is_not_a_tablekit_store_is_refused() {
         let file = TempFile::new();
         let db = Database::create(&file.0).unwrap();
@@ -554,5 +643,146 @@ mod tests {
         let dir = std::env::temp_dir();
         let message = open_message(&dir);
         assert!(message.contains("it is a directory"), "{message}");
+    }
+}
+
+#[cfg(test)]
+mod full_disk {
+    //! A full disk, simulated through redb's storage backend API: every write
+    //! refused with ENOSPC once the disk "fills".
+
+    use std::io;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use redb::backends::FileBackend;
+    use redb::StorageBackend;
+
+    use super::tests::TempFile;
+    use super::*;
+    use crate::backend::embedded::{EmbeddedBackend, Store};
+    use crate::backend::{BatchKind, BatchOp, EntityBody, Operation, Response};
+    use crate::entity::EntityKey;
+
+    #[derive(Debug)]
+    struct FullDisk {
+        file: FileBackend,
+        full: Arc<AtomicBool>,
+    }
+
+    fn enospc() -> io::Error {
+        io::Error::from_raw_os_error(28)
+    }
+
+    impl StorageBackend for FullDisk {
+        fn len(&self) -> std::result::Result<u64, io::Error> {
+            self.file.len()
+        }
+        fn read(&self, offset: u64, len: usize) -> std::result::Result<Vec<u8>, io::Error> {
+            self.file.read(offset, len)
+        }
+        fn set_len(&self, len: u64) -> std::result::Result<(), io::Error> {
+            if self.full.load(Ordering::SeqCst) && len > self.file.len()? {
+                return Err(enospc());
+            }
+            self.file.set_len(len)
+        }
+        fn sync_data(&self, eventual: bool) -> std::result::Result<(), io::Error> {
+            self.file.sync_data(eventual)
+        }
+        fn write(&self, offset: u64, data: &[u8]) -> std::result::Result<(), io::Error> {
+            if self.full.load(Ordering::SeqCst) {
+                return Err(enospc());
+            }
+            self.file.write(offset, data)
+        }
+    }
+
+    fn insert(b: &EmbeddedBackend, rk: &str) -> Result<Response> {
+        b.run(Operation::Insert {
+            table: "Notes",
+            body: EntityBody::Json(Bytes::from(format!(
+                "{{\"PartitionKey\":\"p\",\"RowKey\":\"{rk}\",\"N\":1}}"
+            ))),
+        })
+    }
+
+    fn rows(b: &EmbeddedBackend) -> Vec<String> {
+        let t = b.store.table("Notes").unwrap();
+        let (page, _) = t.query(None, None, None);
+        page.iter().map(|e| e.entity.row_key.clone()).collect()
+    }
+
+    #[test]
+    fn a_full_disk_refuses_the_write_clearly_and_loses_nothing_acknowledged() {
+        let path = TempFile::new();
+        let full = Arc::new(AtomicBool::new(false));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path.0)
+            .unwrap();
+        let backend = FullDisk {
+            file: FileBackend::new(file).unwrap(),
+            full: full.clone(),
+        };
+        let db = Database::builder().create_with_backend(backend).unwrap();
+        let (durable, loaded) = Durable::from_db(db, &path.0).unwrap();
+        let b = EmbeddedBackend {
+            store: Arc::new(Store::with_file(durable, loaded)),
+        };
+        b.run(Operation::CreateTable { table: "Notes" }).unwrap();
+        insert(&b, "kept").unwrap();
+
+        full.store(true, Ordering::SeqCst);
+        let err = insert(&b, "lost").unwrap_err();
+        assert_eq!(err.status(), Some(500), "{err:?}");
+        assert_eq!(err.code(), Some(&ErrorCode::InternalError), "{err:?}");
+        let message = err.to_string();
+        assert!(message.contains("the write was not applied"), "{message}");
+        assert!(message.contains("os error 28"), "{message}");
+        let op = |rk: &str| BatchOp {
+            kind: BatchKind::Insert,
+            key: EntityKey::new("p", rk),
+            body: Some(format!("{{\"PartitionKey\":\"p\",\"RowKey\":\"{rk}\"}}").into_bytes()),
+            bag: None,
+        };
+        let err = b
+            .run(Operation::Transaction {
+                table: "Notes",
+                ops: vec![op("tx1"), op("tx2")],
+            })
+            .unwrap_err();
+        assert_eq!(err.status(), Some(500), "{err:?}");
+        let err = b
+            .run(Operation::CreateTable { table: "Other" })
+            .unwrap_err();
+        assert_eq!(err.status(), Some(500), "{err:?}");
+        assert_eq!(rows(&b), ["kept"], "nothing refused is visible");
+        assert!(b.store.table("Other").is_err());
+
+        // Space again: redb refuses further writes after a failed one (its
+        // state on disk is uncertain until reopened), and says so.
+        full.store(false, Ordering::SeqCst);
+        let after = insert(&b, "later").unwrap_err();
+        assert_eq!(after.status(), Some(500), "{after:?}");
+        drop(b);
+
+        let (_, tables) = Durable::open(&path.0).unwrap();
+        let names: Vec<_> = tables.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["Notes"]);
+        let rows: Vec<_> = tables[0]
+            .entities
+            .iter()
+            .map(|e| e.entity.row_key.as_str())
+            .collect();
+        assert_eq!(
+            rows,
+            ["kept"],
+            "every acknowledged write, and nothing refused"
+        );
     }
 }

@@ -79,6 +79,11 @@ impl Store {
     /// The store kept in the file at `path`, with everything the file holds.
     pub(crate) fn open(path: &std::path::Path) -> Result<Store> {
         let (durable, loaded) = Durable::open(path)?;
+        Ok(Store::with_file(durable, loaded))
+    }
+
+    /// The store of an open file and the tables read from it.
+    pub(crate) fn with_file(durable: Durable, loaded: Vec<super::durable::LoadedTable>) -> Store {
         let clock = Clock::default();
         let mut tables = BTreeMap::new();
         for t in loaded {
@@ -105,11 +110,11 @@ impl Store {
                 }),
             );
         }
-        Ok(Store {
+        Store {
             tables: RwLock::new(tables),
             clock,
             durable: Some(durable),
-        })
+        }
     }
 
     pub(crate) fn create_table(&self, name: &str) -> Result<()> {
