@@ -184,6 +184,23 @@ async fn a_second_open_of_a_file_in_use_is_a_clear_error_and_harms_nothing() {
     assert_eq!(all(&svc, "Kept").await.len(), 2);
 }
 
+#[tokio::test]
+async fn the_connection_string_use_embedded_storage_opens_the_same_file() {
+    let file = TempStore::new();
+    let conn = format!("UseEmbeddedStorage=true;Path={}", file.path().display());
+    let svc = TableServiceClient::from_connection_string(&conn).unwrap();
+    assert!(svc.is_embedded());
+    let t = svc.table::<DynamicEntity>("Conn").unwrap();
+    t.create_table().await.unwrap();
+    t.insert(&DynamicEntity::new("p", "r")).await.unwrap();
+    drop((svc, t));
+    let svc = file.open();
+    assert_eq!(all(&svc, "Conn").await.len(), 1);
+    drop(svc);
+    let err = TableServiceClient::from_connection_string("UseEmbeddedStorage=true").unwrap_err();
+    assert!(err.to_string().contains("needs Path=<file>"), "{err}");
+}
+
 const OPEN_VAR: &str = "TABLEKIT_DURABLE_OPEN_CHILD";
 
 /// Run only as the child of the test above (`OPEN_VAR` names the file):

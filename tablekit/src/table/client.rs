@@ -126,7 +126,15 @@ impl TableServiceClient {
     }
 
     /// A client from a connection string (see [`Account::from_connection_string`]).
+    ///
+    /// `UseEmbeddedStorage=true;Path=<file>` is the embedded store kept in that
+    /// file, as [`embedded_at`](TableServiceClient::embedded_at): moving an
+    /// application between its local file and Azure Table Storage changes only
+    /// its connection string. (The path cannot contain `;`.)
     pub fn from_connection_string(s: &str) -> Result<Self> {
+        if let Some(path) = backend::embedded_connection(s) {
+            return Self::embedded_at(path?);
+        }
         Self::new(Account::from_connection_string(s)?)
     }
 
