@@ -201,6 +201,40 @@ async fn the_connection_string_use_embedded_storage_opens_the_same_file() {
     assert!(err.to_string().contains("needs Path=<file>"), "{err}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_on_a_multi_thread_runtime_all_reach_the_file() {
+    let file = TempStore::new();
+    let svc = file.open();
+    let t = svc.table::<DynamicEntity>("Many").unwrap();
+    t.create_table().await.unwrap();
+    let writers = (0..8).map(|w| {
+        let t = t.clone();
+        tokio::spawn(async move {
+            for i in 0..10 {
+                let pk = format!("w{w}");
+                if i % 2 == 0 {
+                    t.insert(&DynamicEntity::new(&pk, format!("{i}")))
+                        .await
+                        .unwrap();
+                } else {
+                    let mut tx = t.transaction();
+                    for j in 0..3 {
+                        tx.insert(&DynamicEntity::new(&pk, format!("{i}-{j}")))
+                            .unwrap();
+                    }
+                    tx.send().await.unwrap();
+                }
+            }
+        })
+    });
+    for w in futures::future::join_all(writers).await {
+        w.unwrap();
+    }
+    drop((svc, t));
+    let svc = file.open();
+    assert_eq!(all(&svc, "Many").await.len(), 8 * (5 + 5 * 3));
+}
+
 const OPEN_VAR: &str = "TABLEKIT_DURABLE_OPEN_CHILD";
 
 /// Run only as the child of the test above (`OPEN_VAR` names the file):

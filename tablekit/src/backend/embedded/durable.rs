@@ -64,7 +64,9 @@
 //! A crash (power loss, SIGKILL) loses nothing acknowledged; on the next open
 //! redb rebuilds its free-space map from the last committed state by itself,
 //! which takes time proportional to the file's size. Blocking: a write blocks
-//! the calling thread for its `fsync`, like a local disk write does.
+//! the calling thread for its `fsync`, like a local disk write does; on a
+//! multi-thread tokio runtime it first hands the worker's other tasks on
+//! (`block_in_place`), on a current-thread runtime they wait.
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
@@ -280,7 +282,7 @@ impl Durable {
             tables.insert(lower, (id, name)).map_err(write_error)?;
             id
         };
-        txn.commit().map_err(write_error)?;
+        commit(txn)?;
         Ok(id)
     }
 
@@ -294,7 +296,7 @@ impl Durable {
             let def: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new(&name);
             txn.delete_table(def).map_err(write_error)?;
         }
-        txn.commit().map_err(write_error)
+        commit(txn)
     }
 
     /// Commits the changes of one write or one transaction, all or nothing, in
@@ -327,7 +329,19 @@ impl Durable {
                 }
             }
         }
-        txn.commit().map_err(write_error)
+        commit(txn)
+    }
+}
+
+/// Commits `txn` and waits for its `fsync`; on a multi-thread tokio runtime the
+/// worker hands its other tasks to another thread first.
+fn commit(txn: redb::WriteTransaction) -> Result<()> {
+    let wait = || txn.commit().map_err(write_error);
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(wait)
+        }
+        _ => wait(),
     }
 }
 

@@ -7,6 +7,11 @@
 //! [`Operation`]. Reads come back as [`Payload::Stored`]: shared versions of
 //! the stored property bags, decoded straight into the caller's type.
 //!
+//! The same store can be kept durably in one file
+//! ([`TableServiceClient::embedded_at`](crate::TableServiceClient::embedded_at)):
+//! the `durable` module commits each write to a redb database before the store
+//! applies it, and says why redb.
+//!
 //! # Where the embedded store follows the service and Azurite does not
 //!
 //! The store implements the service's documented rules. Azurite (3.35), the
