@@ -9,8 +9,11 @@
 //! scripts/azurite.sh stop
 //! ```
 //!
-//! `TABLEKIT_BENCH_BACKEND` picks the backends: `azurite`, `embedded`, or `both`
-//! (the default when a connection string is set; `embedded` otherwise). Each JSON
+//! `TABLEKIT_BENCH_BACKEND` picks the backends: `azurite`, `embedded`,
+//! `embedded_file` (the embedded store kept in a file in the temporary
+//! directory, `TableServiceClient::embedded_at`: every write waits for its
+//! `fsync`), `both` (azurite and embedded: the default when a connection string
+//! is set; `embedded` otherwise) or `all` (the three), or a comma-separated list. Each JSON
 //! line carries `"backend"`, and with more than one backend a table on stderr puts
 //! the per-request and per-entity CPU figures side by side.
 //!
@@ -788,7 +791,7 @@ fn print_comparison(backends: &[&'static str]) {
     let mut header = format!("{:<8} {:<4}", "entity", "id");
     for b in backends {
         header.push_str(&format!(
-            " {:>14} {:>14}",
+            " {:>20} {:>20}",
             format!("{b} us/req"),
             format!("{b} us/ent")
         ));
@@ -807,7 +810,7 @@ fn print_comparison(backends: &[&'static str]) {
                 .iter()
                 .find(|f| f.backend == *b && f.entity == entity && f.workload == id);
             line.push_str(&format!(
-                " {:>14} {:>14}",
+                " {:>20} {:>20}",
                 show(f.and_then(|f| f.per_request_us)),
                 show(f.and_then(|f| f.per_entity_us))
             ));
@@ -836,15 +839,22 @@ fn main() {
             vec!["embedded"]
         }
         Ok(v) => {
-            match v.trim() {
-                "both" | "" => vec!["azurite", "embedded"],
-                "azurite" => vec!["azurite"],
-                "embedded" => vec!["embedded"],
-                other => {
-                    eprintln!("workload: TABLEKIT_BENCH_BACKEND is azurite, embedded or both, not {other:?}");
-                    std::process::exit(2);
+            let mut picked = Vec::new();
+            for one in v.split(',').map(str::trim) {
+                match one {
+                    "both" | "" => picked.extend(["azurite", "embedded"]),
+                    "all" => picked.extend(["azurite", "embedded", "embedded_file"]),
+                    "azurite" => picked.push("azurite"),
+                    "embedded" => picked.push("embedded"),
+                    "embedded_file" => picked.push("embedded_file"),
+                    other => {
+                        eprintln!("workload: TABLEKIT_BENCH_BACKEND is azurite, embedded, embedded_file, both or all (or a list), not {other:?}");
+                        std::process::exit(2);
+                    }
                 }
             }
+            picked.dedup();
+            picked
         }
     };
     if backends.contains(&"azurite") && connection.is_none() {
@@ -879,8 +889,19 @@ fn main() {
     let runtime = builder.enable_all().build().expect("a tokio runtime");
     eprintln!("workload: runtime {flavor}, entities {kinds:?}, backends {backends:?}");
     let mut ok = true;
+    // The store file of `embedded_file`, removed at the end.
+    let file = std::env::temp_dir().join(format!("tablekit-bench-{}.redb", std::process::id()));
     for &backend in &backends {
-        let (service, server) = if backend == "azurite" {
+        let (service, server) = if backend == "embedded_file" {
+            let _ = std::fs::remove_file(&file);
+            match TableServiceClient::embedded_at(&file) {
+                Ok(s) => (s, None),
+                Err(e) => {
+                    eprintln!("workload: cannot open the store file: {e}");
+                    std::process::exit(2);
+                }
+            }
+        } else if backend == "azurite" {
             let connection = connection.as_deref().unwrap_or_default();
             match TableServiceClient::from_connection_string(connection) {
                 Ok(s) => (s, Server::from_env()),
@@ -903,6 +924,7 @@ fn main() {
             runtime.block_on(measured)
         };
     }
+    let _ = std::fs::remove_file(&file);
     if backends.len() > 1 {
         print_comparison(&backends);
     }

@@ -133,6 +133,7 @@ pub use blob::{
 };
 pub use clock::ManualClock;
 pub use codec::bag::to_dynamic;
+pub use codec::read::entity_from_json;
 pub use codec::write::entity_to_json;
 pub use columns::{Column, DynamicColumns, EntityColumns};
 pub use edm::{EdmType, EdmValue};

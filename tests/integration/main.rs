@@ -1,10 +1,11 @@
 //! The integration tests, in one binary (one link instead of one per file).
 //!
 //! The behaviour suite (crud, batch, query, query_dsl, tables, types,
-//! service_rules, differential) runs every case twice: against the Azurite (or
-//! Azure) account named by `TABLEKIT_TEST_CONNECTION_STRING`, which
-//! `scripts/test.sh` starts and sets, and on the embedded backend (see
-//! `common::both!`). auth, metadata and tracing are HTTP-only; the `derive_*`
+//! service_rules, differential) runs every case three times: against the Azurite
+//! (or Azure) account named by `TABLEKIT_TEST_CONNECTION_STRING`, which
+//! `scripts/test.sh` starts and sets, on the embedded backend, and on the
+//! embedded backend kept in a file (see `common::both!`; `durable` tests the
+//! file itself). auth, metadata and tracing are HTTP-only; the `derive_*`
 //! offline ones and `retry` need no emulator.
 
 mod common;
@@ -22,6 +23,7 @@ mod derive_proptest;
 mod derive_roundtrip;
 mod derive_schema;
 mod differential;
+mod durable;
 mod errors;
 mod filter_macros;
 mod metadata;

@@ -27,6 +27,67 @@ pub(crate) fn embedded() -> Arc<dyn Backend> {
     Arc::new(EmbeddedBackend::new())
 }
 
+/// The in-process table store kept in the file at `path` (created if missing).
+pub(crate) fn embedded_at(path: &std::path::Path) -> Result<Arc<dyn Backend>> {
+    Ok(Arc::new(EmbeddedBackend::open(path)?))
+}
+
+/// The store file of an embedded connection string,
+/// `UseEmbeddedStorage=true;Path=<file>` (settings in any order and case,
+/// surrounding blanks ignored), or `None` if the string does not ask for
+/// embedded storage. Nothing of the string but `Path` is ever echoed in an
+/// error, since a malformed one may hold a secret.
+pub(crate) fn embedded_connection(s: &str) -> Option<Result<std::path::PathBuf>> {
+    let segments: Vec<(usize, Option<(&str, &str)>)> = s
+        .split(';')
+        .enumerate()
+        .filter(|(_, seg)| !seg.trim().is_empty())
+        .map(|(i, seg)| {
+            (
+                i + 1,
+                seg.split_once('=').map(|(k, v)| (k.trim(), v.trim())),
+            )
+        })
+        .collect();
+    let is = |k: &str, name: &str| k.eq_ignore_ascii_case(name);
+    segments
+        .iter()
+        .any(|(_, kv)| kv.is_some_and(|(k, _)| is(k, "UseEmbeddedStorage")))
+        .then(|| {
+            let bad = |why: String| crate::error::Error::config(why);
+            let mut path = None;
+            let mut flag = false;
+            for (n, kv) in &segments {
+                match kv {
+                    Some((k, v)) if is(k, "UseEmbeddedStorage") && !flag => {
+                        if !v.eq_ignore_ascii_case("true") {
+                            return Err(bad(format!(
+                                "connection string segment {n}: UseEmbeddedStorage must be `true`"
+                            )));
+                        }
+                        flag = true;
+                    }
+                    Some((k, v)) if is(k, "Path") && path.is_none() => {
+                        if v.is_empty() {
+                            return Err(bad(format!(
+                                "connection string segment {n}: Path names no file"
+                            )));
+                        }
+                        path = Some(std::path::PathBuf::from(v));
+                    }
+                    _ => {
+                        return Err(bad(format!(
+                            "connection string segment {n}: UseEmbeddedStorage=true takes only Path=<file>, once each"
+                        )))
+                    }
+                }
+            }
+            path.ok_or_else(|| {
+                bad("connection string: UseEmbeddedStorage=true needs Path=<file>".into())
+            })
+        })
+}
+
 /// The Queue service of `account`, over HTTP.
 pub(crate) fn connect_queues(
     account: Account,
@@ -51,4 +112,51 @@ pub(crate) fn connect_blobs(
 /// A fresh, empty, in-process blob store on `clock`.
 pub(crate) fn embedded_blobs(clock: Clock) -> Arc<dyn BlobBackend> {
     Arc::new(Blobs::new(clock))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::embedded_connection;
+
+    #[test]
+    fn an_embedded_connection_string_names_its_file() {
+        for s in [
+            "UseEmbeddedStorage=true;Path=./data/app.redb",
+            " path = ./data/app.redb ; useembeddedstorage = TRUE ;",
+        ] {
+            let path = embedded_connection(s).expect("embedded").expect("valid");
+            assert_eq!(path, std::path::Path::new("./data/app.redb"), "{s}");
+        }
+        assert!(embedded_connection("UseDevelopmentStorage=true").is_none());
+        assert!(embedded_connection("AccountName=a;AccountKey=k").is_none());
+    }
+
+    #[test]
+    fn a_malformed_embedded_connection_string_is_refused_without_echoing_it() {
+        for (s, says) in [
+            ("UseEmbeddedStorage=true", "needs Path=<file>"),
+            (
+                "UseEmbeddedStorage=false;Path=x",
+                "segment 1: UseEmbeddedStorage must be `true`",
+            ),
+            (
+                "UseEmbeddedStorage=true;Path=",
+                "segment 2: Path names no file",
+            ),
+            (
+                "UseEmbeddedStorage=true;Path=a;Path=b",
+                "segment 3: UseEmbeddedStorage=true takes only",
+            ),
+            (
+                "UseEmbeddedStorage=true;Path=a;AccountKey=s3cr3t",
+                "segment 3",
+            ),
+            ("UseEmbeddedStorage=true;s3cr3t;Path=a", "segment 2"),
+        ] {
+            let err = embedded_connection(s).expect("embedded").unwrap_err();
+            let message = err.to_string();
+            assert!(message.contains(says), "{s}: {message}");
+            assert!(!message.contains("s3cr3t"), "{message}");
+        }
+    }
 }

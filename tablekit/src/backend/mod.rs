@@ -25,7 +25,8 @@ pub(crate) mod queue;
 mod stored;
 
 pub(crate) use connect::{
-    connect, connect_blobs, connect_queues, embedded, embedded_blobs, embedded_queues,
+    connect, connect_blobs, connect_queues, embedded, embedded_at, embedded_blobs,
+    embedded_connection, embedded_queues,
 };
 pub use continuation::Continuation;
 pub(crate) use stored::{Selection, StoredEntity};

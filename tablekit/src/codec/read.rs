@@ -269,6 +269,24 @@ pub(crate) fn decode_page<T: TableEntity>(body: &[u8], out: &mut Vec<T>) -> Resu
         .map_err(|e| json_failure(e, failure))
 }
 
+/// An entity from its JSON in the service's form (`PartitionKey`, `RowKey`,
+/// properties with `@odata.type` annotations where the type needs one), as
+/// [`entity_to_json`](crate::entity_to_json) writes it: the way back, for
+/// exports and imports.
+///
+/// ```
+/// use tablekit::{entity_from_json, entity_to_json, DynamicEntity, EdmValue};
+///
+/// let e = DynamicEntity::new("p", "r").with("Big", 1_i64 << 40).with("X", 0.5);
+/// let back: DynamicEntity = entity_from_json(&entity_to_json(&e)?)?;
+/// assert_eq!(back.get("Big"), Some(&EdmValue::Int64(1 << 40)));
+/// assert_eq!(back.get("X"), Some(&EdmValue::Double(0.5)));
+/// # Ok::<(), tablekit::Error>(())
+/// ```
+pub fn entity_from_json<T: TableEntity>(json: &[u8]) -> Result<T> {
+    decode_entity(json, None)
+}
+
 /// Decodes a single entity body; `etag` is the response's ETag header, which
 /// takes precedence over `odata.etag` in the body.
 pub(crate) fn decode_entity<T: TableEntity>(body: &[u8], etag: Option<&str>) -> Result<T> {

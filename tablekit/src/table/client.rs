@@ -89,8 +89,52 @@ impl TableServiceClient {
         }
     }
 
+    /// A client for the embedded store kept durably in the file at `path`,
+    /// which is created if it does not exist and loaded if it does.
+    ///
+    /// The same store as [`embedded`](TableServiceClient::embedded), with the
+    /// same rules, except that every write (and every transaction, as a whole)
+    /// is on disk before it is acknowledged: what an `await` returned survives
+    /// a crash or a power loss. One process at a time: opening a file that is
+    /// open (in this process or another) is an error, as is a file written by a
+    /// newer tablekit. Clones of the client share the open file; it is closed
+    /// when the last clone is dropped. The whole store is held in memory, and
+    /// each write blocks its thread for one `fsync`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tablekit::Result<()> {
+    /// use tablekit::{DynamicEntity, TableServiceClient};
+    ///
+    /// let path = std::env::temp_dir().join(format!("tablekit-doc-{}.redb", std::process::id()));
+    /// # let _ = std::fs::remove_file(&path);
+    /// {
+    ///     let service = TableServiceClient::embedded_at(&path)?;
+    ///     let blogs = service.table::<DynamicEntity>("Blogs")?;
+    ///     blogs.create_table().await?;
+    ///     blogs.insert(&DynamicEntity::new("Channel9", "Oct-29").with("Rating", 3)).await?;
+    /// } // the file is closed with the last clone of the client
+    /// let service = TableServiceClient::embedded_at(&path)?;
+    /// let read = service.table::<DynamicEntity>("Blogs")?.get(("Channel9", "Oct-29")).await?;
+    /// assert_eq!(read.expect("kept").get("Rating"), Some(&tablekit::EdmValue::Int32(3)));
+    /// # drop(service); std::fs::remove_file(&path).unwrap();
+    /// # Ok(()) }
+    /// ```
+    pub fn embedded_at(path: impl AsRef<std::path::Path>) -> Result<Self> {
+        Ok(TableServiceClient {
+            backend: backend::embedded_at(path.as_ref())?,
+        })
+    }
+
     /// A client from a connection string (see [`Account::from_connection_string`]).
+    ///
+    /// `UseEmbeddedStorage=true;Path=<file>` is the embedded store kept in that
+    /// file, as [`embedded_at`](TableServiceClient::embedded_at): moving an
+    /// application between its local file and Azure Table Storage changes only
+    /// its connection string. (The path cannot contain `;`.)
     pub fn from_connection_string(s: &str) -> Result<Self> {
+        if let Some(path) = backend::embedded_connection(s) {
+            return Self::embedded_at(path?);
+        }
         Self::new(Account::from_connection_string(s)?)
     }
 

@@ -4,10 +4,13 @@
 //! before any I/O.
 //!
 //! The behaviour suite is written once and run on both backends: a case is an
-//! `async fn name(svc, backend)` inside [`both!`], which makes it two tests,
-//! `name::azurite` and `name::embedded`. Where Azurite differs from the service
-//! (listed in `tablekit/src/backend/embedded/mod.rs`), a case branches on
-//! [`BackendKind`] and asserts the service's answer on embedded.
+//! `async fn name(svc, backend)` inside [`both!`], which makes it three tests,
+//! `name::azurite`, `name::embedded` and `name::embedded_file` (the same store
+//! kept in a fresh file, [`TempStore`]: the file-backed store must answer
+//! exactly as the in-memory one, so it runs as [`BackendKind::Embedded`];
+//! seeded read-only tables, [`seed_service`], stay in memory). Where Azurite
+//! differs from the service (listed in `tablekit/src/backend/embedded/mod.rs`),
+//! a case branches on [`BackendKind`] and asserts the service's answer on embedded.
 
 // Every test binary compiles this module and uses a different part of it.
 #![allow(dead_code)]
@@ -24,7 +27,7 @@ use tablekit::{ClientOptions, RetryPolicy, TableClient, TableEntity, TableServic
 pub enum BackendKind {
     /// The emulator (or Azure) named by `TABLEKIT_TEST_CONNECTION_STRING`.
     Azurite,
-    /// `TableServiceClient::embedded()`.
+    /// `TableServiceClient::embedded()`, or `embedded_at(path)` on a fresh file.
     Embedded,
 }
 
@@ -35,9 +38,10 @@ impl BackendKind {
     }
 }
 
-/// Turns `async fn name(svc, backend) { ... }` into a module `name` with two
+/// Turns `async fn name(svc, backend) { ... }` into a module `name` with three
 /// tests: `azurite` (skipped with a banner when no emulator is configured and CI
-/// is unset; a failure with CI=true) and `embedded`.
+/// is unset; a failure with CI=true), `embedded` and `embedded_file` (on a fresh
+/// [`TempStore`], removed afterwards).
 #[macro_export]
 macro_rules! both {
     ($(#[$meta:meta])* async fn $name:ident($svc:ident, $backend:ident) $body:block) => {
@@ -67,8 +71,52 @@ macro_rules! both {
                 )
                 .await
             }
+
+            #[tokio::test]
+            async fn embedded_file() {
+                let file = $crate::common::TempStore::new();
+                case(file.open(), $crate::common::BackendKind::Embedded).await
+            }
         }
     };
+}
+
+/// A file for an embedded store (`TableServiceClient::embedded_at`) in the
+/// temporary directory, with a unique name; removed when dropped.
+pub struct TempStore {
+    path: std::path::PathBuf,
+}
+
+impl TempStore {
+    /// A unique path that does not exist yet.
+    pub fn new() -> Self {
+        let name = format!("tablekit-test-{}.redb", uuid::Uuid::new_v4().simple());
+        TempStore {
+            path: std::env::temp_dir().join(name),
+        }
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// The store in the file (created on first open).
+    pub fn open(&self) -> TableServiceClient {
+        TableServiceClient::embedded_at(&self.path).expect("open the store file")
+    }
+}
+
+impl Default for TempStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for TempStore {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
 }
 
 /// [`both!`] for a service other than tables: each `case` of the calling module,

@@ -38,11 +38,25 @@ impl Clock {
                 Err(actual) => prev = actual,
             }
         };
+        Version::at(ticks)
+    }
+
+    /// Makes every later version newer than `ticks`: a store loaded from a
+    /// file never hands out an ETag it already stored, even if the system
+    /// clock went back.
+    pub(crate) fn advance_past(&self, ticks: i64) {
+        self.last.fetch_max(ticks, Ordering::Relaxed);
+    }
+}
+
+impl Version {
+    /// The version of a write at `ticks` (100 ns since the Unix epoch).
+    pub(crate) fn at(ticks: i64) -> Version {
         let timestamp = DateTime::from_timestamp(
             ticks.div_euclid(10_000_000),
             (ticks.rem_euclid(10_000_000) * 100) as u32,
         )
-        .unwrap_or(now);
+        .unwrap_or(DateTime::UNIX_EPOCH);
         let text = format_datetime(&timestamp);
         // The service's form: W/"datetime'2008-10-01T15%3A27%3A34.4838174Z'".
         let mut etag = String::with_capacity(text.len() + 18);
@@ -63,6 +77,11 @@ impl Clock {
     }
 }
 
+/// A Timestamp in 100 ns ticks since the Unix epoch (versions have no finer digits).
+pub(crate) fn ticks_of(t: &DateTime<Utc>) -> i64 {
+    t.timestamp() * 10_000_000 + i64::from(t.timestamp_subsec_nanos() / 100)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -76,7 +95,10 @@ mod tests {
             assert!(v.timestamp > prev.timestamp);
             assert_ne!(v.etag, prev.etag);
             assert_eq!(v.etag.timestamp(), Some(v.timestamp));
+            assert_eq!(Version::at(ticks_of(&v.timestamp)).etag, v.etag);
             prev = v;
         }
+        clock.advance_past(ticks_of(&prev.timestamp) + 1_000_000_000);
+        assert!(clock.next().timestamp > prev.timestamp + chrono::Duration::seconds(100));
     }
 }

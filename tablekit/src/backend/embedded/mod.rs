@@ -7,6 +7,11 @@
 //! [`Operation`]. Reads come back as [`Payload::Stored`]: shared versions of
 //! the stored property bags, decoded straight into the caller's type.
 //!
+//! The same store can be kept durably in one file
+//! ([`TableServiceClient::embedded_at`](crate::TableServiceClient::embedded_at)):
+//! the `durable` module commits each write to a redb database before the store
+//! applies it, and says why redb.
+//!
 //! # Where the embedded store follows the service and Azurite does not
 //!
 //! The store implements the service's documented rules. Azurite (3.35), the
@@ -35,6 +40,7 @@
 pub(crate) mod blobs;
 mod check;
 mod clock;
+mod durable;
 mod errors;
 mod key;
 pub(crate) mod queues;
@@ -57,6 +63,14 @@ impl EmbeddedBackend {
     /// A fresh, empty store.
     pub(crate) fn new() -> Self {
         EmbeddedBackend::default()
+    }
+
+    /// The store kept in the file at `path` (created if missing), with
+    /// everything the file holds (see the `durable` module).
+    pub(crate) fn open(path: &std::path::Path) -> Result<Self> {
+        Ok(EmbeddedBackend {
+            store: Arc::new(Store::open(path)?),
+        })
     }
 
     fn run(&self, op: Operation<'_>) -> Result<Response> {
@@ -85,7 +99,7 @@ impl EmbeddedBackend {
                 let t = store.table(table)?;
                 let entity = check::entity_of(body)?;
                 let key = EntityKey::new(entity.partition_key.clone(), entity.row_key.clone());
-                written(t.write_one(store.clock(), &key, &BatchKind::Insert, Some(entity))?)?
+                written(t.write_one(store, &key, &BatchKind::Insert, Some(entity))?)?
             }
             Operation::Write {
                 table,
@@ -103,7 +117,7 @@ impl EmbeddedBackend {
                     None => BatchKind::Upsert(mode),
                     Some(m) => BatchKind::Update(mode, m.clone()),
                 };
-                written(t.write_one(store.clock(), key, &kind, Some(entity))?)?
+                written(t.write_one(store, key, &kind, Some(entity))?)?
             }
             Operation::Delete {
                 table,
@@ -112,12 +126,7 @@ impl EmbeddedBackend {
             } => {
                 let t = store.table(table)?;
                 key.validate().map_err(|v| errors::from_validation(&v))?;
-                t.write_one(
-                    store.clock(),
-                    key,
-                    &BatchKind::Delete(if_match.clone()),
-                    None,
-                )?;
+                t.write_one(store, key, &BatchKind::Delete(if_match.clone()), None)?;
                 Response::Done
             }
             Operation::Get {
@@ -154,7 +163,7 @@ impl EmbeddedBackend {
             }
             Operation::Transaction { table, ops } => {
                 let t = store.table(table)?;
-                Response::Transaction(t.transaction(store.clock(), ops)?)
+                Response::Transaction(t.transaction(store, ops)?)
             }
         })
     }

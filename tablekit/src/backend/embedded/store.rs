@@ -17,6 +17,7 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::check;
 use super::clock::Clock;
+use super::durable::{Durable, Put};
 use super::errors;
 use super::key::{compare_utf16, Key};
 use crate::backend::{BatchKind, BatchOp, Continuation, StoredEntity, Written};
@@ -44,14 +45,19 @@ pub(crate) struct Store {
     /// Keyed by the lower-cased name: names are case-insensitive, case-preserving.
     tables: RwLock<BTreeMap<Key, Arc<Table>>>,
     clock: Clock,
+    /// The file every write is committed to before it is applied here, if any.
+    durable: Option<Durable>,
 }
 
 // A client's Debug output names the store, not every entity in it.
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store")
-            .field("tables", &read(&self.tables).len())
-            .finish()
+        let mut d = f.debug_struct("Store");
+        d.field("tables", &read(&self.tables).len());
+        if let Some(file) = &self.durable {
+            d.field("file", file);
+        }
+        d.finish()
     }
 }
 
@@ -60,6 +66,8 @@ impl std::fmt::Debug for Store {
 pub(crate) struct Table {
     /// The name as created.
     name: String,
+    /// The table's id in the store's file (0 in memory).
+    id: u64,
     partitions: RwLock<BTreeMap<Key, Arc<RwLock<Partition>>>>,
 }
 
@@ -68,16 +76,62 @@ fn lower(name: &str) -> Key {
 }
 
 impl Store {
+    /// The store kept in the file at `path`, with everything the file holds.
+    pub(crate) fn open(path: &std::path::Path) -> Result<Store> {
+        let (durable, loaded) = Durable::open(path)?;
+        Ok(Store::with_file(durable, loaded))
+    }
+
+    /// The store of an open file and the tables read from it.
+    pub(crate) fn with_file(durable: Durable, loaded: Vec<super::durable::LoadedTable>) -> Store {
+        let clock = Clock::default();
+        let mut tables = BTreeMap::new();
+        for t in loaded {
+            let mut partitions: BTreeMap<Key, Partition> = BTreeMap::new();
+            for e in t.entities {
+                if let Some(ts) = &e.entity.timestamp {
+                    clock.advance_past(super::clock::ticks_of(ts));
+                }
+                partitions
+                    .entry(Key::new(&e.entity.partition_key))
+                    .or_default()
+                    .insert(Key::new(&e.entity.row_key), Arc::new(e));
+            }
+            let partitions = partitions
+                .into_iter()
+                .map(|(k, p)| (k, Arc::new(RwLock::new(p))))
+                .collect();
+            tables.insert(
+                lower(&t.name),
+                Arc::new(Table {
+                    name: t.name,
+                    id: t.id,
+                    partitions: RwLock::new(partitions),
+                }),
+            );
+        }
+        Store {
+            tables: RwLock::new(tables),
+            clock,
+            durable: Some(durable),
+        }
+    }
+
     pub(crate) fn create_table(&self, name: &str) -> Result<()> {
         let mut tables = write(&self.tables);
         let key = lower(name);
         if tables.contains_key(&key) {
             return Err(errors::table_exists());
         }
+        let id = match &self.durable {
+            Some(d) => d.create_table(&key.0, name)?,
+            None => 0,
+        };
         tables.insert(
             key,
             Arc::new(Table {
                 name: name.to_owned(),
+                id,
                 partitions: RwLock::default(),
             }),
         );
@@ -85,10 +139,16 @@ impl Store {
     }
 
     pub(crate) fn delete_table(&self, name: &str) -> Result<()> {
-        match write(&self.tables).remove(&lower(name)) {
-            Some(_) => Ok(()),
-            None => Err(errors::resource_not_found()),
+        let mut tables = write(&self.tables);
+        let key = lower(name);
+        let Some(table) = tables.get(&key) else {
+            return Err(errors::resource_not_found());
+        };
+        if let Some(d) = &self.durable {
+            d.delete_table(&key.0, table.id)?;
         }
+        tables.remove(&key);
+        Ok(())
     }
 
     /// Table names as created, in order of their lower-cased form, from `next` on.
@@ -120,10 +180,6 @@ impl Store {
             .get(&lower(name))
             .cloned()
             .ok_or_else(errors::table_not_found)
-    }
-
-    pub(crate) fn clock(&self) -> &Clock {
-        &self.clock
     }
 }
 
@@ -224,26 +280,38 @@ fn decide(
     })
 }
 
-/// Applies a decided change: a put gets its new version (Timestamp and ETag).
-fn apply(part: &mut Partition, rk: Key, change: Change, clock: &Clock) -> Option<Written> {
+/// A decided change with its new version (Timestamp and ETag), ready to store.
+fn versioned(change: Change, clock: &Clock) -> Option<Arc<StoredEntity>> {
     match change {
         Change::Put(mut entity) => {
             let v = clock.next();
             entity.timestamp = Some(v.timestamp);
-            entity.etag = Some(v.etag.clone());
-            part.insert(
-                rk,
-                Arc::new(StoredEntity {
-                    entity,
-                    timestamp_text: v.text,
-                }),
-            );
-            Some(Written {
-                etag: v.etag,
-                timestamp: Some(v.timestamp),
-            })
+            entity.etag = Some(v.etag);
+            Some(Arc::new(StoredEntity {
+                entity,
+                timestamp_text: v.text,
+            }))
         }
-        Change::Remove => {
+        Change::Remove => None,
+    }
+}
+
+/// Applies a versioned change to the partition.
+fn apply(part: &mut Partition, rk: Key, stored: Option<Arc<StoredEntity>>) -> Option<Written> {
+    match stored {
+        Some(stored) => {
+            let written = Written {
+                etag: stored
+                    .entity
+                    .etag
+                    .clone()
+                    .expect("a stored version has an ETag"),
+                timestamp: stored.entity.timestamp,
+            };
+            part.insert(rk, stored);
+            Some(written)
+        }
+        None => {
             part.remove(&rk);
             None
         }
@@ -263,10 +331,31 @@ impl Table {
         Some(write(&self.partitions).entry(key).or_default().clone())
     }
 
+    /// Commits versioned changes of partition `pk` to the store's file, if it
+    /// has one: all or nothing, before anything is applied in memory.
+    fn commit(
+        &self,
+        store: &Store,
+        pk: &str,
+        changes: &[(Key, Option<Arc<StoredEntity>>)],
+    ) -> Result<()> {
+        let Some(durable) = &store.durable else {
+            return Ok(());
+        };
+        let puts: Vec<Put<'_>> = changes
+            .iter()
+            .map(|(rk, e)| Put {
+                row_key: &rk.0,
+                entity: e.as_deref(),
+            })
+            .collect();
+        durable.write(&lower(&self.name).0, self.id, pk, &puts)
+    }
+
     /// One write or delete of one entity.
     pub(crate) fn write_one(
         &self,
-        clock: &Clock,
+        store: &Store,
         key: &EntityKey,
         kind: &BatchKind,
         entity: Option<DynamicEntity>,
@@ -278,7 +367,10 @@ impl Table {
         let mut part = write(&part);
         let rk = Key::new(&key.row_key);
         let change = decide(part.get(&rk), kind, entity)?;
-        Ok(apply(&mut part, rk, change, clock))
+        let change = [(rk, versioned(change, &store.clock))];
+        self.commit(store, &key.partition_key, &change)?;
+        let [(rk, stored)] = change;
+        Ok(apply(&mut part, rk, stored))
     }
 
     pub(crate) fn get(&self, key: &EntityKey) -> Option<Arc<StoredEntity>> {
@@ -292,7 +384,7 @@ impl Table {
     /// lock, so nobody sees a part of it.
     pub(crate) fn transaction(
         &self,
-        clock: &Clock,
+        store: &Store,
         mut ops: Vec<BatchOp>,
     ) -> Result<Vec<Option<ETag>>> {
         if ops.is_empty() {
@@ -384,9 +476,14 @@ impl Table {
                 decide(part.get(&rk), &op.kind, entity).map_err(|e| errors::at_index(e, i))?;
             changes.push((rk, change));
         }
+        let changes: Vec<_> = changes
+            .into_iter()
+            .map(|(rk, change)| (rk, versioned(change, &store.clock)))
+            .collect();
+        self.commit(store, pk, &changes)?;
         Ok(changes
             .into_iter()
-            .map(|(rk, change)| apply(&mut part, rk, change, clock).map(|w| w.etag))
+            .map(|(rk, stored)| apply(&mut part, rk, stored).map(|w| w.etag))
             .collect())
     }
 

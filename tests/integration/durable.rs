@@ -1,0 +1,399 @@
+//! The embedded store kept in a file (`TableServiceClient::embedded_at`):
+//! everything acknowledged is there after a reopen and after a crash (a child
+//! process killed with SIGKILL at random moments), transactions are all or
+//! nothing, and a file in use cannot be opened a second time. (The behaviour
+//! suite runs on the file-backed store too: the `embedded_file` tests of
+//! `both!`.)
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use futures::TryStreamExt as _;
+use tablekit::{DynamicEntity, EdmValue, IfMatch, TableServiceClient, UpdateMode};
+
+use crate::common::TempStore;
+
+/// Every entity of a table, in key order, with its Timestamp and ETag.
+async fn all(svc: &TableServiceClient, table: &str) -> Vec<DynamicEntity> {
+    svc.table::<DynamicEntity>(table)
+        .unwrap()
+        .query()
+        .stream()
+        .try_collect()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_reopened_file_holds_every_acknowledged_write_and_nothing_refused() {
+    let file = TempStore::new();
+    let svc = file.open();
+    for name in ["Alpha", "Beta", "Gamma"] {
+        svc.create_table(name).await.unwrap();
+    }
+    svc.delete_table("Beta").await.unwrap();
+    let t = svc.table::<DynamicEntity>("Alpha").unwrap();
+    let when = chrono::DateTime::from_timestamp(1_234_567_890, 123_456_700).unwrap();
+    t.insert(
+        &DynamicEntity::new("p", "every-type")
+            .with("S", "text \u{1F600}")
+            .with("B", vec![0u8, 255])
+            .with("O", true)
+            .with("D", when)
+            .with("F", -0.0)
+            .with("N", f64::NAN)
+            .with("G", uuid::Uuid::from_u128(42))
+            .with("I", i32::MIN)
+            .with("L", i64::MAX),
+    )
+    .await
+    .unwrap();
+    for rk in ["merge", "replace", "update", "delete"] {
+        t.insert(&DynamicEntity::new("p", rk).with("A", 1))
+            .await
+            .unwrap();
+    }
+    t.upsert(
+        &DynamicEntity::new("p", "merge").with("B", 2),
+        UpdateMode::Merge,
+    )
+    .await
+    .unwrap();
+    t.upsert(
+        &DynamicEntity::new("p", "replace").with("B", 2),
+        UpdateMode::Replace,
+    )
+    .await
+    .unwrap();
+    let etag = t.get(("p", "update")).await.unwrap().unwrap().etag.unwrap();
+    t.update(
+        &DynamicEntity::new("p", "update").with("C", 3),
+        UpdateMode::Replace,
+        IfMatch::ETag(etag.clone()),
+    )
+    .await
+    .unwrap();
+    // Refused writes change nothing in the file either.
+    let stale = t
+        .update(
+            &DynamicEntity::new("p", "update").with("C", 4),
+            UpdateMode::Replace,
+            IfMatch::ETag(etag),
+        )
+        .await
+        .unwrap_err();
+    assert!(stale.is_precondition_failed(), "{stale:?}");
+    t.delete(("p", "delete"), IfMatch::Any).await.unwrap();
+    let mut tx = t.transaction();
+    for i in 0..5 {
+        tx.insert(&DynamicEntity::new("q", format!("tx{i}")).with("I", i))
+            .unwrap();
+    }
+    tx.send().await.unwrap();
+    let mut failing = t.transaction();
+    failing
+        .insert(&DynamicEntity::new("q", "new").with("I", 9))
+        .unwrap();
+    failing
+        .insert(&DynamicEntity::new("q", "tx0").with("I", 9))
+        .unwrap();
+    let err = failing.send().await.unwrap_err();
+    assert_eq!(err.batch_index(), Some(1), "{err:?}");
+
+    let before = all(&svc, "Alpha").await;
+    assert_eq!(before.len(), 9);
+    drop((svc, t));
+
+    let svc = file.open();
+    let names = svc.list_tables().fetch_all().await.unwrap();
+    assert_eq!(names, ["Alpha", "Gamma"]);
+    let after = all(&svc, "alpha").await;
+    assert_eq!(after.len(), before.len());
+    for (a, b) in after.iter().zip(&before) {
+        assert_eq!(
+            (&a.partition_key, &a.row_key, &a.etag, &a.timestamp),
+            (&b.partition_key, &b.row_key, &b.etag, &b.timestamp)
+        );
+        let props = |e: &DynamicEntity| {
+            e.properties
+                .iter()
+                .map(|(n, v)| match v {
+                    // NaN != NaN: compare Doubles by their bits.
+                    EdmValue::Double(f) => (n.to_owned(), format!("double {:x}", f.to_bits())),
+                    v => (n.to_owned(), format!("{v:?}")),
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(props(a), props(b), "{}", a.row_key);
+    }
+    // The reopened store goes on: ETags keep increasing, conditions hold.
+    let t = svc.table::<DynamicEntity>("Alpha").unwrap();
+    let old = before.iter().find(|e| e.row_key == "merge").unwrap();
+    let w = t
+        .update(
+            &DynamicEntity::new("p", "merge").with("Z", 1),
+            UpdateMode::Merge,
+            IfMatch::ETag(old.etag.clone().unwrap()),
+        )
+        .await
+        .unwrap();
+    assert!(w.timestamp() > before.iter().filter_map(|e| e.timestamp).max());
+    assert!(t.get(("p", "delete")).await.unwrap().is_none());
+    assert!(svc
+        .table::<DynamicEntity>("Beta")
+        .unwrap()
+        .get(("p", "x"))
+        .await
+        .unwrap_err()
+        .is_not_found());
+}
+
+#[tokio::test]
+async fn a_second_open_of_a_file_in_use_is_a_clear_error_and_harms_nothing() {
+    let file = TempStore::new();
+    let svc = file.open();
+    let t = svc.table::<DynamicEntity>("Kept").unwrap();
+    t.create_table().await.unwrap();
+    t.insert(&DynamicEntity::new("p", "r")).await.unwrap();
+
+    let err = TableServiceClient::embedded_at(file.path()).unwrap_err();
+    assert!(
+        err.to_string().contains("in use by another open store"),
+        "{err}"
+    );
+    // A second process is refused the same way, and the first goes on.
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "durable::open_helper",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(OPEN_VAR, file.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("OPEN-REFUSED") && stdout.contains("in use by another open store"),
+        "{stdout}"
+    );
+    t.insert(&DynamicEntity::new("p", "r2")).await.unwrap();
+    drop((svc, t));
+    let svc = file.open();
+    assert_eq!(all(&svc, "Kept").await.len(), 2);
+}
+
+#[tokio::test]
+async fn the_connection_string_use_embedded_storage_opens_the_same_file() {
+    let file = TempStore::new();
+    let conn = format!("UseEmbeddedStorage=true;Path={}", file.path().display());
+    let svc = TableServiceClient::from_connection_string(&conn).unwrap();
+    assert!(svc.is_embedded());
+    let t = svc.table::<DynamicEntity>("Conn").unwrap();
+    t.create_table().await.unwrap();
+    t.insert(&DynamicEntity::new("p", "r")).await.unwrap();
+    drop((svc, t));
+    let svc = file.open();
+    assert_eq!(all(&svc, "Conn").await.len(), 1);
+    drop(svc);
+    let err = TableServiceClient::from_connection_string("UseEmbeddedStorage=true").unwrap_err();
+    assert!(err.to_string().contains("needs Path=<file>"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_on_a_multi_thread_runtime_all_reach_the_file() {
+    let file = TempStore::new();
+    let svc = file.open();
+    let t = svc.table::<DynamicEntity>("Many").unwrap();
+    t.create_table().await.unwrap();
+    let writers = (0..8).map(|w| {
+        let t = t.clone();
+        tokio::spawn(async move {
+            for i in 0..10 {
+                let pk = format!("w{w}");
+                if i % 2 == 0 {
+                    t.insert(&DynamicEntity::new(&pk, format!("{i}")))
+                        .await
+                        .unwrap();
+                } else {
+                    let mut tx = t.transaction();
+                    for j in 0..3 {
+                        tx.insert(&DynamicEntity::new(&pk, format!("{i}-{j}")))
+                            .unwrap();
+                    }
+                    tx.send().await.unwrap();
+                }
+            }
+        })
+    });
+    for w in futures::future::join_all(writers).await {
+        w.unwrap();
+    }
+    drop((svc, t));
+    let svc = file.open();
+    assert_eq!(all(&svc, "Many").await.len(), 8 * (5 + 5 * 3));
+}
+
+const OPEN_VAR: &str = "TABLEKIT_DURABLE_OPEN_CHILD";
+
+/// Run only as the child of the test above (`OPEN_VAR` names the file):
+/// tries to open the file and prints what happened.
+#[test]
+fn open_helper() {
+    let Some(path) = std::env::var_os(OPEN_VAR) else {
+        return;
+    };
+    match TableServiceClient::embedded_at(&path) {
+        Ok(_) => println!("OPEN-SUCCEEDED"),
+        Err(e) => println!("OPEN-REFUSED {e}"),
+    }
+}
+
+const CRASH_VAR: &str = "TABLEKIT_DURABLE_CRASH_CHILD";
+
+/// Run only as the child of the crash test (`CRASH_VAR` is `path;round`):
+/// writes in a loop and prints each write after it was acknowledged: `ACK 1
+/// <rk>` for a single insert into partition `single`, `ACK 5 <n>` for a
+/// transaction that inserted `tx<n>-0` .. `tx<n>-4` into partition `tx<n>`.
+#[tokio::test]
+async fn crash_child_helper() {
+    let Some(spec) = std::env::var(CRASH_VAR).ok() else {
+        return;
+    };
+    let (path, round) = spec.split_once(';').unwrap();
+    let svc = TableServiceClient::embedded_at(path).unwrap();
+    let t = svc.table::<DynamicEntity>("Crash").unwrap();
+    t.create_table_if_not_exists().await.unwrap();
+    let mut out = std::io::stdout();
+    for n in 0.. {
+        if n % 2 == 0 {
+            let rk = format!("r{round}-{n}");
+            t.insert(&DynamicEntity::new("single", &rk).with("N", n))
+                .await
+                .unwrap();
+            writeln!(out, "ACK 1 {rk}").unwrap();
+        } else {
+            let pk = format!("tx{round}-{n}");
+            let mut tx = t.transaction();
+            for i in 0..5 {
+                tx.insert(&DynamicEntity::new(&pk, format!("{i}")).with("N", n))
+                    .unwrap();
+            }
+            tx.send().await.unwrap();
+            writeln!(out, "ACK 5 {pk}").unwrap();
+        }
+        out.flush().unwrap();
+    }
+}
+
+#[tokio::test]
+async fn every_acknowledged_write_survives_sigkill_and_transactions_are_all_or_nothing() {
+    let file = TempStore::new();
+    let seed = 0x7ab1_e817;
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut acked_single = Vec::new();
+    let mut acked_tx = Vec::new();
+    for round in 0..4 {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "durable::crash_child_helper",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CRASH_VAR, format!("{};{round}", file.path().display()))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        // Kill at a random moment once the child is writing.
+        let delay = Duration::from_millis(rng.u64(20..400));
+        let (started_tx, started) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let mut lines = Vec::new();
+            let mut started_tx = Some(started_tx);
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                // libtest's "test ... " may stand before the first line.
+                if let Some(rest) = line.find("ACK ").map(|at| &line[at + 4..]) {
+                    if let Some(s) = started_tx.take() {
+                        let _ = s.send(());
+                    }
+                    lines.push(rest.to_owned());
+                }
+            }
+            lines
+        });
+        started
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the child acknowledges a first write");
+        std::thread::sleep(delay);
+        child.kill().unwrap(); // SIGKILL on Unix
+        let status = child.wait().unwrap();
+        assert!(!status.success(), "the child was killed: {status:?}");
+        let lines = reader.join().unwrap();
+        assert!(!lines.is_empty());
+        for line in lines {
+            match line.split_once(' ').unwrap() {
+                ("1", rk) => acked_single.push(rk.to_owned()),
+                ("5", pk) => acked_tx.push(pk.to_owned()),
+                other => panic!("unexpected line {other:?}"),
+            }
+        }
+
+        // The file opens as it is (redb's own recovery on open), its integrity
+        // check passes, and the store holds everything acknowledged so far.
+        {
+            let mut db = redb::Database::create(file.path()).unwrap();
+            assert!(
+                db.check_integrity().unwrap(),
+                "round {round}: the file passes redb's integrity check"
+            );
+        }
+        let svc = file.open();
+        let stored = all(&svc, "Crash").await;
+        eprintln!(
+            "round {round}: killed after {delay:?}; {} single writes and {} transactions acknowledged so far, {} entities stored",
+            acked_single.len(),
+            acked_tx.len(),
+            stored.len()
+        );
+        let singles: std::collections::HashSet<&str> = stored
+            .iter()
+            .filter(|e| e.partition_key == "single")
+            .map(|e| e.row_key.as_str())
+            .collect();
+        for rk in &acked_single {
+            assert!(
+                singles.contains(rk.as_str()),
+                "round {round}: acknowledged {rk} is lost"
+            );
+        }
+        let mut per_tx = std::collections::BTreeMap::<&str, usize>::new();
+        for e in stored.iter().filter(|e| e.partition_key.starts_with("tx")) {
+            *per_tx.entry(e.partition_key.as_str()).or_default() += 1;
+        }
+        for (pk, n) in &per_tx {
+            assert_eq!(*n, 5, "round {round}: transaction {pk} is partly applied");
+        }
+        for pk in &acked_tx {
+            assert!(
+                per_tx.contains_key(pk.as_str()),
+                "round {round}: acknowledged {pk} is lost"
+            );
+        }
+        // Each child has at most one write in flight when it dies (committed,
+        // perhaps, but not yet acknowledged): every other stored write was seen.
+        assert!(
+            singles.len() - acked_single.len() <= round + 1,
+            "round {round}"
+        );
+        assert!(per_tx.len() - acked_tx.len() <= round + 1, "round {round}");
+    }
+    assert!(
+        !acked_single.is_empty() && !acked_tx.is_empty(),
+        "seed {seed}"
+    );
+}
