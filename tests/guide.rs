@@ -26,6 +26,11 @@ pub struct Chapter2FromDataServiceContext;
 #[doc = include_str!("../docs/guide/src/ch03-from-the-official-sdks.md")]
 pub struct Chapter3FromTheOfficialSdks;
 
+/// Chapter 4: design patterns.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/src/ch04-design-patterns.md")]
+pub struct Chapter4DesignPatterns;
+
 /// Chapter 5: testing your code.
 #[cfg(doctest)]
 #[doc = include_str!("../docs/guide/src/ch05-testing.md")]
