@@ -35,3 +35,8 @@ pub struct Chapter4DesignPatterns;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/guide/src/ch05-testing.md")]
 pub struct Chapter5Testing;
+
+/// Chapter 6: running at scale.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/src/ch06-running-at-scale.md")]
+pub struct Chapter6RunningAtScale;

@@ -26,6 +26,12 @@
 //! writer got there first. Each module's docs list the requests of each
 //! operation; `tests/request_counts.rs` counts them against hand-written code.
 //!
+//! The guide's chapter [Design patterns](../../../docs/guide/src/ch04-design-patterns.md)
+//! (in the repository's `docs/guide/`) takes the patterns one by one: the
+//! problem, the type, its requests and its failure behaviour; [Running at
+//! scale](../../../docs/guide/src/ch06-running-at-scale.md) covers choosing keys
+//! and the Cosmos DB Table API.
+//!
 //! # Request costs
 //!
 //! Measured by `tests/request_counts.rs` through a counting loopback proxy in

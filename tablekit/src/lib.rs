@@ -25,8 +25,25 @@
 //! * Every failure is an [`Error`]; input the service would refuse is refused
 //!   before any request is sent.
 //!
-//! Migrating from `DataServiceContext` or the official SDKs? The guide in the
-//! repository's `docs/guide/` (an mdBook) puts every call side by side.
+//! # Guide
+//!
+//! The repository's `docs/guide/` is an mdBook whose every Rust snippet runs as
+//! a test (the links below are to its chapters in the repository, as seen from
+//! docs built there with `cargo doc`):
+//!
+//! 1. [Azure tables in ten minutes](../../../docs/guide/src/ch01-tables-in-ten-minutes.md):
+//!    the data model, keys, partitions, and the query plans from point read to table scan.
+//! 2. [Migrating from DataServiceContext](../../../docs/guide/src/ch02-from-dataservicecontext.md):
+//!    every call of the .NET programming model beside its wire request and the tablekit call.
+//! 3. [Migrating from the official SDKs](../../../docs/guide/src/ch03-from-the-official-sdks.md):
+//!    `TableClient` of `Azure.Data.Tables` and the Python and JavaScript SDKs, call by call.
+//! 4. [Design patterns](../../../docs/guide/src/ch04-design-patterns.md): the
+//!    `tablekit-patterns` types, their requests, costs and failure behaviour.
+//! 5. [Testing your code](../../../docs/guide/src/ch05-testing.md): the embedded
+//!    backend in unit tests, Azurite in integration tests.
+//! 6. [Running at scale](../../../docs/guide/src/ch06-running-at-scale.md):
+//!    partitions and targets, choosing keys, the Cosmos DB Table API, retries and
+//!    ambiguous outcomes, the durable embedded store.
 //!
 //! ```no_run
 //! use futures::TryStreamExt;
