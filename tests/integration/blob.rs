@@ -17,6 +17,8 @@ use crate::common;
 struct Env {
     blobs: BlobServiceClient,
     azurite: bool,
+    /// The store file of `embedded_file`, removed with the case.
+    _file: Option<common::TempStore>,
 }
 
 impl Env {
@@ -24,6 +26,17 @@ impl Env {
         Env {
             blobs: BlobServiceClient::embedded(),
             azurite: false,
+            _file: None,
+        }
+    }
+
+    /// The embedded store kept in a fresh file.
+    fn embedded_file() -> Self {
+        let file = common::TempStore::new();
+        Env {
+            blobs: BlobServiceClient::embedded_at(file.path()).unwrap(),
+            azurite: false,
+            _file: Some(file),
         }
     }
 
@@ -32,6 +45,7 @@ impl Env {
             blobs: BlobServiceClient::from_connection_string(&common::connection_string()?)
                 .unwrap(),
             azurite: true,
+            _file: None,
         })
     }
 }
@@ -291,7 +305,7 @@ async fn listing_by_prefix_pages_in_name_order(Env { blobs, .. }: Env) {
         .is_invalid_input());
 }
 
-async fn missing_things_are_named_errors(Env { blobs, azurite }: Env) {
+async fn missing_things_are_named_errors(Env { blobs, azurite, .. }: Env) {
     let missing = blobs.container("no-such-container").unwrap();
     let err = missing.blob("x").unwrap().upload("x").await.unwrap_err();
     assert_eq!(err.code(), Some(&ErrorCode::ContainerNotFound), "{err}");

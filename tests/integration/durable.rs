@@ -397,3 +397,250 @@ async fn every_acknowledged_write_survives_sigkill_and_transactions_are_all_or_n
         "seed {seed}"
     );
 }
+
+/// One file holds an account's tables, queues and blobs: the three services
+/// share the file opened once, each acknowledged change is in it after all
+/// three are closed, and reopening gives back messages with their visibility,
+/// dequeue counts and pop receipts, and blobs with their properties, metadata
+/// and blocks.
+#[tokio::test]
+async fn one_file_holds_tables_queues_and_blobs_and_a_reopen_restores_them_all() {
+    use tablekit::{BlobServiceClient, ManualClock, QueueServiceClient};
+    let file = TempStore::new();
+    let clock = ManualClock::new("2014-07-31T18:00:00Z".parse().unwrap());
+    let open = |clock: &ManualClock| {
+        (
+            file.open(),
+            QueueServiceClient::embedded_at_with_clock(file.path(), clock.clone()).unwrap(),
+            BlobServiceClient::embedded_at(file.path()).unwrap(),
+        )
+    };
+    let (tables, queues, blobs) = open(&clock);
+    let t = tables.table::<DynamicEntity>("Orders").unwrap();
+    t.create_table().await.unwrap();
+    t.insert(&DynamicEntity::new("p", "r")).await.unwrap();
+
+    let jobs = queues.queue("jobs").unwrap();
+    jobs.create_queue().await.unwrap();
+    let later = queues.queue("later").unwrap();
+    later.create_queue().await.unwrap();
+    jobs.send("first").unwrap().await.unwrap();
+    // Received twice: invisible for a minute with dequeue count 2.
+    let got = jobs
+        .receive()
+        .visibility_timeout(Duration::from_secs(1))
+        .await
+        .unwrap();
+    assert_eq!(got[0].text().unwrap(), "first");
+    clock.advance(Duration::from_secs(2));
+    let first = jobs
+        .receive()
+        .visibility_timeout(Duration::from_secs(60))
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!((first.text().unwrap(), first.dequeue_count()), ("first", 2));
+    for text in ["gone", "second", "third"] {
+        jobs.send(text).unwrap().await.unwrap();
+    }
+    let gone = jobs.receive().await.unwrap().remove(0);
+    assert_eq!(gone.text().unwrap(), "gone");
+    jobs.delete_message(&gone).await.unwrap();
+    // Received and then updated: the update's receipt is the live one.
+    let mut second = jobs
+        .receive()
+        .visibility_timeout(Duration::from_secs(600))
+        .await
+        .unwrap()
+        .remove(0);
+    assert_eq!(second.text().unwrap(), "second");
+    let stale = second.clone();
+    jobs.update_message(
+        &mut second,
+        Duration::from_secs(30),
+        Some(b"second, edited"),
+    )
+    .await
+    .unwrap();
+    later
+        .send("in an hour")
+        .unwrap()
+        .visibility_delay(Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let doomed = queues.queue("doomed").unwrap();
+    doomed.create_queue().await.unwrap();
+    doomed.send("x").unwrap().await.unwrap();
+    doomed.delete_queue().await.unwrap();
+
+    let photos = blobs.container("photos").unwrap();
+    photos.create_container().await.unwrap();
+    let small = photos
+        .blob("a.txt")
+        .unwrap()
+        .upload(b"hello".to_vec())
+        .content_type("text/plain")
+        .metadata("Owner", "ada")
+        .await
+        .unwrap();
+    let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    photos
+        .blob("big.bin")
+        .unwrap()
+        .with_blocks(64 << 10, 2)
+        .unwrap()
+        .upload(big.clone())
+        .await
+        .unwrap();
+    photos
+        .blob("deleted")
+        .unwrap()
+        .upload(vec![1])
+        .await
+        .unwrap();
+    photos.blob("deleted").unwrap().delete(None).await.unwrap();
+    let old = blobs.container("old").unwrap();
+    old.create_container().await.unwrap();
+    old.blob("x").unwrap().upload(vec![1]).await.unwrap();
+    old.delete_container().await.unwrap();
+
+    // While the queues are open, a second queue store on the file is refused;
+    // tables and blobs of the same file are in use too.
+    let err = QueueServiceClient::embedded_at(file.path()).unwrap_err();
+    assert!(
+        err.to_string().contains("in use by another open store"),
+        "{err}"
+    );
+    let err = BlobServiceClient::embedded_at(file.path()).unwrap_err();
+    assert!(
+        err.to_string().contains("in use by another open store"),
+        "{err}"
+    );
+    drop((tables, t, queues, jobs, later, doomed, blobs, photos, old));
+
+    let (tables, queues, blobs) = open(&clock);
+    assert_eq!(all(&tables, "Orders").await.len(), 1);
+    let jobs = queues.queue("jobs").unwrap();
+    let later = queues.queue("later").unwrap();
+    assert!(queues.queue("doomed").unwrap().peek(1).await.is_err());
+    assert_eq!(jobs.approximate_message_count().await.unwrap(), 3);
+    // "first" and "second" are still invisible; "third" is visible.
+    let peeked = jobs.peek(32).await.unwrap();
+    let texts: Vec<_> = peeked.iter().map(|m| m.text().unwrap()).collect();
+    assert_eq!(texts, ["third"]);
+    assert!(later.peek(1).await.unwrap().is_empty());
+    // The receipts issued before the reopen are the live ones, and a receipt
+    // made stale before it stays stale.
+    let err = jobs.delete_message(&stale).await.unwrap_err();
+    assert_eq!(err.status(), Some(400), "{err:?}");
+    let third = jobs.receive().await.unwrap().remove(0);
+    assert_eq!((third.text().unwrap(), third.dequeue_count()), ("third", 1));
+    jobs.delete_message(&third).await.unwrap();
+    clock.advance(Duration::from_secs(31));
+    let again = jobs.receive().await.unwrap().remove(0);
+    assert_eq!(
+        (again.text().unwrap(), again.dequeue_count()),
+        ("second, edited", 2)
+    );
+    jobs.delete_message(&first).await.unwrap();
+    clock.advance(Duration::from_secs(3600));
+    let hour = later.receive().await.unwrap();
+    assert_eq!(hour[0].text().unwrap(), "in an hour");
+    assert_eq!(hour[0].dequeue_count(), 1);
+
+    let photos = blobs.container("photos").unwrap();
+    let props = photos.blob("a.txt").unwrap().properties().await.unwrap();
+    assert_eq!(props.etag(), small.etag());
+    assert_eq!(props.last_modified(), small.last_modified());
+    assert_eq!(props.content_type(), Some("text/plain"));
+    assert_eq!(props.metadata(), [("owner".to_owned(), "ada".to_owned())]);
+    let back = photos
+        .blob("big.bin")
+        .unwrap()
+        .download()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(back.as_ref(), big.as_slice());
+    let names: Vec<_> = photos
+        .list_blobs()
+        .fetch_all()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| p.name().to_owned())
+        .collect();
+    assert_eq!(names, ["a.txt", "big.bin"]);
+    assert!(
+        blobs
+            .container("old")
+            .unwrap()
+            .create_container_if_not_exists()
+            .await
+            .unwrap(),
+        "the deleted container stays deleted"
+    );
+    // A new write after the reopen gets an ETag never handed out before.
+    let rewritten = photos
+        .blob("a.txt")
+        .unwrap()
+        .upload(b"again".to_vec())
+        .await
+        .unwrap();
+    assert_ne!(rewritten.etag(), small.etag());
+}
+
+/// `UseEmbeddedStorage=true;Path=<file>` reaches the queue and blob services
+/// too: one connection string for the whole account.
+#[tokio::test]
+async fn the_embedded_connection_string_opens_queues_and_blobs_in_the_same_file() {
+    use tablekit::{BlobServiceClient, QueueServiceClient};
+    let file = TempStore::new();
+    let conn = format!("UseEmbeddedStorage=true;Path={}", file.path().display());
+    {
+        let tables = TableServiceClient::from_connection_string(&conn).unwrap();
+        let queues = QueueServiceClient::from_connection_string(&conn).unwrap();
+        let blobs = BlobServiceClient::from_connection_string(&conn).unwrap();
+        tables
+            .table::<DynamicEntity>("Tee")
+            .unwrap()
+            .create_table()
+            .await
+            .unwrap();
+        let q = queues.queue("qqq").unwrap();
+        q.create_queue().await.unwrap();
+        q.send("m").unwrap().await.unwrap();
+        let c = blobs.container("ccc").unwrap();
+        c.create_container().await.unwrap();
+        c.blob("bbb")
+            .unwrap()
+            .upload(b"body".to_vec())
+            .await
+            .unwrap();
+    }
+    let queues = QueueServiceClient::embedded_at(file.path()).unwrap();
+    let blobs = BlobServiceClient::embedded_at(file.path()).unwrap();
+    let m = queues.queue("qqq").unwrap().receive().await.unwrap();
+    assert_eq!(m[0].text().unwrap(), "m");
+    let body = blobs
+        .container("ccc")
+        .unwrap()
+        .blob("bbb")
+        .unwrap()
+        .download()
+        .bytes()
+        .await
+        .unwrap();
+    assert_eq!(body.as_ref(), b"body");
+    assert!(file
+        .open()
+        .table::<DynamicEntity>("Tee")
+        .unwrap()
+        .query()
+        .stream()
+        .try_collect::<Vec<_>>()
+        .await
+        .is_ok());
+    let err = QueueServiceClient::from_connection_string("UseEmbeddedStorage=true").unwrap_err();
+    assert!(err.to_string().contains("needs Path=<file>"), "{err}");
+}

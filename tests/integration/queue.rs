@@ -16,6 +16,8 @@ use crate::common;
 struct Env {
     queues: QueueServiceClient,
     clock: Option<ManualClock>,
+    /// The store file of `embedded_file`, removed with the case.
+    _file: Option<common::TempStore>,
 }
 
 impl Env {
@@ -24,6 +26,18 @@ impl Env {
         Env {
             queues: QueueServiceClient::embedded_with_clock(clock.clone()),
             clock: Some(clock),
+            _file: None,
+        }
+    }
+
+    /// The embedded store kept in a fresh file, with a clock the case moves.
+    fn embedded_file() -> Self {
+        let clock = ManualClock::new("2014-07-31T18:00:00Z".parse().unwrap());
+        let file = common::TempStore::new();
+        Env {
+            queues: QueueServiceClient::embedded_at_with_clock(file.path(), clock.clone()).unwrap(),
+            clock: Some(clock),
+            _file: Some(file),
         }
     }
 
@@ -32,6 +46,7 @@ impl Env {
         Some(Env {
             queues: QueueServiceClient::from_connection_string(&conn).unwrap(),
             clock: None,
+            _file: None,
         })
     }
 

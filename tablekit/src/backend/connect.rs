@@ -101,6 +101,15 @@ pub(crate) fn embedded_queues(clock: Clock) -> Arc<dyn QueueBackend> {
     Arc::new(Queues::new(clock))
 }
 
+/// The in-process queue store kept in the file at `path` (created if missing),
+/// on `clock`; the file may hold the same account's tables and blobs.
+pub(crate) fn embedded_queues_at(
+    path: &std::path::Path,
+    clock: Clock,
+) -> Result<Arc<dyn QueueBackend>> {
+    Ok(Arc::new(Queues::open(path, clock)?))
+}
+
 /// The Blob service of `account`, over HTTP.
 pub(crate) fn connect_blobs(
     account: Account,
@@ -112,6 +121,15 @@ pub(crate) fn connect_blobs(
 /// A fresh, empty, in-process blob store on `clock`.
 pub(crate) fn embedded_blobs(clock: Clock) -> Arc<dyn BlobBackend> {
     Arc::new(Blobs::new(clock))
+}
+
+/// The in-process blob store kept in the file at `path` (created if missing),
+/// on `clock`; the file may hold the same account's tables and queues.
+pub(crate) fn embedded_blobs_at(
+    path: &std::path::Path,
+    clock: Clock,
+) -> Result<Arc<dyn BlobBackend>> {
+    Ok(Arc::new(Blobs::open(path, clock)?))
 }
 
 #[cfg(test)]

@@ -26,7 +26,7 @@ mod stored;
 
 pub(crate) use connect::{
     connect, connect_blobs, connect_queues, embedded, embedded_at, embedded_blobs,
-    embedded_connection, embedded_queues,
+    embedded_blobs_at, embedded_connection, embedded_queues, embedded_queues_at,
 };
 pub use continuation::Continuation;
 pub(crate) use stored::{Selection, StoredEntity};

@@ -112,8 +112,52 @@ impl BlobServiceClient {
     /// assert_eq!(photos.name(), "photos");
     /// # Ok::<(), tablekit::Error>(())
     /// ```
+    ///
+    /// `UseEmbeddedStorage=true;Path=<file>` is the embedded store kept in that
+    /// file, as [`embedded_at`](BlobServiceClient::embedded_at).
     pub fn from_connection_string(s: &str) -> Result<Self> {
+        if let Some(path) = crate::backend::embedded_connection(s) {
+            return Self::embedded_at(path?);
+        }
         Self::new(Account::from_connection_string(s)?)
+    }
+
+    /// The embedded blob store kept in the file at `path` (created if
+    /// missing): every acknowledged change (a blob put, a block put, a block
+    /// list committed, a delete) is committed to the file first, and reopening
+    /// the file gives back every container and blob with its ETag,
+    /// Last-Modified, content type and metadata, and the blocks not yet
+    /// committed. Blobs are held in memory too, as by
+    /// [`embedded`](BlobServiceClient::embedded).
+    ///
+    /// One file holds one account: the same path given to
+    /// [`TableServiceClient::embedded_at`](crate::TableServiceClient::embedded_at)
+    /// and [`QueueServiceClient::embedded_at`](crate::QueueServiceClient::embedded_at)
+    /// keeps the tables and queues beside the blobs, in one database opened
+    /// once in this process. A second blob store on a file whose blobs are open
+    /// (here or in another process) is refused with a clear error.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> tablekit::Result<()> {
+    /// let path = std::env::temp_dir().join(format!("doc-blobs-{}.redb", std::process::id()));
+    /// # let _ = std::fs::remove_file(&path);
+    /// {
+    ///     let photos = tablekit::BlobServiceClient::embedded_at(&path)?.container("photos")?;
+    ///     photos.create_container().await?;
+    ///     photos.blob("a.txt")?.upload(b"hello".to_vec()).await?;
+    /// }
+    /// let photos = tablekit::BlobServiceClient::embedded_at(&path)?.container("photos")?;
+    /// assert_eq!(photos.blob("a.txt")?.download().bytes().await?.as_ref(), b"hello");
+    /// # drop(photos);
+    /// # std::fs::remove_file(&path).unwrap();
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn embedded_at(path: impl AsRef<std::path::Path>) -> Result<Self> {
+        Ok(BlobServiceClient {
+            backend: crate::backend::embedded_blobs_at(path.as_ref(), Clock::System)?,
+        })
     }
 
     /// A fresh, isolated, in-memory blob store with the Blob service's semantics.

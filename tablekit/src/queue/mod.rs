@@ -44,7 +44,7 @@ use chrono::{DateTime, Utc};
 
 use crate::account::Account;
 use crate::backend::queue::{QueueBackend, QueueOp, QueueResponse, RawMessage};
-use crate::backend::{connect_queues, embedded_queues};
+use crate::backend::{connect_queues, embedded_connection, embedded_queues, embedded_queues_at};
 use crate::clock::{Clock, ManualClock};
 use crate::error::{Error, ErrorCode, Result, ValidationError};
 use crate::options::ClientOptions;
@@ -115,8 +115,62 @@ impl QueueServiceClient {
     /// assert_eq!(jobs.name(), "archive-jobs");
     /// # Ok::<(), tablekit::Error>(())
     /// ```
+    ///
+    /// `UseEmbeddedStorage=true;Path=<file>` is the embedded store kept in that
+    /// file, as [`embedded_at`](QueueServiceClient::embedded_at).
     pub fn from_connection_string(s: &str) -> Result<Self> {
+        if let Some(path) = embedded_connection(s) {
+            return Self::embedded_at(path?);
+        }
         Self::new(Account::from_connection_string(s)?)
+    }
+
+    /// The embedded queue store kept in the file at `path` (created if
+    /// missing), on the system clock: every acknowledged change is committed
+    /// to the file first, and reopening the file gives back every queue and
+    /// message, with its visibility time, dequeue count and pop receipt.
+    ///
+    /// One file holds one account: the same path given to
+    /// [`TableServiceClient::embedded_at`](crate::TableServiceClient::embedded_at)
+    /// and [`BlobServiceClient::embedded_at`](crate::BlobServiceClient::embedded_at)
+    /// keeps the tables and blobs beside the queues, in one database opened
+    /// once in this process. A second queue store on a file whose queues are
+    /// open (here or in another process) is refused with a clear error.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> tablekit::Result<()> {
+    /// let path = std::env::temp_dir().join(format!("doc-queues-{}.redb", std::process::id()));
+    /// # let _ = std::fs::remove_file(&path);
+    /// {
+    ///     let jobs = tablekit::QueueServiceClient::embedded_at(&path)?.queue("jobs")?;
+    ///     jobs.create_queue().await?;
+    ///     jobs.send("resize photo 17")?.await?;
+    /// }
+    /// let jobs = tablekit::QueueServiceClient::embedded_at(&path)?.queue("jobs")?;
+    /// let got = jobs.receive().await?;
+    /// assert_eq!(got[0].text()?, "resize photo 17");
+    /// # drop(jobs);
+    /// # std::fs::remove_file(&path).unwrap();
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn embedded_at(path: impl AsRef<std::path::Path>) -> Result<Self> {
+        Ok(QueueServiceClient {
+            backend: embedded_queues_at(path.as_ref(), Clock::System)?,
+        })
+    }
+
+    /// The embedded queue store kept in the file at `path`, whose time is
+    /// `clock` (see [`embedded_at`](QueueServiceClient::embedded_at) and
+    /// [`embedded_with_clock`](QueueServiceClient::embedded_with_clock)).
+    pub fn embedded_at_with_clock(
+        path: impl AsRef<std::path::Path>,
+        clock: ManualClock,
+    ) -> Result<Self> {
+        Ok(QueueServiceClient {
+            backend: embedded_queues_at(path.as_ref(), Clock::Manual(clock))?,
+        })
     }
 
     /// A fresh, isolated, in-memory queue store with the Queue service's

@@ -120,9 +120,10 @@ impl Drop for TempStore {
 }
 
 /// [`both!`] for a service other than tables: each `case` of the calling module,
-/// an `async fn case(env: Env)`, becomes a module with the tests `embedded` and
-/// `azurite`. `Env` is the calling module's own type, with
-/// `fn embedded() -> Env` and `fn azurite() -> Option<Env>` (`None` when no
+/// an `async fn case(env: Env)`, becomes a module with the tests `embedded`,
+/// `embedded_file` and `azurite`. `Env` is the calling module's own type, with
+/// `fn embedded() -> Env`, `fn embedded_file() -> Env` (the embedded store kept
+/// in a fresh file) and `fn azurite() -> Option<Env>` (`None` when no
 /// emulator is configured, as [`connection_string`] decides).
 ///
 /// `both!` cannot serve the queue and blob suites: its cases receive a
@@ -136,6 +137,11 @@ macro_rules! on_both_with {
             #[tokio::test]
             async fn embedded() {
                 super::$case(super::$env::embedded()).await;
+            }
+
+            #[tokio::test]
+            async fn embedded_file() {
+                super::$case(super::$env::embedded_file()).await;
             }
 
             #[tokio::test]

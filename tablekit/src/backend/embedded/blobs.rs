@@ -1,5 +1,18 @@
 //! The embedded store's blobs: containers of block blobs in memory, with the
 //! Blob service's conditions, ranges, listings and block lists.
+//!
+//! Kept in a store file ([`BlobServiceClient::embedded_at`](crate::BlobServiceClient::embedded_at)),
+//! every change is committed to the file (one durable redb write transaction)
+//! after its checks pass and before it is applied and answered, as for tables
+//! (see the `durable` module). The file holds:
+//!
+//! - `containers`: the container name → 0.
+//! - `blobs`: (container, blob) → the blob's ETag, Last-Modified, content type
+//!   and metadata as JSON; `blob_data`: (container, blob) → its bytes.
+//! - `blob_blocks`: (container, blob, block id) → a block put but not yet
+//!   committed by a block list.
+//! - `meta`: `blob_etag` → the last ETag number handed out, so a reopened
+//!   store never hands out an ETag again.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -8,6 +21,10 @@ use std::sync::Mutex;
 use bytes::Bytes;
 use chrono::{DateTime, SubsecRound as _, Utc};
 use futures::stream::{self, StreamExt};
+use redb::{ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
+
+use super::durable::{commit, open_error, write_error, Claim, Service, META};
 
 use crate::backend::blob::{
     BlobBackend, BlobHeaders, BlobOp, BlobProperties, BlobResponse, Conditions,
@@ -43,6 +60,81 @@ pub(crate) struct Blobs {
     clock: Clock,
     next_etag: AtomicU64,
     containers: Mutex<HashMap<String, Container>>,
+    /// The file every change is committed to first, if any.
+    file: Option<Claim>,
+}
+
+const CONTAINERS: TableDefinition<&str, u64> = TableDefinition::new("containers");
+const BLOBS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("blobs");
+const DATA: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("blob_data");
+const BLOCKS: TableDefinition<(&str, &str, &str), &[u8]> = TableDefinition::new("blob_blocks");
+
+/// A blob's properties as the store file holds them.
+#[derive(Serialize, Deserialize)]
+struct Record {
+    etag: String,
+    /// Last-Modified, in whole seconds since the Unix epoch.
+    modified: i64,
+    content_type: Option<String>,
+    metadata: Vec<(String, String)>,
+}
+
+/// One change to commit to the store file.
+enum Change<'a> {
+    Container(&'a str, bool),
+    /// A blob written (`Some`) or deleted, with the uncommitted blocks it drops.
+    Blob(&'a str, &'a str, Option<(&'a Blob, u64)>, Vec<&'a str>),
+    Block(&'a str, &'a str, &'a str, &'a [u8]),
+}
+
+fn commit_change(claim: &Claim, change: Change<'_>) -> Result<()> {
+    let txn = claim.db().begin_write().map_err(write_error)?;
+    {
+        let mut containers = txn.open_table(CONTAINERS).map_err(write_error)?;
+        let mut blobs = txn.open_table(BLOBS).map_err(write_error)?;
+        let mut data = txn.open_table(DATA).map_err(write_error)?;
+        let mut blocks = txn.open_table(BLOCKS).map_err(write_error)?;
+        match change {
+            Change::Container(name, true) => {
+                containers.insert(name, 0).map_err(write_error)?;
+            }
+            Change::Container(name, false) => {
+                containers.remove(name).map_err(write_error)?;
+            }
+            Change::Blob(c, b, written, dropped) => {
+                for id in dropped {
+                    blocks.remove((c, b, id)).map_err(write_error)?;
+                }
+                match written {
+                    Some((blob, etag_number)) => {
+                        let record = Record {
+                            etag: blob.etag.as_str().to_owned(),
+                            modified: blob.last_modified.timestamp(),
+                            content_type: blob.headers.content_type.clone(),
+                            metadata: blob.headers.metadata.clone(),
+                        };
+                        let bytes = serde_json::to_vec(&record)
+                            .map_err(|e| Error::decode(e.to_string()))?;
+                        blobs
+                            .insert((c, b), bytes.as_slice())
+                            .map_err(write_error)?;
+                        data.insert((c, b), blob.data.as_ref())
+                            .map_err(write_error)?;
+                        let mut meta = txn.open_table(META).map_err(write_error)?;
+                        meta.insert("blob_etag", etag_number).map_err(write_error)?;
+                    }
+                    None => {
+                        blobs.remove((c, b)).map_err(write_error)?;
+                        data.remove((c, b)).map_err(write_error)?;
+                    }
+                }
+            }
+            Change::Block(c, b, id, body) => {
+                blocks.insert((c, b, id), body).map_err(write_error)?;
+            }
+        }
+    }
+    commit(txn)
 }
 
 fn container_not_found() -> Error {
@@ -108,6 +200,14 @@ fn check(conditions: &Conditions, current: Option<&Blob>) -> Result<()> {
     Ok(())
 }
 
+/// The uncommitted blocks of `blob`, which a write or delete of it drops.
+fn dropped_blocks<'a>(c: &'a Container, blob: &str) -> Vec<&'a str> {
+    c.uncommitted
+        .get(blob)
+        .map(|b| b.keys().map(String::as_str).collect())
+        .unwrap_or_default()
+}
+
 impl Blobs {
     pub(crate) fn new(clock: Clock) -> Self {
         Blobs {
@@ -116,11 +216,97 @@ impl Blobs {
         }
     }
 
-    fn stamp(&self) -> (ETag, DateTime<Utc>) {
+    /// The blobs kept in the store file at `path` (created if missing), with
+    /// every container, blob and uncommitted block the file holds.
+    pub(crate) fn open(path: &std::path::Path, clock: Clock) -> Result<Self> {
+        let claim = Claim::open(path, Service::Blobs)?;
+        let fail = |e: &dyn std::fmt::Display| open_error(path, e);
+        let mut all: HashMap<String, Container> = HashMap::new();
+        let mut next_etag = 0;
+        {
+            let txn = claim.db().begin_read().map_err(|e| fail(&e))?;
+            macro_rules! rows {
+                ($def:expr, |$k:ident, $v:ident| $body:block) => {
+                    match txn.open_table($def) {
+                        Ok(t) => {
+                            for row in t.iter().map_err(|e| fail(&e))? {
+                                let ($k, $v) = row.map_err(|e| fail(&e))?;
+                                $body
+                            }
+                        }
+                        Err(redb::TableError::TableDoesNotExist(_)) => {}
+                        Err(e) => return Err(fail(&e)),
+                    }
+                };
+            }
+            rows!(META, |k, v| {
+                if k.value() == "blob_etag" {
+                    next_etag = v.value();
+                }
+            });
+            rows!(CONTAINERS, |k, _v| {
+                all.insert(k.value().to_owned(), Container::default());
+            });
+            let data_table = match txn.open_table(DATA) {
+                Ok(t) => Some(t),
+                Err(redb::TableError::TableDoesNotExist(_)) => None,
+                Err(e) => return Err(fail(&e)),
+            };
+            rows!(BLOBS, |k, v| {
+                let (c, b) = k.value();
+                let unreadable = || fail(&format_args!("the blob {c:?}/{b:?} is unreadable"));
+                let record: Record = serde_json::from_slice(v.value()).map_err(|_| unreadable())?;
+                let bytes = match &data_table {
+                    Some(t) => t.get((c, b)).map_err(|e| fail(&e))?,
+                    None => None,
+                }
+                .ok_or_else(unreadable)?;
+                let blob = Blob {
+                    data: Bytes::copy_from_slice(bytes.value()),
+                    etag: ETag::new(record.etag),
+                    last_modified: DateTime::from_timestamp(record.modified, 0)
+                        .ok_or_else(unreadable)?,
+                    headers: BlobHeaders {
+                        content_type: record.content_type,
+                        metadata: record.metadata,
+                    },
+                };
+                if let Some(container) = all.get_mut(c) {
+                    container.blobs.insert(b.to_owned(), blob);
+                }
+            });
+            rows!(BLOCKS, |k, v| {
+                let (c, b, id) = k.value();
+                if let Some(container) = all.get_mut(c) {
+                    container
+                        .uncommitted
+                        .entry(b.to_owned())
+                        .or_default()
+                        .insert(id.to_owned(), Bytes::copy_from_slice(v.value()));
+                }
+            });
+        }
+        Ok(Blobs {
+            clock,
+            next_etag: next_etag.into(),
+            containers: Mutex::new(all),
+            file: Some(claim),
+        })
+    }
+
+    /// Commits `change` to the store file, if there is one.
+    fn persist(&self, change: Change<'_>) -> Result<()> {
+        match &self.file {
+            Some(claim) => commit_change(claim, change),
+            None => Ok(()),
+        }
+    }
+
+    fn stamp(&self) -> (ETag, DateTime<Utc>, u64) {
         let n = self.next_etag.fetch_add(1, Ordering::Relaxed) + 1;
         // HTTP dates carry whole seconds; keep what a reader over HTTP would see.
         let now = self.clock.now().trunc_subsecs(0);
-        (ETag::new(format!("\"0x8DC{n:013X}\"")), now)
+        (ETag::new(format!("\"0x8DC{n:013X}\"")), now, n)
     }
 
     fn apply(&self, op: BlobOp<'_>) -> Result<BlobResponse> {
@@ -134,13 +320,38 @@ impl Blobs {
                         "The specified container already exists.",
                     ));
                 }
+                self.persist(Change::Container(container, true))?;
                 all.insert(container.to_owned(), Container::default());
                 Ok(BlobResponse::Created(true))
             }
-            BlobOp::DeleteContainer { container } => match all.remove(container) {
-                Some(_) => Ok(BlobResponse::Done),
-                None => Err(container_not_found()),
-            },
+            BlobOp::DeleteContainer { container } => {
+                let c = all.get(container).ok_or_else(container_not_found)?;
+                if let Some(claim) = &self.file {
+                    // One transaction: the container, its blobs and blocks.
+                    let txn = claim.db().begin_write().map_err(write_error)?;
+                    {
+                        let mut containers = txn.open_table(CONTAINERS).map_err(write_error)?;
+                        let mut blobs = txn.open_table(BLOBS).map_err(write_error)?;
+                        let mut data = txn.open_table(DATA).map_err(write_error)?;
+                        let mut blocks = txn.open_table(BLOCKS).map_err(write_error)?;
+                        containers.remove(container).map_err(write_error)?;
+                        for b in c.blobs.keys() {
+                            blobs.remove((container, b.as_str())).map_err(write_error)?;
+                            data.remove((container, b.as_str())).map_err(write_error)?;
+                        }
+                        for (b, ids) in &c.uncommitted {
+                            for id in ids.keys() {
+                                blocks
+                                    .remove((container, b.as_str(), id.as_str()))
+                                    .map_err(write_error)?;
+                            }
+                        }
+                    }
+                    commit(txn)?;
+                }
+                all.remove(container);
+                Ok(BlobResponse::Done)
+            }
             BlobOp::List {
                 container,
                 prefix,
@@ -167,19 +378,23 @@ impl Blobs {
                 headers,
                 conditions,
             } => {
-                let (etag, last_modified) = self.stamp();
+                let (etag, last_modified, n) = self.stamp();
                 let c = all.get_mut(container).ok_or_else(container_not_found)?;
                 check(conditions, c.blobs.get(blob))?;
+                let new = Blob {
+                    data: body,
+                    etag: etag.clone(),
+                    last_modified,
+                    headers: headers.clone(),
+                };
+                self.persist(Change::Blob(
+                    container,
+                    blob,
+                    Some((&new, n)),
+                    dropped_blocks(c, blob),
+                ))?;
                 c.uncommitted.remove(blob);
-                c.blobs.insert(
-                    blob.to_owned(),
-                    Blob {
-                        data: body,
-                        etag: etag.clone(),
-                        last_modified,
-                        headers: headers.clone(),
-                    },
-                );
+                c.blobs.insert(blob.to_owned(), new);
                 Ok(BlobResponse::Written {
                     etag,
                     last_modified,
@@ -192,6 +407,7 @@ impl Blobs {
                 body,
             } => {
                 let c = all.get_mut(container).ok_or_else(container_not_found)?;
+                self.persist(Change::Block(container, blob, block_id, &body))?;
                 c.uncommitted
                     .entry(blob.to_owned())
                     .or_default()
@@ -205,7 +421,7 @@ impl Blobs {
                 headers,
                 conditions,
             } => {
-                let (etag, last_modified) = self.stamp();
+                let (etag, last_modified, n) = self.stamp();
                 let c = all.get_mut(container).ok_or_else(container_not_found)?;
                 check(conditions, c.blobs.get(blob))?;
                 let blocks = c.uncommitted.get(blob);
@@ -228,16 +444,20 @@ impl Blobs {
                         data.extend_from_slice(&blocks[id]);
                     }
                 }
+                let new = Blob {
+                    data: Bytes::from(data),
+                    etag: etag.clone(),
+                    last_modified,
+                    headers: headers.clone(),
+                };
+                self.persist(Change::Blob(
+                    container,
+                    blob,
+                    Some((&new, n)),
+                    dropped_blocks(c, blob),
+                ))?;
                 c.uncommitted.remove(blob);
-                c.blobs.insert(
-                    blob.to_owned(),
-                    Blob {
-                        data: Bytes::from(data),
-                        etag: etag.clone(),
-                        last_modified,
-                        headers: headers.clone(),
-                    },
-                );
+                c.blobs.insert(blob.to_owned(), new);
                 Ok(BlobResponse::Written {
                     etag,
                     last_modified,
@@ -289,6 +509,7 @@ impl Blobs {
                 let c = all.get_mut(container).ok_or_else(container_not_found)?;
                 let b = c.blobs.get(blob).ok_or_else(blob_not_found)?;
                 check(conditions, Some(b))?;
+                self.persist(Change::Blob(container, blob, None, dropped_blocks(c, blob)))?;
                 c.blobs.remove(blob);
                 c.uncommitted.remove(blob);
                 Ok(BlobResponse::Done)

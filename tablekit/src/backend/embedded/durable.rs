@@ -69,7 +69,9 @@
 //! (`block_in_place`), on a current-thread runtime they wait.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
 
 use base64::Engine as _;
 use chrono::DateTime;
@@ -85,22 +87,183 @@ use crate::EdmValue;
 /// The version of the file's layout this code writes and reads.
 pub(crate) const FORMAT_VERSION: u64 = 1;
 
-const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const TABLES: TableDefinition<&str, (u64, &str)> = TableDefinition::new("tables");
 
 fn entities_name(id: u64) -> String {
     format!("entities/{id}")
 }
 
-/// The store's file: an open redb database (locked against other opens).
-pub(crate) struct Durable {
-    db: Database,
+/// An open store file: one redb database, shared in this process by the
+/// account's services (tables, queues, blobs) that name the same file. redb
+/// locks a file against every second open, in this process too, so the file
+/// is opened once and each service claims its part of it (see [`Claim`]).
+pub(crate) struct File {
+    /// `None` only while the file closes.
+    db: Option<Database>,
     path: PathBuf,
+    /// The key in [`FILES`], if the file is registered there.
+    key: Option<PathBuf>,
+    /// Which services (by [`Service`] index) an open store holds.
+    claimed: Mutex<[bool; 3]>,
+}
+
+impl File {
+    fn database(&self) -> &Database {
+        self.db
+            .as_ref()
+            .expect("a file is open until it is dropped")
+    }
+}
+
+/// The files open in this process, by their canonical path.
+static FILES: Mutex<Option<HashMap<PathBuf, Weak<File>>>> = Mutex::new(None);
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Drop for File {
+    fn drop(&mut self) {
+        // The database closes under the registry's lock, so an open racing
+        // this drop finds either this file or a closed one, never a locked one.
+        let mut files = lock(&FILES);
+        if let (Some(key), Some(map)) = (&self.key, files.as_mut()) {
+            if map.get(key).is_some_and(|w| w.strong_count() == 0) {
+                map.remove(key);
+            }
+        }
+        drop(self.db.take());
+    }
+}
+
+/// The part of a store file a service keeps.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Service {
+    Tables = 0,
+    Queues = 1,
+    Blobs = 2,
+}
+
+/// One service's hold on an open store file: while it lives, no other store
+/// of that service opens the file; the file closes when the last claim on it
+/// is dropped.
+pub(crate) struct Claim {
+    file: Arc<File>,
+    service: Service,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        lock(&self.file.claimed)[self.service as usize] = false;
+    }
+}
+
+impl std::fmt::Debug for Claim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Claim")
+            .field("path", &self.file.path)
+            .field("service", &self.service)
+            .finish()
+    }
+}
+
+/// The path `path` is registered under: canonical if it (or its folder) exists.
+fn registry_key(path: &Path) -> PathBuf {
+    if let Ok(p) = path.canonicalize() {
+        return p;
+    }
+    match (path.parent(), path.file_name()) {
+        (Some(dir), Some(name)) => {
+            let dir = if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            };
+            dir.canonicalize()
+                .map_or_else(|_| path.to_owned(), |d| d.join(name))
+        }
+        _ => path.to_owned(),
+    }
+}
+
+impl Claim {
+    /// Claims `service` of the store file at `path`, opening (or creating) the
+    /// file unless this process has it open already.
+    pub(crate) fn open(path: &Path, service: Service) -> Result<Claim> {
+        let key = registry_key(path);
+        let file = {
+            let mut files = lock(&FILES);
+            let map = files.get_or_insert_with(HashMap::new);
+            match map.get(&key).and_then(Weak::upgrade) {
+                Some(file) => file,
+                None => {
+                    let db = open_db(path)?;
+                    // Checked before it becomes a `File`, whose drop takes the
+                    // registry's lock (held here).
+                    check_format(&db, path)?;
+                    let file = Arc::new(File {
+                        db: Some(db),
+                        path: path.to_owned(),
+                        key: Some(key.clone()),
+                        claimed: Mutex::new([false; 3]),
+                    });
+                    map.insert(key, Arc::downgrade(&file));
+                    file
+                }
+            }
+        };
+        Claim::take(file, service)
+    }
+
+    /// Claims `service` of an open file.
+    fn take(file: Arc<File>, service: Service) -> Result<Claim> {
+        let mut claimed = lock(&file.claimed);
+        if claimed[service as usize] {
+            return Err(open_error(
+                &file.path,
+                "it is in use by another open store (in this or another process)",
+            ));
+        }
+        claimed[service as usize] = true;
+        drop(claimed);
+        Ok(Claim { file, service })
+    }
+
+    /// The claim of an unregistered database (tests with an injected I/O backend).
+    #[cfg(test)]
+    pub(crate) fn of_db(db: Database, path: &Path, service: Service) -> Result<Claim> {
+        check_format(&db, path)?;
+        let file = Arc::new(File {
+            db: Some(db),
+            path: path.to_owned(),
+            key: None,
+            claimed: Mutex::new([false; 3]),
+        });
+        Claim::take(file, service)
+    }
+
+    /// The open database.
+    pub(crate) fn db(&self) -> &Database {
+        self.file.database()
+    }
+
+    /// The file's path as it was opened.
+    pub(crate) fn path(&self) -> &Path {
+        &self.file.path
+    }
+}
+
+/// The tables of a store file (see [`Claim`]).
+pub(crate) struct Durable {
+    claim: Claim,
 }
 
 impl std::fmt::Debug for Durable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Durable").field("path", &self.path).finish()
+        f.debug_struct("Durable")
+            .field("path", &self.claim.path())
+            .finish()
     }
 }
 
@@ -118,7 +281,7 @@ pub(crate) struct Put<'a> {
     pub(crate) entity: Option<&'a StoredEntity>,
 }
 
-fn open_error(path: &Path, what: impl std::fmt::Display) -> Error {
+pub(crate) fn open_error(path: &Path, what: impl std::fmt::Display) -> Error {
     Error::config(format!(
         "the embedded store file {} cannot be opened: {what}",
         path.display()
@@ -157,7 +320,7 @@ fn refuse_foreign_file(path: &Path) -> Result<()> {
 }
 
 /// A failure to commit: nothing of the write was applied.
-fn write_error(what: impl std::fmt::Display) -> Error {
+pub(crate) fn write_error(what: impl std::fmt::Display) -> Error {
     Error::service(
         500,
         ErrorCode::InternalError,
@@ -167,74 +330,81 @@ fn write_error(what: impl std::fmt::Display) -> Error {
     )
 }
 
+/// Opens (or creates) the redb database at `path`, refusing what is not one.
+fn open_db(path: &Path) -> Result<Database> {
+    refuse_foreign_file(path)?;
+    // redb 2.2 asserts (panics) on some damaged files, such as one cut
+    // shorter than its header says: that is a damaged file, not a bug here.
+    let opened = std::panic::catch_unwind(|| Database::create(path))
+        .map_err(|_| open_error(path, "it is damaged (truncated or corrupted)"))?;
+    opened.map_err(|e| match e {
+        DatabaseError::DatabaseAlreadyOpen => open_error(
+            path,
+            "it is in use by another open store (in this or another process)",
+        ),
+        DatabaseError::UpgradeRequired(v) => open_error(
+            path,
+            format!("it has redb file format {v}, which this build cannot read"),
+        ),
+        other => open_error(path, other),
+    })
+}
+
+/// Writes the format version into a new file; refuses a file of another
+/// version, or a redb file that is not a tablekit store.
+fn check_format(db: &Database, path: &Path) -> Result<()> {
+    let fail = |e: &dyn std::fmt::Display| open_error(path, e);
+    let txn = db.begin_write().map_err(|e| fail(&e))?;
+    {
+        let mut meta = txn.open_table(META).map_err(|e| fail(&e))?;
+        let found = meta.get("format").map_err(|e| fail(&e))?.map(|v| v.value());
+        match found {
+            Some(FORMAT_VERSION) => {}
+            Some(v) => {
+                return Err(fail(&format_args!(
+                    "its format version is {v}, and this version of tablekit reads only version {FORMAT_VERSION}"
+                )))
+            }
+            None => {
+                let others = txn
+                    .list_tables()
+                    .map_err(|e| fail(&e))?
+                    .any(|t| t.name() != "meta");
+                if others {
+                    return Err(fail(&"it is a redb database but not a tablekit store (no format version)"));
+                }
+                meta.insert("format", FORMAT_VERSION)
+                    .map_err(|e| fail(&e))?;
+                meta.insert("next_table", 1).map_err(|e| fail(&e))?;
+            }
+        }
+    }
+    txn.commit().map_err(|e| fail(&e))
+}
+
 impl Durable {
     /// Opens (or creates) the file at `path` and reads every table in it.
     pub(crate) fn open(path: &Path) -> Result<(Durable, Vec<LoadedTable>)> {
-        refuse_foreign_file(path)?;
-        // redb 2.2 asserts (panics) on some damaged files, such as one cut
-        // shorter than its header says: that is a damaged file, not a bug here.
-        let opened = std::panic::catch_unwind(|| Database::create(path))
-            .map_err(|_| open_error(path, "it is damaged (truncated or corrupted)"))?;
-        let db = opened.map_err(|e| match e {
-            DatabaseError::DatabaseAlreadyOpen => open_error(
-                path,
-                "it is in use by another open store (in this or another process)",
-            ),
-            DatabaseError::UpgradeRequired(v) => open_error(
-                path,
-                format!("it has redb file format {v}, which this build cannot read"),
-            ),
-            other => open_error(path, other),
-        })?;
-        Durable::from_db(db, path)
+        Durable::from_claim(Claim::open(path, Service::Tables)?)
     }
 
-    /// The store in an open database: its format checked, its tables read.
-    fn from_db(db: Database, path: &Path) -> Result<(Durable, Vec<LoadedTable>)> {
-        let durable = Durable {
-            db,
-            path: path.to_owned(),
-        };
-        durable.check_format()?;
+    /// The tables of a claimed file, read.
+    fn from_claim(claim: Claim) -> Result<(Durable, Vec<LoadedTable>)> {
+        let durable = Durable { claim };
         let tables = durable.load()?;
         Ok((durable, tables))
     }
 
-    /// Writes the format version into a new file; refuses a file of another
-    /// version, or a redb file that is not a tablekit store.
-    fn check_format(&self) -> Result<()> {
-        let fail = |e: &dyn std::fmt::Display| open_error(&self.path, e);
-        let txn = self.db.begin_write().map_err(|e| fail(&e))?;
-        {
-            let mut meta = txn.open_table(META).map_err(|e| fail(&e))?;
-            let found = meta.get("format").map_err(|e| fail(&e))?.map(|v| v.value());
-            match found {
-                Some(FORMAT_VERSION) => {}
-                Some(v) => {
-                    return Err(fail(&format_args!(
-                        "its format version is {v}, and this version of tablekit reads only version {FORMAT_VERSION}"
-                    )))
-                }
-                None => {
-                    let others = txn
-                        .list_tables()
-                        .map_err(|e| fail(&e))?
-                        .any(|t| t.name() != "meta");
-                    if others {
-                        return Err(fail(&"it is a redb database but not a tablekit store (no format version)"));
-                    }
-                    meta.insert("format", FORMAT_VERSION)
-                        .map_err(|e| fail(&e))?;
-                    meta.insert("next_table", 1).map_err(|e| fail(&e))?;
-                }
-            }
-        }
-        txn.commit().map_err(|e| fail(&e))
+    /// The store in an open, unregistered database: its format checked, its
+    /// tables read.
+    #[cfg(test)]
+    fn from_db(db: Database, path: &Path) -> Result<(Durable, Vec<LoadedTable>)> {
+        Durable::from_claim(Claim::of_db(db, path, Service::Tables)?)
     }
 
     fn load(&self) -> Result<Vec<LoadedTable>> {
-        let fail = |e: &dyn std::fmt::Display| open_error(&self.path, e);
-        let txn = self.db.begin_read().map_err(|e| fail(&e))?;
+        let fail = |e: &dyn std::fmt::Display| open_error(self.claim.path(), e);
+        let txn = self.claim.db().begin_read().map_err(|e| fail(&e))?;
         let registry = match txn.open_table(TABLES) {
             Ok(t) => t,
             Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
@@ -270,7 +440,7 @@ impl Durable {
 
     /// Commits a new table; returns its id.
     pub(crate) fn create_table(&self, lower: &str, name: &str) -> Result<u64> {
-        let txn = self.db.begin_write().map_err(write_error)?;
+        let txn = self.claim.db().begin_write().map_err(write_error)?;
         let id = {
             let mut meta = txn.open_table(META).map_err(write_error)?;
             let id = meta
@@ -288,7 +458,7 @@ impl Durable {
 
     /// Commits the deletion of a table and all its entities.
     pub(crate) fn delete_table(&self, lower: &str, id: u64) -> Result<()> {
-        let txn = self.db.begin_write().map_err(write_error)?;
+        let txn = self.claim.db().begin_write().map_err(write_error)?;
         {
             let mut tables = txn.open_table(TABLES).map_err(write_error)?;
             tables.remove(lower).map_err(write_error)?;
@@ -303,7 +473,7 @@ impl Durable {
     /// partition `pk` of the table `lower` with id `id`. A table deleted (and
     /// perhaps created again) since the write found it is 404 `TableNotFound`.
     pub(crate) fn write(&self, lower: &str, id: u64, pk: &str, puts: &[Put<'_>]) -> Result<()> {
-        let txn = self.db.begin_write().map_err(write_error)?;
+        let txn = self.claim.db().begin_write().map_err(write_error)?;
         {
             let tables = txn.open_table(TABLES).map_err(write_error)?;
             let current = tables.get(lower).map_err(write_error)?.map(|v| v.value().0);
@@ -335,7 +505,7 @@ impl Durable {
 
 /// Commits `txn` and waits for its `fsync`; on a multi-thread tokio runtime the
 /// worker hands its other tasks to another thread first.
-fn commit(txn: redb::WriteTransaction) -> Result<()> {
+pub(crate) fn commit(txn: redb::WriteTransaction) -> Result<()> {
     let wait = || txn.commit().map_err(write_error);
     match tokio::runtime::Handle::try_current() {
         Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {

@@ -4,13 +4,31 @@
 //! comes back with its dequeue count one higher; each receive or update issues a
 //! new pop receipt and makes the old one stale; a message past its time to live
 //! is gone. Time comes from a [`Clock`], so tests move it instead of sleeping.
+//!
+//! Kept in a store file ([`QueueServiceClient::embedded_at`](crate::QueueServiceClient::embedded_at)),
+//! every change is committed to the file before it is applied and answered, as
+//! for tables (see the `durable` module): an operation runs on a copy of its
+//! queue, the messages it changed are committed (one redb write transaction,
+//! durable), then the copy replaces the queue. The file holds:
+//!
+//! - `queues`: the queue name → 0.
+//! - `messages`: (queue name, sequence number) → the message as JSON: its id,
+//!   text, times (inserted, expires, visible again), dequeue count and pop
+//!   receipt, so a reopened store hands out the same messages at the same
+//!   times, and a receipt issued before the reopen still deletes its message.
+//!   The sequence number is the sending order, which is the order of equally
+//!   visible messages.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use redb::{ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
 use uuid::Uuid;
+
+use super::durable::{commit, open_error, write_error, Claim, Service};
 
 use crate::backend::queue::{QueueBackend, QueueOp, QueueResponse, RawMessage};
 use crate::clock::Clock;
@@ -19,8 +37,10 @@ use crate::error::{Error, ErrorCode, Result};
 /// The service's default time to live: 7 days.
 const DEFAULT_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq)]
 struct Message {
+    /// The sending order (the key in the store file).
+    seq: u64,
     id: String,
     text: String,
     inserted_on: DateTime<Utc>,
@@ -58,6 +78,97 @@ impl Message {
 pub(crate) struct Queues {
     clock: Clock,
     queues: Mutex<HashMap<String, Vec<Message>>>,
+    /// The next message's sequence number (changed under `queues`' lock).
+    next_seq: std::sync::atomic::AtomicU64,
+    /// The file every change is committed to first, if any.
+    file: Option<Claim>,
+}
+
+const QUEUES: TableDefinition<&str, u64> = TableDefinition::new("queues");
+const MESSAGES: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("messages");
+
+/// A time as seconds and nanoseconds since the Unix epoch.
+type Instant = (i64, u32);
+
+fn instant(t: DateTime<Utc>) -> Instant {
+    (t.timestamp(), t.timestamp_subsec_nanos())
+}
+
+fn from_instant((s, n): Instant) -> Option<DateTime<Utc>> {
+    DateTime::from_timestamp(s, n)
+}
+
+/// A message as the store file holds it.
+#[derive(Serialize, Deserialize)]
+struct Record {
+    id: String,
+    text: String,
+    inserted: Instant,
+    expires: Option<Instant>,
+    visible: Instant,
+    dequeues: u32,
+    receipt: Option<String>,
+}
+
+impl Record {
+    fn of(m: &Message) -> Record {
+        Record {
+            id: m.id.clone(),
+            text: m.text.clone(),
+            inserted: instant(m.inserted_on),
+            expires: m.expires_on.map(instant),
+            visible: instant(m.visible_on),
+            dequeues: m.dequeue_count,
+            receipt: m.pop_receipt.clone(),
+        }
+    }
+
+    fn message(self, seq: u64) -> Option<Message> {
+        Some(Message {
+            seq,
+            id: self.id,
+            text: self.text,
+            inserted_on: from_instant(self.inserted)?,
+            expires_on: match self.expires {
+                Some(e) => Some(from_instant(e)?),
+                None => None,
+            },
+            visible_on: from_instant(self.visible)?,
+            dequeue_count: self.dequeues,
+            pop_receipt: self.receipt,
+        })
+    }
+}
+
+/// The changes from `old` to `new` (both in sequence order): the messages
+/// written and the sequence numbers removed.
+fn diff<'a>(old: &[Message], new: &'a [Message]) -> (Vec<&'a Message>, Vec<u64>) {
+    let (mut puts, mut dels) = (Vec::new(), Vec::new());
+    let (mut i, mut j) = (0, 0);
+    loop {
+        match (old.get(i), new.get(j)) {
+            (Some(o), Some(n)) if o.seq == n.seq => {
+                if o != n {
+                    puts.push(n);
+                }
+                i += 1;
+                j += 1;
+            }
+            (Some(o), Some(n)) if o.seq < n.seq => {
+                dels.push(o.seq);
+                i += 1;
+            }
+            (Some(o), None) => {
+                dels.push(o.seq);
+                i += 1;
+            }
+            (_, Some(n)) => {
+                puts.push(n);
+                j += 1;
+            }
+            (None, None) => return (puts, dels),
+        }
+    }
 }
 
 fn after(now: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
@@ -104,17 +215,176 @@ fn visible_order(messages: &[Message], now: DateTime<Utc>, max: u8) -> Vec<usize
     visible
 }
 
+fn queue_name<'a>(op: &QueueOp<'a>) -> &'a str {
+    match op {
+        QueueOp::Send { queue, .. }
+        | QueueOp::Receive { queue, .. }
+        | QueueOp::Peek { queue, .. }
+        | QueueOp::Update { queue, .. }
+        | QueueOp::DeleteMessage { queue, .. }
+        | QueueOp::Clear { queue }
+        | QueueOp::Count { queue }
+        | QueueOp::Create { queue }
+        | QueueOp::Delete { queue } => queue,
+    }
+}
+
 impl Queues {
     pub(crate) fn new(clock: Clock) -> Self {
         Queues {
             clock,
-            queues: Mutex::default(),
+            ..Default::default()
         }
+    }
+
+    /// The queues kept in the store file at `path` (created if missing), with
+    /// every message the file holds that has not expired by `clock`.
+    pub(crate) fn open(path: &std::path::Path, clock: Clock) -> Result<Self> {
+        let claim = Claim::open(path, Service::Queues)?;
+        let fail = |e: &dyn std::fmt::Display| open_error(path, e);
+        let now = clock.now();
+        let mut queues: HashMap<String, Vec<Message>> = HashMap::new();
+        let mut expired = Vec::new();
+        let mut next_seq = 0;
+        {
+            let txn = claim.db().begin_read().map_err(|e| fail(&e))?;
+            match txn.open_table(QUEUES) {
+                Ok(t) => {
+                    for row in t.iter().map_err(|e| fail(&e))? {
+                        let (k, _) = row.map_err(|e| fail(&e))?;
+                        queues.insert(k.value().to_owned(), Vec::new());
+                    }
+                }
+                Err(redb::TableError::TableDoesNotExist(_)) => {}
+                Err(e) => return Err(fail(&e)),
+            }
+            match txn.open_table(MESSAGES) {
+                Ok(t) => {
+                    for row in t.iter().map_err(|e| fail(&e))? {
+                        let (k, v) = row.map_err(|e| fail(&e))?;
+                        let (queue, seq) = k.value();
+                        next_seq = next_seq.max(seq + 1);
+                        let message = serde_json::from_slice::<Record>(v.value())
+                            .ok()
+                            .and_then(|r| r.message(seq))
+                            .ok_or_else(|| {
+                                fail(&format_args!("a message of queue {queue:?} is unreadable"))
+                            })?;
+                        if message.expired(now) {
+                            expired.push((queue.to_owned(), seq));
+                        } else if let Some(q) = queues.get_mut(queue) {
+                            q.push(message);
+                        }
+                    }
+                }
+                Err(redb::TableError::TableDoesNotExist(_)) => {}
+                Err(e) => return Err(fail(&e)),
+            }
+        }
+        if !expired.is_empty() {
+            let txn = claim.db().begin_write().map_err(|e| fail(&e))?;
+            {
+                let mut t = txn.open_table(MESSAGES).map_err(|e| fail(&e))?;
+                for (q, seq) in &expired {
+                    t.remove((q.as_str(), *seq)).map_err(|e| fail(&e))?;
+                }
+            }
+            txn.commit().map_err(|e| fail(&e))?;
+        }
+        Ok(Queues {
+            clock,
+            queues: Mutex::new(queues),
+            next_seq: next_seq.into(),
+            file: Some(claim),
+        })
+    }
+
+    /// Commits a new queue (`Some`) or the deletion of a queue and its messages.
+    fn commit_queue(claim: &Claim, name: &str, deleted: Option<&[Message]>) -> Result<()> {
+        let txn = claim.db().begin_write().map_err(write_error)?;
+        {
+            let mut queues = txn.open_table(QUEUES).map_err(write_error)?;
+            let mut messages = txn.open_table(MESSAGES).map_err(write_error)?;
+            match deleted {
+                None => {
+                    queues.insert(name, 0).map_err(write_error)?;
+                }
+                Some(gone) => {
+                    queues.remove(name).map_err(write_error)?;
+                    for m in gone {
+                        messages.remove((name, m.seq)).map_err(write_error)?;
+                    }
+                }
+            }
+        }
+        commit(txn)
+    }
+
+    /// Commits the messages of queue `name` written and removed.
+    fn commit_messages(claim: &Claim, name: &str, puts: &[&Message], dels: &[u64]) -> Result<()> {
+        let txn = claim.db().begin_write().map_err(write_error)?;
+        {
+            let mut messages = txn.open_table(MESSAGES).map_err(write_error)?;
+            for m in puts {
+                let bytes =
+                    serde_json::to_vec(&Record::of(m)).map_err(|e| Error::decode(e.to_string()))?;
+                messages
+                    .insert((name, m.seq), bytes.as_slice())
+                    .map_err(write_error)?;
+            }
+            for seq in dels {
+                messages.remove((name, *seq)).map_err(write_error)?;
+            }
+        }
+        commit(txn)
     }
 
     fn apply(&self, op: QueueOp<'_>) -> Result<QueueResponse> {
         let now = self.clock.now();
         let mut all = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(claim) = &self.file else {
+            return self.run(&mut all, op, now);
+        };
+        let name = queue_name(&op);
+        match op {
+            QueueOp::Create { .. } => {
+                if !all.contains_key(name) {
+                    Queues::commit_queue(claim, name, None)?;
+                }
+                self.run(&mut all, op, now)
+            }
+            QueueOp::Delete { .. } => {
+                if let Some(gone) = all.get(name) {
+                    Queues::commit_queue(claim, name, Some(gone))?;
+                }
+                self.run(&mut all, op, now)
+            }
+            _ => {
+                let Some(old) = all.get(name) else {
+                    return self.run(&mut all, op, now);
+                };
+                // Decided on a copy, committed, then applied: a change the
+                // file refused is not made.
+                let mut one = HashMap::from([(name.to_owned(), old.clone())]);
+                let answer = self.run(&mut one, op, now)?;
+                let new = one.remove(name).expect("the queue stays in its copy");
+                let (puts, dels) = diff(old, &new);
+                if !puts.is_empty() || !dels.is_empty() {
+                    Queues::commit_messages(claim, name, &puts, &dels)?;
+                }
+                all.insert(name.to_owned(), new);
+                Ok(answer)
+            }
+        }
+    }
+
+    /// The operation on the queues `all`, in memory.
+    fn run(
+        &self,
+        all: &mut HashMap<String, Vec<Message>>,
+        op: QueueOp<'_>,
+        now: DateTime<Utc>,
+    ) -> Result<QueueResponse> {
         if let QueueOp::Create { queue } = op {
             // Creating an existing queue (with the same, here empty, metadata) succeeds.
             let created = !all.contains_key(queue);
@@ -127,17 +397,7 @@ impl Queues {
                 None => Err(queue_not_found()),
             };
         }
-        let name = match &op {
-            QueueOp::Send { queue, .. }
-            | QueueOp::Receive { queue, .. }
-            | QueueOp::Peek { queue, .. }
-            | QueueOp::Update { queue, .. }
-            | QueueOp::DeleteMessage { queue, .. }
-            | QueueOp::Clear { queue }
-            | QueueOp::Count { queue }
-            | QueueOp::Create { queue }
-            | QueueOp::Delete { queue } => *queue,
-        };
+        let name = queue_name(&op);
         let messages = all.get_mut(name).ok_or_else(queue_not_found)?;
         messages.retain(|m| !m.expired(now));
         match op {
@@ -149,6 +409,9 @@ impl Queues {
             } => {
                 let ttl = time_to_live.unwrap_or(Some(DEFAULT_TTL));
                 let message = Message {
+                    seq: self
+                        .next_seq
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
                     id: Uuid::new_v4().to_string(),
                     text: text.to_owned(),
                     inserted_on: now,
