@@ -2,6 +2,11 @@
 //! committed to an embedded database, and opening the file loads it back
 //! (see [`TableServiceClient::embedded_at`](crate::TableServiceClient::embedded_at)).
 //!
+//! One file holds an account's tables, queues and blobs: each service keeps
+//! its own database tables in it (the queue and blob layouts are described
+//! in `queues.rs` and `blobs.rs`), and the services of one process that name
+//! the same path share the one open database through a registry here.
+//!
 //! # Design
 //!
 //! The in-memory store stays the authority for reads and for every rule
