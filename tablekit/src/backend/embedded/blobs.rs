@@ -302,6 +302,37 @@ impl Blobs {
         }
     }
 
+    /// Stores a whole blob (a Put Blob, or a committed block list): the file
+    /// first, then memory; its uncommitted blocks are dropped.
+    fn commit_blob(
+        &self,
+        c: &mut Container,
+        container: &str,
+        blob: &str,
+        data: Bytes,
+        headers: BlobHeaders,
+        (etag, last_modified, n): (ETag, DateTime<Utc>, u64),
+    ) -> Result<BlobResponse> {
+        let new = Blob {
+            data,
+            etag: etag.clone(),
+            last_modified,
+            headers,
+        };
+        self.persist(Change::Blob(
+            container,
+            blob,
+            Some((&new, n)),
+            dropped_blocks(c, blob),
+        ))?;
+        c.uncommitted.remove(blob);
+        c.blobs.insert(blob.to_owned(), new);
+        Ok(BlobResponse::Written {
+            etag,
+            last_modified,
+        })
+    }
+
     fn stamp(&self) -> (ETag, DateTime<Utc>, u64) {
         let n = self.next_etag.fetch_add(1, Ordering::Relaxed) + 1;
         // HTTP dates carry whole seconds; keep what a reader over HTTP would see.
@@ -378,27 +409,10 @@ impl Blobs {
                 headers,
                 conditions,
             } => {
-                let (etag, last_modified, n) = self.stamp();
+                let stamp = self.stamp();
                 let c = all.get_mut(container).ok_or_else(container_not_found)?;
                 check(conditions, c.blobs.get(blob))?;
-                let new = Blob {
-                    data: body,
-                    etag: etag.clone(),
-                    last_modified,
-                    headers: headers.clone(),
-                };
-                self.persist(Change::Blob(
-                    container,
-                    blob,
-                    Some((&new, n)),
-                    dropped_blocks(c, blob),
-                ))?;
-                c.uncommitted.remove(blob);
-                c.blobs.insert(blob.to_owned(), new);
-                Ok(BlobResponse::Written {
-                    etag,
-                    last_modified,
-                })
+                self.commit_blob(c, container, blob, body, headers.clone(), stamp)
             }
             BlobOp::PutBlock {
                 container,
@@ -421,7 +435,7 @@ impl Blobs {
                 headers,
                 conditions,
             } => {
-                let (etag, last_modified, n) = self.stamp();
+                let stamp = self.stamp();
                 let c = all.get_mut(container).ok_or_else(container_not_found)?;
                 check(conditions, c.blobs.get(blob))?;
                 let blocks = c.uncommitted.get(blob);
@@ -444,24 +458,14 @@ impl Blobs {
                         data.extend_from_slice(&blocks[id]);
                     }
                 }
-                let new = Blob {
-                    data: Bytes::from(data),
-                    etag: etag.clone(),
-                    last_modified,
-                    headers: headers.clone(),
-                };
-                self.persist(Change::Blob(
+                self.commit_blob(
+                    c,
                     container,
                     blob,
-                    Some((&new, n)),
-                    dropped_blocks(c, blob),
-                ))?;
-                c.uncommitted.remove(blob);
-                c.blobs.insert(blob.to_owned(), new);
-                Ok(BlobResponse::Written {
-                    etag,
-                    last_modified,
-                })
+                    Bytes::from(data),
+                    headers.clone(),
+                    stamp,
+                )
             }
             BlobOp::Get {
                 container,
