@@ -12,6 +12,7 @@
 //! | [`compound`] | compound keys (§3.6) | [`compound::family`], [`compound::children`] ranges |
 //! | [`log_tail`] | log tail (§3.7) | [`log_tail::LogTail`], newest-first keys [`log_tail::NewestFirst`] |
 //! | [`wide`] | wide entities (§3.10) | [`wide::WideTable`] |
+//! | [`large`] | large entities (§3.11): large properties in blobs, or split | [`large::LargeTable`], [`large::SplitTable`] |
 //! | [`periodic`] | high-volume delete (§3.8): one table per period | [`periodic::PeriodicTables`] |
 //! | [`series`] | data series (§3.9) with daily rollover | [`series::DataSeries`], [`series::HourlyCounters`] |
 //! | [`upgrade`] | background schema upgrade | [`upgrade::SchemaUpgrade`] |
@@ -166,6 +167,7 @@ mod hook;
 pub mod index;
 pub mod index_entity;
 pub mod keys;
+pub mod large;
 pub mod log_tail;
 pub mod periodic;
 pub mod range;
