@@ -13,6 +13,7 @@
 //! | [`log_tail`] | log tail (§3.7) | [`log_tail::LogTail`], newest-first keys [`log_tail::NewestFirst`] |
 //! | [`wide`] | wide entities (§3.10) | [`wide::WideTable`] |
 //! | [`large`] | large entities (§3.11): large properties in blobs, or split | [`large::LargeTable`], [`large::SplitTable`] |
+//! | [`log_data`] | log data in blobs named by time (§3.13) | [`log_data::LogWriter`], [`log_data::LogReader`] |
 //! | [`periodic`] | high-volume delete (§3.8): one table per period | [`periodic::PeriodicTables`] |
 //! | [`series`] | data series (§3.9) with daily rollover | [`series::DataSeries`], [`series::HourlyCounters`] |
 //! | [`upgrade`] | background schema upgrade | [`upgrade::SchemaUpgrade`] |
@@ -168,6 +169,7 @@ pub mod index;
 pub mod index_entity;
 pub mod keys;
 pub mod large;
+pub mod log_data;
 pub mod log_tail;
 pub mod periodic;
 pub mod range;
