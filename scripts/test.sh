@@ -52,3 +52,9 @@ banner "cargo run --example blob_transfer -- 20 (embedded, then Azurite)"
 env -u TABLEKIT_CONNECTION_STRING cargo run --quiet --example blob_transfer -- 20
 TABLEKIT_CONNECTION_STRING="$TABLEKIT_TEST_CONNECTION_STRING" \
     cargo run --quiet --example blob_transfer -- 20
+
+# The large-entity example checks what it reads back and exits non-zero otherwise.
+banner "cargo run --example employee_photo (embedded, then Azurite)"
+env -u TABLEKIT_CONNECTION_STRING cargo run --quiet --example employee_photo
+TABLEKIT_CONNECTION_STRING="$TABLEKIT_TEST_CONNECTION_STRING" \
+    cargo run --quiet --example employee_photo
