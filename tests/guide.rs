@@ -40,3 +40,8 @@ pub struct Chapter5Testing;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/guide/src/ch06-running-at-scale.md")]
 pub struct Chapter6RunningAtScale;
+
+/// Chapter 8: large data (large entities and log data in blobs).
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/src/ch08-large-data.md")]
+pub struct Chapter8LargeData;
