@@ -400,13 +400,6 @@ impl Durable {
         Ok((durable, tables))
     }
 
-    /// The store in an open, unregistered database: its format checked, its
-    /// tables read.
-    #[cfg(test)]
-    fn from_db(db: Database, path: &Path) -> Result<(Durable, Vec<LoadedTable>)> {
-        Durable::from_claim(Claim::of_db(db, path, Service::Tables)?)
-    }
-
     fn load(&self) -> Result<Vec<LoadedTable>> {
         let fail = |e: &dyn std::fmt::Display| open_error(self.claim.path(), e);
         let txn = self.claim.db().begin_read().map_err(|e| fail(&e))?;
@@ -618,15 +611,15 @@ fn decode(pk: &str, rk: &str, bytes: &[u8]) -> std::result::Result<StoredEntity,
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::error::ErrorKind;
 
     /// A path in the temporary directory, removed when dropped.
-    pub(super) struct TempFile(pub(super) PathBuf);
+    pub(crate) struct TempFile(pub(crate) PathBuf);
 
     impl TempFile {
-        pub(super) fn new() -> Self {
+        pub(crate) fn new() -> Self {
             TempFile(std::env::temp_dir().join(format!(
                 "tablekit-durable-{}.redb",
                 uuid::Uuid::new_v4().simple()
@@ -836,9 +829,10 @@ mod tests {
 }
 
 #[cfg(test)]
-mod full_disk {
+pub(crate) mod full_disk {
     //! A full disk, simulated through redb's storage backend API: every write
-    //! refused with ENOSPC once the disk "fills".
+    //! refused with ENOSPC once the disk "fills". (The queue and blob cases
+    //! are beside their stores, in `queues.rs` and `blobs.rs`.)
 
     use std::io;
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -888,6 +882,45 @@ mod full_disk {
         }
     }
 
+    /// The store file at `path` on a disk that fills when the flag is set:
+    /// the claim of `service` in it, and the flag.
+    pub(crate) fn claim_on_full_disk(path: &Path, service: Service) -> (Claim, Arc<AtomicBool>) {
+        let full = Arc::new(AtomicBool::new(false));
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .unwrap();
+        let backend = FullDisk {
+            file: FileBackend::new(file).unwrap(),
+            full: full.clone(),
+        };
+        let db = Database::builder().create_with_backend(backend).unwrap();
+        (Claim::of_db(db, path, service).unwrap(), full)
+    }
+
+    /// The refusal of a write the file could not take: 500, saying nothing
+    /// was applied.
+    #[track_caller]
+    pub(crate) fn assert_not_applied(err: &Error) {
+        assert_eq!(err.status(), Some(500), "{err:?}");
+        assert_eq!(err.code(), Some(&ErrorCode::InternalError), "{err:?}");
+        let message = err.to_string();
+        assert!(message.contains("was not applied"), "{message}");
+    }
+
+    /// The refusal of the first write on a full disk: as
+    /// [`assert_not_applied`], and naming the cause (later writes name redb's
+    /// "previous I/O error" until the file is reopened).
+    #[track_caller]
+    pub(crate) fn assert_refused_for_space(err: &Error) {
+        assert_not_applied(err);
+        let message = err.to_string();
+        assert!(message.contains("os error 28"), "{message}");
+    }
+
     fn insert(b: &EmbeddedBackend, rk: &str) -> Result<Response> {
         b.run(Operation::Insert {
             table: "Notes",
@@ -906,20 +939,8 @@ mod full_disk {
     #[test]
     fn a_full_disk_refuses_the_write_clearly_and_loses_nothing_acknowledged() {
         let path = TempFile::new();
-        let full = Arc::new(AtomicBool::new(false));
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path.0)
-            .unwrap();
-        let backend = FullDisk {
-            file: FileBackend::new(file).unwrap(),
-            full: full.clone(),
-        };
-        let db = Database::builder().create_with_backend(backend).unwrap();
-        let (durable, loaded) = Durable::from_db(db, &path.0).unwrap();
+        let (claim, full) = claim_on_full_disk(&path.0, Service::Tables);
+        let (durable, loaded) = Durable::from_claim(claim).unwrap();
         let b = EmbeddedBackend {
             store: Arc::new(Store::with_file(durable, loaded)),
         };
