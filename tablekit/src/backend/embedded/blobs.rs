@@ -543,9 +543,8 @@ mod full_disk {
 
     use super::*;
     use crate::backend::embedded::durable::full_disk::{
-        assert_not_applied, assert_refused_for_space, claim_on_full_disk,
+        assert_not_applied, assert_refused_for_space, claim_on_full_disk, TempFile,
     };
-    use crate::backend::embedded::durable::tests::TempFile;
 
     fn put(b: &Blobs, name: &str, body: &[u8]) -> Result<BlobResponse> {
         b.apply(BlobOp::Put {

@@ -611,27 +611,10 @@ fn decode(pk: &str, rk: &str, bytes: &[u8]) -> std::result::Result<StoredEntity,
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
+    use super::full_disk::TempFile;
     use super::*;
     use crate::error::ErrorKind;
-
-    /// A path in the temporary directory, removed when dropped.
-    pub(crate) struct TempFile(pub(crate) PathBuf);
-
-    impl TempFile {
-        pub(crate) fn new() -> Self {
-            TempFile(std::env::temp_dir().join(format!(
-                "tablekit-durable-{}.redb",
-                uuid::Uuid::new_v4().simple()
-            )))
-        }
-    }
-
-    impl Drop for TempFile {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(&self.0);
-        }
-    }
 
     #[track_caller]
     fn open_message(path: &Path) -> String {
@@ -842,11 +825,28 @@ pub(crate) mod full_disk {
     use redb::backends::FileBackend;
     use redb::StorageBackend;
 
-    use super::tests::TempFile;
     use super::*;
     use crate::backend::embedded::{EmbeddedBackend, Store};
     use crate::backend::{BatchKind, BatchOp, EntityBody, Operation, Response};
     use crate::entity::EntityKey;
+
+    /// A path in the temporary directory, removed when dropped.
+    pub(crate) struct TempFile(pub(crate) PathBuf);
+
+    impl TempFile {
+        pub(crate) fn new() -> Self {
+            TempFile(std::env::temp_dir().join(format!(
+                "tablekit-durable-{}.redb",
+                uuid::Uuid::new_v4().simple()
+            )))
+        }
+    }
+
+    impl Drop for TempFile {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
 
     #[derive(Debug)]
     struct FullDisk {
