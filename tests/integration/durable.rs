@@ -913,3 +913,90 @@ async fn every_acknowledged_message_and_blob_survives_sigkill() {
         "seed {seed}"
     );
 }
+
+/// One round trip through each service of a `Storage`, on names unique to
+/// the call; returns what was read back.
+async fn storage_round_trip(storage: &tablekit::Storage) -> (usize, String, Vec<u8>) {
+    let name = crate::common::unique_name("store");
+    let t = storage.table::<DynamicEntity>(&name).unwrap();
+    t.create_table().await.unwrap();
+    t.insert(&DynamicEntity::new("p", "r").with("N", 1))
+        .await
+        .unwrap();
+    let q = storage.queue(&name).unwrap();
+    q.create_queue().await.unwrap();
+    q.send("hello").unwrap().await.unwrap();
+    let c = storage.container(&name).unwrap();
+    c.create_container().await.unwrap();
+    c.blob("b").unwrap().upload(b"body".to_vec()).await.unwrap();
+
+    let rows = all(storage.tables().unwrap(), &name).await.len();
+    let text = q.receive().await.unwrap()[0].text().unwrap().to_owned();
+    let body = c.blob("b").unwrap().download().bytes().await.unwrap();
+    (rows, text, body.to_vec())
+}
+
+/// The account-level form: `Storage` hands out the three services over one
+/// embedded file (or one account over HTTP, the same code), by path or by
+/// connection string.
+#[tokio::test]
+async fn storage_gives_the_three_services_of_one_account_on_a_file_in_memory_and_over_http() {
+    let want = (1, "hello".to_owned(), b"body".to_vec());
+    let file = TempStore::new();
+    let storage = tablekit::Storage::embedded_at(file.path()).unwrap();
+    assert!(storage.tables().unwrap().is_embedded());
+    assert_eq!(storage_round_trip(&storage).await, want);
+    // The file is in use by all three services while the storage lives.
+    for err in [
+        tablekit::Storage::embedded_at(file.path()).unwrap_err(),
+        tablekit::QueueServiceClient::embedded_at(file.path()).unwrap_err(),
+        tablekit::BlobServiceClient::embedded_at(file.path()).unwrap_err(),
+    ] {
+        assert!(
+            err.to_string().contains("in use by another open store"),
+            "{err}"
+        );
+    }
+    drop(storage);
+    let conn = format!("UseEmbeddedStorage=true;Path={}", file.path().display());
+    let storage = tablekit::Storage::from_connection_string(&conn).unwrap();
+    assert_eq!(
+        storage
+            .tables()
+            .unwrap()
+            .list_tables()
+            .fetch_all()
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    drop(storage);
+
+    assert_eq!(
+        storage_round_trip(&tablekit::Storage::embedded()).await,
+        want
+    );
+    if let Some(conn) = crate::common::connection_string() {
+        let storage = tablekit::Storage::from_connection_string(&conn).unwrap();
+        assert!(!storage.tables().unwrap().is_embedded());
+        assert_eq!(storage_round_trip(&storage).await, want);
+    }
+}
+
+/// A `Storage::embedded_at` that fails on one service releases the services
+/// it had opened: nothing of the file stays claimed.
+#[tokio::test]
+async fn a_storage_open_that_fails_claims_nothing() {
+    let file = TempStore::new();
+    let queues = tablekit::QueueServiceClient::embedded_at(file.path()).unwrap();
+    let err = tablekit::Storage::embedded_at(file.path()).unwrap_err();
+    assert!(
+        err.to_string().contains("in use by another open store"),
+        "{err}"
+    );
+    // The tables were opened before the queues were refused, and released.
+    let tables = file.open();
+    drop((tables, queues));
+    tablekit::Storage::embedded_at(file.path()).unwrap();
+}
