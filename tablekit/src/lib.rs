@@ -100,6 +100,7 @@ pub mod filter;
 mod layering;
 mod options;
 pub mod queue;
+mod storage;
 mod table;
 pub mod validate;
 
@@ -168,6 +169,7 @@ pub use queue::{
     MessageEncoding, QueueClient, QueueMessage, QueueServiceClient, ReceiveMessages, SendMessage,
     SentMessage,
 };
+pub use storage::Storage;
 pub use table::{AmbiguousWrites, ReadBack};
 pub use table::{EntityStream, Page, PageStream, Query, ScanPolicy};
 pub use table::{

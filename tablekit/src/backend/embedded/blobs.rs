@@ -219,8 +219,13 @@ impl Blobs {
     /// The blobs kept in the store file at `path` (created if missing), with
     /// every container, blob and uncommitted block the file holds.
     pub(crate) fn open(path: &std::path::Path, clock: Clock) -> Result<Self> {
-        let claim = Claim::open(path, Service::Blobs)?;
-        let fail = |e: &dyn std::fmt::Display| open_error(path, e);
+        Blobs::from_claim(Claim::open(path, Service::Blobs)?, clock)
+    }
+
+    /// The blobs of a claimed store file, read.
+    pub(crate) fn from_claim(claim: Claim, clock: Clock) -> Result<Self> {
+        let path = claim.path().to_owned();
+        let fail = |e: &dyn std::fmt::Display| open_error(&path, e);
         let mut all: HashMap<String, Container> = HashMap::new();
         let mut next_etag = 0;
         {
@@ -526,5 +531,119 @@ impl Blobs {
 impl BlobBackend for Blobs {
     async fn blob(&self, op: BlobOp<'_>) -> Result<BlobResponse> {
         self.apply(op)
+    }
+}
+
+#[cfg(test)]
+mod full_disk {
+    //! A full disk under a blob store file (ENOSPC injected through redb's
+    //! storage backend API, as for tables in `durable.rs`).
+
+    use std::sync::atomic::Ordering;
+
+    use super::*;
+    use crate::backend::embedded::durable::full_disk::{
+        assert_not_applied, assert_refused_for_space, claim_on_full_disk, TempFile,
+    };
+
+    fn put(b: &Blobs, name: &str, body: &[u8]) -> Result<BlobResponse> {
+        b.apply(BlobOp::Put {
+            container: "photos",
+            blob: name,
+            body: Bytes::copy_from_slice(body),
+            headers: &BlobHeaders::default(),
+            conditions: &Conditions::default(),
+        })
+    }
+
+    fn block(b: &Blobs, name: &str, id: &str, body: &[u8]) -> Result<BlobResponse> {
+        b.apply(BlobOp::PutBlock {
+            container: "photos",
+            blob: name,
+            block_id: id,
+            body: Bytes::copy_from_slice(body),
+        })
+    }
+
+    fn block_list(b: &Blobs, name: &str, ids: &[&str]) -> Result<BlobResponse> {
+        let ids: Vec<String> = ids.iter().map(|s| (*s).to_owned()).collect();
+        b.apply(BlobOp::PutBlockList {
+            container: "photos",
+            blob: name,
+            block_ids: &ids,
+            headers: &BlobHeaders::default(),
+            conditions: &Conditions::default(),
+        })
+    }
+
+    /// Every blob's name and bytes, in name order.
+    fn contents(b: &Blobs) -> Vec<(String, Vec<u8>)> {
+        let all = b.containers.lock().unwrap();
+        all.get("photos")
+            .map(|c| {
+                c.blobs
+                    .iter()
+                    .map(|(n, b)| (n.clone(), b.data.to_vec()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_full_disk_refuses_uploads_clearly_and_loses_no_acknowledged_blob() {
+        let path = TempFile::new();
+        let (claim, full) = claim_on_full_disk(&path.0, Service::Blobs);
+        let b = Blobs::from_claim(claim, Clock::default()).unwrap();
+        b.apply(BlobOp::CreateContainer {
+            container: "photos",
+        })
+        .unwrap();
+        put(&b, "kept", b"whole").unwrap();
+        let big = vec![7u8; 300_000];
+        block(&b, "blocks", "AAAA", &big).unwrap();
+
+        full.store(true, Ordering::SeqCst);
+        assert_refused_for_space(&put(&b, "lost", b"x").unwrap_err());
+        // Overwriting the kept blob is refused whole: its old bytes stay.
+        assert_not_applied(&put(&b, "kept", b"changed").unwrap_err());
+        assert_not_applied(&block(&b, "blocks", "BBBB", &big).unwrap_err());
+        // A block list over blocks already in the file: the commit is refused,
+        // so no blob appears and the blocks stay uncommitted.
+        assert_not_applied(&block_list(&b, "blocks", &["AAAA"]).unwrap_err());
+        assert_eq!(
+            contents(&b),
+            [("kept".to_owned(), b"whole".to_vec())],
+            "nothing refused is visible"
+        );
+
+        // Space again: the database refuses writes until it is reopened.
+        full.store(false, Ordering::SeqCst);
+        let err = put(&b, "later", b"x").unwrap_err();
+        assert_not_applied(&err);
+        assert!(err.to_string().contains("re-open"), "{err}");
+        drop(b);
+
+        let b = Blobs::open(&path.0, Clock::default()).unwrap();
+        assert_eq!(
+            contents(&b),
+            [("kept".to_owned(), b"whole".to_vec())],
+            "every acknowledged blob, whole"
+        );
+        // The block put before the disk filled is there; the refused one is not.
+        assert_eq!(
+            block_list(&b, "blocks", &["BBBB"]).unwrap_err().status(),
+            Some(400)
+        );
+        block_list(&b, "blocks", &["AAAA"]).unwrap();
+        put(&b, "after", b"new").unwrap();
+        assert_eq!(
+            contents(&b),
+            [
+                ("after".to_owned(), b"new".to_vec()),
+                ("blocks".to_owned(), big),
+                ("kept".to_owned(), b"whole".to_vec()),
+            ],
+            "the reopened store is usable"
+        );
     }
 }

@@ -240,8 +240,13 @@ impl Queues {
     /// The queues kept in the store file at `path` (created if missing), with
     /// every message the file holds that has not expired by `clock`.
     pub(crate) fn open(path: &std::path::Path, clock: Clock) -> Result<Self> {
-        let claim = Claim::open(path, Service::Queues)?;
-        let fail = |e: &dyn std::fmt::Display| open_error(path, e);
+        Queues::from_claim(Claim::open(path, Service::Queues)?, clock)
+    }
+
+    /// The queues of a claimed store file, read.
+    pub(crate) fn from_claim(claim: Claim, clock: Clock) -> Result<Self> {
+        let path = claim.path().to_owned();
+        let fail = |e: &dyn std::fmt::Display| open_error(&path, e);
         let now = clock.now();
         let mut queues: HashMap<String, Vec<Message>> = HashMap::new();
         let mut expired = Vec::new();
@@ -498,5 +503,102 @@ impl Queues {
 impl QueueBackend for Queues {
     async fn queue(&self, op: QueueOp<'_>) -> Result<QueueResponse> {
         self.apply(op)
+    }
+}
+
+#[cfg(test)]
+mod full_disk {
+    //! A full disk under a queue store file (ENOSPC injected through redb's
+    //! storage backend API, as for tables in `durable.rs`).
+
+    use std::sync::atomic::Ordering;
+
+    use super::*;
+    use crate::backend::embedded::durable::full_disk::{
+        assert_not_applied, assert_refused_for_space, claim_on_full_disk, TempFile,
+    };
+
+    fn send(q: &Queues, text: &str) -> Result<QueueResponse> {
+        q.apply(QueueOp::Send {
+            queue: "jobs",
+            text,
+            visibility_delay: Duration::ZERO,
+            time_to_live: None,
+        })
+    }
+
+    /// The visible messages' texts and dequeue counts (a peek writes nothing).
+    fn visible(q: &Queues) -> Vec<(String, u32)> {
+        match q.apply(QueueOp::Peek {
+            queue: "jobs",
+            max: 32,
+        }) {
+            Ok(QueueResponse::Messages(m)) => {
+                m.into_iter().map(|m| (m.text, m.dequeue_count)).collect()
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_full_disk_refuses_sends_and_receives_clearly_and_loses_no_acknowledged_message() {
+        let path = TempFile::new();
+        let (claim, full) = claim_on_full_disk(&path.0, Service::Queues);
+        let q = Queues::from_claim(claim, Clock::default()).unwrap();
+        q.apply(QueueOp::Create { queue: "jobs" }).unwrap();
+        send(&q, "kept").unwrap();
+
+        full.store(true, Ordering::SeqCst);
+        assert_refused_for_space(&send(&q, "lost").unwrap_err());
+        // A receive changes the message (dequeue count, receipt, visibility):
+        // refused as a whole, the message stays as it was.
+        let err = q
+            .apply(QueueOp::Receive {
+                queue: "jobs",
+                max: 1,
+                visibility_timeout: Duration::from_secs(30),
+            })
+            .unwrap_err();
+        assert_not_applied(&err);
+        assert_not_applied(&q.apply(QueueOp::Create { queue: "other" }).unwrap_err());
+        assert_eq!(
+            visible(&q),
+            [("kept".to_owned(), 0)],
+            "nothing refused is visible"
+        );
+        assert!(matches!(
+            q.apply(QueueOp::Count { queue: "jobs" }),
+            Ok(QueueResponse::Count(1))
+        ));
+
+        // Space again: the database refuses writes until it is reopened (its
+        // state after a failed commit is known only to its recovery on open).
+        full.store(false, Ordering::SeqCst);
+        let err = send(&q, "later").unwrap_err();
+        assert_not_applied(&err);
+        assert!(err.to_string().contains("re-open"), "{err}");
+        drop(q);
+
+        let q = Queues::open(&path.0, Clock::default()).unwrap();
+        assert_eq!(
+            visible(&q),
+            [("kept".to_owned(), 0)],
+            "every acknowledged message, once"
+        );
+        assert!(q.apply(QueueOp::Count { queue: "other" }).is_err());
+        send(&q, "after").unwrap();
+        let got = match q
+            .apply(QueueOp::Receive {
+                queue: "jobs",
+                max: 32,
+                visibility_timeout: Duration::from_secs(30),
+            })
+            .unwrap()
+        {
+            QueueResponse::Messages(m) => m,
+            other => panic!("{other:?}"),
+        };
+        let texts: Vec<_> = got.iter().map(|m| m.text.as_str()).collect();
+        assert_eq!(texts, ["kept", "after"], "the reopened store is usable");
     }
 }
