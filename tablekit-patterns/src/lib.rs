@@ -14,6 +14,7 @@
 //! | [`wide`] | wide entities (§3.10) | [`wide::WideTable`] |
 //! | [`periodic`] | high-volume delete (§3.8): one table per period | [`periodic::PeriodicTables`] |
 //! | [`series`] | data series (§3.9) with daily rollover | [`series::DataSeries`], [`series::HourlyCounters`] |
+//! | [`eventual`] | eventually consistent transactions through a queue (§3.3) | [`eventual::Worker`] running [`eventual::Operation`]s such as [`eventual::Archive`] |
 //! | [`upgrade`] | background schema upgrade | [`upgrade::SchemaUpgrade`] |
 //! | [`range`] | the range queries all patterns read with | [`range::KeyRange`] |
 //! | [`keys`] | key encodings: inverted ticks, padding | functions |
@@ -162,6 +163,7 @@
 
 pub mod compound;
 mod error;
+pub mod eventual;
 mod hook;
 pub mod index;
 pub mod index_entity;
