@@ -249,14 +249,22 @@ fn read_envelope(body: &[u8]) -> std::result::Result<Envelope, String> {
     serde_json::from_value(value).map_err(|e| format!("a malformed version 1 message: {e}"))
 }
 
-fn envelope_bytes(kind: &str, op: serde_json::Value) -> Result<Vec<u8>> {
-    let env = Envelope {
+/// The message as written: the operation serialised in its own field order.
+#[derive(Serialize)]
+struct EnvelopeOut<'a, M: ?Sized> {
+    v: u32,
+    kind: &'a str,
+    op: &'a M,
+}
+
+fn envelope_bytes<M: Serialize + ?Sized>(kind: &str, op: &M) -> Result<Vec<u8>> {
+    let env = EnvelopeOut {
         v: FORMAT_VERSION,
-        kind: kind.to_owned(),
+        kind,
         op,
-        last_error: None,
     };
-    serde_json::to_vec(&env).map_err(|e| invalid(format!("cannot write the message: {e}")))
+    serde_json::to_vec(&env)
+        .map_err(|e| invalid(format!("cannot write the {kind} operation as JSON: {e}")))
 }
 
 /// The enqueueing side: puts operations on a queue, one message each.
@@ -295,9 +303,7 @@ impl Eventual {
         if kind.is_empty() {
             return Err(invalid("an operation kind must not be empty"));
         }
-        let op = serde_json::to_value(body)
-            .map_err(|e| invalid(format!("cannot write the {kind} operation as JSON: {e}")))?;
-        self.queue.send(envelope_bytes(kind, op)?)?.await
+        self.queue.send(envelope_bytes(kind, body)?)?.await
     }
 }
 
@@ -1175,35 +1181,52 @@ impl Worker {
     /// the running messages, which come back after their visibility timeout,
     /// exactly as after a crash.
     pub async fn run(&self, shutdown: impl Future<Output = ()>) -> Report {
+        use futures::FutureExt as _;
         let opts = &self.inner.options;
         let mut report = Report::default();
         let mut running = FuturesUnordered::new();
         let mut backoff = opts.poll_min;
-        let shutdown = shutdown;
         tokio::pin!(shutdown);
         let mut stopping = false;
         loop {
-            if !stopping && running.len() < opts.concurrency {
+            // A busy queue never lets the waits below see the signal: look here too.
+            if !stopping && shutdown.as_mut().now_or_never().is_some() {
+                stopping = true;
+            }
+            if stopping {
+                while let Some(outcome) = running.next().await {
+                    report.add(outcome);
+                }
+                tracing::info!(queue = %self.inner.queue.name(), ?report, "worker stopped");
+                return report;
+            }
+            if running.len() < opts.concurrency {
                 let free = (opts.concurrency - running.len())
                     .min(tablekit::queue::MAX_MESSAGES_PER_REQUEST);
-                let received = tokio::select! {
-                    biased;
-                    _ = &mut shutdown => { stopping = true; None }
-                    r = self.receive(free) => Some(r),
+                // The running messages make progress while the receive waits;
+                // the receive itself is never cancelled, so no message it
+                // took is left hidden for nothing.
+                let receive = self.receive(free);
+                tokio::pin!(receive);
+                let received = loop {
+                    tokio::select! {
+                        biased;
+                        r = &mut receive => break r,
+                        Some(outcome) = running.next(), if !running.is_empty() => report.add(outcome),
+                    }
                 };
                 match received {
-                    Some(Ok(messages)) if !messages.is_empty() => {
+                    Ok(messages) if !messages.is_empty() => {
                         backoff = opts.poll_min;
                         for m in messages {
                             running.push(self.inner.clone().process(m));
                         }
                         continue;
                     }
-                    Some(Ok(_)) => {}
-                    Some(Err(e)) => {
+                    Ok(_) => {}
+                    Err(e) => {
                         tracing::warn!(queue = %self.inner.queue.name(), error = %e, "receive failed");
                     }
-                    None => continue,
                 }
                 // Nothing received: wait for the backoff, a finished message or shutdown.
                 let sleep = tokio::time::sleep(backoff);
@@ -1213,20 +1236,11 @@ impl Worker {
                     tokio::select! {
                         biased;
                         _ = &mut shutdown => { stopping = true; break; }
-                        Some(outcome) = running.next(), if !running.is_empty() => {
-                            report.add(outcome);
-                        }
+                        Some(outcome) = running.next(), if !running.is_empty() => report.add(outcome),
                         _ = &mut sleep => break,
                     }
                 }
                 continue;
-            }
-            if stopping {
-                while let Some(outcome) = running.next().await {
-                    report.add(outcome);
-                }
-                tracing::info!(queue = %self.inner.queue.name(), ?report, "worker stopped");
-                return report;
             }
             // Every slot busy: wait for one to free up, or for shutdown.
             tokio::select! {
@@ -1420,7 +1434,7 @@ mod tests {
 
     #[test]
     fn an_enqueued_envelope_reads_back_with_its_kind_and_operation() {
-        let bytes = envelope_bytes("tablekit.archive", serde_json::json!({"a": 1})).unwrap();
+        let bytes = envelope_bytes("tablekit.archive", &serde_json::json!({"a": 1})).unwrap();
         assert_eq!(
             std::str::from_utf8(&bytes).unwrap(),
             r#"{"v":1,"kind":"tablekit.archive","op":{"a":1}}"#
