@@ -390,12 +390,12 @@ async fn an_entity_changed_after_the_read_is_archived_in_its_new_version(s: Serv
                 let Event::Step { name, .. } = event else {
                     return Ok(());
                 };
-                if name.starts_with("insert_or_replace") {
-                    if count.fetch_add(1, Ordering::SeqCst) == 0 {
-                        let mut e = employee(456);
-                        e.name = "Kim Akers (renamed)".into();
-                        current.upsert(&e, UpdateMode::Replace).await?;
-                    }
+                if name.starts_with("insert_or_replace")
+                    && count.fetch_add(1, Ordering::SeqCst) == 0
+                {
+                    let mut e = employee(456);
+                    e.name = "Kim Akers (renamed)".into();
+                    current.upsert(&e, UpdateMode::Replace).await?;
                 }
                 Ok(())
             }
