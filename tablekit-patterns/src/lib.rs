@@ -7,6 +7,7 @@
 //! | module | pattern (design guide §) | the type |
 //! |---|---|---|
 //! | [`index`] | intra-partition secondary index (§3.1) | [`index::IndexedTable`] with [`index::Index`]es |
+//! | [`inter_index`] | inter-partition secondary index (§3.2), kept through a queue | [`inter_index::InterPartitionIndex`] with [`inter_index::InterIndex`]es |
 //! | [`index_entity`] | index entities, options 2 and 3 (§3.4) | [`index_entity::IndexEntities`], [`index_entity::SeparateIndexEntities`] |
 //! | [`summary`] | denormalised counts in a heterogeneous partition (§3.5, §4.8) | [`summary::CountedPartition`] |
 //! | [`compound`] | compound keys (§3.6) | [`compound::family`], [`compound::children`] ranges |
@@ -167,6 +168,7 @@ pub mod eventual;
 mod hook;
 pub mod index;
 pub mod index_entity;
+pub mod inter_index;
 pub mod keys;
 pub mod log_tail;
 pub mod periodic;
