@@ -397,6 +397,17 @@ impl fmt::Debug for StepContext {
     }
 }
 
+/// A blob write or delete under an ETag answered 412: Azurite (and, by HTTP's
+/// rules, the service) answers so also when the blob is missing, where the
+/// embedded store says 404. One more request tells which it is.
+async fn changed_or_gone(blob: &BlobClient) -> Result<Guarded> {
+    Ok(if blob.exists().await? {
+        Guarded::Changed
+    } else {
+        Guarded::Gone
+    })
+}
+
 fn is_missing_entity(e: &Error) -> bool {
     e.is_not_found() && e.code() != Some(&ErrorCode::TableNotFound)
 }
@@ -579,7 +590,8 @@ impl StepContext {
         Ok(written)
     }
 
-    /// Replaces the blob only if it is unchanged since `etag`.
+    /// Replaces the blob only if it is unchanged since `etag`
+    /// ([`Guarded::Gone`] if it no longer exists).
     /// Step `"put_blob_if_unchanged <name>"`.
     pub async fn put_blob_if_unchanged(
         &self,
@@ -589,7 +601,7 @@ impl StepContext {
     ) -> OpResult<Guarded> {
         let outcome = match blob.upload(body).if_match(etag.clone()).await {
             Ok(w) => Guarded::Done(Some(w.etag().clone())),
-            Err(e) if e.is_precondition_failed() => Guarded::Changed,
+            Err(e) if e.is_precondition_failed() => changed_or_gone(blob).await?,
             Err(e) if e.is_not_found() => Guarded::Gone,
             Err(e) => return Err(e.into()),
         };
@@ -607,7 +619,8 @@ impl StepContext {
         Ok(existed)
     }
 
-    /// Deletes the blob only if it is unchanged since `etag`.
+    /// Deletes the blob only if it is unchanged since `etag`
+    /// ([`Guarded::Gone`] if an earlier attempt deleted it).
     /// Step `"delete_blob_if_unchanged <name>"`.
     pub async fn delete_blob_if_unchanged(
         &self,
@@ -616,7 +629,7 @@ impl StepContext {
     ) -> OpResult<Guarded> {
         let outcome = match blob.delete(Some(etag.clone())).await {
             Ok(()) => Guarded::Done(None),
-            Err(e) if e.is_precondition_failed() => Guarded::Changed,
+            Err(e) if e.is_precondition_failed() => changed_or_gone(blob).await?,
             Err(e) if e.code() == Some(&ErrorCode::BlobNotFound) => Guarded::Gone,
             Err(e) => return Err(e.into()),
         };
