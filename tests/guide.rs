@@ -40,3 +40,8 @@ pub struct Chapter5Testing;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/guide/src/ch06-running-at-scale.md")]
 pub struct Chapter6RunningAtScale;
+
+/// Chapter 7: across partitions, queues and workers.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/src/ch07-across-partitions.md")]
+pub struct Chapter7AcrossPartitions;
