@@ -307,3 +307,67 @@ async fn an_export_to_a_blob_stopped_at_each_step_is_recovered(s: Services) {
         assert_eq!(poison.approximate_message_count().await.unwrap(), 0);
     }
 }
+
+#[tokio::test]
+async fn an_operation_too_large_for_a_message_is_refused_before_sending() {
+    let jobs = QueueServiceClient::embedded().queue("jobs").unwrap();
+    jobs.create_queue().await.unwrap();
+    let op = Export {
+        table: "T".repeat(60 * 1024),
+        partition_key: "p".into(),
+        row_key: "r".into(),
+        container: "c".into(),
+    };
+    let err = Eventual::new(jobs.clone()).enqueue(&op).await.unwrap_err();
+    common::assert_invalid(&err);
+    let err = Eventual::new(jobs.clone())
+        .enqueue_kind("", &())
+        .await
+        .unwrap_err();
+    common::assert_invalid(&err);
+    assert_eq!(jobs.approximate_message_count().await.unwrap(), 0);
+}
+
+#[test]
+fn worker_options_the_queue_cannot_honour_are_refused_at_build() {
+    let queues = QueueServiceClient::embedded();
+    let jobs = queues.queue("jobs").unwrap();
+    let poison = queues.queue("jobs-poison").unwrap();
+    let base = || {
+        Worker::builder(jobs.clone(), TableServiceClient::embedded())
+            .operation::<Export>()
+            .poison_queue(poison.clone())
+    };
+    assert!(base().build().is_ok());
+    let refused = [
+        base().concurrency(0).build(),
+        base().concurrency(1025).build(),
+        base()
+            .visibility_timeout(Duration::from_millis(999))
+            .build(),
+        base()
+            .visibility_timeout(Duration::from_secs(8 * 24 * 3600))
+            .build(),
+        base()
+            .visibility_timeout(Duration::from_secs(10))
+            .heartbeat(Duration::from_secs(10))
+            .build(),
+        base().heartbeat(Duration::ZERO).build(),
+        base().max_dequeue_count(0).build(),
+        base()
+            .poll_backoff(Duration::from_secs(2), Duration::from_secs(1))
+            .build(),
+        base().operation::<Export>().build(),
+        base().poison_queue(jobs.clone()).build(),
+        Worker::builder(jobs.clone(), TableServiceClient::embedded())
+            .operation::<Export>()
+            .build(),
+        Worker::builder(jobs.clone(), TableServiceClient::embedded())
+            .poison_queue(poison.clone())
+            .build(),
+    ];
+    for (i, r) in refused.into_iter().enumerate() {
+        let err = r.expect_err(&format!("case {i} is refused"));
+        common::assert_invalid(&err);
+    }
+}
