@@ -11,12 +11,15 @@ use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};
 
-type SpanRecord = (String, Vec<(String, String)>);
+/// A span's or event's `(field, value)` pairs.
+type FieldList = Vec<(String, String)>;
+/// A span's name and fields.
+type SpanRecord = (String, FieldList);
 
 #[derive(Default, Clone)]
 struct Recorder {
     spans: Arc<Mutex<Vec<SpanRecord>>>,
-    events: Arc<Mutex<Vec<Vec<(String, String)>>>>,
+    events: Arc<Mutex<Vec<FieldList>>>,
 }
 
 struct Fields<'a>(&'a mut Vec<(String, String)>);
