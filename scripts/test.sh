@@ -53,6 +53,14 @@ env -u TABLEKIT_CONNECTION_STRING cargo run --quiet --example blob_transfer -- 2
 TABLEKIT_CONNECTION_STRING="$TABLEKIT_TEST_CONNECTION_STRING" \
     cargo run --quiet --example blob_transfer -- 20
 
+# The queue-worker examples, each on the embedded store and on Azurite: they
+# exit non-zero if a step fails.
+for example in archive_worker employee_email_index; do
+    banner "cargo run --example $example (embedded, then Azurite)"
+    env -u TABLEKIT_CONNECTION_STRING cargo run --quiet --example "$example" >/dev/null
+    TABLEKIT_CONNECTION_STRING="$TABLEKIT_TEST_CONNECTION_STRING" \
+        cargo run --quiet --example "$example" >/dev/null
+done
 # The large-entity example checks what it reads back and exits non-zero otherwise.
 banner "cargo run --example employee_photo (embedded, then Azurite)"
 env -u TABLEKIT_CONNECTION_STRING cargo run --quiet --example employee_photo

@@ -41,6 +41,11 @@ pub struct Chapter5Testing;
 #[doc = include_str!("../docs/guide/src/ch06-running-at-scale.md")]
 pub struct Chapter6RunningAtScale;
 
+/// Chapter 7: across partitions, queues and workers.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/src/ch07-across-partitions.md")]
+pub struct Chapter7AcrossPartitions;
+
 /// Chapter 8: large data (large entities and log data in blobs).
 #[cfg(doctest)]
 #[doc = include_str!("../docs/guide/src/ch08-large-data.md")]

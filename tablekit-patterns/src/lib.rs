@@ -7,6 +7,7 @@
 //! | module | pattern (design guide §) | the type |
 //! |---|---|---|
 //! | [`index`] | intra-partition secondary index (§3.1) | [`index::IndexedTable`] with [`index::Index`]es |
+//! | [`inter_index`] | inter-partition secondary index (§3.2), kept through a queue | [`inter_index::InterPartitionIndex`] with [`inter_index::InterIndex`]es |
 //! | [`index_entity`] | index entities, options 2 and 3 (§3.4) | [`index_entity::IndexEntities`], [`index_entity::SeparateIndexEntities`] |
 //! | [`summary`] | denormalised counts in a heterogeneous partition (§3.5, §4.8) | [`summary::CountedPartition`] |
 //! | [`compound`] | compound keys (§3.6) | [`compound::family`], [`compound::children`] ranges |
@@ -16,6 +17,7 @@
 //! | [`log_data`] | log data in blobs named by time (§3.13) | [`log_data::LogWriter`], [`log_data::LogReader`] |
 //! | [`periodic`] | high-volume delete (§3.8): one table per period | [`periodic::PeriodicTables`] |
 //! | [`series`] | data series (§3.9) with daily rollover | [`series::DataSeries`], [`series::HourlyCounters`] |
+//! | [`eventual`] | eventually consistent transactions through a queue (§3.3) | [`eventual::Worker`] running [`eventual::Operation`]s such as [`eventual::Archive`] |
 //! | [`upgrade`] | background schema upgrade | [`upgrade::SchemaUpgrade`] |
 //! | [`range`] | the range queries all patterns read with | [`range::KeyRange`] |
 //! | [`keys`] | key encodings: inverted ticks, padding | functions |
@@ -164,9 +166,11 @@
 
 pub mod compound;
 mod error;
+pub mod eventual;
 mod hook;
 pub mod index;
 pub mod index_entity;
+pub mod inter_index;
 pub mod keys;
 pub mod large;
 pub mod log_data;

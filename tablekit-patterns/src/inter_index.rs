@@ -1,0 +1,645 @@
+//! The inter-partition secondary index pattern (design guide §3.2): each
+//! entity is stored once under a primary partition (`empid_Sales` / `000223`)
+//! and once more per index under a partition of its own (`email_Sales` /
+//! `jonesj@contoso.com`), in the same table or in another. Lookups by any
+//! index are point or range reads of one partition, and the load is spread
+//! over several partitions instead of one.
+//!
+//! No transaction spans two partitions, so the copies are kept eventually
+//! consistent through a queue ([`eventual`](crate::eventual)): a change is
+//! one message, and a [`Worker`](crate::eventual::Worker) applies it.
+//!
+//! | operation | requests |
+//! |---|---|
+//! | [`put`](InterPartitionIndex::put), [`remove`](InterPartitionIndex::remove) (client) | 1 message sent |
+//! | the worker, for a put | read primary; delete-if-exists each copy whose indexed value changed; insert-or-replace primary; insert-or-replace each copy |
+//! | the worker, for a remove | read primary (absent: done); delete-if-exists each copy; delete-if-exists primary |
+//! | [`get`](InterPartitionIndex::get), [`lookup`](InterPartitionIndex::lookup) | 1 point read |
+//! | [`lookup_verified`](InterPartitionIndex::lookup_verified) | 2 point reads (+1 conditional delete to repair) |
+//! | [`list`](InterPartitionIndex::list), [`list_primary`](InterPartitionIndex::list_primary) | 1 range query (a request per page) |
+//!
+//! # Order of the writes
+//!
+//! The message is sent first and the worker writes everything, so a change
+//! the client was told about is never lost, whatever crashes after. The
+//! worker orders its writes so that **an index copy never points at a missing
+//! primary**: a copy is written only after the primary it points at, and
+//! deleted before it. A copy under an old value is deleted (delete-if-exists)
+//! *before* the primary changes, because the old value is known only from the
+//! primary as stored: a crash after the primary write would otherwise forget
+//! it. Every step is idempotent, so a worker that stops anywhere is followed
+//! by one that redoes the whole change. Between the steps a reader can see the
+//! primary changed and the index not yet, or a lookup by the old value find
+//! nothing while the new one is not yet written: the index is eventually
+//! consistent.
+//!
+//! Two messages changing the *same* entity at the same time (two workers)
+//! can leave a copy under a stale value, or (a put racing a remove) a copy
+//! whose primary is gone. [`lookup_verified`](InterPartitionIndex::lookup_verified)
+//! and [`list_verified`](InterPartitionIndex::list_verified) check each copy
+//! against its primary and repair such an entry (a delete conditional on the
+//! copy's ETag) when they find one. Delivery is at least once: a message
+//! that runs again after a newer change of the same entity writes its older
+//! value again (last writer wins); send a new change after it if that matters.
+//!
+//! # Keys
+//!
+//! The entity type's own keys (its derive, say `{department}` /
+//! `{employee_id:06}`) are stored with a PartitionKey prefix: the primary
+//! under `empid_Sales` / `000223`, a copy under `email_Sales` /
+//! `jonesj@contoso.com` with the property [`PRIMARY_ROW_KEY`] holding the
+//! primary RowKey. Normalise indexed values in the key function (lower case),
+//! as RowKeys compare ordinally; a value must be a valid RowKey (no `/ \ # ?`).
+//! An entity travels in its message, so it must fit one (about 48 KiB of
+//! JSON); a larger one is refused before any request.
+//!
+//! ```
+//! use tablekit::{QueueServiceClient, TableEntity, TableServiceClient};
+//! use tablekit_patterns::eventual::Worker;
+//! use tablekit_patterns::inter_index::{InterIndex, InterPartitionIndex};
+//! use tablekit_patterns::range::KeyRange;
+//!
+//! #[derive(TableEntity, Debug, Clone)]
+//! #[tablekit(partition_key = "{department}", row_key = "{employee_id:06}")]
+//! struct Employee { department: String, employee_id: u32, email: String }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! let tables = TableServiceClient::embedded(); // or ::from_connection_string(..)
+//! let queues = QueueServiceClient::embedded();
+//! let (jobs, poison) = (queues.queue("employee-index")?, queues.queue("employee-index-poison")?);
+//! # jobs.create_queue().await?;
+//! # poison.create_queue().await?;
+//! let table = tables.table::<Employee>("Employees")?;
+//! table.create_table().await?;
+//!
+//! let by_email = InterIndex::new("email", "email_", |e: &Employee| e.email.to_lowercase());
+//! let employees = InterPartitionIndex::new(table, "empid_", jobs.clone())
+//!     .with_index(&by_email)?;
+//!
+//! // The client: one message per change.
+//! employees.put(&Employee { department: "Sales".into(), employee_id: 223, email: "jonesj@contoso.com".into() }).await?;
+//!
+//! // The worker: writes empid_Sales/000223, then email_Sales/jonesj@contoso.com.
+//! let worker = employees.attach(Worker::builder(jobs, tables)).poison_queue(poison).build()?;
+//! worker.drain().await?;
+//!
+//! let jones = employees.lookup(&by_email, "Sales", "jonesj@contoso.com").await?;
+//! assert_eq!(jones.map(|e| e.employee_id), Some(223));
+//! let a_to_b = employees.list(&by_email, "Sales", KeyRange::prefix("a")).await?;
+//! assert!(a_to_b.is_empty()); // "jonesj" is not in 'a'..'b'
+//! # Ok(()) }
+//! ```
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use tablekit::{
+    entity_from_json, entity_to_json, to_dynamic, DecodeError, DynamicEntity, ETag, EdmValue,
+    EntityKey, IfMatch, QueueClient, RawEntity, Result, SentMessage, TableClient, TableEntity,
+};
+
+use crate::error::invalid;
+use crate::eventual::{Eventual, OpResult, StepContext, WorkerBuilder};
+use crate::range::KeyRange;
+
+/// The property of an index copy that holds the RowKey of its primary.
+pub const PRIMARY_ROW_KEY: &str = crate::index::PRIMARY_ROW_KEY;
+
+type KeyFn<T> = dyn Fn(&T) -> String + Send + Sync;
+
+struct IndexDef<T> {
+    name: String,
+    prefix: String,
+    key: Arc<KeyFn<T>>,
+    table: Option<TableClient<DynamicEntity>>,
+}
+
+/// One index of an [`InterPartitionIndex`]: a name, the PartitionKey prefix of
+/// its copies (`email_`), the function giving an entity's indexed value, and
+/// optionally a table of its own. Cheap to clone.
+///
+/// ```
+/// use tablekit::{DynamicEntity, EdmValue};
+/// use tablekit_patterns::inter_index::InterIndex;
+///
+/// let by_email = InterIndex::new("email", "email_", |e: &DynamicEntity| match e.get("Email") {
+///     Some(EdmValue::String(s)) => s.to_lowercase(),
+///     _ => String::new(),
+/// });
+/// let jones = DynamicEntity::new("Sales", "000223").with("Email", "JonesJ@contoso.com");
+/// assert_eq!(by_email.value(&jones), "jonesj@contoso.com");
+/// assert_eq!(by_email.partition_key("Sales"), "email_Sales");
+/// ```
+pub struct InterIndex<T> {
+    def: Arc<IndexDef<T>>,
+}
+
+impl<T> Clone for InterIndex<T> {
+    fn clone(&self) -> Self {
+        InterIndex {
+            def: self.def.clone(),
+        }
+    }
+}
+
+impl<T> fmt::Debug for InterIndex<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InterIndex")
+            .field("name", &self.def.name)
+            .field("prefix", &self.def.prefix)
+            .field("table", &self.def.table.as_ref().map(|t| t.name()))
+            .finish()
+    }
+}
+
+impl<T: TableEntity> InterIndex<T> {
+    /// An index named `name` whose copies of an entity of partition `p` go to
+    /// partition `prefix` + `p`, under the RowKey `key(entity)`, in the
+    /// primary's table.
+    pub fn new(
+        name: impl Into<String>,
+        prefix: impl Into<String>,
+        key: impl Fn(&T) -> String + Send + Sync + 'static,
+    ) -> Self {
+        InterIndex {
+            def: Arc::new(IndexDef {
+                name: name.into(),
+                prefix: prefix.into(),
+                key: Arc::new(key),
+                table: None,
+            }),
+        }
+    }
+
+    /// The same index with its copies in `table` (the guide: "the copies may
+    /// also go into separate tables"). Create the table first.
+    pub fn in_table<U: TableEntity>(self, table: &TableClient<U>) -> Self {
+        InterIndex {
+            def: Arc::new(IndexDef {
+                name: self.def.name.clone(),
+                prefix: self.def.prefix.clone(),
+                key: self.def.key.clone(),
+                table: Some(table.with_type::<DynamicEntity>()),
+            }),
+        }
+    }
+
+    /// The index's name.
+    pub fn name(&self) -> &str {
+        &self.def.name
+    }
+
+    /// The PartitionKey of the copies of the entities of partition `partition_key`.
+    pub fn partition_key(&self, partition_key: &str) -> String {
+        format!("{}{partition_key}", self.def.prefix)
+    }
+
+    /// The indexed value of `entity`: its copy's RowKey.
+    pub fn value(&self, entity: &T) -> String {
+        (self.def.key)(entity)
+    }
+}
+
+/// The message of a change, as it travels.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Change {
+    Put {
+        entity: serde_json::Value,
+    },
+    Remove {
+        partition_key: String,
+        row_key: String,
+    },
+}
+
+/// An entity type stored under a primary PartitionKey prefix with any number
+/// of [`InterIndex`]es, kept in step through a queue. Cheap to clone. See the
+/// [module docs](self).
+pub struct InterPartitionIndex<T> {
+    inner: Arc<Inner<T>>,
+}
+
+struct Inner<T> {
+    primary: TableClient<DynamicEntity>,
+    prefix: String,
+    indexes: Vec<Arc<IndexDef<T>>>,
+    queue: Eventual,
+    kind: String,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for InterPartitionIndex<T> {
+    fn clone(&self) -> Self {
+        InterPartitionIndex {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<T> fmt::Debug for InterPartitionIndex<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InterPartitionIndex")
+            .field("table", &self.inner.primary.name())
+            .field("prefix", &self.inner.prefix)
+            .field(
+                "indexes",
+                &self
+                    .inner
+                    .indexes
+                    .iter()
+                    .map(|d| d.prefix.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .field("queue", &self.inner.queue.queue().name())
+            .field("kind", &self.inner.kind)
+            .finish()
+    }
+}
+
+fn strip<'a>(prefix: &str, key: &'a str) -> Result<&'a str> {
+    key.strip_prefix(prefix).ok_or_else(|| {
+        DecodeError::new(format!(
+            "PartitionKey {key:?} does not start with the prefix {prefix:?}"
+        ))
+        .into()
+    })
+}
+
+impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
+    /// Entities of `table` with primary PartitionKeys `prefix` + their own
+    /// (`empid_` + `Sales`), changed through messages on `queue`.
+    pub fn new(table: TableClient<T>, prefix: impl Into<String>, queue: QueueClient) -> Self {
+        let primary = table.with_type::<DynamicEntity>();
+        let kind = format!("tablekit.inter_index.{}", primary.name());
+        InterPartitionIndex {
+            inner: Arc::new(Inner {
+                primary,
+                prefix: prefix.into(),
+                indexes: Vec::new(),
+                queue: Eventual::new(queue),
+                kind,
+                _t: PhantomData,
+            }),
+        }
+    }
+
+    /// Adds an index. Refused (before any request) if its name is taken, or
+    /// if its prefix is empty, or, in the same table, is a prefix of another's
+    /// (or the primary's) or has one of them as a prefix, which would mix
+    /// their partitions.
+    pub fn with_index(self, index: &InterIndex<T>) -> Result<Self> {
+        let def = &index.def;
+        if def.prefix.is_empty() {
+            return Err(invalid(format!(
+                "index {:?} needs a PartitionKey prefix",
+                def.name
+            )));
+        }
+        let table_of = |d: &IndexDef<T>| {
+            d.table
+                .as_ref()
+                .map_or(self.inner.primary.name(), |t| t.name())
+                .to_owned()
+        };
+        let overlaps = |a: &str, b: &str| a.starts_with(b) || b.starts_with(a);
+        if table_of(def) == self.inner.primary.name() && overlaps(&def.prefix, &self.inner.prefix) {
+            return Err(invalid(format!(
+                "index prefix {:?} overlaps the primary prefix {:?} in table {}",
+                def.prefix,
+                self.inner.prefix,
+                self.inner.primary.name()
+            )));
+        }
+        for other in &self.inner.indexes {
+            if other.name == def.name {
+                return Err(invalid(format!("two indexes named {:?}", def.name)));
+            }
+            if table_of(other) == table_of(def) && overlaps(&other.prefix, &def.prefix) {
+                return Err(invalid(format!(
+                    "index prefixes {:?} and {:?} overlap in table {}",
+                    other.prefix,
+                    def.prefix,
+                    table_of(def)
+                )));
+            }
+        }
+        let mut indexes = self.inner.indexes.clone();
+        indexes.push(def.clone());
+        Ok(InterPartitionIndex {
+            inner: Arc::new(Inner {
+                primary: self.inner.primary.clone(),
+                prefix: self.inner.prefix.clone(),
+                indexes,
+                queue: self.inner.queue.clone(),
+                kind: self.inner.kind.clone(),
+                _t: PhantomData,
+            }),
+        })
+    }
+
+    /// The `kind` of this index's messages: `tablekit.inter_index.<table>`.
+    pub fn kind(&self) -> &str {
+        &self.inner.kind
+    }
+
+    /// The primary PartitionKey of the entities of partition `partition_key`.
+    pub fn primary_partition_key(&self, partition_key: &str) -> String {
+        format!("{}{partition_key}", self.inner.prefix)
+    }
+
+    /// Registers this index's changes with a worker builder.
+    pub fn attach(&self, builder: WorkerBuilder) -> WorkerBuilder {
+        let this = self.clone();
+        builder.handle(&self.inner.kind, move |change: Change, ctx: StepContext| {
+            let this = this.clone();
+            async move { this.apply(change, &ctx).await }
+        })
+    }
+
+    fn table_of(&self, def: &IndexDef<T>) -> TableClient<DynamicEntity> {
+        def.table
+            .clone()
+            .unwrap_or_else(|| self.inner.primary.clone())
+    }
+
+    /// The stored primary of `entity`, and each index's copy.
+    fn stored(&self, entity: &T) -> Result<(DynamicEntity, Vec<DynamicEntity>)> {
+        let own = to_dynamic(entity)?;
+        if own.get(PRIMARY_ROW_KEY).is_some() {
+            return Err(invalid(format!(
+                "the entity has a property {PRIMARY_ROW_KEY}, which the index copies use"
+            )));
+        }
+        let mut primary = own.clone();
+        primary.partition_key = self.primary_partition_key(&own.partition_key);
+        EntityKey::new(&primary.partition_key, &primary.row_key).validate()?;
+        let mut copies = Vec::new();
+        for def in &self.inner.indexes {
+            let mut copy = own.clone();
+            copy.partition_key = format!("{}{}", def.prefix, own.partition_key);
+            copy.row_key = (def.key)(entity);
+            copy.set(PRIMARY_ROW_KEY, own.row_key.clone());
+            EntityKey::new(&copy.partition_key, &copy.row_key).validate()?;
+            copies.push(copy);
+        }
+        Ok((primary, copies))
+    }
+
+    /// Sends the message that stores `entity` (a new one, or a new version)
+    /// and its index copies. The entity and its keys are checked first; an
+    /// entity too large for one message is refused before any request.
+    pub async fn put(&self, entity: &T) -> Result<SentMessage> {
+        self.stored(entity)?;
+        let json = entity_to_json(entity)?;
+        let value: serde_json::Value = serde_json::from_slice(&json)
+            .map_err(|e| invalid(format!("the entity's JSON does not read back: {e}")))?;
+        self.inner
+            .queue
+            .enqueue_kind(&self.inner.kind, &Change::Put { entity: value })
+            .await
+    }
+
+    /// Sends the message that deletes the entity `key` (its own keys, say
+    /// `("Sales", "000223")`) and its copies.
+    pub async fn remove(&self, key: impl Into<EntityKey>) -> Result<SentMessage> {
+        let key = key.into();
+        key.validate()?;
+        EntityKey::new(self.primary_partition_key(&key.partition_key), &key.row_key).validate()?;
+        self.inner
+            .queue
+            .enqueue_kind(
+                &self.inner.kind,
+                &Change::Remove {
+                    partition_key: key.partition_key,
+                    row_key: key.row_key,
+                },
+            )
+            .await
+    }
+
+    async fn apply(&self, change: Change, ctx: &StepContext) -> OpResult {
+        match change {
+            Change::Put { entity } => {
+                let json = serde_json::to_vec(&entity)?;
+                let entity: T = entity_from_json(&json)?;
+                let (primary, copies) = self.stored(&entity)?;
+                let old = ctx
+                    .read(
+                        &self.inner.primary,
+                        (&*primary.partition_key, &*primary.row_key),
+                    )
+                    .await?;
+                if let Some((old, _)) = old {
+                    let old = self.decode_primary(old)?;
+                    for (def, copy) in self.inner.indexes.iter().zip(&copies) {
+                        let old_value = (def.key)(&old);
+                        if old_value != copy.row_key {
+                            ctx.delete_if_exists(
+                                &self.table_of(def),
+                                (&*copy.partition_key, old_value.as_str()),
+                            )
+                            .await?;
+                        }
+                    }
+                }
+                ctx.insert_or_replace(&self.inner.primary, &primary).await?;
+                for (def, copy) in self.inner.indexes.iter().zip(&copies) {
+                    ctx.insert_or_replace(&self.table_of(def), copy).await?;
+                }
+                Ok(())
+            }
+            Change::Remove {
+                partition_key,
+                row_key,
+            } => {
+                let pk = self.primary_partition_key(&partition_key);
+                let Some((old, _)) = ctx.read(&self.inner.primary, (&*pk, &*row_key)).await? else {
+                    return Ok(()); // removed by an earlier attempt
+                };
+                let old = self.decode_primary(old)?;
+                for def in &self.inner.indexes {
+                    let copy_pk = format!("{}{partition_key}", def.prefix);
+                    ctx.delete_if_exists(&self.table_of(def), (&*copy_pk, &*(def.key)(&old)))
+                        .await?;
+                }
+                ctx.delete_if_exists(&self.inner.primary, (&*pk, &*row_key))
+                    .await?;
+                Ok(())
+            }
+        }
+    }
+
+    fn decode_primary(&self, mut d: DynamicEntity) -> Result<T> {
+        d.partition_key = strip(&self.inner.prefix, &d.partition_key)?.to_owned();
+        T::decode(&RawEntity::from_dynamic(&d))
+    }
+
+    fn decode_copy(&self, def: &IndexDef<T>, mut d: DynamicEntity) -> Result<T> {
+        match d.properties.remove(PRIMARY_ROW_KEY) {
+            Some(EdmValue::String(rk)) => d.row_key = rk,
+            _ => {
+                return Err(DecodeError::for_property(
+                    PRIMARY_ROW_KEY,
+                    format!(
+                        "({:?}, {:?}) is not an index copy: it has no {PRIMARY_ROW_KEY} string",
+                        d.partition_key, d.row_key
+                    ),
+                )
+                .into())
+            }
+        }
+        d.partition_key = strip(&def.prefix, &d.partition_key)?.to_owned();
+        d.etag = None;
+        T::decode(&RawEntity::from_dynamic(&d))
+    }
+
+    fn def(&self, index: &InterIndex<T>) -> Result<&Arc<IndexDef<T>>> {
+        self.inner
+            .indexes
+            .iter()
+            .find(|d| Arc::ptr_eq(d, &index.def))
+            .ok_or_else(|| {
+                invalid(format!(
+                    "{:?} is not an index of this table",
+                    index.def.name
+                ))
+            })
+    }
+
+    /// Reads an entity by its own keys (`("Sales", "000223")`) from its
+    /// primary partition (`empid_Sales`): one point read.
+    pub async fn get(&self, key: impl Into<EntityKey>) -> Result<Option<T>> {
+        let key = key.into();
+        let pk = self.primary_partition_key(&key.partition_key);
+        match self.inner.primary.get((&*pk, &*key.row_key)).await? {
+            Some(d) => Ok(Some(self.decode_primary(d)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Reads the copy of `index` for `value` in partition `partition_key`
+    /// (`email_Sales` / `jonesj@contoso.com`): one point read, no check
+    /// against the primary.
+    pub async fn lookup(
+        &self,
+        index: &InterIndex<T>,
+        partition_key: &str,
+        value: &str,
+    ) -> Result<Option<T>> {
+        let def = self.def(index)?;
+        let pk = format!("{}{partition_key}", def.prefix);
+        match self.table_of(def).get((&*pk, value)).await? {
+            Some(d) => Ok(Some(self.decode_copy(def, d)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Like [`lookup`](Self::lookup), then reads the primary the copy points
+    /// at and returns it if its indexed value is still `value`. A copy whose
+    /// primary is gone, or has another value, is stale: it is deleted (if
+    /// unchanged since read, so a concurrent worker's rewrite wins) and the
+    /// answer is `None`.
+    pub async fn lookup_verified(
+        &self,
+        index: &InterIndex<T>,
+        partition_key: &str,
+        value: &str,
+    ) -> Result<Option<T>> {
+        let def = self.def(index)?;
+        let pk = format!("{}{partition_key}", def.prefix);
+        let table = self.table_of(def);
+        let Some(copy) = table.get((&*pk, value)).await? else {
+            return Ok(None);
+        };
+        self.verify(def, &table, copy).await
+    }
+
+    async fn verify(
+        &self,
+        def: &IndexDef<T>,
+        table: &TableClient<DynamicEntity>,
+        copy: DynamicEntity,
+    ) -> Result<Option<T>> {
+        let etag: Option<ETag> = copy.etag.clone();
+        let key = EntityKey::new(&copy.partition_key, &copy.row_key);
+        let value = copy.row_key.clone();
+        let entity = self.decode_copy(def, copy)?;
+        let own = to_dynamic(&entity)?;
+        let primary = self.get((&*own.partition_key, &*own.row_key)).await?;
+        match primary {
+            Some(p) if (def.key)(&p) == value => Ok(Some(p)),
+            _ => {
+                let guard = etag.map_or(IfMatch::Any, IfMatch::ETag);
+                match table.delete_if_exists(key, guard).await {
+                    Ok(_) => {}
+                    Err(e) if e.is_precondition_failed() => {}
+                    Err(e) => return Err(e),
+                }
+                tracing::info!(index = %def.name, value = %value, "stale index entry repaired");
+                Ok(None)
+            }
+        }
+    }
+
+    /// The copies of `index` in partition `partition_key` whose values are in
+    /// `range`, in value order: one range query (appendix A:
+    /// `PartitionKey eq 'email_Sales' and RowKey ge 'a' and RowKey lt 'b'`).
+    pub async fn list(
+        &self,
+        index: &InterIndex<T>,
+        partition_key: &str,
+        range: KeyRange,
+    ) -> Result<Vec<T>> {
+        let def = self.def(index)?;
+        let rows = self
+            .table_of(def)
+            .query()
+            .filter_raw(range.filter(&format!("{}{partition_key}", def.prefix), ""))
+            .fetch_all()
+            .await?;
+        rows.into_iter().map(|d| self.decode_copy(def, d)).collect()
+    }
+
+    /// Like [`list`](Self::list), with each copy checked against its primary
+    /// (one point read each) and stale ones repaired and left out, as
+    /// [`lookup_verified`](Self::lookup_verified) does.
+    pub async fn list_verified(
+        &self,
+        index: &InterIndex<T>,
+        partition_key: &str,
+        range: KeyRange,
+    ) -> Result<Vec<T>> {
+        let def = self.def(index)?;
+        let table = self.table_of(def);
+        let rows = table
+            .query()
+            .filter_raw(range.filter(&format!("{}{partition_key}", def.prefix), ""))
+            .fetch_all()
+            .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        for d in rows {
+            if let Some(e) = self.verify(def, &table, d).await? {
+                out.push(e);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The primaries of partition `partition_key` whose RowKeys are in
+    /// `range`, in key order (appendix A: `PartitionKey eq 'empid_Sales' and
+    /// RowKey ge '000100' and RowKey le '000199'`).
+    pub async fn list_primary(&self, partition_key: &str, range: KeyRange) -> Result<Vec<T>> {
+        let rows = self
+            .inner
+            .primary
+            .query()
+            .filter_raw(range.filter(&self.primary_partition_key(partition_key), ""))
+            .fetch_all()
+            .await?;
+        rows.into_iter().map(|d| self.decode_primary(d)).collect()
+    }
+}

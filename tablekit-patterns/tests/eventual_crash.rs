@@ -1,0 +1,839 @@
+//! Eventually consistent transactions through a queue (§3.3): the archive of
+//! employees from `Current` to `Archive` by a `Worker`, stopped at each step
+//! boundary in turn (task aborted, or the step failing), raced by a second
+//! worker, killed with SIGKILL on the file-backed store, and failing for
+//! good. After recovery there is exactly one copy of each entity, in Archive,
+//! none in Current, no message left in the queue and none in the poison queue
+//! unless its operation could never succeed.
+//!
+//! Every case runs on Azurite (visibility timeout 2 s, waited for in real
+//! time) and on the embedded store (a `ManualClock` moved past the timeout).
+
+mod common;
+
+use std::future::pending;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tablekit::{
+    DynamicEntity, ETag, ManualClock, QueueClient, QueueServiceClient, TableClient, TableEntity,
+    TableServiceClient, UpdateMode,
+};
+use tablekit_patterns::eventual::{
+    Archive, Event, Eventual, PoisonedMessage, Worker, WorkerBuilder, ARCHIVE_KIND,
+};
+use tokio::sync::{mpsc, Notify};
+
+#[derive(TableEntity, Debug, Clone)]
+#[tablekit(partition_key = "{department}", row_key = "{employee_id:06}")]
+struct Employee {
+    department: String,
+    employee_id: u32,
+    name: String,
+    #[tablekit(etag)]
+    etag: Option<ETag>,
+}
+
+fn employee(id: u32) -> Employee {
+    Employee {
+        department: "Sales".into(),
+        employee_id: id,
+        name: format!("employee {id}"),
+        etag: None,
+    }
+}
+
+/// The guide's employee #456 and 19 more.
+fn ids() -> Vec<u32> {
+    (0..20)
+        .map(|i| if i == 0 { 456 } else { 1000 + i })
+        .collect()
+}
+
+/// The services of one backend, and how time passes on it.
+#[derive(Clone)]
+struct Services {
+    tables: TableServiceClient,
+    queues: QueueServiceClient,
+    clock: Option<ManualClock>,
+    visibility: Duration,
+}
+
+fn azurite() -> Option<Services> {
+    let tables = common::service()?;
+    let conn = std::env::var(common::CONNECTION_STRING_VAR).expect("service() found it");
+    Some(Services {
+        tables,
+        queues: QueueServiceClient::from_connection_string(&conn).expect("valid connection string"),
+        clock: None,
+        visibility: Duration::from_secs(2),
+    })
+}
+
+fn embedded() -> Services {
+    let clock = ManualClock::starting_now();
+    Services {
+        tables: TableServiceClient::embedded(),
+        queues: QueueServiceClient::embedded_with_clock(clock.clone()),
+        clock: Some(clock),
+        visibility: Duration::from_secs(30),
+    }
+}
+
+macro_rules! on_both {
+    ($($case:ident),* $(,)?) => {$(
+        mod $case {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn azurite() {
+                if let Some(s) = crate::azurite() {
+                    super::$case(s).await
+                }
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn embedded() {
+                super::$case(crate::embedded()).await
+            }
+        }
+    )*};
+}
+
+/// One archive run: fresh tables and queues.
+struct Env {
+    s: Services,
+    current: TableClient<Employee>,
+    archive: TableClient<Employee>,
+    jobs: QueueClient,
+    poison: QueueClient,
+}
+
+fn queue_name(prefix: &str) -> String {
+    common::unique_name(prefix).to_lowercase()
+}
+
+impl Env {
+    async fn new(s: &Services) -> Env {
+        let current = common::fresh_table::<Employee>(&s.tables, "Current").await;
+        let archive = common::fresh_table::<Employee>(&s.tables, "Archive").await;
+        let jobs = s.queues.queue(&queue_name("archive-")).unwrap();
+        let poison = s.queues.queue(&format!("{}-poison", jobs.name())).unwrap();
+        jobs.create_queue().await.unwrap();
+        poison.create_queue().await.unwrap();
+        Env {
+            s: s.clone(),
+            current,
+            archive,
+            jobs,
+            poison,
+        }
+    }
+
+    /// Puts the employees in Current and one archive message each on the queue.
+    async fn seed(&self, ids: &[u32]) {
+        let eventual = Eventual::new(self.jobs.clone());
+        for &id in ids {
+            self.current.insert(&employee(id)).await.unwrap();
+            let op = Archive::<Employee>::new(
+                self.current.name(),
+                self.archive.name(),
+                ("Sales", format!("{id:06}")),
+            )
+            .unwrap();
+            eventual.enqueue(&op).await.unwrap();
+        }
+    }
+
+    fn worker(&self) -> WorkerBuilder {
+        Worker::builder(self.jobs.clone(), self.s.tables.clone())
+            .operation::<Archive<Employee>>()
+            .poison_queue(self.poison.clone())
+            .visibility_timeout(self.s.visibility)
+            .concurrency(20)
+    }
+
+    /// Lets every hidden message become visible again.
+    async fn pass_visibility_timeout(&self) {
+        match &self.s.clock {
+            Some(clock) => clock.advance(self.s.visibility + Duration::from_secs(1)),
+            None => tokio::time::sleep(self.s.visibility + Duration::from_millis(700)).await,
+        }
+    }
+
+    async fn ids_in(&self, table: &TableClient<Employee>) -> Vec<u32> {
+        let mut ids: Vec<u32> = table
+            .query()
+            .fetch_all()
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.employee_id)
+            .collect();
+        ids.sort();
+        ids
+    }
+
+    /// Exactly one copy of each, in Archive; none in Current; both queues empty.
+    async fn assert_archived(&self, ids: &[u32]) {
+        let mut want = ids.to_vec();
+        want.sort();
+        assert_eq!(self.ids_in(&self.archive).await, want, "Archive");
+        assert_eq!(
+            self.ids_in(&self.current).await,
+            Vec::<u32>::new(),
+            "Current"
+        );
+        assert_eq!(
+            self.jobs.approximate_message_count().await.unwrap(),
+            0,
+            "queue"
+        );
+        assert_eq!(
+            self.poison.approximate_message_count().await.unwrap(),
+            0,
+            "poison"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_archive_message_is_the_versioned_envelope() {
+    let s = embedded();
+    let jobs = s.queues.queue("jobs").unwrap();
+    jobs.create_queue().await.unwrap();
+    let op = Archive::<Employee>::new("Current", "Archive", ("Sales", "000456")).unwrap();
+    Eventual::new(jobs.clone()).enqueue(&op).await.unwrap();
+    let m = jobs.peek(1).await.unwrap().pop().unwrap();
+    assert_eq!(
+        m.text().unwrap(),
+        r#"{"v":1,"kind":"tablekit.archive","op":{"from":"Current","to":"Archive","partition_key":"Sales","row_key":"000456"}}"#
+    );
+}
+
+on_both!(
+    the_archive_of_twenty_employees_moves_each_once,
+    a_worker_stopped_at_each_step_boundary_is_recovered_by_a_fresh_one,
+    two_workers_racing_on_the_same_messages_leave_one_copy_each,
+    an_entity_changed_after_the_read_is_archived_in_its_new_version,
+    an_archive_that_can_never_succeed_lands_in_poison_with_its_error,
+    unreadable_messages_go_to_poison_at_once,
+    a_message_whose_workers_kept_dying_is_poisoned_without_running,
+    the_heartbeat_keeps_a_long_operation_hidden,
+    run_stops_on_shutdown_after_finishing_what_it_holds,
+);
+
+async fn the_archive_of_twenty_employees_moves_each_once(s: Services) {
+    let env = Env::new(&s).await;
+    env.seed(&ids()).await;
+    let report = env
+        .worker()
+        .concurrency(4)
+        .build()
+        .unwrap()
+        .drain()
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.succeeded, report.failed, report.poisoned),
+        (20, 0, 0)
+    );
+    env.assert_archived(&ids()).await;
+}
+
+/// The boundaries of an archive: 1 after the read from Current, 2 after the
+/// insert-or-replace into Archive, 3 after the delete from Current (the
+/// message not yet deleted). For each, every worker of a first run stops
+/// there, either because its task is aborted (a crash) or because the step
+/// fails; a fresh worker then finishes the work.
+async fn a_worker_stopped_at_each_step_boundary_is_recovered_by_a_fresh_one(s: Services) {
+    let ids = ids();
+    let n = ids.len();
+    for boundary in 1..=3usize {
+        for crash in [true, false] {
+            let env = Env::new(&s).await;
+            env.seed(&ids).await;
+            let (reached, mut at_boundary) = mpsc::unbounded_channel::<String>();
+            let names = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let seen = names.clone();
+            let worker = env
+                .worker()
+                .step_hook(move |event| {
+                    let reached = reached.clone();
+                    let seen = seen.clone();
+                    async move {
+                        if let Event::Step { step, name, .. } = event {
+                            seen.lock().unwrap().push((step, name.clone()));
+                            if step == boundary {
+                                reached.send(name).unwrap();
+                                if crash {
+                                    pending::<()>().await; // held here until aborted
+                                }
+                                return Err("stopped at the boundary".into());
+                            }
+                        }
+                        Ok(())
+                    }
+                })
+                .build()
+                .unwrap();
+            if crash {
+                let task = tokio::spawn(async move { worker.run(pending()).await });
+                for _ in 0..n {
+                    at_boundary.recv().await.unwrap();
+                }
+                task.abort();
+                assert!(task.await.unwrap_err().is_cancelled());
+            } else {
+                let report = worker.drain().await.unwrap();
+                assert_eq!(report.failed, n as u64, "boundary {boundary}");
+            }
+            let names = names.lock().unwrap().clone();
+            let expected = [
+                format!("read {}", env.current.name()),
+                format!("insert_or_replace {}", env.archive.name()),
+                format!("delete_if_unchanged {}", env.current.name()),
+            ];
+            assert!(names
+                .iter()
+                .all(|(step, name)| *step <= boundary && *name == expected[step - 1]));
+
+            // What a reader sees between the steps: after the copy and before
+            // the delete, the employees are in both tables.
+            let (in_current, in_archive) = match boundary {
+                1 => (n, 0),
+                2 => (n, n),
+                _ => (0, n),
+            };
+            assert_eq!(env.ids_in(&env.current).await.len(), in_current);
+            assert_eq!(env.ids_in(&env.archive).await.len(), in_archive);
+            assert_eq!(
+                env.jobs.approximate_message_count().await.unwrap(),
+                n as u64
+            );
+
+            env.pass_visibility_timeout().await;
+            let report = env.worker().build().unwrap().drain().await.unwrap();
+            assert_eq!(
+                (report.succeeded, report.failed, report.poisoned),
+                (n as u64, 0, 0),
+                "boundary {boundary}, crash {crash}"
+            );
+            env.assert_archived(&ids).await;
+        }
+    }
+}
+
+/// Worker A is held after step `held_at` while the message's visibility
+/// lapses (its heartbeat is stopped); worker B receives the same messages and
+/// archives them all; then A goes on and finds the work done.
+async fn two_workers_racing_on_the_same_messages_leave_one_copy_each(s: Services) {
+    let ids = ids();
+    for held_at in [1usize, 2] {
+        let env = Env::new(&s).await;
+        env.seed(&ids).await;
+        let release = Arc::new(Notify::new());
+        let (reached, mut at_boundary) = mpsc::unbounded_channel::<()>();
+        let gate = release.clone();
+        let a = env
+            .worker()
+            .step_hook(move |event| {
+                let gate = gate.clone();
+                let reached = reached.clone();
+                async move {
+                    match event {
+                        Event::Heartbeat { .. } => return Err("heartbeat lost".into()),
+                        Event::Step {
+                            step,
+                            dequeue_count: 1,
+                            ..
+                        } if step == held_at => {
+                            let released = gate.notified();
+                            reached.send(()).unwrap();
+                            released.await;
+                        }
+                        _ => {}
+                    }
+                    Ok(())
+                }
+            })
+            .build()
+            .unwrap();
+        let a = tokio::spawn(async move { a.run_once().await.unwrap() });
+        for _ in 0..ids.len() {
+            at_boundary.recv().await.unwrap();
+        }
+        env.pass_visibility_timeout().await;
+        let b = env.worker().build().unwrap().drain().await.unwrap();
+        assert_eq!(b.succeeded, ids.len() as u64, "B did all the work");
+        release.notify_waiters();
+        let a = a.await.unwrap();
+        assert_eq!(a.succeeded, ids.len() as u64, "A found it done");
+        env.assert_archived(&ids).await;
+    }
+}
+
+/// The guarded delete: someone renames the employee in Current after the
+/// worker read it; the delete fails with 412 and the worker archives the new
+/// version instead of the stale copy it had written.
+async fn an_entity_changed_after_the_read_is_archived_in_its_new_version(s: Services) {
+    let env = Env::new(&s).await;
+    env.seed(&[456]).await;
+    let current = env.current.clone();
+    let renamed = Arc::new(AtomicUsize::new(0));
+    let count = renamed.clone();
+    let worker = env
+        .worker()
+        .step_hook(move |event| {
+            let current = current.clone();
+            let count = count.clone();
+            async move {
+                let Event::Step { name, .. } = event else {
+                    return Ok(());
+                };
+                if name.starts_with("insert_or_replace")
+                    && count.fetch_add(1, Ordering::SeqCst) == 0
+                {
+                    let mut e = employee(456);
+                    e.name = "Kim Akers (renamed)".into();
+                    current.upsert(&e, UpdateMode::Replace).await?;
+                }
+                Ok(())
+            }
+        })
+        .build()
+        .unwrap();
+    let report = worker.drain().await.unwrap();
+    assert_eq!(report.succeeded, 1);
+    assert_eq!(
+        renamed.load(Ordering::SeqCst),
+        2,
+        "copied twice: stale, then new"
+    );
+    let archived = env.archive.get(("Sales", "000456")).await.unwrap().unwrap();
+    assert_eq!(archived.name, "Kim Akers (renamed)");
+    env.assert_archived(&[456]).await;
+}
+
+async fn poisoned(poison: &QueueClient) -> Vec<PoisonedMessage> {
+    let mut out = Vec::new();
+    for m in poison.peek(32).await.unwrap() {
+        out.push(m.json::<PoisonedMessage>().unwrap());
+    }
+    out
+}
+
+/// The archive table does not exist: every attempt fails the same way; after
+/// the third the message is in the poison queue with that error, and the
+/// entity is still in Current.
+async fn an_archive_that_can_never_succeed_lands_in_poison_with_its_error(s: Services) {
+    let env = Env::new(&s).await;
+    env.current.insert(&employee(456)).await.unwrap();
+    let missing = common::unique_name("Missing");
+    let op = Archive::<Employee>::new(env.current.name(), &missing, ("Sales", "000456")).unwrap();
+    let sent = Eventual::new(env.jobs.clone()).enqueue(&op).await.unwrap();
+    let worker = env.worker().max_dequeue_count(3).build().unwrap();
+    let mut reports = Vec::new();
+    for _ in 0..3 {
+        let r = worker.drain().await.unwrap();
+        reports.push((r.succeeded, r.failed, r.poisoned));
+        env.pass_visibility_timeout().await;
+    }
+    assert_eq!(reports, [(0, 1, 0), (0, 1, 0), (0, 0, 1)]);
+    assert_eq!(env.jobs.approximate_message_count().await.unwrap(), 0);
+    let got = poisoned(&env.poison).await;
+    assert_eq!(got.len(), 1);
+    let p = &got[0];
+    assert_eq!(p.message_id, sent.id());
+    assert_eq!(p.queue, env.jobs.name());
+    assert_eq!(p.dequeue_count, 3);
+    assert!(
+        p.error.contains("not found") || p.error.contains("TableNotFound"),
+        "{}",
+        p.error
+    );
+    // The poisoned body is the message as last stored: the operation and its last error.
+    let body: serde_json::Value = serde_json::from_str(&p.body).unwrap();
+    assert_eq!(body["kind"], ARCHIVE_KIND);
+    assert_eq!(body["op"]["to"], missing.as_str());
+    assert!(body["last_error"].is_string());
+    assert_eq!(env.ids_in(&env.current).await, [456]);
+    assert_eq!(env.ids_in(&env.archive).await, Vec::<u32>::new());
+}
+
+async fn unreadable_messages_go_to_poison_at_once(s: Services) {
+    let env = Env::new(&s).await;
+    env.jobs
+        .send("archive employee 456")
+        .unwrap()
+        .await
+        .unwrap();
+    env.jobs
+        .send(r#"{"v":2,"kind":"tablekit.archive","op":{}}"#)
+        .unwrap()
+        .await
+        .unwrap();
+    env.jobs
+        .send(r#"{"v":1,"kind":"fire-everyone","op":{}}"#)
+        .unwrap()
+        .await
+        .unwrap();
+    env.jobs
+        .send(r#"{"v":1,"kind":"tablekit.archive","op":{"from":"Current"}}"#)
+        .unwrap()
+        .await
+        .unwrap();
+    let worker = env.worker().max_dequeue_count(1).build().unwrap();
+    let report = worker.drain().await.unwrap();
+    assert_eq!(report.poisoned, 4);
+    let mut errors: Vec<String> = poisoned(&env.poison)
+        .await
+        .into_iter()
+        .map(|p| p.error)
+        .collect();
+    errors.sort();
+    assert_eq!(errors.len(), 4);
+    assert!(errors.iter().any(|e| e.contains("not JSON")), "{errors:?}");
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("version 2 is not supported")),
+        "{errors:?}"
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("unknown operation kind \"fire-everyone\"")),
+        "{errors:?}"
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("does not read") && e.contains("missing field")),
+        "{errors:?}"
+    );
+    assert_eq!(env.jobs.approximate_message_count().await.unwrap(), 0);
+}
+
+/// Received three times by workers that died before recording anything: a
+/// worker allowing two receives moves it to poison without running it.
+async fn a_message_whose_workers_kept_dying_is_poisoned_without_running(s: Services) {
+    let env = Env::new(&s).await;
+    env.seed(&[456]).await;
+    for _ in 0..2 {
+        let got = env
+            .jobs
+            .receive()
+            .visibility_timeout(s.visibility)
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 1);
+        env.pass_visibility_timeout().await;
+    }
+    let ran = Arc::new(AtomicUsize::new(0));
+    let steps = ran.clone();
+    let worker = env
+        .worker()
+        .max_dequeue_count(2)
+        .step_hook(move |_| {
+            steps.fetch_add(1, Ordering::SeqCst);
+            async { Ok(()) }
+        })
+        .build()
+        .unwrap();
+    let report = worker.drain().await.unwrap();
+    assert_eq!(report.poisoned, 1);
+    assert_eq!(ran.load(Ordering::SeqCst), 0, "never ran");
+    let p = poisoned(&env.poison).await.pop().unwrap();
+    assert_eq!(p.dequeue_count, 3);
+    assert!(
+        p.error.contains("received 3 times, over the limit of 2"),
+        "{}",
+        p.error
+    );
+    assert!(p.error.contains("none recorded"), "{}", p.error);
+    assert_eq!(env.ids_in(&env.current).await, [456]);
+}
+
+/// An operation held for longer than two visibility timeouts stays hidden
+/// from other receivers because the worker renews it, and is deleted with the
+/// pop receipt of the last renewal.
+async fn the_heartbeat_keeps_a_long_operation_hidden(s: Services) {
+    let env = Env::new(&s).await;
+    env.seed(&[456]).await;
+    let release = Arc::new(Notify::new());
+    let beats = Arc::new(AtomicUsize::new(0));
+    let (reached, mut held) = mpsc::unbounded_channel::<()>();
+    let (gate, count) = (release.clone(), beats.clone());
+    let heartbeat = Duration::from_millis(100);
+    let worker = env
+        .worker()
+        .heartbeat(heartbeat)
+        .step_hook(move |event| {
+            let (gate, count, reached) = (gate.clone(), count.clone(), reached.clone());
+            async move {
+                match event {
+                    Event::Heartbeat { .. } => {
+                        count.fetch_add(1, Ordering::SeqCst);
+                    }
+                    Event::Step { step: 1, .. } => {
+                        let released = gate.notified();
+                        reached.send(()).unwrap();
+                        released.await;
+                    }
+                    _ => {}
+                }
+                Ok(())
+            }
+        })
+        .build()
+        .unwrap();
+    let task = tokio::spawn(async move { worker.run_once().await.unwrap() });
+    held.recv().await.unwrap();
+    let other = env.s.queues.queue(env.jobs.name()).unwrap();
+    for _ in 0..3 {
+        match &s.clock {
+            Some(clock) => clock.advance(s.visibility * 2 / 3),
+            None => tokio::time::sleep(s.visibility * 2 / 3).await,
+        }
+        // Two heartbeats after the time moved: the first one's renewal is done.
+        let before = beats.load(Ordering::SeqCst);
+        while beats.load(Ordering::SeqCst) < before + 2 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let got = other
+            .receive()
+            .visibility_timeout(Duration::from_secs(1))
+            .await
+            .unwrap();
+        assert!(got.is_empty(), "renewed, so still hidden: {got:?}");
+    }
+    release.notify_waiters();
+    let report = task.await.unwrap();
+    assert_eq!(report.succeeded, 1);
+    env.assert_archived(&[456]).await;
+}
+
+/// `run` with a shutdown signal: the operations it holds when the signal
+/// comes are finished, and it returns.
+async fn run_stops_on_shutdown_after_finishing_what_it_holds(s: Services) {
+    let env = Env::new(&s).await;
+    env.seed(&ids()[..4]).await;
+    let release = Arc::new(Notify::new());
+    let (reached, mut held) = mpsc::unbounded_channel::<()>();
+    let gate = release.clone();
+    let worker = env
+        .worker()
+        .poll_backoff(Duration::from_millis(10), Duration::from_millis(50))
+        .step_hook(move |event| {
+            let (gate, reached) = (gate.clone(), reached.clone());
+            async move {
+                if let Event::Step { step: 2, .. } = event {
+                    let released = gate.notified();
+                    reached.send(()).unwrap();
+                    released.await;
+                }
+                Ok(())
+            }
+        })
+        .build()
+        .unwrap();
+    let stop = Arc::new(Notify::new());
+    let signal = stop.clone();
+    let task =
+        tokio::spawn(async move { worker.run(async move { signal.notified().await }).await });
+    for _ in 0..4 {
+        held.recv().await.unwrap();
+    }
+    stop.notify_one();
+    // Once told to stop it receives nothing more; it still holds four.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!task.is_finished(), "it finishes what it holds first");
+    release.notify_waiters();
+    let report = task.await.unwrap();
+    assert_eq!(
+        (report.succeeded, report.failed, report.poisoned),
+        (4, 0, 0)
+    );
+    env.assert_archived(&ids()[..4]).await;
+}
+
+// ---------------------------------------------------------------------------
+// SIGKILL on the file-backed embedded store.
+
+const KILL_VAR: &str = "TABLEKIT_EVENTUAL_KILL_CHILD";
+
+/// Run only as the child of the SIGKILL test (`KILL_VAR` is
+/// `path;current;archive;queue;boundary`): a worker over the store file that
+/// prints `HELD <message id>` when an operation reaches the boundary, and
+/// waits there to be killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_child_helper() {
+    use std::io::Write;
+    let Ok(spec) = std::env::var(KILL_VAR) else {
+        return;
+    };
+    let parts: Vec<&str> = spec.split(';').collect();
+    let [path, _current, _archive, queue, boundary] = parts[..] else {
+        panic!("bad {KILL_VAR}: {spec}");
+    };
+    let boundary: usize = boundary.parse().unwrap();
+    let conn = format!("UseEmbeddedStorage=true;Path={path}");
+    let tables = TableServiceClient::from_connection_string(&conn).unwrap();
+    let queues = QueueServiceClient::from_connection_string(&conn).unwrap();
+    let worker = Worker::builder(queues.queue(queue).unwrap(), tables)
+        .operation::<Archive<Employee>>()
+        .poison_queue(queues.queue(&format!("{queue}-poison")).unwrap())
+        .concurrency(20)
+        .step_hook(move |event| async move {
+            if let Event::Step {
+                step, message_id, ..
+            } = event
+            {
+                if step == boundary {
+                    let mut out = std::io::stdout();
+                    writeln!(out, "HELD {message_id}").unwrap();
+                    out.flush().unwrap();
+                    pending::<()>().await;
+                }
+            }
+            Ok(())
+        })
+        .build()
+        .unwrap();
+    worker.run(pending()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_killed_at_each_step_boundary_is_recovered_from_the_store_file() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let ids = ids();
+    for boundary in 1..=3usize {
+        let path = std::env::temp_dir().join(format!(
+            "tablekit-eventual-{}.redb",
+            uuid::Uuid::new_v4().simple()
+        ));
+        let (current, archive, queue) = ("Current", "Archive", "archive-jobs");
+        {
+            let tables = TableServiceClient::embedded_at(&path).unwrap();
+            let queues = QueueServiceClient::embedded_at(&path).unwrap();
+            let env = Env {
+                s: Services {
+                    tables: tables.clone(),
+                    queues: queues.clone(),
+                    clock: None,
+                    visibility: Duration::from_secs(30),
+                },
+                current: tables.table(current).unwrap(),
+                archive: tables.table(archive).unwrap(),
+                jobs: queues.queue(queue).unwrap(),
+                poison: queues.queue(&format!("{queue}-poison")).unwrap(),
+            };
+            env.current.create_table().await.unwrap();
+            env.archive.create_table().await.unwrap();
+            env.jobs.create_queue().await.unwrap();
+            env.poison.create_queue().await.unwrap();
+            env.seed(&ids).await;
+        }
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "kill_child_helper",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(
+                KILL_VAR,
+                format!("{};{current};{archive};{queue};{boundary}", path.display()),
+            )
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let n = ids.len();
+        let held = tokio::task::spawn_blocking(move || {
+            let mut held = 0;
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if line.contains("HELD ") {
+                    held += 1;
+                    if held == n {
+                        break;
+                    }
+                }
+            }
+            held
+        })
+        .await
+        .unwrap();
+        assert_eq!(
+            held, n,
+            "the child reached boundary {boundary} for every message"
+        );
+        child.kill().unwrap(); // SIGKILL on Unix
+        assert!(!child.wait().unwrap().success());
+
+        // A fresh process's view: the file, and a clock past the visibility timeout.
+        let clock = ManualClock::starting_now();
+        clock.advance(Duration::from_secs(31));
+        let tables = TableServiceClient::embedded_at(&path).unwrap();
+        let queues = QueueServiceClient::embedded_at_with_clock(&path, clock).unwrap();
+        let env = Env {
+            s: Services {
+                tables: tables.clone(),
+                queues: queues.clone(),
+                clock: None,
+                visibility: Duration::from_secs(30),
+            },
+            current: tables.table(current).unwrap(),
+            archive: tables.table(archive).unwrap(),
+            jobs: queues.queue(queue).unwrap(),
+            poison: queues.queue(&format!("{queue}-poison")).unwrap(),
+        };
+        let in_archive = env.ids_in(&env.archive).await.len();
+        assert_eq!(
+            in_archive,
+            if boundary == 1 { 0 } else { n },
+            "boundary {boundary}"
+        );
+        let report = env.worker().build().unwrap().drain().await.unwrap();
+        assert_eq!(report.succeeded, n as u64, "boundary {boundary}");
+        env.assert_archived(&ids).await;
+        drop((env, tables, queues));
+        let _ = std::fs::remove_file(&path);
+    }
+}
+
+/// `Archive<DynamicEntity>` copies every property, also those no type declares.
+#[tokio::test]
+async fn a_dynamic_archive_keeps_every_property() {
+    let s = embedded();
+    let env = Env::new(&s).await;
+    let current = env.current.with_type::<DynamicEntity>();
+    current
+        .insert(
+            &DynamicEntity::new("Sales", "000456")
+                .with("Name", "Kim")
+                .with("Badge", 77_i64),
+        )
+        .await
+        .unwrap();
+    let op = Archive::<DynamicEntity>::new(current.name(), env.archive.name(), ("Sales", "000456"))
+        .unwrap();
+    Eventual::new(env.jobs.clone()).enqueue(&op).await.unwrap();
+    let worker = Worker::builder(env.jobs.clone(), s.tables.clone())
+        .operation::<Archive<DynamicEntity>>()
+        .poison_queue(env.poison.clone())
+        .build()
+        .unwrap();
+    assert_eq!(worker.drain().await.unwrap().succeeded, 1);
+    let got = env
+        .archive
+        .with_type::<DynamicEntity>()
+        .get(("Sales", "000456"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.get("Badge"), Some(&tablekit::EdmValue::Int64(77)));
+}

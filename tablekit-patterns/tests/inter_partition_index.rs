@@ -1,0 +1,517 @@
+//! The inter-partition secondary index (§3.2) kept through a queue: the
+//! seed's copies `empid_Sales`/`000223` and `email_Sales`/`jonesj@contoso.com`,
+//! appendix A's point and range reads, a second index in a table of its own,
+//! and a worker stopped at each step of a put, a change and a remove, with
+//! recovery proven by the final rows. After every stop no index copy points
+//! at a missing primary. On Azurite and on the embedded store.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tablekit::{
+    DynamicEntity, EdmValue, ManualClock, QueueClient, QueueServiceClient, TableClient,
+    TableEntity, TableServiceClient,
+};
+use tablekit_patterns::eventual::{Event, Worker, WorkerBuilder};
+use tablekit_patterns::inter_index::{InterIndex, InterPartitionIndex, PRIMARY_ROW_KEY};
+use tablekit_patterns::range::KeyRange;
+
+#[derive(TableEntity, Debug, Clone, PartialEq)]
+#[tablekit(partition_key = "{department}", row_key = "{employee_id:06}")]
+struct Employee {
+    department: String,
+    employee_id: u32,
+    last_name: String,
+    email: String,
+}
+
+fn jones() -> Employee {
+    Employee {
+        department: "Sales".into(),
+        employee_id: 223,
+        last_name: "Jones".into(),
+        email: "jonesj@contoso.com".into(),
+    }
+}
+
+fn emp(id: u32, last_name: &str, email: &str) -> Employee {
+    Employee {
+        department: "Sales".into(),
+        employee_id: id,
+        last_name: last_name.into(),
+        email: email.into(),
+    }
+}
+
+#[derive(Clone)]
+struct Services {
+    tables: TableServiceClient,
+    queues: QueueServiceClient,
+    clock: Option<ManualClock>,
+    visibility: Duration,
+}
+
+fn azurite() -> Option<Services> {
+    let tables = common::service()?;
+    let conn = std::env::var(common::CONNECTION_STRING_VAR).expect("service() found it");
+    Some(Services {
+        tables,
+        queues: QueueServiceClient::from_connection_string(&conn).expect("valid connection string"),
+        clock: None,
+        visibility: Duration::from_secs(2),
+    })
+}
+
+fn embedded() -> Services {
+    let clock = ManualClock::starting_now();
+    Services {
+        tables: TableServiceClient::embedded(),
+        queues: QueueServiceClient::embedded_with_clock(clock.clone()),
+        clock: Some(clock),
+        visibility: Duration::from_secs(30),
+    }
+}
+
+macro_rules! on_both {
+    ($($case:ident),* $(,)?) => {$(
+        mod $case {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn azurite() {
+                if let Some(s) = crate::azurite() {
+                    super::$case(s).await
+                }
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn embedded() {
+                super::$case(crate::embedded()).await
+            }
+        }
+    )*};
+}
+
+/// An employee table with an email index in the same table and a last-name
+/// index in another.
+struct Env {
+    s: Services,
+    employees: TableClient<Employee>,
+    names: TableClient<DynamicEntity>,
+    by_email: InterIndex<Employee>,
+    by_name: InterIndex<Employee>,
+    index: InterPartitionIndex<Employee>,
+    jobs: QueueClient,
+    poison: QueueClient,
+}
+
+impl Env {
+    async fn new(s: &Services) -> Env {
+        let employees = common::fresh_table::<Employee>(&s.tables, "Employees").await;
+        let names = common::fresh_table::<DynamicEntity>(&s.tables, "EmployeeNames").await;
+        let jobs = s
+            .queues
+            .queue(&common::unique_name("index-").to_lowercase())
+            .unwrap();
+        let poison = s.queues.queue(&format!("{}-poison", jobs.name())).unwrap();
+        jobs.create_queue().await.unwrap();
+        poison.create_queue().await.unwrap();
+        let by_email = InterIndex::new("email", "email_", |e: &Employee| e.email.to_lowercase());
+        let by_name = InterIndex::new("last name", "lastname_", |e: &Employee| {
+            format!("{}_{:06}", e.last_name, e.employee_id)
+        })
+        .in_table(&names);
+        let index = InterPartitionIndex::new(employees.clone(), "empid_", jobs.clone())
+            .with_index(&by_email)
+            .unwrap()
+            .with_index(&by_name)
+            .unwrap();
+        Env {
+            s: s.clone(),
+            employees,
+            names,
+            by_email,
+            by_name,
+            index,
+            jobs,
+            poison,
+        }
+    }
+
+    fn worker(&self) -> WorkerBuilder {
+        self.index
+            .attach(Worker::builder(self.jobs.clone(), self.s.tables.clone()))
+            .poison_queue(self.poison.clone())
+            .visibility_timeout(self.s.visibility)
+            .concurrency(8)
+    }
+
+    async fn drain(&self) {
+        let report = self.worker().build().unwrap().drain().await.unwrap();
+        assert_eq!((report.failed, report.poisoned), (0, 0), "{report:?}");
+    }
+
+    async fn pass_visibility_timeout(&self) {
+        match &self.s.clock {
+            Some(clock) => clock.advance(self.s.visibility + Duration::from_secs(1)),
+            None => tokio::time::sleep(self.s.visibility + Duration::from_millis(700)).await,
+        }
+    }
+
+    /// Every stored row, as (PartitionKey, RowKey), of both tables.
+    async fn keys(&self) -> BTreeSet<(String, String)> {
+        let mut out = BTreeSet::new();
+        for t in [
+            self.employees.with_type::<DynamicEntity>(),
+            self.names.clone(),
+        ] {
+            for d in t.query().fetch_all().await.unwrap() {
+                out.insert((d.partition_key, d.row_key));
+            }
+        }
+        out
+    }
+
+    /// No index copy points at a missing primary.
+    async fn assert_no_dangling_copy(&self) {
+        let keys = self.keys().await;
+        for t in [
+            self.employees.with_type::<DynamicEntity>(),
+            self.names.clone(),
+        ] {
+            for d in t.query().fetch_all().await.unwrap() {
+                if let Some(EdmValue::String(rk)) = d.get(PRIMARY_ROW_KEY) {
+                    let dept = d.partition_key.split_once('_').unwrap().1;
+                    let primary = (format!("empid_{dept}"), rk.clone());
+                    assert!(
+                        keys.contains(&primary),
+                        "copy ({}, {}) points at missing {primary:?}",
+                        d.partition_key,
+                        d.row_key
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn set(keys: &[(&str, &str)]) -> BTreeSet<(String, String)> {
+    keys.iter()
+        .map(|(p, r)| (p.to_string(), r.to_string()))
+        .collect()
+}
+
+on_both!(
+    the_seed_copies_are_written_and_read_by_point_and_range,
+    an_email_change_moves_the_copy_and_a_remove_deletes_every_copy,
+    a_worker_stopped_at_each_step_of_a_change_is_recovered,
+    a_verified_lookup_repairs_stale_and_dangling_entries,
+);
+
+async fn the_seed_copies_are_written_and_read_by_point_and_range(s: Services) {
+    let env = Env::new(&s).await;
+    env.index.put(&jones()).await.unwrap();
+    for (id, name, email) in [
+        (100, "Abbott", "abbotta@contoso.com"),
+        (152, "Jones", "adamsj@contoso.com"),
+        (199, "Smith", "smithb@contoso.com"),
+        (200, "Brown", "ab@contoso.com"),
+    ] {
+        env.index.put(&emp(id, name, email)).await.unwrap();
+    }
+    env.drain().await;
+
+    // The rows as the seed writes them.
+    let rows = common::rows(&env.employees, "email_Sales").await;
+    let copy = rows
+        .iter()
+        .find(|d| d.row_key == "jonesj@contoso.com")
+        .unwrap();
+    assert_eq!(
+        copy.get(PRIMARY_ROW_KEY),
+        Some(&EdmValue::String("000223".into()))
+    );
+    assert_eq!(
+        copy.get("Email"),
+        Some(&EdmValue::String("jonesj@contoso.com".into()))
+    );
+    assert!(env
+        .employees
+        .with_type::<DynamicEntity>()
+        .get(("empid_Sales", "000223"))
+        .await
+        .unwrap()
+        .is_some());
+    assert!(env
+        .names
+        .get(("lastname_Sales", "Jones_000223"))
+        .await
+        .unwrap()
+        .is_some());
+
+    // Point reads by each key.
+    assert_eq!(
+        env.index.get(("Sales", "000223")).await.unwrap(),
+        Some(jones())
+    );
+    assert_eq!(
+        env.index
+            .lookup(&env.by_email, "Sales", "jonesj@contoso.com")
+            .await
+            .unwrap(),
+        Some(jones())
+    );
+    assert_eq!(
+        env.index
+            .lookup_verified(&env.by_name, "Sales", "Jones_000223")
+            .await
+            .unwrap(),
+        Some(jones())
+    );
+
+    // Appendix A's ranges.
+    assert_eq!(
+        KeyRange::inclusive("000100", "000199").filter("empid_Sales", ""),
+        "PartitionKey eq 'empid_Sales' and RowKey ge '000100' and RowKey le '000199'"
+    );
+    assert_eq!(
+        KeyRange::prefix("a").filter("email_Sales", ""),
+        "PartitionKey eq 'email_Sales' and RowKey ge 'a' and RowKey lt 'b'"
+    );
+    let ids: Vec<u32> = env
+        .index
+        .list_primary("Sales", KeyRange::inclusive("000100", "000199"))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.employee_id)
+        .collect();
+    assert_eq!(ids, [100, 152, 199]);
+    let emails: Vec<String> = env
+        .index
+        .list(&env.by_email, "Sales", KeyRange::prefix("a"))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.email)
+        .collect();
+    assert_eq!(
+        emails,
+        [
+            "ab@contoso.com",
+            "abbotta@contoso.com",
+            "adamsj@contoso.com"
+        ]
+    );
+    let joneses: Vec<u32> = env
+        .index
+        .list_verified(&env.by_name, "Sales", KeyRange::prefix("Jones_"))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.employee_id)
+        .collect();
+    assert_eq!(joneses, [152, 223]);
+}
+
+async fn an_email_change_moves_the_copy_and_a_remove_deletes_every_copy(s: Services) {
+    let env = Env::new(&s).await;
+    env.index.put(&jones()).await.unwrap();
+    env.drain().await;
+    let mut changed = jones();
+    changed.email = "jj@contoso.com".into();
+    env.index.put(&changed).await.unwrap();
+    env.drain().await;
+    assert_eq!(
+        env.keys().await,
+        set(&[
+            ("email_Sales", "jj@contoso.com"),
+            ("empid_Sales", "000223"),
+            ("lastname_Sales", "Jones_000223"),
+        ])
+    );
+    assert_eq!(
+        env.index
+            .lookup(&env.by_email, "Sales", "jonesj@contoso.com")
+            .await
+            .unwrap(),
+        None
+    );
+    env.index.remove(("Sales", "000223")).await.unwrap();
+    env.drain().await;
+    assert_eq!(env.keys().await, BTreeSet::new());
+    assert_eq!(env.jobs.approximate_message_count().await.unwrap(), 0);
+}
+
+/// A put of a new entity (3 steps: read, primary, 2 copies = 4 boundaries),
+/// an email change (read, old copy deleted, primary, 2 copies = 5) and a
+/// remove (read, 2 copies, primary = 4), each stopped after every boundary
+/// in turn; then a fresh worker finishes.
+async fn a_worker_stopped_at_each_step_of_a_change_is_recovered(s: Services) {
+    #[derive(Clone, Copy, Debug)]
+    enum Case {
+        Insert,
+        Change,
+        Remove,
+    }
+    let mut changed = jones();
+    changed.email = "jj@contoso.com".into();
+    for (case, boundaries) in [(Case::Insert, 4), (Case::Change, 5), (Case::Remove, 4)] {
+        for boundary in 1..=boundaries {
+            let env = Env::new(&s).await;
+            match case {
+                Case::Insert => {}
+                Case::Change | Case::Remove => {
+                    env.index.put(&jones()).await.unwrap();
+                    env.drain().await;
+                }
+            }
+            match case {
+                Case::Insert => env.index.put(&jones()).await.unwrap(),
+                Case::Change => env.index.put(&changed).await.unwrap(),
+                Case::Remove => env.index.remove(("Sales", "000223")).await.unwrap(),
+            };
+            let reached = Arc::new(AtomicUsize::new(0));
+            let seen = reached.clone();
+            let worker = env
+                .worker()
+                .step_hook(move |event| {
+                    let seen = seen.clone();
+                    async move {
+                        if let Event::Step { step, .. } = event {
+                            if step == boundary {
+                                seen.fetch_add(1, Ordering::SeqCst);
+                                return Err("stopped".into());
+                            }
+                        }
+                        Ok(())
+                    }
+                })
+                .build()
+                .unwrap();
+            let report = worker.drain().await.unwrap();
+            assert_eq!(report.failed, 1, "{case:?} at {boundary}");
+            assert_eq!(reached.load(Ordering::SeqCst), 1, "{case:?} at {boundary}");
+            env.assert_no_dangling_copy().await;
+
+            env.pass_visibility_timeout().await;
+            env.drain().await;
+            let want = match case {
+                Case::Insert => set(&[
+                    ("email_Sales", "jonesj@contoso.com"),
+                    ("empid_Sales", "000223"),
+                    ("lastname_Sales", "Jones_000223"),
+                ]),
+                Case::Change => set(&[
+                    ("email_Sales", "jj@contoso.com"),
+                    ("empid_Sales", "000223"),
+                    ("lastname_Sales", "Jones_000223"),
+                ]),
+                Case::Remove => BTreeSet::new(),
+            };
+            assert_eq!(env.keys().await, want, "{case:?} at {boundary}");
+            assert_eq!(env.jobs.approximate_message_count().await.unwrap(), 0);
+            assert_eq!(env.poison.approximate_message_count().await.unwrap(), 0);
+            if let Case::Change = case {
+                assert_eq!(
+                    env.index
+                        .lookup(&env.by_email, "Sales", "jj@contoso.com")
+                        .await
+                        .unwrap(),
+                    Some(changed.clone())
+                );
+            }
+        }
+    }
+}
+
+async fn a_verified_lookup_repairs_stale_and_dangling_entries(s: Services) {
+    let env = Env::new(&s).await;
+    env.index.put(&jones()).await.unwrap();
+    env.drain().await;
+    let raw = env.employees.with_type::<DynamicEntity>();
+    // A copy under an old value (the primary now says jonesj@), and one whose
+    // primary does not exist: what racing changes of one entity can leave.
+    let copy = |e: Employee| {
+        let mut d = tablekit::to_dynamic(&e).unwrap();
+        let primary_row_key = d.row_key.clone();
+        d.partition_key = "email_Sales".into();
+        d.row_key = e.email.clone();
+        d.with(PRIMARY_ROW_KEY, primary_row_key)
+    };
+    let stale = copy(emp(223, "Jones", "old@contoso.com"));
+    let dangling = copy(emp(999, "Ghost", "ghost@contoso.com"));
+    raw.insert(&stale).await.unwrap();
+    raw.insert(&dangling).await.unwrap();
+
+    // Unverified reads return them as stored.
+    assert!(env
+        .index
+        .lookup(&env.by_email, "Sales", "old@contoso.com")
+        .await
+        .unwrap()
+        .is_some());
+    // Verified ones refuse them and delete them.
+    assert_eq!(
+        env.index
+            .lookup_verified(&env.by_email, "Sales", "old@contoso.com")
+            .await
+            .unwrap(),
+        None
+    );
+    let listed: Vec<String> = env
+        .index
+        .list_verified(&env.by_email, "Sales", KeyRange::all())
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.email)
+        .collect();
+    assert_eq!(listed, ["jonesj@contoso.com"]);
+    assert_eq!(
+        env.keys().await,
+        set(&[
+            ("email_Sales", "jonesj@contoso.com"),
+            ("empid_Sales", "000223"),
+            ("lastname_Sales", "Jones_000223"),
+        ])
+    );
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_before_any_message() {
+    let s = embedded();
+    let env = Env::new(&s).await;
+    // An email that is not a valid RowKey.
+    let bad = emp(5, "Slash", "a/b@contoso.com");
+    common::assert_invalid(&env.index.put(&bad).await.unwrap_err());
+    // Overlapping prefixes in one table, and a duplicate name.
+    let overlapping = InterIndex::new("emp", "empid_x", |e: &Employee| e.email.clone());
+    let table = env.employees.clone();
+    let err = InterPartitionIndex::new(table.clone(), "empid_", env.jobs.clone())
+        .with_index(&overlapping)
+        .unwrap_err();
+    common::assert_invalid(&err);
+    let twice = InterPartitionIndex::new(table, "empid_", env.jobs.clone())
+        .with_index(&env.by_email)
+        .unwrap()
+        .with_index(&env.by_email);
+    common::assert_invalid(&twice.unwrap_err());
+    // An index that is not this table's.
+    let other = InterIndex::new("other", "other_", |e: &Employee| e.email.clone());
+    common::assert_invalid(&env.index.lookup(&other, "Sales", "x").await.unwrap_err());
+    // An entity type with the copies' own property.
+    let dynamic = InterPartitionIndex::new(
+        env.employees.with_type::<DynamicEntity>(),
+        "empid_",
+        env.jobs.clone(),
+    );
+    let err = dynamic
+        .put(&DynamicEntity::new("Sales", "000001").with(PRIMARY_ROW_KEY, "x"))
+        .await
+        .unwrap_err();
+    common::assert_invalid(&err);
+    assert_eq!(env.jobs.approximate_message_count().await.unwrap(), 0);
+}
