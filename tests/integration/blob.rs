@@ -240,6 +240,19 @@ async fn conditions_protect_blobs(Env { blobs, .. }: Env) {
     b.delete(Some(second.etag().clone())).await.unwrap();
     assert!(!b.exists().await.unwrap());
     assert!(!b.delete_if_exists().await.unwrap());
+
+    // A conditional delete of a blob that is gone fails its condition, as the
+    // service answers any write whose If-Match names no existing blob.
+    let err = b.delete(Some(second.etag().clone())).await.unwrap_err();
+    assert!(err.is_precondition_failed(), "{err}");
+    assert_eq!(err.code(), Some(&ErrorCode::ConditionNotMet), "{err}");
+    let err = b
+        .upload("v4")
+        .if_match(second.etag().clone())
+        .await
+        .unwrap_err();
+    assert!(err.is_precondition_failed(), "{err}");
+    assert!(!b.exists().await.unwrap());
 }
 
 async fn listing_by_prefix_pages_in_name_order(Env { blobs, .. }: Env) {

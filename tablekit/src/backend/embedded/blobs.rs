@@ -516,7 +516,13 @@ impl Blobs {
                 conditions,
             } => {
                 let c = all.get_mut(container).ok_or_else(container_not_found)?;
-                let b = c.blobs.get(blob).ok_or_else(blob_not_found)?;
+                // A write's If-Match naming no blob fails its condition (the
+                // service's order: conditions before existence for writes).
+                let b = match c.blobs.get(blob) {
+                    Some(b) => b,
+                    None if conditions.if_match.is_some() => return Err(condition_not_met()),
+                    None => return Err(blob_not_found()),
+                };
                 check(conditions, Some(b))?;
                 self.persist(Change::Blob(container, blob, None, dropped_blocks(c, blob)))?;
                 c.blobs.remove(blob);
