@@ -132,7 +132,7 @@ pub struct HttpOptions {
 pub enum Transport {
     /// The inline transport, unless a proxy variable applies to the
     /// endpoint's scheme (`HTTP_PROXY` or `HTTPS_PROXY`, or `ALL_PROXY`,
-    /// upper or lower case) or the endpoint is `https://`: then reqwest. The
+    /// upper or lower case): then reqwest. The
     /// environment variable `TABLEKIT_TRANSPORT=hyper|reqwest`, read when a
     /// client is built, overrides this choice (and only this one).
     #[default]

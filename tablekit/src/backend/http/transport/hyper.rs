@@ -21,7 +21,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http::header::{HOST, USER_AGENT as USER_AGENT_HEADER};
+use http::header::{ACCEPT, HOST, USER_AGENT as USER_AGENT_HEADER};
 use http::{HeaderMap, HeaderValue};
 use http_body::Body as _;
 use http_body_util::Full;
@@ -90,6 +90,11 @@ impl HyperTransport {
         parts
             .headers
             .insert(USER_AGENT_HEADER, HeaderValue::from_static(USER_AGENT));
+        // What reqwest sends when a request names no Accept (queue and blob
+        // requests): the two transports put the same headers on the wire.
+        if !parts.headers.contains_key(ACCEPT) {
+            parts.headers.insert(ACCEPT, HeaderValue::from_static("*/*"));
+        }
         let mut req = http::Request::from_parts(parts, Full::new(body));
         let mut fresh_only = false;
         loop {
@@ -612,5 +617,111 @@ mod tests {
         assert_eq!(transport_kind(&e), TransportKind::ConnectTimeout);
         assert!(!e.outcome_unknown());
         drop(listener);
+    }
+
+    /// A TLS server with the test certificate for `localhost` and `127.0.0.1`
+    /// that answers one 200 per request; it reports the SNI name and ALPN
+    /// protocols each client offered.
+    async fn tls_server(
+        bind: &str,
+    ) -> (
+        u16,
+        tokio::sync::mpsc::UnboundedReceiver<(Option<String>, Option<Vec<u8>>)>,
+    ) {
+        let cert =
+            rustls::pki_types::CertificateDer::from(include_bytes!("testdata/server.der").to_vec());
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(
+            include_bytes!("testdata/server.key.der").to_vec().into(),
+        );
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert], key)
+            .unwrap();
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind(bind).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((sock, _)) = listener.accept().await {
+                let (acceptor, tx) = (acceptor.clone(), tx.clone());
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(sock).await else {
+                        return;
+                    };
+                    let (_, session) = tls.get_ref();
+                    let _ = tx.send((
+                        session.server_name().map(str::to_owned),
+                        session.alpn_protocol().map(<[u8]>::to_vec),
+                    ));
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    loop {
+                        while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            buf.drain(..end + 4);
+                            let reply = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecret";
+                            if tls.write_all(reply).await.is_err() {
+                                return;
+                            }
+                        }
+                        match tls.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                });
+            }
+        });
+        (port, rx)
+    }
+
+    #[tokio::test]
+    async fn https_checks_the_certificate_sends_sni_and_offers_only_http11() {
+        let (port, mut seen) = tls_server("127.0.0.1:0").await;
+        let endpoint = url::Url::parse(&format!("https://localhost:{port}/acc")).unwrap();
+        let ca = include_bytes!("testdata/ca.der").to_vec();
+        let t = HyperTransport::with_roots(&endpoint, &HttpOptions::default(), &[ca]).unwrap();
+        for _ in 0..2 {
+            assert_eq!(&get_all(&t).await.unwrap()[..], b"secret");
+        }
+        let (sni, alpn) = seen.recv().await.unwrap();
+        assert_eq!(sni.as_deref(), Some("localhost"));
+        assert_eq!(
+            alpn.as_deref(),
+            Some(&b"http/1.1"[..]),
+            "h2 is never offered"
+        );
+        // The second request reused the TLS connection.
+        assert!(seen.try_recv().is_err());
+        assert_eq!(t.pool().idle_count(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_untrusted_certificate_is_a_tls_failure_not_an_unknown_outcome() {
+        let (port, _seen) = tls_server("127.0.0.1:0").await;
+        // The test CA is not among the webpki roots.
+        let endpoint = url::Url::parse(&format!("https://localhost:{port}/acc")).unwrap();
+        let t = HyperTransport::new(&endpoint, &HttpOptions::default()).unwrap();
+        let Err(e) = t.send(get()).await else {
+            panic!("an untrusted certificate was accepted")
+        };
+        assert_eq!(transport_kind(&e), TransportKind::Tls);
+        assert!(!e.is_retryable(), "{e}");
+        assert!(!e.outcome_unknown(), "{e}");
+        assert!(e.to_string().contains("TLS"), "{e}");
+
+        // A certificate for another name is refused too, even from a trusted
+        // CA: a server on 127.0.0.2 (loopback) shows the one for 127.0.0.1.
+        let (port, _seen) = tls_server("127.0.0.2:0").await;
+        let ca = include_bytes!("testdata/ca.der").to_vec();
+        let endpoint = url::Url::parse(&format!("https://127.0.0.2:{port}/acc")).unwrap();
+        let t = HyperTransport::with_roots(&endpoint, &HttpOptions::default(), &[ca]).unwrap();
+        let Err(e) = t.send(get()).await else {
+            panic!("a certificate for another name was accepted")
+        };
+        assert_eq!(transport_kind(&e), TransportKind::Tls, "{e}");
     }
 }

@@ -63,19 +63,15 @@ fn proxy_configured(https: bool) -> bool {
 /// [`Transport::Auto`], read when a client is built.
 pub(crate) const TRANSPORT_VAR: &str = "TABLEKIT_TRANSPORT";
 
-/// Whether [`Transport::Auto`] trusts the inline transport with `https://`
-/// endpoints (it speaks TLS through tokio-rustls; see `tls.rs`).
-const AUTO_HTTPS_INLINE: bool = false;
-
 impl Transport {
     /// What `Auto` means for this endpoint and environment.
-    fn resolve(self, https: bool, env_choice: Option<&str>, proxy: bool) -> Result<Transport> {
+    fn resolve(self, env_choice: Option<&str>, proxy: bool) -> Result<Transport> {
         Ok(match self {
             Transport::Auto => match env_choice.map(str::trim) {
                 Some(v) if v.eq_ignore_ascii_case("hyper") => Transport::Hyper,
                 Some(v) if v.eq_ignore_ascii_case("reqwest") => Transport::Reqwest,
                 Some("") | None => {
-                    if proxy || (https && !AUTO_HTTPS_INLINE) {
+                    if proxy {
                         Transport::Reqwest
                     } else {
                         Transport::Hyper
@@ -99,7 +95,7 @@ impl HttpTransport {
         let env = std::env::var(TRANSPORT_VAR).ok();
         match options
             .transport
-            .resolve(https, env.as_deref(), proxy_configured(https))?
+            .resolve(env.as_deref(), proxy_configured(https))?
         {
             Transport::Reqwest => Ok(HttpTransport::Reqwest(
                 self::reqwest::ReqwestTransport::new(endpoint, options)?,
@@ -188,37 +184,23 @@ mod tests {
     #[test]
     fn auto_picks_hyper_unless_a_proxy_or_the_override_says_otherwise() {
         let auto = Transport::Auto;
-        assert_eq!(auto.resolve(false, None, false).unwrap(), Transport::Hyper);
-        let https = if AUTO_HTTPS_INLINE {
-            Transport::Hyper
-        } else {
-            Transport::Reqwest
-        };
-        assert_eq!(auto.resolve(true, None, false).unwrap(), https);
-        assert_eq!(auto.resolve(false, None, true).unwrap(), Transport::Reqwest);
+        assert_eq!(auto.resolve(None, false).unwrap(), Transport::Hyper);
+        assert_eq!(auto.resolve(None, true).unwrap(), Transport::Reqwest);
+        assert_eq!(auto.resolve(Some(""), true).unwrap(), Transport::Reqwest);
         assert_eq!(
-            auto.resolve(false, Some(""), true).unwrap(),
+            auto.resolve(Some("Reqwest"), false).unwrap(),
             Transport::Reqwest
         );
-        assert_eq!(
-            auto.resolve(false, Some("Reqwest"), false).unwrap(),
-            Transport::Reqwest
-        );
-        assert_eq!(
-            auto.resolve(false, Some("hyper"), true).unwrap(),
-            Transport::Hyper
-        );
-        let err = auto.resolve(false, Some("curl"), false).unwrap_err();
+        assert_eq!(auto.resolve(Some("hyper"), true).unwrap(), Transport::Hyper);
+        let err = auto.resolve(Some("curl"), false).unwrap_err();
         assert!(err.to_string().contains(TRANSPORT_VAR), "{err}");
         // An explicit choice is never overridden.
         assert_eq!(
-            Transport::Reqwest
-                .resolve(false, Some("hyper"), false)
-                .unwrap(),
+            Transport::Reqwest.resolve(Some("hyper"), false).unwrap(),
             Transport::Reqwest
         );
         assert_eq!(
-            Transport::Hyper.resolve(false, None, true).unwrap(),
+            Transport::Hyper.resolve(None, true).unwrap(),
             Transport::Hyper
         );
     }
