@@ -93,7 +93,9 @@ impl HyperTransport {
         // What reqwest sends when a request names no Accept (queue and blob
         // requests): the two transports put the same headers on the wire.
         if !parts.headers.contains_key(ACCEPT) {
-            parts.headers.insert(ACCEPT, HeaderValue::from_static("*/*"));
+            parts
+                .headers
+                .insert(ACCEPT, HeaderValue::from_static("*/*"));
         }
         let mut req = http::Request::from_parts(parts, Full::new(body));
         let mut fresh_only = false;
