@@ -21,6 +21,11 @@
 //! `TABLEKIT_BENCH_ENTITY=typed` (the `#[derive(TableEntity)]` struct [`Employee`]),
 //! `dynamic` (the untyped [`DynamicEntity`]) or `both` (the default: typed, then dynamic).
 //! `TABLEKIT_BENCH_RUNTIME` picks the tokio runtime (see `main`).
+//! `TABLEKIT_BENCH_TRANSPORT` picks the HTTP transport of the Azurite runs:
+//! `hyper` (tablekit's inline transport), `reqwest`, or `both` (reqwest, then
+//! hyper, against the same Azurite); the backends are then named
+//! `azurite_hyper` and `azurite_reqwest`. Unset, `azurite` runs on
+//! `Transport::Auto`.
 //!
 //! Each workload prints one JSON line on stdout, with `"entity":"typed"` or
 //! `"dynamic"`; progress and errors go to stderr.
@@ -35,7 +40,8 @@ use nix::sys::resource::{getrusage, UsageWho};
 use nix::sys::time::TimeVal;
 use serde_json::json;
 use tablekit::{
-    DynamicEntity, EdmValue, EntityKey, TableClient, TableEntity, TableServiceClient, UpdateMode,
+    Account, ClientOptions, DynamicEntity, EdmValue, EntityKey, TableClient, TableEntity,
+    TableServiceClient, Transport, UpdateMode,
 };
 use uuid::Uuid;
 
@@ -861,6 +867,31 @@ fn main() {
         eprintln!("{HOW_TO_RUN}");
         return;
     }
+    let transports: Vec<&'static str> = match std::env::var("TABLEKIT_BENCH_TRANSPORT") {
+        Err(_) => vec!["azurite"],
+        Ok(v) => {
+            match v.trim() {
+                "" => vec!["azurite"],
+                "hyper" => vec!["azurite_hyper"],
+                "reqwest" => vec!["azurite_reqwest"],
+                "both" => vec!["azurite_reqwest", "azurite_hyper"],
+                other => {
+                    eprintln!("workload: TABLEKIT_BENCH_TRANSPORT is hyper, reqwest or both, not {other:?}");
+                    std::process::exit(2);
+                }
+            }
+        }
+    };
+    let backends: Vec<&'static str> = backends
+        .into_iter()
+        .flat_map(|b| {
+            if b == "azurite" {
+                transports.clone()
+            } else {
+                vec![b]
+            }
+        })
+        .collect();
     let n = match std::env::var("TABLEKIT_BENCH_N") {
         Ok(v) => match v.trim().parse::<usize>() {
             Ok(n) if n > 0 => n,
@@ -901,9 +932,17 @@ fn main() {
                     std::process::exit(2);
                 }
             }
-        } else if backend == "azurite" {
+        } else if backend.starts_with("azurite") {
             let connection = connection.as_deref().unwrap_or_default();
-            match TableServiceClient::from_connection_string(connection) {
+            let mut options = ClientOptions::default();
+            options.http.transport = match backend {
+                "azurite_hyper" => Transport::Hyper,
+                "azurite_reqwest" => Transport::Reqwest,
+                _ => Transport::Auto,
+            };
+            match Account::from_connection_string(connection)
+                .and_then(|account| TableServiceClient::with_options(account, options))
+            {
                 Ok(s) => (s, Server::from_env()),
                 Err(e) => {
                     eprintln!("workload: bad connection string: {e}");

@@ -164,7 +164,7 @@ pub use error::{
     TransportError, ValidationError,
 };
 pub use filter::{col, Filter, QueryPlan};
-pub use options::{ClientOptions, HttpOptions, Metadata, RetryPolicy};
+pub use options::{ClientOptions, HttpOptions, Metadata, RetryPolicy, Transport};
 pub use queue::{
     MessageEncoding, QueueClient, QueueMessage, QueueServiceClient, ReceiveMessages, SendMessage,
     SentMessage,

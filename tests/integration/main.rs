@@ -37,5 +37,6 @@ mod retry;
 mod service_rules;
 mod tables;
 mod tracing;
+mod transport;
 mod types;
 mod unicode;

@@ -1,5 +1,7 @@
 //! Accounts and credentials (documented where `tablekit::account` re-exports them).
 
+use hmac::{Hmac, Mac as _};
+use sha2::Sha256;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -309,7 +311,13 @@ impl fmt::Debug for Credential {
 ///
 /// `Debug` prints `AccountKey(***)`; there is deliberately no `Display`.
 #[derive(Clone)]
-pub struct AccountKey(Arc<[u8]>);
+pub struct AccountKey {
+    /// The decoded key (the tests compare it; signing uses `mac`).
+    #[cfg_attr(not(test), allow(dead_code))]
+    bytes: Arc<[u8]>,
+    /// HMAC-SHA256 keyed with the key, set up once and cloned per signature.
+    mac: Hmac<Sha256>,
+}
 
 impl AccountKey {
     /// Decodes a base64 account key (standard alphabet, with padding).
@@ -332,12 +340,24 @@ impl AccountKey {
     }
 
     fn from_bytes(bytes: &[u8]) -> Self {
-        AccountKey(Arc::from(bytes))
+        AccountKey {
+            bytes: Arc::from(bytes),
+            // HMAC takes keys of any length; `new_from_slice` fails only for
+            // fixed-size MACs.
+            mac: Hmac::<Sha256>::new_from_slice(bytes)
+                .expect("HMAC-SHA256 accepts keys of any length"),
+        }
     }
 
-    /// The key bytes, for HMAC signing.
+    /// The key bytes.
+    #[cfg(test)]
     pub(crate) fn as_bytes(&self) -> &[u8] {
-        &self.0
+        &self.bytes
+    }
+
+    /// A fresh HMAC-SHA256 keyed with this key (a clone of the one set up at decoding).
+    pub(crate) fn mac(&self) -> Hmac<Sha256> {
+        self.mac.clone()
     }
 }
 

@@ -7,9 +7,9 @@ use std::fmt::Write as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use chrono::{DateTime, Datelike as _, Timelike as _, Utc};
-use hmac::{Hmac, Mac as _};
+use hmac::Mac as _;
+use http::HeaderValue;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
-use sha2::Sha256;
 
 use super::account::{Account, AccountKey, SasToken};
 use crate::error::{Error, KeyKind, Result};
@@ -101,10 +101,7 @@ pub(crate) fn authorization(
 }
 
 fn hmac_sha256(key: &AccountKey, message: &str) -> impl AsRef<[u8]> {
-    // `new_from_slice` returns a Result only for the sake of fixed-key-size MACs;
-    // HMAC accepts a key of any length, so this never fails.
-    let mut mac = Hmac::<Sha256>::new_from_slice(key.as_bytes())
-        .expect("HMAC-SHA256 accepts keys of any length");
+    let mut mac = key.mac();
     mac.update(message.as_bytes());
     mac.finalize().into_bytes()
 }
@@ -131,6 +128,44 @@ pub(crate) fn rfc1123(now: DateTime<Utc>) -> String {
         now.second(),
     );
     out
+}
+
+/// The `x-ms-date` value of one second, formatted once per second per
+/// thread: requests of the same second share it.
+#[derive(Debug, Default)]
+pub(crate) struct DateCache {
+    second: Option<i64>,
+    value: Option<HeaderValue>,
+    /// How many times a value was formatted (the cache's whole point).
+    formatted: u64,
+}
+
+impl DateCache {
+    /// The header value for `now`: the cached one while the second is the same.
+    pub(crate) fn at(&mut self, now: DateTime<Utc>) -> HeaderValue {
+        let second = now.timestamp();
+        match &self.value {
+            Some(v) if self.second == Some(second) => v.clone(),
+            _ => {
+                // RFC 1123 text is ASCII: always a valid header value.
+                let v = HeaderValue::from_str(&rfc1123(now))
+                    .unwrap_or_else(|_| HeaderValue::from_static(""));
+                self.second = Some(second);
+                self.value = Some(v.clone());
+                self.formatted += 1;
+                v
+            }
+        }
+    }
+}
+
+thread_local! {
+    static DATE: std::cell::RefCell<DateCache> = std::cell::RefCell::new(DateCache::default());
+}
+
+/// The `x-ms-date` header value for now, from this thread's [`DateCache`].
+pub(crate) fn x_ms_date() -> HeaderValue {
+    DATE.with(|c| c.borrow_mut().at(Utc::now()))
 }
 
 /// The signed version (`sv`) of the SAS tokens tablekit makes.
@@ -877,6 +912,38 @@ mod tests {
 
     fn key() -> AccountKey {
         AccountKey::from_base64(KEY).expect("the test key is valid base64")
+    }
+
+    #[test]
+    fn the_date_header_is_formatted_once_per_second() {
+        let mut cache = DateCache::default();
+        let t = Utc.with_ymd_and_hms(2026, 11, 22, 15, 26, 34).unwrap();
+        let first = cache.at(t);
+        assert_eq!(first, DATE);
+        let later = cache.at(t + chrono::Duration::milliseconds(999));
+        assert_eq!(later, DATE);
+        assert_eq!(cache.formatted, 1, "the same second is not formatted again");
+        let next = cache.at(t + chrono::Duration::seconds(1));
+        assert_eq!(next, "Sun, 22 Nov 2026 15:26:35 GMT");
+        assert_eq!(cache.formatted, 2);
+        // A clock that steps back gets its own (correct) value too.
+        assert_eq!(cache.at(t), DATE);
+        assert_eq!(x_ms_date().len(), DATE.len());
+    }
+
+    #[test]
+    fn a_cloned_key_signs_like_the_original() {
+        let k = key();
+        let copy = k.clone();
+        assert_eq!(
+            authorization("SharedKey", "a", &k, "text"),
+            authorization("SharedKey", "a", &copy, "text")
+        );
+        // Each signature starts from the bare key: signing twice gives the same result.
+        assert_eq!(
+            authorization("SharedKey", "a", &k, "text"),
+            authorization("SharedKey", "a", &k, "text")
+        );
     }
 
     fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32, s: u32) -> DateTime<Utc> {

@@ -7,17 +7,20 @@ use std::fmt;
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use futures::stream::{StreamExt, TryStreamExt};
+
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::{Method, StatusCode};
 use percent_encoding::utf8_percent_encode;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use reqwest::{Method, StatusCode};
 use tracing::Instrument;
 
 use super::account::{Account, Credential};
 use super::storage_auth::{self, StorageRequest};
-use super::wire::{header_str, header_value, parse_retry_after, QueryString, COMPONENT};
+use super::transport::{HttpTransport, Incoming};
+use super::wire::{
+    header_str, header_string, header_value, names, parse_retry_after, QueryString, COMPONENT,
+};
 use super::{
-    auth, client_request_id, error_answer, http_client, transport_error, with_retries, HttpOptions,
+    auth, client_request_id, error_answer, http_request, parse_endpoint, with_retries, HttpOptions,
     RetryPolicy, API_VERSION,
 };
 use crate::backend::blob::{
@@ -28,9 +31,8 @@ use crate::error::{Error, ErrorCode, ErrorKind, Result};
 
 /// The HTTP transport of the blob client.
 pub(crate) struct HttpBlobBackend {
-    client: reqwest::Client,
+    transport: HttpTransport,
     account: Account,
-    base: reqwest::Url,
     base_path: String,
     retry: RetryPolicy,
 }
@@ -101,22 +103,15 @@ impl HttpBlobBackend {
                 "the connection string names no blob endpoint (BlobEndpoint, or AccountName with AccountKey)",
             )
         })?;
-        let base = reqwest::Url::parse(endpoint)
-            .map_err(|_| Error::config("the blob endpoint is not a valid URL"))?;
-        if base.cannot_be_a_base() || base.query().is_some() {
-            return Err(Error::config(
-                "the blob endpoint must be an http(s) URL without a query",
-            ));
-        }
+        let (base, base_path) = parse_endpoint(endpoint, "blob")?;
         if matches!(account.credential(), Credential::SharedKeyLite(_)) {
             return Err(Error::config(
                 "the blob client signs with SharedKey, a SAS or a bearer token, not SharedKeyLite",
             ));
         }
         Ok(HttpBlobBackend {
-            client: http_client(options)?,
-            base_path: base.path().trim_end_matches('/').to_owned(),
-            base,
+            transport: HttpTransport::new(&base, options)?,
+            base_path,
             account,
             retry: options.retry.clone(),
         })
@@ -246,18 +241,24 @@ impl HttpBlobBackend {
         req
     }
 
-    async fn send_once(&self, req: &Request, client_request_id: &str) -> Result<reqwest::Response> {
-        let mut url = self.base.clone();
-        url.set_path(&format!("{}/{}", self.base_path, req.path));
+    async fn send_once(&self, req: &Request, client_request_id: &str) -> Result<Incoming> {
+        let mut path = String::with_capacity(self.base_path.len() + req.path.len() + 1);
+        path.push_str(&self.base_path);
+        path.push('/');
+        path.push_str(&req.path);
         let mut q = QueryString::default();
         for (name, value) in &req.query {
             q.push(name, value);
         }
-        let date = auth::rfc1123(Utc::now());
-        let mut headers = HeaderMap::new();
-        headers.insert("x-ms-date", header_value(&date)?);
-        headers.insert("x-ms-version", HeaderValue::from_static(API_VERSION));
-        headers.insert("x-ms-client-request-id", header_value(client_request_id)?);
+        let date_value = auth::x_ms_date();
+        let date = date_value.to_str().unwrap_or("");
+        let mut headers = HeaderMap::with_capacity(8 + req.ms.len());
+        headers.insert(names::X_MS_DATE, date_value.clone());
+        headers.insert(names::X_MS_VERSION, HeaderValue::from_static(API_VERSION));
+        headers.insert(
+            names::X_MS_CLIENT_REQUEST_ID,
+            header_value(client_request_id)?,
+        );
         for (name, value) in &req.ms {
             let name = HeaderName::from_bytes(name.as_bytes())
                 .map_err(|_| Error::config(format!("{name:?} is not a valid header name")))?;
@@ -266,15 +267,12 @@ impl HttpBlobBackend {
         if req.body.is_empty() && matches!(req.method, Method::PUT | Method::POST) {
             // Some servers (Azurite's Put Blob among them) require the header
             // even for an empty body, which the HTTP client would leave out.
-            headers.insert(
-                reqwest::header::CONTENT_LENGTH,
-                HeaderValue::from_static("0"),
-            );
+            headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from_static("0"));
         }
         for (name, value) in [
-            (reqwest::header::CONTENT_TYPE, &req.content_type),
-            (reqwest::header::IF_MATCH, &req.if_match),
-            (reqwest::header::IF_NONE_MATCH, &req.if_none_match),
+            (http::header::CONTENT_TYPE, &req.content_type),
+            (http::header::IF_MATCH, &req.if_match),
+            (http::header::IF_NONE_MATCH, &req.if_none_match),
         ] {
             if !value.is_empty() {
                 headers.insert(name, header_value(value)?);
@@ -286,7 +284,7 @@ impl HttpBlobBackend {
                     req.query.iter().map(|(n, v)| (*n, v.as_str())).collect();
                 let mut ms: Vec<(&str, &str)> = vec![
                     ("x-ms-client-request-id", client_request_id),
-                    ("x-ms-date", &date),
+                    ("x-ms-date", date),
                     ("x-ms-version", API_VERSION),
                 ];
                 ms.extend(req.ms.iter().map(|(n, v)| (n.as_str(), v.as_str())));
@@ -297,7 +295,7 @@ impl HttpBlobBackend {
                     if_match: &req.if_match,
                     if_none_match: &req.if_none_match,
                     ms_headers: &ms,
-                    path: url.path(),
+                    path: &path,
                     query: &query,
                     ..Default::default()
                 };
@@ -307,7 +305,7 @@ impl HttpBlobBackend {
                     &signed,
                 ))?;
                 v.set_sensitive(true);
-                headers.insert(reqwest::header::AUTHORIZATION, v);
+                headers.insert(http::header::AUTHORIZATION, v);
             }
             Credential::Sas(sas) => {
                 if !q.0.is_empty() {
@@ -319,23 +317,15 @@ impl HttpBlobBackend {
                 let token = tokens.bearer_token().await?;
                 let mut v = header_value(&format!("Bearer {token}"))?;
                 v.set_sensitive(true);
-                headers.insert(reqwest::header::AUTHORIZATION, v);
+                headers.insert(http::header::AUTHORIZATION, v);
             }
             _ => {}
         }
-        if !q.0.is_empty() {
-            url.set_query(Some(&q.0));
-        }
-        self.client
-            .request(req.method.clone(), url)
-            .headers(headers)
-            .body(req.body.clone())
-            .send()
-            .await
-            .map_err(|e| transport_error(&e))
+        let request = http_request(&req.method, &path, &q.0, None, headers, req.body.clone())?;
+        self.transport.send(request).await
     }
 
-    async fn interpret(&self, op: &BlobOp<'_>, resp: reqwest::Response) -> Result<BlobResponse> {
+    async fn interpret(&self, op: &BlobOp<'_>, resp: Incoming) -> Result<BlobResponse> {
         let status = resp.status();
         tracing::Span::current().record("status", status.as_u16());
         if !status.is_success() {
@@ -347,7 +337,7 @@ impl HttpBlobBackend {
                 BlobResponse::Done
             }
             BlobOp::Put { .. } | BlobOp::PutBlockList { .. } => BlobResponse::Written {
-                etag: header_str(resp.headers(), "etag")
+                etag: header_string(resp.headers(), &http::header::ETAG)
                     .map(ETag::new)
                     .ok_or_else(|| Error::decode("a blob write came back with no ETag"))?,
                 last_modified: last_modified(resp.headers())?,
@@ -357,11 +347,11 @@ impl HttpBlobBackend {
             }
             BlobOp::Get { blob, .. } => {
                 let properties = properties_of(blob, resp.headers(), status)?;
-                let chunks = resp.bytes_stream().map_err(|e| transport_error(&e)).boxed();
+                let chunks = resp.into_stream();
                 BlobResponse::Body { properties, chunks }
             }
             BlobOp::List { .. } => {
-                let body = resp.bytes().await.map_err(|e| transport_error(&e))?;
+                let body = resp.bytes().await?;
                 parse_listing(&body)?
             }
         })
@@ -370,12 +360,12 @@ impl HttpBlobBackend {
 
 /// The error of a failed answer. A HEAD answer has no body, so the code comes
 /// from `x-ms-error-code`, which every Blob service error carries.
-async fn error_of(resp: reqwest::Response) -> Error {
+async fn error_of(resp: Incoming) -> Error {
     let status = resp.status();
-    let request_id = header_str(resp.headers(), "x-ms-request-id");
-    let header_code = header_str(resp.headers(), "x-ms-error-code");
-    let retry_after =
-        header_str(resp.headers(), "retry-after").and_then(|v| parse_retry_after(&v, Utc::now()));
+    let request_id = header_string(resp.headers(), &names::X_MS_REQUEST_ID);
+    let header_code = header_string(resp.headers(), &names::X_MS_ERROR_CODE);
+    let retry_after = header_str(resp.headers(), &names::RETRY_AFTER)
+        .and_then(|v| parse_retry_after(v, Utc::now()));
     // A body cut short loses only the code and message: the status stands.
     let err = error_answer(resp, status, request_id, retry_after).await;
     match (err.kind(), header_code) {
@@ -395,8 +385,8 @@ fn http_date(text: &str) -> Option<DateTime<Utc>> {
 }
 
 fn last_modified(headers: &HeaderMap) -> Result<DateTime<Utc>> {
-    header_str(headers, "last-modified")
-        .and_then(|t| http_date(&t))
+    header_str(headers, &http::header::LAST_MODIFIED)
+        .and_then(http_date)
         .ok_or_else(|| Error::decode("a blob answer came back with no Last-Modified"))
 }
 
@@ -404,10 +394,10 @@ fn last_modified(headers: &HeaderMap) -> Result<DateTime<Utc>> {
 /// (206), the size is the total after the `/` of `Content-Range`.
 fn properties_of(name: &str, headers: &HeaderMap, status: StatusCode) -> Result<BlobProperties> {
     let size = if status == StatusCode::PARTIAL_CONTENT {
-        header_str(headers, "content-range")
+        header_str(headers, &http::header::CONTENT_RANGE)
             .and_then(|r| r.rsplit('/').next().and_then(|n| n.parse().ok()))
     } else {
-        header_str(headers, "content-length").and_then(|n| n.parse().ok())
+        header_str(headers, &http::header::CONTENT_LENGTH).and_then(|n| n.parse().ok())
     }
     .ok_or_else(|| Error::decode("a blob answer came back with no size"))?;
     let mut metadata: Vec<(String, String)> = headers
@@ -421,11 +411,11 @@ fn properties_of(name: &str, headers: &HeaderMap, status: StatusCode) -> Result<
     Ok(BlobProperties {
         name: name.to_owned(),
         size,
-        etag: header_str(headers, "etag")
+        etag: header_string(headers, &http::header::ETAG)
             .map(ETag::new)
             .ok_or_else(|| Error::decode("a blob answer came back with no ETag"))?,
         last_modified: last_modified(headers)?,
-        content_type: header_str(headers, "content-type"),
+        content_type: header_string(headers, &http::header::CONTENT_TYPE),
         metadata,
     })
 }

@@ -5,18 +5,20 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use reqwest::header::{HeaderMap, HeaderValue};
-use reqwest::Method;
+use http::header::{HeaderMap, HeaderValue};
+use http::Method;
 use tracing::Instrument;
 
 use self::account::{Account, Credential};
 use self::auth::StringToSign;
+use self::transport::{HttpTransport, Incoming};
 use self::wire::{
-    entity_resource, header_str, header_value, prefix_bounds, service_error, QueryString,
+    comp_of, entity_resource, header_str, header_string, header_value, names, prefix_bounds,
+    service_error, QueryString,
 };
 use crate::backend::{Backend, Continuation, Operation, Payload, Repeat, Response, Written};
 use crate::entity::{ETag, UpdateMode};
-use crate::error::{Error, ErrorKind, Result, TransportError, TransportKind};
+use crate::error::{Error, Result};
 use crate::options::full_jitter;
 pub(crate) use crate::options::{HttpOptions, Metadata, RetryPolicy};
 
@@ -26,6 +28,7 @@ pub(crate) mod batch;
 pub(crate) mod blob;
 pub(crate) mod queue;
 pub(crate) mod storage_auth;
+pub(crate) mod transport;
 mod wire;
 
 /// The REST API version tablekit speaks. 2019-02-02 is what the current official
@@ -49,8 +52,8 @@ impl RetryPolicy {
     }
 }
 
-/// The `User-Agent` of every request.
-pub const USER_AGENT: &str = concat!("tablekit/", env!("CARGO_PKG_VERSION"), " (rust)");
+#[cfg(test)]
+use self::transport::USER_AGENT;
 
 impl Metadata {
     fn accept(self) -> HeaderValue {
@@ -64,10 +67,10 @@ impl Metadata {
 
 /// Sends operations to the Table service over HTTP.
 pub(crate) struct HttpBackend {
-    client: reqwest::Client,
+    transport: HttpTransport,
     account: Account,
-    /// The table endpoint, parsed once; request URLs only replace its path and query.
-    base: reqwest::Url,
+    /// The table endpoint's path (percent-encoded, no trailing `/`); request
+    /// paths are this, `/` and the resource.
     base_path: String,
     retry: RetryPolicy,
     metadata: Option<Metadata>,
@@ -81,19 +84,50 @@ impl fmt::Debug for HttpBackend {
     }
 }
 
-/// The connection pool and its settings, shared by the table and queue transports.
-pub(crate) fn http_client(options: &HttpOptions) -> Result<reqwest::Client> {
-    reqwest::Client::builder()
-        // The storage services never redirect, and a signed request must not
-        // be replayed elsewhere; it also spares a URL parse per request.
-        .redirect(reqwest::redirect::Policy::none())
-        .pool_max_idle_per_host(options.pool_max_idle_per_host)
-        .tcp_nodelay(true)
-        .timeout(options.timeout)
-        .connect_timeout(options.connect_timeout)
-        .user_agent(USER_AGENT)
-        .build()
-        .map_err(|e| Error::config(format!("cannot build the HTTP client: {}", e.without_url())))
+/// Parses a service endpoint once: an `http(s)` URL without a query. Returns
+/// it with its path, percent-encoded and without a trailing `/`.
+pub(crate) fn parse_endpoint(endpoint: &str, service: &str) -> Result<(url::Url, String)> {
+    let base = url::Url::parse(endpoint)
+        .map_err(|_| Error::config(format!("the {service} endpoint is not a valid URL")))?;
+    if base.cannot_be_a_base() || base.query().is_some() {
+        return Err(Error::config(format!(
+            "the {service} endpoint must be an http(s) URL without a query"
+        )));
+    }
+    let path = base.path().trim_end_matches('/').to_owned();
+    Ok((base, path))
+}
+
+/// The request of one attempt: `path` as sent (percent-encoded), `query`
+/// encoded (the SAS, if any, appended to it), headers and body.
+pub(crate) fn http_request(
+    method: &Method,
+    path: &str,
+    query: &str,
+    sas: Option<&str>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<http::Request<Bytes>> {
+    let extra = sas.map_or(0, |s| s.len() + 1);
+    let mut target = String::with_capacity(path.len() + query.len() + extra + 1);
+    target.push_str(path);
+    if !query.is_empty() || sas.is_some() {
+        target.push('?');
+        target.push_str(query);
+        if let Some(sas) = sas {
+            if !query.is_empty() {
+                target.push('&');
+            }
+            target.push_str(sas);
+        }
+    }
+    let uri = http::Uri::try_from(target)
+        .map_err(|_| Error::config("the request path holds characters a URI does not allow"))?;
+    let mut req = http::Request::new(body);
+    *req.method_mut() = method.clone();
+    *req.uri_mut() = uri;
+    *req.headers_mut() = headers;
+    Ok(req)
 }
 
 /// A fresh `x-ms-client-request-id`: a random v4 UUID, from a fast
@@ -162,58 +196,52 @@ where
     }
 }
 
-/// A request ready to send (before signing).
+/// A request ready to send (before signing). Its headers are kept as parts,
+/// put into a fresh map by each attempt (no map is cloned).
 struct Request {
     method: Method,
-    url: reqwest::Url,
-    content_type: Option<&'static str>,
-    headers: HeaderMap,
+    /// The path as sent: the endpoint's path, `/`, the resource.
+    path: String,
+    /// The encoded query, without a SAS.
+    query: String,
+    accept: HeaderValue,
+    prefer_no_content: bool,
+    if_match: Option<HeaderValue>,
+    content_type: Option<HeaderValue>,
     body: Bytes,
 }
 
 impl HttpBackend {
     pub(crate) fn new(account: Account, options: &HttpOptions) -> Result<Self> {
-        let client = http_client(options)?;
         let endpoint = account.table_endpoint().ok_or_else(|| {
             Error::config(
                 "the connection string names no table endpoint (TableEndpoint, or AccountName with AccountKey)",
             )
         })?;
-        let base = reqwest::Url::parse(endpoint)
-            .map_err(|_| Error::config("the table endpoint is not a valid URL"))?;
-        if base.cannot_be_a_base() || base.query().is_some() {
-            return Err(Error::config(
-                "the table endpoint must be an http(s) URL without a query",
-            ));
-        }
-        let base_path = base.path().trim_end_matches('/').to_owned();
+        let (base, base_path) = parse_endpoint(endpoint, "table")?;
         Ok(HttpBackend {
-            client,
+            transport: HttpTransport::new(&base, options)?,
             account,
-            base,
             base_path,
             retry: options.retry.clone(),
             metadata: options.metadata,
         })
     }
 
-    fn url(&self, resource: &str, query: &str) -> reqwest::Url {
+    /// The path and query of a resource below the endpoint.
+    fn url(&self, resource: &str, query: &str) -> (String, String) {
         let mut path = String::with_capacity(self.base_path.len() + resource.len() + 1);
         path.push_str(&self.base_path);
         path.push('/');
         path.push_str(resource);
-        let mut url = self.base.clone();
-        url.set_path(&path);
-        if !query.is_empty() {
-            url.set_query(Some(query));
-        }
-        url
+        (path, query.to_owned())
     }
 
     /// Builds the request of an operation. Bodies are already validated JSON.
     fn build(&self, op: &Operation<'_>) -> Result<Request> {
-        let mut headers = HeaderMap::new();
-        let mut content_type = None;
+        let mut prefer_no_content = false;
+        let mut if_match_header = None;
+        let mut content_type: Option<HeaderValue> = None;
         let mut body = Bytes::new();
         // A reader that needs annotations never gets fewer than minimal metadata:
         // without them Int64, Guid and DateTime values would read as strings.
@@ -225,11 +253,11 @@ impl HttpBackend {
             }
             .accept()
         };
-        headers.insert(reqwest::header::ACCEPT, accept(true));
-        let (method, url) = match op {
+        let mut accept_header = accept(true);
+        let (method, (path, query)) = match op {
             Operation::CreateTable { table } => {
-                content_type = Some("application/json");
-                headers.insert("prefer", HeaderValue::from_static("return-no-content"));
+                content_type = Some(HeaderValue::from_static("application/json"));
+                prefer_no_content = true;
                 let mut b = Vec::with_capacity(table.len() + 16);
                 b.extend_from_slice(b"{\"TableName\":");
                 crate::codec::write::write_json_str(&mut b, table);
@@ -268,8 +296,8 @@ impl HttpBackend {
                 (Method::GET, self.url("Tables", &q.0))
             }
             Operation::Insert { table, body: b, .. } => {
-                content_type = Some("application/json");
-                headers.insert("prefer", HeaderValue::from_static("return-no-content"));
+                content_type = Some(HeaderValue::from_static("application/json"));
+                prefer_no_content = true;
                 body = b.json()?;
                 (Method::POST, self.url(table, ""))
             }
@@ -280,9 +308,9 @@ impl HttpBackend {
                 mode,
                 if_match,
             } => {
-                content_type = Some("application/json");
+                content_type = Some(HeaderValue::from_static("application/json"));
                 if let Some(m) = if_match {
-                    headers.insert(reqwest::header::IF_MATCH, header_value(m.header_value())?);
+                    if_match_header = Some(header_value(m.header_value())?);
                 }
                 body = b.json()?;
                 let method = match mode {
@@ -298,10 +326,7 @@ impl HttpBackend {
                 key,
                 if_match,
             } => {
-                headers.insert(
-                    reqwest::header::IF_MATCH,
-                    header_value(if_match.header_value())?,
-                );
+                if_match_header = Some(header_value(if_match.header_value())?);
                 (Method::DELETE, self.url(&entity_resource(table, key), ""))
             }
             Operation::Get {
@@ -310,7 +335,7 @@ impl HttpBackend {
                 select,
                 annotations,
             } => {
-                headers.insert(reqwest::header::ACCEPT, accept(*annotations));
+                accept_header = accept(*annotations);
                 let mut q = QueryString::default();
                 if let Some(s) = select {
                     q.push("$select", s);
@@ -325,7 +350,7 @@ impl HttpBackend {
                 continuation,
                 annotations,
             } => {
-                headers.insert(reqwest::header::ACCEPT, accept(*annotations));
+                accept_header = accept(*annotations);
                 let mut q = QueryString::default();
                 if let Some(f) = filter {
                     q.push("$filter", f);
@@ -354,59 +379,65 @@ impl HttpBackend {
                     table,
                     ops,
                 );
-                headers.insert(
-                    reqwest::header::CONTENT_TYPE,
-                    header_value(&encoded.content_type)?,
-                );
+                content_type = Some(header_value(&encoded.content_type)?);
                 body = encoded.body.into();
                 (Method::POST, self.url("$batch", ""))
             }
         };
-        if let Some(ct) = content_type {
-            headers.insert(reqwest::header::CONTENT_TYPE, HeaderValue::from_static(ct));
-        }
         Ok(Request {
             method,
-            url,
+            path,
+            query,
+            accept: accept_header,
+            prefer_no_content,
+            if_match: if_match_header,
             content_type,
-            headers,
             body,
         })
     }
 
     /// Adds the common headers and the credential, then sends once.
-    async fn send_once(&self, req: &Request, client_request_id: &str) -> Result<reqwest::Response> {
-        let mut url = req.url.clone();
-        let date = auth::rfc1123(chrono::Utc::now());
-        let mut headers = req.headers.clone();
-        headers.insert("x-ms-date", header_value(&date)?);
-        headers.insert("x-ms-client-request-id", header_value(client_request_id)?);
-        headers.insert("x-ms-version", HeaderValue::from_static(API_VERSION));
-        headers.insert("dataserviceversion", HeaderValue::from_static("3.0;NetFx"));
+    async fn send_once(&self, req: &Request, client_request_id: &str) -> Result<Incoming> {
+        let date = auth::x_ms_date();
+        let mut headers = HeaderMap::with_capacity(12);
+        headers.insert(http::header::ACCEPT, req.accept.clone());
+        if req.prefer_no_content {
+            headers.insert(names::PREFER, HeaderValue::from_static("return-no-content"));
+        }
+        if let Some(m) = &req.if_match {
+            headers.insert(http::header::IF_MATCH, m.clone());
+        }
+        if let Some(ct) = &req.content_type {
+            headers.insert(http::header::CONTENT_TYPE, ct.clone());
+        }
+        headers.insert(names::X_MS_DATE, date.clone());
         headers.insert(
-            "maxdataserviceversion",
+            names::X_MS_CLIENT_REQUEST_ID,
+            header_value(client_request_id)?,
+        );
+        headers.insert(names::X_MS_VERSION, HeaderValue::from_static(API_VERSION));
+        headers.insert(
+            names::DATASERVICEVERSION,
             HeaderValue::from_static("3.0;NetFx"),
         );
-        let content_type = match req.content_type {
-            Some(ct) => ct.to_owned(),
-            None => headers
-                .get(reqwest::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("")
-                .to_owned(),
-        };
+        headers.insert(
+            names::MAXDATASERVICEVERSION,
+            HeaderValue::from_static("3.0;NetFx"),
+        );
+        let mut sas = None;
         match self.account.credential() {
             Credential::SharedKey(key) | Credential::SharedKeyLite(key) => {
-                let comp = url
-                    .query_pairs()
-                    .find(|(k, _)| k == "comp")
-                    .map(|(_, v)| v.into_owned());
+                let comp = comp_of(&req.query);
                 let input = StringToSign {
                     method: req.method.as_str(),
                     content_md5: "",
-                    content_type: &content_type,
-                    date: &date,
-                    path: url.path(),
+                    content_type: req
+                        .content_type
+                        .as_ref()
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or(""),
+                    date: date.to_str().unwrap_or(""),
+                    path: &req.path,
                     comp: comp.as_deref(),
                 };
                 let value = match self.account.credential() {
@@ -417,30 +448,26 @@ impl HttpBackend {
                 };
                 let mut v = header_value(&value)?;
                 v.set_sensitive(true);
-                headers.insert(reqwest::header::AUTHORIZATION, v);
+                headers.insert(http::header::AUTHORIZATION, v);
             }
-            Credential::Sas(sas) => {
-                let query = match url.query() {
-                    Some(q) if !q.is_empty() => format!("{q}&{}", sas.as_query()),
-                    _ => sas.as_query().to_owned(),
-                };
-                url.set_query(Some(&query));
-            }
+            Credential::Sas(token) => sas = Some(token.as_query()),
             Credential::Bearer(tokens) => {
                 let token = tokens.bearer_token().await?;
                 let mut v = header_value(&format!("Bearer {token}"))?;
                 v.set_sensitive(true);
-                headers.insert(reqwest::header::AUTHORIZATION, v);
+                headers.insert(http::header::AUTHORIZATION, v);
             }
             _ => {}
         }
-        self.client
-            .request(req.method.clone(), url)
-            .headers(headers)
-            .body(req.body.clone())
-            .send()
-            .await
-            .map_err(|e| transport_error(&e))
+        let request = http_request(
+            &req.method,
+            &req.path,
+            &req.query,
+            sas,
+            headers,
+            req.body.clone(),
+        )?;
+        self.transport.send(request).await
     }
 
     async fn execute_inner(&self, op: &Operation<'_>, span: &tracing::Span) -> Result<Response> {
@@ -458,21 +485,21 @@ impl HttpBackend {
     async fn interpret(
         &self,
         op: &Operation<'_>,
-        resp: reqwest::Response,
+        resp: Incoming,
         span: &tracing::Span,
     ) -> Result<Response> {
         let status = resp.status();
-        let request_id = header_str(resp.headers(), "x-ms-request-id");
+        let request_id = header_string(resp.headers(), &names::X_MS_REQUEST_ID);
         span.record("status", status.as_u16());
         if let Some(id) = &request_id {
             span.record("request_id", id.as_str());
         }
         if !status.is_success() {
-            let retry_after = header_str(resp.headers(), "retry-after")
-                .and_then(|v| wire::parse_retry_after(&v, chrono::Utc::now()));
+            let retry_after = header_str(resp.headers(), &names::RETRY_AFTER)
+                .and_then(|v| wire::parse_retry_after(v, chrono::Utc::now()));
             return Err(error_answer(resp, status, request_id, retry_after).await);
         }
-        let etag = header_str(resp.headers(), "etag");
+        let etag = header_string(resp.headers(), &http::header::ETAG);
         Ok(match op {
             Operation::CreateTable { .. }
             | Operation::DeleteTable { .. }
@@ -483,32 +510,35 @@ impl HttpBackend {
                 Response::Written(Written::from_etag(ETag::new(etag)))
             }
             Operation::Get { .. } => {
-                let body = resp.bytes().await.map_err(|e| transport_error(&e))?;
+                let body = resp.bytes().await?;
                 Response::Entity(Some(Payload::Json { body, etag }))
             }
             Operation::Query { .. } => {
-                let continuation = header_str(resp.headers(), "x-ms-continuation-nextpartitionkey")
-                    .map(|pk| Continuation {
-                        next_partition_key: pk,
-                        next_row_key: header_str(resp.headers(), "x-ms-continuation-nextrowkey"),
+                let continuation =
+                    header_string(resp.headers(), &names::NEXT_PARTITION_KEY).map(|pk| {
+                        Continuation {
+                            next_partition_key: pk,
+                            next_row_key: header_string(resp.headers(), &names::NEXT_ROW_KEY),
+                        }
                     });
-                let body = resp.bytes().await.map_err(|e| transport_error(&e))?;
+                let body = resp.bytes().await?;
                 Response::Page {
                     payload: Payload::Json { body, etag: None },
                     continuation,
                 }
             }
             Operation::ListTables { .. } => {
-                let next_table_name = header_str(resp.headers(), "x-ms-continuation-nexttablename");
-                let body = resp.bytes().await.map_err(|e| transport_error(&e))?;
+                let next_table_name = header_string(resp.headers(), &names::NEXT_TABLE_NAME);
+                let body = resp.bytes().await?;
                 Response::Tables {
                     names: crate::codec::read::decode_table_names(&body)?,
                     next_table_name,
                 }
             }
             Operation::Transaction { ops, .. } => {
-                let content_type = header_str(resp.headers(), "content-type").unwrap_or_default();
-                let body = resp.bytes().await.map_err(|e| transport_error(&e))?;
+                let content_type =
+                    header_string(resp.headers(), &http::header::CONTENT_TYPE).unwrap_or_default();
+                let body = resp.bytes().await?;
                 Response::Transaction(batch::parse_response(
                     &content_type,
                     &body,
@@ -546,88 +576,19 @@ impl Backend for HttpBackend {
     }
 }
 
-fn transport_error(e: &reqwest::Error) -> Error {
-    // Never keep the URL: with a SAS credential it holds the token.
-    let kind = transport_kind(e);
-    let what = match kind {
-        TransportKind::Timeout => "timed out",
-        TransportKind::ConnectTimeout => "timed out connecting",
-        TransportKind::Tls => "the TLS handshake failed",
-        TransportKind::Connect => "could not connect",
-        TransportKind::Interrupted if e.is_body() || e.is_decode() => {
-            "the response body was cut short"
-        }
-        TransportKind::Interrupted | TransportKind::Request => "the request failed",
-    };
-    let detail = {
-        let mut msg = what.to_owned();
-        let mut src: Option<&dyn std::error::Error> = std::error::Error::source(e);
-        while let Some(s) = src {
-            msg.push_str(": ");
-            msg.push_str(&s.to_string());
-            src = s.source();
-        }
-        msg
-    };
-    ErrorKind::Transport(TransportError::new(kind, detail, None)).into()
-}
-
-/// Sorts a reqwest failure into the rows of [`Error::is_retryable`]'s table.
-fn transport_kind(e: &reqwest::Error) -> TransportKind {
-    if e.is_timeout() && e.is_connect() {
-        TransportKind::ConnectTimeout
-    } else if e.is_timeout() {
-        TransportKind::Timeout
-    } else if is_tls_failure(e) {
-        TransportKind::Tls
-    } else if e.is_connect() {
-        TransportKind::Connect
-    } else if e.is_builder() || e.is_redirect() || e.is_status() {
-        TransportKind::Request
-    } else {
-        // Sending or receiving broke off: reset, closed, cut short.
-        TransportKind::Interrupted
-    }
-}
-
-/// rustls reports a refused certificate or a peer that does not speak TLS as
-/// an `InvalidData` I/O error while connecting (hyper-rustls wraps the
-/// `rustls::Error` in it, and hyper-util wraps that in another I/O error,
-/// whose `source()` skips the middle one: hence `get_ref`). A plain
-/// connection fault (refused, reset, unreachable) is never `InvalidData`.
-fn is_tls_failure(e: &reqwest::Error) -> bool {
-    if !e.is_connect() {
-        return false;
-    }
-    let mut src: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
-    while let Some(s) = src {
-        let mut io = s.downcast_ref::<std::io::Error>();
-        while let Some(err) = io {
-            if err.kind() == std::io::ErrorKind::InvalidData {
-                return true;
-            }
-            io = err
-                .get_ref()
-                .and_then(|inner| inner.downcast_ref::<std::io::Error>());
-        }
-        src = s.source();
-    }
-    false
-}
-
 /// The error of an answer whose status says it failed. If the connection
 /// breaks while its body is read, the status stands (it is the service's
 /// answer); only the code and message of the body are lost.
 pub(crate) async fn error_answer(
-    resp: reqwest::Response,
-    status: reqwest::StatusCode,
+    resp: Incoming,
+    status: http::StatusCode,
     request_id: Option<String>,
     retry_after: Option<Duration>,
 ) -> Error {
     match resp.bytes().await {
         Ok(body) => service_error(status, request_id, retry_after, &body),
         Err(e) => {
-            tracing::debug!(status = status.as_u16(), error = %transport_error(&e), "an error answer's body was cut short");
+            tracing::debug!(status = status.as_u16(), error = %e, "an error answer's body was cut short");
             service_error(status, request_id, retry_after, b"")
         }
     }
@@ -663,7 +624,7 @@ mod tests {
     }
 
     fn answer(status: u16, retry_after: Option<Duration>) -> Error {
-        let status = reqwest::StatusCode::from_u16(status).unwrap();
+        let status = http::StatusCode::from_u16(status).unwrap();
         wire::service_error(status, None, retry_after, b"")
     }
 

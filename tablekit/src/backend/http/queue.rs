@@ -7,15 +7,16 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use chrono::{DateTime, Datelike as _, Utc};
-use reqwest::header::{HeaderMap, HeaderValue};
-use reqwest::Method;
+use http::header::{HeaderMap, HeaderValue};
+use http::Method;
 use tracing::Instrument;
 
 use super::account::{Account, Credential};
 use super::storage_auth::{self, StorageRequest};
-use super::wire::{header_str, header_value, parse_retry_after, QueryString};
+use super::transport::{HttpTransport, Incoming};
+use super::wire::{header_str, header_string, header_value, names, parse_retry_after, QueryString};
 use super::{
-    auth, client_request_id, error_answer, http_client, transport_error, with_retries, HttpOptions,
+    auth, client_request_id, error_answer, http_request, parse_endpoint, with_retries, HttpOptions,
     RetryPolicy, API_VERSION,
 };
 use crate::backend::queue::{QueueBackend, QueueOp, QueueResponse, RawMessage};
@@ -23,9 +24,8 @@ use crate::error::{Error, Result};
 
 /// The HTTP transport of the queue client.
 pub(crate) struct HttpQueueBackend {
-    client: reqwest::Client,
+    transport: HttpTransport,
     account: Account,
-    base: reqwest::Url,
     base_path: String,
     retry: RetryPolicy,
 }
@@ -55,22 +55,15 @@ impl HttpQueueBackend {
                 "the connection string names no queue endpoint (QueueEndpoint, or AccountName with AccountKey)",
             )
         })?;
-        let base = reqwest::Url::parse(endpoint)
-            .map_err(|_| Error::config("the queue endpoint is not a valid URL"))?;
-        if base.cannot_be_a_base() || base.query().is_some() {
-            return Err(Error::config(
-                "the queue endpoint must be an http(s) URL without a query",
-            ));
-        }
+        let (base, base_path) = parse_endpoint(endpoint, "queue")?;
         if matches!(account.credential(), Credential::SharedKeyLite(_)) {
             return Err(Error::config(
                 "the queue client signs with SharedKey, a SAS or a bearer token, not SharedKeyLite",
             ));
         }
         Ok(HttpQueueBackend {
-            client: http_client(options)?,
-            base_path: base.path().trim_end_matches('/').to_owned(),
-            base,
+            transport: HttpTransport::new(&base, options)?,
+            base_path,
             account,
             retry: options.retry.clone(),
         })
@@ -165,23 +158,25 @@ impl HttpQueueBackend {
         }
     }
 
-    async fn send_once(&self, req: &Request, client_request_id: &str) -> Result<reqwest::Response> {
+    async fn send_once(&self, req: &Request, client_request_id: &str) -> Result<Incoming> {
         let mut path = String::with_capacity(self.base_path.len() + req.resource.len() + 1);
         path.push_str(&self.base_path);
         path.push('/');
         path.push_str(&req.resource);
-        let mut url = self.base.clone();
-        url.set_path(&path);
         let mut q = QueryString::default();
         for (name, value) in &req.query {
             q.push(name, value);
         }
 
-        let date = auth::rfc1123(Utc::now());
-        let mut headers = HeaderMap::new();
-        headers.insert("x-ms-date", header_value(&date)?);
-        headers.insert("x-ms-version", HeaderValue::from_static(API_VERSION));
-        headers.insert("x-ms-client-request-id", header_value(client_request_id)?);
+        let date_value = auth::x_ms_date();
+        let date = date_value.to_str().unwrap_or("");
+        let mut headers = HeaderMap::with_capacity(8);
+        headers.insert(names::X_MS_DATE, date_value.clone());
+        headers.insert(names::X_MS_VERSION, HeaderValue::from_static(API_VERSION));
+        headers.insert(
+            names::X_MS_CLIENT_REQUEST_ID,
+            header_value(client_request_id)?,
+        );
         let content_type = if req.body.is_empty() {
             ""
         } else {
@@ -189,7 +184,7 @@ impl HttpQueueBackend {
         };
         if !content_type.is_empty() {
             headers.insert(
-                reqwest::header::CONTENT_TYPE,
+                http::header::CONTENT_TYPE,
                 HeaderValue::from_static("application/xml"),
             );
         }
@@ -203,10 +198,10 @@ impl HttpQueueBackend {
                     content_type,
                     ms_headers: &[
                         ("x-ms-client-request-id", client_request_id),
-                        ("x-ms-date", &date),
+                        ("x-ms-date", date),
                         ("x-ms-version", API_VERSION),
                     ],
-                    path: url.path(),
+                    path: &path,
                     query: &query,
                     ..Default::default()
                 };
@@ -216,7 +211,7 @@ impl HttpQueueBackend {
                     &signed,
                 ))?;
                 v.set_sensitive(true);
-                headers.insert(reqwest::header::AUTHORIZATION, v);
+                headers.insert(http::header::AUTHORIZATION, v);
             }
             Credential::Sas(sas) => {
                 if !q.0.is_empty() {
@@ -228,29 +223,21 @@ impl HttpQueueBackend {
                 let token = tokens.bearer_token().await?;
                 let mut v = header_value(&format!("Bearer {token}"))?;
                 v.set_sensitive(true);
-                headers.insert(reqwest::header::AUTHORIZATION, v);
+                headers.insert(http::header::AUTHORIZATION, v);
             }
             _ => {}
         }
-        if !q.0.is_empty() {
-            url.set_query(Some(&q.0));
-        }
-        self.client
-            .request(req.method.clone(), url)
-            .headers(headers)
-            .body(req.body.clone())
-            .send()
-            .await
-            .map_err(|e| transport_error(&e))
+        let request = http_request(&req.method, &path, &q.0, None, headers, req.body.clone())?;
+        self.transport.send(request).await
     }
 
-    async fn interpret(&self, op: &QueueOp<'_>, resp: reqwest::Response) -> Result<QueueResponse> {
+    async fn interpret(&self, op: &QueueOp<'_>, resp: Incoming) -> Result<QueueResponse> {
         let status = resp.status();
-        let request_id = header_str(resp.headers(), "x-ms-request-id");
+        let request_id = header_string(resp.headers(), &names::X_MS_REQUEST_ID);
         tracing::Span::current().record("status", status.as_u16());
         if !status.is_success() {
-            let retry_after = header_str(resp.headers(), "retry-after")
-                .and_then(|v| parse_retry_after(&v, Utc::now()));
+            let retry_after = header_str(resp.headers(), &names::RETRY_AFTER)
+                .and_then(|v| parse_retry_after(v, Utc::now()));
             return Err(error_answer(resp, status, request_id, retry_after).await);
         }
         Ok(match op {
@@ -259,7 +246,7 @@ impl HttpQueueBackend {
                 QueueResponse::Done
             }
             QueueOp::Count { .. } => QueueResponse::Count(
-                header_str(resp.headers(), "x-ms-approximate-messages-count")
+                header_str(resp.headers(), &names::APPROXIMATE_MESSAGES_COUNT)
                     .and_then(|n| n.parse().ok())
                     .ok_or_else(|| {
                         Error::decode("the queue's properties carry no message count")
@@ -267,11 +254,11 @@ impl HttpQueueBackend {
             ),
             QueueOp::Update { .. } => {
                 let pop_receipt =
-                    header_str(resp.headers(), "x-ms-popreceipt").ok_or_else(|| {
+                    header_string(resp.headers(), &names::POPRECEIPT).ok_or_else(|| {
                         Error::decode("an updated message came back with no pop receipt")
                     })?;
-                let next_visible_on = header_str(resp.headers(), "x-ms-time-next-visible")
-                    .and_then(|t| parse_http_date(&t))
+                let next_visible_on = header_str(resp.headers(), &names::TIME_NEXT_VISIBLE)
+                    .and_then(parse_http_date)
                     .ok_or_else(|| {
                         Error::decode("an updated message came back with no next-visible time")
                     })?;
@@ -281,7 +268,7 @@ impl HttpQueueBackend {
                 }
             }
             QueueOp::Send { .. } => {
-                let body = resp.bytes().await.map_err(|e| transport_error(&e))?;
+                let body = resp.bytes().await?;
                 let sent = parse_messages(&body)?
                     .into_iter()
                     .next()
@@ -289,7 +276,7 @@ impl HttpQueueBackend {
                 QueueResponse::Sent(sent)
             }
             QueueOp::Receive { .. } | QueueOp::Peek { .. } => {
-                let body = resp.bytes().await.map_err(|e| transport_error(&e))?;
+                let body = resp.bytes().await?;
                 QueueResponse::Messages(parse_messages(&body)?)
             }
         })

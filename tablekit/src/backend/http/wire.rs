@@ -1,9 +1,9 @@
 //! Pieces of the REST wire format shared by single requests and transactions:
 //! resource paths, query strings, headers and error bodies.
 
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::StatusCode;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use reqwest::StatusCode;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -77,11 +77,54 @@ pub(crate) fn header_value(s: &str) -> Result<HeaderValue> {
         .map_err(|_| Error::config("a header value holds characters HTTP does not allow"))
 }
 
-pub(crate) fn header_str(headers: &HeaderMap, name: &'static str) -> Option<String> {
-    headers
-        .get(HeaderName::from_static(name))
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
+/// A response header as text, borrowed: only the values a caller keeps are copied.
+pub(crate) fn header_str<'h>(headers: &'h HeaderMap, name: &HeaderName) -> Option<&'h str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// [`header_str`], copied.
+pub(crate) fn header_string(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
+    header_str(headers, name).map(str::to_owned)
+}
+
+/// The names of the headers tablekit sends and reads, parsed once.
+pub(crate) mod names {
+    use http::header::HeaderName;
+
+    pub(crate) const X_MS_DATE: HeaderName = HeaderName::from_static("x-ms-date");
+    pub(crate) const X_MS_VERSION: HeaderName = HeaderName::from_static("x-ms-version");
+    pub(crate) const X_MS_CLIENT_REQUEST_ID: HeaderName =
+        HeaderName::from_static("x-ms-client-request-id");
+    pub(crate) const X_MS_REQUEST_ID: HeaderName = HeaderName::from_static("x-ms-request-id");
+    pub(crate) const X_MS_ERROR_CODE: HeaderName = HeaderName::from_static("x-ms-error-code");
+    pub(crate) const PREFER: HeaderName = HeaderName::from_static("prefer");
+    pub(crate) const DATASERVICEVERSION: HeaderName = HeaderName::from_static("dataserviceversion");
+    pub(crate) const MAXDATASERVICEVERSION: HeaderName =
+        HeaderName::from_static("maxdataserviceversion");
+    pub(crate) const NEXT_PARTITION_KEY: HeaderName =
+        HeaderName::from_static("x-ms-continuation-nextpartitionkey");
+    pub(crate) const NEXT_ROW_KEY: HeaderName =
+        HeaderName::from_static("x-ms-continuation-nextrowkey");
+    pub(crate) const NEXT_TABLE_NAME: HeaderName =
+        HeaderName::from_static("x-ms-continuation-nexttablename");
+    pub(crate) const APPROXIMATE_MESSAGES_COUNT: HeaderName =
+        HeaderName::from_static("x-ms-approximate-messages-count");
+    pub(crate) const POPRECEIPT: HeaderName = HeaderName::from_static("x-ms-popreceipt");
+    pub(crate) const TIME_NEXT_VISIBLE: HeaderName =
+        HeaderName::from_static("x-ms-time-next-visible");
+    pub(crate) const RETRY_AFTER: HeaderName = http::header::RETRY_AFTER;
+}
+
+/// The decoded value of the `comp` parameter of an encoded query string;
+/// no scan at all when there is no query.
+pub(crate) fn comp_of(query: &str) -> Option<std::borrow::Cow<'_, str>> {
+    if query.is_empty() {
+        return None;
+    }
+    query.split('&').find_map(|pair| {
+        let value = pair.strip_prefix("comp=")?;
+        Some(percent_encoding::percent_decode_str(value).decode_utf8_lossy())
+    })
 }
 
 /// Builds the error of a failed response from its status, its `Retry-After`
@@ -195,6 +238,29 @@ fn xml_unescape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn comp_is_found_only_as_a_whole_parameter_and_decoded() {
+        assert_eq!(comp_of(""), None);
+        assert_eq!(
+            comp_of("restype=container&comp=list").as_deref(),
+            Some("list")
+        );
+        assert_eq!(comp_of("comp=a%20b").as_deref(), Some("a b"));
+        assert_eq!(comp_of("xcomp=list&prefix=comp%3D"), None);
+    }
+
+    #[test]
+    fn header_reads_borrow_and_copies_are_explicit() {
+        let mut h = HeaderMap::new();
+        h.insert(names::X_MS_REQUEST_ID, HeaderValue::from_static("r-1"));
+        assert_eq!(header_str(&h, &names::X_MS_REQUEST_ID), Some("r-1"));
+        assert_eq!(
+            header_string(&h, &names::X_MS_REQUEST_ID).as_deref(),
+            Some("r-1")
+        );
+        assert_eq!(header_str(&h, &names::X_MS_ERROR_CODE), None);
+    }
 
     #[test]
     fn entity_resource_escapes_quotes_then_percent_encodes() {

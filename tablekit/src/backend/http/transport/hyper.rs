@@ -1,0 +1,729 @@
+//! tablekit's own HTTP/1.1 client on `hyper::client::conn::http1`.
+//!
+//! A request checks out an idle connection of the [`Pool`] (or connects,
+//! under the connect timeout), and polls the connection's future itself, in
+//! its own task, while it waits for the answer and while its body is read:
+//! no connection task is spawned, so on a multi-thread runtime no request
+//! hops between threads. The connection goes back to the pool only when the
+//! body was read to its end and hyper says it can take another request; a
+//! body dropped half-read drops (closes) its connection.
+//!
+//! A pooled connection the server closed while it was idle is usually seen
+//! at checkout. If not, and hyper hands the request back unsent (the
+//! connection closed before a byte of it was written), it is sent again on a
+//! fresh connection: that is safe because the server provably never saw it.
+//! Any other failure after sending is an unknown outcome, as on reqwest.
+
+use std::future::{poll_fn, Future as _};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use http::header::{ACCEPT, HOST, USER_AGENT as USER_AGENT_HEADER};
+use http::{HeaderMap, HeaderValue};
+use http_body::Body as _;
+use http_body_util::Full;
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use super::common::{deadline_after, transport_failure, Origin, USER_AGENT};
+use super::pool::{Connection, Pool};
+use super::tls::{Stream, Tls};
+use crate::error::{Result, TransportKind};
+use crate::options::HttpOptions;
+
+/// The inline transport of one endpoint.
+pub(crate) struct HyperTransport {
+    origin: Origin,
+    tls: Option<Tls>,
+    pool: Arc<Pool>,
+    timeout: Duration,
+    connect_timeout: Duration,
+}
+
+impl HyperTransport {
+    pub(crate) fn new(endpoint: &url::Url, options: &HttpOptions) -> Result<Self> {
+        Self::with_roots(endpoint, options, &[])
+    }
+
+    /// As [`HyperTransport::new`], also trusting `extra_roots` (DER) for TLS:
+    /// the hook of the tests' own certificate authority.
+    pub(crate) fn with_roots(
+        endpoint: &url::Url,
+        options: &HttpOptions,
+        extra_roots: &[Vec<u8>],
+    ) -> Result<Self> {
+        let origin = Origin::of(endpoint)?;
+        let tls = if origin.https {
+            Some(Tls::new(&origin.host, extra_roots)?)
+        } else {
+            None
+        };
+        Ok(HyperTransport {
+            origin,
+            tls,
+            pool: Arc::new(Pool::new(options.pool_max_idle_per_host)),
+            timeout: options.timeout,
+            connect_timeout: options.connect_timeout,
+        })
+    }
+
+    /// The pool, for tests.
+    #[cfg(test)]
+    pub(super) fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Sends `req` (origin-form URI) and returns the answer's status and its
+    /// body (with the headers), which is read under the same deadline.
+    pub(crate) async fn send(
+        &self,
+        req: http::Request<Bytes>,
+    ) -> Result<(http::StatusCode, HyperBody)> {
+        let deadline = deadline_after(self.timeout);
+        let (mut parts, body) = req.into_parts();
+        parts.headers.insert(HOST, self.origin.authority.clone());
+        parts
+            .headers
+            .insert(USER_AGENT_HEADER, HeaderValue::from_static(USER_AGENT));
+        // What reqwest sends when a request names no Accept (queue and blob
+        // requests): the two transports put the same headers on the wire.
+        if !parts.headers.contains_key(ACCEPT) {
+            parts
+                .headers
+                .insert(ACCEPT, HeaderValue::from_static("*/*"));
+        }
+        let mut req = http::Request::from_parts(parts, Full::new(body));
+        let mut fresh_only = false;
+        loop {
+            let pooled = if fresh_only {
+                None
+            } else {
+                self.pool.checkout()
+            };
+            let mut conn = match pooled {
+                Some(c) => c,
+                None => self.connect(deadline).await?,
+            };
+            let sent = tokio::time::timeout_at(deadline, send_on(&mut conn, req)).await;
+            match sent {
+                Err(_) => return Err(transport_failure(TransportKind::Timeout, "timed out", None)),
+                Ok(Ok(resp)) => {
+                    let (parts, body) = resp.into_parts();
+                    let body = HyperBody::new(parts.headers, body, conn, &self.pool, deadline);
+                    return Ok((parts.status, body));
+                }
+                Ok(Err(mut e)) => match e.take_message() {
+                    // Never written: a stale pooled connection. Safe to resend.
+                    Some(unsent) if conn.reused => {
+                        tracing::debug!(error = %e.error(), "a pooled connection was closed; resending on a fresh one");
+                        req = unsent;
+                        fresh_only = true;
+                    }
+                    Some(_) => {
+                        return Err(transport_failure(
+                            TransportKind::Connect,
+                            "the connection closed before the request was sent",
+                            Some(e.error()),
+                        ))
+                    }
+                    None => {
+                        return Err(transport_failure(
+                            TransportKind::Interrupted,
+                            "the request failed",
+                            Some(&e.into_error()),
+                        ))
+                    }
+                },
+            }
+        }
+    }
+
+    /// A new connection, under the connect timeout (and the attempt's deadline).
+    async fn connect(&self, deadline: Instant) -> Result<Box<Connection>> {
+        let limit = deadline.min(Instant::now() + self.connect_timeout);
+        match tokio::time::timeout_at(limit, self.open()).await {
+            Ok(result) => result,
+            Err(_) => Err(transport_failure(
+                TransportKind::ConnectTimeout,
+                "timed out connecting",
+                None,
+            )),
+        }
+    }
+
+    async fn open(&self) -> Result<Box<Connection>> {
+        let tcp = TcpStream::connect((self.origin.host.as_str(), self.origin.port))
+            .await
+            .map_err(|e| {
+                transport_failure(TransportKind::Connect, "could not connect", Some(&e))
+            })?;
+        // Requests are written whole; waiting for more to coalesce only adds latency.
+        tcp.set_nodelay(true).map_err(|e| {
+            transport_failure(TransportKind::Connect, "could not connect", Some(&e))
+        })?;
+        let stream = match &self.tls {
+            None => Stream::Plain(tcp),
+            Some(tls) => tls.connect(tcp).await.map_err(|e| {
+                transport_failure(TransportKind::Tls, "the TLS handshake failed", Some(&e))
+            })?,
+        };
+        let (sender, conn) = http1::handshake(TokioIo::new(stream)).await.map_err(|e| {
+            transport_failure(TransportKind::Connect, "could not connect", Some(&e))
+        })?;
+        Ok(Connection::new(sender, conn))
+    }
+}
+
+/// Sends on `conn`, polling the connection in this task until the answer's head is in.
+async fn send_on(
+    conn: &mut Connection,
+    req: http::Request<super::pool::ReqBody>,
+) -> std::result::Result<
+    http::Response<hyper::body::Incoming>,
+    hyper::client::conn::TrySendError<http::Request<super::pool::ReqBody>>,
+> {
+    let mut answer = std::pin::pin!(conn.sender.try_send_request(req));
+    poll_fn(|cx| {
+        // Whether or not the connection is done, the answer future resolves:
+        // hyper fails it when the connection closes.
+        let _ = conn.poll_drive(cx);
+        answer.as_mut().poll(cx)
+    })
+    .await
+}
+
+/// The body of an answer on the inline transport, with the connection it
+/// arrives on (which this body drives while it is read).
+pub(crate) struct HyperBody {
+    headers: HeaderMap,
+    body: hyper::body::Incoming,
+    /// The connection, until the body ends (then pooled) or fails (then dropped).
+    conn: Option<Box<Connection>>,
+    pool: Arc<Pool>,
+    deadline: Instant,
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl HyperBody {
+    fn new(
+        headers: HeaderMap,
+        body: hyper::body::Incoming,
+        conn: Box<Connection>,
+        pool: &Arc<Pool>,
+        deadline: Instant,
+    ) -> Self {
+        let mut b = HyperBody {
+            headers,
+            body,
+            conn: Some(conn),
+            pool: pool.clone(),
+            deadline,
+            timer: None,
+        };
+        if b.body.is_end_stream() {
+            // No body (204, HEAD, Content-Length: 0): the connection is free now,
+            // whether or not anyone reads the empty body.
+            b.finish(None);
+        }
+        b
+    }
+
+    pub(super) fn headers(&self) -> &HeaderMap {
+        &self.headers
+    }
+
+    /// The body is complete: the connection goes back to the pool if it can
+    /// take another request (a `Connection: close` answer makes hyper close it).
+    fn finish(&mut self, cx: Option<&mut Context<'_>>) {
+        if let Some(mut conn) = self.conn.take() {
+            let noop = &mut Context::from_waker(futures::task::noop_waker_ref());
+            let _ = conn.poll_drive(cx.unwrap_or(noop));
+            self.pool.checkin(conn);
+        }
+    }
+
+    /// The next chunk of the body, `None` at its end.
+    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes>>> {
+        loop {
+            if let Some(conn) = &mut self.conn {
+                if conn.poll_drive(cx).is_ready() {
+                    // Closed: what it delivered is still in the body channel,
+                    // and a cut-short body fails below. Never pooled.
+                    self.conn = None;
+                }
+            }
+            match Pin::new(&mut self.body).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Ok(data) = frame.into_data() {
+                        if self.body.is_end_stream() {
+                            self.finish(Some(cx));
+                        }
+                        if data.is_empty() {
+                            continue;
+                        }
+                        return Poll::Ready(Some(Ok(data)));
+                    }
+                    // Trailers: nothing tablekit reads.
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    self.conn = None;
+                    return Poll::Ready(Some(Err(transport_failure(
+                        TransportKind::Interrupted,
+                        "the response body was cut short",
+                        Some(&e),
+                    ))));
+                }
+                Poll::Ready(None) => {
+                    self.finish(Some(cx));
+                    return Poll::Ready(None);
+                }
+                Poll::Pending => {
+                    let deadline = self.deadline;
+                    let timer = self
+                        .timer
+                        .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
+                    if timer.as_mut().poll(cx).is_ready() {
+                        self.conn = None;
+                        return Poll::Ready(Some(Err(transport_failure(
+                            TransportKind::Timeout,
+                            "timed out",
+                            None,
+                        ))));
+                    }
+                    return Poll::Pending;
+                }
+            }
+        }
+    }
+
+    /// The whole body.
+    pub(super) async fn collect(mut self) -> Result<Bytes> {
+        let mut first: Option<Bytes> = None;
+        let mut rest = BytesMut::new();
+        while let Some(chunk) = poll_fn(|cx| self.poll_chunk(cx)).await {
+            let chunk = chunk?;
+            match &first {
+                None => first = Some(chunk),
+                Some(f) => {
+                    if rest.is_empty() {
+                        let hint = self.body.size_hint().lower() as usize;
+                        rest.reserve(f.len() + chunk.len() + hint);
+                        rest.extend_from_slice(f);
+                    }
+                    rest.extend_from_slice(&chunk);
+                }
+            }
+        }
+        Ok(if rest.is_empty() {
+            first.unwrap_or_default()
+        } else {
+            rest.freeze()
+        })
+    }
+
+    /// The body as a stream of chunks.
+    pub(super) fn into_stream(mut self) -> impl futures::Stream<Item = Result<Bytes>> + Send {
+        futures::stream::poll_fn(move |cx| self.poll_chunk(cx))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use futures::StreamExt as _;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    use tokio::net::TcpListener;
+
+    use super::*;
+    use crate::error::Error;
+
+    /// What the scripted server does with every request.
+    #[derive(Clone, Copy)]
+    enum Script {
+        /// 200 with a body of this many bytes, keep-alive.
+        Answer(usize),
+        /// As `Answer`, then closes the connection (as an idle timeout would).
+        AnswerThenClose(usize),
+        /// 200 with `Connection: close`.
+        AnswerClose,
+        /// Never answers.
+        Hang,
+        /// Sends the head and half of a body of this size, then stalls.
+        HalfBody(usize),
+        /// Holds every answer until this many requests are in.
+        Gather(usize),
+    }
+
+    struct Server {
+        endpoint: url::Url,
+        accepted: Arc<AtomicUsize>,
+        /// Connections the server has closed.
+        closed: Arc<AtomicUsize>,
+    }
+
+    async fn read_head(sock: &mut TcpStream) -> bool {
+        let mut buf = Vec::new();
+        let mut byte = [0u8; 4096];
+        loop {
+            if buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                return true;
+            }
+            match sock.read(&mut byte).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => buf.extend_from_slice(&byte[..n]),
+            }
+        }
+    }
+
+    async fn server(script: Script) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = url::Url::parse(&format!(
+            "http://{}/devstoreaccount1",
+            listener.local_addr().unwrap()
+        ))
+        .unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let closed = Arc::new(AtomicUsize::new(0));
+        let requests = Arc::new(AtomicUsize::new(0));
+        let gathered = Arc::new(tokio::sync::Notify::new());
+        let (a, c) = (accepted.clone(), closed.clone());
+        tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                a.fetch_add(1, Ordering::SeqCst);
+                let (c, requests, gathered) = (c.clone(), requests.clone(), gathered.clone());
+                tokio::spawn(async move {
+                    while read_head(&mut sock).await {
+                        let n = requests.fetch_add(1, Ordering::SeqCst) + 1;
+                        let head = |len: usize, extra: &str| {
+                            format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\n{extra}\r\n")
+                        };
+                        let reply = match script {
+                            Script::Answer(len) | Script::AnswerThenClose(len) => {
+                                let mut r = head(len, "").into_bytes();
+                                r.resize(r.len() + len, b'x');
+                                r
+                            }
+                            Script::AnswerClose => head(2, "Connection: close\r\n").into_bytes(),
+                            Script::Hang => {
+                                std::future::pending::<()>().await;
+                                unreachable!()
+                            }
+                            Script::HalfBody(len) => {
+                                let mut r = head(len, "").into_bytes();
+                                r.resize(r.len() + len / 2, b'x');
+                                let _ = sock.write_all(&r).await;
+                                std::future::pending::<()>().await;
+                                unreachable!()
+                            }
+                            Script::Gather(count) => {
+                                if n >= count {
+                                    gathered.notify_waiters();
+                                } else {
+                                    let wait = gathered.notified();
+                                    if requests.load(Ordering::SeqCst) < count {
+                                        wait.await;
+                                    }
+                                }
+                                head(2, "").into_bytes()
+                            }
+                        };
+                        let mut reply = reply;
+                        if matches!(script, Script::AnswerClose | Script::Gather(_)) {
+                            reply.extend_from_slice(b"ok");
+                        }
+                        if sock.write_all(&reply).await.is_err() {
+                            break;
+                        }
+                        if matches!(script, Script::AnswerThenClose(_) | Script::AnswerClose) {
+                            break;
+                        }
+                    }
+                    drop(sock);
+                    c.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+        });
+        Server {
+            endpoint,
+            accepted,
+            closed,
+        }
+    }
+
+    fn transport(endpoint: &url::Url, f: impl FnOnce(&mut HttpOptions)) -> HyperTransport {
+        let mut options = HttpOptions::default();
+        f(&mut options);
+        HyperTransport::new(endpoint, &options).unwrap()
+    }
+
+    fn get() -> http::Request<Bytes> {
+        let mut r = http::Request::new(Bytes::new());
+        *r.uri_mut() = http::Uri::from_static("/devstoreaccount1/Tables");
+        r
+    }
+
+    async fn get_all(t: &HyperTransport) -> Result<Bytes> {
+        let (status, body) = t.send(get()).await?;
+        assert_eq!(status, 200);
+        body.collect().await
+    }
+
+    fn transport_kind(e: &Error) -> TransportKind {
+        match e.kind() {
+            crate::ErrorKind::Transport(t) => t.kind,
+            other => panic!("not a transport error: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn sequential_requests_reuse_one_kept_alive_connection() {
+        let s = server(Script::Answer(10)).await;
+        let t = transport(&s.endpoint, |_| {});
+        for _ in 0..3 {
+            assert_eq!(get_all(&t).await.unwrap().len(), 10);
+        }
+        assert_eq!(s.accepted.load(Ordering::SeqCst), 1);
+        assert_eq!(t.pool().idle_count(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_empty_answer_frees_its_connection_unread() {
+        let s = server(Script::Answer(0)).await;
+        let t = transport(&s.endpoint, |_| {});
+        for _ in 0..3 {
+            let (status, _body) = t.send(get()).await.unwrap();
+            assert_eq!(status, 200);
+        }
+        assert_eq!(s.accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_half_read_or_dropped_body_never_returns_its_connection() {
+        let s = server(Script::Answer(256 * 1024)).await;
+        let t = transport(&s.endpoint, |_| {});
+        // Read one chunk, then drop the rest.
+        let (_, body) = t.send(get()).await.unwrap();
+        let mut chunks = Box::pin(body.into_stream());
+        assert!(!chunks.next().await.unwrap().unwrap().is_empty());
+        drop(chunks);
+        assert_eq!(t.pool().idle_count(), 0);
+        // Not read at all.
+        let (_, body) = t.send(get()).await.unwrap();
+        drop(body);
+        assert_eq!(t.pool().idle_count(), 0);
+        // The next request gets a clean connection and the whole answer.
+        assert_eq!(get_all(&t).await.unwrap().len(), 256 * 1024);
+        assert_eq!(s.accepted.load(Ordering::SeqCst), 3);
+        assert_eq!(t.pool().idle_count(), 1);
+    }
+
+    #[tokio::test]
+    async fn connection_close_answers_are_not_pooled() {
+        let s = server(Script::AnswerClose).await;
+        let t = transport(&s.endpoint, |_| {});
+        assert_eq!(&get_all(&t).await.unwrap()[..], b"ok");
+        assert_eq!(t.pool().idle_count(), 0);
+        assert_eq!(&get_all(&t).await.unwrap()[..], b"ok");
+        assert_eq!(s.accepted.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_server_closed_while_idle_is_replaced() {
+        let s = server(Script::AnswerThenClose(3)).await;
+        let t = transport(&s.endpoint, |_| {});
+        assert_eq!(get_all(&t).await.unwrap().len(), 3);
+        // Wait until the server has closed it (no timing: a flag).
+        while s.closed.load(Ordering::SeqCst) < 1 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(get_all(&t).await.unwrap().len(), 3);
+        assert_eq!(s.accepted.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_requests_each_get_a_connection_and_the_pool_stays_bounded() {
+        let s = server(Script::Gather(8)).await;
+        let t = Arc::new(transport(&s.endpoint, |o| o.pool_max_idle_per_host = 3));
+        let all = (0..8).map(|_| {
+            let t = t.clone();
+            async move { get_all(&t).await }
+        });
+        for r in futures::future::join_all(all).await {
+            assert_eq!(&r.unwrap()[..], b"ok");
+        }
+        assert_eq!(s.accepted.load(Ordering::SeqCst), 8);
+        assert_eq!(t.pool().idle_count(), 3);
+    }
+
+    #[tokio::test]
+    async fn the_request_timeout_covers_the_answer_and_its_body() {
+        let s = server(Script::Hang).await;
+        let t = transport(&s.endpoint, |o| o.timeout = Duration::from_millis(200));
+        let Err(e) = t.send(get()).await else {
+            panic!("a hanging server answered")
+        };
+        assert_eq!(transport_kind(&e), TransportKind::Timeout);
+        assert!(e.is_timeout());
+
+        let s = server(Script::HalfBody(1000)).await;
+        let t = transport(&s.endpoint, |o| o.timeout = Duration::from_millis(300));
+        let (_, body) = t.send(get()).await.unwrap();
+        let e = body.collect().await.unwrap_err();
+        assert_eq!(transport_kind(&e), TransportKind::Timeout);
+        assert_eq!(t.pool().idle_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_a_connect_error() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        drop(listener);
+        let endpoint = url::Url::parse(&format!("http://{addr}/a")).unwrap();
+        let t = transport(&endpoint, |_| {});
+        let Err(e) = t.send(get()).await else {
+            panic!("a closed port answered")
+        };
+        assert_eq!(transport_kind(&e), TransportKind::Connect);
+        assert!(!e.outcome_unknown());
+    }
+
+    #[tokio::test]
+    async fn the_connect_timeout_fires_on_a_port_that_never_accepts() {
+        // A listener with a one-place queue that nobody accepts from: once the
+        // queue is full, the kernel drops further handshakes.
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let listener = socket.listen(0).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut held = Vec::new();
+        loop {
+            match tokio::time::timeout(Duration::from_millis(200), TcpStream::connect(addr)).await {
+                Ok(Ok(s)) => held.push(s),
+                _ => break,
+            }
+            assert!(held.len() < 64, "the listen queue never filled");
+        }
+        let endpoint = url::Url::parse(&format!("http://{addr}/a")).unwrap();
+        let t = transport(&endpoint, |o| {
+            o.connect_timeout = Duration::from_millis(200)
+        });
+        let Err(e) = t.send(get()).await else {
+            panic!("a full listen queue answered")
+        };
+        assert_eq!(transport_kind(&e), TransportKind::ConnectTimeout);
+        assert!(!e.outcome_unknown());
+        drop(listener);
+    }
+
+    /// A TLS server with the test certificate for `localhost` and `127.0.0.1`
+    /// that answers one 200 per request; it reports the SNI name and ALPN
+    /// protocols each client offered.
+    async fn tls_server(
+        bind: &str,
+    ) -> (
+        u16,
+        tokio::sync::mpsc::UnboundedReceiver<(Option<String>, Option<Vec<u8>>)>,
+    ) {
+        let cert =
+            rustls::pki_types::CertificateDer::from(include_bytes!("testdata/server.der").to_vec());
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(
+            include_bytes!("testdata/server.key.der").to_vec().into(),
+        );
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(vec![cert], key)
+            .unwrap();
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = TcpListener::bind(bind).await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((sock, _)) = listener.accept().await {
+                let (acceptor, tx) = (acceptor.clone(), tx.clone());
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(sock).await else {
+                        return;
+                    };
+                    let (_, session) = tls.get_ref();
+                    let _ = tx.send((
+                        session.server_name().map(str::to_owned),
+                        session.alpn_protocol().map(<[u8]>::to_vec),
+                    ));
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    loop {
+                        while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            buf.drain(..end + 4);
+                            let reply = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecret";
+                            if tls.write_all(reply).await.is_err() {
+                                return;
+                            }
+                        }
+                        match tls.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                });
+            }
+        });
+        (port, rx)
+    }
+
+    #[tokio::test]
+    async fn https_checks_the_certificate_sends_sni_and_offers_only_http11() {
+        let (port, mut seen) = tls_server("127.0.0.1:0").await;
+        let endpoint = url::Url::parse(&format!("https://localhost:{port}/acc")).unwrap();
+        let ca = include_bytes!("testdata/ca.der").to_vec();
+        let t = HyperTransport::with_roots(&endpoint, &HttpOptions::default(), &[ca]).unwrap();
+        for _ in 0..2 {
+            assert_eq!(&get_all(&t).await.unwrap()[..], b"secret");
+        }
+        let (sni, alpn) = seen.recv().await.unwrap();
+        assert_eq!(sni.as_deref(), Some("localhost"));
+        assert_eq!(
+            alpn.as_deref(),
+            Some(&b"http/1.1"[..]),
+            "h2 is never offered"
+        );
+        // The second request reused the TLS connection.
+        assert!(seen.try_recv().is_err());
+        assert_eq!(t.pool().idle_count(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_untrusted_certificate_is_a_tls_failure_not_an_unknown_outcome() {
+        let (port, _seen) = tls_server("127.0.0.1:0").await;
+        // The test CA is not among the webpki roots.
+        let endpoint = url::Url::parse(&format!("https://localhost:{port}/acc")).unwrap();
+        let t = HyperTransport::new(&endpoint, &HttpOptions::default()).unwrap();
+        let Err(e) = t.send(get()).await else {
+            panic!("an untrusted certificate was accepted")
+        };
+        assert_eq!(transport_kind(&e), TransportKind::Tls);
+        assert!(!e.is_retryable(), "{e}");
+        assert!(!e.outcome_unknown(), "{e}");
+        assert!(e.to_string().contains("TLS"), "{e}");
+
+        // A certificate for another name is refused too, even from a trusted
+        // CA: a server on 127.0.0.2 (loopback) shows the one for 127.0.0.1.
+        let (port, _seen) = tls_server("127.0.0.2:0").await;
+        let ca = include_bytes!("testdata/ca.der").to_vec();
+        let endpoint = url::Url::parse(&format!("https://127.0.0.2:{port}/acc")).unwrap();
+        let t = HyperTransport::with_roots(&endpoint, &HttpOptions::default(), &[ca]).unwrap();
+        let Err(e) = t.send(get()).await else {
+            panic!("a certificate for another name was accepted")
+        };
+        assert_eq!(transport_kind(&e), TransportKind::Tls, "{e}");
+    }
+}

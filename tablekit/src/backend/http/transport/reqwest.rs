@@ -1,0 +1,111 @@
+//! The reqwest transport: reqwest's pooled client, which honours the
+//! `HTTP(S)_PROXY`, `ALL_PROXY` and `NO_PROXY` environment variables. The
+//! request's origin-form URI is joined to the endpoint's origin.
+
+use bytes::Bytes;
+
+use super::common::{transport_failure, Origin, USER_AGENT};
+use crate::error::{Error, Result, TransportKind};
+use crate::options::HttpOptions;
+
+/// reqwest's client for one endpoint.
+pub(crate) struct ReqwestTransport {
+    client: reqwest::Client,
+    origin: Origin,
+}
+
+impl ReqwestTransport {
+    pub(crate) fn new(endpoint: &url::Url, options: &HttpOptions) -> Result<Self> {
+        let client = reqwest::Client::builder()
+            // The storage services never redirect, and a signed request must
+            // not be replayed elsewhere.
+            .redirect(reqwest::redirect::Policy::none())
+            .pool_max_idle_per_host(options.pool_max_idle_per_host)
+            .tcp_nodelay(true)
+            .timeout(options.timeout)
+            .connect_timeout(options.connect_timeout)
+            .user_agent(USER_AGENT)
+            .build()
+            .map_err(|e| {
+                Error::config(format!("cannot build the HTTP client: {}", e.without_url()))
+            })?;
+        Ok(ReqwestTransport {
+            client,
+            origin: Origin::of(endpoint)?,
+        })
+    }
+
+    pub(crate) async fn send(&self, req: http::Request<Bytes>) -> Result<reqwest::Response> {
+        let (parts, body) = req.into_parts();
+        let mut url = String::with_capacity(self.origin.prefix.len() + 128);
+        url.push_str(&self.origin.prefix);
+        url.push_str(parts.uri.path_and_query().map_or("/", |p| p.as_str()));
+        self.client
+            .request(parts.method, url)
+            .headers(parts.headers)
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| transport_error(&e))
+    }
+}
+
+/// The error of a failed reqwest call. Never keeps the URL: with a SAS
+/// credential it holds the token.
+pub(crate) fn transport_error(e: &reqwest::Error) -> Error {
+    let kind = transport_kind(e);
+    let what = match kind {
+        TransportKind::Timeout => "timed out",
+        TransportKind::ConnectTimeout => "timed out connecting",
+        TransportKind::Tls => "the TLS handshake failed",
+        TransportKind::Connect => "could not connect",
+        TransportKind::Interrupted if e.is_body() || e.is_decode() => {
+            "the response body was cut short"
+        }
+        TransportKind::Interrupted | TransportKind::Request => "the request failed",
+    };
+    transport_failure(kind, what, std::error::Error::source(e))
+}
+
+/// Sorts a reqwest failure into the rows of [`Error::is_retryable`]'s table.
+fn transport_kind(e: &reqwest::Error) -> TransportKind {
+    if e.is_timeout() && e.is_connect() {
+        TransportKind::ConnectTimeout
+    } else if e.is_timeout() {
+        TransportKind::Timeout
+    } else if is_tls_failure(e) {
+        TransportKind::Tls
+    } else if e.is_connect() {
+        TransportKind::Connect
+    } else if e.is_builder() || e.is_redirect() || e.is_status() {
+        TransportKind::Request
+    } else {
+        // Sending or receiving broke off: reset, closed, cut short.
+        TransportKind::Interrupted
+    }
+}
+
+/// rustls reports a refused certificate or a peer that does not speak TLS as
+/// an `InvalidData` I/O error while connecting (hyper-rustls wraps the
+/// `rustls::Error` in it, and hyper-util wraps that in another I/O error,
+/// whose `source()` skips the middle one: hence `get_ref`). A plain
+/// connection fault (refused, reset, unreachable) is never `InvalidData`.
+fn is_tls_failure(e: &reqwest::Error) -> bool {
+    if !e.is_connect() {
+        return false;
+    }
+    let mut src: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(s) = src {
+        let mut io = s.downcast_ref::<std::io::Error>();
+        while let Some(err) = io {
+            if err.kind() == std::io::ErrorKind::InvalidData {
+                return true;
+            }
+            io = err
+                .get_ref()
+                .and_then(|inner| inner.downcast_ref::<std::io::Error>());
+        }
+        src = s.source();
+    }
+    false
+}
