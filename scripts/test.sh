@@ -46,6 +46,12 @@ cargo clippy --workspace --all-targets -- -D warnings
 banner "cargo test --workspace $*"
 cargo test --workspace "$@"
 
+# The whole integration suite again on the reqwest transport (the default is
+# tablekit's own hyper transport; reqwest serves HTTP proxies and is the
+# fallback), so every wire behaviour is proven on both.
+banner "cargo test -p tablekit-tests --test integration (TABLEKIT_TRANSPORT=reqwest)"
+TABLEKIT_TRANSPORT=reqwest cargo test -p tablekit-tests --test integration "$@"
+
 # The bounded-memory transfer, small enough to be cheap: it exits non-zero if
 # the peak RSS goes over budget (50 MiB over HTTP; embedded adds the blob it holds).
 banner "cargo run --example blob_transfer -- 20 (embedded, then Azurite)"
