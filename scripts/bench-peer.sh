@@ -11,6 +11,13 @@
 # the client process only) and wall seconds. The JSON lines of every run are
 # kept in $OUT (default: a temporary directory, printed at the end).
 #
+# tablekit runs twice per round, on its own hyper transport (`tablekit`) and
+# on reqwest (`tablekit_reqwest`). With TABLEKIT_BASELINE_BIN set to a workload
+# bench binary built from an older commit (for instance the last commit before
+# a transport change: `git worktree add ../base <rev>`, then
+# `cargo bench -p tablekit-benches --bench workload --no-run` there), it runs
+# too, as `tablekit_base`, so "before" and "after" come from the same run.
+#
 # Needs what the tests need (bash, Node.js for Azurite and the table) and
 # builds both in release mode (cargo bench profile for tablekit, --release
 # for the peer, which has its own Cargo.lock and target directory).
@@ -34,11 +41,26 @@ export AZURITE_STATE_DIR="${AZURITE_STATE_DIR:-$OUT/azurite}"
 eval "$(bash scripts/azurite.sh start)"
 trap 'bash scripts/azurite.sh stop' EXIT
 
-run_tablekit() { # runtime round
+BASE_BIN="${TABLEKIT_BASELINE_BIN:-}"
+SDKS=(tablekit tablekit_reqwest)
+[[ -n "$BASE_BIN" ]] && SDKS+=(tablekit_base)
+
+run_workload() { # sdk runtime round command...
+    local sdk="$1" runtime="$2" round="$3"
+    shift 3
     TABLEKIT_BENCH_BACKEND=azurite TABLEKIT_BENCH_ENTITY=typed TABLEKIT_BENCH_N="$N" \
-        TABLEKIT_BENCH_RUNTIME="$1" \
-        cargo bench -q -p tablekit-benches --bench workload 2>>"$OUT/stderr.log" |
-        grep '^{' | sed "s/^{/{\"sdk\":\"tablekit\",\"runtime\":\"$1\",\"round\":$2,/" >>"$OUT/lines.jsonl"
+        TABLEKIT_BENCH_RUNTIME="$runtime" "$@" 2>>"$OUT/stderr.log" |
+        grep '^{' | sed "s/^{/{\"sdk\":\"$sdk\",\"runtime\":\"$runtime\",\"round\":$round,/" >>"$OUT/lines.jsonl"
+}
+
+run_tablekit() { # runtime round
+    TABLEKIT_BENCH_TRANSPORT=hyper run_workload tablekit "$1" "$2" \
+        cargo bench -q -p tablekit-benches --bench workload
+    TABLEKIT_BENCH_TRANSPORT=reqwest run_workload tablekit_reqwest "$1" "$2" \
+        cargo bench -q -p tablekit-benches --bench workload
+    if [[ -n "$BASE_BIN" ]]; then
+        run_workload tablekit_base "$1" "$2" "$BASE_BIN" --bench
+    fi
 }
 
 run_peer() { # runtime round
@@ -61,9 +83,9 @@ for runtime in current_thread multi_thread; do
     done
 done
 
-node - "$OUT/lines.jsonl" "$N" "$ROUNDS" <<'EOF'
+node - "$OUT/lines.jsonl" "$N" "$ROUNDS" "${SDKS[@]}" azure_data_tables <<'EOF'
 const fs = require("fs");
-const [file, n, rounds] = process.argv.slice(2);
+const [file, n, rounds, ...sdks] = process.argv.slice(2);
 const lines = fs.readFileSync(file, "utf8").split("\n").filter(Boolean).map(JSON.parse);
 const bad = lines.filter((l) => !l.ok);
 const median = (xs) => {
@@ -73,28 +95,24 @@ const median = (xs) => {
   return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
 };
 const fmt = (v, d) => (v === null ? "-" : v.toFixed(d));
+const short = { tablekit: "tk", tablekit_reqwest: "tk-reqw", tablekit_base: "tk-base", azure_data_tables: "peer" };
 console.log(`\nN = ${n}, medians of ${rounds} alternating rounds against one Azurite; client CPU only.`);
+console.log("tk = tablekit on its hyper transport, tk-reqw = on reqwest, tk-base = TABLEKIT_BASELINE_BIN, peer = azure_data_tables 0.21");
+console.log("W1, W2, W6, W7: us per request; W3, W4, W5: us per entity; wall in s.");
+const pick = (runtime, sdk, id, key) =>
+  median(lines.filter((l) => l.runtime === runtime && l.sdk === sdk && l.workload === id).map((l) => l[key]));
 for (const runtime of ["current_thread", "multi_thread"]) {
   console.log(`\nruntime ${runtime}`);
-  console.log(
-    ["id", "tk us/req", "peer us/req", "tk us/ent", "peer us/ent", "tk wall s", "peer wall s"]
-      .map((h, i) => (i ? h.padStart(12) : h.padEnd(4)))
-      .join(" ")
-  );
+  const head = ["id"];
+  for (const s of sdks) head.push(`${short[s]} cpu`);
+  for (const s of sdks) head.push(`${short[s]} wall`);
+  console.log(head.map((h, i) => (i ? h.padStart(13) : h.padEnd(4))).join(" "));
   for (const id of ["W1", "W2", "W3", "W4", "W5", "W6", "W7"]) {
-    const pick = (sdk, key) =>
-      median(lines.filter((l) => l.runtime === runtime && l.sdk === sdk && l.workload === id).map((l) => l[key]));
-    const row = [
-      pick("tablekit", "cpu_us_per_request"),
-      pick("azure_data_tables", "cpu_us_per_request"),
-      pick("tablekit", "cpu_us_per_entity"),
-      pick("azure_data_tables", "cpu_us_per_entity"),
-      pick("tablekit", "wall_s"),
-      pick("azure_data_tables", "wall_s"),
-    ];
-    console.log(
-      [id.padEnd(4), ...row.map((v, i) => fmt(v, i >= 4 ? 3 : 1).padStart(12))].join(" ")
-    );
+    const perEntity = ["W3", "W4", "W5"].includes(id);
+    const key = perEntity ? "cpu_us_per_entity" : "cpu_us_per_request";
+    const cpu = sdks.map((s) => fmt(pick(runtime, s, id, key), perEntity ? 2 : 1));
+    const wall = sdks.map((s) => fmt(pick(runtime, s, id, "wall_s"), 3));
+    console.log([id.padEnd(4), ...cpu.map((v) => v.padStart(13)), ...wall.map((v) => v.padStart(13))].join(" "));
   }
 }
 if (bad.length) {
