@@ -46,14 +46,26 @@
 //! and the entity finally written is checked by tablekit before any request.
 //! The entity also holds [`BLOBS`], the list of properties kept in blobs.
 //!
-//! | operation | requests |
-//! |---|---|
-//! | [`insert`](LargeTable::insert) | 1 upload per blob + 1 insert |
-//! | [`replace`](LargeTable::replace), [`upsert`](LargeTable::upsert) | 1 point read + 1 upload per new blob + 1 update + 1 delete per old blob (again from the read on a concurrent change) |
-//! | [`get`](LargeTable::get) | 1 point read + 1 download per blob (**two requests** with one blob) |
-//! | [`get_without_blobs`](LargeTable::get_without_blobs) | 1 point read |
-//! | [`delete`](LargeTable::delete) | 1 point read + 1 delete + 1 delete per blob |
-//! | [`sweep_orphans`](LargeTable::sweep_orphans) | 1 listing per 5,000 blobs + 1 point read per entity with old blobs + 1 delete per orphan |
+//! Requests per operation, measured by `tests/request_counts.rs` through a
+//! counting loopback proxy in front of Azurite 3.35 (table and blob
+//! endpoints), with one 100 KiB photo in a blob; bytes are the requests'
+//! heads and bodies as sent:
+//!
+//! | operation | requests, in order | measured |
+//! |---|---|---|
+//! | [`insert`](LargeTable::insert) | upload blob, insert entity | 2 req, 103,635 B |
+//! | [`get`](LargeTable::get) | point read, download blob (**two requests**) | 2 req, 907 B |
+//! | [`get_without_blobs`](LargeTable::get_without_blobs) | point read | 1 req, 487 B |
+//! | [`replace`](LargeTable::replace) (90 KiB photo), [`upsert`](LargeTable::upsert) | point read, upload new blob, update entity, delete old blob | 4 req, 94,375 B |
+//! | [`delete`](LargeTable::delete) | point read, delete entity, delete blob | 3 req, 1,458 B |
+//! | [`sweep_orphans`](LargeTable::sweep_orphans), 3 live entities + 1 orphan | listing, 4 point reads (one per entity with blobs past the grace), delete orphan | 6 req, 3,072 B |
+//!
+//! In general: one upload and one download or delete per blob, one listing
+//! per 5,000 blobs for the sweep; a retry after a concurrent change repeats
+//! the read and the entity write (and a `get`, the read and the downloads).
+//! The same photo split over `Photo_0`, `Photo_1` by [`SplitTable`] is
+//! 1 request of 137,253 B to insert (Binary travels as base64, a third
+//! larger) and 1 request of 487 B to read.
 //!
 //! An entity with no large property is stored as a plain entity: no blob, no
 //! [`BLOBS`] property, one request per operation plus the reads above.
@@ -1033,11 +1045,11 @@ fn no_etag(key: &EntityKey) -> Error {
 /// see the [module docs](self)); a larger one is refused before any request.
 /// A property of 64 KiB or less stays as it is. Cheap to clone.
 ///
-/// | operation | requests |
-/// |---|---|
-/// | [`insert`](SplitTable::insert), [`upsert`](SplitTable::upsert), [`replace`](SplitTable::replace) | 1 write |
-/// | [`get`](SplitTable::get) | 1 point read |
-/// | [`delete`](SplitTable::delete) | 1 delete |
+/// | operation | requests | measured (100 KiB photo) |
+/// |---|---|---|
+/// | [`insert`](SplitTable::insert), [`upsert`](SplitTable::upsert), [`replace`](SplitTable::replace) | 1 write | insert: 1 req, 137,253 B |
+/// | [`get`](SplitTable::get) | 1 point read | 1 req, 487 B |
+/// | [`delete`](SplitTable::delete) | 1 delete | |
 ///
 /// ```
 /// use tablekit::{DynamicEntity, TableServiceClient};
