@@ -166,6 +166,9 @@ pub enum Step {
     EntityWritten,
     /// A delete deleted the entity and is about to delete its blobs.
     EntityDeleted,
+    /// A [`get`](LargeTable::get) read the entity and is about to download
+    /// its blobs (on every attempt, so a test can count the re-reads).
+    EntityRead,
 }
 
 /// The type of a property kept outside its entity.
@@ -837,6 +840,7 @@ impl<T: TableEntity> LargeTable<T> {
                 return Ok(None);
             };
             let refs = blob_refs(&row)?;
+            self.hook.call(Step::EntityRead);
             let values = match self.download(&refs).await {
                 Ok(v) => v,
                 Err(e) if e.code() == Some(&ErrorCode::BlobNotFound) && attempt < MAX_ATTEMPTS => {

@@ -571,6 +571,52 @@ async fn a_concurrent_replace_leaves_no_dangling_pointer_and_no_lost_blob(svc: T
     assert_eq!((report.live, report.deleted.len()), (1, 0));
 }
 
+/// `get` reads the entity, then downloads the blob it names; another writer
+/// replacing the entity in between deletes that blob. The download finds it
+/// gone, and `get` reads the entity again and returns the new whole entity.
+async fn get_rereads_when_a_concurrent_replace_deleted_its_blob(svc: TableServiceClient) {
+    let (large, table) = setup(&svc).await;
+    let other = LargeTable::new(
+        second_service(&svc)
+            .table::<Employee>(table.name())
+            .unwrap(),
+        large.container().clone(),
+    );
+    let mut don = don_hall(100 * 1024);
+    large.insert(&mut don).await.unwrap();
+    let mut theirs = don.clone();
+    theirs.photo = photo(90 * 1024, 12);
+    theirs.last_name = "Hall-Smith".into();
+
+    let reads = Arc::new(Mutex::new(0usize));
+    let slot = Arc::new(Mutex::new(Some(theirs.clone())));
+    let handle = tokio::runtime::Handle::current();
+    let reader = {
+        let (reads, slot) = (reads.clone(), slot.clone());
+        large.clone().on_step(move |step| {
+            if step != Step::EntityRead {
+                return;
+            }
+            *reads.lock().unwrap() += 1;
+            let Some(mut theirs) = slot.lock().unwrap().take() else {
+                return;
+            };
+            tokio::task::block_in_place(|| {
+                handle.block_on(async { other.replace(&mut theirs, IfMatch::Any).await.unwrap() })
+            });
+        })
+    };
+    let got = reader.get(("Marketing", "00001")).await.unwrap().unwrap();
+    same_employee(&got, &theirs);
+    assert_eq!(got.photo, theirs.photo, "the new photo, not a mix");
+    assert_eq!(*reads.lock().unwrap(), 2, "read, blob gone, read again");
+    assert!(slot.lock().unwrap().is_none(), "the replace ran in between");
+    // The old blob is gone, the new one is the only one.
+    let left = blobs(large.container()).await;
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].1, theirs.photo);
+}
+
 async fn delete_removes_the_entity_then_its_blob(svc: TableServiceClient) {
     let (large, table) = setup(&svc).await;
     let mut don = don_hall(100 * 1024);
@@ -610,6 +656,7 @@ on_both!(
     crash_after_the_entity_delete_leaves_an_orphan_the_sweep_removes,
     crash_after_a_replace_leaves_the_old_blob_for_the_sweep,
     a_concurrent_replace_leaves_no_dangling_pointer_and_no_lost_blob[flavor = "multi_thread"],
+    get_rereads_when_a_concurrent_replace_deleted_its_blob[flavor = "multi_thread"],
     delete_removes_the_entity_then_its_blob,
 );
 
