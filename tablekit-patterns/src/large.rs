@@ -28,12 +28,34 @@
 //!   periodically, e.g. from a background task or, once there is one, from
 //!   the queue worker of the eventually consistent transactions pattern (§3.3).
 //!
+//! # The grace period and the write deadline
+//!
 //! The grace period protects writes in flight: a blob uploaded a moment ago
-//! whose entity is about to be written must not be swept. Choose it longer
-//! than a write can take between its upload and its entity write, retries
-//! included; [`DEFAULT_GRACE`] (one hour) is far above that. The sweep
-//! compares the blob's Last-Modified (the service's clock) with this machine's
-//! clock, so the grace must also cover their skew.
+//! whose entity is about to be written must not be swept. One setting,
+//! [`LargeTable::grace`] ([`DEFAULT_GRACE`], one hour), gives both sides of
+//! that promise, so they cannot disagree:
+//!
+//! - the sweep deletes only orphans whose Last-Modified is more than `grace`
+//!   ago;
+//! - a write sends its entity only while less than
+//!   [`write_deadline`](LargeTable::write_deadline) = `grace / 2` has passed
+//!   since its upload started (checked before each attempt of the entity
+//!   write, retries after a concurrent change included). Past it, the write
+//!   deletes the blobs it uploaded and fails with
+//!   [`is_timeout`](tablekit::Error::is_timeout) (and
+//!   [`is_retryable`](tablekit::Error::is_retryable): nothing was written, so
+//!   the write can be made again).
+//!
+//! A blob's Last-Modified is at or after its upload started, so when the
+//! sweep considers a blob, its writer either sent its entity write within
+//! the first half of the grace or never will. What remains is the other
+//! half, `grace / 2`, as margin for what no client-side check can bound:
+//! the entity write's own time in flight (the HTTP layer's retries of that
+//! one request included) and the skew between this machine's clock and the
+//! service's (the sweep compares the service's Last-Modified with this
+//! clock). The deadline is measured on this machine's clock, or on the
+//! [`ManualClock`] given to [`with_clock`](LargeTable::with_clock), which
+//! tests move instead of sleeping.
 //!
 //! Which properties go to blobs: every String over 64 KiB (as UTF-16, the
 //! service's measure) and Binary over 64 KiB; then, while the entity would
@@ -131,8 +153,8 @@ use futures::TryStreamExt;
 use tablekit::validate::{MAX_ENTITY_BYTES, MAX_VALUE_BYTES};
 use tablekit::{
     entity_to_json, BlobClient, ContainerClient, DecodeError, DynamicEntity, ETag, EdmValue,
-    EntityKey, Error, ErrorCode, ErrorKind, IfMatch, PropertyWriter, RawEntity, Result,
-    TableClient, TableEntity, UpdateMode, ValidationError,
+    EntityKey, Error, ErrorCode, ErrorKind, IfMatch, ManualClock, PropertyWriter, RawEntity,
+    Result, TableClient, TableEntity, UpdateMode, ValidationError,
 };
 
 use crate::error::invalid;
@@ -147,8 +169,9 @@ pub const BLOBS: &str = "LargeBlobs";
 /// not have a property of this name.
 pub const SPLIT: &str = "LargeSplit";
 
-/// The grace period [`LargeTable::sweep_orphans`] is usually given: blobs
-/// younger than this are never swept.
+/// The grace period of a [`LargeTable`] unless [`LargeTable::grace`] says
+/// otherwise: blobs younger than this are never swept, and a write must send
+/// its entity within half of it.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(60 * 60);
 
 /// How many times a write or read starts again after a concurrent change.
@@ -504,6 +527,8 @@ pub struct LargeTable<T> {
     container: ContainerClient,
     always: Vec<String>,
     hook: StepHook,
+    grace: Duration,
+    clock: Option<ManualClock>,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -514,6 +539,8 @@ impl<T> Clone for LargeTable<T> {
             container: self.container.clone(),
             always: self.always.clone(),
             hook: self.hook.clone(),
+            grace: self.grace,
+            clock: self.clock.clone(),
             _t: PhantomData,
         }
     }
@@ -527,6 +554,8 @@ impl<T> fmt::Debug for LargeTable<T> {
             .field("entity", &std::any::type_name::<T>())
             .field("always_in_blob", &self.always)
             .field("on_step", &self.hook)
+            .field("grace", &self.grace)
+            .field("clock", &self.clock)
             .finish()
     }
 }
@@ -541,6 +570,8 @@ impl<T: TableEntity> LargeTable<T> {
             container,
             always: Vec::new(),
             hook: StepHook::default(),
+            grace: DEFAULT_GRACE,
+            clock: None,
             _t: PhantomData,
         }
     }
@@ -576,6 +607,58 @@ impl<T: TableEntity> LargeTable<T> {
     pub fn on_step(mut self, hook: impl Fn(Step) + Send + Sync + 'static) -> Self {
         self.hook = StepHook(Some(Arc::new(hook)));
         self
+    }
+
+    /// Sets the grace period (default [`DEFAULT_GRACE`]): the sweep keeps
+    /// blobs younger than it, and a write must send its entity within half of
+    /// it after its upload started (see [the module docs](self#the-grace-period-and-the-write-deadline)).
+    /// Refused, before any request, if zero or too long for a date.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tablekit::{BlobServiceClient, DynamicEntity, TableServiceClient};
+    /// # use tablekit_patterns::large::LargeTable;
+    /// # let table = TableServiceClient::embedded().table::<DynamicEntity>("Employees").unwrap();
+    /// # let photos = BlobServiceClient::embedded().container("photos").unwrap();
+    /// let employees = LargeTable::new(table, photos).grace(Duration::from_secs(600))?;
+    /// assert_eq!(employees.write_deadline(), Duration::from_secs(300));
+    /// assert!(employees.clone().grace(Duration::ZERO).unwrap_err().is_invalid_input());
+    /// # Ok::<(), tablekit::Error>(())
+    /// ```
+    pub fn grace(mut self, grace: Duration) -> Result<Self> {
+        if grace.is_zero() || chrono::Duration::from_std(grace).is_err() {
+            return Err(invalid(format!(
+                "grace period {grace:?}: it must be more than zero and fit a date"
+            )));
+        }
+        self.grace = grace;
+        Ok(self)
+    }
+
+    /// The grace period of the sweep.
+    pub fn grace_period(&self) -> Duration {
+        self.grace
+    }
+
+    /// How long a write may take from the start of its upload to sending its
+    /// entity: half the [grace period](Self::grace).
+    pub fn write_deadline(&self) -> Duration {
+        self.grace / 2
+    }
+
+    /// Reads the time for the write deadline and the sweep from `clock`
+    /// instead of this machine's clock: tests move it forward instead of
+    /// sleeping (the blobs' Last-Modified still comes from the Blob service).
+    pub fn with_clock(mut self, clock: ManualClock) -> Self {
+        self.clock = Some(clock);
+        self
+    }
+
+    fn now(&self) -> DateTime<Utc> {
+        match &self.clock {
+            Some(c) => c.now(),
+            None => Utc::now(),
+        }
     }
 
     /// The container holding the blobs.
@@ -726,6 +809,7 @@ impl<T: TableEntity> LargeTable<T> {
         let mut plan = self.plan(entity)?;
         let key = entity.key();
         let mut uploaded = false;
+        let mut started = self.now();
         let mut attempt = 1;
         loop {
             let current = match mode {
@@ -752,9 +836,23 @@ impl<T: TableEntity> LargeTable<T> {
                 (_, Some(c)) => Some(c.etag.clone().ok_or_else(|| no_etag(&key))?),
             };
             if !uploaded {
+                started = self.now();
                 self.upload(&plan).await?;
                 uploaded = true;
                 self.hook.call(Step::BlobsUploaded);
+            }
+            if !plan.uploads.is_empty() {
+                let took = (self.now() - started).to_std().unwrap_or_default();
+                if took > self.write_deadline() {
+                    self.discard(&plan).await;
+                    return Err(Error::timed_out(format!(
+                        "the write of {key} in table {} took {took:?} since its upload started, \
+                         over its deadline of {:?} (half the sweep's grace period): its blobs \
+                         were deleted and its entity not written",
+                        self.raw.name(),
+                        self.write_deadline()
+                    )));
+                }
             }
             plan.row.etag = None;
             let sent = match &condition {
@@ -931,14 +1029,16 @@ impl<T: TableEntity> LargeTable<T> {
     }
 
     /// Deletes the blobs under [`blob_prefix`](Self::blob_prefix) that no
-    /// entity points to and that are older than `grace` (see the [module
-    /// docs](self) for how to choose it; [`DEFAULT_GRACE`] is one hour). Each
-    /// orphan is deleted only if it is still the version listed. Blobs named
-    /// otherwise than this pattern names them are left alone.
-    pub async fn sweep_orphans(&self, grace: Duration) -> Result<SweepReport> {
-        let grace = chrono::Duration::from_std(grace)
-            .map_err(|_| invalid(format!("grace period {grace:?} is too long")))?;
-        let cutoff = Utc::now() - grace;
+    /// entity points to and that are older than the [grace
+    /// period](Self::grace) (see the [module
+    /// docs](self#the-grace-period-and-the-write-deadline); [`DEFAULT_GRACE`]
+    /// is one hour). Each orphan is deleted only if it is still the version
+    /// listed. Blobs named otherwise than this pattern names them are left
+    /// alone.
+    pub async fn sweep_orphans(&self) -> Result<SweepReport> {
+        let grace = chrono::Duration::from_std(self.grace)
+            .map_err(|_| invalid(format!("grace period {:?} is too long", self.grace)))?;
+        let cutoff = self.now() - grace;
         let mut report = SweepReport::default();
         let mut listing = self
             .container
