@@ -13,8 +13,10 @@
 
 use std::time::Duration;
 
+use chrono::Utc;
 use tablekit::{
-    BlobServiceClient, DynamicEntity, ETag, EdmValue, IfMatch, TableEntity, TableServiceClient,
+    BlobServiceClient, DynamicEntity, ETag, EdmValue, IfMatch, ManualClock, TableEntity,
+    TableServiceClient,
 };
 use tablekit_patterns::large::{LargeTable, DEFAULT_GRACE};
 
@@ -143,10 +145,13 @@ async fn run() -> tablekit::Result<()> {
     check(names.len() == 1, "one blob after the replace")?;
     println!("replaced the photo: blobs now {names:?}");
 
-    // The sweep finds nothing to do: every blob has its entity. (A grace of
-    // zero only because nothing else writes here; in production use
-    // DEFAULT_GRACE, one hour, so that a write in flight keeps its blob.)
-    let report = employees.sweep_orphans(Duration::ZERO).await?;
+    // The sweep finds nothing to do: every blob has its entity. It runs here
+    // as it would once the grace period (DEFAULT_GRACE, one hour: a write in
+    // flight keeps its blob) has passed, on a clock an hour ahead.
+    let later = Utc::now()
+        + chrono::Duration::from_std(DEFAULT_GRACE + Duration::from_secs(1)).expect("an hour fits");
+    let sweeper = employees.clone().with_clock(ManualClock::new(later));
+    let report = sweeper.sweep_orphans().await?;
     check(
         report.live == 1 && report.deleted.is_empty(),
         "the live blob is kept",
@@ -157,7 +162,7 @@ async fn run() -> tablekit::Result<()> {
     employees.delete(("Sales", "000223"), IfMatch::Any).await?;
     let left = photos.list_blobs().fetch_all().await?.len();
     check(left == 0, "no blob left after the delete")?;
-    let report = employees.sweep_orphans(Duration::ZERO).await?;
+    let report = sweeper.sweep_orphans().await?;
     check(report.deleted.is_empty(), "nothing for the sweep")?;
     println!("deleted the employee and the photo");
 

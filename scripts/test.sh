@@ -72,3 +72,9 @@ banner "cargo run --example employee_photo (embedded, then Azurite)"
 env -u TABLEKIT_CONNECTION_STRING cargo run --quiet --example employee_photo
 TABLEKIT_CONNECTION_STRING="$TABLEKIT_TEST_CONNECTION_STRING" \
     cargo run --quiet --example employee_photo
+
+# The log data example reads the seed's window back and exits non-zero if it differs.
+banner "cargo run --example queue_logs (embedded, then Azurite)"
+env -u TABLEKIT_CONNECTION_STRING cargo run --quiet --example queue_logs
+TABLEKIT_CONNECTION_STRING="$TABLEKIT_TEST_CONNECTION_STRING" \
+    cargo run --quiet --example queue_logs

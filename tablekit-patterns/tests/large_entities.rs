@@ -11,9 +11,11 @@ use std::time::Duration;
 use common::{assert_invalid, fresh_table, offline_service, on_both, second_service, unique_name};
 use tablekit::{
     Account, BlobServiceClient, ClientOptions, ContainerClient, DynamicEntity, ETag, EdmValue,
-    IfMatch, RetryPolicy, TableClient, TableEntity, TableServiceClient,
+    IfMatch, ManualClock, RetryPolicy, TableClient, TableEntity, TableServiceClient,
 };
-use tablekit_patterns::large::{LargeTable, SplitTable, Step, BLOBS, DEFAULT_GRACE, SPLIT};
+use tablekit_patterns::large::{
+    LargeTable, SplitTable, Step, SweepReport, BLOBS, DEFAULT_GRACE, SPLIT,
+};
 
 /// The seed's employee (§1.1), with the photo of §3.11.
 #[derive(TableEntity, Debug, Clone, PartialEq)]
@@ -106,6 +108,18 @@ async fn row(table: &TableClient<Employee>, pk: &str, rk: &str) -> Option<Dynami
         .get((pk, rk))
         .await
         .unwrap()
+}
+
+/// The sweep as it would run once the grace period has passed: the same
+/// table on a clock past it (no sleeping).
+async fn sweep_later(large: &LargeTable<Employee>) -> tablekit::Result<SweepReport> {
+    let later = chrono::Utc::now()
+        + chrono::Duration::from_std(DEFAULT_GRACE + Duration::from_secs(1)).unwrap();
+    large
+        .clone()
+        .with_clock(ManualClock::new(later))
+        .sweep_orphans()
+        .await
 }
 
 fn same_employee(a: &Employee, b: &Employee) {
@@ -362,13 +376,13 @@ async fn crash_after_the_upload_leaves_an_orphan_the_sweep_removes(svc: TableSer
     assert_eq!(blobs(large.container()).await.len(), 1);
 
     // Within the grace period it could be a write in flight: kept.
-    let report = large.sweep_orphans(DEFAULT_GRACE).await.unwrap();
+    let report = large.sweep_orphans().await.unwrap();
     assert_eq!((report.listed, report.too_young), (1, 1));
     assert!(report.deleted.is_empty());
     assert_eq!(blobs(large.container()).await.len(), 1);
 
     // Past it: deleted.
-    let report = large.sweep_orphans(Duration::ZERO).await.unwrap();
+    let report = sweep_later(&large).await.unwrap();
     assert_eq!(
         (report.listed, report.deleted.len(), report.live),
         (1, 1, 0)
@@ -404,7 +418,7 @@ async fn crash_after_the_entity_delete_leaves_an_orphan_the_sweep_removes(svc: T
         "Don's photo is left"
     );
 
-    let report = large.sweep_orphans(Duration::ZERO).await.unwrap();
+    let report = sweep_later(&large).await.unwrap();
     assert_eq!(
         (report.listed, report.live, report.deleted.len()),
         (2, 1, 1)
@@ -459,7 +473,7 @@ async fn crash_after_a_replace_leaves_the_old_blob_for_the_sweep(svc: TableServi
         .await
         .unwrap();
 
-    let report = large.sweep_orphans(Duration::ZERO).await.unwrap();
+    let report = sweep_later(&large).await.unwrap();
     assert_eq!(
         (
             report.listed,
@@ -481,12 +495,7 @@ async fn crash_after_a_replace_leaves_the_old_blob_for_the_sweep(svc: TableServi
         &newer,
     );
     // A second sweep finds nothing to do.
-    assert!(large
-        .sweep_orphans(Duration::ZERO)
-        .await
-        .unwrap()
-        .deleted
-        .is_empty());
+    assert!(sweep_later(&large).await.unwrap().deleted.is_empty());
 }
 
 /// Another writer replaces the entity while this one is between its upload
@@ -567,8 +576,139 @@ async fn a_concurrent_replace_leaves_no_dangling_pointer_and_no_lost_blob(svc: T
     assert_eq!(left.len(), 1);
     assert_eq!(left[0].1, last.photo);
     // Nothing for the sweep: every blob is live.
-    let report = large.sweep_orphans(Duration::ZERO).await.unwrap();
+    let report = sweep_later(&large).await.unwrap();
     assert_eq!((report.live, report.deleted.len()), (1, 0));
+}
+
+/// `get` reads the entity, then downloads the blob it names; another writer
+/// replacing the entity in between deletes that blob. The download finds it
+/// gone, and `get` reads the entity again and returns the new whole entity.
+async fn get_rereads_when_a_concurrent_replace_deleted_its_blob(svc: TableServiceClient) {
+    let (large, table) = setup(&svc).await;
+    let other = LargeTable::new(
+        second_service(&svc)
+            .table::<Employee>(table.name())
+            .unwrap(),
+        large.container().clone(),
+    );
+    let mut don = don_hall(100 * 1024);
+    large.insert(&mut don).await.unwrap();
+    let mut theirs = don.clone();
+    theirs.photo = photo(90 * 1024, 12);
+    theirs.last_name = "Hall-Smith".into();
+
+    let reads = Arc::new(Mutex::new(0usize));
+    let slot = Arc::new(Mutex::new(Some(theirs.clone())));
+    let handle = tokio::runtime::Handle::current();
+    let reader = {
+        let (reads, slot) = (reads.clone(), slot.clone());
+        large.clone().on_step(move |step| {
+            if step != Step::EntityRead {
+                return;
+            }
+            *reads.lock().unwrap() += 1;
+            let Some(mut theirs) = slot.lock().unwrap().take() else {
+                return;
+            };
+            tokio::task::block_in_place(|| {
+                handle.block_on(async { other.replace(&mut theirs, IfMatch::Any).await.unwrap() })
+            });
+        })
+    };
+    let got = reader.get(("Marketing", "00001")).await.unwrap().unwrap();
+    same_employee(&got, &theirs);
+    assert_eq!(got.photo, theirs.photo, "the new photo, not a mix");
+    assert_eq!(*reads.lock().unwrap(), 2, "read, blob gone, read again");
+    assert!(slot.lock().unwrap().is_none(), "the replace ran in between");
+    // The old blob is gone, the new one is the only one.
+    let left = blobs(large.container()).await;
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].1, theirs.photo);
+}
+
+/// A table whose clock the `BlobsUploaded` step moves forward by `delay`:
+/// a write that took that long between its upload and its entity write.
+fn slow_writer(large: &LargeTable<Employee>, delay: Duration) -> LargeTable<Employee> {
+    let clock = ManualClock::starting_now();
+    let moved = clock.clone();
+    large
+        .clone()
+        .grace(Duration::from_secs(60))
+        .unwrap()
+        .with_clock(clock)
+        .on_step(move |step| {
+            if step == Step::BlobsUploaded {
+                moved.advance(delay);
+            }
+        })
+}
+
+async fn a_write_past_its_deadline_deletes_its_blob_and_writes_nothing(svc: TableServiceClient) {
+    let (large, table) = setup(&svc).await;
+    assert_eq!(large.write_deadline(), DEFAULT_GRACE / 2);
+    // Grace 60 s, so the deadline is 30 s: 31 s after the upload started is too late.
+    let late = slow_writer(&large, Duration::from_secs(31));
+    assert_eq!(late.write_deadline(), Duration::from_secs(30));
+    let err = late.insert(&mut don_hall(100 * 1024)).await.unwrap_err();
+    assert!(err.is_timeout() && err.is_retryable(), "{err:?}");
+    assert!(!err.is_invalid_input());
+    assert!(row(&table, "Marketing", "00001").await.is_none());
+    assert!(
+        blobs(large.container()).await.is_empty(),
+        "its blob is gone"
+    );
+
+    // 29 s is in time.
+    let in_time = slow_writer(&large, Duration::from_secs(29));
+    let mut don = don_hall(100 * 1024);
+    in_time.insert(&mut don).await.unwrap();
+    same_employee(
+        &large.get(("Marketing", "00001")).await.unwrap().unwrap(),
+        &don,
+    );
+    let before = blobs(large.container()).await;
+    assert_eq!(before.len(), 1);
+
+    // A late replace leaves the stored entity and its blob as they were.
+    let mut newer = don.clone();
+    newer.photo = photo(80 * 1024, 13);
+    let err = late.replace(&mut newer, IfMatch::Any).await.unwrap_err();
+    assert!(err.is_timeout(), "{err:?}");
+    same_employee(
+        &large.get(("Marketing", "00001")).await.unwrap().unwrap(),
+        &don,
+    );
+    assert_eq!(blobs(large.container()).await, before);
+
+    // An entity with nothing in blobs has no deadline to keep.
+    let mut small = don_hall(1024);
+    small.employee_id = "00002".into();
+    late.insert(&mut small).await.unwrap();
+}
+
+/// The sweep and the writers share one clock and one grace: a blob is swept
+/// only once the grace has passed on that clock.
+async fn the_sweep_waits_out_the_grace_on_the_tables_clock(svc: TableServiceClient) {
+    let (large, table) = setup(&svc).await;
+    let clock = ManualClock::starting_now();
+    let large = large
+        .grace(Duration::from_secs(600))
+        .unwrap()
+        .with_clock(clock.clone());
+    crash_at(&large, Step::BlobsUploaded, |l| {
+        Box::pin(async move {
+            let _ = l.insert(&mut don_hall(100 * 1024)).await;
+        })
+    })
+    .await;
+    assert!(row(&table, "Marketing", "00001").await.is_none());
+    clock.advance(Duration::from_secs(300));
+    let report = large.sweep_orphans().await.unwrap();
+    assert_eq!((report.too_young, report.deleted.len()), (1, 0));
+    clock.advance(Duration::from_secs(301));
+    let report = large.sweep_orphans().await.unwrap();
+    assert_eq!((report.too_young, report.deleted.len()), (0, 1));
+    assert!(blobs(large.container()).await.is_empty());
 }
 
 async fn delete_removes_the_entity_then_its_blob(svc: TableServiceClient) {
@@ -610,6 +750,9 @@ on_both!(
     crash_after_the_entity_delete_leaves_an_orphan_the_sweep_removes,
     crash_after_a_replace_leaves_the_old_blob_for_the_sweep,
     a_concurrent_replace_leaves_no_dangling_pointer_and_no_lost_blob[flavor = "multi_thread"],
+    get_rereads_when_a_concurrent_replace_deleted_its_blob[flavor = "multi_thread"],
+    a_write_past_its_deadline_deletes_its_blob_and_writes_nothing,
+    the_sweep_waits_out_the_grace_on_the_tables_clock,
     delete_removes_the_entity_then_its_blob,
 );
 

@@ -4,10 +4,12 @@
 
 mod common;
 
+use std::time::Duration;
+
 use chrono::{DateTime, TimeZone, Utc};
 use common::{on_both, unique_name};
 use futures::TryStreamExt;
-use tablekit::{BlobServiceClient, ContainerClient, TableServiceClient};
+use tablekit::{BlobServiceClient, ContainerClient, ManualClock, TableServiceClient};
 use tablekit_patterns::log_data::{LogReader, LogWriter, END_TIME, RECORD_COUNT, START_TIME};
 
 #[derive(serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq)]
@@ -325,7 +327,90 @@ async fn batches_flush_by_count_bytes_and_on_demand(svc: TableServiceClient) {
     assert_eq!(order, ["first", "second"]);
 }
 
+/// `flush_every`: `log` writes the batch once its oldest record has waited
+/// the interval on the writer's clock, `flush_if_due` does so when idle, and
+/// neither makes a request before (no sleeping: a manual clock).
+async fn a_timed_flush_writes_the_batch_once_its_oldest_record_is_due(svc: TableServiceClient) {
+    let logs = fresh_container(&svc).await;
+    let clock = ManualClock::starting_now();
+    let mut writer = LogWriter::new(logs.clone(), "queue")
+        .unwrap()
+        .flush_every(Duration::from_secs(10))
+        .with_clock(clock.clone());
+    let count =
+        |logs: ContainerClient| async move { logs.list_blobs().fetch_all().await.unwrap().len() };
+
+    assert!(writer
+        .log(at(15, 4, 0), &entry("Error", "a"))
+        .await
+        .unwrap()
+        .is_empty());
+    clock.advance(Duration::from_secs(6));
+    // The second record is 6 s after the first was buffered: still buffered.
+    assert!(writer
+        .log(at(15, 4, 1), &entry("Info", "b"))
+        .await
+        .unwrap()
+        .is_empty());
+    assert!(!writer.is_due());
+    assert!(writer.flush_if_due().await.unwrap().is_none());
+    assert_eq!((writer.pending(), count(logs.clone()).await), (2, 0));
+
+    // Idle: 10 s after the first record, flush_if_due writes both.
+    clock.advance(Duration::from_secs(4));
+    assert!(writer.is_due());
+    let blob = writer.flush_if_due().await.unwrap().unwrap();
+    assert_eq!(blob.records(), 2);
+    assert_eq!(writer.pending(), 0);
+    assert!(!writer.is_due(), "an empty batch is never due");
+    assert!(writer.flush_if_due().await.unwrap().is_none());
+
+    // The clock of the new batch starts with its first record: log itself
+    // writes the batch, with the record that found it due.
+    clock.advance(Duration::from_secs(60));
+    assert!(writer
+        .log(at(15, 5, 0), &entry("Info", "c"))
+        .await
+        .unwrap()
+        .is_empty());
+    clock.advance(Duration::from_secs(11));
+    let written = writer
+        .log(at(15, 5, 30), &entry("Critical", "d"))
+        .await
+        .unwrap();
+    assert_eq!(written.len(), 1);
+    assert_eq!(written[0].records(), 2);
+    assert_eq!(count(logs.clone()).await, 2);
+
+    // Without flush_every, time alone writes nothing.
+    let mut untimed = LogWriter::new(logs.clone(), "other")
+        .unwrap()
+        .with_clock(clock.clone());
+    untimed
+        .log(at(15, 6, 0), &entry("Info", "e"))
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(24 * 3600));
+    assert!(!untimed.is_due());
+    assert!(untimed.flush_if_due().await.unwrap().is_none());
+    untimed
+        .log(at(15, 6, 1), &entry("Info", "f"))
+        .await
+        .unwrap();
+    assert_eq!(untimed.pending(), 2);
+
+    let reader = LogReader::<Entry>::new(logs, "queue").unwrap();
+    let messages: Vec<String> = reader
+        .read(at(15, 4, 0)..at(15, 6, 0))
+        .map_ok(|r| r.record.message)
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(messages, ["a", "b", "c", "d"]);
+}
+
 on_both!(
+    a_timed_flush_writes_the_batch_once_its_oldest_record_is_due,
     the_seed_window_reads_only_its_hour_and_records,
     two_writers_never_overwrite_each_other,
     batches_flush_by_count_bytes_and_on_demand,

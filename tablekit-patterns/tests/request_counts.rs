@@ -1,16 +1,24 @@
 //! Requests and bytes per logical operation of the secondary index and the
 //! log tail, next to the hand-written equivalent, counted by a loopback proxy
 //! in front of the emulator: the combinators make no request the
-//! hand-written code would not. Run with `--nocapture` to see the figures.
+//! hand-written code would not. The large entities and log data patterns,
+//! which also talk to the Blob service, are counted through the same proxy
+//! (table and blob endpoints) and their request sequences asserted. Run with
+//! `--nocapture` to see the figures.
 
 mod common;
 
 use chrono::{Duration, TimeZone, Utc};
 use common::proxy::{CountingProxy, Traffic};
+use futures::TryStreamExt;
 use tablekit::filter::prefix_successor;
-use tablekit::{to_dynamic, DynamicEntity, ETag, IfMatch, TableClient, TableEntity, UpdateMode};
+use tablekit::{
+    to_dynamic, ContainerClient, DynamicEntity, ETag, IfMatch, TableClient, TableEntity, UpdateMode,
+};
 use tablekit_patterns::index::{Index, IndexedTable, PRIMARY_ROW_KEY};
 use tablekit_patterns::keys::inverted_ticks;
+use tablekit_patterns::large::{LargeTable, SplitTable};
+use tablekit_patterns::log_data::{LogReader, LogWriter};
 use tablekit_patterns::log_tail::{LogTail, NewestFirst};
 use tablekit_patterns::range::KeyRange;
 
@@ -359,5 +367,265 @@ async fn latest_stops_after_n_entities() {
         Some("1"),
         "{:?}",
         traffic.requests
+    );
+}
+
+/// The seed's employee with a photo (§3.11).
+#[derive(TableEntity, Debug, Clone, PartialEq)]
+#[tablekit(partition_key = "{department}", row_key = "{employee_id}")]
+struct Staff {
+    department: String,
+    employee_id: String,
+    last_name: String,
+    photo: Vec<u8>,
+    #[tablekit(etag)]
+    etag: Option<ETag>,
+}
+
+fn staff(id: &str, photo_len: usize) -> Staff {
+    Staff {
+        department: "Marketing".into(),
+        employee_id: id.into(),
+        last_name: "Hall".into(),
+        photo: vec![0xa5; photo_len],
+        etag: None,
+    }
+}
+
+/// The requests as `METHOD service`: `PUT blob`, `LIST blob` (a listing),
+/// `POST table`... A blob request is one whose path is in `container`.
+fn kinds(traffic: &Traffic, container: &str) -> Vec<String> {
+    let blob_path = format!("/devstoreaccount1/{container}");
+    traffic
+        .requests
+        .iter()
+        .map(|line| {
+            let mut parts = line.split(' ');
+            let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+            if !path.starts_with(&blob_path) {
+                format!("{method} table")
+            } else if path.contains("comp=list") {
+                "LIST blob".to_owned()
+            } else {
+                format!("{method} blob")
+            }
+        })
+        .collect()
+}
+
+/// Prints a row of the published table and asserts the request sequence.
+#[track_caller]
+fn measured(op: &str, traffic: &Traffic, container: &str, expected: &[&str]) {
+    println!(
+        "| {op} | {} req, {} B | {} |",
+        traffic.requests.len(),
+        traffic.bytes,
+        kinds(traffic, container).join(", ")
+    );
+    assert_eq!(
+        kinds(traffic, container),
+        expected,
+        "{op}: {:?}",
+        traffic.requests
+    );
+}
+
+async fn proxied_container(proxy: &CountingProxy, prefix: &str) -> ContainerClient {
+    let container = proxy
+        .blob_service()
+        .container(&common::unique_name(prefix))
+        .unwrap();
+    container.create_container().await.unwrap();
+    container
+}
+
+/// LargeTable and SplitTable with a 100 KiB photo: the requests of each
+/// operation as measured, not as read from the code.
+#[tokio::test]
+async fn large_entities_make_the_requests_their_docs_list() {
+    let Some(svc) = common::service() else { return };
+    let conn = std::env::var(common::CONNECTION_STRING_VAR).unwrap();
+    let proxy = CountingProxy::start(&conn).await;
+    let name = common::fresh_table::<Staff>(&svc, "CountLarge")
+        .await
+        .name()
+        .to_owned();
+    let table: TableClient<Staff> = proxy.service().table(&name).unwrap();
+    let container = proxied_container(&proxy, "count-").await;
+    let c = container.name().to_owned();
+    let large = LargeTable::new(table.clone(), container.clone());
+    println!("| operation (100 KiB photo) | measured | requests |\n|---|---|---|");
+    proxy.take();
+
+    let mut don = staff("00001", 100 * 1024);
+    large.insert(&mut don).await.unwrap();
+    measured(
+        "LargeTable::insert",
+        &proxy.take(),
+        &c,
+        &["PUT blob", "POST table"],
+    );
+
+    let back = large.get(("Marketing", "00001")).await.unwrap().unwrap();
+    assert_eq!(back.photo, don.photo);
+    measured(
+        "LargeTable::get",
+        &proxy.take(),
+        &c,
+        &["GET table", "GET blob"],
+    );
+
+    let row = large
+        .get_without_blobs::<DynamicEntity>(("Marketing", "00001"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(row.blobs.len(), 1);
+    measured(
+        "LargeTable::get_without_blobs",
+        &proxy.take(),
+        &c,
+        &["GET table"],
+    );
+
+    let mut newer = don.clone();
+    newer.photo = vec![0x5a; 90 * 1024];
+    large
+        .replace(&mut newer, don.etag.clone().unwrap())
+        .await
+        .unwrap();
+    measured(
+        "LargeTable::replace",
+        &proxy.take(),
+        &c,
+        &["GET table", "PUT blob", "PUT table", "DELETE blob"],
+    );
+
+    assert!(large
+        .delete(("Marketing", "00001"), IfMatch::Any)
+        .await
+        .unwrap());
+    measured(
+        "LargeTable::delete",
+        &proxy.take(),
+        &c,
+        &["GET table", "DELETE table", "DELETE blob"],
+    );
+
+    // The sweep over a small set: three live entities and one orphan (a blob
+    // named the pattern's way whose entity was never written).
+    for id in ["00002", "00003", "00004"] {
+        large.insert(&mut staff(id, 70 * 1024)).await.unwrap();
+    }
+    let orphan = format!("{name}/Marketing/00005/{}/Photo", "0".repeat(32));
+    container.blob(&orphan).unwrap().upload("x").await.unwrap();
+    proxy.take();
+    // An hour and a second later, on a clock of the test's own: no sleeping.
+    let later = Utc::now() + Duration::seconds(3601);
+    let report = large
+        .clone()
+        .with_clock(tablekit::ManualClock::new(later))
+        .sweep_orphans()
+        .await
+        .unwrap();
+    assert_eq!((report.listed, report.live), (4, 3));
+    assert_eq!(report.deleted, [orphan]);
+    measured(
+        "LargeTable::sweep_orphans (3 live, 1 orphan)",
+        &proxy.take(),
+        &c,
+        &[
+            "LIST blob",
+            "GET table",
+            "GET table",
+            "GET table",
+            "GET table",
+            "DELETE blob",
+        ],
+    );
+
+    let split = SplitTable::new(table);
+    let mut jun = staff("00010", 100 * 1024);
+    split.insert(&mut jun).await.unwrap();
+    measured("SplitTable::insert", &proxy.take(), &c, &["POST table"]);
+    let back = split.get(("Marketing", "00010")).await.unwrap().unwrap();
+    assert_eq!(back.photo, jun.photo);
+    measured("SplitTable::get", &proxy.take(), &c, &["GET table"]);
+}
+
+#[derive(serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq)]
+struct QueueLog {
+    level: String,
+    message: String,
+}
+
+/// LogWriter's flushes and LogReader's read of the seed's window 15:04–15:06
+/// over two hours of blobs.
+#[tokio::test]
+async fn log_data_makes_the_requests_its_docs_list() {
+    if common::service().is_none() {
+        return;
+    }
+    let conn = std::env::var(common::CONNECTION_STRING_VAR).unwrap();
+    let proxy = CountingProxy::start(&conn).await;
+    let container = proxied_container(&proxy, "countlogs-").await;
+    let c = container.name().to_owned();
+    println!("| operation | measured | requests |\n|---|---|---|");
+    proxy.take();
+    let at = |h: u32, m: u32| Utc.with_ymd_and_hms(2014, 7, 31, h, m, 0).unwrap();
+    let record = |m: u32| QueueLog {
+        level: if m % 7 == 0 { "Error" } else { "Info" }.into(),
+        message: format!("minute {m}"),
+    };
+
+    // Batches of 5 records, one a minute from 14:00 to 15:59: 12 blobs an hour.
+    let mut writer = LogWriter::new(container.clone(), "queue")
+        .unwrap()
+        .max_records(5);
+    for m in 0..4 {
+        writer.log(at(14, m), &record(m)).await.unwrap();
+    }
+    assert!(proxy.take().requests.is_empty(), "buffered: no request");
+    let written = writer.log(at(14, 4), &record(4)).await.unwrap();
+    assert_eq!(written.len(), 1);
+    measured(
+        "LogWriter::flush, first in the hour",
+        &proxy.take(),
+        &c,
+        &["LIST blob", "PUT blob"],
+    );
+    for m in 5..10 {
+        writer.log(at(14, m), &record(m)).await.unwrap();
+    }
+    measured("LogWriter::flush, next", &proxy.take(), &c, &["PUT blob"]);
+    for h in [14, 15] {
+        for m in 0..60 {
+            if h == 14 && m < 10 {
+                continue;
+            }
+            writer.log(at(h, m), &record(m)).await.unwrap();
+        }
+    }
+    assert_eq!(writer.pending(), 0);
+    assert_eq!(container.list_blobs().fetch_all().await.unwrap().len(), 24);
+    proxy.take();
+
+    let reader = LogReader::<QueueLog>::new(container.clone(), "queue").unwrap();
+    let window: Vec<_> = reader
+        .read(at(15, 4)..at(15, 6))
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(
+        window.iter().map(|r| r.time).collect::<Vec<_>>(),
+        [at(15, 4), at(15, 5)]
+    );
+    // One listing of the 15:00 folder (12 blobs), two downloads: 15:00–15:04
+    // and 15:05–15:09; the other ten are skipped by their metadata.
+    measured(
+        "LogReader::read 15:04..15:06 (24 blobs in 2 hours)",
+        &proxy.take(),
+        &c,
+        &["LIST blob", "GET blob", "GET blob"],
     );
 }

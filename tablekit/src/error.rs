@@ -243,8 +243,24 @@ impl Error {
         retryable(&self.inner.kind)
     }
 
+    /// A time limit of the caller's own ran out before an operation's last
+    /// step, for code built on tablekit (a pattern's write deadline, say):
+    /// [`is_timeout`](Error::is_timeout) and
+    /// [`is_retryable`](Error::is_retryable) hold, as for the HTTP options'
+    /// timeouts. The message says which operation gave up and what it undid.
+    ///
+    /// ```
+    /// let e = tablekit::Error::timed_out("the write of (Sales, 1) took 40 s, over its 30 s deadline");
+    /// assert!(e.is_timeout() && e.is_retryable() && !e.is_invalid_input());
+    /// assert!(e.to_string().contains("over its 30 s deadline"));
+    /// ```
+    pub fn timed_out(message: impl Into<String>) -> Self {
+        ErrorKind::Transport(TransportError::new(TransportKind::Timeout, message, None)).into()
+    }
+
     /// The failure was a time limit: the connect timeout or the per-attempt
-    /// timeout of [`HttpOptions`](crate::HttpOptions) ran out.
+    /// timeout of [`HttpOptions`](crate::HttpOptions) ran out, or one of the
+    /// caller's own ([`Error::timed_out`]).
     pub fn is_timeout(&self) -> bool {
         matches!(
             &self.inner.kind,

@@ -25,32 +25,26 @@ pub struct CountingProxy {
 
 impl CountingProxy {
     /// Starts a proxy in front of the emulator of `conn` (a connection string
-    /// with a loopback `TableEndpoint`).
+    /// with a loopback `TableEndpoint`, and optionally a `BlobEndpoint`, whose
+    /// requests are counted in the same [`Traffic`]).
     pub async fn start(conn: &str) -> CountingProxy {
-        let endpoint = conn
-            .split(';')
-            .find_map(|p| p.trim().strip_prefix("TableEndpoint="))
-            .expect("the connection string has a TableEndpoint");
-        let rest = endpoint.strip_prefix("http://").expect("an http endpoint");
-        let (upstream, path) = rest.split_once('/').unwrap_or((rest, ""));
-        assert!(
-            upstream.starts_with("127.0.0.1:"),
-            "loopback only: {upstream}"
-        );
-        let upstream = upstream.to_owned();
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let local = listener.local_addr().unwrap();
         let traffic = Arc::new(Mutex::new(Traffic::default()));
-        let t = traffic.clone();
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let server = TcpStream::connect(&upstream).await.unwrap();
-                tokio::spawn(relay(client, server, t.clone()));
-            }
-        });
+        let mut connection_string = conn.to_owned();
+        for (key, required) in [("TableEndpoint=", true), ("BlobEndpoint=", false)] {
+            let Some(endpoint) = conn
+                .split(';')
+                .find_map(|p| p.trim().strip_prefix(key))
+                .filter(|e| !e.is_empty())
+            else {
+                assert!(!required, "the connection string has a {key}");
+                continue;
+            };
+            let local = listen(endpoint, traffic.clone()).await;
+            connection_string = connection_string.replace(endpoint, &local);
+        }
         CountingProxy {
             traffic,
-            connection_string: conn.replace(endpoint, &format!("http://{local}/{path}")),
+            connection_string,
         }
     }
 
@@ -59,10 +53,36 @@ impl CountingProxy {
         tablekit::TableServiceClient::from_connection_string(&self.connection_string).unwrap()
     }
 
+    /// A Blob service client of the same account that talks through the proxy.
+    pub fn blob_service(&self) -> tablekit::BlobServiceClient {
+        tablekit::BlobServiceClient::from_connection_string(&self.connection_string).unwrap()
+    }
+
     /// The traffic since the last call, and a fresh count.
     pub fn take(&self) -> Traffic {
         std::mem::take(&mut *self.traffic.lock().unwrap())
     }
+}
+
+/// Relays a loopback listener to `endpoint` (`http://127.0.0.1:port/path`),
+/// counting into `traffic`; returns the endpoint to use instead.
+async fn listen(endpoint: &str, traffic: Arc<Mutex<Traffic>>) -> String {
+    let rest = endpoint.strip_prefix("http://").expect("an http endpoint");
+    let (upstream, path) = rest.split_once('/').unwrap_or((rest, ""));
+    assert!(
+        upstream.starts_with("127.0.0.1:"),
+        "loopback only: {upstream}"
+    );
+    let upstream = upstream.to_owned();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let local = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let server = TcpStream::connect(&upstream).await.unwrap();
+            tokio::spawn(relay(client, server, traffic.clone()));
+        }
+    });
+    format!("http://{local}/{path}")
 }
 
 async fn relay(client: TcpStream, server: TcpStream, traffic: Arc<Mutex<Traffic>>) {
