@@ -153,8 +153,8 @@ use futures::TryStreamExt;
 use tablekit::validate::{MAX_ENTITY_BYTES, MAX_VALUE_BYTES};
 use tablekit::{
     entity_to_json, BlobClient, ContainerClient, DecodeError, DynamicEntity, ETag, EdmValue,
-    EntityKey, Error, ErrorCode, ErrorKind, IfMatch, ManualClock, PropertyWriter, RawEntity,
-    Result, TableClient, TableEntity, UpdateMode, ValidationError,
+    EntityKey, Error, ErrorCode, ErrorKind, IfMatch, ManualClock, RawEntity, Result, TableClient,
+    TableEntity, UpdateMode,
 };
 
 use crate::error::invalid;
@@ -311,70 +311,6 @@ impl StepHook {
 impl fmt::Debug for StepHook {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(if self.0.is_some() { "Some(..)" } else { "None" })
-    }
-}
-
-/// Collects an entity's properties in order, refusing a name written twice
-/// or reserved by the pattern.
-struct Collector {
-    props: Vec<(String, EdmValue)>,
-    seen: HashSet<String>,
-    reserved: &'static str,
-}
-
-impl Collector {
-    fn new(reserved: &'static str) -> Self {
-        Collector {
-            props: Vec::new(),
-            seen: HashSet::new(),
-            reserved,
-        }
-    }
-
-    fn of<T: TableEntity>(entity: &T, reserved: &'static str) -> Result<Vec<(String, EdmValue)>> {
-        let mut c = Collector::new(reserved);
-        entity.write_properties(&mut c)?;
-        Ok(c.props)
-    }
-
-    fn put(&mut self, name: &str, value: EdmValue) -> Result<()> {
-        if name == self.reserved {
-            return Err(invalid(format!(
-                "property {name:?} is reserved by the large entity pattern"
-            )));
-        }
-        if !self.seen.insert(name.to_owned()) {
-            return Err(ValidationError::duplicate_property(name).into());
-        }
-        self.props.push((name.to_owned(), value));
-        Ok(())
-    }
-}
-
-impl PropertyWriter for Collector {
-    fn string(&mut self, name: &str, value: &str) -> Result<()> {
-        self.put(name, EdmValue::String(value.to_owned()))
-    }
-    fn binary(&mut self, name: &str, value: &[u8]) -> Result<()> {
-        self.put(name, EdmValue::Binary(value.to_owned()))
-    }
-    fn boolean(&mut self, name: &str, value: bool) -> Result<()> {
-        self.put(name, EdmValue::Boolean(value))
-    }
-    fn datetime(&mut self, name: &str, value: &DateTime<Utc>) -> Result<()> {
-        self.put(name, EdmValue::DateTime(*value))
-    }
-    fn double(&mut self, name: &str, value: f64) -> Result<()> {
-        self.put(name, EdmValue::Double(value))
-    }
-    fn guid(&mut self, name: &str, value: &uuid::Uuid) -> Result<()> {
-        self.put(name, EdmValue::Guid(*value))
-    }
-    fn int32(&mut self, name: &str, value: i32) -> Result<()> {
-        self.put(name, EdmValue::Int32(value))
-    }
-    fn int64(&mut self, name: &str, value: i64) -> Result<()> {
-        self.put(name, EdmValue::Int64(value))
     }
 }
 
@@ -678,7 +614,7 @@ impl<T: TableEntity> LargeTable<T> {
 
     fn plan(&self, entity: &T) -> Result<Plan> {
         let (pk, rk) = (entity.partition_key(), entity.row_key());
-        let props = Collector::of(entity, BLOBS)?;
+        let props = crate::props::collect(entity, BLOBS, "large entity")?;
         for name in &self.always {
             if let Some((_, v)) = props.iter().find(|(n, _)| n == name) {
                 if Kind::of(v).is_none() {
@@ -1218,7 +1154,7 @@ impl<T: TableEntity> SplitTable<T> {
     /// stored entity would be over 1 MiB.
     pub fn encode(&self, entity: &T) -> Result<DynamicEntity> {
         let (pk, rk) = (entity.partition_key(), entity.row_key());
-        let props = Collector::of(entity, SPLIT)?;
+        let props = crate::props::collect(entity, SPLIT, "large entity")?;
         let mut row = DynamicEntity::new(pk.as_ref(), rk.as_ref());
         let mut taken: HashSet<String> = props.iter().map(|(n, _)| n.clone()).collect();
         let mut list = Vec::new();

@@ -193,6 +193,7 @@ pub mod large;
 pub mod log_data;
 pub mod log_tail;
 pub mod periodic;
+mod props;
 pub mod range;
 pub mod series;
 pub mod summary;

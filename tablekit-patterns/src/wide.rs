@@ -42,15 +42,13 @@
 //! # Ok(()) }
 //! ```
 
-use std::collections::HashSet;
 use std::fmt;
 use std::marker::PhantomData;
 
-use chrono::{DateTime, Utc};
 use tablekit::validate::MAX_PROPERTIES;
 use tablekit::{
-    DecodeError, DynamicEntity, ETag, EdmValue, EntityKey, Error, ErrorKind, IfMatch,
-    PropertyWriter, RawEntity, Result, TableClient, TableEntity, UpdateMode, ValidationError,
+    DecodeError, DynamicEntity, ETag, EdmValue, EntityKey, Error, ErrorKind, IfMatch, RawEntity,
+    Result, TableClient, TableEntity, UpdateMode,
 };
 
 use crate::error::invalid;
@@ -102,55 +100,6 @@ fn inconsistent(message: String) -> Error {
     DecodeError::for_property(PARTS, message).into()
 }
 
-/// Collects an entity's properties, refusing a name written twice.
-#[derive(Default)]
-struct Collector {
-    props: Vec<(String, EdmValue)>,
-    seen: HashSet<String>,
-}
-
-impl Collector {
-    fn put(&mut self, name: &str, value: EdmValue) -> Result<()> {
-        if name == PARTS {
-            return Err(invalid(format!(
-                "property {PARTS:?} is reserved by the wide entity pattern"
-            )));
-        }
-        if !self.seen.insert(name.to_owned()) {
-            return Err(ValidationError::duplicate_property(name).into());
-        }
-        self.props.push((name.to_owned(), value));
-        Ok(())
-    }
-}
-
-impl PropertyWriter for Collector {
-    fn string(&mut self, name: &str, value: &str) -> Result<()> {
-        self.put(name, EdmValue::String(value.to_owned()))
-    }
-    fn binary(&mut self, name: &str, value: &[u8]) -> Result<()> {
-        self.put(name, EdmValue::Binary(value.to_owned()))
-    }
-    fn boolean(&mut self, name: &str, value: bool) -> Result<()> {
-        self.put(name, EdmValue::Boolean(value))
-    }
-    fn datetime(&mut self, name: &str, value: &DateTime<Utc>) -> Result<()> {
-        self.put(name, EdmValue::DateTime(*value))
-    }
-    fn double(&mut self, name: &str, value: f64) -> Result<()> {
-        self.put(name, EdmValue::Double(value))
-    }
-    fn guid(&mut self, name: &str, value: &uuid::Uuid) -> Result<()> {
-        self.put(name, EdmValue::Guid(*value))
-    }
-    fn int32(&mut self, name: &str, value: i32) -> Result<()> {
-        self.put(name, EdmValue::Int32(value))
-    }
-    fn int64(&mut self, name: &str, value: i64) -> Result<()> {
-        self.put(name, EdmValue::Int64(value))
-    }
-}
-
 /// An upper estimate of a property's stored size (the service counts names
 /// and strings in UTF-16).
 fn estimate(name: &str, value: &EdmValue) -> usize {
@@ -181,13 +130,12 @@ impl<T: TableEntity> WideTable<T> {
     /// property name repeats or is [`PARTS`].
     pub fn parts(&self, entity: &T) -> Result<Vec<DynamicEntity>> {
         let (pk, rk) = (entity.partition_key(), entity.row_key());
-        let mut all = Collector::default();
-        entity.write_properties(&mut all)?;
+        let all = crate::props::collect(entity, PARTS, "wide entity")?;
         let mut parts = vec![DynamicEntity::new(pk.as_ref(), part_row_key(&rk, 0))];
         // Part 0 keeps room for the part count.
         let mut room = MAX_PROPERTIES - 1;
         let mut size = 0;
-        for (name, value) in all.props {
+        for (name, value) in all {
             let cost = estimate(&name, &value);
             if room == 0 || (size + cost > PART_BUDGET_BYTES && size > 0) {
                 let index = parts.len();
