@@ -76,3 +76,30 @@ impl PropertyWriter for Collector {
         self.put(name, EdmValue::Int64(value))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tablekit::DynamicEntity;
+
+    use super::*;
+
+    #[test]
+    fn properties_come_in_order_and_the_reserved_name_is_refused() {
+        let e = DynamicEntity::new("Sales", "000223")
+            .with("Email", "jonesj@contoso.com")
+            .with("Age", 34i32);
+        let props = collect(&e, "_Parts", "wide entity").unwrap();
+        let names: Vec<&str> = props.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names.len(), 2);
+        assert!(names.contains(&"Email") && names.contains(&"Age"));
+
+        let e = e.with("_Parts", 3i32);
+        let err = collect(&e, "_Parts", "wide entity").unwrap_err();
+        assert!(err.is_invalid_input(), "{err}");
+        assert!(
+            err.to_string()
+                .contains("\"_Parts\" is reserved by the wide entity pattern"),
+            "{err}"
+        );
+    }
+}
