@@ -17,7 +17,9 @@ use tablekit::{
     TableEntity, TableServiceClient,
 };
 use tablekit_patterns::eventual::{Event, Worker, WorkerBuilder};
-use tablekit_patterns::inter_index::{InterIndex, InterPartitionIndex, PRIMARY_ROW_KEY};
+use tablekit_patterns::inter_index::{
+    InterIndex, InterPartitionIndex, CHANGE_STAMP, PRIMARY_ROW_KEY, REMOVED,
+};
 use tablekit_patterns::range::KeyRange;
 
 #[derive(TableEntity, Debug, Clone, PartialEq)]
@@ -160,15 +162,36 @@ impl Env {
         }
     }
 
-    /// Every stored row, as (PartitionKey, RowKey), of both tables.
+    /// Every stored row but the tombstones, as (PartitionKey, RowKey), of
+    /// both tables.
     async fn keys(&self) -> BTreeSet<(String, String)> {
+        self.rows(false).await
+    }
+
+    /// The tombstones removes left, as (PartitionKey, RowKey).
+    async fn tombstones(&self) -> BTreeSet<(String, String)> {
+        self.rows(true).await
+    }
+
+    async fn rows(&self, tombstones: bool) -> BTreeSet<(String, String)> {
         let mut out = BTreeSet::new();
         for t in [
             self.employees.with_type::<DynamicEntity>(),
             self.names.clone(),
         ] {
             for d in t.query().fetch_all().await.unwrap() {
-                out.insert((d.partition_key, d.row_key));
+                let tombstone = d.get(REMOVED) == Some(&EdmValue::Boolean(true));
+                if tombstone {
+                    assert_eq!(
+                        d.properties.len(),
+                        2,
+                        "a tombstone holds its stamp and the mark: {d:?}"
+                    );
+                    assert!(matches!(d.get(CHANGE_STAMP), Some(EdmValue::Int64(_))));
+                }
+                if tombstone == tombstones {
+                    out.insert((d.partition_key, d.row_key));
+                }
             }
         }
         out
@@ -342,13 +365,16 @@ async fn an_email_change_moves_the_copy_and_a_remove_deletes_every_copy(s: Servi
     env.index.remove(("Sales", "000223")).await.unwrap();
     env.drain().await;
     assert_eq!(env.keys().await, BTreeSet::new());
+    assert_eq!(env.tombstones().await, set(&[("empid_Sales", "000223")]));
     assert_eq!(env.jobs.approximate_message_count().await.unwrap(), 0);
 }
 
-/// A put of a new entity (3 steps: read, primary, 2 copies = 4 boundaries),
-/// an email change (read, old copy deleted, primary, 2 copies = 5) and a
-/// remove (read, 2 copies, primary = 4), each stopped after every boundary
-/// in turn; then a fresh worker finishes.
+/// A put of a new entity (read, insert primary, 2 copies, re-read = 5
+/// boundaries), an email change (read, read + delete the old email copy,
+/// primary, 2 copies, read the old email copy again, re-read = 8) and a
+/// remove (read, read + delete each of 2 copies, tombstone, read each copy
+/// again = 8), each stopped after every boundary in turn; then a fresh
+/// worker finishes.
 async fn a_worker_stopped_at_each_step_of_a_change_is_recovered(s: Services) {
     #[derive(Clone, Copy, Debug)]
     enum Case {
@@ -358,7 +384,7 @@ async fn a_worker_stopped_at_each_step_of_a_change_is_recovered(s: Services) {
     }
     let mut changed = jones();
     changed.email = "jj@contoso.com".into();
-    for (case, boundaries) in [(Case::Insert, 4), (Case::Change, 5), (Case::Remove, 4)] {
+    for (case, boundaries) in [(Case::Insert, 5), (Case::Change, 8), (Case::Remove, 8)] {
         for boundary in 1..=boundaries {
             let env = Env::new(&s).await;
             match case {
@@ -412,6 +438,11 @@ async fn a_worker_stopped_at_each_step_of_a_change_is_recovered(s: Services) {
                 Case::Remove => BTreeSet::new(),
             };
             assert_eq!(env.keys().await, want, "{case:?} at {boundary}");
+            let tombstones = match case {
+                Case::Remove => set(&[("empid_Sales", "000223")]),
+                Case::Insert | Case::Change => BTreeSet::new(),
+            };
+            assert_eq!(env.tombstones().await, tombstones, "{case:?} at {boundary}");
             assert_eq!(env.jobs.approximate_message_count().await.unwrap(), 0);
             assert_eq!(env.poison.approximate_message_count().await.unwrap(), 0);
             if let Case::Change = case {
