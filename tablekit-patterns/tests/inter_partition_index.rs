@@ -221,8 +221,9 @@ impl Env {
     }
 }
 
-/// A worker of one message at a time whose step hook, at step `at` of the
-/// message it runs, says so (`reached`) and waits until `release`d.
+/// A worker of one message at a time whose step hook, at the first step of
+/// the message it runs for which `pause(number, name)` holds, says so
+/// (`reached`) and waits until `release`d.
 struct Paused {
     worker: Worker,
     reached: Arc<Notify>,
@@ -231,16 +232,23 @@ struct Paused {
 
 impl Paused {
     fn new(env: &Env, at: usize) -> Paused {
+        Paused::when(env, move |step, _| step == at)
+    }
+
+    fn when(env: &Env, pause: impl Fn(usize, &str) -> bool + Send + Sync + 'static) -> Paused {
         let (reached, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
         let (r, g) = (reached.clone(), release.clone());
+        let pause = Arc::new(pause);
+        let paused = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let worker = env
             .worker()
             .concurrency(1)
             .step_hook(move |event| {
                 let (r, g) = (r.clone(), g.clone());
+                let (pause, paused) = (pause.clone(), paused.clone());
                 async move {
-                    if let Event::Step { step, .. } = event {
-                        if step == at {
+                    if let Event::Step { step, name, .. } = event {
+                        if pause(step, &name) && !paused.swap(true, Ordering::SeqCst) {
                             r.notify_one();
                             g.notified().await;
                         }
@@ -329,7 +337,7 @@ fn older() -> Employee {
 }
 
 fn newer() -> Employee {
-    emp(223, "Brown", "brownj@contoso.com")
+    emp(223, "Brown", "jonesj@contoso.com")
 }
 
 /// The state after `newer()` won, read with the unverified reads only: the
@@ -338,7 +346,7 @@ async fn assert_newer_won(env: &Env, context: &str) {
     assert_eq!(
         env.keys().await,
         set(&[
-            ("email_Sales", "brownj@contoso.com"),
+            ("email_Sales", "jonesj@contoso.com"),
             ("empid_Sales", "000223"),
             ("lastname_Sales", "Brown_000223"),
         ]),
@@ -380,41 +388,60 @@ async fn an_older_put_delivered_after_a_newer_one_changes_nothing(s: Services) {
     assert_eq!(env.jobs.approximate_message_count().await.unwrap(), 0);
 }
 
-/// Two workers change the same employee (jones → older(), jones → newer()):
-/// one is paused after each of its step boundaries in turn while the other
-/// runs its whole change, then finishes. Both orders: the paused one is the
-/// older change, or the newer one (whose message the older worker read the
-/// primary before).
+/// Two workers change the same employee (jones → older(): a new email and
+/// last name; jones → newer(): a new last name, the same email), each order
+/// stopped at every step boundary of one of them in turn:
+/// 1. the older pauses after step `at`, the newer runs whole, the older ends;
+/// 2. the older reads and pauses, the newer runs to step `at`, the older
+///    ends, then the newer;
+/// 3. the older pauses after its primary write, the newer runs to step
+///    `at`, the older ends, then the newer.
 async fn two_changes_interleaved_at_every_step_end_at_the_newer(s: Services) {
-    for paused_is_newer in [false, true] {
+    for order in 1..=3 {
         for at in 1.. {
             let env = Env::new(&s).await;
             env.index.put(&jones()).await.unwrap();
             env.drain().await;
-            let context = format!("paused newer: {paused_is_newer}, at step {at}");
-            let reached = if paused_is_newer {
-                // The older change reads the primary and waits; the newer one
-                // runs to step `at`; the older one finishes; then the newer.
-                env.index.put(&older()).await.unwrap();
-                let older_run = Paused::new(&env, 1).start().await.expect("a read");
-                env.index.put(&newer()).await.unwrap();
-                let newer_run = Paused::new(&env, at).start().await;
-                older_run.finish().await;
-                let reached = newer_run.is_some();
-                if let Some(run) = newer_run {
-                    run.finish().await;
+            let context = format!("order {order}, at step {at}");
+            env.index.put(&older()).await.unwrap();
+            let primary_write = format!("replace_if_unchanged {}", env.employees.name());
+            let first = match order {
+                1 => Paused::new(&env, at),
+                2 => Paused::new(&env, 1),
+                _ => Paused::when(&env, move |_, name| name == primary_write),
+            }
+            .start()
+            .await;
+            env.index.put(&newer()).await.unwrap();
+            let reached = match (order, first) {
+                (1, first) => {
+                    env.drain().await;
+                    let reached = first.is_some();
+                    if let Some(run) = first {
+                        run.finish().await;
+                    }
+                    reached
                 }
-                reached
-            } else {
-                env.index.put(&older()).await.unwrap();
-                let older_run = Paused::new(&env, at).start().await;
-                env.index.put(&newer()).await.unwrap();
-                env.drain().await;
-                let reached = older_run.is_some();
-                if let Some(run) = older_run {
-                    run.finish().await;
+                (2, first) => {
+                    let first = first.expect("the older change reads");
+                    let second = Paused::new(&env, at).start().await;
+                    first.finish().await;
+                    let reached = second.is_some();
+                    if let Some(run) = second {
+                        run.finish().await;
+                    }
+                    reached
                 }
-                reached
+                (_, first) => {
+                    let first = first.expect("the older change writes its primary");
+                    let second = Paused::new(&env, at).start().await;
+                    first.finish().await;
+                    let reached = second.is_some();
+                    if let Some(run) = second {
+                        run.finish().await;
+                    }
+                    reached
+                }
             };
             assert_newer_won(&env, &context).await;
             env.assert_no_dangling_copy().await;
@@ -580,7 +607,7 @@ async fn a_put_older_than_a_remove_does_not_resurrect_the_entity(s: Services) {
     );
     assert_eq!(
         env.index
-            .lookup(&env.by_email, "Sales", "brownj@contoso.com")
+            .lookup(&env.by_name, "Sales", "Brown_000223")
             .await
             .unwrap(),
         Some(newer())
