@@ -12,11 +12,17 @@
 //! | operation | requests |
 //! |---|---|
 //! | [`put`](InterPartitionIndex::put), [`remove`](InterPartitionIndex::remove) (client) | 1 message sent |
-//! | the worker, for a put | read primary; delete-if-exists each copy whose indexed value changed; insert-or-replace primary; insert-or-replace each copy |
-//! | the worker, for a remove | read primary (absent: done); delete-if-exists each copy; delete-if-exists primary |
+//! | the worker, for a put | read primary; per copy whose indexed value changed: read it, delete it under its ETag if an older change wrote it; replace the primary under the ETag read (insert if absent); insert-or-replace each copy; per changed value again: read the old copy, delete it if older; read the primary again (+1 conditional write or delete per copy if a newer change got in) |
+//! | the worker, for a stale put (a newer change is stored) | read primary; read each copy under this change's values (+1 conditional delete or rewrite of each one this change wrote) |
+//! | the worker, for a remove | read primary (newer or this remove: done); per copy: read, delete if older; replace the primary by a tombstone under the ETag read (insert if absent); per copy again: read, delete if older |
 //! | [`get`](InterPartitionIndex::get), [`lookup`](InterPartitionIndex::lookup) | 1 point read |
 //! | [`lookup_verified`](InterPartitionIndex::lookup_verified) | 2 point reads (+1 conditional delete to repair) |
 //! | [`list`](InterPartitionIndex::list), [`list_primary`](InterPartitionIndex::list_primary) | 1 range query (a request per page) |
+//! | [`purge_tombstones`](InterPartitionIndex::purge_tombstones) | 1 query over the primary partitions (a request per page), 1 conditional delete per old tombstone |
+//!
+//! A primary write that finds the primary changed since its read (412, or
+//! 409 on an insert) starts again from the read, after a jittered pause, at
+//! most [`MAX_REREADS`] times; then the message fails and is retried later.
 //!
 //! # Order of the writes
 //!
@@ -24,23 +30,72 @@
 //! the client was told about is never lost, whatever crashes after. The
 //! worker orders its writes so that **an index copy never points at a missing
 //! primary**: a copy is written only after the primary it points at, and
-//! deleted before it. A copy under an old value is deleted (delete-if-exists)
-//! *before* the primary changes, because the old value is known only from the
-//! primary as stored: a crash after the primary write would otherwise forget
-//! it. Every step is idempotent, so a worker that stops anywhere is followed
-//! by one that redoes the whole change. Between the steps a reader can see the
-//! primary changed and the index not yet, or a lookup by the old value find
-//! nothing while the new one is not yet written: the index is eventually
-//! consistent.
+//! deleted before it (before the tombstone that replaces it). A copy under
+//! an old value is deleted *before* the primary changes, because the old
+//! value is known only from the primary as stored: a crash after the primary
+//! write would otherwise forget it. Every step is idempotent, so a worker that
+//! stops anywhere is followed by one that redoes the whole change. Between
+//! the steps a reader can see the primary changed and the index not yet, or a
+//! lookup by the old value find nothing while the new one is not yet written:
+//! the index is eventually consistent.
 //!
-//! Two messages changing the *same* entity at the same time (two workers)
-//! can leave a copy under a stale value, or (a put racing a remove) a copy
-//! whose primary is gone. [`lookup_verified`](InterPartitionIndex::lookup_verified)
-//! and [`list_verified`](InterPartitionIndex::list_verified) check each copy
-//! against its primary and repair such an entry (a delete conditional on the
-//! copy's ETag) when they find one. Delivery is at least once: a message
-//! that runs again after a newer change of the same entity writes its older
-//! value again (last writer wins); send a new change after it if that matters.
+//! # Change stamps: out-of-order delivery and racing workers
+//!
+//! Delivery is at least once, and not in order: a message can run again
+//! after a newer change of the same entity (after a crash, a failed step, a
+//! lost delete), and two workers can apply two changes of one entity at the
+//! same time. So each message carries a **stamp**: microseconds since the
+//! Unix epoch by the sending client's clock, made strictly increasing per
+//! [`InterPartitionIndex`] value (and its clones). The primary, each copy and
+//! each tombstone store the stamp of the change that wrote them in
+//! [`CHANGE_STAMP`] (Int64). The worker:
+//!
+//! * applies a put only over an older primary (or none): a primary with a
+//!   stamp as new or newer means the message is stale. It then writes
+//!   nothing new, but brings in line what an earlier attempt of *this*
+//!   message may have left: a copy under its values that holds its stamp is
+//!   deleted (or, if the current primary still has that value, rewritten from
+//!   it), under the copy's ETag. An equal stamp with the same entity is this
+//!   message's own earlier attempt, which then goes on with the copies.
+//! * writes the primary under the ETag of its read, so of two racing workers
+//!   one restarts from a fresh read and finds the other's stamp.
+//! * deletes a copy under an old value only if an older change wrote it
+//!   (its stamp is lower), before the primary write and once more after it:
+//!   an older change that read the primary earlier can write its copy late.
+//! * reads the primary again after writing the copies: if a newer change got
+//!   in, each copy just written is deleted (or, if the newer primary has the
+//!   same value, rewritten from it), under the ETag this worker's write
+//!   returned, so a newer worker's own write of that copy wins.
+//! * leaves a **tombstone** for a remove: the primary is replaced by an
+//!   entity with only its keys, [`CHANGE_STAMP`] and [`REMOVED`]` = true`.
+//!   A put older than the remove, delivered late, sees the newer stamp and
+//!   does nothing, so a removed entity does not come back; a newer put
+//!   replaces the tombstone. Every read skips tombstones (on the client:
+//!   a `$filter` on `Removed` would drop every entity without it).
+//!   [`purge_tombstones`](InterPartitionIndex::purge_tombstones) deletes
+//!   old ones once no older message can still be delivered.
+//!
+//! What remains:
+//!
+//! * Stamps of **different clients** compare by their clocks: last writer
+//!   wins by client clock, so of two changes of one entity made on two
+//!   machines within their clock skew, the one with the later clock wins,
+//!   which need not be the one made later. Equal stamps from two clients
+//!   (the same microsecond): the change stored first wins. Send the changes
+//!   of one entity from one [`InterPartitionIndex`] value (or keep clocks
+//!   synchronised) if that matters.
+//! * A worker that crashes between its primary write and its second
+//!   delete of old copies, while an older change racing it writes a copy
+//!   under the old value, leaves that copy: on redelivery the old value is
+//!   no longer known. Such a copy has an older stamp than its primary;
+//!   [`lookup_verified`](InterPartitionIndex::lookup_verified) and
+//!   [`list_verified`](InterPartitionIndex::list_verified) repair it (a
+//!   delete conditional on the copy's ETag) when they find it.
+//! * A put older than a purged tombstone would bring the entity back: purge
+//!   only past the queue's message time-to-live.
+//! * A message sent before stamps existed has no stamp (0): it is applied
+//!   unconditionally, as then (its primary and copies get stamp 0, which any
+//!   stamped change replaces).
 //!
 //! # Keys
 //!
@@ -48,7 +103,8 @@
 //! `{employee_id:06}`) are stored with a PartitionKey prefix: the primary
 //! under `empid_Sales` / `000223`, a copy under `email_Sales` /
 //! `jonesj@contoso.com` with the property [`PRIMARY_ROW_KEY`] holding the
-//! primary RowKey. Normalise indexed values in the key function (lower case),
+//! primary RowKey. An entity type with a property named [`PRIMARY_ROW_KEY`],
+//! [`CHANGE_STAMP`] or [`REMOVED`] is refused. Normalise indexed values in the key function (lower case),
 //! as RowKeys compare ordinally; a value must be a valid RowKey (no `/ \ # ?`).
 //! An entity travels in its message, so it must fit one (about 48 KiB of
 //! JSON); a larger one is refused before any request.
@@ -534,7 +590,10 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 partition_key,
                 row_key,
                 stamp,
-            } => self.apply_remove(&partition_key, &row_key, stamp, ctx).await,
+            } => {
+                self.apply_remove(&partition_key, &row_key, stamp, ctx)
+                    .await
+            }
         }
     }
 
@@ -1038,5 +1097,33 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
             }
         }
         Ok(purged)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamps_increase_even_when_the_clock_stands_still_or_goes_back() {
+        assert_eq!(next_stamp(0, 1_000), 1_000);
+        assert_eq!(next_stamp(1_000, 1_000), 1_001);
+        assert_eq!(next_stamp(1_001, 900), 1_002);
+        assert_eq!(next_stamp(1_002, 5_000), 5_000);
+    }
+
+    #[test]
+    fn a_message_from_before_stamps_reads_with_stamp_zero() {
+        let put: Change = serde_json::from_str(r#"{"put":{"entity":{"a":1}}}"#).unwrap();
+        assert!(matches!(put, Change::Put { stamp: 0, .. }));
+        let remove: Change =
+            serde_json::from_str(r#"{"remove":{"partition_key":"p","row_key":"r"}}"#).unwrap();
+        assert!(matches!(remove, Change::Remove { stamp: 0, .. }));
+        let json = serde_json::to_value(Change::Put {
+            entity: serde_json::json!({}),
+            stamp: 7,
+        })
+        .unwrap();
+        assert_eq!(json, serde_json::json!({"put": {"entity": {}, "stamp": 7}}));
     }
 }

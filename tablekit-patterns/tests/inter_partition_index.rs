@@ -17,11 +17,11 @@ use tablekit::{
     TableEntity, TableServiceClient,
 };
 use tablekit_patterns::eventual::{Event, Eventual, Worker, WorkerBuilder};
-use tokio::sync::Notify;
 use tablekit_patterns::inter_index::{
     InterIndex, InterPartitionIndex, CHANGE_STAMP, PRIMARY_ROW_KEY, REMOVED,
 };
 use tablekit_patterns::range::KeyRange;
+use tokio::sync::Notify;
 
 #[derive(TableEntity, Debug, Clone, PartialEq)]
 #[tablekit(partition_key = "{department}", row_key = "{employee_id:06}")]
@@ -544,17 +544,28 @@ async fn a_copy_written_after_a_newer_change_is_undone_when_redelivered(s: Servi
 
 /// What every read says of employee 223 once removed: nothing.
 async fn assert_gone(env: &Env, context: &str) {
-    assert_eq!(env.index.get(("Sales", "000223")).await.unwrap(), None, "{context}");
+    assert_eq!(
+        env.index.get(("Sales", "000223")).await.unwrap(),
+        None,
+        "{context}"
+    );
     let primaries = env
         .index
         .list_primary("Sales", KeyRange::all())
         .await
         .unwrap();
-    assert_eq!(primaries, [emp(100, "Abbott", "abbotta@contoso.com")], "{context}");
+    assert_eq!(
+        primaries,
+        [emp(100, "Abbott", "abbotta@contoso.com")],
+        "{context}"
+    );
     for index in [&env.by_email, &env.by_name] {
         for e in [jones(), older()] {
             let value = index.value(&e);
-            assert_eq!(env.index.lookup(index, "Sales", &value).await.unwrap(), None);
+            assert_eq!(
+                env.index.lookup(index, "Sales", &value).await.unwrap(),
+                None
+            );
             assert_eq!(
                 env.index
                     .lookup_verified(index, "Sales", &value)
@@ -564,7 +575,10 @@ async fn assert_gone(env: &Env, context: &str) {
             );
         }
         for listed in [
-            env.index.list(index, "Sales", KeyRange::all()).await.unwrap(),
+            env.index
+                .list(index, "Sales", KeyRange::all())
+                .await
+                .unwrap(),
             env.index
                 .list_verified(index, "Sales", KeyRange::all())
                 .await
@@ -576,7 +590,11 @@ async fn assert_gone(env: &Env, context: &str) {
             );
         }
     }
-    assert_eq!(env.tombstones().await, set(&[("empid_Sales", "000223")]), "{context}");
+    assert_eq!(
+        env.tombstones().await,
+        set(&[("empid_Sales", "000223")]),
+        "{context}"
+    );
 }
 
 async fn a_put_older_than_a_remove_does_not_resurrect_the_entity(s: Services) {
@@ -662,7 +680,10 @@ async fn a_message_without_a_stamp_is_applied_as_before(s: Services) {
         serde_json::from_slice(&tablekit::entity_to_json(&older()).unwrap()).unwrap();
     let legacy = Eventual::new(env.jobs.clone());
     legacy
-        .enqueue_kind(env.index.kind(), &serde_json::json!({ "put": { "entity": entity } }))
+        .enqueue_kind(
+            env.index.kind(),
+            &serde_json::json!({ "put": { "entity": entity } }),
+        )
         .await
         .unwrap();
     env.drain().await;
