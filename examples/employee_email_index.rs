@@ -3,7 +3,9 @@
 //! `email_Sales` / `jonesj@contoso.com`, two partitions that no transaction
 //! spans. Every change is one message on a queue; a worker writes the
 //! primary, then the index copy, deleting the copy under an old email first,
-//! so an index entry never points at a missing employee.
+//! so an index entry never points at a missing employee. Each change carries
+//! a stamp, so an older change delivered late changes nothing, and a remove
+//! leaves a tombstone until `purge_tombstones`.
 //!
 //! ```text
 //! cargo run --example employee_email_index                 # on the embedded in-process store
@@ -11,6 +13,8 @@
 //! cargo run --example employee_email_index                 # account's TABLEKIT_CONNECTION_STRING)
 //! scripts/azurite.sh stop
 //! ```
+
+use std::time::Duration;
 
 use tablekit::{DynamicEntity, QueueServiceClient, TableClient, TableEntity, TableServiceClient};
 use tablekit_patterns::eventual::{Worker, WorkerBuilder};
@@ -173,10 +177,21 @@ async fn run(tables: TableServiceClient, queues: QueueServiceClient) -> Result<(
             .map(|e| name(&e)),
     );
 
-    // Sam leaves: the copy is deleted first, then the employee.
+    // Sam leaves: the copy is deleted first, then the employee is replaced by
+    // a tombstone (its keys, ChangeStamp, Removed = true) that every read
+    // skips and that stops an older put, delivered late, from bringing him back.
     employees.remove(("Sales", "000199")).await?;
     worker.drain().await?;
-    println!("after removing 000199:");
+    println!(
+        "after removing 000199 (its tombstone stays in the table): get = {:?}",
+        employees.get(("Sales", "000199")).await?.map(|e| name(&e))
+    );
+    show(&table.with_type()).await?;
+
+    // Tombstones are purged once no older message can still be delivered: past
+    // the queue's message time-to-live (7 days) in production; at once here.
+    let purged = employees.purge_tombstones(Duration::ZERO).await?;
+    println!("purged {purged} tombstone(s); the table now holds:");
     show(&table.with_type()).await?;
 
     table.delete_table().await?;

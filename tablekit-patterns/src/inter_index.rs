@@ -12,11 +12,17 @@
 //! | operation | requests |
 //! |---|---|
 //! | [`put`](InterPartitionIndex::put), [`remove`](InterPartitionIndex::remove) (client) | 1 message sent |
-//! | the worker, for a put | read primary; delete-if-exists each copy whose indexed value changed; insert-or-replace primary; insert-or-replace each copy |
-//! | the worker, for a remove | read primary (absent: done); delete-if-exists each copy; delete-if-exists primary |
+//! | the worker, for a put | read primary; per copy whose indexed value changed: read it, delete it under its ETag if an older change wrote it; replace the primary under the ETag read (insert if absent); insert-or-replace each copy; per changed value again: read the old copy, delete it if older; read the primary again (+1 conditional write or delete per copy if a newer change got in) |
+//! | the worker, for a stale put (a newer change is stored) | read primary; read each copy under this change's values (+1 conditional delete or rewrite of each one this change wrote) |
+//! | the worker, for a remove | read primary (newer or this remove: done); per copy: read, delete if older; replace the primary by a tombstone under the ETag read (insert if absent); per copy again: read, delete if older |
 //! | [`get`](InterPartitionIndex::get), [`lookup`](InterPartitionIndex::lookup) | 1 point read |
 //! | [`lookup_verified`](InterPartitionIndex::lookup_verified) | 2 point reads (+1 conditional delete to repair) |
 //! | [`list`](InterPartitionIndex::list), [`list_primary`](InterPartitionIndex::list_primary) | 1 range query (a request per page) |
+//! | [`purge_tombstones`](InterPartitionIndex::purge_tombstones) | 1 query over the primary partitions (a request per page), 1 conditional delete per old tombstone |
+//!
+//! A primary write that finds the primary changed since its read (412, or
+//! 409 on an insert) starts again from the read, after a jittered pause, at
+//! most [`MAX_REREADS`] times; then the message fails and is retried later.
 //!
 //! # Order of the writes
 //!
@@ -24,23 +30,72 @@
 //! the client was told about is never lost, whatever crashes after. The
 //! worker orders its writes so that **an index copy never points at a missing
 //! primary**: a copy is written only after the primary it points at, and
-//! deleted before it. A copy under an old value is deleted (delete-if-exists)
-//! *before* the primary changes, because the old value is known only from the
-//! primary as stored: a crash after the primary write would otherwise forget
-//! it. Every step is idempotent, so a worker that stops anywhere is followed
-//! by one that redoes the whole change. Between the steps a reader can see the
-//! primary changed and the index not yet, or a lookup by the old value find
-//! nothing while the new one is not yet written: the index is eventually
-//! consistent.
+//! deleted before it (before the tombstone that replaces it). A copy under
+//! an old value is deleted *before* the primary changes, because the old
+//! value is known only from the primary as stored: a crash after the primary
+//! write would otherwise forget it. Every step is idempotent, so a worker that
+//! stops anywhere is followed by one that redoes the whole change. Between
+//! the steps a reader can see the primary changed and the index not yet, or a
+//! lookup by the old value find nothing while the new one is not yet written:
+//! the index is eventually consistent.
 //!
-//! Two messages changing the *same* entity at the same time (two workers)
-//! can leave a copy under a stale value, or (a put racing a remove) a copy
-//! whose primary is gone. [`lookup_verified`](InterPartitionIndex::lookup_verified)
-//! and [`list_verified`](InterPartitionIndex::list_verified) check each copy
-//! against its primary and repair such an entry (a delete conditional on the
-//! copy's ETag) when they find one. Delivery is at least once: a message
-//! that runs again after a newer change of the same entity writes its older
-//! value again (last writer wins); send a new change after it if that matters.
+//! # Change stamps: out-of-order delivery and racing workers
+//!
+//! Delivery is at least once, and not in order: a message can run again
+//! after a newer change of the same entity (after a crash, a failed step, a
+//! lost delete), and two workers can apply two changes of one entity at the
+//! same time. So each message carries a **stamp**: microseconds since the
+//! Unix epoch by the sending client's clock, made strictly increasing per
+//! [`InterPartitionIndex`] value (and its clones). The primary, each copy and
+//! each tombstone store the stamp of the change that wrote them in
+//! [`CHANGE_STAMP`] (Int64). The worker:
+//!
+//! * applies a put only over an older primary (or none): a primary with a
+//!   stamp as new or newer means the message is stale. It then writes
+//!   nothing new, but brings in line what an earlier attempt of *this*
+//!   message may have left: a copy under its values that holds its stamp is
+//!   deleted (or, if the current primary still has that value, rewritten from
+//!   it), under the copy's ETag. An equal stamp with the same entity is this
+//!   message's own earlier attempt, which then goes on with the copies.
+//! * writes the primary under the ETag of its read, so of two racing workers
+//!   one restarts from a fresh read and finds the other's stamp.
+//! * deletes a copy under an old value only if an older change wrote it
+//!   (its stamp is lower), before the primary write and once more after it:
+//!   an older change that read the primary earlier can write its copy late.
+//! * reads the primary again after writing the copies: if a newer change got
+//!   in, each copy just written is deleted (or, if the newer primary has the
+//!   same value, rewritten from it), under the ETag this worker's write
+//!   returned, so a newer worker's own write of that copy wins.
+//! * leaves a **tombstone** for a remove: the primary is replaced by an
+//!   entity with only its keys, [`CHANGE_STAMP`] and [`REMOVED`]` = true`.
+//!   A put older than the remove, delivered late, sees the newer stamp and
+//!   does nothing, so a removed entity does not come back; a newer put
+//!   replaces the tombstone. Every read skips tombstones (on the client:
+//!   a `$filter` on `Removed` would drop every entity without it).
+//!   [`purge_tombstones`](InterPartitionIndex::purge_tombstones) deletes
+//!   old ones once no older message can still be delivered.
+//!
+//! What remains:
+//!
+//! * Stamps of **different clients** compare by their clocks: last writer
+//!   wins by client clock, so of two changes of one entity made on two
+//!   machines within their clock skew, the one with the later clock wins,
+//!   which need not be the one made later. Equal stamps from two clients
+//!   (the same microsecond): the change stored first wins. Send the changes
+//!   of one entity from one [`InterPartitionIndex`] value (or keep clocks
+//!   synchronised) if that matters.
+//! * A worker that crashes between its primary write and its second
+//!   delete of old copies, while an older change racing it writes a copy
+//!   under the old value, leaves that copy: on redelivery the old value is
+//!   no longer known. Such a copy has an older stamp than its primary;
+//!   [`lookup_verified`](InterPartitionIndex::lookup_verified) and
+//!   [`list_verified`](InterPartitionIndex::list_verified) repair it (a
+//!   delete conditional on the copy's ETag) when they find it.
+//! * A put older than a purged tombstone would bring the entity back: purge
+//!   only past the queue's message time-to-live.
+//! * A message sent before stamps existed has no stamp (0): it is applied
+//!   unconditionally, as then (its primary and copies get stamp 0, which any
+//!   stamped change replaces).
 //!
 //! # Keys
 //!
@@ -48,7 +103,8 @@
 //! `{employee_id:06}`) are stored with a PartitionKey prefix: the primary
 //! under `empid_Sales` / `000223`, a copy under `email_Sales` /
 //! `jonesj@contoso.com` with the property [`PRIMARY_ROW_KEY`] holding the
-//! primary RowKey. Normalise indexed values in the key function (lower case),
+//! primary RowKey. An entity type with a property named [`PRIMARY_ROW_KEY`],
+//! [`CHANGE_STAMP`] or [`REMOVED`] is refused. Normalise indexed values in the key function (lower case),
 //! as RowKeys compare ordinally; a value must be a valid RowKey (no `/ \ # ?`).
 //! An entity travels in its message, so it must fit one (about 48 KiB of
 //! JSON); a larger one is refused before any request.
@@ -93,20 +149,31 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
+use tablekit::filter::prefix_successor;
 use tablekit::{
     entity_from_json, entity_to_json, to_dynamic, DecodeError, DynamicEntity, ETag, EdmValue,
     EntityKey, IfMatch, QueueClient, RawEntity, Result, SentMessage, TableClient, TableEntity,
 };
 
 use crate::error::invalid;
-use crate::eventual::{Eventual, OpResult, StepContext, WorkerBuilder};
-use crate::range::KeyRange;
+use crate::eventual::{Eventual, Guarded, OpResult, StepContext, WorkerBuilder, MAX_REREADS};
+use crate::range::{quote, KeyRange};
 
 /// The property of an index copy that holds the RowKey of its primary.
 pub const PRIMARY_ROW_KEY: &str = crate::index::PRIMARY_ROW_KEY;
+
+/// The Int64 property of a primary, a copy and a tombstone that holds the
+/// stamp of the change that wrote it (microseconds since the Unix epoch).
+pub const CHANGE_STAMP: &str = "ChangeStamp";
+
+/// The Boolean property (`true`) that marks a primary as a tombstone: the
+/// entity was removed by the change of its [`CHANGE_STAMP`].
+pub const REMOVED: &str = "Removed";
 
 type KeyFn<T> = dyn Fn(&T) -> String + Send + Sync;
 
@@ -209,11 +276,73 @@ impl<T: TableEntity> InterIndex<T> {
 enum Change {
     Put {
         entity: serde_json::Value,
+        /// 0 in a message written before stamps existed: applied unordered.
+        #[serde(default)]
+        stamp: i64,
     },
     Remove {
         partition_key: String,
         row_key: String,
+        #[serde(default)]
+        stamp: i64,
     },
+}
+
+/// The next change stamp after `last` at clock reading `now`: `now`, or
+/// `last + 1` when the clock has not moved on (or went back).
+fn next_stamp(last: i64, now: i64) -> i64 {
+    now.max(last.saturating_add(1))
+}
+
+/// The system clock in microseconds since the Unix epoch (0 before it).
+fn now_micros() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+}
+
+/// The pause before attempt `attempt` (2 or more) of a guarded primary
+/// write: 5 ms doubling to at most 320 ms, each with up to as much again of
+/// jitter, so two workers that collided do not collide again in lockstep.
+fn backoff(attempt: usize) -> Duration {
+    let base = 5u64 << attempt.saturating_sub(2).min(6);
+    Duration::from_millis(base + fastrand::u64(0..=base))
+}
+
+/// The stamp stored in `d` (0 if it has none: written before stamps).
+fn stamp_of(d: &DynamicEntity) -> i64 {
+    match d.get(CHANGE_STAMP) {
+        Some(EdmValue::Int64(s)) => *s,
+        Some(EdmValue::Int32(s)) => i64::from(*s),
+        _ => 0,
+    }
+}
+
+fn is_tombstone(d: &DynamicEntity) -> bool {
+    matches!(d.get(REMOVED), Some(EdmValue::Boolean(true)))
+}
+
+/// A primary as a worker read it.
+enum Current<T> {
+    Absent,
+    Tombstone { stamp: i64, etag: ETag },
+    Live { entity: T, stamp: i64, etag: ETag },
+}
+
+impl<T> Current<T> {
+    fn stamp(&self) -> Option<i64> {
+        match self {
+            Current::Absent => None,
+            Current::Tombstone { stamp, .. } | Current::Live { stamp, .. } => Some(*stamp),
+        }
+    }
+
+    fn etag(&self) -> Option<&ETag> {
+        match self {
+            Current::Absent => None,
+            Current::Tombstone { etag, .. } | Current::Live { etag, .. } => Some(etag),
+        }
+    }
 }
 
 /// An entity type stored under a primary PartitionKey prefix with any number
@@ -229,6 +358,7 @@ struct Inner<T> {
     indexes: Vec<Arc<IndexDef<T>>>,
     queue: Eventual,
     kind: String,
+    last_stamp: Arc<AtomicI64>,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -282,6 +412,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 indexes: Vec::new(),
                 queue: Eventual::new(queue),
                 kind,
+                last_stamp: Arc::new(AtomicI64::new(0)),
                 _t: PhantomData,
             }),
         }
@@ -336,6 +467,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 indexes,
                 queue: self.inner.queue.clone(),
                 kind: self.inner.kind.clone(),
+                last_stamp: self.inner.last_stamp.clone(),
                 _t: PhantomData,
             }),
         })
@@ -366,14 +498,17 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
             .unwrap_or_else(|| self.inner.primary.clone())
     }
 
-    /// The stored primary of `entity`, and each index's copy.
-    fn stored(&self, entity: &T) -> Result<(DynamicEntity, Vec<DynamicEntity>)> {
-        let own = to_dynamic(entity)?;
-        if own.get(PRIMARY_ROW_KEY).is_some() {
-            return Err(invalid(format!(
-                "the entity has a property {PRIMARY_ROW_KEY}, which the index copies use"
-            )));
+    /// The stored primary of `entity`, and each index's copy, stamped `stamp`.
+    fn stored(&self, entity: &T, stamp: i64) -> Result<(DynamicEntity, Vec<DynamicEntity>)> {
+        let mut own = to_dynamic(entity)?;
+        for reserved in [PRIMARY_ROW_KEY, CHANGE_STAMP, REMOVED] {
+            if own.get(reserved).is_some() {
+                return Err(invalid(format!(
+                    "the entity has a property {reserved}, which the index uses"
+                )));
+            }
         }
+        own.set(CHANGE_STAMP, stamp);
         let mut primary = own.clone();
         primary.partition_key = self.primary_partition_key(&own.partition_key);
         EntityKey::new(&primary.partition_key, &primary.row_key).validate()?;
@@ -389,92 +524,364 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         Ok((primary, copies))
     }
 
+    /// The next stamp of this index value: strictly increasing.
+    fn stamp(&self) -> i64 {
+        let now = now_micros();
+        let mut last = self.inner.last_stamp.load(Ordering::SeqCst);
+        loop {
+            let next = next_stamp(last, now);
+            match self.inner.last_stamp.compare_exchange_weak(
+                last,
+                next,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return next,
+                Err(seen) => last = seen,
+            }
+        }
+    }
+
     /// Sends the message that stores `entity` (a new one, or a new version)
-    /// and its index copies. The entity and its keys are checked first; an
-    /// entity too large for one message is refused before any request.
+    /// and its index copies, stamped with this client's clock. The entity and
+    /// its keys are checked first; an entity too large for one message is
+    /// refused before any request.
     pub async fn put(&self, entity: &T) -> Result<SentMessage> {
-        self.stored(entity)?;
+        self.stored(entity, 0)?;
         let json = entity_to_json(entity)?;
         let value: serde_json::Value = serde_json::from_slice(&json)
             .map_err(|e| invalid(format!("the entity's JSON does not read back: {e}")))?;
+        let change = Change::Put {
+            entity: value,
+            stamp: self.stamp(),
+        };
         self.inner
             .queue
-            .enqueue_kind(&self.inner.kind, &Change::Put { entity: value })
+            .enqueue_kind(&self.inner.kind, &change)
             .await
     }
 
-    /// Sends the message that deletes the entity `key` (its own keys, say
-    /// `("Sales", "000223")`) and its copies.
+    /// Sends the message that removes the entity `key` (its own keys, say
+    /// `("Sales", "000223")`) and its copies, stamped with this client's
+    /// clock. The worker leaves a tombstone in place of the primary.
     pub async fn remove(&self, key: impl Into<EntityKey>) -> Result<SentMessage> {
         let key = key.into();
         key.validate()?;
         EntityKey::new(self.primary_partition_key(&key.partition_key), &key.row_key).validate()?;
+        let change = Change::Remove {
+            partition_key: key.partition_key,
+            row_key: key.row_key,
+            stamp: self.stamp(),
+        };
         self.inner
             .queue
-            .enqueue_kind(
-                &self.inner.kind,
-                &Change::Remove {
-                    partition_key: key.partition_key,
-                    row_key: key.row_key,
-                },
-            )
+            .enqueue_kind(&self.inner.kind, &change)
             .await
     }
 
     async fn apply(&self, change: Change, ctx: &StepContext) -> OpResult {
         match change {
-            Change::Put { entity } => {
+            Change::Put { entity, stamp } => {
                 let json = serde_json::to_vec(&entity)?;
                 let entity: T = entity_from_json(&json)?;
-                let (primary, copies) = self.stored(&entity)?;
-                let old = ctx
-                    .read(
-                        &self.inner.primary,
-                        (&*primary.partition_key, &*primary.row_key),
-                    )
-                    .await?;
-                if let Some((old, _)) = old {
-                    let old = self.decode_primary(old)?;
-                    for (def, copy) in self.inner.indexes.iter().zip(&copies) {
-                        let old_value = (def.key)(&old);
-                        if old_value != copy.row_key {
-                            ctx.delete_if_exists(
-                                &self.table_of(def),
-                                (&*copy.partition_key, old_value.as_str()),
-                            )
-                            .await?;
-                        }
-                    }
-                }
-                ctx.insert_or_replace(&self.inner.primary, &primary).await?;
-                for (def, copy) in self.inner.indexes.iter().zip(&copies) {
-                    ctx.insert_or_replace(&self.table_of(def), copy).await?;
-                }
-                Ok(())
+                self.apply_put(&entity, stamp, ctx).await
             }
             Change::Remove {
                 partition_key,
                 row_key,
+                stamp,
             } => {
-                let pk = self.primary_partition_key(&partition_key);
-                let Some((old, _)) = ctx.read(&self.inner.primary, (&*pk, &*row_key)).await? else {
-                    return Ok(()); // removed by an earlier attempt
-                };
-                let old = self.decode_primary(old)?;
-                for def in &self.inner.indexes {
-                    let copy_pk = format!("{}{partition_key}", def.prefix);
-                    ctx.delete_if_exists(&self.table_of(def), (&*copy_pk, &*(def.key)(&old)))
-                        .await?;
-                }
-                ctx.delete_if_exists(&self.inner.primary, (&*pk, &*row_key))
-                    .await?;
-                Ok(())
+                self.apply_remove(&partition_key, &row_key, stamp, ctx)
+                    .await
             }
         }
     }
 
+    /// Reads the primary `key` as a step.
+    async fn read_primary(&self, ctx: &StepContext, key: &EntityKey) -> OpResult<Current<T>> {
+        Ok(match ctx.read(&self.inner.primary, key.clone()).await? {
+            None => Current::Absent,
+            Some((d, etag)) if is_tombstone(&d) => Current::Tombstone {
+                stamp: stamp_of(&d),
+                etag,
+            },
+            Some((d, etag)) => Current::Live {
+                stamp: stamp_of(&d),
+                entity: self.decode_primary(d)?,
+                etag,
+            },
+        })
+    }
+
+    /// Writes `entity` over the primary as read (`current`): replace under
+    /// its ETag, or insert if there was none. `false`: someone wrote it
+    /// meanwhile, read again.
+    async fn write_primary(
+        &self,
+        ctx: &StepContext,
+        entity: &DynamicEntity,
+        current: &Current<T>,
+    ) -> OpResult<bool> {
+        if let Some(etag) = current.etag() {
+            let outcome = ctx
+                .replace_if_unchanged(&self.inner.primary, entity, etag)
+                .await?;
+            return Ok(matches!(outcome, Guarded::Done(_)));
+        }
+        let written = match self.inner.primary.insert(entity).await {
+            Ok(_) => true,
+            Err(e) if e.is_conflict() => false,
+            Err(e) => return Err(e.into()),
+        };
+        ctx.step(&format!("insert {}", self.inner.primary.name()))
+            .await?;
+        Ok(written)
+    }
+
+    /// Deletes the copy `key` of `def` if a change older than `stamp` wrote
+    /// it (under its ETag, reading again if it changed meanwhile), so that a
+    /// copy a newer change wrote is left alone. Stamp 0 (a message from
+    /// before stamps): delete whatever is there, as then.
+    async fn delete_older_copy(
+        &self,
+        ctx: &StepContext,
+        def: &IndexDef<T>,
+        key: EntityKey,
+        stamp: i64,
+    ) -> OpResult {
+        let table = self.table_of(def);
+        if stamp == 0 {
+            ctx.delete_if_exists(&table, key).await?;
+            return Ok(());
+        }
+        for _ in 0..MAX_REREADS {
+            let Some((copy, etag)) = ctx.read(&table, key.clone()).await? else {
+                return Ok(());
+            };
+            if stamp_of(&copy) >= stamp {
+                return Ok(());
+            }
+            match ctx.delete_if_unchanged(&table, key.clone(), &etag).await? {
+                Guarded::Changed => continue,
+                Guarded::Done(_) | Guarded::Gone => return Ok(()),
+            }
+        }
+        Err(format!("the index copy {key} kept changing; will retry later").into())
+    }
+
+    /// Brings a copy this change wrote (`copy`, whose stored ETag is `etag`)
+    /// in line with the primary `current`, which a newer change wrote: the
+    /// copy is rewritten from it if it still has the copy's value, deleted
+    /// otherwise; both under `etag`, so a newer change's own write of the
+    /// copy wins.
+    async fn settle_copy(
+        &self,
+        ctx: &StepContext,
+        def: &IndexDef<T>,
+        copy: &DynamicEntity,
+        etag: &ETag,
+        current: &Current<T>,
+    ) -> OpResult {
+        let table = self.table_of(def);
+        let index = self
+            .inner
+            .indexes
+            .iter()
+            .position(|d| std::ptr::eq(&**d, def))
+            .ok_or("an index of another table")?;
+        match current {
+            Current::Live { entity, stamp, .. } if (def.key)(entity) == copy.row_key => {
+                let (_, fresh) = self.stored(entity, *stamp)?;
+                ctx.replace_if_unchanged(&table, &fresh[index], etag)
+                    .await?;
+            }
+            _ => {
+                let key = EntityKey::new(&copy.partition_key, &copy.row_key);
+                ctx.delete_if_unchanged(&table, key, etag).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn apply_put(&self, entity: &T, stamp: i64, ctx: &StepContext) -> OpResult {
+        let (primary, copies) = self.stored(entity, stamp)?;
+        let key = EntityKey::new(&primary.partition_key, &primary.row_key);
+        for attempt in 1..=MAX_REREADS {
+            if attempt > 1 {
+                tokio::time::sleep(backoff(attempt)).await;
+            }
+            let current = self.read_primary(ctx, &key).await?;
+            if let Some(stored) = current.stamp().filter(|s| stamp != 0 && *s >= stamp) {
+                let resumed = match &current {
+                    Current::Live { entity: c, .. } if stored == stamp => {
+                        entity_to_json(c)? == entity_to_json(entity)?
+                    }
+                    _ => false,
+                };
+                if resumed {
+                    // An earlier attempt of this message wrote the primary.
+                    return self.write_copies(ctx, &key, &copies, stamp).await;
+                }
+                // A newer change (or, on a tie, the one stored) wins; undo
+                // what an earlier attempt of this one may have left.
+                for (def, copy) in self.inner.indexes.iter().zip(&copies) {
+                    let copy_key = EntityKey::new(&copy.partition_key, &copy.row_key);
+                    if let Some((found, etag)) = ctx.read(&self.table_of(def), copy_key).await? {
+                        if stamp_of(&found) == stamp {
+                            self.settle_copy(ctx, def, copy, &etag, &current).await?;
+                        }
+                    }
+                }
+                return Ok(());
+            }
+            let old_copies: Vec<(usize, EntityKey)> = match &current {
+                Current::Live { entity: old, .. } => self
+                    .inner
+                    .indexes
+                    .iter()
+                    .zip(&copies)
+                    .enumerate()
+                    .filter_map(|(i, (def, copy))| {
+                        let old_value = (def.key)(old);
+                        (old_value != copy.row_key)
+                            .then(|| (i, EntityKey::new(&copy.partition_key, old_value)))
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
+            for (i, old) in &old_copies {
+                self.delete_older_copy(ctx, &self.inner.indexes[*i], old.clone(), stamp)
+                    .await?;
+            }
+            if !self.write_primary(ctx, &primary, &current).await? {
+                continue;
+            }
+            if stamp == 0 {
+                for (def, copy) in self.inner.indexes.iter().zip(&copies) {
+                    ctx.insert_or_replace(&self.table_of(def), copy).await?;
+                }
+                return Ok(());
+            }
+            // Again after the primary write: a change older than this one
+            // that read the primary before it may have written a copy under
+            // the old value since (its own re-read came too early to see
+            // this change).
+            let etags = self.write_copies_only(ctx, &copies).await?;
+            for (i, old) in &old_copies {
+                self.delete_older_copy(ctx, &self.inner.indexes[*i], old.clone(), stamp)
+                    .await?;
+            }
+            return self.recheck(ctx, &key, &copies, &etags, stamp).await;
+        }
+        Err(format!("the primary {key} kept changing; will retry later").into())
+    }
+
+    async fn write_copies_only(
+        &self,
+        ctx: &StepContext,
+        copies: &[DynamicEntity],
+    ) -> OpResult<Vec<ETag>> {
+        let mut etags = Vec::with_capacity(copies.len());
+        for (def, copy) in self.inner.indexes.iter().zip(copies) {
+            etags.push(ctx.insert_or_replace(&self.table_of(def), copy).await?);
+        }
+        Ok(etags)
+    }
+
+    async fn write_copies(
+        &self,
+        ctx: &StepContext,
+        key: &EntityKey,
+        copies: &[DynamicEntity],
+        stamp: i64,
+    ) -> OpResult {
+        let etags = self.write_copies_only(ctx, copies).await?;
+        self.recheck(ctx, key, copies, &etags, stamp).await
+    }
+
+    /// Reads the primary again after the copies were written: if a newer
+    /// change replaced it meanwhile, the copies just written may be stale.
+    async fn recheck(
+        &self,
+        ctx: &StepContext,
+        key: &EntityKey,
+        copies: &[DynamicEntity],
+        etags: &[ETag],
+        stamp: i64,
+    ) -> OpResult {
+        let current = self.read_primary(ctx, key).await?;
+        if let Current::Live { stamp: s, .. } = &current {
+            if *s == stamp {
+                return Ok(());
+            }
+        }
+        for ((def, copy), etag) in self.inner.indexes.iter().zip(copies).zip(etags) {
+            self.settle_copy(ctx, def, copy, etag, &current).await?;
+        }
+        Ok(())
+    }
+
+    async fn apply_remove(
+        &self,
+        partition_key: &str,
+        row_key: &str,
+        stamp: i64,
+        ctx: &StepContext,
+    ) -> OpResult {
+        let key = EntityKey::new(self.primary_partition_key(partition_key), row_key);
+        key.validate()?;
+        let tombstone = DynamicEntity::new(&key.partition_key, &key.row_key)
+            .with(CHANGE_STAMP, stamp)
+            .with(REMOVED, true);
+        for attempt in 1..=MAX_REREADS {
+            if attempt > 1 {
+                tokio::time::sleep(backoff(attempt)).await;
+            }
+            let current = self.read_primary(ctx, &key).await?;
+            match current.stamp() {
+                // A newer change, or this one's earlier attempt (a tie: the
+                // change stored wins).
+                Some(s) if stamp != 0 && s >= stamp => return Ok(()),
+                _ => {}
+            }
+            if stamp == 0 && !matches!(current, Current::Live { .. }) {
+                return Ok(()); // as before stamps: nothing to remove
+            }
+            let old_copies: Vec<(usize, EntityKey)> = match &current {
+                Current::Live { entity: old, .. } => self
+                    .inner
+                    .indexes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, def)| {
+                        let pk = format!("{}{partition_key}", def.prefix);
+                        (i, EntityKey::new(pk, (def.key)(old)))
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            };
+            for (i, old) in &old_copies {
+                self.delete_older_copy(ctx, &self.inner.indexes[*i], old.clone(), stamp)
+                    .await?;
+            }
+            if !self.write_primary(ctx, &tombstone, &current).await? {
+                continue;
+            }
+            if stamp != 0 {
+                // As for a put: an older change's late copy write.
+                for (i, old) in &old_copies {
+                    self.delete_older_copy(ctx, &self.inner.indexes[*i], old.clone(), stamp)
+                        .await?;
+                }
+            }
+            return Ok(());
+        }
+        Err(format!("the primary {key} kept changing; will retry later").into())
+    }
+
     fn decode_primary(&self, mut d: DynamicEntity) -> Result<T> {
         d.partition_key = strip(&self.inner.prefix, &d.partition_key)?.to_owned();
+        d.properties.remove(CHANGE_STAMP);
         T::decode(&RawEntity::from_dynamic(&d))
     }
 
@@ -493,6 +900,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
             }
         }
         d.partition_key = strip(&def.prefix, &d.partition_key)?.to_owned();
+        d.properties.remove(CHANGE_STAMP);
         d.etag = None;
         T::decode(&RawEntity::from_dynamic(&d))
     }
@@ -516,8 +924,8 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         let key = key.into();
         let pk = self.primary_partition_key(&key.partition_key);
         match self.inner.primary.get((&*pk, &*key.row_key)).await? {
-            Some(d) => Ok(Some(self.decode_primary(d)?)),
-            None => Ok(None),
+            Some(d) if !is_tombstone(&d) => Ok(Some(self.decode_primary(d)?)),
+            _ => Ok(None),
         }
     }
 
@@ -640,6 +1048,82 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
             .filter_raw(range.filter(&self.primary_partition_key(partition_key), ""))
             .fetch_all()
             .await?;
-        rows.into_iter().map(|d| self.decode_primary(d)).collect()
+        rows.into_iter()
+            .filter(|d| !is_tombstone(d))
+            .map(|d| self.decode_primary(d))
+            .collect()
+    }
+
+    /// Deletes the tombstones that removes left in the primary partitions
+    /// (every PartitionKey under this index's primary prefix) whose stamp is
+    /// at least `older_than` before now, each under the ETag it was read
+    /// with (one that a newer change replaced meanwhile stays). Returns how
+    /// many it deleted: one query (a request per page), then one delete each.
+    ///
+    /// A tombstone is what stops a put older than the remove, delivered late,
+    /// from bringing the entity back; so purge only tombstones older than any
+    /// message that can still be delivered: the queue's message time-to-live
+    /// (7 days unless the messages were sent with another), plus the time a
+    /// message may wait in the poison queue if you re-send poisoned messages.
+    pub async fn purge_tombstones(&self, older_than: Duration) -> Result<u64> {
+        let older = i64::try_from(older_than.as_micros()).unwrap_or(i64::MAX);
+        let cutoff = now_micros().saturating_sub(older);
+        let prefix = &self.inner.prefix;
+        let mut filter = format!("{REMOVED} eq true");
+        if !prefix.is_empty() {
+            filter.push_str(&format!(" and PartitionKey ge {}", quote(prefix)));
+            if let Some(next) = prefix_successor(prefix) {
+                filter.push_str(&format!(" and PartitionKey lt {}", quote(&next)));
+            }
+        }
+        let rows = self
+            .inner
+            .primary
+            .query()
+            .filter_raw(filter)
+            .fetch_all()
+            .await?;
+        let mut purged = 0;
+        for d in rows {
+            if !is_tombstone(&d) || stamp_of(&d) > cutoff {
+                continue;
+            }
+            let guard = d.etag.clone().map_or(IfMatch::Any, IfMatch::ETag);
+            let key = EntityKey::new(&d.partition_key, &d.row_key);
+            match self.inner.primary.delete(key, guard).await {
+                Ok(()) => purged += 1,
+                Err(e) if e.is_precondition_failed() || e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(purged)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamps_increase_even_when_the_clock_stands_still_or_goes_back() {
+        assert_eq!(next_stamp(0, 1_000), 1_000);
+        assert_eq!(next_stamp(1_000, 1_000), 1_001);
+        assert_eq!(next_stamp(1_001, 900), 1_002);
+        assert_eq!(next_stamp(1_002, 5_000), 5_000);
+    }
+
+    #[test]
+    fn a_message_from_before_stamps_reads_with_stamp_zero() {
+        let put: Change = serde_json::from_str(r#"{"put":{"entity":{"a":1}}}"#).unwrap();
+        assert!(matches!(put, Change::Put { stamp: 0, .. }));
+        let remove: Change =
+            serde_json::from_str(r#"{"remove":{"partition_key":"p","row_key":"r"}}"#).unwrap();
+        assert!(matches!(remove, Change::Remove { stamp: 0, .. }));
+        let json = serde_json::to_value(Change::Put {
+            entity: serde_json::json!({}),
+            stamp: 7,
+        })
+        .unwrap();
+        assert_eq!(json, serde_json::json!({"put": {"entity": {}, "stamp": 7}}));
     }
 }

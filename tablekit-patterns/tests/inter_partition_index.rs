@@ -16,9 +16,12 @@ use tablekit::{
     DynamicEntity, EdmValue, ManualClock, QueueClient, QueueServiceClient, TableClient,
     TableEntity, TableServiceClient,
 };
-use tablekit_patterns::eventual::{Event, Worker, WorkerBuilder};
-use tablekit_patterns::inter_index::{InterIndex, InterPartitionIndex, PRIMARY_ROW_KEY};
+use tablekit_patterns::eventual::{Event, Eventual, Worker, WorkerBuilder};
+use tablekit_patterns::inter_index::{
+    InterIndex, InterPartitionIndex, CHANGE_STAMP, PRIMARY_ROW_KEY, REMOVED,
+};
 use tablekit_patterns::range::KeyRange;
+use tokio::sync::Notify;
 
 #[derive(TableEntity, Debug, Clone, PartialEq)]
 #[tablekit(partition_key = "{department}", row_key = "{employee_id:06}")]
@@ -160,15 +163,36 @@ impl Env {
         }
     }
 
-    /// Every stored row, as (PartitionKey, RowKey), of both tables.
+    /// Every stored row but the tombstones, as (PartitionKey, RowKey), of
+    /// both tables.
     async fn keys(&self) -> BTreeSet<(String, String)> {
+        self.rows(false).await
+    }
+
+    /// The tombstones removes left, as (PartitionKey, RowKey).
+    async fn tombstones(&self) -> BTreeSet<(String, String)> {
+        self.rows(true).await
+    }
+
+    async fn rows(&self, tombstones: bool) -> BTreeSet<(String, String)> {
         let mut out = BTreeSet::new();
         for t in [
             self.employees.with_type::<DynamicEntity>(),
             self.names.clone(),
         ] {
             for d in t.query().fetch_all().await.unwrap() {
-                out.insert((d.partition_key, d.row_key));
+                let tombstone = d.get(REMOVED) == Some(&EdmValue::Boolean(true));
+                if tombstone {
+                    assert_eq!(
+                        d.properties.len(),
+                        2,
+                        "a tombstone holds its stamp and the mark: {d:?}"
+                    );
+                    assert!(matches!(d.get(CHANGE_STAMP), Some(EdmValue::Int64(_))));
+                }
+                if tombstone == tombstones {
+                    out.insert((d.partition_key, d.row_key));
+                }
             }
         }
         out
@@ -197,6 +221,98 @@ impl Env {
     }
 }
 
+/// A worker of one message at a time whose step hook, at the first step of
+/// the message it runs for which `pause(number, name)` holds, says so
+/// (`reached`) and waits until `release`d.
+struct Paused {
+    worker: Worker,
+    reached: Arc<Notify>,
+    release: Arc<Notify>,
+}
+
+impl Paused {
+    fn new(env: &Env, at: usize) -> Paused {
+        Paused::when(env, move |step, _| step == at)
+    }
+
+    fn when(env: &Env, pause: impl Fn(usize, &str) -> bool + Send + Sync + 'static) -> Paused {
+        let (reached, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        let (r, g) = (reached.clone(), release.clone());
+        let pause = Arc::new(pause);
+        let paused = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let worker = env
+            .worker()
+            .concurrency(1)
+            .step_hook(move |event| {
+                let (r, g) = (r.clone(), g.clone());
+                let (pause, paused) = (pause.clone(), paused.clone());
+                async move {
+                    if let Event::Step { step, name, .. } = event {
+                        if pause(step, &name) && !paused.swap(true, Ordering::SeqCst) {
+                            r.notify_one();
+                            g.notified().await;
+                        }
+                    }
+                    Ok(())
+                }
+            })
+            .build()
+            .unwrap();
+        Paused {
+            worker,
+            reached,
+            release,
+        }
+    }
+
+    /// Starts receiving one message; `Some` once the worker is paused at its
+    /// step, `None` if the message ran to its end before that step.
+    async fn start(self) -> Option<PausedRun> {
+        let worker = self.worker.clone();
+        let mut run = tokio::spawn(async move { worker.run_once().await.unwrap() });
+        tokio::select! {
+            _ = self.reached.notified() => Some(PausedRun { run, release: self.release }),
+            report = &mut run => {
+                assert_eq!(report.unwrap().total(), 1, "the worker received a message");
+                None
+            }
+        }
+    }
+}
+
+struct PausedRun {
+    run: tokio::task::JoinHandle<tablekit_patterns::eventual::Report>,
+    release: Arc<Notify>,
+}
+
+impl PausedRun {
+    async fn finish(self) {
+        self.release.notify_one();
+        let report = self.run.await.unwrap();
+        assert_eq!((report.succeeded, report.failed), (1, 0), "{report:?}");
+    }
+}
+
+/// Runs one message with a worker whose step hook fails at step 1 (after the
+/// read, before any write): the message comes back after the retry delay.
+async fn hold_back_one_message(env: &Env) {
+    let report = env
+        .worker()
+        .concurrency(1)
+        .step_hook(|event| async move {
+            match event {
+                Event::Step { step: 1, .. } => Err("held back".into()),
+                _ => Ok(()),
+            }
+        })
+        .build()
+        .unwrap()
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!(report.failed, 1, "{report:?}");
+}
+
 fn set(keys: &[(&str, &str)]) -> BTreeSet<(String, String)> {
     keys.iter()
         .map(|(p, r)| (p.to_string(), r.to_string()))
@@ -208,7 +324,391 @@ on_both!(
     an_email_change_moves_the_copy_and_a_remove_deletes_every_copy,
     a_worker_stopped_at_each_step_of_a_change_is_recovered,
     a_verified_lookup_repairs_stale_and_dangling_entries,
+    an_older_put_delivered_after_a_newer_one_changes_nothing,
+    two_changes_interleaved_at_every_step_end_at_the_newer,
+    a_copy_written_after_a_newer_change_is_undone_when_redelivered,
+    a_put_older_than_a_remove_does_not_resurrect_the_entity,
+    purge_tombstones_deletes_only_old_tombstones,
+    a_message_without_a_stamp_is_applied_as_before,
 );
+
+fn older() -> Employee {
+    emp(223, "Adams", "adamsj@contoso.com")
+}
+
+fn newer() -> Employee {
+    emp(223, "Brown", "jonesj@contoso.com")
+}
+
+/// The state after `newer()` won, read with the unverified reads only: the
+/// primary and exactly the newer copies.
+async fn assert_newer_won(env: &Env, context: &str) {
+    assert_eq!(
+        env.keys().await,
+        set(&[
+            ("email_Sales", "jonesj@contoso.com"),
+            ("empid_Sales", "000223"),
+            ("lastname_Sales", "Brown_000223"),
+        ]),
+        "{context}"
+    );
+    assert_eq!(
+        env.index.get(("Sales", "000223")).await.unwrap(),
+        Some(newer()),
+        "{context}"
+    );
+    let by_email = env
+        .index
+        .list(&env.by_email, "Sales", KeyRange::all())
+        .await
+        .unwrap();
+    assert_eq!(by_email, [newer()], "{context}");
+    let by_name = env
+        .index
+        .list(&env.by_name, "Sales", KeyRange::all())
+        .await
+        .unwrap();
+    assert_eq!(by_name, [newer()], "{context}");
+}
+
+async fn an_older_put_delivered_after_a_newer_one_changes_nothing(s: Services) {
+    let env = Env::new(&s).await;
+    env.index.put(&jones()).await.unwrap();
+    env.drain().await;
+    env.index.put(&older()).await.unwrap();
+    hold_back_one_message(&env).await;
+    env.index.put(&newer()).await.unwrap();
+    env.drain().await;
+    assert_newer_won(&env, "the newer change applied").await;
+
+    env.pass_visibility_timeout().await;
+    let report = env.worker().build().unwrap().drain().await.unwrap();
+    assert_eq!(report.succeeded, 1, "the older change ran: {report:?}");
+    assert_newer_won(&env, "after the older change ran").await;
+    assert_eq!(env.jobs.approximate_message_count().await.unwrap(), 0);
+}
+
+/// Two workers change the same employee (jones → older(): a new email and
+/// last name; jones → newer(): a new last name, the same email), each order
+/// stopped at every step boundary of one of them in turn:
+/// 1. the older pauses after step `at`, the newer runs whole, the older ends;
+/// 2. the older reads and pauses, the newer runs to step `at`, the older
+///    ends, then the newer;
+/// 3. the older pauses after its primary write, the newer runs to step
+///    `at`, the older ends, then the newer.
+async fn two_changes_interleaved_at_every_step_end_at_the_newer(s: Services) {
+    for order in 1..=3 {
+        for at in 1.. {
+            let env = Env::new(&s).await;
+            env.index.put(&jones()).await.unwrap();
+            env.drain().await;
+            let context = format!("order {order}, at step {at}");
+            env.index.put(&older()).await.unwrap();
+            let primary_write = format!("replace_if_unchanged {}", env.employees.name());
+            let first = match order {
+                1 => Paused::new(&env, at),
+                2 => Paused::new(&env, 1),
+                _ => Paused::when(&env, move |_, name| name == primary_write),
+            }
+            .start()
+            .await;
+            env.index.put(&newer()).await.unwrap();
+            let reached = match (order, first) {
+                (1, first) => {
+                    env.drain().await;
+                    let reached = first.is_some();
+                    if let Some(run) = first {
+                        run.finish().await;
+                    }
+                    reached
+                }
+                (2, first) => {
+                    let first = first.expect("the older change reads");
+                    let second = Paused::new(&env, at).start().await;
+                    first.finish().await;
+                    let reached = second.is_some();
+                    if let Some(run) = second {
+                        run.finish().await;
+                    }
+                    reached
+                }
+                (_, first) => {
+                    let first = first.expect("the older change writes its primary");
+                    let second = Paused::new(&env, at).start().await;
+                    first.finish().await;
+                    let reached = second.is_some();
+                    if let Some(run) = second {
+                        run.finish().await;
+                    }
+                    reached
+                }
+            };
+            assert_newer_won(&env, &context).await;
+            env.assert_no_dangling_copy().await;
+            assert_eq!(env.jobs.approximate_message_count().await.unwrap(), 0);
+            if !reached {
+                assert!(at > 4, "{context}: the change has more steps than that");
+                break;
+            }
+        }
+    }
+}
+
+/// The hole stamps close: an older change writes its primary and pauses; a
+/// newer one runs whole; the older one writes its copies and stops before
+/// its re-read. Its copies are stale (one under an old email, one under the
+/// same last name but older content) until the message runs again.
+async fn a_copy_written_after_a_newer_change_is_undone_when_redelivered(s: Services) {
+    let env = Env::new(&s).await;
+    env.index.put(&jones()).await.unwrap();
+    env.drain().await;
+    let same_name = Employee {
+        email: "jj@contoso.com".into(),
+        ..jones()
+    };
+    let newer = Employee {
+        email: "jones.j@contoso.com".into(),
+        ..jones()
+    };
+    env.index.put(&same_name).await.unwrap();
+
+    let (reached, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let (r, g) = (reached.clone(), release.clone());
+    let primary_write = format!("replace_if_unchanged {}", env.employees.name());
+    let last_copy = format!("insert_or_replace {}", env.names.name());
+    let worker = env
+        .worker()
+        .concurrency(1)
+        .step_hook(move |event| {
+            let (r, g) = (r.clone(), g.clone());
+            let (primary_write, last_copy) = (primary_write.clone(), last_copy.clone());
+            async move {
+                if let Event::Step { name, .. } = event {
+                    if name == primary_write {
+                        r.notify_one();
+                        g.notified().await;
+                    } else if name == last_copy {
+                        return Err("stopped before the re-read".into());
+                    }
+                }
+                Ok(())
+            }
+        })
+        .build()
+        .unwrap();
+    let older_run = tokio::spawn(async move { worker.run_once().await.unwrap() });
+    reached.notified().await;
+    env.index.put(&newer).await.unwrap();
+    env.drain().await;
+    release.notify_one();
+    assert_eq!(older_run.await.unwrap().failed, 1);
+
+    // The stale copies, as the stopped worker left them.
+    assert_eq!(
+        env.index
+            .lookup(&env.by_email, "Sales", "jj@contoso.com")
+            .await
+            .unwrap(),
+        Some(same_name.clone())
+    );
+    assert_eq!(
+        env.index
+            .lookup(&env.by_name, "Sales", "Jones_000223")
+            .await
+            .unwrap(),
+        Some(same_name)
+    );
+
+    env.pass_visibility_timeout().await;
+    let report = env.worker().build().unwrap().drain().await.unwrap();
+    assert_eq!(report.succeeded, 1, "{report:?}");
+    assert_eq!(
+        env.keys().await,
+        set(&[
+            ("email_Sales", "jones.j@contoso.com"),
+            ("empid_Sales", "000223"),
+            ("lastname_Sales", "Jones_000223"),
+        ])
+    );
+    for (index, value) in [
+        (&env.by_email, "jones.j@contoso.com"),
+        (&env.by_name, "Jones_000223"),
+    ] {
+        assert_eq!(
+            env.index.lookup(index, "Sales", value).await.unwrap(),
+            Some(newer.clone()),
+            "{value}"
+        );
+    }
+}
+
+/// What every read says of employee 223 once removed: nothing.
+async fn assert_gone(env: &Env, context: &str) {
+    assert_eq!(
+        env.index.get(("Sales", "000223")).await.unwrap(),
+        None,
+        "{context}"
+    );
+    let primaries = env
+        .index
+        .list_primary("Sales", KeyRange::all())
+        .await
+        .unwrap();
+    assert_eq!(
+        primaries,
+        [emp(100, "Abbott", "abbotta@contoso.com")],
+        "{context}"
+    );
+    for index in [&env.by_email, &env.by_name] {
+        for e in [jones(), older()] {
+            let value = index.value(&e);
+            assert_eq!(
+                env.index.lookup(index, "Sales", &value).await.unwrap(),
+                None
+            );
+            assert_eq!(
+                env.index
+                    .lookup_verified(index, "Sales", &value)
+                    .await
+                    .unwrap(),
+                None
+            );
+        }
+        for listed in [
+            env.index
+                .list(index, "Sales", KeyRange::all())
+                .await
+                .unwrap(),
+            env.index
+                .list_verified(index, "Sales", KeyRange::all())
+                .await
+                .unwrap(),
+        ] {
+            assert!(
+                listed.iter().all(|e| e.employee_id != 223),
+                "{context}: {listed:?}"
+            );
+        }
+    }
+    assert_eq!(
+        env.tombstones().await,
+        set(&[("empid_Sales", "000223")]),
+        "{context}"
+    );
+}
+
+async fn a_put_older_than_a_remove_does_not_resurrect_the_entity(s: Services) {
+    let env = Env::new(&s).await;
+    env.index
+        .put(&emp(100, "Abbott", "abbotta@contoso.com"))
+        .await
+        .unwrap();
+    env.index.put(&jones()).await.unwrap();
+    env.drain().await;
+    env.index.put(&older()).await.unwrap();
+    hold_back_one_message(&env).await;
+    env.index.remove(("Sales", "000223")).await.unwrap();
+    env.drain().await;
+    assert_gone(&env, "after the remove").await;
+
+    env.pass_visibility_timeout().await;
+    let report = env.worker().build().unwrap().drain().await.unwrap();
+    assert_eq!(report.succeeded, 1, "the older put ran: {report:?}");
+    assert_gone(&env, "after the older put ran").await;
+
+    // A put newer than the remove brings the employee back.
+    env.index.put(&newer()).await.unwrap();
+    env.drain().await;
+    assert_eq!(
+        env.index.get(("Sales", "000223")).await.unwrap(),
+        Some(newer())
+    );
+    assert_eq!(
+        env.index
+            .lookup(&env.by_name, "Sales", "Brown_000223")
+            .await
+            .unwrap(),
+        Some(newer())
+    );
+    assert_eq!(env.tombstones().await, BTreeSet::new());
+}
+
+async fn purge_tombstones_deletes_only_old_tombstones(s: Services) {
+    let env = Env::new(&s).await;
+    env.index.put(&jones()).await.unwrap();
+    env.index
+        .put(&emp(100, "Abbott", "abbotta@contoso.com"))
+        .await
+        .unwrap();
+    env.drain().await;
+    env.index.remove(("Sales", "000223")).await.unwrap();
+    env.index.remove(("Marketing", "000007")).await.unwrap(); // never stored
+    env.drain().await;
+    let both = set(&[("empid_Marketing", "000007"), ("empid_Sales", "000223")]);
+    assert_eq!(env.tombstones().await, both);
+
+    // Younger than an hour: kept.
+    let purged = env
+        .index
+        .purge_tombstones(Duration::from_secs(3600))
+        .await
+        .unwrap();
+    assert_eq!(purged, 0);
+    assert_eq!(env.tombstones().await, both);
+
+    let purged = env.index.purge_tombstones(Duration::ZERO).await.unwrap();
+    assert_eq!(purged, 2);
+    assert_eq!(env.tombstones().await, BTreeSet::new());
+    // The live employee and its copies are untouched.
+    assert_eq!(
+        env.keys().await,
+        set(&[
+            ("email_Sales", "abbotta@contoso.com"),
+            ("empid_Sales", "000100"),
+            ("lastname_Sales", "Abbott_000100"),
+        ])
+    );
+}
+
+/// A message sent before stamps existed (no `stamp`) is applied
+/// unconditionally, as it was then.
+async fn a_message_without_a_stamp_is_applied_as_before(s: Services) {
+    let env = Env::new(&s).await;
+    env.index.put(&newer()).await.unwrap();
+    env.drain().await;
+    let entity: serde_json::Value =
+        serde_json::from_slice(&tablekit::entity_to_json(&older()).unwrap()).unwrap();
+    let legacy = Eventual::new(env.jobs.clone());
+    legacy
+        .enqueue_kind(
+            env.index.kind(),
+            &serde_json::json!({ "put": { "entity": entity } }),
+        )
+        .await
+        .unwrap();
+    env.drain().await;
+    assert_eq!(
+        env.index.get(("Sales", "000223")).await.unwrap(),
+        Some(older())
+    );
+    assert_eq!(
+        env.keys().await,
+        set(&[
+            ("email_Sales", "adamsj@contoso.com"),
+            ("empid_Sales", "000223"),
+            ("lastname_Sales", "Adams_000223"),
+        ])
+    );
+    legacy
+        .enqueue_kind(
+            env.index.kind(),
+            &serde_json::json!({ "remove": { "partition_key": "Sales", "row_key": "000223" } }),
+        )
+        .await
+        .unwrap();
+    env.drain().await;
+    assert_eq!(env.keys().await, BTreeSet::new());
+}
 
 async fn the_seed_copies_are_written_and_read_by_point_and_range(s: Services) {
     let env = Env::new(&s).await;
@@ -342,13 +842,16 @@ async fn an_email_change_moves_the_copy_and_a_remove_deletes_every_copy(s: Servi
     env.index.remove(("Sales", "000223")).await.unwrap();
     env.drain().await;
     assert_eq!(env.keys().await, BTreeSet::new());
+    assert_eq!(env.tombstones().await, set(&[("empid_Sales", "000223")]));
     assert_eq!(env.jobs.approximate_message_count().await.unwrap(), 0);
 }
 
-/// A put of a new entity (3 steps: read, primary, 2 copies = 4 boundaries),
-/// an email change (read, old copy deleted, primary, 2 copies = 5) and a
-/// remove (read, 2 copies, primary = 4), each stopped after every boundary
-/// in turn; then a fresh worker finishes.
+/// A put of a new entity (read, insert primary, 2 copies, re-read = 5
+/// boundaries), an email change (read, read + delete the old email copy,
+/// primary, 2 copies, read the old email copy again, re-read = 8) and a
+/// remove (read, read + delete each of 2 copies, tombstone, read each copy
+/// again = 8), each stopped after every boundary in turn; then a fresh
+/// worker finishes.
 async fn a_worker_stopped_at_each_step_of_a_change_is_recovered(s: Services) {
     #[derive(Clone, Copy, Debug)]
     enum Case {
@@ -358,7 +861,7 @@ async fn a_worker_stopped_at_each_step_of_a_change_is_recovered(s: Services) {
     }
     let mut changed = jones();
     changed.email = "jj@contoso.com".into();
-    for (case, boundaries) in [(Case::Insert, 4), (Case::Change, 5), (Case::Remove, 4)] {
+    for (case, boundaries) in [(Case::Insert, 5), (Case::Change, 8), (Case::Remove, 8)] {
         for boundary in 1..=boundaries {
             let env = Env::new(&s).await;
             match case {
@@ -412,6 +915,11 @@ async fn a_worker_stopped_at_each_step_of_a_change_is_recovered(s: Services) {
                 Case::Remove => BTreeSet::new(),
             };
             assert_eq!(env.keys().await, want, "{case:?} at {boundary}");
+            let tombstones = match case {
+                Case::Remove => set(&[("empid_Sales", "000223")]),
+                Case::Insert | Case::Change => BTreeSet::new(),
+            };
+            assert_eq!(env.tombstones().await, tombstones, "{case:?} at {boundary}");
             assert_eq!(env.jobs.approximate_message_count().await.unwrap(), 0);
             assert_eq!(env.poison.approximate_message_count().await.unwrap(), 0);
             if let Case::Change = case {
