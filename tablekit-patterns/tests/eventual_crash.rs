@@ -11,6 +11,8 @@
 
 mod common;
 
+use common::Services;
+
 use std::future::pending;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -49,54 +51,6 @@ fn ids() -> Vec<u32> {
     (0..20)
         .map(|i| if i == 0 { 456 } else { 1000 + i })
         .collect()
-}
-
-/// The services of one backend, and how time passes on it.
-#[derive(Clone)]
-struct Services {
-    tables: TableServiceClient,
-    queues: QueueServiceClient,
-    clock: Option<ManualClock>,
-    visibility: Duration,
-}
-
-fn azurite() -> Option<Services> {
-    let tables = common::service()?;
-    let conn = std::env::var(common::CONNECTION_STRING_VAR).expect("service() found it");
-    Some(Services {
-        tables,
-        queues: QueueServiceClient::from_connection_string(&conn).expect("valid connection string"),
-        clock: None,
-        visibility: Duration::from_secs(2),
-    })
-}
-
-fn embedded() -> Services {
-    let clock = ManualClock::starting_now();
-    Services {
-        tables: TableServiceClient::embedded(),
-        queues: QueueServiceClient::embedded_with_clock(clock.clone()),
-        clock: Some(clock),
-        visibility: Duration::from_secs(30),
-    }
-}
-
-macro_rules! on_both {
-    ($($case:ident),* $(,)?) => {$(
-        mod $case {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn azurite() {
-                if let Some(s) = crate::azurite() {
-                    super::$case(s).await
-                }
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn embedded() {
-                super::$case(crate::embedded()).await
-            }
-        }
-    )*};
 }
 
 /// One archive run: fresh tables and queues.
@@ -198,7 +152,7 @@ impl Env {
 
 #[tokio::test]
 async fn an_archive_message_is_the_versioned_envelope() {
-    let s = embedded();
+    let s = common::embedded_services();
     let jobs = s.queues.queue("jobs").unwrap();
     jobs.create_queue().await.unwrap();
     let op = Archive::<Employee>::new("Current", "Archive", ("Sales", "000456")).unwrap();
@@ -210,7 +164,7 @@ async fn an_archive_message_is_the_versioned_envelope() {
     );
 }
 
-on_both!(
+common::on_both_services!(
     the_archive_of_twenty_employees_moves_each_once,
     a_worker_stopped_at_each_step_boundary_is_recovered_by_a_fresh_one,
     two_workers_racing_on_the_same_messages_leave_one_copy_each,
@@ -721,6 +675,7 @@ async fn a_worker_killed_at_each_step_boundary_is_recovered_from_the_store_file(
                 s: Services {
                     tables: tables.clone(),
                     queues: queues.clone(),
+                    blobs: tablekit::BlobServiceClient::embedded(), // not used
                     clock: None,
                     visibility: Duration::from_secs(30),
                 },
@@ -783,6 +738,7 @@ async fn a_worker_killed_at_each_step_boundary_is_recovered_from_the_store_file(
             s: Services {
                 tables: tables.clone(),
                 queues: queues.clone(),
+                blobs: tablekit::BlobServiceClient::embedded(), // not used
                 clock: None,
                 visibility: Duration::from_secs(30),
             },
@@ -808,7 +764,7 @@ async fn a_worker_killed_at_each_step_boundary_is_recovered_from_the_store_file(
 /// `Archive<DynamicEntity>` copies every property, also those no type declares.
 #[tokio::test]
 async fn a_dynamic_archive_keeps_every_property() {
-    let s = embedded();
+    let s = common::embedded_services();
     let env = Env::new(&s).await;
     let current = env.current.with_type::<DynamicEntity>();
     current

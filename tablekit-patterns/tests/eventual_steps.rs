@@ -5,69 +5,19 @@
 
 mod common;
 
+use common::Services;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tablekit::{
-    BlobServiceClient, DynamicEntity, ManualClock, QueueServiceClient, TableServiceClient,
-};
+use tablekit::{DynamicEntity, QueueServiceClient, TableServiceClient};
 use tablekit_patterns::eventual::{
     Event, Eventual, Guarded, OpResult, Operation, StepContext, Worker,
 };
 
-#[derive(Clone)]
-struct Services {
-    tables: TableServiceClient,
-    queues: QueueServiceClient,
-    blobs: BlobServiceClient,
-    clock: Option<ManualClock>,
-    visibility: Duration,
-}
-
-fn azurite() -> Option<Services> {
-    let tables = common::service()?;
-    let conn = std::env::var(common::CONNECTION_STRING_VAR).expect("service() found it");
-    Some(Services {
-        tables,
-        queues: QueueServiceClient::from_connection_string(&conn).unwrap(),
-        blobs: BlobServiceClient::from_connection_string(&conn).unwrap(),
-        clock: None,
-        visibility: Duration::from_secs(2),
-    })
-}
-
-fn embedded() -> Services {
-    let clock = ManualClock::starting_now();
-    Services {
-        tables: TableServiceClient::embedded(),
-        queues: QueueServiceClient::embedded_with_clock(clock.clone()),
-        blobs: BlobServiceClient::embedded(),
-        clock: Some(clock),
-        visibility: Duration::from_secs(30),
-    }
-}
-
-macro_rules! on_both {
-    ($($case:ident),* $(,)?) => {$(
-        mod $case {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn azurite() {
-                if let Some(s) = crate::azurite() {
-                    super::$case(s).await
-                }
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn embedded() {
-                super::$case(crate::embedded()).await
-            }
-        }
-    )*};
-}
-
-on_both!(
+common::on_both_services!(
     table_steps_repeat_safely_and_guarded_ones_report_changed_or_gone,
     blob_steps_repeat_safely_and_guarded_ones_report_changed_or_gone,
     an_export_to_a_blob_stopped_at_each_step_is_recovered,

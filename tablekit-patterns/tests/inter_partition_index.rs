@@ -7,15 +7,14 @@
 
 mod common;
 
+use common::Services;
+
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tablekit::{
-    DynamicEntity, EdmValue, ManualClock, QueueClient, QueueServiceClient, TableClient,
-    TableEntity, TableServiceClient,
-};
+use tablekit::{DynamicEntity, EdmValue, QueueClient, TableClient, TableEntity};
 use tablekit_patterns::eventual::{Event, Eventual, Worker, WorkerBuilder};
 use tablekit_patterns::inter_index::{
     InterIndex, InterPartitionIndex, CHANGE_STAMP, PRIMARY_ROW_KEY, REMOVED,
@@ -48,53 +47,6 @@ fn emp(id: u32, last_name: &str, email: &str) -> Employee {
         last_name: last_name.into(),
         email: email.into(),
     }
-}
-
-#[derive(Clone)]
-struct Services {
-    tables: TableServiceClient,
-    queues: QueueServiceClient,
-    clock: Option<ManualClock>,
-    visibility: Duration,
-}
-
-fn azurite() -> Option<Services> {
-    let tables = common::service()?;
-    let conn = std::env::var(common::CONNECTION_STRING_VAR).expect("service() found it");
-    Some(Services {
-        tables,
-        queues: QueueServiceClient::from_connection_string(&conn).expect("valid connection string"),
-        clock: None,
-        visibility: Duration::from_secs(2),
-    })
-}
-
-fn embedded() -> Services {
-    let clock = ManualClock::starting_now();
-    Services {
-        tables: TableServiceClient::embedded(),
-        queues: QueueServiceClient::embedded_with_clock(clock.clone()),
-        clock: Some(clock),
-        visibility: Duration::from_secs(30),
-    }
-}
-
-macro_rules! on_both {
-    ($($case:ident),* $(,)?) => {$(
-        mod $case {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn azurite() {
-                if let Some(s) = crate::azurite() {
-                    super::$case(s).await
-                }
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn embedded() {
-                super::$case(crate::embedded()).await
-            }
-        }
-    )*};
 }
 
 /// An employee table with an email index in the same table and a last-name
@@ -319,7 +271,7 @@ fn set(keys: &[(&str, &str)]) -> BTreeSet<(String, String)> {
         .collect()
 }
 
-on_both!(
+common::on_both_services!(
     the_seed_copies_are_written_and_read_by_point_and_range,
     an_email_change_moves_the_copy_and_a_remove_deletes_every_copy,
     a_worker_stopped_at_each_step_of_a_change_is_recovered,
@@ -990,7 +942,7 @@ async fn a_verified_lookup_repairs_stale_and_dangling_entries(s: Services) {
 
 #[tokio::test]
 async fn bad_input_is_refused_before_any_message() {
-    let s = embedded();
+    let s = common::embedded_services();
     let env = Env::new(&s).await;
     // An email that is not a valid RowKey.
     let bad = emp(5, "Slash", "a/b@contoso.com");

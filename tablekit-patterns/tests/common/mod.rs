@@ -6,9 +6,11 @@
 // Every test binary compiles this module and uses a different part of it.
 #![allow(dead_code)]
 
+use std::time::Duration;
+
 use tablekit::{
-    Account, ClientOptions, DynamicEntity, RetryPolicy, TableClient, TableEntity,
-    TableServiceClient,
+    Account, BlobServiceClient, ClientOptions, DynamicEntity, ManualClock, QueueServiceClient,
+    RetryPolicy, TableClient, TableEntity, TableServiceClient,
 };
 
 /// The environment variable holding the test account's connection string.
@@ -99,6 +101,68 @@ macro_rules! on_both {
 }
 #[allow(unused_imports)]
 pub(crate) use on_both;
+
+/// The table, queue and blob services of one backend, and how time passes
+/// on it: the patterns that run through a queue worker take these.
+#[derive(Clone)]
+pub struct Services {
+    pub tables: TableServiceClient,
+    pub queues: QueueServiceClient,
+    pub blobs: BlobServiceClient,
+    /// The embedded store's clock (`None` on Azurite, where time is real).
+    pub clock: Option<ManualClock>,
+    /// The visibility timeout the cases use: short on Azurite, where the
+    /// tests wait it out, longer on embedded, where they advance the clock.
+    pub visibility: Duration,
+}
+
+/// The services of Azurite, or `None` (a failure with `CI=true`) without it.
+pub fn azurite_services() -> Option<Services> {
+    let tables = service()?;
+    let conn = std::env::var(CONNECTION_STRING_VAR).expect("service() found it");
+    Some(Services {
+        tables,
+        queues: QueueServiceClient::from_connection_string(&conn).expect("valid connection string"),
+        blobs: BlobServiceClient::from_connection_string(&conn).expect("valid connection string"),
+        clock: None,
+        visibility: Duration::from_secs(2),
+    })
+}
+
+/// The services of the embedded store, on one manual clock.
+pub fn embedded_services() -> Services {
+    let clock = ManualClock::starting_now();
+    Services {
+        tables: TableServiceClient::embedded(),
+        queues: QueueServiceClient::embedded_with_clock(clock.clone()),
+        blobs: BlobServiceClient::embedded(),
+        clock: Some(clock),
+        visibility: Duration::from_secs(30),
+    }
+}
+
+/// Turns each `async fn case(s: Services)` into `case::azurite` and
+/// `case::embedded`, on a two-thread runtime.
+#[allow(unused_macros)]
+macro_rules! on_both_services {
+    ($($case:ident),* $(,)?) => {$(
+        mod $case {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn azurite() {
+                if let Some(s) = crate::common::azurite_services() {
+                    super::$case(s).await
+                }
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn embedded() {
+                super::$case(crate::common::embedded_services()).await
+            }
+        }
+    )*};
+}
+#[allow(unused_imports)]
+pub(crate) use on_both_services;
 
 /// A client for an account at a closed loopback port (the discard port 9), with
 /// no retries: anything that reaches the network fails with a transport error,
