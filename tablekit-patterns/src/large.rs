@@ -62,10 +62,10 @@
 //! still be over 1 MiB, the largest remaining String or Binary; and every
 //! property named with [`LargeTable::always_in_blob`] (the seed keeps the
 //! photo in a blob whatever its size). Sizes are counted as the service counts
-//! them (the data model's formula: 4 bytes, the keys as UTF-16, and per
-//! property 8 bytes, its name as UTF-16 and its value: a String as 4 bytes
-//! plus UTF-16, a Binary as 4 bytes plus its length, fixed sizes for the rest),
-//! and the entity finally written is checked by tablekit before any request.
+//! them, with [`tablekit::validate::entity_size`] (4 bytes, the keys as UTF-16,
+//! and per property 8 bytes, its name as UTF-16 and its value: a String as 4
+//! bytes plus UTF-16, a Binary as 4 bytes plus its length, fixed sizes for the
+//! rest), the size tablekit itself checks before any request.
 //! The entity also holds [`BLOBS`], the list of properties kept in blobs.
 //!
 //! Requests per operation, measured by `tests/request_counts.rs` through a
@@ -150,7 +150,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures::TryStreamExt;
-use tablekit::validate::{MAX_ENTITY_BYTES, MAX_VALUE_BYTES};
+use tablekit::validate::{
+    entity_size, property_size, value_size, MAX_ENTITY_BYTES, MAX_VALUE_BYTES,
+};
 use tablekit::{
     entity_to_json, BlobClient, ContainerClient, DecodeError, DynamicEntity, ETag, EdmValue,
     EntityKey, Error, ErrorCode, ErrorKind, IfMatch, ManualClock, RawEntity, Result, TableClient,
@@ -314,51 +316,11 @@ impl fmt::Debug for StepHook {
     }
 }
 
-fn utf16_bytes(s: &str) -> usize {
-    s.encode_utf16().count() * 2
-}
-
-/// The size the service counts for a value: a String as 4 bytes plus its
-/// UTF-16, a Binary as 4 bytes plus its length, the others their fixed size.
-fn value_size(value: &EdmValue) -> usize {
-    match value {
-        EdmValue::String(s) => 4 + utf16_bytes(s),
-        EdmValue::Binary(b) => 4 + b.len(),
-        EdmValue::Boolean(_) => 1,
-        EdmValue::Int32(_) => 4,
-        EdmValue::Guid(_) => 16,
-        _ => 8,
-    }
-}
-
 /// Whether a value is over the 64 KiB a property may hold (a String measured
 /// in UTF-16, as the service measures it).
 fn over_property_limit(value: &EdmValue) -> bool {
-    match value {
-        EdmValue::String(s) => utf16_bytes(s) > MAX_VALUE_BYTES,
-        EdmValue::Binary(b) => b.len() > MAX_VALUE_BYTES,
-        _ => false,
-    }
-}
-
-/// A property's share of its entity's size.
-fn property_size(name: &str, value: &EdmValue) -> usize {
-    8 + utf16_bytes(name) + value_size(value)
-}
-
-/// The size the service counts for an entity with these keys and properties
-/// (the data model's formula).
-fn entity_size<'a>(
-    partition_key: &str,
-    row_key: &str,
-    props: impl IntoIterator<Item = (&'a str, &'a EdmValue)>,
-) -> usize {
-    4 + utf16_bytes(partition_key)
-        + utf16_bytes(row_key)
-        + props
-            .into_iter()
-            .map(|(n, v)| property_size(n, v))
-            .sum::<usize>()
+    matches!(value, EdmValue::String(_) | EdmValue::Binary(_))
+        && value_size(value) - 4 > MAX_VALUE_BYTES
 }
 
 /// A key as one segment of a blob name: ASCII letters, digits, `-` and `_`

@@ -213,6 +213,66 @@ pub(crate) fn utf16_bytes(s: &str) -> usize {
     }
 }
 
+/// The bytes the service counts for a property value: a String 4 plus its
+/// UTF-16 length times two, a Binary 4 plus its length, a Boolean 1, an Int32
+/// 4, a Guid 16, the others 8. A String or Binary may hold at most
+/// [`MAX_VALUE_BYTES`] of that (the 4 not counted).
+///
+/// ```
+/// use tablekit::validate::value_size;
+/// use tablekit::EdmValue;
+///
+/// assert_eq!(value_size(&EdmValue::String("Jones".into())), 4 + 10);
+/// assert_eq!(value_size(&EdmValue::String("😀".into())), 4 + 4); // a surrogate pair
+/// assert_eq!(value_size(&EdmValue::Binary(vec![0; 100])), 104);
+/// assert_eq!(value_size(&EdmValue::Int64(7)), 8);
+/// ```
+pub fn value_size(value: &crate::EdmValue) -> usize {
+    use crate::EdmValue;
+    match value {
+        EdmValue::String(s) => 4 + utf16_bytes(s),
+        EdmValue::Binary(b) => 4 + b.len(),
+        EdmValue::Boolean(_) => 1,
+        EdmValue::Int32(_) => 4,
+        EdmValue::Guid(_) => 16,
+        EdmValue::DateTime(_) | EdmValue::Double(_) | EdmValue::Int64(_) => 8,
+    }
+}
+
+/// The bytes a property adds to its entity's size: 8, its name as UTF-16, and
+/// [`value_size`].
+pub fn property_size(name: &str, value: &crate::EdmValue) -> usize {
+    8 + utf16_bytes(name) + value_size(value)
+}
+
+/// The size the service counts for an entity with these keys and properties,
+/// the one [`MAX_ENTITY_BYTES`] limits: 4 bytes, the keys as UTF-16, and each
+/// property's [`property_size`]. It is the size tablekit checks before it sends
+/// an entity, so a pattern that spreads an entity over several rows or blobs
+/// can plan with it.
+///
+/// ```
+/// use tablekit::validate::{entity_size, MAX_ENTITY_BYTES};
+/// use tablekit::DynamicEntity;
+///
+/// let e = DynamicEntity::new("Sales", "000223").with("Email", "jonesj@contoso.com");
+/// let size = entity_size(&e.partition_key, &e.row_key, e.properties.iter());
+/// assert_eq!(size, 4 + 2 * 5 + 2 * 6 + (8 + 2 * 5 + 4 + 2 * 18));
+/// assert!(size <= MAX_ENTITY_BYTES);
+/// ```
+pub fn entity_size<'a>(
+    partition_key: &str,
+    row_key: &str,
+    properties: impl IntoIterator<Item = (&'a str, &'a crate::EdmValue)>,
+) -> usize {
+    4 + utf16_bytes(partition_key)
+        + utf16_bytes(row_key)
+        + properties
+            .into_iter()
+            .map(|(n, v)| property_size(n, v))
+            .sum::<usize>()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,5 +362,29 @@ mod tests {
         assert_eq!(utf16_bytes("abc"), 6);
         assert_eq!(utf16_bytes("é"), 2);
         assert_eq!(utf16_bytes("😀"), 4);
+    }
+
+    #[test]
+    fn entity_size_is_the_size_the_client_checks_before_sending() {
+        use crate::codec::write::EntityChecker;
+        use crate::{DynamicEntity, TableEntity};
+
+        let e = DynamicEntity::new("Sales é", "000223😀")
+            .with("Email", "jonesj@contoso.com")
+            .with("Note", "Ünïcödé 😀 text")
+            .with("Photo", vec![7u8; 1000])
+            .with("Active", true)
+            .with("Age", 34i32)
+            .with("Big", 1i64 << 40)
+            .with("Score", 0.5f64)
+            .with("Id", uuid::Uuid::nil())
+            .with("Hired", chrono::Utc::now());
+        let mut checker = EntityChecker::new(&e.partition_key, &e.row_key).unwrap();
+        e.write_properties(&mut checker).unwrap();
+        let checked = checker.finish(&e.partition_key, &e.row_key).unwrap();
+        assert_eq!(
+            entity_size(&e.partition_key, &e.row_key, e.properties.iter()),
+            checked
+        );
     }
 }
