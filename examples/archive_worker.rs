@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use tablekit::{ETag, QueueServiceClient, TableClient, TableEntity, TableServiceClient};
+use tablekit::{ETag, QueueServiceClient, Storage, TableClient, TableEntity, TableServiceClient};
 use tablekit_patterns::eventual::{Archive, Event, Eventual, PoisonedMessage, Worker};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -38,24 +38,18 @@ embedded store, or start Azurite from this repository (Node.js 20+):
     scripts/azurite.sh stop
 or export TABLEKIT_CONNECTION_STRING for an Azure account.";
 
-/// Which services the example talks to: the one place to change. Azure or
+/// Which account the example talks to: the one place to change. Azure or
 /// Azurite when `TABLEKIT_CONNECTION_STRING` is set; otherwise the embedded
 /// in-process store, so the example runs with no server.
-fn services() -> tablekit::Result<(TableServiceClient, QueueServiceClient)> {
+fn storage() -> tablekit::Result<Storage> {
     match std::env::var("TABLEKIT_CONNECTION_STRING") {
         Ok(conn) => {
             println!("backend: the account of TABLEKIT_CONNECTION_STRING");
-            Ok((
-                TableServiceClient::from_connection_string(&conn)?,
-                QueueServiceClient::from_connection_string(&conn)?,
-            ))
+            Storage::from_connection_string(&conn)
         }
         Err(_) => {
             println!("backend: embedded (in-process; set TABLEKIT_CONNECTION_STRING for Azure or Azurite)");
-            Ok((
-                TableServiceClient::embedded(),
-                QueueServiceClient::embedded(),
-            ))
+            Ok(Storage::embedded())
         }
     }
 }
@@ -63,8 +57,8 @@ fn services() -> tablekit::Result<(TableServiceClient, QueueServiceClient)> {
 #[tokio::main]
 async fn main() {
     let result = async {
-        let (tables, queues) = services()?;
-        run(tables, queues).await
+        let storage = storage()?;
+        run(storage.tables()?.clone(), storage.queues()?.clone()).await
     }
     .await;
     if let Err(e) = result {

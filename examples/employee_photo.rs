@@ -14,10 +14,7 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use tablekit::{
-    BlobServiceClient, DynamicEntity, ETag, EdmValue, IfMatch, ManualClock, TableEntity,
-    TableServiceClient,
-};
+use tablekit::{DynamicEntity, ETag, EdmValue, IfMatch, ManualClock, Storage, TableEntity};
 use tablekit_patterns::large::{LargeTable, DEFAULT_GRACE};
 
 /// The seed's employee, with a photo.
@@ -62,22 +59,17 @@ async fn main() {
 }
 
 async fn run() -> tablekit::Result<()> {
-    let (tables, blobs) = match std::env::var("TABLEKIT_CONNECTION_STRING") {
+    let storage = match std::env::var("TABLEKIT_CONNECTION_STRING") {
         Ok(c) if !c.trim().is_empty() => {
             println!("backend: the account of TABLEKIT_CONNECTION_STRING (Azure or Azurite)");
-            (
-                TableServiceClient::from_connection_string(&c)?,
-                BlobServiceClient::from_connection_string(&c)?,
-            )
+            Storage::from_connection_string(&c)?
         }
         _ => {
             println!("backend: embedded (set TABLEKIT_CONNECTION_STRING to use Azure or Azurite)");
-            (
-                TableServiceClient::embedded(),
-                BlobServiceClient::embedded(),
-            )
+            Storage::embedded()
         }
     };
+    let (tables, blobs) = (storage.tables()?, storage.blobs()?);
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
     let table = tables.table::<Employee>(&format!("Employees{run_id}"))?;
     table.create_table().await?;
