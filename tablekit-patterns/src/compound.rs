@@ -9,16 +9,17 @@
 //! This module gives the ranges:
 //!
 //! ```
+//! use tablekit::DynamicEntity;
 //! use tablekit_patterns::compound::{children, family};
 //!
 //! // §3.6 (S4's bounds; S0's `lt '000123_2012'` is an empty range, §7 item 1):
 //! assert_eq!(
-//!     family("empid_000123").filter("Sales", ""),
+//!     family("empid_000123").filter::<DynamicEntity>("Sales", "").to_string(),
 //!     "PartitionKey eq 'Sales' and RowKey ge 'empid_000123' and RowKey lt 'empid_000124'"
 //! );
 //! // Only the children: the reviews of 000123, in year order.
 //! assert_eq!(
-//!     children("empid_000123", "_").filter("Sales", ""),
+//!     children("empid_000123", "_").filter::<DynamicEntity>("Sales", "").to_string(),
 //!     "PartitionKey eq 'Sales' and RowKey ge 'empid_000123_' and RowKey lt 'empid_000123`'"
 //! );
 //! ```
@@ -56,7 +57,7 @@ pub async fn read<T: TableEntity>(
 ) -> Result<Vec<T>> {
     table
         .query()
-        .filter_raw(range.filter(partition_key, ""))
+        .filter_by(range.filter(partition_key, ""))
         .fetch_all()
         .await
 }

@@ -2,8 +2,9 @@
 
 use tablekit::{Error, ValidationError};
 
-/// Input a pattern refuses before any request: reported like tablekit's own
-/// transaction rules, so `is_invalid_input()` holds.
-pub(crate) fn invalid(reason: impl Into<String>) -> Error {
-    ValidationError::batch(None, reason).into()
+/// A declaration or a write that pattern `pattern` refuses before any
+/// request: [`ValidationError::Pattern`], so `is_invalid_input()` holds and
+/// the message names the pattern.
+pub(crate) fn refused(pattern: &'static str, reason: impl Into<String>) -> Error {
+    ValidationError::pattern(pattern, reason).into()
 }

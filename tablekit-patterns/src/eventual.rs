@@ -132,7 +132,7 @@ use tablekit::{
 };
 use tracing::Instrument;
 
-use crate::error::invalid;
+use crate::error::refused;
 
 /// The version of the message format this module writes and reads.
 pub const FORMAT_VERSION: u32 = 1;
@@ -263,8 +263,12 @@ fn envelope_bytes<M: Serialize + ?Sized>(kind: &str, op: &M) -> Result<Vec<u8>> 
         kind,
         op,
     };
-    serde_json::to_vec(&env)
-        .map_err(|e| invalid(format!("cannot write the {kind} operation as JSON: {e}")))
+    serde_json::to_vec(&env).map_err(|e| {
+        refused(
+            "eventual",
+            format!("cannot write the {kind} operation as JSON: {e}"),
+        )
+    })
 }
 
 /// The enqueueing side: puts operations on a queue, one message each.
@@ -301,7 +305,7 @@ impl Eventual {
         body: &M,
     ) -> Result<SentMessage> {
         if kind.is_empty() {
-            return Err(invalid("an operation kind must not be empty"));
+            return Err(refused("eventual", "an operation kind must not be empty"));
         }
         self.queue.send(envelope_bytes(kind, body)?)?.await
     }
@@ -711,9 +715,10 @@ impl<T: TableEntity> Archive<T> {
         tablekit::validate::table_name(from)?;
         tablekit::validate::table_name(to)?;
         if from.eq_ignore_ascii_case(to) {
-            return Err(invalid(format!(
-                "an archive from table {from} into itself would delete the entity"
-            )));
+            return Err(refused(
+                "eventual",
+                format!("an archive from table {from} into itself would delete the entity"),
+            ));
         }
         let key = key.into();
         key.validate()?;
@@ -947,60 +952,78 @@ impl WorkerBuilder {
     pub fn build(self) -> Result<Worker> {
         let o = &self.options;
         if let Some(kind) = &self.duplicate_kind {
-            return Err(invalid(format!("two handlers for the kind {kind:?}")));
+            return Err(refused(
+                "eventual",
+                format!("two handlers for the kind {kind:?}"),
+            ));
         }
         if self.handlers.is_empty() {
-            return Err(invalid(
+            return Err(refused(
+                "eventual",
                 "a worker needs at least one operation (WorkerBuilder::operation or handle)",
             ));
         }
         if !(1..=1024).contains(&o.concurrency) {
-            return Err(invalid(format!(
-                "a concurrency of {} is outside 1..=1024",
-                o.concurrency
-            )));
+            return Err(refused(
+                "eventual",
+                format!("a concurrency of {} is outside 1..=1024", o.concurrency),
+            ));
         }
         if o.visibility_timeout < Duration::from_secs(1)
             || o.visibility_timeout > tablekit::queue::MAX_VISIBILITY
         {
-            return Err(invalid(format!(
-                "a visibility timeout of {:?} is outside the service's 1 s to 7 days",
-                o.visibility_timeout
-            )));
+            return Err(refused(
+                "eventual",
+                format!(
+                    "a visibility timeout of {:?} is outside the service's 1 s to 7 days",
+                    o.visibility_timeout
+                ),
+            ));
         }
         let heartbeat = o.heartbeat.unwrap_or(o.visibility_timeout / 3);
         if heartbeat.is_zero() || heartbeat >= o.visibility_timeout {
-            return Err(invalid(format!(
+            return Err(refused("eventual", format!(
                 "a heartbeat every {heartbeat:?} does not renew a visibility timeout of {:?} in time",
                 o.visibility_timeout
             )));
         }
         let retry_delay = o.retry_delay.unwrap_or(o.visibility_timeout);
         if retry_delay > tablekit::queue::MAX_VISIBILITY {
-            return Err(invalid(format!(
-                "a retry delay of {retry_delay:?} is over the service's 7 days"
-            )));
+            return Err(refused(
+                "eventual",
+                format!("a retry delay of {retry_delay:?} is over the service's 7 days"),
+            ));
         }
         if o.max_dequeue_count == 0 {
-            return Err(invalid(
+            return Err(refused(
+                "eventual",
                 "a max dequeue count of 0 would poison every message",
             ));
         }
         if o.poll_min.is_zero() || o.poll_min > o.poll_max {
-            return Err(invalid(format!(
-                "a poll backoff from {:?} to {:?} is not a growing, non-zero range",
-                o.poll_min, o.poll_max
-            )));
+            return Err(refused(
+                "eventual",
+                format!(
+                    "a poll backoff from {:?} to {:?} is not a growing, non-zero range",
+                    o.poll_min, o.poll_max
+                ),
+            ));
         }
         let Some(poison) = self.poison else {
-            return Err(invalid(format!(
+            return Err(refused(
+                "eventual",
+                format!(
                 "name a poison queue for {} (WorkerBuilder::poison_queue), for example {}-poison",
                 self.queue.name(),
                 self.queue.name()
-            )));
+            ),
+            ));
         };
         if poison.name() == self.queue.name() {
-            return Err(invalid("the poison queue must not be the main queue"));
+            return Err(refused(
+                "eventual",
+                "the poison queue must not be the main queue",
+            ));
         }
         Ok(Worker {
             inner: Arc::new(WorkerInner {

@@ -93,7 +93,7 @@ use tablekit::{
     TableClient, TableEntity, Transaction, UpdateMode,
 };
 
-use crate::error::invalid;
+use crate::error::refused;
 use crate::hook::BeforeWrite;
 use crate::range::KeyRange;
 
@@ -290,29 +290,35 @@ impl<T: TableEntity> IndexedTable<T> {
     pub fn with_index<P>(mut self, index: &Index<T, P>) -> Result<Self> {
         let def = &index.def;
         if def.prefix.is_empty() {
-            return Err(invalid(format!(
-                "index {:?} needs a RowKey prefix",
-                def.name
-            )));
+            return Err(refused(
+                "index",
+                format!("index {:?} needs a RowKey prefix", def.name),
+            ));
         }
         if overlaps(&def.prefix, &self.primary_prefix) {
-            return Err(invalid(format!(
-                "index {:?}: prefix {:?} overlaps the primary prefix {:?}",
-                def.name, def.prefix, self.primary_prefix
-            )));
+            return Err(refused(
+                "index",
+                format!(
+                    "index {:?}: prefix {:?} overlaps the primary prefix {:?}",
+                    def.name, def.prefix, self.primary_prefix
+                ),
+            ));
         }
         if let Some(other) = self
             .indexes
             .iter()
             .find(|o| overlaps(&o.prefix, &def.prefix))
         {
-            return Err(invalid(format!(
-                "index {:?}: prefix {:?} overlaps index {:?}'s {:?}",
-                def.name, def.prefix, other.name, other.prefix
-            )));
+            return Err(refused(
+                "index",
+                format!(
+                    "index {:?}: prefix {:?} overlaps index {:?}'s {:?}",
+                    def.name, def.prefix, other.name, other.prefix
+                ),
+            ));
         }
         if self.indexes.len() + 1 > MAX_INDEXES {
-            return Err(invalid(format!(
+            return Err(refused("index", format!(
                 "at most {MAX_INDEXES} indexes: an update changing every indexed value sends 1 + 2 x indexes operations, and a transaction holds 100"
             )));
         }
@@ -333,10 +339,13 @@ impl<T: TableEntity> IndexedTable<T> {
     fn primary(&self, entity: &T) -> Result<DynamicEntity> {
         let mut d = to_dynamic(entity)?;
         if !d.row_key.starts_with(&self.primary_prefix) {
-            return Err(invalid(format!(
-                "RowKey {:?} does not start with the primary prefix {:?}",
-                d.row_key, self.primary_prefix
-            )));
+            return Err(refused(
+                "index",
+                format!(
+                    "RowKey {:?} does not start with the primary prefix {:?}",
+                    d.row_key, self.primary_prefix
+                ),
+            ));
         }
         d.etag = None;
         Ok(d)
@@ -391,10 +400,13 @@ impl<T: TableEntity> IndexedTable<T> {
         let old = self.primary(current)?;
         let primary = self.primary(new)?;
         if old.partition_key != primary.partition_key || old.row_key != primary.row_key {
-            return Err(invalid(format!(
-                "an update keeps the entity's key ({:?}, {:?}); delete and insert to move it",
-                old.partition_key, old.row_key
-            )));
+            return Err(refused(
+                "index",
+                format!(
+                    "an update keeps the entity's key ({:?}, {:?}); delete and insert to move it",
+                    old.partition_key, old.row_key
+                ),
+            ));
         }
         let mut tx = self.transaction();
         tx.update(&primary, UpdateMode::Replace, if_match)?;
@@ -483,7 +495,7 @@ impl<T: TableEntity> IndexedTable<T> {
         let rows = self
             .raw
             .query()
-            .filter_raw(range.filter(partition_key, &index.def.prefix))
+            .filter_by(range.filter(partition_key, &index.def.prefix))
             .fetch_all()
             .await?;
         rows.into_iter().map(decode_copy).collect()
@@ -495,7 +507,7 @@ impl<T: TableEntity> IndexedTable<T> {
     pub async fn list_primary(&self, partition_key: &str, range: KeyRange) -> Result<Vec<T>> {
         self.table
             .query()
-            .filter_raw(range.filter(partition_key, &self.primary_prefix))
+            .filter_by(range.filter(partition_key, &self.primary_prefix))
             .fetch_all()
             .await
     }

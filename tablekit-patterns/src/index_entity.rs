@@ -129,7 +129,7 @@ use tablekit::{
     TableEntity, Transaction, UpdateMode,
 };
 
-use crate::error::invalid;
+use crate::error::refused;
 use crate::hook::BeforeWrite;
 use crate::range::KeyRange;
 
@@ -235,10 +235,13 @@ impl Chunks {
     fn add(&self, entry: &str) -> Result<ChunkWrite> {
         let len = utf16_len(entry);
         if len > self.capacity {
-            return Err(invalid(format!(
-                "an index entry of {len} UTF-16 code units does not fit an index entity of {}",
-                self.capacity
-            )));
+            return Err(refused(
+                "index_entity",
+                format!(
+                    "an index entry of {len} UTF-16 code units does not fit an index entity of {}",
+                    self.capacity
+                ),
+            ));
         }
         for c in &self.chunks {
             let used: usize =
@@ -254,10 +257,13 @@ impl Chunks {
         let free = (0..MAX_CHUNKS)
             .find(|n| self.chunks.iter().all(|c| c.number != *n))
             .ok_or_else(|| {
-                invalid(format!(
-                    "the index of {:?} is full: {MAX_CHUNKS} index entities",
-                    self.value
-                ))
+                refused(
+                    "index_entity",
+                    format!(
+                        "the index of {:?} is full: {MAX_CHUNKS} index entities",
+                        self.value
+                    ),
+                )
             })?;
         Ok(ChunkWrite::Insert(
             self.entity(free, std::slice::from_ref(&entry.to_owned())),
@@ -298,7 +304,10 @@ struct Store {
 impl Store {
     fn check_value(&self, partition_key: &str, value: &str) -> Result<()> {
         if value.contains(['\n', '\t']) {
-            return Err(invalid("an indexed value holds no control characters"));
+            return Err(refused(
+                "index_entity",
+                "an indexed value holds no control characters",
+            ));
         }
         EntityKey::new(partition_key, chunk_row_key(&self.prefix, value, 0))
             .validate()
@@ -312,7 +321,7 @@ impl Store {
         let rows = self
             .raw
             .query()
-            .filter_raw(KeyRange::inclusive("000", "999").filter(partition_key, &base))
+            .filter_by(KeyRange::inclusive("000", "999").filter(partition_key, &base))
             .fetch_all()
             .await?;
         let mut chunks = Vec::new();
@@ -350,9 +359,10 @@ impl Store {
 
 fn check_capacity(units: usize) -> Result<usize> {
     if units == 0 || units > MAX_CHUNK_UNITS {
-        return Err(invalid(format!(
-            "an index entity holds 1 to {MAX_CHUNK_UNITS} UTF-16 code units, not {units}"
-        )));
+        return Err(refused(
+            "index_entity",
+            format!("an index entity holds 1 to {MAX_CHUNK_UNITS} UTF-16 code units, not {units}"),
+        ));
     }
     Ok(units)
 }
@@ -432,11 +442,14 @@ impl<T: TableEntity> IndexEntities<T> {
 
     fn check(&self, entity: &T) -> Result<()> {
         if self.store.prefix.is_empty() || entity.row_key().starts_with(&self.store.prefix) {
-            return Err(invalid(format!(
-                "RowKey {:?} would mix with the index entities of prefix {:?}",
-                entity.row_key(),
-                self.store.prefix
-            )));
+            return Err(refused(
+                "index_entity",
+                format!(
+                    "RowKey {:?} would mix with the index entities of prefix {:?}",
+                    entity.row_key(),
+                    self.store.prefix
+                ),
+            ));
         }
         entity.key().validate().map_err(Error::from)
     }
@@ -533,7 +546,8 @@ impl<T: TableEntity> IndexEntities<T> {
     ) -> Result<()> {
         self.check(new)?;
         if current.key() != new.key() {
-            return Err(invalid(
+            return Err(refused(
+                "index_entity",
                 "an update keeps the entity's key; delete and insert to move it",
             ));
         }
@@ -687,10 +701,13 @@ impl<T: TableEntity> SeparateIndexEntities<T> {
             && key.partition_key == self.partition
             && key.row_key.starts_with(&self.store.prefix)
         {
-            return Err(invalid(format!(
-                "entity {key:?} would mix with the index entities of prefix {:?}",
-                self.store.prefix
-            )));
+            return Err(refused(
+                "index_entity",
+                format!(
+                    "entity {key:?} would mix with the index entities of prefix {:?}",
+                    self.store.prefix
+                ),
+            ));
         }
         self.store
             .check_value(&self.partition, &(self.key)(entity))?;
@@ -823,7 +840,8 @@ impl<T: TableEntity> SeparateIndexEntities<T> {
     ) -> Result<()> {
         let key = self.check(new)?;
         if current.key() != key {
-            return Err(invalid(
+            return Err(refused(
+                "index_entity",
                 "an update keeps the entity's key; delete and insert to move it",
             ));
         }

@@ -156,13 +156,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use tablekit::filter::prefix_successor;
 use tablekit::{
-    entity_from_json, entity_to_json, to_dynamic, DecodeError, DynamicEntity, ETag, EdmValue,
-    EntityKey, IfMatch, QueueClient, RawEntity, Result, SentMessage, TableClient, TableEntity,
+    entity_from_json, entity_to_json, to_dynamic, Column, DecodeError, DynamicEntity, ETag,
+    EdmValue, EntityKey, IfMatch, QueueClient, RawEntity, Result, SentMessage, TableClient,
+    TableEntity,
 };
 
-use crate::error::invalid;
+use crate::error::refused;
 use crate::eventual::{Eventual, Guarded, OpResult, StepContext, WorkerBuilder, MAX_REREADS};
-use crate::range::{quote, KeyRange};
+use crate::range::KeyRange;
 
 /// The property of an index copy that holds the RowKey of its primary.
 pub const PRIMARY_ROW_KEY: &str = crate::index::PRIMARY_ROW_KEY;
@@ -425,10 +426,10 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     pub fn with_index(self, index: &InterIndex<T>) -> Result<Self> {
         let def = &index.def;
         if def.prefix.is_empty() {
-            return Err(invalid(format!(
-                "index {:?} needs a PartitionKey prefix",
-                def.name
-            )));
+            return Err(refused(
+                "inter_index",
+                format!("index {:?} needs a PartitionKey prefix", def.name),
+            ));
         }
         let table_of = |d: &IndexDef<T>| {
             d.table
@@ -438,24 +439,33 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         };
         let overlaps = |a: &str, b: &str| a.starts_with(b) || b.starts_with(a);
         if table_of(def) == self.inner.primary.name() && overlaps(&def.prefix, &self.inner.prefix) {
-            return Err(invalid(format!(
-                "index prefix {:?} overlaps the primary prefix {:?} in table {}",
-                def.prefix,
-                self.inner.prefix,
-                self.inner.primary.name()
-            )));
+            return Err(refused(
+                "inter_index",
+                format!(
+                    "index prefix {:?} overlaps the primary prefix {:?} in table {}",
+                    def.prefix,
+                    self.inner.prefix,
+                    self.inner.primary.name()
+                ),
+            ));
         }
         for other in &self.inner.indexes {
             if other.name == def.name {
-                return Err(invalid(format!("two indexes named {:?}", def.name)));
+                return Err(refused(
+                    "inter_index",
+                    format!("two indexes named {:?}", def.name),
+                ));
             }
             if table_of(other) == table_of(def) && overlaps(&other.prefix, &def.prefix) {
-                return Err(invalid(format!(
-                    "index prefixes {:?} and {:?} overlap in table {}",
-                    other.prefix,
-                    def.prefix,
-                    table_of(def)
-                )));
+                return Err(refused(
+                    "inter_index",
+                    format!(
+                        "index prefixes {:?} and {:?} overlap in table {}",
+                        other.prefix,
+                        def.prefix,
+                        table_of(def)
+                    ),
+                ));
             }
         }
         let mut indexes = self.inner.indexes.clone();
@@ -503,9 +513,10 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         let mut own = to_dynamic(entity)?;
         for reserved in [PRIMARY_ROW_KEY, CHANGE_STAMP, REMOVED] {
             if own.get(reserved).is_some() {
-                return Err(invalid(format!(
-                    "the entity has a property {reserved}, which the index uses"
-                )));
+                return Err(refused(
+                    "inter_index",
+                    format!("the entity has a property {reserved}, which the index uses"),
+                ));
             }
         }
         own.set(CHANGE_STAMP, stamp);
@@ -549,8 +560,12 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     pub async fn put(&self, entity: &T) -> Result<SentMessage> {
         self.stored(entity, 0)?;
         let json = entity_to_json(entity)?;
-        let value: serde_json::Value = serde_json::from_slice(&json)
-            .map_err(|e| invalid(format!("the entity's JSON does not read back: {e}")))?;
+        let value: serde_json::Value = serde_json::from_slice(&json).map_err(|e| {
+            refused(
+                "inter_index",
+                format!("the entity's JSON does not read back: {e}"),
+            )
+        })?;
         let change = Change::Put {
             entity: value,
             stamp: self.stamp(),
@@ -911,10 +926,10 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
             .iter()
             .find(|d| Arc::ptr_eq(d, &index.def))
             .ok_or_else(|| {
-                invalid(format!(
-                    "{:?} is not an index of this table",
-                    index.def.name
-                ))
+                refused(
+                    "inter_index",
+                    format!("{:?} is not an index of this table", index.def.name),
+                )
             })
     }
 
@@ -1006,7 +1021,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         let rows = self
             .table_of(def)
             .query()
-            .filter_raw(range.filter(&format!("{}{partition_key}", def.prefix), ""))
+            .filter_by(range.filter(&format!("{}{partition_key}", def.prefix), ""))
             .fetch_all()
             .await?;
         rows.into_iter().map(|d| self.decode_copy(def, d)).collect()
@@ -1025,7 +1040,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         let table = self.table_of(def);
         let rows = table
             .query()
-            .filter_raw(range.filter(&format!("{}{partition_key}", def.prefix), ""))
+            .filter_by(range.filter(&format!("{}{partition_key}", def.prefix), ""))
             .fetch_all()
             .await?;
         let mut out = Vec::with_capacity(rows.len());
@@ -1045,7 +1060,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
             .inner
             .primary
             .query()
-            .filter_raw(range.filter(&self.primary_partition_key(partition_key), ""))
+            .filter_by(range.filter(&self.primary_partition_key(partition_key), ""))
             .fetch_all()
             .await?;
         rows.into_iter()
@@ -1069,18 +1084,19 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         let older = i64::try_from(older_than.as_micros()).unwrap_or(i64::MAX);
         let cutoff = now_micros().saturating_sub(older);
         let prefix = &self.inner.prefix;
-        let mut filter = format!("{REMOVED} eq true");
+        let partition_key = Column::<DynamicEntity, String>::new("PartitionKey");
+        let mut filter = Column::<DynamicEntity, bool>::new(REMOVED).eq(true);
         if !prefix.is_empty() {
-            filter.push_str(&format!(" and PartitionKey ge {}", quote(prefix)));
+            filter = filter & partition_key.ge(prefix);
             if let Some(next) = prefix_successor(prefix) {
-                filter.push_str(&format!(" and PartitionKey lt {}", quote(&next)));
+                filter = filter & partition_key.lt(next);
             }
         }
         let rows = self
             .inner
             .primary
             .query()
-            .filter_raw(filter)
+            .filter_by(filter)
             .fetch_all()
             .await?;
         let mut purged = 0;

@@ -159,7 +159,7 @@ use tablekit::{
     TableEntity, UpdateMode,
 };
 
-use crate::error::invalid;
+use crate::error::refused;
 
 /// The String property listing the properties kept in blobs, as
 /// `Photo:Binary,Notes:String`. An entity type must not have a property of
@@ -525,9 +525,10 @@ impl<T: TableEntity> LargeTable<T> {
     /// ```
     pub fn grace(mut self, grace: Duration) -> Result<Self> {
         if grace.is_zero() || chrono::Duration::from_std(grace).is_err() {
-            return Err(invalid(format!(
-                "grace period {grace:?}: it must be more than zero and fit a date"
-            )));
+            return Err(refused(
+                "large",
+                format!("grace period {grace:?}: it must be more than zero and fit a date"),
+            ));
         }
         self.grace = grace;
         Ok(self)
@@ -576,11 +577,11 @@ impl<T: TableEntity> LargeTable<T> {
 
     fn plan(&self, entity: &T) -> Result<Plan> {
         let (pk, rk) = (entity.partition_key(), entity.row_key());
-        let props = crate::props::collect(entity, BLOBS, "large entity")?;
+        let props = crate::props::collect(entity, BLOBS, "large")?;
         for name in &self.always {
             if let Some((_, v)) = props.iter().find(|(n, _)| n == name) {
                 if Kind::of(v).is_none() {
-                    return Err(invalid(format!(
+                    return Err(refused("large", format!(
                         "always_in_blob({name:?}): only String and Binary properties can go to a blob, it is {}",
                         v.edm_type()
                     )));
@@ -627,7 +628,7 @@ impl<T: TableEntity> LargeTable<T> {
             match largest {
                 Some(i) => moved[i] = true,
                 None => {
-                    return Err(invalid(format!(
+                    return Err(refused("large", format!(
                         "entity ({pk}, {rk}) is over 1 MiB even with every String and Binary property in a blob"
                     )))
                 }
@@ -934,8 +935,12 @@ impl<T: TableEntity> LargeTable<T> {
     /// listed. Blobs named otherwise than this pattern names them are left
     /// alone.
     pub async fn sweep_orphans(&self) -> Result<SweepReport> {
-        let grace = chrono::Duration::from_std(self.grace)
-            .map_err(|_| invalid(format!("grace period {:?} is too long", self.grace)))?;
+        let grace = chrono::Duration::from_std(self.grace).map_err(|_| {
+            refused(
+                "large",
+                format!("grace period {:?} is too long", self.grace),
+            )
+        })?;
         let cutoff = self.now() - grace;
         let mut report = SweepReport::default();
         let mut listing = self
@@ -1116,7 +1121,7 @@ impl<T: TableEntity> SplitTable<T> {
     /// stored entity would be over 1 MiB.
     pub fn encode(&self, entity: &T) -> Result<DynamicEntity> {
         let (pk, rk) = (entity.partition_key(), entity.row_key());
-        let props = crate::props::collect(entity, SPLIT, "large entity")?;
+        let props = crate::props::collect(entity, SPLIT, "large")?;
         let mut row = DynamicEntity::new(pk.as_ref(), rk.as_ref());
         let mut taken: HashSet<String> = props.iter().map(|(n, _)| n.clone()).collect();
         let mut list = Vec::new();
@@ -1131,9 +1136,12 @@ impl<T: TableEntity> SplitTable<T> {
             for (i, chunk) in chunks.iter().enumerate() {
                 let part = split_part_name(&name, i);
                 if !taken.insert(part.clone()) {
-                    return Err(invalid(format!(
+                    return Err(refused(
+                        "large",
+                        format!(
                         "{name} is split into {part}, but the entity has a property of that name"
-                    )));
+                    ),
+                    ));
                 }
                 row.set(part, chunk.to_vec());
             }
@@ -1144,11 +1152,14 @@ impl<T: TableEntity> SplitTable<T> {
         }
         let size = entity_size(&pk, &rk, row.properties.iter());
         if size > MAX_ENTITY_BYTES {
-            return Err(invalid(format!(
+            return Err(refused(
+                "large",
+                format!(
                 "entity ({pk}, {rk}) is {size} bytes with its large properties split, over the \
                  {MAX_ENTITY_BYTES} bytes (1 MiB) an entity may hold: keep them in blobs with \
                  LargeTable"
-            )));
+            ),
+            ));
         }
         entity_to_json(&row)?;
         Ok(row)

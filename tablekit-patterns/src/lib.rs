@@ -134,16 +134,17 @@
 //!
 //! ```
 //! use chrono::{TimeZone, Utc};
+//! use tablekit::DynamicEntity;
 //! use tablekit_patterns::{compound, log_tail::NewestFirst, periodic::Period, range::KeyRange};
 //!
 //! let t = Utc.with_ymd_and_hms(2014, 8, 22, 0, 50, 32).unwrap();
 //! assert_eq!(NewestFirst::new(t, "7").to_string(), "2519936321679999999_7");
 //! assert_eq!(
-//!     compound::family("empid_000123").filter("Sales", ""),
+//!     compound::family("empid_000123").filter::<DynamicEntity>("Sales", "").to_string(),
 //!     "PartitionKey eq 'Sales' and RowKey ge 'empid_000123' and RowKey lt 'empid_000124'"
 //! );
 //! assert_eq!(
-//!     KeyRange::prefix("a").filter("Sales", "email_"),
+//!     KeyRange::prefix("a").filter::<DynamicEntity>("Sales", "email_").to_string(),
 //!     "PartitionKey eq 'Sales' and RowKey ge 'email_a' and RowKey lt 'email_b'"
 //! );
 //! let july31 = Utc.with_ymd_and_hms(2014, 7, 31, 18, 0, 0).unwrap();

@@ -147,7 +147,7 @@ use tablekit::{
     BlobProperties, ContainerClient, DecodeError, Error, ErrorCode, ManualClock, Result,
 };
 
-use crate::error::invalid;
+use crate::error::refused;
 
 /// The metadata entry holding the time of a blob's first record (RFC 3339).
 pub const START_TIME: &str = "StartTime";
@@ -231,9 +231,10 @@ fn check_service(service: &str) -> Result<()> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
     {
-        return Err(invalid(format!(
-            "log service name {service:?} must be 1 to 255 ASCII letters, digits, - and _"
-        )));
+        return Err(refused(
+            "log_data",
+            format!("log service name {service:?} must be 1 to 255 ASCII letters, digits, - and _"),
+        ));
     }
     Ok(())
 }
@@ -437,7 +438,8 @@ impl<R: Serialize> LogWriter<R> {
     /// [`log`](Self::log) does both.
     pub fn append(&mut self, time: DateTime<Utc>, record: &R) -> Result<()> {
         if self.is_full() || self.needs_flush_before(time) {
-            return Err(invalid(
+            return Err(refused(
+                "log_data",
                 "the log batch must be flushed first (it is full or of another hour); use log()",
             ));
         }
@@ -446,7 +448,12 @@ impl<R: Serialize> LogWriter<R> {
             time: &stamp,
             record,
         })
-        .map_err(|e| invalid(format!("the log record cannot be written as JSON: {e}")))?;
+        .map_err(|e| {
+            refused(
+                "log_data",
+                format!("the log record cannot be written as JSON: {e}"),
+            )
+        })?;
         self.buffer_bytes += line.len() + 1;
         if self.buffer.is_empty() {
             self.buffered_since = Some(self.now());
@@ -500,9 +507,12 @@ impl<R: Serialize> LogWriter<R> {
         };
         for _ in 0..MAX_CLAIMS {
             if seq > MAX_SEQUENCE {
-                return Err(invalid(format!(
-                    "{prefix} holds {MAX_SEQUENCE} log blobs already: flush larger batches"
-                )));
+                return Err(refused(
+                    "log_data",
+                    format!(
+                        "{prefix} holds {MAX_SEQUENCE} log blobs already: flush larger batches"
+                    ),
+                ));
             }
             let name = blob_name(&self.service, hour, seq);
             let sent = self
@@ -536,9 +546,10 @@ impl<R: Serialize> LogWriter<R> {
                 Err(e) => return Err(e),
             }
         }
-        Err(invalid(format!(
-            "no free sequence number in {prefix} after {MAX_CLAIMS} attempts"
-        )))
+        Err(refused(
+            "log_data",
+            format!("no free sequence number in {prefix} after {MAX_CLAIMS} attempts"),
+        ))
     }
 
     /// One past the highest sequence number in the folder.
@@ -598,7 +609,8 @@ impl Window {
             end: range.end_bound().cloned(),
         };
         if matches!(w.start, Bound::Unbounded) || matches!(w.end, Bound::Unbounded) {
-            return Err(invalid(
+            return Err(refused(
+                "log_data",
                 "a log window needs a start and an end (it is read hour by hour)",
             ));
         }

@@ -132,12 +132,13 @@ impl FromStr for NewestFirst {
 ///
 /// ```
 /// use chrono::{TimeZone, Utc};
+/// use tablekit::DynamicEntity;
 /// use tablekit_patterns::log_tail::instants;
 ///
 /// let from = Utc.with_ymd_and_hms(2014, 7, 31, 18, 0, 0).unwrap();
 /// let to = Utc.with_ymd_and_hms(2014, 8, 22, 0, 50, 32).unwrap();
 /// assert_eq!(
-///     instants(from, to).filter("000123", ""),
+///     instants(from, to).filter::<DynamicEntity>("000123", "").to_string(),
 ///     "PartitionKey eq '000123' and RowKey ge '251993632167999999:' and RowKey lt '251995471199999999:'"
 /// );
 /// ```
@@ -186,7 +187,7 @@ impl<T: TableEntity> LogTail<T> {
     pub fn query(&self, partition_key: &str, range: &KeyRange) -> Query<T> {
         self.table
             .query()
-            .filter_raw(range.filter(partition_key, &self.prefix))
+            .filter_by(range.filter(partition_key, &self.prefix))
     }
 
     /// The `n` newest entries of a partition, newest first: one range query

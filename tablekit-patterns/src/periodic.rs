@@ -68,7 +68,7 @@ use chrono::{DateTime, Datelike, Duration, NaiveDate, TimeZone, Timelike, Utc};
 use futures::TryStreamExt;
 use tablekit::{Query, Result, TableClient, TableEntity, TableServiceClient, UpdateMode};
 
-use crate::error::invalid;
+use crate::error::refused;
 
 /// The length of time one table covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -206,7 +206,7 @@ impl<T: TableEntity> PeriodicTables<T> {
         let sample = format!("{prefix}{}", "0".repeat(period.digits()));
         tablekit::validate::table_name(&sample)?;
         if retention < Duration::zero() {
-            return Err(invalid("the retention cannot be negative"));
+            return Err(refused("periodic", "the retention cannot be negative"));
         }
         Ok(PeriodicTables {
             service,

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use chrono::{DateTime, Utc};
 use tablekit::{EdmValue, PropertyWriter, Result, TableEntity, ValidationError};
 
-use crate::error::invalid;
+use crate::error::refused;
 
 /// `entity`'s properties in order. Fails if a name is written twice or is
 /// `reserved`, the property the pattern (named `pattern` in the error, such as
@@ -37,10 +37,10 @@ struct Collector {
 impl Collector {
     fn put(&mut self, name: &str, value: EdmValue) -> Result<()> {
         if name == self.reserved {
-            return Err(invalid(format!(
-                "property {name:?} is reserved by the {} pattern",
-                self.pattern
-            )));
+            return Err(refused(
+                self.pattern,
+                format!("property {name:?} is reserved by the pattern"),
+            ));
         }
         if !self.seen.insert(name.to_owned()) {
             return Err(ValidationError::duplicate_property(name).into());
@@ -88,17 +88,17 @@ mod tests {
         let e = DynamicEntity::new("Sales", "000223")
             .with("Email", "jonesj@contoso.com")
             .with("Age", 34i32);
-        let props = collect(&e, "_Parts", "wide entity").unwrap();
+        let props = collect(&e, "_Parts", "wide").unwrap();
         let names: Vec<&str> = props.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names.len(), 2);
         assert!(names.contains(&"Email") && names.contains(&"Age"));
 
         let e = e.with("_Parts", 3i32);
-        let err = collect(&e, "_Parts", "wide entity").unwrap_err();
+        let err = collect(&e, "_Parts", "wide").unwrap_err();
         assert!(err.is_invalid_input(), "{err}");
         assert!(
             err.to_string()
-                .contains("\"_Parts\" is reserved by the wide entity pattern"),
+                .contains("wide: property \"_Parts\" is reserved by the pattern"),
             "{err}"
         );
     }

@@ -2,27 +2,30 @@
 //!
 //! Every pattern of this crate reads with range queries: a fixed PartitionKey
 //! and RowKey bounds, the second-best query after a point read. [`KeyRange`]
-//! holds the bounds; [`KeyRange::filter`] writes the OData text with string
-//! literals escaped, so a value holding `'` cannot change the query.
+//! holds the bounds; [`KeyRange::filter`] turns them into tablekit's typed
+//! [`Filter`], whose literals tablekit escapes, so a value holding `'` cannot
+//! change the query.
 
 use std::ops::Bound;
 
 use tablekit::filter::prefix_successor;
+use tablekit::{Column, Filter};
 
 /// Bounds on RowKeys (or on the part of a RowKey after a fixed prefix), in the
 /// service's ordinal string order.
 ///
 /// ```
+/// use tablekit::DynamicEntity;
 /// use tablekit_patterns::range::KeyRange;
 ///
 /// // The seed's "emails starting with a": ge 'email_a' and lt 'email_b'.
 /// assert_eq!(
-///     KeyRange::prefix("a").filter("Sales", "email_"),
+///     KeyRange::prefix("a").filter::<DynamicEntity>("Sales", "email_").to_string(),
 ///     "PartitionKey eq 'Sales' and RowKey ge 'email_a' and RowKey lt 'email_b'"
 /// );
 /// // The seed's IDs 000100 to 000199, both included.
 /// assert_eq!(
-///     KeyRange::inclusive("000100", "000199").filter("Sales", "empid_"),
+///     KeyRange::inclusive("000100", "000199").filter::<DynamicEntity>("Sales", "empid_").to_string(),
 ///     "PartitionKey eq 'Sales' and RowKey ge 'empid_000100' and RowKey le 'empid_000199'"
 /// );
 /// ```
@@ -88,55 +91,55 @@ impl KeyRange {
         &self.upper
     }
 
-    /// The `$filter` of this range in partition `partition_key`, for RowKeys
-    /// made of `prefix` followed by a key in this range. An unbounded side
-    /// stays inside the prefix (`ge 'prefix'`, `lt` its successor), so a range
-    /// over one index never returns the rows of another.
-    pub fn filter(&self, partition_key: &str, prefix: &str) -> String {
-        let mut text = format!("PartitionKey eq {}", quote(partition_key));
+    /// The filter of this range in partition `partition_key`, for RowKeys
+    /// made of `prefix` followed by a key in this range, as a typed
+    /// [`Filter`] over the PartitionKey and RowKey of any entity type (its
+    /// literals are escaped by tablekit, so a value holding `'` cannot change
+    /// the query). An unbounded side stays inside the prefix (`ge 'prefix'`,
+    /// `lt` its successor), so a range over one index never returns the rows
+    /// of another.
+    pub fn filter<E>(&self, partition_key: &str, prefix: &str) -> Filter<E> {
+        let row_key = Column::<E, String>::new("RowKey");
+        let mut f = Column::<E, String>::new("PartitionKey").eq(partition_key);
         match &self.lower {
-            Bound::Included(v) => push(&mut text, "ge", &format!("{prefix}{v}")),
-            Bound::Excluded(v) => push(&mut text, "gt", &format!("{prefix}{v}")),
-            Bound::Unbounded if !prefix.is_empty() => push(&mut text, "ge", prefix),
+            Bound::Included(v) => f = f & row_key.ge(format!("{prefix}{v}")),
+            Bound::Excluded(v) => f = f & row_key.gt(format!("{prefix}{v}")),
+            Bound::Unbounded if !prefix.is_empty() => f = f & row_key.ge(prefix),
             Bound::Unbounded => {}
         }
         match &self.upper {
-            Bound::Included(v) => push(&mut text, "le", &format!("{prefix}{v}")),
-            Bound::Excluded(v) => push(&mut text, "lt", &format!("{prefix}{v}")),
+            Bound::Included(v) => f = f & row_key.le(format!("{prefix}{v}")),
+            Bound::Excluded(v) => f = f & row_key.lt(format!("{prefix}{v}")),
             Bound::Unbounded => {
                 if let Some(next) = prefix_successor(prefix) {
-                    push(&mut text, "lt", &next);
+                    f = f & row_key.lt(next);
                 }
             }
         }
-        text
+        f
     }
-}
-
-fn push(text: &mut String, op: &str, value: &str) {
-    text.push_str(" and RowKey ");
-    text.push_str(op);
-    text.push(' ');
-    text.push_str(&quote(value));
-}
-
-/// An OData string literal: `'` doubled inside single quotes.
-pub(crate) fn quote(value: &str) -> String {
-    format!("'{}'", value.replace('\'', "''"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tablekit::DynamicEntity;
+
+    fn text(range: KeyRange, partition_key: &str, prefix: &str) -> String {
+        range
+            .filter::<DynamicEntity>(partition_key, prefix)
+            .to_odata()
+            .unwrap()
+    }
 
     #[test]
     fn unbounded_sides_stay_inside_the_prefix() {
         assert_eq!(
-            KeyRange::all().filter("Sales", "email_"),
+            text(KeyRange::all(), "Sales", "email_"),
             "PartitionKey eq 'Sales' and RowKey ge 'email_' and RowKey lt 'email`'"
         );
         assert_eq!(
-            KeyRange::all().filter("Sales", ""),
+            text(KeyRange::all(), "Sales", ""),
             "PartitionKey eq 'Sales'"
         );
     }
@@ -144,7 +147,7 @@ mod tests {
     #[test]
     fn quotes_are_doubled() {
         assert_eq!(
-            KeyRange::prefix("o'b").filter("O'Brien", "n_"),
+            text(KeyRange::prefix("o'b"), "O'Brien", "n_"),
             "PartitionKey eq 'O''Brien' and RowKey ge 'n_o''b' and RowKey lt 'n_o''c'"
         );
     }
@@ -153,7 +156,7 @@ mod tests {
     fn the_compound_key_seed_range() {
         // §3.6: the employee and all of their reviews, via the §7 erratum's fix.
         assert_eq!(
-            KeyRange::half_open("000123", "000124").filter("Sales", "empid_"),
+            text(KeyRange::half_open("000123", "000124"), "Sales", "empid_"),
             "PartitionKey eq 'Sales' and RowKey ge 'empid_000123' and RowKey lt 'empid_000124'"
         );
     }

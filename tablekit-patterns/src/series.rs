@@ -60,7 +60,7 @@ use tablekit::{
     UpdateMode,
 };
 
-use crate::error::invalid;
+use crate::error::refused;
 use crate::hook::BeforeWrite;
 use crate::range::KeyRange;
 
@@ -96,12 +96,15 @@ impl SeriesLayout {
         name: impl Fn(usize) -> String + Send + Sync + 'static,
     ) -> Result<Self> {
         if slots == 0 || per_entity == 0 || per_entity > MAX_PROPERTIES {
-            return Err(invalid(format!(
-                "a series needs at least one slot and 1 to {MAX_PROPERTIES} slots per entity"
-            )));
+            return Err(refused(
+                "series",
+                format!(
+                    "a series needs at least one slot and 1 to {MAX_PROPERTIES} slots per entity"
+                ),
+            ));
         }
         if slots.div_ceil(per_entity) > 99 {
-            return Err(invalid("a series spans at most 99 entities"));
+            return Err(refused("series", "a series spans at most 99 entities"));
         }
         Ok(SeriesLayout {
             slots,
@@ -133,10 +136,10 @@ impl SeriesLayout {
     /// The entity suffix (`01`, `02`, …) and property name of slot `i`.
     pub fn slot(&self, i: usize) -> Result<(String, String)> {
         if i >= self.slots {
-            return Err(invalid(format!(
-                "slot {i} is outside the series' {} slots",
-                self.slots
-            )));
+            return Err(refused(
+                "series",
+                format!("slot {i} is outside the series' {} slots", self.slots),
+            ));
         }
         Ok((chunk(i / self.per_entity), (self.name)(i)))
     }
@@ -215,7 +218,7 @@ impl DataSeries {
         let rows = self
             .table
             .query()
-            .filter_raw(range.filter(partition_key, ""))
+            .filter_by(range.filter(partition_key, ""))
             .fetch_all()
             .await?;
         Ok(self.assemble(series, &rows))
@@ -349,7 +352,7 @@ impl HourlyCounters {
             .series
             .table
             .query()
-            .filter_raw(range.filter(partition_key, ""))
+            .filter_by(range.filter(partition_key, ""))
             .fetch_all()
             .await?;
         let old = self.series.assemble(&yesterday, &rows);

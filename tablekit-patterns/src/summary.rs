@@ -102,7 +102,7 @@ use tablekit::{
     TableClient, TableEntity, Transaction, UpdateMode,
 };
 
-use crate::error::invalid;
+use crate::error::refused;
 use crate::hook::BeforeWrite;
 use crate::range::KeyRange;
 
@@ -193,7 +193,7 @@ impl<T: TableEntity> CountedPartition<T> {
         self.table
             .with_type::<E>()
             .query()
-            .filter_raw(KeyRange::all().filter(partition_key, ""))
+            .filter_by(KeyRange::all().filter(partition_key, ""))
             .fetch_all()
             .await
     }
@@ -240,10 +240,10 @@ impl<T: TableEntity> CountedPartition<T> {
 
     fn check(&self, entity: &T) -> Result<()> {
         if entity.row_key() == self.summary_row_key {
-            return Err(invalid(format!(
-                "RowKey {:?} is the summary entity's",
-                self.summary_row_key
-            )));
+            return Err(refused(
+                "summary",
+                format!("RowKey {:?} is the summary entity's", self.summary_row_key),
+            ));
         }
         Ok(())
     }
@@ -314,7 +314,8 @@ impl<T: TableEntity> CountedPartition<T> {
     ) -> Result<i32> {
         let key = key.into();
         if key.row_key == self.summary_row_key {
-            return Err(invalid(
+            return Err(refused(
+                "summary",
                 "the summary entity is not one of the counted entities",
             ));
         }

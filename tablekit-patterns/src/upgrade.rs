@@ -68,11 +68,9 @@
 use std::ops::AddAssign;
 
 use tablekit::{
-    Continuation, DynamicEntity, EdmValue, IfMatch, RawEntity, Result, TableClient, TableEntity,
-    UpdateMode,
+    Column, Continuation, DynamicEntity, EdmValue, IfMatch, RawEntity, Result, TableClient,
+    TableEntity, UpdateMode,
 };
-
-use crate::range::quote;
 
 /// How many times one entity is read and upgraded again after concurrent changes.
 pub const MAX_ATTEMPTS: usize = 16;
@@ -164,7 +162,7 @@ impl<T: TableEntity> SchemaUpgrade<T> {
     pub async fn run_page(&self, from: Option<Continuation>) -> Result<UpgradePage> {
         let mut query = self.raw.query().page_size(self.page_size);
         if let Some(pk) = &self.partition {
-            query = query.filter_raw(format!("PartitionKey eq {}", quote(pk)));
+            query = query.filter_by(Column::<DynamicEntity, String>::new("PartitionKey").eq(pk));
         }
         if let Some(c) = from {
             query = query.continue_from(c);

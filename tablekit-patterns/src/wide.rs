@@ -51,7 +51,7 @@ use tablekit::{
     Result, TableClient, TableEntity, UpdateMode,
 };
 
-use crate::error::invalid;
+use crate::error::refused;
 use crate::range::KeyRange;
 
 /// The Int32 property of part 0 that holds the number of parts. An entity
@@ -130,7 +130,7 @@ impl<T: TableEntity> WideTable<T> {
     /// property name repeats or is [`PARTS`].
     pub fn parts(&self, entity: &T) -> Result<Vec<DynamicEntity>> {
         let (pk, rk) = (entity.partition_key(), entity.row_key());
-        let all = crate::props::collect(entity, PARTS, "wide entity")?;
+        let all = crate::props::collect(entity, PARTS, "wide")?;
         let mut parts = vec![DynamicEntity::new(pk.as_ref(), part_row_key(&rk, 0))];
         // Part 0 keeps room for the part count.
         let mut room = MAX_PROPERTIES - 1;
@@ -175,7 +175,7 @@ impl<T: TableEntity> WideTable<T> {
         let mut query = self
             .raw
             .query()
-            .filter_raw(KeyRange::all().filter(&key.partition_key, &format!("{}_", key.row_key)));
+            .filter_by(KeyRange::all().filter(&key.partition_key, &format!("{}_", key.row_key)));
         if keys_only {
             query = query.select([PARTS]);
         }
@@ -353,9 +353,10 @@ impl<T: TableEntity> WideTable<T> {
             let mut entity = Self::assemble(&key, &stored)?;
             change(&mut entity);
             if entity.key() != key {
-                return Err(invalid(format!(
-                    "modify keeps the entity's key {key}; delete and insert to move it"
-                )));
+                return Err(refused(
+                    "wide",
+                    format!("modify keeps the entity's key {key}; delete and insert to move it"),
+                ));
             }
             let etag = IfMatch::ETag(stored.etag.clone());
             match self.write_over(&mut entity, &stored, etag).await {

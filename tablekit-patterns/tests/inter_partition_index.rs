@@ -725,11 +725,15 @@ async fn the_seed_copies_are_written_and_read_by_point_and_range(s: Services) {
 
     // Appendix A's ranges.
     assert_eq!(
-        KeyRange::inclusive("000100", "000199").filter("empid_Sales", ""),
+        KeyRange::inclusive("000100", "000199")
+            .filter::<DynamicEntity>("empid_Sales", "")
+            .to_string(),
         "PartitionKey eq 'empid_Sales' and RowKey ge '000100' and RowKey le '000199'"
     );
     assert_eq!(
-        KeyRange::prefix("a").filter("email_Sales", ""),
+        KeyRange::prefix("a")
+            .filter::<DynamicEntity>("email_Sales", "")
+            .to_string(),
         "PartitionKey eq 'email_Sales' and RowKey ge 'a' and RowKey lt 'b'"
     );
     let ids: Vec<u32> = env

@@ -51,6 +51,10 @@ pub enum ErrorKind {
     /// A read that needs an entity ([`Query::fetch_one`](crate::Query::fetch_one))
     /// found none; the message names the table.
     NoEntity(String),
+    /// A write refused because it would take over data that another entity
+    /// owns, such as a value of a unique index held by another entity (built
+    /// by pattern crates with [`Error::constraint`]).
+    Constraint(ConstraintError),
 }
 
 impl Error {
@@ -202,6 +206,53 @@ impl Error {
     pub(crate) fn with_client_request_id(mut self, id: &str) -> Self {
         self.inner.client_request_id = Some(id.into());
         self
+    }
+
+    /// A write refused because it would take over data another entity owns
+    /// (a value of a unique index): see [`ConstraintError`].
+    pub fn is_constraint_violation(&self) -> bool {
+        matches!(&self.inner.kind, ErrorKind::Constraint(_))
+    }
+
+    /// The constraint that refused the write, for [`ErrorKind::Constraint`].
+    pub fn constraint_error(&self) -> Option<&ConstraintError> {
+        match &self.inner.kind {
+            ErrorKind::Constraint(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// A constraint of code built on tablekit (a unique index of a pattern
+    /// crate) refused a write: the value `row_key` in partition
+    /// `partition_key` of the constraint `name` belongs to another entity,
+    /// `held_by` (its PartitionKey and RowKey, when known).
+    ///
+    /// ```
+    /// let e = tablekit::Error::constraint(
+    ///     "email",
+    ///     ("email_Sales", "jonesj@contoso.com"),
+    ///     Some(("Sales", "000224")),
+    /// );
+    /// assert!(e.is_constraint_violation() && !e.is_retryable() && !e.is_invalid_input());
+    /// let c = e.constraint_error().unwrap();
+    /// assert_eq!(c.name(), "email");
+    /// assert_eq!(c.held_by(), Some(("Sales", "000224")));
+    /// assert_eq!(
+    ///     e.to_string(),
+    ///     "unique constraint \"email\": (\"email_Sales\", \"jonesj@contoso.com\") is held by (\"Sales\", \"000224\")"
+    /// );
+    /// ```
+    pub fn constraint(
+        name: impl Into<String>,
+        key: (impl Into<String>, impl Into<String>),
+        held_by: Option<(impl Into<String>, impl Into<String>)>,
+    ) -> Self {
+        ErrorKind::Constraint(ConstraintError {
+            name: name.into(),
+            key: (key.0.into(), key.1.into()),
+            held_by: held_by.map(|(p, r)| (p.into(), r.into())),
+        })
+        .into()
     }
 
     /// The input was rejected on the client before any request was sent.
@@ -398,6 +449,7 @@ impl fmt::Display for Error {
             ErrorKind::Decode(e) => fmt::Display::fmt(e, f),
             ErrorKind::Config(e) => fmt::Display::fmt(e, f),
             ErrorKind::NoEntity(table) => write!(f, "no entity of table {table} matched the query"),
+            ErrorKind::Constraint(c) => fmt::Display::fmt(c, f),
         }?;
         if self.inner.ambiguous {
             f.write_str("; the outcome is unknown: an attempt may have been applied")?;
@@ -433,7 +485,49 @@ fn retryable(kind: &ErrorKind) -> bool {
         ErrorKind::Invalid(_)
         | ErrorKind::Decode(_)
         | ErrorKind::Config(_)
-        | ErrorKind::NoEntity(_) => false,
+        | ErrorKind::NoEntity(_)
+        | ErrorKind::Constraint(_) => false,
+    }
+}
+
+/// A write refused because the value it would take is another entity's: a
+/// unique index keeps one entity per value, and the copy under `key` names
+/// `held_by`. Nothing of the refused change was applied to that copy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConstraintError {
+    name: String,
+    key: (String, String),
+    held_by: Option<(String, String)>,
+}
+
+impl ConstraintError {
+    /// The constraint's name (the index's name).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The PartitionKey and RowKey of the contested row (the index copy).
+    pub fn key(&self) -> (&str, &str) {
+        (&self.key.0, &self.key.1)
+    }
+
+    /// The entity that holds the value, when known: its PartitionKey and RowKey.
+    pub fn held_by(&self) -> Option<(&str, &str)> {
+        self.held_by.as_ref().map(|(p, r)| (p.as_str(), r.as_str()))
+    }
+}
+
+impl fmt::Display for ConstraintError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unique constraint {:?}: ({:?}, {:?})",
+            self.name, self.key.0, self.key.1
+        )?;
+        match &self.held_by {
+            Some((p, r)) => write!(f, " is held by ({p:?}, {r:?})"),
+            None => f.write_str(" is held by another entity"),
+        }
     }
 }
 
@@ -633,6 +727,17 @@ pub enum ValidationError {
         /// Which rule it breaks.
         reason: String,
     },
+    /// A design pattern (such as those of `tablekit-patterns`) refused a
+    /// write or a declaration that breaks one of its rules (built with
+    /// [`ValidationError::pattern`]).
+    #[non_exhaustive]
+    #[error("{pattern}: {reason}")]
+    Pattern {
+        /// The pattern, as its module names it (`index`, `large`, ...).
+        pattern: &'static str,
+        /// Which rule it breaks.
+        reason: String,
+    },
     /// A continuation token string could not be parsed.
     #[error("continuation token is malformed: {reason}")]
     #[non_exhaustive]
@@ -670,6 +775,24 @@ impl ValidationError {
     pub fn batch(index: Option<usize>, reason: impl Into<String>) -> Self {
         ValidationError::Batch {
             index,
+            reason: reason.into(),
+        }
+    }
+
+    /// A refusal of a design pattern, for pattern crates: reported like
+    /// tablekit's own checks, so [`Error::is_invalid_input`] holds.
+    ///
+    /// ```
+    /// use tablekit::{Error, ValidationError};
+    ///
+    /// let err = Error::from(ValidationError::pattern("index", "two indexes named \"email\""));
+    /// assert!(err.is_invalid_input());
+    /// assert!(matches!(err.validation(), Some(ValidationError::Pattern { pattern: "index", .. })));
+    /// assert_eq!(err.to_string(), "invalid input: index: two indexes named \"email\"");
+    /// ```
+    pub fn pattern(pattern: &'static str, reason: impl Into<String>) -> Self {
+        ValidationError::Pattern {
+            pattern,
             reason: reason.into(),
         }
     }

@@ -160,8 +160,8 @@ pub use entity::{
     TableEntity, UpdateMode,
 };
 pub use error::{
-    ConfigError, DecodeError, Error, ErrorCode, ErrorKind, KeyKind, Result, ServiceError,
-    TransportError, ValidationError,
+    ConfigError, ConstraintError, DecodeError, Error, ErrorCode, ErrorKind, KeyKind, Result,
+    ServiceError, TransportError, ValidationError,
 };
 pub use filter::{col, Filter, QueryPlan};
 pub use options::{ClientOptions, HttpOptions, Metadata, RetryPolicy, Transport};
