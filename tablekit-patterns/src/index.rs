@@ -90,11 +90,12 @@ use std::sync::Arc;
 
 use tablekit::{
     to_dynamic, DecodeError, DynamicEntity, EdmValue, EntityKey, Error, IfMatch, RawEntity, Result,
-    TableClient, TableEntity, Transaction, UpdateMode,
+    TableClient, TableEntity, TransactionOp, UpdateMode,
 };
 
 use crate::error::refused;
 use crate::hook::BeforeWrite;
+use crate::plan::{Plan, Stale};
 use crate::range::KeyRange;
 
 /// The property of an index copy that holds the RowKey of the entity's primary
@@ -365,25 +366,89 @@ impl<T: TableEntity> IndexedTable<T> {
         Ok(c)
     }
 
-    fn transaction(&self) -> Transaction<DynamicEntity> {
-        self.raw.transaction()
+    /// The insert of the entity and of every index copy, planned: the
+    /// operations [`insert`](Self::insert) sends, the entity first, for a
+    /// transaction composed with other writes of its partition
+    /// ([`crate::plan`]). A taken key (the entity's or an indexed value) makes
+    /// the transaction fail with a conflict.
+    pub fn plan_insert(&self, entity: &T) -> Result<Plan> {
+        let mut plan = Plan::new();
+        plan.push_planned(TransactionOp::Insert(self.primary(entity)?), Stale::NEVER)?;
+        plan.and(self.plan_insert_copies(entity)?)
+    }
+
+    /// The inserts of the index copies alone, for an entity whose own row a
+    /// pattern that stores it differently writes (the parts of a
+    /// [wide entity](crate::wide::WideTable::plan_insert)): each copy names
+    /// the entity's RowKey as its [`PRIMARY_ROW_KEY`].
+    pub fn plan_insert_copies(&self, entity: &T) -> Result<Plan> {
+        let primary = self.primary(entity)?;
+        let mut plan = Plan::new();
+        for def in &self.indexes {
+            plan.push_planned(
+                TransactionOp::Insert(self.copy(def, entity, &primary)?),
+                Stale::NEVER,
+            )?;
+        }
+        Ok(plan)
     }
 
     /// Inserts the entity and its index copies in one transaction. A taken key
     /// (the entity's or an indexed value) fails with a conflict and writes
     /// nothing. Sets the entity's ETag.
     pub async fn insert(&self, entity: &mut T) -> Result<()> {
-        let primary = self.primary(entity)?;
-        let mut tx = self.transaction();
-        tx.insert(&primary)?;
-        for def in &self.indexes {
-            tx.insert(&self.copy(def, entity, &primary)?)?;
-        }
-        let done = tx.send().await?;
-        if let Some(etag) = done.etag(0) {
+        let key = entity.key();
+        let done = self.plan_insert(entity)?.send(&self.raw).await?;
+        if let Some(etag) = done.etag(&key) {
             entity.set_etag(etag.clone());
         }
         Ok(())
+    }
+
+    /// The replacement of `current` (the value as read, whose indexed values
+    /// say which copies exist) by `new`, planned: the entity replaced under
+    /// `if_match` (a 412 or 404 there means the read is stale), each copy
+    /// replaced, or deleted and inserted under its new key when its indexed
+    /// value changed. The operations [`update`](Self::update) sends.
+    pub fn plan_update(&self, current: &T, new: &T, if_match: impl Into<IfMatch>) -> Result<Plan> {
+        let old = self.primary(current)?;
+        let primary = self.primary(new)?;
+        if old.partition_key != primary.partition_key || old.row_key != primary.row_key {
+            return Err(refused(
+                "index",
+                format!(
+                    "an update keeps the entity's key ({:?}, {:?}); delete and insert to move it",
+                    old.partition_key, old.row_key
+                ),
+            ));
+        }
+        let mut plan = Plan::new();
+        let copies = self
+            .indexes
+            .iter()
+            .map(|def| Ok((def, self.copy(def, new, &primary)?)))
+            .collect::<Result<Vec<_>>>()?;
+        let pk = primary.partition_key.clone();
+        plan.push_planned(
+            TransactionOp::Update(primary, UpdateMode::Replace, if_match.into()),
+            Stale::DELETED,
+        )?;
+        for (def, copy) in copies {
+            let old_key = format!("{}{}", def.prefix, (def.key)(current));
+            if old_key == copy.row_key {
+                plan.push_planned(
+                    TransactionOp::Upsert(copy, UpdateMode::Replace),
+                    Stale::NEVER,
+                )?;
+            } else {
+                plan.push_planned(
+                    TransactionOp::Delete(EntityKey::new(pk.as_str(), old_key), IfMatch::Any),
+                    Stale::NEVER,
+                )?;
+                plan.push_planned(TransactionOp::Insert(copy), Stale::NEVER)?;
+            }
+        }
+        Ok(plan)
     }
 
     /// Replaces `current` (the value as read, whose indexed values say which
@@ -397,55 +462,47 @@ impl<T: TableEntity> IndexedTable<T> {
         new: &mut T,
         if_match: impl Into<IfMatch>,
     ) -> Result<()> {
-        let old = self.primary(current)?;
-        let primary = self.primary(new)?;
-        if old.partition_key != primary.partition_key || old.row_key != primary.row_key {
-            return Err(refused(
-                "index",
-                format!(
-                    "an update keeps the entity's key ({:?}, {:?}); delete and insert to move it",
-                    old.partition_key, old.row_key
-                ),
-            ));
-        }
-        let mut tx = self.transaction();
-        tx.update(&primary, UpdateMode::Replace, if_match)?;
-        for def in &self.indexes {
-            let copy = self.copy(def, new, &primary)?;
-            let old_key = format!("{}{}", def.prefix, (def.key)(current));
-            if old_key == copy.row_key {
-                tx.upsert(&copy, UpdateMode::Replace)?;
-            } else {
-                tx.delete((primary.partition_key.as_str(), old_key), IfMatch::Any)?;
-                tx.insert(&copy)?;
-            }
-        }
-        let done = tx.send().await?;
-        if let Some(etag) = done.etag(0) {
+        let key = new.key();
+        let done = self
+            .plan_update(current, new, if_match)?
+            .send(&self.raw)
+            .await?;
+        if let Some(etag) = done.etag(&key) {
             new.set_etag(etag.clone());
         }
         Ok(())
     }
 
+    /// The delete of `current` (the value as read) under `if_match` and of
+    /// its copies, planned: the operations [`delete`](Self::delete) sends.
+    pub fn plan_delete(&self, current: &T, if_match: impl Into<IfMatch>) -> Result<Plan> {
+        let primary = self.primary(current)?;
+        let mut plan = Plan::new();
+        plan.push_planned(
+            TransactionOp::Delete(
+                EntityKey::new(primary.partition_key.as_str(), primary.row_key.as_str()),
+                if_match.into(),
+            ),
+            Stale::DELETED,
+        )?;
+        for def in &self.indexes {
+            let key = EntityKey::new(
+                primary.partition_key.as_str(),
+                format!("{}{}", def.prefix, (def.key)(current)),
+            );
+            key.validate()?;
+            plan.push_planned(TransactionOp::Delete(key, IfMatch::Any), Stale::NEVER)?;
+        }
+        Ok(plan)
+    }
+
     /// Deletes `current` (the value as read) and its copies in one transaction,
     /// on the condition `if_match` on the primary copy.
     pub async fn delete(&self, current: &T, if_match: impl Into<IfMatch>) -> Result<()> {
-        let primary = self.primary(current)?;
-        let mut tx = self.transaction();
-        tx.delete(
-            (primary.partition_key.as_str(), primary.row_key.as_str()),
-            if_match,
-        )?;
-        for def in &self.indexes {
-            tx.delete(
-                (
-                    primary.partition_key.as_str(),
-                    format!("{}{}", def.prefix, (def.key)(current)),
-                ),
-                IfMatch::Any,
-            )?;
-        }
-        tx.send().await.map(drop)
+        self.plan_delete(current, if_match)?
+            .send(&self.raw)
+            .await
+            .map(drop)
     }
 
     /// Reads the primary copy with its ETag (whether or not `T` keeps one).

@@ -183,6 +183,7 @@
 #![deny(rustdoc::broken_intra_doc_links)]
 
 pub mod compound;
+pub mod denormalize;
 mod error;
 pub mod eventual;
 mod hook;
@@ -194,6 +195,7 @@ pub mod large;
 pub mod log_data;
 pub mod log_tail;
 pub mod periodic;
+pub mod plan;
 mod props;
 pub mod range;
 pub mod series;

@@ -98,12 +98,13 @@
 use std::fmt;
 
 use tablekit::{
-    to_dynamic, DecodeError, DynamicEntity, EdmValue, EntityKey, Error, IfMatch, Result,
-    TableClient, TableEntity, Transaction, UpdateMode,
+    DecodeError, DynamicEntity, EdmValue, EntityKey, Error, IfMatch, Result, TableClient,
+    TableEntity, TransactionOp, UpdateMode,
 };
 
 use crate::error::refused;
 use crate::hook::BeforeWrite;
+use crate::plan::{Plan, Stale};
 use crate::range::KeyRange;
 
 /// How many times a write starts again after a concurrent change of the summary.
@@ -248,22 +249,25 @@ impl<T: TableEntity> CountedPartition<T> {
         Ok(())
     }
 
-    /// Adds the summary's change to `tx` after the entity's operation and sends it.
-    async fn send(
-        &self,
-        mut tx: Transaction<DynamicEntity>,
-        partition_key: &str,
-        delta: i32,
-        attempt: usize,
-    ) -> Result<(i32, Option<tablekit::ETag>)> {
+    /// The change of the count of `partition_key` by `delta`, planned from
+    /// one read of the summary: a merge of the count alone under the
+    /// summary's ETag (a 412 means the read is stale), or, for the first
+    /// entity of the partition, the insert of a new summary (a 409 means
+    /// another writer created it meanwhile). Returns the plan and the count
+    /// it writes.
+    async fn plan_count(&self, partition_key: &str, delta: i32) -> Result<(Plan, i32)> {
         let key = EntityKey::new(partition_key, self.summary_row_key.as_str());
+        let mut plan = Plan::new();
         let count = match self.raw.get(key).await? {
             Some(summary) => {
                 let count = self.read_count(&summary)? + delta;
                 let change = DynamicEntity::new(partition_key, self.summary_row_key.as_str())
                     .with(self.count_property.as_str(), count);
                 let etag = summary.etag.map_or(IfMatch::Any, IfMatch::ETag);
-                tx.update(&change, UpdateMode::Merge, etag)?;
+                plan.push_planned(
+                    TransactionOp::update(&change, UpdateMode::Merge, etag)?,
+                    Stale::DELETED,
+                )?;
                 count
             }
             None => {
@@ -272,37 +276,81 @@ impl<T: TableEntity> CountedPartition<T> {
                 for (name, value) in &self.new_summary {
                     summary.set(name.as_str(), value.clone());
                 }
-                tx.insert(&summary.with(self.count_property.as_str(), count))?;
+                let summary = summary.with(self.count_property.as_str(), count);
+                plan.push_planned(TransactionOp::insert(&summary)?, Stale::CREATED)?;
                 count
             }
         };
-        self.before_write.call(attempt);
-        let done = tx.send().await?;
-        Ok((count, done.etag(0).cloned()))
+        Ok((plan, count))
+    }
+
+    /// The insert of `entity` and the count of its partition plus one,
+    /// planned from one read of the summary (1 request): the operations
+    /// [`insert`](Self::insert) sends, for a transaction composed with
+    /// other writes of the partition ([`crate::plan`]). Joined with a
+    /// [`Denormalized`](crate::denormalize::Denormalized) plan, the count
+    /// and the manager's details are one merge of the summary.
+    pub async fn plan_insert(&self, entity: &T) -> Result<Plan> {
+        self.check(entity)?;
+        let pk = entity.partition_key().into_owned();
+        let (count, _) = self.plan_count(&pk, 1).await?;
+        Plan::of(TransactionOp::insert(entity)?).and(count)
+    }
+
+    /// The delete of the entity `key` under `if_match` and the count of its
+    /// partition minus one, planned from one read of the summary (1
+    /// request): the operations [`delete`](Self::delete) sends.
+    pub async fn plan_delete(
+        &self,
+        key: impl Into<EntityKey>,
+        if_match: impl Into<IfMatch>,
+    ) -> Result<Plan> {
+        let key = self.counted_key(key.into())?;
+        let (count, _) = self.plan_count(&key.partition_key, -1).await?;
+        Plan::of(TransactionOp::delete(key, if_match)?).and(count)
+    }
+
+    fn counted_key(&self, key: EntityKey) -> Result<EntityKey> {
+        if key.row_key == self.summary_row_key {
+            return Err(refused(
+                "summary",
+                "the summary entity is not one of the counted entities",
+            ));
+        }
+        Ok(key)
+    }
+
+    /// Sends `op` with the change of the count by `delta` in one transaction,
+    /// again from a fresh read of the summary when another writer changed
+    /// it; returns the count and the ETag `op` wrote.
+    async fn send_counted(
+        &self,
+        op: TransactionOp,
+        delta: i32,
+    ) -> Result<(i32, Option<tablekit::ETag>)> {
+        let key = op.key();
+        let mut attempt = 1;
+        loop {
+            let (count_plan, count) = self.plan_count(&key.partition_key, delta).await?;
+            let plan = Plan::of(op.clone()).and(count_plan)?;
+            self.before_write.call(attempt);
+            match plan.send(&self.raw).await {
+                Ok(done) => return Ok((count, done.etag(&key).cloned())),
+                Err(e) if summary_race(&e) && attempt < MAX_ATTEMPTS => attempt += 1,
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     /// Inserts the entity and adds one to its partition's count, in one
     /// transaction; returns the new count. A taken key is a conflict.
     pub async fn insert(&self, entity: &mut T) -> Result<i32> {
         self.check(entity)?;
-        let pk = entity.partition_key().into_owned();
-        let mut bag = to_dynamic(entity)?;
-        bag.etag = None;
-        let mut attempt = 1;
-        loop {
-            let mut tx = self.raw.transaction();
-            tx.insert(&bag)?;
-            match self.send(tx, &pk, 1, attempt).await {
-                Ok((count, etag)) => {
-                    if let Some(etag) = etag {
-                        entity.set_etag(etag);
-                    }
-                    return Ok(count);
-                }
-                Err(e) if summary_race(&e) && attempt < MAX_ATTEMPTS => attempt += 1,
-                Err(e) => return Err(e),
-            }
+        let (count, etag) = self.send_counted(TransactionOp::insert(entity)?, 1).await?;
+        if let Some(etag) = etag {
+            entity.set_etag(etag);
         }
+        Ok(count)
     }
 
     /// Deletes the entity with this key under `if_match` and subtracts one
@@ -312,24 +360,9 @@ impl<T: TableEntity> CountedPartition<T> {
         key: impl Into<EntityKey>,
         if_match: impl Into<IfMatch>,
     ) -> Result<i32> {
-        let key = key.into();
-        if key.row_key == self.summary_row_key {
-            return Err(refused(
-                "summary",
-                "the summary entity is not one of the counted entities",
-            ));
-        }
-        let if_match = if_match.into();
-        let mut attempt = 1;
-        loop {
-            let mut tx = self.raw.transaction();
-            tx.delete(key.clone(), if_match.clone())?;
-            match self.send(tx, &key.partition_key, -1, attempt).await {
-                Ok((count, _)) => return Ok(count),
-                Err(e) if summary_race(&e) && attempt < MAX_ATTEMPTS => attempt += 1,
-                Err(e) => return Err(e),
-            }
-        }
+        let key = self.counted_key(key.into())?;
+        let op = TransactionOp::delete(key, if_match)?;
+        Ok(self.send_counted(op, -1).await?.0)
     }
 }
 

@@ -48,10 +48,11 @@ use std::marker::PhantomData;
 use tablekit::validate::MAX_PROPERTIES;
 use tablekit::{
     DecodeError, DynamicEntity, ETag, EdmValue, EntityKey, Error, ErrorKind, IfMatch, RawEntity,
-    Result, TableClient, TableEntity, UpdateMode,
+    Result, TableClient, TableEntity, TransactionOp, UpdateMode,
 };
 
 use crate::error::refused;
+use crate::plan::{Plan, Stale};
 use crate::range::KeyRange;
 
 /// The Int32 property of part 0 that holds the number of parts. An entity
@@ -156,16 +157,27 @@ impl<T: TableEntity> WideTable<T> {
         Ok(parts)
     }
 
+    /// The inserts of every part, planned: the operations
+    /// [`insert`](Self::insert) sends, part 0 first, for a transaction
+    /// composed with other writes of the partition ([`crate::plan`]), such as
+    /// the entity's [index copies](crate::index::IndexedTable::plan_insert_copies).
+    pub fn plan_insert(&self, entity: &T) -> Result<Plan> {
+        let mut plan = Plan::new();
+        for p in self.parts(entity)? {
+            plan.push_planned(TransactionOp::Insert(p), Stale::NEVER)?;
+        }
+        Ok(plan)
+    }
+
     /// Inserts the logical entity: one transaction inserting every part. An
     /// entity that exists is a conflict. Sets the entity's ETag (part 0's).
     pub async fn insert(&self, entity: &mut T) -> Result<()> {
-        let parts = self.parts(entity)?;
-        let mut tx = self.raw.transaction();
-        for p in &parts {
-            tx.insert(p)?;
-        }
-        let done = tx.send().await?;
-        if let Some(etag) = done.etag(0) {
+        let part0 = EntityKey::new(
+            entity.partition_key().as_ref(),
+            part_row_key(&entity.row_key(), 0),
+        );
+        let done = self.plan_insert(entity)?.send(&self.raw).await?;
+        if let Some(etag) = done.etag(&part0) {
             entity.set_etag(etag.clone());
         }
         Ok(())
@@ -249,24 +261,63 @@ impl<T: TableEntity> WideTable<T> {
         Ok(self.get_with_etag(key).await?.map(|(e, _)| e))
     }
 
-    async fn write_over(&self, entity: &mut T, stored: &Stored, if_match: IfMatch) -> Result<()> {
-        let parts = self.parts(entity)?;
-        let mut tx = self.raw.transaction();
-        tx.update(&parts[0], UpdateMode::Replace, if_match)?;
-        for p in &parts[1..] {
-            tx.upsert(p, UpdateMode::Replace)?;
+    /// The write of `entity` over the parts `stored`: part 0 replaced under
+    /// `if_match`, the other parts upserted, parts no longer needed deleted.
+    fn plan_over(&self, entity: &T, stored: &Stored, if_match: IfMatch) -> Result<Plan> {
+        let mut parts = self.parts(entity)?.into_iter();
+        let mut plan = Plan::new();
+        let first = parts.next().expect("part 0 is always there");
+        plan.push_planned(
+            TransactionOp::Update(first, UpdateMode::Replace, if_match),
+            Stale::DELETED,
+        )?;
+        let mut written = 1;
+        for p in parts {
+            plan.push_planned(TransactionOp::Upsert(p, UpdateMode::Replace), Stale::NEVER)?;
+            written += 1;
         }
-        for old in stored.parts.iter().skip(parts.len()) {
-            tx.delete(
-                (old.partition_key.as_str(), old.row_key.as_str()),
-                IfMatch::Any,
+        for old in stored.parts.iter().skip(written) {
+            plan.push_planned(
+                TransactionOp::Delete(
+                    EntityKey::new(old.partition_key.as_str(), old.row_key.as_str()),
+                    IfMatch::Any,
+                ),
+                Stale::NEVER,
             )?;
         }
-        let done = tx.send().await?;
-        if let Some(etag) = done.etag(0) {
+        Ok(plan)
+    }
+
+    async fn write_over(&self, entity: &mut T, stored: &Stored, if_match: IfMatch) -> Result<()> {
+        let part0 = EntityKey::new(
+            entity.partition_key().as_ref(),
+            part_row_key(&entity.row_key(), 0),
+        );
+        let done = self
+            .plan_over(entity, stored, if_match)?
+            .send(&self.raw)
+            .await?;
+        if let Some(etag) = done.etag(&part0) {
             entity.set_etag(etag.clone());
         }
         Ok(())
+    }
+
+    /// The replacement of the stored logical entity by `entity`, planned
+    /// from one keys-only range query over its parts: part 0 replaced under
+    /// `if_match` ([`IfMatch::Any`]: under the version whose parts were
+    /// listed), the other parts upserted, parts no longer needed deleted.
+    /// Not found if there is no such entity.
+    pub async fn plan_replace(&self, entity: &T, if_match: impl Into<IfMatch>) -> Result<Plan> {
+        let key = entity.key();
+        let Some(stored) = self.read(&key, true).await? else {
+            return Err(not_found(&key, self.raw.name()));
+        };
+        let condition = match if_match.into() {
+            IfMatch::Any => IfMatch::ETag(stored.etag.clone()),
+            other => other,
+        };
+        self.plan_over(entity, &stored, condition)
     }
 
     /// Replaces the stored logical entity with `entity` (properties it lacks

@@ -174,7 +174,7 @@ pub use table::{AmbiguousWrites, ReadBack};
 pub use table::{EntityStream, Page, PageStream, Query, ScanPolicy};
 pub use table::{
     Get, ListTables, Modified, Modify, ModifyStep, TableClient, TableNames, TableServiceClient,
-    Transaction, TransactionResult, WriteTarget,
+    Transaction, TransactionOp, TransactionResult, WriteTarget,
 };
 
 /// `#[derive(TableEntity)]`: a plain struct becomes an entity type.

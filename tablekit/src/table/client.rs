@@ -981,7 +981,7 @@ impl<T> fmt::Debug for Transaction<T> {
 const OP_OVERHEAD: usize = 600;
 
 impl<T: TableEntity> Transaction<T> {
-    fn push(
+    fn push_op(
         &mut self,
         kind: BatchKind,
         key: EntityKey,
@@ -1034,7 +1034,7 @@ impl<T: TableEntity> Transaction<T> {
         Ok(self)
     }
 
-    fn push_entity(&mut self, kind: BatchKind, entity: &T) -> Result<&mut Self> {
+    fn push_entity<E: TableEntity>(&mut self, kind: BatchKind, entity: &E) -> Result<&mut Self> {
         let index = self.ops.len();
         let at_index = |e: Error| match e.validation() {
             Some(v) => Error::invalid(ValidationError::Batch {
@@ -1053,7 +1053,7 @@ impl<T: TableEntity> Transaction<T> {
         } else {
             None
         };
-        self.push(kind, key, Some(body), bag)
+        self.push_op(kind, key, Some(body), bag)
     }
 
     /// Adds an insert.
@@ -1089,7 +1089,60 @@ impl<T: TableEntity> Transaction<T> {
                 reason: v.to_string(),
             }));
         }
-        self.push(BatchKind::Delete(if_match.into()), key, None, None)
+        self.push_op(BatchKind::Delete(if_match.into()), key, None, None)
+    }
+
+    /// Adds an operation built apart from this transaction: a
+    /// [`TransactionOp`] of any entity type, such as those a design pattern
+    /// plans, checked like the operations added by the other methods.
+    /// Returns the operation's index in the transaction (for
+    /// [`TransactionResult::etag`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> tablekit::Result<()> {
+    /// use tablekit::{DynamicEntity, IfMatch, TableServiceClient, TransactionOp, UpdateMode};
+    ///
+    /// let service = TableServiceClient::embedded();
+    /// let table = service.table::<DynamicEntity>("Employees")?;
+    /// table.create_table().await?;
+    /// let mut tx = table.transaction();
+    /// tx.insert(&DynamicEntity::new("Sales", "empid_000223").with("LastName", "Jones"))?;
+    /// let department = DynamicEntity::new("Sales", "Department").with("ManagerId", "000223");
+    /// let at = tx.push(TransactionOp::upsert(&department, UpdateMode::Merge)?)?;
+    /// assert_eq!(at, 1);
+    /// // The rules hold for pushed operations too: one operation per entity.
+    /// let again = TransactionOp::delete(("Sales", "Department"), IfMatch::Any)?;
+    /// assert!(tx.push(again).unwrap_err().is_invalid_input());
+    /// let result = tx.send().await?;
+    /// assert!(result.etag(1).is_some());
+    /// # Ok(()) }
+    /// ```
+    pub fn push(&mut self, op: TransactionOp) -> Result<usize> {
+        let index = self.ops.len();
+        match &op {
+            TransactionOp::Insert(e) => self.push_entity(BatchKind::Insert, e),
+            TransactionOp::Upsert(e, mode) => self.push_entity(BatchKind::Upsert(*mode), e),
+            TransactionOp::Update(e, mode, if_match) => {
+                self.push_entity(BatchKind::Update(*mode, if_match.clone()), e)
+            }
+            TransactionOp::Delete(key, if_match) => self.delete(key.clone(), if_match.clone()),
+        }?;
+        Ok(index)
+    }
+
+    /// Adds each operation in order, as [`push`](Self::push) does; returns
+    /// the indexes they took. The first one refused stops the call, with
+    /// its index in the error; those before it stay added.
+    pub fn extend(
+        &mut self,
+        ops: impl IntoIterator<Item = TransactionOp>,
+    ) -> Result<std::ops::Range<usize>> {
+        let start = self.ops.len();
+        for op in ops {
+            self.push(op)?;
+        }
+        Ok(start..self.ops.len())
     }
 
     /// The number of operations added.
@@ -1152,6 +1205,87 @@ impl<T: TableEntity> Transaction<T> {
                 })
             }
             Err(e) => Err(e),
+        }
+    }
+}
+
+/// One write of an entity group transaction, built without a client, for
+/// any entity type: what a design pattern plans, and what code that composes
+/// writes of several types hands to [`Transaction::push`]. The entity is
+/// held as its property bag ([`DynamicEntity`](crate::DynamicEntity)), with
+/// its keys and typed values checked when it is built; its ETag is not kept
+/// (say the condition with [`IfMatch`]).
+///
+/// ```
+/// use tablekit::{DynamicEntity, IfMatch, TransactionOp, UpdateMode};
+///
+/// let op = TransactionOp::update(
+///     &DynamicEntity::new("Sales", "Department").with("EmployeeCount", 3),
+///     UpdateMode::Merge,
+///     IfMatch::Any,
+/// )?;
+/// assert_eq!(op.key().row_key, "Department");
+/// assert!(TransactionOp::insert(&DynamicEntity::new("Sales", "a/b")).is_err());
+/// # Ok::<(), tablekit::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum TransactionOp {
+    /// Insert the entity; the transaction fails if it exists (409).
+    Insert(crate::DynamicEntity),
+    /// Insert the entity, or merge it into / replace the stored one.
+    Upsert(crate::DynamicEntity, UpdateMode),
+    /// Merge into or replace the stored entity under the condition.
+    Update(crate::DynamicEntity, UpdateMode, IfMatch),
+    /// Delete the entity under the condition.
+    Delete(EntityKey, IfMatch),
+}
+
+impl TransactionOp {
+    fn bag<E: TableEntity>(entity: &E) -> Result<crate::DynamicEntity> {
+        let mut bag = crate::to_dynamic(entity)?;
+        bag.etag = None;
+        bag.timestamp = None;
+        Ok(bag)
+    }
+
+    /// An insert of `entity`.
+    pub fn insert<E: TableEntity>(entity: &E) -> Result<Self> {
+        Ok(TransactionOp::Insert(Self::bag(entity)?))
+    }
+
+    /// An upsert of `entity`.
+    pub fn upsert<E: TableEntity>(entity: &E, mode: UpdateMode) -> Result<Self> {
+        Ok(TransactionOp::Upsert(Self::bag(entity)?, mode))
+    }
+
+    /// An update of `entity` under `if_match`.
+    pub fn update<E: TableEntity>(
+        entity: &E,
+        mode: UpdateMode,
+        if_match: impl Into<IfMatch>,
+    ) -> Result<Self> {
+        Ok(TransactionOp::Update(
+            Self::bag(entity)?,
+            mode,
+            if_match.into(),
+        ))
+    }
+
+    /// A delete of the entity `key` under `if_match`.
+    pub fn delete(key: impl Into<EntityKey>, if_match: impl Into<IfMatch>) -> Result<Self> {
+        let key = key.into();
+        key.validate()?;
+        Ok(TransactionOp::Delete(key, if_match.into()))
+    }
+
+    /// The key of the entity the operation writes.
+    pub fn key(&self) -> EntityKey {
+        match self {
+            TransactionOp::Insert(e)
+            | TransactionOp::Upsert(e, _)
+            | TransactionOp::Update(e, ..) => EntityKey::new(&e.partition_key, &e.row_key),
+            TransactionOp::Delete(key, _) => key.clone(),
         }
     }
 }

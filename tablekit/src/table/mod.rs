@@ -8,7 +8,7 @@ mod query;
 
 pub use client::{
     Get, ListTables, Modified, Modify, ModifyStep, TableClient, TableNames, TableServiceClient,
-    Transaction, TransactionResult, WriteTarget,
+    Transaction, TransactionOp, TransactionResult, WriteTarget,
 };
 pub use handle::AmbiguousWrites;
 pub use outcome::ReadBack;
