@@ -338,26 +338,28 @@ impl<T: TableEntity> IndexedTable<T> {
     }
 
     fn primary(&self, entity: &T) -> Result<DynamicEntity> {
+        self.keys(entity)?;
         let mut d = to_dynamic(entity)?;
-        if !d.row_key.starts_with(&self.primary_prefix) {
-            return Err(refused(
-                "index",
-                format!(
-                    "RowKey {:?} does not start with the primary prefix {:?}",
-                    d.row_key, self.primary_prefix
-                ),
-            ));
-        }
         d.etag = None;
         Ok(d)
     }
 
-    fn copy(
-        &self,
-        def: &IndexDef<T>,
-        entity: &T,
-        primary: &DynamicEntity,
-    ) -> Result<DynamicEntity> {
+    /// The entity's keys, its RowKey checked against the primary prefix.
+    fn keys(&self, entity: &T) -> Result<EntityKey> {
+        let key = entity.key();
+        if !key.row_key.starts_with(&self.primary_prefix) {
+            return Err(refused(
+                "index",
+                format!(
+                    "RowKey {:?} does not start with the primary prefix {:?}",
+                    key.row_key, self.primary_prefix
+                ),
+            ));
+        }
+        Ok(key)
+    }
+
+    fn copy(&self, def: &IndexDef<T>, entity: &T, primary: &EntityKey) -> Result<DynamicEntity> {
         let mut c = (def.project)(entity)?;
         c.partition_key = primary.partition_key.clone();
         c.row_key = format!("{}{}", def.prefix, (def.key)(entity));
@@ -382,7 +384,7 @@ impl<T: TableEntity> IndexedTable<T> {
     /// [wide entity](crate::wide::WideTable::plan_insert)): each copy names
     /// the entity's RowKey as its [`PRIMARY_ROW_KEY`].
     pub fn plan_insert_copies(&self, entity: &T) -> Result<Plan> {
-        let primary = self.primary(entity)?;
+        let primary = self.keys(entity)?;
         let mut plan = Plan::new();
         for def in &self.indexes {
             plan.push_planned(
@@ -426,7 +428,7 @@ impl<T: TableEntity> IndexedTable<T> {
         let copies = self
             .indexes
             .iter()
-            .map(|def| Ok((def, self.copy(def, new, &primary)?)))
+            .map(|def| Ok((def, self.copy(def, new, &primary.key())?)))
             .collect::<Result<Vec<_>>>()?;
         let pk = primary.partition_key.clone();
         plan.push_planned(
