@@ -14,7 +14,9 @@
 //!   that employee, merges the new copy into it, under the target's ETag.
 //! * [`Denormalized::assign`] makes an employee the one the target copies
 //!   (the department gets a new manager): the holder property and the copy,
-//!   merged into the target (or a new target inserted).
+//!   merged into the target (or a new target inserted), on the condition
+//!   that the employee is still as read (an empty merge under its ETag in
+//!   the same transaction), so the copy is never of an older version.
 //! * The `plan_*` forms return the operations instead of sending them, to
 //!   join other writes of the partition in one transaction ([`crate::plan`]):
 //!   inserting a new employee with its index copies, the department's count
@@ -67,7 +69,7 @@
 //!
 //! let mut jones = Employee { department: "Sales".into(), employee_id: 223, last_name: "Jones".into(), email: "jonesj@contoso.com".into(), etag: None };
 //! employees.insert(&jones).await?;
-//! manager.assign(&jones).await?; // Sales/Department: ManagerId 000223 and Jones's details
+//! manager.assign(&mut jones).await?; // Sales/Department: ManagerId 000223 and Jones's details
 //!
 //! let current = employees.get(jones.key()).await?.unwrap();
 //! jones.email = "jj@contoso.com".into();
@@ -248,12 +250,28 @@ impl<S: TableEntity> Denormalized<S> {
     /// `source` made the holder of its partition's target, planned from one
     /// read of the target: the holder property and the copied properties
     /// merged into the target under its ETag, or a new target inserted.
+    ///
+    /// The copy must be of `source` as stored. Pass `source` as read, with
+    /// its ETag: the plan then also holds an empty merge of `source` under
+    /// that ETag, so a source changed since the read refuses the
+    /// transaction (and [`transact`](crate::plan::transact) plans again).
+    /// A `source` without an ETag is taken as written by the same
+    /// transaction (an employee inserted as the new manager).
     pub async fn plan_assign(&self, source: &S) -> Result<Plan> {
         self.check(source)?;
         let (id, mut change) = self.copy_of(source)?;
         change.set(self.holder_property.as_str(), id);
         let target = self.read_target(&change.partition_key).await?;
-        self.target_plan(target.as_ref(), &change)
+        let mut plan = self.target_plan(target.as_ref(), &change)?;
+        if let Some(etag) = source.etag() {
+            let key = source.key();
+            let unchanged = DynamicEntity::new(key.partition_key, key.row_key);
+            plan.push_planned(
+                TransactionOp::update(&unchanged, UpdateMode::Merge, IfMatch::ETag(etag.clone()))?,
+                Stale::DELETED,
+            )?;
+        }
+        Ok(plan)
     }
 
     /// Replaces `source` under `if_match` and, when the target of its
@@ -284,16 +302,27 @@ impl<S: TableEntity> Denormalized<S> {
     /// Makes `source` the holder of its partition's target (the
     /// department's new manager): one transaction merging the holder and the
     /// copy into the target, again from a fresh read when another writer
-    /// changed the target meanwhile.
-    pub async fn assign(&self, source: &S) -> Result<()> {
+    /// changed the target meanwhile. With an ETag in `source` (as read), the
+    /// transaction also requires `source` unchanged (see
+    /// [`plan_assign`](Self::plan_assign)) and sets `source`'s new ETag.
+    pub async fn assign(&self, source: &mut S) -> Result<()> {
+        let key = source.key();
         let mut attempt = 1;
         loop {
             let plan = self.plan_assign(source).await?;
             self.before_write.call(attempt);
             match plan.send(&self.raw).await {
-                Ok(_) => return Ok(()),
+                Ok(done) => {
+                    if let Some(etag) = done.etag(&key) {
+                        source.set_etag(etag.clone());
+                    }
+                    return Ok(());
+                }
+                // The target changed (operation 0); a change of the source
+                // itself (operation 1) is the caller's to resolve.
                 Err(e)
-                    if (e.is_precondition_failed() || e.is_conflict() || e.is_not_found())
+                    if e.batch_index() == Some(0)
+                        && (e.is_precondition_failed() || e.is_conflict() || e.is_not_found())
                         && attempt < MAX_ATTEMPTS =>
                 {
                     attempt += 1

@@ -267,6 +267,9 @@ fn join_ops(a: TransactionOp, b: TransactionOp) -> std::result::Result<Transacti
     use TransactionOp::{Insert, Update, Upsert};
     let merge = UpdateMode::Merge;
     Ok(match (a, b) {
+        // Two patterns planning the same write of one entity (both delete
+        // the employee under the ETag read): one operation.
+        (a, b) if a == b => a,
         (Insert(x), Insert(y)) => Insert(union(x, y)?),
         (Insert(x), Upsert(y, m)) | (Upsert(y, m), Insert(x)) if m == merge => Insert(union(x, y)?),
         (Upsert(x, m1), Upsert(y, m2)) if m1 == merge && m2 == merge => Upsert(union(x, y)?, merge),
@@ -277,6 +280,19 @@ fn join_ops(a: TransactionOp, b: TransactionOp) -> std::result::Result<Transacti
         }
         (Update(x, m1, c1), Update(y, m2, c2)) if m1 == merge && m2 == merge && c1 == c2 => {
             Update(union(x, y)?, merge, c1)
+        }
+        // An empty merge guards an entity (it is unchanged since read): any
+        // update or delete under the same condition guards it as well.
+        (Update(x, m, c1), Update(y, m2, c2)) | (Update(y, m2, c2), Update(x, m, c1))
+            if m2 == merge && y.properties.is_empty() && c1 == c2 =>
+        {
+            Update(x, m, c1)
+        }
+        (TransactionOp::Delete(k, c1), Update(y, m2, c2))
+        | (Update(y, m2, c2), TransactionOp::Delete(k, c1))
+            if m2 == merge && y.properties.is_empty() && c1 == c2 =>
+        {
+            TransactionOp::Delete(k, c1)
         }
         (Update(_, m1, c1), Update(_, m2, c2)) if m1 == merge && m2 == merge => {
             return Err(format!(

@@ -221,7 +221,7 @@ async fn the_department_follows_its_manager_in_the_same_transaction(svc: TableSe
     let mut smith = employee(224, "Smith");
     env.indexed.insert(&mut jones).await.unwrap();
     env.indexed.insert(&mut smith).await.unwrap();
-    env.manager.assign(&jones).await.unwrap();
+    env.manager.assign(&mut jones).await.unwrap();
 
     // Two employees share a last name: only the holder's write is copied.
     smith.last_name = "Jones".into();
@@ -267,7 +267,7 @@ async fn a_manager_write_racing_a_department_change_is_retried(svc: TableService
     let env = env(&svc).await;
     let mut jones = employee(223, "Jones");
     env.counted.insert(&mut jones).await.unwrap();
-    env.manager.assign(&jones).await.unwrap();
+    env.manager.assign(&mut jones).await.unwrap();
     let other = common::second_service(&svc)
         .table::<Employee>(env.table.name())
         .unwrap();
