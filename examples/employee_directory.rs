@@ -90,7 +90,7 @@ async fn run(service: TableServiceClient) -> tablekit::Result<()> {
     // Declared once: the email index. Emails are lower-cased in the key, since
     // RowKeys compare ordinally ('email_A...' is not between 'email_a' and 'email_b').
     let by_email = Index::new("email", "email_", |e: &Employee| e.email.to_lowercase());
-    let directory = IndexedTable::new(table.clone(), "empid_").with_index(&by_email)?;
+    let directory = IndexedTable::new(table.clone())?.with_index(&by_email)?;
     println!(
         "each employee is stored {} times: by id and by email",
         directory.copies()

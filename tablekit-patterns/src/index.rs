@@ -60,7 +60,7 @@
 //! let service = TableServiceClient::embedded(); // or ::from_connection_string(..)
 //! # service.create_table("Employees").await?;
 //! let by_email = Index::new("email", "email_", |e: &Employee| e.email.to_lowercase());
-//! let employees = IndexedTable::new(service.table::<Employee>("Employees")?, "empid_")
+//! let employees = IndexedTable::new(service.table::<Employee>("Employees")?)?
 //!     .with_index(&by_email)?;
 //!
 //! let mut jones = Employee {
@@ -264,9 +264,46 @@ fn overlaps(a: &str, b: &str) -> bool {
 }
 
 impl<T: TableEntity> IndexedTable<T> {
-    /// The entities of `table`, whose own RowKeys all start with `primary_prefix`
-    /// (`"empid_"` for `row_key = "empid_{employee_id:06}"`), with no index yet.
-    pub fn new(table: TableClient<T>, primary_prefix: impl Into<String>) -> Self {
+    /// The entities of `table`, with no index yet. Their own RowKeys all
+    /// start with the literal text of the type's RowKey template
+    /// ([`TableEntity::row_key_prefix`]: `empid_` for the derive's
+    /// `row_key = "empid_{employee_id:06}"`), which the index copies must not
+    /// share. Refused when the template starts with a field: use
+    /// [`with_primary_prefix`](Self::with_primary_prefix) for such a type or
+    /// for a [`DynamicEntity`].
+    pub fn new(table: TableClient<T>) -> Result<Self> {
+        let prefix = T::row_key_prefix();
+        if prefix.is_empty() {
+            return Err(refused(
+                "index",
+                "the entity type's RowKey template starts with a field: the primary copies need a RowKey prefix of their own (row_key = \"empid_{..}\"), or give one with IndexedTable::with_primary_prefix",
+            ));
+        }
+        Ok(Self::unchecked(table, prefix))
+    }
+
+    /// The entities of `table`, whose own RowKeys all start with
+    /// `primary_prefix`, for a type whose derive does not say it (a
+    /// [`DynamicEntity`], a hand-written impl). Refused when the type's
+    /// derive names another prefix, or the prefix is empty.
+    pub fn with_primary_prefix(
+        table: TableClient<T>,
+        primary_prefix: impl Into<String>,
+    ) -> Result<Self> {
+        let primary_prefix = primary_prefix.into();
+        let derived = T::row_key_prefix();
+        if primary_prefix.is_empty() || (!derived.is_empty() && derived != primary_prefix) {
+            return Err(refused(
+                "index",
+                format!(
+                    "primary prefix {primary_prefix:?}: the entity type's RowKeys start with {derived:?}"
+                ),
+            ));
+        }
+        Ok(Self::unchecked(table, primary_prefix))
+    }
+
+    fn unchecked(table: TableClient<T>, primary_prefix: impl Into<String>) -> Self {
         IndexedTable {
             raw: table.with_type::<DynamicEntity>(),
             table,

@@ -119,7 +119,7 @@
 //!
 //! // Employees by id and by email, both copies written in one transaction.
 //! let by_email = Index::new("email", "email_", |e: &Employee| e.email.to_lowercase());
-//! let employees = IndexedTable::new(service.table::<Employee>("Employees")?, "empid_")
+//! let employees = IndexedTable::new(service.table::<Employee>("Employees")?)?
 //!     .with_index(&by_email)?;
 //! let a_to_b = employees.list(&by_email, "Sales", KeyRange::prefix("a")).await?;
 //!

@@ -45,7 +45,7 @@
 //! let table = service.table::<Employee>("Employees")?;
 //! table.create_table().await?;
 //! let by_email = Index::new("email", "email_", |e: &Employee| e.email.clone());
-//! let indexed = IndexedTable::new(table.clone(), "empid_").with_index(&by_email)?;
+//! let indexed = IndexedTable::new(table.clone())?.with_index(&by_email)?;
 //! let counted = CountedPartition::new(table.clone(), "Department", "EmployeeCount");
 //!
 //! let jones = Employee { department: "Sales".into(), employee_id: 223, email: "jonesj@contoso.com".into(), etag: None };

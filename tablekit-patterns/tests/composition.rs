@@ -77,7 +77,8 @@ fn manager_of(table: &TableClient<Employee>) -> Denormalized<Employee> {
 async fn env(svc: &TableServiceClient) -> Env {
     let table = common::fresh_table::<Employee>(svc, "Compose").await;
     let by_email = Index::new("email", "email_", |e: &Employee| e.email.clone());
-    let indexed = IndexedTable::new(table.clone(), "empid_")
+    let indexed = IndexedTable::new(table.clone())
+        .unwrap()
         .with_index(&by_email)
         .unwrap();
     let counted = CountedPartition::new(table.clone(), "Department", "EmployeeCount");
@@ -313,7 +314,8 @@ async fn a_wide_entity_and_its_index_copy_are_one_transaction(svc: TableServiceC
     let by_owner = Index::new("owner", "owner_", owner).projected(move |e: &DynamicEntity| {
         DynamicEntity::new(e.partition_key.as_str(), e.row_key.as_str()).with("Owner", owner(e))
     });
-    let indexed = IndexedTable::new(table.clone(), "stats_")
+    let indexed = IndexedTable::with_primary_prefix(table.clone(), "stats_")
+        .unwrap()
         .with_index(&by_owner)
         .unwrap();
     let mut year = DynamicEntity::new("000123", "stats_2014").with("Owner", "jones");
@@ -351,7 +353,8 @@ async fn the_rules_of_one_transaction_are_checked_for_the_combined_plan() {
         .table::<Employee>("Offline")
         .unwrap();
     let by_email = Index::new("email", "email_", |e: &Employee| e.email.clone());
-    let indexed = IndexedTable::new(table.clone(), "empid_")
+    let indexed = IndexedTable::new(table.clone())
+        .unwrap()
         .with_index(&by_email)
         .unwrap();
 

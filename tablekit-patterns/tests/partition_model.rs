@@ -130,7 +130,8 @@ struct Patterns {
 fn patterns(table: TableClient<Employee>) -> Patterns {
     let by_email = Index::new("email", "email_", |e: &Employee| e.email.clone());
     Patterns {
-        indexed: IndexedTable::new(table.clone(), "empid_")
+        indexed: IndexedTable::new(table.clone())
+            .unwrap()
             .with_index(&by_email)
             .unwrap(),
         counted: CountedPartition::new(table.clone(), "Department", "EmployeeCount"),

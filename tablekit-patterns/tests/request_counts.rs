@@ -111,7 +111,8 @@ async fn the_secondary_index_makes_the_requests_of_the_hand_written_code() {
     let lastname = Index::new("lastname", "name_", |e: &Employee| {
         format!("{}_{:06}", e.last_name, e.employee_id)
     });
-    let dir = IndexedTable::new(table.clone(), "empid_")
+    let dir = IndexedTable::new(table.clone())
+        .unwrap()
         .with_index(&email)
         .unwrap()
         .with_index(&lastname)
@@ -270,7 +271,8 @@ async fn a_composed_transaction_is_the_hand_written_transaction() {
     let lastname = Index::new("lastname", "name_", |e: &Employee| {
         format!("{}_{:06}", e.last_name, e.employee_id)
     });
-    let dir = IndexedTable::new(table.clone(), "empid_")
+    let dir = IndexedTable::new(table.clone())
+        .unwrap()
         .with_index(&email)
         .unwrap()
         .with_index(&lastname)

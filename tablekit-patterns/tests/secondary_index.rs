@@ -60,7 +60,8 @@ fn by_name() -> Index<Employee> {
 
 fn directory(table: TableClient<Employee>) -> (IndexedTable<Employee>, Index<Employee>) {
     let email = by_email();
-    let t = IndexedTable::new(table, "empid_")
+    let t = IndexedTable::new(table)
+        .unwrap()
         .with_index(&email)
         .unwrap()
         .with_index(&by_name())
@@ -204,7 +205,8 @@ async fn projected_copies_hold_only_the_projection(svc: TableServiceClient) {
         last_name: e.last_name.clone(),
         email: e.email.clone(),
     });
-    let dir = IndexedTable::new(table.clone(), "empid_")
+    let dir = IndexedTable::new(table.clone())
+        .unwrap()
         .with_index(&contact)
         .unwrap();
     dir.insert(&mut employee(223, "Jones", "JonesJ@contoso.com"))
@@ -514,7 +516,7 @@ async fn what_cannot_fit_one_transaction_is_refused_before_any_request() {
         .unwrap();
 
     // 1 + 2 x 50 operations cannot fit one transaction.
-    let mut dir = IndexedTable::new(table.clone(), "empid_");
+    let mut dir = IndexedTable::new(table.clone()).unwrap();
     for i in 0..49 {
         dir = dir
             .with_index(&Index::new(
@@ -530,11 +532,13 @@ async fn what_cannot_fit_one_transaction_is_refused_before_any_request() {
     common::assert_invalid(&err);
 
     // Prefixes that overlap would mix one index's rows into another's ranges.
-    let err = IndexedTable::new(table.clone(), "empid_")
+    let err = IndexedTable::new(table.clone())
+        .unwrap()
         .with_index(&Index::new("bad", "emp", |e: &Employee| e.email.clone()))
         .unwrap_err();
     common::assert_invalid(&err);
-    let err = IndexedTable::new(table.clone(), "empid_")
+    let err = IndexedTable::new(table.clone())
+        .unwrap()
         .with_index(&by_email())
         .unwrap()
         .with_index(&Index::new("bad", "email_x", |e: &Employee| {
@@ -555,7 +559,7 @@ async fn what_cannot_fit_one_transaction_is_refused_before_any_request() {
     let raw = common::offline_service()
         .table::<DynamicEntity>("Offline")
         .unwrap();
-    let mut wide = IndexedTable::new(raw, "empid_");
+    let mut wide = IndexedTable::with_primary_prefix(raw, "empid_").unwrap();
     for i in 0..9 {
         wide = wide
             .with_index(&Index::new(
@@ -573,9 +577,25 @@ async fn what_cannot_fit_one_transaction_is_refused_before_any_request() {
     let msg = common::assert_invalid(&err);
     assert!(msg.contains("bytes"), "{msg}");
 
+    // A prefix other than the derive's, or none where the derive has none.
+    let err = IndexedTable::with_primary_prefix(table, "emp_").unwrap_err();
+    assert!(
+        common::assert_invalid(&err).contains("start with \"empid_\""),
+        "{err}"
+    );
+    let raw = common::offline_service()
+        .table::<DynamicEntity>("Offline")
+        .unwrap();
+    let err = IndexedTable::new(raw.clone()).unwrap_err();
+    assert!(
+        common::assert_invalid(&err).contains("with_primary_prefix"),
+        "{err}"
+    );
+
     // A RowKey outside the primary prefix.
-    let err = IndexedTable::new(table, "emp_")
-        .insert(&mut employee(3, "P", "p@contoso.com"))
+    let err = IndexedTable::with_primary_prefix(raw, "empid_")
+        .unwrap()
+        .insert(&mut DynamicEntity::new("Sales", "emp_3"))
         .await
         .unwrap_err();
     common::assert_invalid(&err);

@@ -100,6 +100,12 @@ pub(super) fn entity_struct(c: &Container) -> TokenStream {
         fn property_names_checked() -> ::core::primitive::bool { #names_checked }
         fn unique_property_names() -> ::core::primitive::bool { #names_checked }
     });
+    // The RowKey template's leading literal (`empid_`), when it has one.
+    if let Some(crate::ast::KeyPart::Lit(prefix)) = rk.parts.first() {
+        extra.extend(quote! {
+            fn row_key_prefix() -> &'static ::core::primitive::str { #prefix }
+        });
+    }
     let mut projection = TokenStream::new();
     if let Some(src) = &c.attrs.projection_of {
         let has_flatten = fields.iter().any(|f| matches!(f.kind, Kind::Flatten));

@@ -104,6 +104,26 @@ pub trait TableEntity: Sized + Send + Sync + 'static {
         false
     }
 
+    /// The literal text every RowKey of the type starts with: `empid_` for
+    /// the derive's `row_key = "empid_{employee_id:06}"`, empty when the
+    /// RowKey starts with a field (or the type is not derived). Patterns that
+    /// keep other rows beside the entities of a partition (index copies, a
+    /// summary) read it instead of asking for the prefix again.
+    ///
+    /// ```
+    /// use tablekit::TableEntity;
+    ///
+    /// #[derive(TableEntity)]
+    /// #[tablekit(partition_key = "{department}", row_key = "empid_{employee_id:06}")]
+    /// struct Employee { department: String, employee_id: u32 }
+    ///
+    /// assert_eq!(Employee::row_key_prefix(), "empid_");
+    /// assert_eq!(tablekit::DynamicEntity::row_key_prefix(), "");
+    /// ```
+    fn row_key_prefix() -> &'static str {
+        ""
+    }
+
     /// The key of this value.
     fn key(&self) -> EntityKey {
         EntityKey::new(self.partition_key(), self.row_key())
