@@ -10,7 +10,7 @@
 //! scripts/azurite.sh stop
 //! ```
 
-use tablekit::{DynamicEntity, EdmValue, IfMatch, TableServiceClient};
+use tablekit::{DynamicEntity, EdmValue, IfMatch, TableServiceClient, UpdateMode};
 use tablekit_patterns::wide::WideTable;
 
 const HOW_TO_START_AZURITE: &str = "\
@@ -119,13 +119,18 @@ async fn run(service: TableServiceClient) -> tablekit::Result<()> {
     for day in 1..=31 {
         january.set(format!("Day{day:03}"), 1);
     }
-    stats.replace(&mut january, IfMatch::Any).await?;
+    stats
+        .update(&mut january, UpdateMode::Replace, IfMatch::Any)
+        .await?;
     println!("replaced with 31 days; stored:");
     show_parts(&table).await?;
 
     // A writer holding an old ETag is refused.
     let stale = changed.etag.clone().expect("read with an ETag");
-    match stats.replace(&mut year, IfMatch::ETag(stale)).await {
+    match stats
+        .update(&mut year, UpdateMode::Replace, IfMatch::ETag(stale))
+        .await
+    {
         Err(e) if e.is_precondition_failed() => {
             println!("a replace with an old ETag was refused (412)")
         }

@@ -16,8 +16,8 @@
 //! |---|---|
 //! | [`insert`](WideTable::insert) | 1 transaction (an insert per part) |
 //! | [`get`](WideTable::get) | 1 range query |
-//! | [`replace`](WideTable::replace), [`delete`](WideTable::delete) | 1 range query (which parts exist, keys only) + 1 transaction |
-//! | [`merge`](WideTable::merge), [`modify`](WideTable::modify) | 1 range query (the whole entity) + 1 transaction, again on a concurrent change |
+//! | [`update`](WideTable::update) replace, [`delete`](WideTable::delete) | 1 range query (which parts exist, keys only) + 1 transaction |
+//! | [`update`](WideTable::update) merge, [`modify`](WideTable::modify) | 1 range query (the whole entity) + 1 transaction, again on a concurrent change |
 //!
 //! A logical entity must fit one transaction: at most 100 parts and 4 MiB in
 //! all, checked before any request. Avoid base RowKeys that extend another's
@@ -63,8 +63,8 @@ pub const PARTS: &str = "WideParts";
 /// below the service's 1 MiB so the estimate's error cannot reach the limit.
 pub const PART_BUDGET_BYTES: usize = 900 * 1024;
 
-/// How many times [`WideTable::merge`] and [`WideTable::modify`] start again
-/// after a concurrent change.
+/// How many times [`WideTable::update`] (with [`IfMatch::Any`]) and
+/// [`WideTable::modify`] start again after a concurrent change.
 pub const MAX_ATTEMPTS: usize = 16;
 
 /// A table of logical entities of type `T`, each stored as several parts; see
@@ -130,33 +130,40 @@ impl<T: TableEntity> WideTable<T> {
     /// The physical entities `entity` is stored as, part 0 first. Fails if a
     /// property name repeats or is [`PARTS`].
     pub fn parts(&self, entity: &T) -> Result<Vec<DynamicEntity>> {
-        let (pk, rk) = (entity.partition_key(), entity.row_key());
-        let all = crate::props::collect(entity, PARTS, "wide")?;
-        let mut parts = vec![DynamicEntity::new(pk.as_ref(), part_row_key(&rk, 0))];
-        // Part 0 keeps room for the part count.
-        let mut room = MAX_PROPERTIES - 1;
-        let mut size = 0;
-        for (name, value) in all {
-            let cost = estimate(&name, &value);
-            if room == 0 || (size + cost > PART_BUDGET_BYTES && size > 0) {
-                let index = parts.len();
-                parts.push(DynamicEntity::new(pk.as_ref(), part_row_key(&rk, index)));
-                room = MAX_PROPERTIES;
-                size = 0;
-            }
-            room -= 1;
-            size += cost;
-            parts
-                .last_mut()
-                .expect("there is a part")
-                .properties
-                .insert(name, value);
-        }
-        let n = parts.len();
-        parts[0].set(PARTS, n as i32);
-        Ok(parts)
+        parts_of(entity)
     }
+}
 
+/// The parts of any logical entity (see [`WideTable::parts`]).
+fn parts_of<E: TableEntity>(entity: &E) -> Result<Vec<DynamicEntity>> {
+    let (pk, rk) = (entity.partition_key(), entity.row_key());
+    let all = crate::props::collect(entity, PARTS, "wide")?;
+    let mut parts = vec![DynamicEntity::new(pk.as_ref(), part_row_key(&rk, 0))];
+    // Part 0 keeps room for the part count.
+    let mut room = MAX_PROPERTIES - 1;
+    let mut size = 0;
+    for (name, value) in all {
+        let cost = estimate(&name, &value);
+        if room == 0 || (size + cost > PART_BUDGET_BYTES && size > 0) {
+            let index = parts.len();
+            parts.push(DynamicEntity::new(pk.as_ref(), part_row_key(&rk, index)));
+            room = MAX_PROPERTIES;
+            size = 0;
+        }
+        room -= 1;
+        size += cost;
+        parts
+            .last_mut()
+            .expect("there is a part")
+            .properties
+            .insert(name, value);
+    }
+    let n = parts.len();
+    parts[0].set(PARTS, n as i32);
+    Ok(parts)
+}
+
+impl<T: TableEntity> WideTable<T> {
     /// The inserts of every part, planned: the operations
     /// [`insert`](Self::insert) sends, part 0 first, for a transaction
     /// composed with other writes of the partition ([`crate::plan`]), such as
@@ -263,8 +270,13 @@ impl<T: TableEntity> WideTable<T> {
 
     /// The write of `entity` over the parts `stored`: part 0 replaced under
     /// `if_match`, the other parts upserted, parts no longer needed deleted.
-    fn plan_over(&self, entity: &T, stored: &Stored, if_match: IfMatch) -> Result<Plan> {
-        let mut parts = self.parts(entity)?.into_iter();
+    fn plan_over<E: TableEntity>(
+        &self,
+        entity: &E,
+        stored: &Stored,
+        if_match: IfMatch,
+    ) -> Result<Plan> {
+        let mut parts = parts_of(entity)?.into_iter();
         let mut plan = Plan::new();
         let first = parts.next().expect("part 0 is always there");
         plan.push_planned(
@@ -288,7 +300,12 @@ impl<T: TableEntity> WideTable<T> {
         Ok(plan)
     }
 
-    async fn write_over(&self, entity: &mut T, stored: &Stored, if_match: IfMatch) -> Result<()> {
+    async fn write_over<E: TableEntity>(
+        &self,
+        entity: &mut E,
+        stored: &Stored,
+        if_match: IfMatch,
+    ) -> Result<()> {
         let part0 = EntityKey::new(
             entity.partition_key().as_ref(),
             part_row_key(&entity.row_key(), 0),
@@ -320,14 +337,34 @@ impl<T: TableEntity> WideTable<T> {
         self.plan_over(entity, &stored, condition)
     }
 
-    /// Replaces the stored logical entity with `entity` (properties it lacks
-    /// are removed; parts no longer needed are deleted) on the condition
-    /// `if_match`. With [`IfMatch::Any`] the write is still made conditional
-    /// on the version whose parts were listed, and starts again on a change.
-    /// Fails with not-found if there is no such entity.
-    pub async fn replace(&self, entity: &mut T, if_match: impl Into<IfMatch>) -> Result<()> {
+    /// Updates the stored logical entity with `entity`, on the condition
+    /// `if_match` (checked on part 0, whose ETag is the entity's), as
+    /// [`TableClient::update`] does for one entity:
+    ///
+    /// * [`UpdateMode::Replace`]: the stored properties `entity` lacks are
+    ///   removed, parts no longer needed deleted; 1 keys-only range query + 1
+    ///   transaction.
+    /// * [`UpdateMode::Merge`]: `entity`'s properties are merged into the
+    ///   stored ones (which it lacks are kept; properties may move between
+    ///   parts); 1 range query of the whole entity + 1 transaction.
+    ///
+    /// With [`IfMatch::Any`] the write is still made conditional on the
+    /// version read, and starts again on a concurrent change. Sets
+    /// `entity`'s ETag. Not found if there is no such entity.
+    pub async fn update(
+        &self,
+        entity: &mut T,
+        mode: UpdateMode,
+        if_match: impl Into<IfMatch>,
+    ) -> Result<()> {
+        match mode {
+            UpdateMode::Merge => self.merge(entity, if_match.into()).await,
+            _ => self.replace(entity, if_match.into()).await,
+        }
+    }
+
+    async fn replace(&self, entity: &mut T, if_match: IfMatch) -> Result<()> {
         let key = entity.key();
-        let if_match = if_match.into();
         let mut attempt = 1;
         loop {
             let Some(stored) = self.read(&key, true).await? else {
@@ -351,8 +388,23 @@ impl<T: TableEntity> WideTable<T> {
     }
 
     /// Deletes every part of the logical entity in one transaction, on the
-    /// condition `if_match` (checked on part 0). Returns whether it existed.
+    /// condition `if_match` (checked on part 0). Not found if there is no
+    /// such entity, as [`TableClient::delete`].
     pub async fn delete(
+        &self,
+        key: impl Into<EntityKey>,
+        if_match: impl Into<IfMatch>,
+    ) -> Result<()> {
+        let key = key.into();
+        match self.delete_if_exists(key.clone(), if_match).await? {
+            true => Ok(()),
+            false => Err(not_found(&key, self.raw.name())),
+        }
+    }
+
+    /// Like [`delete`](Self::delete); returns whether the entity existed
+    /// instead of failing, as [`TableClient::delete_if_exists`].
+    pub async fn delete_if_exists(
         &self,
         key: impl Into<EntityKey>,
         if_match: impl Into<IfMatch>,
@@ -375,6 +427,41 @@ impl<T: TableEntity> WideTable<T> {
             }
             match tx.send().await {
                 Ok(_) => return Ok(true),
+                Err(e)
+                    if e.is_precondition_failed()
+                        && matches!(if_match, IfMatch::Any)
+                        && attempt < MAX_ATTEMPTS =>
+                {
+                    attempt += 1
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    async fn merge(&self, entity: &mut T, if_match: IfMatch) -> Result<()> {
+        let key = entity.key();
+        let changes = crate::props::collect(&*entity, PARTS, "wide")?;
+        let mut attempt = 1;
+        loop {
+            let Some(stored) = self.read(&key, false).await? else {
+                return Err(not_found(&key, self.raw.name()));
+            };
+            let mut merged = WideTable::<DynamicEntity>::assemble(&key, &stored)?;
+            for (name, value) in &changes {
+                merged.properties.insert(name, value.clone());
+            }
+            let condition = match &if_match {
+                IfMatch::Any => IfMatch::ETag(stored.etag.clone()),
+                other => other.clone(),
+            };
+            match self.write_over(&mut merged, &stored, condition).await {
+                Ok(()) => {
+                    if let Some(etag) = merged.etag {
+                        entity.set_etag(etag);
+                    }
+                    return Ok(());
+                }
                 Err(e)
                     if e.is_precondition_failed()
                         && matches!(if_match, IfMatch::Any)
@@ -413,49 +500,6 @@ impl<T: TableEntity> WideTable<T> {
             match self.write_over(&mut entity, &stored, etag).await {
                 Ok(()) => return Ok(Some(entity)),
                 Err(e) if e.is_precondition_failed() && attempt < MAX_ATTEMPTS => attempt += 1,
-                Err(e) => return Err(e),
-            }
-        }
-    }
-}
-
-impl WideTable<DynamicEntity> {
-    /// Merges `entity`'s properties into the stored logical entity (stored
-    /// properties it lacks are kept), on the condition `if_match`; with
-    /// [`IfMatch::Any`], under the version read, again on a concurrent change.
-    /// Properties may move between parts; each part stays within the limits.
-    pub async fn merge(
-        &self,
-        entity: &mut DynamicEntity,
-        if_match: impl Into<IfMatch>,
-    ) -> Result<()> {
-        let key = entity.key();
-        let if_match = if_match.into();
-        let mut attempt = 1;
-        loop {
-            let Some(stored) = self.read(&key, false).await? else {
-                return Err(not_found(&key, self.raw.name()));
-            };
-            let mut merged = Self::assemble(&key, &stored)?;
-            for (name, value) in &entity.properties {
-                merged.properties.insert(name, value.clone());
-            }
-            let condition = match &if_match {
-                IfMatch::Any => IfMatch::ETag(stored.etag.clone()),
-                other => other.clone(),
-            };
-            match self.write_over(&mut merged, &stored, condition).await {
-                Ok(()) => {
-                    *entity = merged;
-                    return Ok(());
-                }
-                Err(e)
-                    if e.is_precondition_failed()
-                        && matches!(if_match, IfMatch::Any)
-                        && attempt < MAX_ATTEMPTS =>
-                {
-                    attempt += 1
-                }
                 Err(e) => return Err(e),
             }
         }

@@ -9,6 +9,7 @@ use std::borrow::Cow;
 
 use tablekit::{
     DynamicEntity, ETag, EdmValue, IfMatch, PropertyWriter, RawEntity, TableClient, TableEntity,
+    UpdateMode,
 };
 use tablekit_patterns::wide::{WideTable, PARTS};
 
@@ -115,9 +116,13 @@ async fn replace_merge_and_delete_act_on_every_part(svc: TableServiceClient) {
 
     // Replace with fewer properties: part 1 is deleted in the same transaction.
     let mut small = year(2, 100);
-    wide.replace(&mut small, IfMatch::ETag(stats.etag.clone().unwrap()))
-        .await
-        .unwrap();
+    wide.update(
+        &mut small,
+        UpdateMode::Replace,
+        IfMatch::ETag(stats.etag.clone().unwrap()),
+    )
+    .await
+    .unwrap();
     assert_eq!(parts(&table, 2).await, [("2014_0".to_owned(), 101)]);
 
     // Merge in 300 more days: stored ones are kept, a second part appears.
@@ -125,8 +130,18 @@ async fn replace_merge_and_delete_act_on_every_part(svc: TableServiceClient) {
     for d in 101..=400 {
         more.set(format!("Day{d:03}"), 2);
     }
-    wide.merge(&mut more, IfMatch::Any).await.unwrap();
-    assert_eq!(more.properties.len(), 400);
+    wide.update(&mut more, UpdateMode::Merge, IfMatch::Any)
+        .await
+        .unwrap();
+    assert_eq!(
+        wide.get(("000123", "2014"))
+            .await
+            .unwrap()
+            .unwrap()
+            .properties
+            .len(),
+        400
+    );
     assert_eq!(
         parts(&table, 2).await,
         [("2014_0".to_owned(), 252), ("2014_1".to_owned(), 149)]
@@ -134,7 +149,11 @@ async fn replace_merge_and_delete_act_on_every_part(svc: TableServiceClient) {
 
     // A replace with the ETag from before the merge is refused.
     let err = wide
-        .replace(&mut year(3, 10), IfMatch::ETag(small.etag.clone().unwrap()))
+        .update(
+            &mut year(3, 10),
+            UpdateMode::Replace,
+            IfMatch::ETag(small.etag.clone().unwrap()),
+        )
         .await
         .unwrap_err();
     assert!(err.is_precondition_failed(), "{err:?}");
@@ -150,17 +169,24 @@ async fn replace_merge_and_delete_act_on_every_part(svc: TableServiceClient) {
         .unwrap_err();
     assert!(err.is_precondition_failed(), "{err:?}");
     assert_eq!(parts(&table, 2).await.len(), 2);
-    assert!(wide
-        .delete(
-            ("000123", "2014"),
-            IfMatch::ETag(more.etag.clone().unwrap())
-        )
+    wide.delete(
+        ("000123", "2014"),
+        IfMatch::ETag(more.etag.clone().unwrap()),
+    )
+    .await
+    .unwrap();
+    assert!(common::rows(&table, "000123").await.is_empty());
+    assert!(!wide
+        .delete_if_exists(("000123", "2014"), IfMatch::Any)
         .await
         .unwrap());
-    assert!(common::rows(&table, "000123").await.is_empty());
-    assert!(!wide.delete(("000123", "2014"), IfMatch::Any).await.unwrap());
     let err = wide
-        .replace(&mut year(3, 10), IfMatch::Any)
+        .delete(("000123", "2014"), IfMatch::Any)
+        .await
+        .unwrap_err();
+    assert!(err.is_not_found(), "{err:?}");
+    let err = wide
+        .update(&mut year(3, 10), UpdateMode::Replace, IfMatch::Any)
         .await
         .unwrap_err();
     assert!(err.is_not_found(), "{err:?}");
@@ -211,11 +237,11 @@ async fn a_concurrent_writer_never_leaves_mixed_parts(svc: TableServiceClient) {
         .unwrap();
 
     other
-        .replace(&mut year(5, 300), IfMatch::Any)
+        .update(&mut year(5, 300), UpdateMode::Replace, IfMatch::Any)
         .await
         .unwrap();
     let err = wide
-        .replace(&mut year(9, 365), IfMatch::ETag(etag))
+        .update(&mut year(9, 365), UpdateMode::Replace, IfMatch::ETag(etag))
         .await
         .unwrap_err();
     assert!(err.is_precondition_failed(), "{err:?}");
@@ -233,7 +259,7 @@ async fn a_concurrent_writer_never_leaves_mixed_parts(svc: TableServiceClient) {
                 tokio::task::block_in_place(|| {
                     handle.block_on(async {
                         other
-                            .replace(&mut year(6, 365), IfMatch::Any)
+                            .update(&mut year(6, 365), UpdateMode::Replace, IfMatch::Any)
                             .await
                             .unwrap();
                     })
