@@ -10,6 +10,8 @@
 //! | [`inter_index`] | inter-partition secondary index (§3.2), kept through a queue | [`inter_index::InterPartitionIndex`] with [`inter_index::InterIndex`]es |
 //! | [`index_entity`] | index entities, options 2 and 3 (§3.4) | [`index_entity::IndexEntities`], [`index_entity::SeparateIndexEntities`] |
 //! | [`summary`] | denormalised counts in a heterogeneous partition (§3.5, §4.8) | [`summary::CountedPartition`] |
+//! | [`denormalize`] | denormalisation (§3.5): the department holds its manager's details | [`denormalize::Denormalized`] |
+//! | [`plan`] | composing patterns and plain writes into one transaction | [`plan::Plan`], [`plan::transact`] |
 //! | [`compound`] | compound keys (§3.6) | [`compound::family`], [`compound::children`] ranges |
 //! | [`log_tail`] | log tail (§3.7) | [`log_tail::LogTail`], newest-first keys [`log_tail::NewestFirst`] |
 //! | [`wide`] | wide entities (§3.10) | [`wide::WideTable`] |
@@ -22,13 +24,37 @@
 //! | [`range`] | the range queries all patterns read with | [`range::KeyRange`] |
 //! | [`keys`] | key encodings: inverted ticks, padding | functions |
 //!
-//! Every write a pattern makes to keep several entities in step is one entity
-//! group transaction, so a failed request leaves them as they were; what
-//! cannot fit one transaction is refused before any request. Writes that must
-//! read first (to know which copies exist, or to add to a count) are made
-//! conditional on the ETag read and start again from the read when another
-//! writer got there first. Each module's docs list the requests of each
+//! # What is atomic, and what a reader can see
+//!
+//! The service makes one thing atomic: an entity group transaction, up to
+//! 100 operations on entities of **one partition**, applied all or nothing.
+//! Nothing spans two partitions, two tables, or a table and a blob. So the
+//! patterns fall in two groups, and each module's docs say which, what a
+//! reader can see between the steps, and what survives a crash at any step:
+//!
+//! | module | consistency | between the steps a reader can see |
+//! |---|---|---|
+//! | [`index`], [`summary`], [`denormalize`], [`wide`], [`index_entity`] (option 2, [`IndexEntities`](index_entity::IndexEntities)), [`compound`] | **atomic**: one transaction per write | nothing: every copy, count or part changes together |
+//! | [`series`], [`log_tail`] | atomic per entity (one write each) | a series whose two entities were written by two writes |
+//! | [`index_entity`] (option 3, [`SeparateIndexEntities`](index_entity::SeparateIndexEntities)) | two writes in an order that keeps a promise (see the module) | an index entity listing an id whose entity is gone or changed, which `find` leaves out; never an entity its index does not list |
+//! | [`inter_index`] | **eventually consistent** through a queue: the client sends one message, a worker writes the primary and the copies | the primary changed and a copy not yet, or a copy under a value no longer current (`lookup_verified` checks it) |
+//! | [`eventual`] | eventually consistent: at-least-once delivery, idempotent steps | any state between two steps of an operation |
+//! | [`large`] | a blob written before the entity that names it, deleted after | an orphan blob until a sweep; never an entity whose blob is missing |
+//! | [`log_data`], [`periodic`], [`upgrade`] | one request each, no multi-entity promise | as each request leaves it |
+//!
+//! Writes that read first (to know which copies exist, to add to a count, to
+//! copy a manager's details) are made conditional on the ETag read and start
+//! again from a fresh read when another writer got there first; what cannot
+//! fit one transaction is refused before any request. The atomic patterns
+//! can also **plan** their writes instead of sending them, to join other
+//! patterns' writes and plain writes of the same partition in one
+//! transaction ([`plan`]). Each module's docs list the requests of each
 //! operation; `tests/request_counts.rs` counts them against hand-written code.
+//!
+//! Refusals before any request are [`ValidationError::Pattern`](tablekit::ValidationError::Pattern)
+//! (`is_invalid_input()`), and a value of a unique index held by another
+//! entity is [`ErrorKind::Constraint`](tablekit::ErrorKind::Constraint)
+//! (`is_constraint_violation()`).
 //!
 //! The guide's chapter [Design patterns](../../../docs/guide/src/ch04-design-patterns.md)
 //! (in the repository's `docs/guide/`) takes the patterns one by one: the
