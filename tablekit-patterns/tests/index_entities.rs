@@ -3,7 +3,9 @@
 //! entities, concurrent writers, another writer's change injected between
 //! the read of an index entity and the write, stale ETags, duplicates, lists
 //! split past the 64 KiB a property holds, and the index in another
-//! partition with what a failure between its two writes leaves.
+//! partition with what a failure between its two writes leaves and what
+//! racing writers of one entity leave (never the entity unlisted). The
+//! random sequences are in `index_entities_model.rs`.
 
 mod common;
 
