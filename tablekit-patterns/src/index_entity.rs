@@ -13,8 +13,8 @@
 //! * **Option 3**, [`SeparateIndexEntities`]: the index entities live in a
 //!   partition (or table) of their own and hold (PartitionKey, RowKey) pairs,
 //!   so one lookup finds the entities of every partition (all the Joneses).
-//!   No transaction can span the two partitions: see the consistency
-//!   trade-off below.
+//!   No transaction can span the two partitions: see [what a reader can rely
+//!   on](#what-a-reader-can-rely-on).
 //!
 //! (Option 1, a blob per value, belongs with the blob-based patterns.)
 //!
@@ -40,29 +40,82 @@
 //!   writer created it first, the write fails with a conflict and starts
 //!   again from the read (at most [`MAX_ATTEMPTS`] times).
 //!
-//! # Consistency of option 3
+//! # What a reader can rely on
+//!
+//! Both options keep one invariant, at every moment, whatever writers race
+//! and wherever a process dies:
+//!
+//! > **Every stored entity is listed by the index entities of its value.**
+//!
+//! The converse does not hold for option 3: its index entities may list a key
+//! whose entity is gone or has another value, or list a key twice. A lookup
+//! reads each listed entity and keeps it only if it has the value, so
+//! `find(value)` returns exactly the entities that have the value when it
+//! reads them, and [`ids`](IndexEntities::ids) /
+//! [`keys`](SeparateIndexEntities::keys) return a superset of their keys.
+//!
+//! ## Option 2: atomic
+//!
+//! Each write is one entity group transaction in the entity's partition: the
+//! entity, and the index entity it joins or leaves (both, for a change of
+//! value), under the ETags the index entities were read with. It is applied
+//! whole or not at all, and a change of an index entity by another writer
+//! since the read fails it (409, 412 or 404 on that index entity), after
+//! which it starts again from the read. So the index entities list exactly
+//! the entities of each value, each once, and a reader never sees one
+//! without the other.
+//!
+//! ## Option 3: eventually consistent, never unlisted
 //!
 //! The guide says option 3 can only be *eventually* consistent with the
 //! entities, because the index entity is in another partition: no
-//! transaction covers both. [`SeparateIndexEntities`] orders its two writes
-//! so that a crash (or a failed request) between them leaves at worst an index
-//! entry that points at nothing, never an entity its index does not list:
+//! transaction covers both, so each write is two or three requests, each
+//! atomic on its own. An entry is one writer's *claim* that the entity has
+//! (or is about to have) the value: a writer adds its own claim before the
+//! entity has the value, and takes one out only after it no longer has it,
+//! for a change of the entity that it made itself:
 //!
-//! * insert: add the entry to the index (ETag-guarded read–modify–write,
-//!   retried on 412/409 with a jittered backoff), then insert the entity;
-//! * update changing the value: add the entry to the new value's index,
-//!   update the entity under its ETag, then remove the entry from the old
-//!   value's index;
-//! * delete: delete the entity, then remove its entry.
+//! * insert: add a claim to the value's index entities (an ETag-guarded
+//!   read–modify–write, retried on 412/409/404 with a jittered backoff),
+//!   then insert the entity;
+//! * update changing the value: add a claim under the new value, update the
+//!   entity under the ETag of the version that had the old value, then take
+//!   one claim out of the old value's list;
+//! * delete: delete the entity under the ETag of the version that had the
+//!   value, then take one claim out of its list.
 //!
-//! When the entity's write fails, the entry just added is taken out again
-//! (unless the entity stored under that key has the value, as when another
-//! writer inserted it meanwhile). A lookup reads each listed entity and
-//! checks its value, so entries left by a crash are skipped and reported as
-//! [`Lookup::dangling`]. They are not removed on read: an entry whose entity
-//! is missing may belong to an insert still in flight, and removing it would
-//! leave that entity unlisted; [`SeparateIndexEntities::remove_dangling`]
-//! removes them when no writer of that value is running.
+//! A key listed once can thus be listed twice while a delete of it and a new
+//! insert of it overlap: the delete takes out one claim, the insert's stays.
+//! (Were the insert to rely on an entry it found, the delete would take that
+//! entry out after the insert, and the entity would be stored and unlisted.)
+//!
+//! When the entity's write fails with an answer saying nothing was written
+//! (a 409, 412 or 404 that is not [ambiguous](Error::is_ambiguous)), the
+//! writer takes its claim out again; after an ambiguous failure it leaves it.
+//! A crash between the requests, a lost answer of an index write, or a
+//! failed removal likewise leaves one claim too many, never one too few.
+//! [`SeparateIndexEntities::find`] reports the keys listed but missing or
+//! with another value as [`Lookup::dangling`] and does not return them.
+//! They are not removed on read: an entry whose entity is missing may be the
+//! claim of an insert still in flight, and removing it would leave that
+//! entity unlisted; [`SeparateIndexEntities::remove_dangling`] removes them
+//! (and repeated entries) when no writer of that value is running.
+//!
+//! One case is left: when the answer to the entity's write is lost and the
+//! table client's [read-back](tablekit::AmbiguousWrites::ReadBack) reports it
+//! done because another writer made the very same change at the same moment,
+//! both take a claim out for one change. Choose [`AmbiguousWrites::Report`]
+//! on the entities' table client to rule it out.
+//!
+//! ## Writes under `IfMatch::Any`
+//!
+//! Which list a write leaves is the value the entity has when the write
+//! lands. Under an ETag that is the value of `current` (pass the entity as
+//! read with that ETag). Under [`IfMatch::Any`] both options first read the
+//! stored entity (one more request) and write under its ETag, reading again
+//! if another writer changed it meanwhile: still last writer wins, but the
+//! right list is changed. An entity missing at that read is a not-found
+//! error.
 //!
 //! | operation | requests |
 //! |---|---|
@@ -75,8 +128,10 @@
 //! | [`SeparateIndexEntities::update`] changing the value | 2 range queries + 2 index writes + 1 update |
 //! | [`SeparateIndexEntities::find`] | 1 range query + 1 point read per entity (concurrently) |
 //!
-//! Each retry after a concurrent change of an index entity repeats the range
-//! query and the write.
+//! An update or delete under [`IfMatch::Any`] adds one read of the stored
+//! entity. Each retry after a concurrent change of an index entity repeats
+//! the range query and the write; under `IfMatch::Any`, a concurrent change
+//! of the entity repeats its read too.
 //!
 //! ```
 //! use tablekit::{TableEntity, TableServiceClient};
@@ -119,14 +174,15 @@
 //! # Ok(()) }
 //! ```
 
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::try_join_all;
 use tablekit::{
-    to_dynamic, DynamicEntity, ETag, EdmValue, EntityKey, Error, IfMatch, Result, TableClient,
-    TableEntity, Transaction, UpdateMode,
+    to_dynamic, AmbiguousWrites, DynamicEntity, ETag, EdmValue, EntityKey, Error, IfMatch,
+    RawEntity, Result, TableClient, TableEntity, Transaction, UpdateMode,
 };
 
 use crate::error::refused;
@@ -155,7 +211,13 @@ pub const MAX_CHUNKS: usize = 1000;
 /// assert_eq!(chunk_row_key("lastname_", "Jones", 12), "lastname_Jones_012");
 /// ```
 pub fn chunk_row_key(prefix: &str, value: &str, n: usize) -> String {
-    format!("{prefix}{value}_{n:03}")
+    format!("{}{n:03}", chunks_prefix(prefix, value))
+}
+
+/// What the RowKeys of every index entity of `value` start with:
+/// `{prefix}{value}_`.
+fn chunks_prefix(prefix: &str, value: &str) -> String {
+    format!("{prefix}{value}_")
 }
 
 type KeyFn<T> = dyn Fn(&T) -> String + Send + Sync;
@@ -218,10 +280,6 @@ impl Chunks {
         self.chunks.iter().flat_map(|c| c.entries.iter())
     }
 
-    fn contains(&self, entry: &str) -> bool {
-        self.entries().any(|e| e == entry)
-    }
-
     fn entity(&self, number: usize, entries: &[String]) -> DynamicEntity {
         DynamicEntity::new(
             self.partition_key.as_str(),
@@ -270,16 +328,37 @@ impl Chunks {
         ))
     }
 
-    /// The write that removes `entry`, deleting its index entity if it was
-    /// the last entry; `None` if no index entity lists it.
+    /// The write that removes one occurrence of `entry` (from the first index
+    /// entity listing it), deleting that index entity if it was its last
+    /// entry; `None` if no index entity lists it.
     fn remove(&self, entry: &str) -> Option<ChunkWrite> {
-        let c = self
-            .chunks
-            .iter()
-            .find(|c| c.entries.iter().any(|e| e == entry))?;
+        self.chunks.iter().find_map(|c| {
+            let at = c.entries.iter().position(|e| e == entry)?;
+            let mut entries = c.entries.clone();
+            entries.remove(at);
+            Some(self.rewrite(c, entries))
+        })
+    }
+
+    /// The write that keeps, in the first index entity where anything goes,
+    /// only the entries in `live` not listed before it; `None` if nothing goes.
+    fn prune(&self, live: &HashSet<String>) -> Option<ChunkWrite> {
+        let mut seen = HashSet::new();
+        self.chunks.iter().find_map(|c| {
+            let kept: Vec<String> = c
+                .entries
+                .iter()
+                .filter(|e| live.contains(*e) && seen.insert(e.as_str()))
+                .cloned()
+                .collect();
+            (kept.len() != c.entries.len()).then(|| self.rewrite(c, kept))
+        })
+    }
+
+    /// The write that leaves `c` holding `entries`: deleting it if none.
+    fn rewrite(&self, c: &Chunk, entries: Vec<String>) -> ChunkWrite {
         let etag = c.etag.clone().expect("stored chunks have an ETag");
-        let entries: Vec<String> = c.entries.iter().filter(|e| *e != entry).cloned().collect();
-        Some(if entries.is_empty() {
+        if entries.is_empty() {
             ChunkWrite::Delete(
                 EntityKey::new(
                     self.partition_key.as_str(),
@@ -289,7 +368,7 @@ impl Chunks {
             )
         } else {
             ChunkWrite::Update(self.entity(c.number, &entries), etag)
-        })
+        }
     }
 }
 
@@ -317,7 +396,7 @@ impl Store {
     /// Every index entity of `value`: one range query.
     async fn read(&self, partition_key: &str, value: &str) -> Result<Chunks> {
         self.check_value(partition_key, value)?;
-        let base = format!("{}{value}_", self.prefix);
+        let base = chunks_prefix(&self.prefix, value);
         let rows = self
             .raw
             .query()
@@ -467,17 +546,24 @@ impl<T: TableEntity> IndexEntities<T> {
             .collect())
     }
 
-    /// The entities whose value is `value`: the index entities, then a point
-    /// read of each entity (concurrently). An entity listed but missing is
-    /// left out.
+    /// The entities of partition `partition_key` whose value is `value`, in
+    /// list order: the index entities, then a point read of each listed
+    /// entity (concurrently). An entity listed but missing, or with another
+    /// value, is left out.
     pub async fn find(&self, partition_key: &str, value: &str) -> Result<Vec<T>> {
-        let ids = self.ids(partition_key, value).await?;
+        let mut ids = self.ids(partition_key, value).await?;
+        let mut seen = HashSet::new();
+        ids.retain(|id| seen.insert(id.clone()));
         let found = try_join_all(
             ids.iter()
                 .map(|id| self.table.get((partition_key, id.as_str())).send()),
         )
         .await?;
-        Ok(found.into_iter().flatten().collect())
+        Ok(found
+            .into_iter()
+            .flatten()
+            .filter(|e| (self.key)(e) == value)
+            .collect())
     }
 
     /// Inserts the entity and adds its RowKey to its value's index entities,
@@ -508,36 +594,40 @@ impl<T: TableEntity> IndexEntities<T> {
         }
     }
 
-    /// Deletes `current` (the value as read) under `if_match` and removes its
-    /// RowKey from its index entities, in one transaction; starts again when
-    /// another writer changed the index entity.
+    /// Deletes `current` (the value as read with the ETag of `if_match`) and
+    /// removes its RowKey from its value's index entities, in one
+    /// transaction; starts again when another writer changed the index
+    /// entity. Under [`IfMatch::Any`] the stored entity is read first, for its
+    /// value (see the [module docs](self#writes-under-ifmatchany)).
     pub async fn delete(&self, current: &T, if_match: impl Into<IfMatch>) -> Result<()> {
         self.check(current)?;
         let if_match = if_match.into();
-        let pk = current.partition_key().into_owned();
-        let rk = current.row_key().into_owned();
-        let value = (self.key)(current);
+        let key = current.key();
+        let (pk, rk) = (key.partition_key.as_str(), key.row_key.as_str());
         let mut attempt = 1;
         loop {
-            let write = self.store.read(&pk, &value).await?.remove(&rk);
+            let was = Replacing::of(&self.table, &*self.key, current, &if_match).await?;
+            let write = self.store.read(pk, &was.value).await?.remove(rk);
             let mut tx = self.store.raw.transaction();
-            tx.delete((pk.as_str(), rk.as_str()), if_match.clone())?;
+            tx.delete((pk, rk), was.if_match.clone())?;
             if let Some(write) = write {
                 write.add_to(&mut tx)?;
             }
             self.before_write.call(attempt);
             match tx.send().await {
                 Ok(_) => return Ok(()),
-                Err(e) if index_race(&e) && attempt < MAX_ATTEMPTS => attempt += 1,
+                Err(e) if was.retry_after(&e) && attempt < MAX_ATTEMPTS => attempt += 1,
                 Err(e) => return Err(e),
             }
         }
     }
 
-    /// Replaces `current` (the value as read) with `new` under `if_match`. If
-    /// the indexed value changed, one transaction changes three entities: the
-    /// entity, the old value's index entity and the new value's; it starts
-    /// again when another writer changed either index entity.
+    /// Replaces `current` (the value as read with the ETag of `if_match`)
+    /// with `new`. If the indexed value changed, one transaction changes
+    /// three entities: the entity, the old value's index entity and the new
+    /// value's; it starts again when another writer changed either index
+    /// entity. Under [`IfMatch::Any`] the stored entity is read first, for its
+    /// value (see the [module docs](self#writes-under-ifmatchany)).
     pub async fn update(
         &self,
         current: &T,
@@ -552,23 +642,31 @@ impl<T: TableEntity> IndexEntities<T> {
             ));
         }
         let if_match = if_match.into();
-        let (old_value, new_value) = ((self.key)(current), (self.key)(new));
-        if old_value == new_value {
-            return self
-                .table
-                .update(new, UpdateMode::Replace, if_match)
-                .await
-                .map(drop);
-        }
+        let new_value = (self.key)(new);
         let pk = new.partition_key().into_owned();
         let rk = new.row_key().into_owned();
         let body = bag(new)?;
         let mut attempt = 1;
         loop {
-            let old = self.store.read(&pk, &old_value).await?.remove(&rk);
+            let was = Replacing::of(&self.table, &*self.key, current, &if_match).await?;
+            if was.value == new_value {
+                match self
+                    .table
+                    .update(&mut *new, UpdateMode::Replace, was.if_match.clone())
+                    .await
+                {
+                    Ok(_) => return Ok(()),
+                    Err(e) if was.retry_after(&e) && attempt < MAX_ATTEMPTS => {
+                        attempt += 1;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            let old = self.store.read(&pk, &was.value).await?.remove(&rk);
             let fresh = self.store.read(&pk, &new_value).await?.add(&rk)?;
             let mut tx = self.store.raw.transaction();
-            tx.update(&body, UpdateMode::Replace, if_match.clone())?;
+            tx.update(&body, UpdateMode::Replace, was.if_match.clone())?;
             if let Some(old) = old {
                 old.add_to(&mut tx)?;
             }
@@ -579,10 +677,69 @@ impl<T: TableEntity> IndexEntities<T> {
                     set_etag(new, done.etag(0).cloned());
                     return Ok(());
                 }
-                Err(e) if index_race(&e) && attempt < MAX_ATTEMPTS => attempt += 1,
+                Err(e) if was.retry_after(&e) && attempt < MAX_ATTEMPTS => attempt += 1,
                 Err(e) => return Err(e),
             }
         }
+    }
+}
+
+/// What an update or delete replaces: the stored entity's indexed value, and
+/// the condition under which the write replaces exactly that version.
+#[derive(Debug)]
+struct Replacing {
+    value: String,
+    if_match: IfMatch,
+    /// Read from the store for a write under `IfMatch::Any`: a 412 on the
+    /// entity means it changed since, and the write reads it again.
+    read: bool,
+}
+
+impl Replacing {
+    /// Under an ETag: the value of `current`, which the caller read with it.
+    /// Under `IfMatch::Any`: the value and ETag of the stored entity, read
+    /// now; an error that [`Error::is_not_found`] when there is none.
+    async fn of<T: TableEntity>(
+        table: &TableClient<T>,
+        key: &KeyFn<T>,
+        current: &T,
+        if_match: &IfMatch,
+    ) -> Result<Replacing> {
+        if let IfMatch::ETag(_) = if_match {
+            return Ok(Replacing {
+                value: key(current),
+                if_match: if_match.clone(),
+                read: false,
+            });
+        }
+        let k = current.key();
+        let (pk, rk) = (k.partition_key.as_str(), k.row_key.as_str());
+        // fetch_one: a missing entity is the not-found error the write under
+        // `IfMatch::Any` would have met.
+        let stored = table
+            .with_type::<DynamicEntity>()
+            .query()
+            .filter(|e| e.partition_key.eq(pk) & e.row_key.eq(rk))
+            .fetch_one()
+            .await?;
+        let etag = stored
+            .etag
+            .clone()
+            .expect("the service returns every entity with its ETag");
+        Ok(Replacing {
+            value: key(&T::decode(&RawEntity::from_dynamic(&stored))?),
+            if_match: IfMatch::ETag(etag),
+            read: true,
+        })
+    }
+
+    /// Whether the write that failed with `e` starts again from the reads:
+    /// another writer changed an index entity it wrote (a transaction's
+    /// operation 1 or later), or the entity it read itself under
+    /// `IfMatch::Any` (a 412 on the entity).
+    fn retry_after(&self, e: &Error) -> bool {
+        index_race(e)
+            || (self.read && e.is_precondition_failed() && e.batch_index().unwrap_or(0) == 0)
     }
 }
 
@@ -592,8 +749,9 @@ impl<T: TableEntity> IndexEntities<T> {
 pub struct Lookup<T> {
     /// The listed entities that exist and have the value, in list order.
     pub entities: Vec<T>,
-    /// Listed keys whose entity is missing or no longer has the value: what a
-    /// crash between the two writes of an insert, update or delete leaves.
+    /// Listed keys whose entity is missing or no longer has the value: the
+    /// claims of writes in flight, or what a crash or a failure between the
+    /// two requests of a write left.
     pub dangling: Vec<EntityKey>,
 }
 
@@ -664,7 +822,9 @@ impl<T: TableEntity> SeparateIndexEntities<T> {
         SeparateIndexEntities {
             table,
             store: Store {
-                raw: index,
+                // A lost answer is handled here (see `change_index`): a
+                // read-back could take another writer's identical list for ours.
+                raw: index.with_ambiguous_writes(AmbiguousWrites::Report),
                 prefix: prefix.into(),
                 capacity: MAX_CHUNK_UNITS,
             },
@@ -714,13 +874,16 @@ impl<T: TableEntity> SeparateIndexEntities<T> {
         Ok(key)
     }
 
-    /// The keys listed for `value`, in list order: one range query.
+    /// The keys listed for `value`, in list order, each once: one range
+    /// query. Every entity that has the value is among them; so may be keys
+    /// whose entity is missing or has another value (see the
+    /// [module docs](self#option-3-eventually-consistent-never-unlisted)).
     pub async fn keys(&self, value: &str) -> Result<Vec<EntityKey>> {
-        Ok(self
-            .store
-            .read(&self.partition, value)
-            .await?
+        let chunks = self.store.read(&self.partition, value).await?;
+        let mut seen = HashSet::new();
+        Ok(chunks
             .entries()
+            .filter(|e| seen.insert(e.as_str()))
             .filter_map(|e| parse_entry(e))
             .collect())
     }
@@ -749,9 +912,14 @@ impl<T: TableEntity> SeparateIndexEntities<T> {
     /// `change` for the write (none: nothing to do) and sends it under the
     /// index entity's ETag, starting again after a jittered pause when another
     /// writer changed it meanwhile. Returns whether it wrote.
+    ///
+    /// A write whose outcome is unknown ([`Error::is_ambiguous`]) is sent
+    /// again when `again_if_unknown` (an added claim: at worst it is then
+    /// there twice), and otherwise left (a removed claim: at worst it stays).
     async fn change_index(
         &self,
         value: &str,
+        again_if_unknown: bool,
         change: impl Fn(&Chunks) -> Result<Option<ChunkWrite>>,
     ) -> Result<bool> {
         let mut attempt = 1;
@@ -763,8 +931,12 @@ impl<T: TableEntity> SeparateIndexEntities<T> {
             self.before_write.call(attempt);
             match write.send(&self.store.raw).await {
                 Ok(()) => return Ok(true),
+                Err(e) if e.is_ambiguous() && !again_if_unknown => return Ok(false),
                 Err(e)
-                    if (e.is_precondition_failed() || e.is_conflict() || e.is_not_found())
+                    if (e.is_precondition_failed()
+                        || e.is_conflict()
+                        || e.is_not_found()
+                        || e.is_ambiguous())
                         && attempt < MAX_ATTEMPTS =>
                 {
                     attempt += 1;
@@ -775,63 +947,77 @@ impl<T: TableEntity> SeparateIndexEntities<T> {
         }
     }
 
-    async fn add_entry(&self, value: &str, entry: &str) -> Result<bool> {
-        self.change_index(value, |c| {
-            if c.contains(entry) {
-                Ok(None)
-            } else {
-                c.add(entry).map(Some)
-            }
-        })
-        .await
+    /// Adds a claim that the entity under `key` has `value`: always a new
+    /// entry, even when the key is listed already (that entry is another
+    /// writer's claim, which it may take out at any time).
+    async fn claim(&self, value: &str, key: &EntityKey) -> Result<()> {
+        let entry = entry(key);
+        self.change_index(value, true, |c| c.add(&entry).map(Some))
+            .await
+            .map(drop)
     }
 
-    async fn remove_entry(&self, value: &str, entry: &str) -> Result<bool> {
-        self.change_index(value, |c| Ok(c.remove(entry))).await
+    /// Takes one claim that the entity under `key` has `value` out.
+    async fn unclaim(&self, value: &str, key: &EntityKey) -> Result<()> {
+        let entry = entry(key);
+        self.change_index(value, false, |c| Ok(c.remove(&entry)))
+            .await
+            .map(drop)
     }
 
-    /// After the entity's write failed: takes out the entry added for it,
-    /// unless the entity stored under the key has the value (another writer
-    /// stored it meanwhile, and the entry is now its).
-    async fn take_back(&self, key: &EntityKey, value: &str) {
-        let stored = self.table.get(key.clone()).send().await;
-        if matches!(&stored, Ok(Some(e)) if (self.key)(e) == value) {
-            return;
+    /// After the entity's write under the claim failed with `e`: takes the
+    /// claim out again if the answer says nothing was written, and leaves it
+    /// (one claim too many at worst) if the write may have landed.
+    async fn take_back(&self, value: &str, key: &EntityKey, e: &Error) {
+        if !e.is_ambiguous() {
+            // Best effort: if this fails too, the entry points at nothing,
+            // which lookups skip and report.
+            let _ = self.unclaim(value, key).await;
         }
-        // Best effort: if this fails too, the entry points at nothing, which
-        // lookups skip and report.
-        let _ = self.remove_entry(value, &entry(key)).await;
     }
 
-    /// Lists the entity under its value, then inserts it. A taken key is a
-    /// conflict, and the entry is taken out again.
+    /// Claims the entity's key under its value, then inserts it. A taken key
+    /// is a conflict, and the claim is taken out again.
     pub async fn insert(&self, entity: &mut T) -> Result<()> {
         let key = self.check(entity)?;
         let value = (self.key)(entity);
-        let added = self.add_entry(&value, &entry(&key)).await?;
+        self.claim(&value, &key).await?;
         match self.table.insert(&mut *entity).await {
             Ok(_) => Ok(()),
             Err(e) => {
-                if added {
-                    self.take_back(&key, &value).await;
-                }
+                self.take_back(&value, &key, &e).await;
                 Err(e)
             }
         }
     }
 
-    /// Deletes `current` (the value as read) under `if_match`, then takes its
-    /// entry out of its value's index entities.
+    /// Deletes `current` (the value as read with the ETag of `if_match`),
+    /// then takes one claim of its key out of its value's index entities.
+    /// Under [`IfMatch::Any`] the stored entity is read first, for its value,
+    /// and deleted under its ETag (see the
+    /// [module docs](self#writes-under-ifmatchany)).
     pub async fn delete(&self, current: &T, if_match: impl Into<IfMatch>) -> Result<()> {
         let key = self.check(current)?;
-        let value = (self.key)(current);
-        self.table.delete(key.clone(), if_match).await?;
-        self.remove_entry(&value, &entry(&key)).await.map(drop)
+        let if_match = if_match.into();
+        let mut attempt = 1;
+        let value = loop {
+            let was = Replacing::of(&self.table, &*self.key, current, &if_match).await?;
+            self.store.check_value(&self.partition, &was.value)?;
+            match self.table.delete(key.clone(), was.if_match.clone()).await {
+                Ok(()) => break was.value,
+                Err(e) if was.retry_after(&e) && attempt < MAX_ATTEMPTS => attempt += 1,
+                Err(e) => return Err(e),
+            }
+        };
+        self.unclaim(&value, &key).await
     }
 
-    /// Replaces `current` (the value as read) with `new` under `if_match`. If
-    /// the indexed value changed: lists the entity under the new value, writes
-    /// it, then takes it out of the old value's list.
+    /// Replaces `current` (the value as read with the ETag of `if_match`)
+    /// with `new`. If the indexed value changed: claims the key under the new
+    /// value, writes the entity, then takes one claim out of the old value's
+    /// list. Under [`IfMatch::Any`] the stored entity is read first, for its
+    /// value, and replaced under its ETag (see the
+    /// [module docs](self#writes-under-ifmatchany)).
     pub async fn update(
         &self,
         current: &T,
@@ -846,39 +1032,49 @@ impl<T: TableEntity> SeparateIndexEntities<T> {
             ));
         }
         let if_match = if_match.into();
-        let (old_value, new_value) = ((self.key)(current), (self.key)(new));
-        if old_value == new_value {
-            return self
-                .table
-                .update(new, UpdateMode::Replace, if_match)
-                .await
-                .map(drop);
-        }
-        self.store.check_value(&self.partition, &old_value)?;
-        let added = self.add_entry(&new_value, &entry(&key)).await?;
-        if let Err(e) = self
-            .table
-            .update(&mut *new, UpdateMode::Replace, if_match)
-            .await
-        {
-            if added {
-                self.take_back(&key, &new_value).await;
+        let new_value = (self.key)(new);
+        let mut attempt = 1;
+        loop {
+            let was = Replacing::of(&self.table, &*self.key, current, &if_match).await?;
+            let changes = was.value != new_value;
+            if changes {
+                self.store.check_value(&self.partition, &was.value)?;
+                self.claim(&new_value, &key).await?;
             }
-            return Err(e);
+            match self
+                .table
+                .update(&mut *new, UpdateMode::Replace, was.if_match.clone())
+                .await
+            {
+                Ok(_) if changes => return self.unclaim(&was.value, &key).await,
+                Ok(_) => return Ok(()),
+                Err(e) => {
+                    if changes {
+                        self.take_back(&new_value, &key, &e).await;
+                    }
+                    if !(was.retry_after(&e) && attempt < MAX_ATTEMPTS) {
+                        return Err(e);
+                    }
+                    attempt += 1;
+                }
+            }
         }
-        self.remove_entry(&old_value, &entry(&key)).await.map(drop)
     }
 
     /// Takes the [`Lookup::dangling`] entries of `value` out of its index
-    /// entities and returns them. Only when no writer of this value is
-    /// running: an insert in flight has listed its entity before writing it,
-    /// and this would unlist it.
+    /// entities, and every repeat of an entry, and returns the dangling keys.
+    /// Only when no writer of this value is running: an entry whose entity is
+    /// missing may be the claim of an insert in flight, and a repeated one
+    /// the claim of a writer about to take one out; removing either could
+    /// leave an entity unlisted.
     pub async fn remove_dangling(&self, value: &str) -> Result<Vec<EntityKey>> {
-        let dangling = self.find(value).await?.dangling;
-        for key in &dangling {
-            self.remove_entry(value, &entry(key)).await?;
-        }
-        Ok(dangling)
+        let found = self.find(value).await?;
+        let live: HashSet<String> = found.entities.iter().map(|e| entry(&e.key())).collect();
+        while self
+            .change_index(value, false, |c| Ok(c.prune(&live)))
+            .await?
+        {}
+        Ok(found.dangling)
     }
 }
 
@@ -957,6 +1153,23 @@ mod tests {
         assert!(matches!(c.remove("a").unwrap(), ChunkWrite::Update(e, _)
             if e.get(ENTITY_IDS) == Some(&EdmValue::from("b"))));
         assert!(c.remove("zz").is_none());
+    }
+
+    #[test]
+    fn a_repeated_entry_is_removed_once_and_pruned_to_one() {
+        let c = chunks(20, &[(0, &["a", "b"]), (1, &["a", "x"])]);
+        assert!(matches!(c.remove("a").unwrap(), ChunkWrite::Update(e, _)
+            if e.row_key == "lastname_Jones_000"
+            && e.get(ENTITY_IDS) == Some(&EdmValue::from("b"))));
+        let live: HashSet<String> = ["a".to_owned(), "b".to_owned()].into();
+        // Chunk 0 keeps all; chunk 1 loses the repeat of "a" and the dead "x".
+        assert!(
+            matches!(c.prune(&live).unwrap(), ChunkWrite::Delete(k, _) if k.row_key == "lastname_Jones_001")
+        );
+        let c = chunks(20, &[(0, &["a", "a", "b"])]);
+        assert!(matches!(c.prune(&live).unwrap(), ChunkWrite::Update(e, _)
+            if e.get(ENTITY_IDS) == Some(&EdmValue::from("a\nb"))));
+        assert!(chunks(20, &[(0, &["a", "b"])]).prune(&live).is_none());
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! entities, concurrent writers, another writer's change injected between
 //! the read of an index entity and the write, stale ETags, duplicates, lists
 //! split past the 64 KiB a property holds, and the index in another
-//! partition with what a failure between its two writes leaves.
+//! partition with what a failure between its two writes leaves and what
+//! racing writers of one entity leave (never the entity unlisted). The
+//! random sequences are in `index_entities_model.rs`.
 
 mod common;
 
@@ -779,6 +781,151 @@ async fn a_separate_index_entity_changed_between_its_read_and_its_write_is_read_
     assert_eq!(listed["Smith"], ["Marketing\t000502", "Marketing\t000503"]);
 }
 
+/// Option 3's delete removes the entity, then its entry. Between the two
+/// (the hook, after the delete has read the index entity), another client
+/// inserts the same employee with the same last name: the entry the re-insert
+/// relies on must survive the delete's removal of its own.
+async fn a_delete_racing_a_reinsert_of_the_same_entity_leaves_it_listed(svc: TableServiceClient) {
+    let table = common::fresh_table::<Employee>(&svc, "IdxSepReins").await;
+    let index = common::fresh_table::<DynamicEntity>(&svc, "IdxSepReinsIx").await;
+    let second = common::second_service(&svc);
+    let other = separate(
+        second.table::<Employee>(table.name()).unwrap(),
+        &second.table::<DynamicEntity>(index.name()).unwrap(),
+    );
+    let mut e = employee(152, "Jones");
+    separate(table.clone(), &index)
+        .insert(&mut e)
+        .await
+        .unwrap();
+
+    let inj = Injector::default();
+    let hook = inj.hook(move || {
+        let other = other.clone();
+        async move {
+            other.insert(&mut employee(152, "Jones")).await.unwrap();
+        }
+    });
+    let idx = separate(table.clone(), &index).before_write(hook);
+    idx.delete(&e, IfMatch::ETag(e.etag.clone().unwrap()))
+        .await
+        .unwrap();
+    assert_eq!(inj.take()[0], 1, "the re-insert ran before the removal");
+
+    assert!(table.get(("Sales", "000152")).await.unwrap().is_some());
+    let found = idx.find("Jones").await.unwrap();
+    assert_eq!(
+        found
+            .entities
+            .iter()
+            .map(|e| e.employee_id)
+            .collect::<Vec<_>>(),
+        [152],
+        "the re-inserted employee is listed"
+    );
+    assert_separate_consistent(&table, &index, &[]).await;
+}
+
+/// An insert whose entity write fails takes its entry out again. Between the
+/// failure and the removal (the hook's second call), another client inserts
+/// the employee with that last name: its entry must survive the removal.
+async fn a_failed_write_taking_its_entry_back_leaves_a_concurrent_insert_listed(
+    svc: TableServiceClient,
+) {
+    let table = common::fresh_table::<Employee>(&svc, "IdxSepTakeBack").await;
+    let index = common::fresh_table::<DynamicEntity>(&svc, "IdxSepTakeBackIx").await;
+    let second = common::second_service(&svc);
+    let other = separate(
+        second.table::<Employee>(table.name()).unwrap(),
+        &second.table::<DynamicEntity>(index.name()).unwrap(),
+    );
+    let calls = Arc::new(AtomicUsize::new(0));
+    let hook = {
+        let (calls, handle) = (calls.clone(), tokio::runtime::Handle::current());
+        move |_| {
+            if calls.fetch_add(1, Ordering::SeqCst) == 1 {
+                let other = other.clone();
+                tokio::task::block_in_place(|| {
+                    handle.block_on(async move {
+                        other.insert(&mut employee(152, "Jones")).await.unwrap();
+                    })
+                });
+            }
+        }
+    };
+    let idx = separate(table.clone(), &index).before_write(hook);
+    // A rename of an employee that does not exist: listed under Jones, then 404.
+    let ghost = employee(152, "Smith");
+    let mut renamed = employee(152, "Jones");
+    let err = idx
+        .update(
+            &ghost,
+            &mut renamed,
+            IfMatch::ETag(ETag::new(
+                "W/\"datetime'2000-01-01T00%3A00%3A00.0000000Z'\"",
+            )),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.is_not_found(), "{err:?}");
+    // The claim, the take-back (412: the other client changed the index
+    // entity meanwhile), its retry.
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+
+    assert_eq!(idx.find("Jones").await.unwrap().entities.len(), 1);
+    assert_separate_consistent(&table, &index, &[]).await;
+}
+
+/// `current` says Jones, but another client renamed the employee to Smith
+/// since: a write under `IfMatch::Any` must change the lists of the stored
+/// value, not of `current`'s.
+async fn a_write_under_any_changes_the_lists_of_the_stored_value(svc: TableServiceClient) {
+    // Option 2.
+    let table = common::fresh_table::<Employee>(&svc, "IdxEntAny").await;
+    let idx = by_last_name(table.clone());
+    let mut e = employee(152, "Jones");
+    idx.insert(&mut e).await.unwrap();
+    let mut smith = Employee {
+        last_name: "Smith".into(),
+        ..e.clone()
+    };
+    idx.update(&e, &mut smith, IfMatch::Any).await.unwrap();
+    // Back to Jones, from the stale `e`: not a "same value" update.
+    let mut jones = e.clone();
+    idx.update(&e, &mut jones, IfMatch::Any).await.unwrap();
+    assert_eq!(
+        assert_consistent(&table).await,
+        [("Jones".to_owned(), vec!["000152".to_owned()])]
+    );
+    assert_eq!(idx.find("Sales", "Smith").await.unwrap(), []);
+    // A delete from the stale `smith`.
+    idx.delete(&smith, IfMatch::Any).await.unwrap();
+    assert!(common::rows(&table, "Sales").await.is_empty());
+
+    // Option 3.
+    let index = common::fresh_table::<DynamicEntity>(&svc, "IdxSepAny").await;
+    let sep = separate(table.clone(), &index);
+    let mut e = employee(152, "Jones");
+    sep.insert(&mut e).await.unwrap();
+    let mut smith = Employee {
+        last_name: "Smith".into(),
+        ..e.clone()
+    };
+    sep.update(&e, &mut smith, IfMatch::Any).await.unwrap();
+    let mut jones = e.clone();
+    sep.update(&e, &mut jones, IfMatch::Any).await.unwrap();
+    let listed = assert_separate_consistent(&table, &index, &[]).await;
+    assert_eq!(listed["Jones"], ["Sales\t000152"]);
+    assert!(sep.find("Smith").await.unwrap().entities.is_empty());
+    sep.delete(&smith, IfMatch::Any).await.unwrap();
+    assert!(assert_separate_consistent(&table, &index, &[])
+        .await
+        .is_empty());
+    // Under `IfMatch::Any`, a missing entity is not found.
+    let err = sep.delete(&smith, IfMatch::Any).await.unwrap_err();
+    assert!(err.is_not_found(), "{err:?}");
+}
+
 async fn concurrent_writers_of_one_separate_index_entity_lose_nothing(svc: TableServiceClient) {
     let table = common::fresh_table::<Employee>(&svc, "IdxSepRace").await;
     let index = common::fresh_table::<DynamicEntity>(&svc, "IdxSepRaceIx").await;
@@ -849,4 +996,7 @@ common::on_both! {
     a_crash_between_the_two_writes_leaves_only_an_entry_pointing_at_nothing [flavor = "multi_thread", worker_threads = 2],
     a_separate_index_entity_changed_between_its_read_and_its_write_is_read_again [flavor = "multi_thread", worker_threads = 2],
     concurrent_writers_of_one_separate_index_entity_lose_nothing [flavor = "multi_thread", worker_threads = 2],
+    a_delete_racing_a_reinsert_of_the_same_entity_leaves_it_listed [flavor = "multi_thread", worker_threads = 2],
+    a_failed_write_taking_its_entry_back_leaves_a_concurrent_insert_listed [flavor = "multi_thread", worker_threads = 2],
+    a_write_under_any_changes_the_lists_of_the_stored_value,
 }
