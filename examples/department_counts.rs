@@ -1,9 +1,12 @@
-//! Denormalised counts in a heterogeneous partition (design guide §3.5, §4.8):
-//! the Marketing partition holds employees (`00001`, `00002`) and the
-//! department entity (`Department`, EmployeeCount=153, the manager's details);
-//! adding or removing an employee changes the count in the same transaction,
-//! and one query reads the department with its employees into a typed enum
-//! (the kinds told apart by their `EntityType` property, §4.8).
+//! Denormalised counts and details in a heterogeneous partition (design
+//! guide §3.5, §4.8): the Marketing partition holds employees (`00001`,
+//! `00002`) and the department entity (`Department`, EmployeeCount=153, its
+//! manager's details). Adding an employee who becomes the manager is one
+//! transaction (the employee, the count, the manager's details: three
+//! patterns composed); a change of the manager's email changes the
+//! department's copy in the same transaction; and one query reads the
+//! department with its employees into a typed enum (the kinds told apart by
+//! their `EntityType` property, §4.8).
 //!
 //! ```text
 //! cargo run --example department_counts                 # on the embedded in-process store
@@ -12,7 +15,9 @@
 //! scripts/azurite.sh stop
 //! ```
 
-use tablekit::{IfMatch, TableEntity, TableServiceClient};
+use tablekit::{ETag, EdmValue, IfMatch, TableEntity, TableServiceClient};
+use tablekit_patterns::denormalize::Denormalized;
+use tablekit_patterns::plan::transact;
 use tablekit_patterns::summary::CountedPartition;
 
 #[derive(TableEntity, Debug, Clone)]
@@ -24,6 +29,8 @@ struct Employee {
     last_name: String,
     age: i32,
     email: String,
+    #[tablekit(etag)]
+    etag: Option<ETag>,
 }
 
 /// The department entity: its count and its manager's details (§3.5).
@@ -33,6 +40,7 @@ struct Department {
     department: String,
     department_name: Option<String>,
     employee_count: i32,
+    manager_id: Option<String>,
     manager_first_name: Option<String>,
     manager_last_name: Option<String>,
     manager_email: Option<String>,
@@ -97,18 +105,42 @@ async fn run(service: TableServiceClient) -> tablekit::Result<()> {
     let department = Staff::Department(Department {
         department: "Marketing".into(),
         department_name: Some("Marketing".into()),
-        employee_count: 153,
-        manager_first_name: Some("Don".into()),
-        manager_last_name: Some("Hall".into()),
-        manager_email: Some("donh@contoso.com".into()),
+        employee_count: 151,
+        manager_id: None,
+        manager_first_name: None,
+        manager_last_name: None,
+        manager_email: None,
     });
     table.insert(&department).await?;
-    println!("Marketing / Department: EmployeeCount = 153, manager Don Hall");
+    println!("Marketing / Department: EmployeeCount = 151, no manager yet");
 
     let staff = CountedPartition::new(table.clone(), "Department", "EmployeeCount")
         .with_summary_property("EntityType", "Department");
+    // The department's copy of its manager: ManagerId names the employee.
+    let manager = Denormalized::new(
+        table.clone(),
+        "Department",
+        "ManagerId",
+        |s: &Staff| match s {
+            Staff::Employee(e) => (
+                format!("{:05}", e.employee_id),
+                vec![
+                    (
+                        "ManagerFirstName".to_string(),
+                        EdmValue::from(e.first_name.clone()),
+                    ),
+                    (
+                        "ManagerLastName".to_string(),
+                        EdmValue::from(e.last_name.clone()),
+                    ),
+                    ("ManagerEmail".to_string(), EdmValue::from(e.email.clone())),
+                ],
+            ),
+            Staff::Department(_) => (String::new(), Vec::new()),
+        },
+    );
     for (id, first, last, age) in [(1, "Don", "Hall", 34), (2, "Jun", "Cao", 47)] {
-        let mut e = Staff::Employee(Employee {
+        let e = Staff::Employee(Employee {
             department: "Marketing".into(),
             employee_id: id,
             first_name: first.into(),
@@ -119,13 +151,41 @@ async fn run(service: TableServiceClient) -> tablekit::Result<()> {
                 first.to_lowercase(),
                 &last[..1].to_lowercase()
             ),
+            etag: None,
         });
-        let count = staff.insert(&mut e).await?;
-        println!("added {id:05} {first} {last}: read Department + one transaction (insert, merge of EmployeeCount under its ETag) -> {count}");
+        if id == 1 {
+            // Don joins as the manager: the employee, the count and the
+            // manager's details, one transaction (one merge of Department).
+            transact(&table, |_| async {
+                staff
+                    .plan_insert(&e)
+                    .await?
+                    .and(manager.plan_assign(&e).await?)
+            })
+            .await?;
+            println!("added {id:05} {first} {last} as the manager: read Department twice + one transaction (insert, one merge of EmployeeCount and the manager's details)");
+        } else {
+            let count = staff.insert(&mut e.clone()).await?;
+            println!("added {id:05} {first} {last}: read Department + one transaction (insert, merge of EmployeeCount under its ETag) -> {count}");
+        }
     }
+
+    // Don's email changes: his entity and the department's copy, one transaction.
+    let Some(Staff::Employee(mut don)) = table.get(("Marketing", "00001")).await? else {
+        unreachable!("00001 was inserted above");
+    };
+    don.email = "don.hall@contoso.com".into();
+    let etag = don.etag.clone().expect("read with its ETag");
+    manager.update(&mut Staff::Employee(don), etag).await?;
+    println!("changed 00001's email: read Department + one transaction (replace of 00001, merge of the manager's email)");
     let count = staff.delete(("Marketing", "00002"), IfMatch::Any).await?;
     println!("removed 00002: read Department + one transaction (delete, merge of EmployeeCount) -> {count}");
 
+    let Some(Staff::Department(d)) = table.get(("Marketing", "Department")).await? else {
+        unreachable!("the department was inserted above");
+    };
+    assert_eq!(d.employee_count, 152, "151 + Don + Jun - Jun");
+    assert_eq!(d.manager_email.as_deref(), Some("don.hall@contoso.com"));
     println!("one point query gives the department and its manager:");
     if let Some(d) = staff.summary("Marketing").await? {
         for (name, value) in &d.properties {
@@ -140,9 +200,10 @@ async fn run(service: TableServiceClient) -> tablekit::Result<()> {
                 e.employee_id, e.first_name, e.last_name, e.age, e.email
             ),
             Staff::Department(d) => println!(
-                "  Department {}: EmployeeCount = {}, manager {} {} <{}>",
+                "  Department {}: EmployeeCount = {}, manager {} {} {} <{}>",
                 d.department,
                 d.employee_count,
+                d.manager_id.unwrap_or_default(),
                 d.manager_first_name.unwrap_or_default(),
                 d.manager_last_name.unwrap_or_default(),
                 d.manager_email.unwrap_or_default()
