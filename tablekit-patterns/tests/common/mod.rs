@@ -77,10 +77,12 @@ pub fn second_service(svc: &TableServiceClient) -> TableServiceClient {
     TableServiceClient::from_connection_string(&conn).expect("valid connection string")
 }
 
-/// Turns each `async fn case(svc: TableServiceClient)` into two tests,
-/// `case::azurite` (skipped without an emulator, a failure with `CI=true`)
-/// and `case::embedded`; `case [flavor = "multi_thread"]` passes the runtime
-/// flavour on to `#[tokio::test]`.
+/// The conformance harness: turns each `async fn case(svc:
+/// TableServiceClient)` into three tests, one per backend a user can pick:
+/// `case::azurite` (skipped without an emulator, a failure with `CI=true`),
+/// `case::embedded` (the in-memory store) and `case::file` (the durable
+/// store in a scratch file). `case [flavor = "multi_thread"]` passes the
+/// runtime flavour on to `#[tokio::test]`.
 #[allow(unused_macros)] // request_counts counts HTTP requests: Azurite only.
 macro_rules! on_both {
     ($($case:ident $([$($flavor:tt)*])?),* $(,)?) => {$(
@@ -95,6 +97,12 @@ macro_rules! on_both {
             #[tokio::test$(($($flavor)*))?]
             async fn embedded() {
                 super::$case(::tablekit::TableServiceClient::embedded()).await
+            }
+
+            #[tokio::test$(($($flavor)*))?]
+            async fn file() {
+                let dir = crate::common::ScratchDir::new();
+                super::$case(crate::common::file_service(&dir)).await
             }
         }
     )*};
@@ -129,6 +137,47 @@ pub fn azurite_services() -> Option<Services> {
     })
 }
 
+/// A scratch folder for the durable store's files, removed when dropped
+/// (after the clients using it, which the case owns and drops first).
+pub struct ScratchDir(std::path::PathBuf);
+
+impl ScratchDir {
+    pub fn new() -> Self {
+        let dir = std::env::temp_dir().join(unique_name("tablekit-pattern-"));
+        std::fs::create_dir_all(&dir).expect("create a scratch folder");
+        ScratchDir(dir)
+    }
+
+    pub fn file(&self, name: &str) -> std::path::PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The Table service of the durable embedded store, in a file of `dir`.
+pub fn file_service(dir: &ScratchDir) -> TableServiceClient {
+    TableServiceClient::embedded_at(dir.file("tables.redb")).expect("open the store file")
+}
+
+/// The services of the durable embedded store, in files of `dir`, the
+/// queues on a manual clock.
+pub fn file_services(dir: &ScratchDir) -> Services {
+    let clock = ManualClock::starting_now();
+    Services {
+        tables: file_service(dir),
+        queues: QueueServiceClient::embedded_at_with_clock(dir.file("queues.redb"), clock.clone())
+            .expect("open the queue file"),
+        blobs: BlobServiceClient::embedded_at(dir.file("blobs.redb")).expect("open the blob file"),
+        clock: Some(clock),
+        visibility: Duration::from_secs(30),
+    }
+}
+
 /// The services of the embedded store, on one manual clock.
 pub fn embedded_services() -> Services {
     let clock = ManualClock::starting_now();
@@ -141,8 +190,9 @@ pub fn embedded_services() -> Services {
     }
 }
 
-/// Turns each `async fn case(s: Services)` into `case::azurite` and
-/// `case::embedded`, on a two-thread runtime.
+/// Turns each `async fn case(s: Services)` into `case::azurite`,
+/// `case::embedded` and `case::file` (as [`on_both!`]), on a two-thread
+/// runtime.
 #[allow(unused_macros)]
 macro_rules! on_both_services {
     ($($case:ident),* $(,)?) => {$(
@@ -157,6 +207,12 @@ macro_rules! on_both_services {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn embedded() {
                 super::$case(crate::common::embedded_services()).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn file() {
+                let dir = crate::common::ScratchDir::new();
+                super::$case(crate::common::file_services(&dir)).await
             }
         }
     )*};
