@@ -1,13 +1,46 @@
 #!/usr/bin/env bash
 # The one test command for a fresh clone: fmt, clippy, and the full test suite
 # against a throwaway Azurite (installed from tools/azurite on first use).
-# Extra arguments are passed to `cargo test`, e.g. scripts/test.sh -- --nocapture
+# Extra arguments are passed to the test runner (cargo nextest, or cargo test
+# where nextest is missing), e.g. scripts/test.sh -- --nocapture.
+# Each stage prints its wall time, and a summary closes the run.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
+STAGES=()
+STAGE_NAME=""
+STAGE_START=0
+RUN_START=$SECONDS
+
 banner() { printf '\n==> %s\n' "$*"; }
+
+# Starts a timed stage (and closes the one before).
+stage() {
+    end_stage
+    STAGE_NAME="$*"
+    STAGE_START=$SECONDS
+    banner "$*"
+}
+
+end_stage() {
+    if [[ -n "$STAGE_NAME" ]]; then
+        local took=$((SECONDS - STAGE_START))
+        STAGES+=("$(printf '%5d s  %s' "$took" "$STAGE_NAME")")
+        printf '    (%d s)\n' "$took"
+        STAGE_NAME=""
+    fi
+}
+
+print_stages() {
+    end_stage
+    if ((${#STAGES[@]})); then
+        printf '\n==> stage times\n'
+        printf '%s\n' "${STAGES[@]}"
+        printf '%5d s  total\n' "$((SECONDS - RUN_START))"
+    fi
+}
 
 # rustfmt and clippy are needed; add them only when missing.
 if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
@@ -15,7 +48,16 @@ if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 
     rustup component add rustfmt clippy
 fi
 
-banner "cargo fmt --all --check"
+# nextest runs the tests of every binary side by side; cargo test is the
+# fallback (one binary after another).
+if cargo nextest --version >/dev/null 2>&1; then
+    NEXTEST=1
+else
+    NEXTEST=0
+    echo "test.sh: cargo-nextest not found; running the tests with cargo test" >&2
+fi
+
+stage "cargo fmt --all --check"
 cargo fmt --all --check
 
 TMP_ROOT="$(mktemp -d "${TMPDIR:-/tmp}/tablekit-test.XXXXXX")"
@@ -26,13 +68,14 @@ cleanup() {
     trap '' INT TERM # finish cleaning up even if signalled again
     bash scripts/azurite.sh stop || true
     rm -rf "$TMP_ROOT"
+    print_stages
     exit "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-banner "starting Azurite (scripts/azurite.sh start)"
+stage "starting Azurite (scripts/azurite.sh start)"
 if ! AZURITE_ENV="$(bash scripts/azurite.sh start)"; then
     echo "test.sh: error: Azurite failed to start; the integration tests need it" >&2
     exit 1
@@ -40,41 +83,50 @@ fi
 eval "$AZURITE_ENV"
 echo "Azurite pid $AZURITE_PID, table endpoint http://127.0.0.1:$AZURITE_TABLE_PORT/devstoreaccount1"
 
-banner "cargo clippy --workspace --all-targets -- -D warnings"
+stage "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
-banner "cargo test --workspace $*"
-cargo test --workspace "$@"
+if ((NEXTEST)); then
+    stage "cargo nextest run --workspace $*"
+    cargo nextest run --workspace "$@"
+    # nextest does not run doctests.
+    stage "cargo test --workspace --doc"
+    cargo test --workspace --doc
+else
+    stage "cargo test --workspace $*"
+    cargo test --workspace "$@"
+fi
 
-# The whole integration suite again on the reqwest transport (the default is
-# tablekit's own hyper transport; reqwest serves HTTP proxies and is the
-# fallback), so every wire behaviour is proven on both.
-banner "cargo test -p tablekit-tests --test integration (TABLEKIT_TRANSPORT=reqwest)"
-TABLEKIT_TRANSPORT=reqwest cargo test -p tablekit-tests --test integration "$@"
+# The wire cases again on the reqwest transport (the default is tablekit's
+# own hyper transport; reqwest serves HTTP proxies): every case that talks to
+# Azurite, none of those that run on the embedded store or never send a
+# request (they do not depend on the transport).
+HTTP_CASES='not (test(/::embedded$/) | test(/::embedded_file$/) | test(/^derive_/) | test(/^filter_macros::/) | test(/^durable::/) | test(/^readme::/))'
+if ((NEXTEST)); then
+    stage "the integration tests' wire cases on reqwest (TABLEKIT_TRANSPORT=reqwest)"
+    TABLEKIT_TRANSPORT=reqwest cargo nextest run -p tablekit-tests --test integration -E "$HTTP_CASES" "$@"
+else
+    stage "cargo test -p tablekit-tests --test integration (TABLEKIT_TRANSPORT=reqwest)"
+    TABLEKIT_TRANSPORT=reqwest cargo test -p tablekit-tests --test integration "$@"
+fi
 
-# The bounded-memory transfer, small enough to be cheap: it exits non-zero if
-# the peak RSS goes over budget (50 MiB over HTTP; embedded adds the blob it holds).
-banner "cargo run --example blob_transfer -- 20 (embedded, then Azurite)"
-env -u TABLEKIT_CONNECTION_STRING cargo run --quiet --example blob_transfer -- 20
-TABLEKIT_CONNECTION_STRING="$TABLEKIT_TEST_CONNECTION_STRING" \
-    cargo run --quiet --example blob_transfer -- 20
-
-# The queue-worker examples, each on the embedded store and on Azurite: they
-# exit non-zero if a step fails.
-for example in archive_worker employee_email_index; do
-    banner "cargo run --example $example (embedded, then Azurite)"
-    env -u TABLEKIT_CONNECTION_STRING cargo run --quiet --example "$example" >/dev/null
-    TABLEKIT_CONNECTION_STRING="$TABLEKIT_TEST_CONNECTION_STRING" \
-        cargo run --quiet --example "$example" >/dev/null
+# The examples that check what they do, each on the embedded store and on
+# Azurite: built once, then run. They exit non-zero if a step fails.
+stage "the examples, on the embedded store and on Azurite"
+cargo build --quiet --examples
+EXAMPLES_DIR="${CARGO_TARGET_DIR:-target}/debug/examples"
+run_example() {
+    local name="$1"
+    shift
+    echo "--- $name $* (embedded)"
+    env -u TABLEKIT_CONNECTION_STRING "$EXAMPLES_DIR/$name" "$@" >/dev/null
+    echo "--- $name $* (Azurite)"
+    TABLEKIT_CONNECTION_STRING="$TABLEKIT_TEST_CONNECTION_STRING" "$EXAMPLES_DIR/$name" "$@" >/dev/null
+}
+# The bounded-memory transfer exits non-zero if the peak RSS goes over budget
+# (50 MiB over HTTP; embedded adds the blob it holds).
+run_example blob_transfer 20
+for example in archive_worker employee_email_index employee_photo queue_logs department_counts; do
+    run_example "$example"
 done
-# The large-entity example checks what it reads back and exits non-zero otherwise.
-banner "cargo run --example employee_photo (embedded, then Azurite)"
-env -u TABLEKIT_CONNECTION_STRING cargo run --quiet --example employee_photo
-TABLEKIT_CONNECTION_STRING="$TABLEKIT_TEST_CONNECTION_STRING" \
-    cargo run --quiet --example employee_photo
-
-# The log data example reads the seed's window back and exits non-zero if it differs.
-banner "cargo run --example queue_logs (embedded, then Azurite)"
-env -u TABLEKIT_CONNECTION_STRING cargo run --quiet --example queue_logs
-TABLEKIT_CONNECTION_STRING="$TABLEKIT_TEST_CONNECTION_STRING" \
-    cargo run --quiet --example queue_logs
+end_stage

@@ -80,7 +80,7 @@ pub fn second_service(svc: &TableServiceClient) -> TableServiceClient {
 /// The conformance harness: turns each `async fn case(svc:
 /// TableServiceClient)` into three tests, one per backend a user can pick:
 /// `case::azurite` (skipped without an emulator, a failure with `CI=true`),
-/// `case::embedded` (the in-memory store) and `case::file` (the durable
+/// `case::embedded` (the in-memory store) and `case::embedded_file` (the durable
 /// store in a scratch file). `case [flavor = "multi_thread"]` passes the
 /// runtime flavour on to `#[tokio::test]`.
 #[allow(unused_macros)] // request_counts counts HTTP requests: Azurite only.
@@ -100,7 +100,7 @@ macro_rules! on_both {
             }
 
             #[tokio::test$(($($flavor)*))?]
-            async fn file() {
+            async fn embedded_file() {
                 let dir = crate::common::ScratchDir::new();
                 super::$case(crate::common::file_service(&dir)).await
             }
@@ -191,7 +191,7 @@ pub fn embedded_services() -> Services {
 }
 
 /// Turns each `async fn case(s: Services)` into `case::azurite`,
-/// `case::embedded` and `case::file` (as [`on_both!`]), on a two-thread
+/// `case::embedded` and `case::embedded_file` (as [`on_both!`]), on a two-thread
 /// runtime.
 #[allow(unused_macros)]
 macro_rules! on_both_services {
@@ -210,7 +210,7 @@ macro_rules! on_both_services {
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn file() {
+            async fn embedded_file() {
                 let dir = crate::common::ScratchDir::new();
                 super::$case(crate::common::file_services(&dir)).await
             }
