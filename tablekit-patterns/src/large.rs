@@ -297,6 +297,11 @@ pub struct SweepReport {
     pub foreign: usize,
     /// The orphans deleted, by name.
     pub deleted: Vec<String>,
+    /// Entities whose [`BLOBS`] list could not be read (not a list of
+    /// `Property:Binary` / `Property:String` items, or a listed property
+    /// not holding a blob name): their blobs are left alone, never taken
+    /// for orphans, and each one is logged with `tracing::warn!`.
+    pub unreadable: usize,
 }
 
 #[derive(Clone, Default)]
@@ -385,30 +390,50 @@ fn parse_blob_name(table: &str, name: &str) -> Option<(EntityKey, String)> {
     ))
 }
 
-/// The properties an entity keeps in blobs, from its [`BLOBS`] property.
-fn blob_refs(row: &DynamicEntity) -> Result<Vec<BlobRef>> {
+/// The properties an entity's [`BLOBS`] property lists, with their types.
+fn blob_list(row: &DynamicEntity) -> Result<Vec<(String, Kind)>> {
     let Some(list) = row.get(BLOBS) else {
         return Ok(Vec::new());
     };
-    let bad = |why: &str| Error::from(DecodeError::for_property(BLOBS, why.to_owned()));
-    let list = list.as_str().ok_or_else(|| bad("not a String"))?;
-    let mut refs = Vec::new();
-    for item in list.split(',').filter(|s| !s.is_empty()) {
-        let (property, kind) = item
-            .split_once(':')
-            .and_then(|(p, k)| Some((p, Kind::parse(k)?)))
-            .ok_or_else(|| bad("expected `Property:Binary` or `Property:String` items"))?;
-        let blob = row
-            .get(property)
-            .and_then(EdmValue::as_str)
-            .ok_or_else(|| bad(&format!("{property} should hold its blob's name")))?;
-        refs.push(BlobRef {
-            property: property.to_owned(),
-            kind,
-            blob: blob.to_owned(),
-        });
-    }
-    Ok(refs)
+    let list = list
+        .as_str()
+        .ok_or_else(|| bad_blob_list("not a String".to_owned()))?;
+    list.split(',')
+        .filter(|s| !s.is_empty())
+        .map(|item| {
+            item.split_once(':')
+                .and_then(|(p, k)| Some((p.to_owned(), Kind::parse(k)?)))
+                .ok_or_else(|| {
+                    bad_blob_list(format!(
+                        "expected `Property:Binary` or `Property:String` items, got {item:?}"
+                    ))
+                })
+        })
+        .collect()
+}
+
+fn bad_blob_list(why: String) -> Error {
+    DecodeError::for_property(BLOBS, why).into()
+}
+
+/// The properties an entity keeps in blobs, from its [`BLOBS`] property and
+/// the properties it names (which `row` must hold).
+fn blob_refs(row: &DynamicEntity) -> Result<Vec<BlobRef>> {
+    blob_list(row)?
+        .into_iter()
+        .map(|(property, kind)| {
+            let blob = row
+                .get(&property)
+                .and_then(EdmValue::as_str)
+                .ok_or_else(|| bad_blob_list(format!("{property} should hold its blob's name")))?
+                .to_owned();
+            Ok(BlobRef {
+                property,
+                kind,
+                blob,
+            })
+        })
+        .collect()
 }
 
 /// A write worked out before any request: the entity row to write and the
@@ -983,16 +1008,22 @@ impl<T: TableEntity> LargeTable<T> {
         blobs: Vec<Candidate>,
         report: &mut SweepReport,
     ) -> Result<()> {
-        let mut select: Vec<&str> = vec![BLOBS];
-        select.extend(blobs.iter().map(|(_, p, _)| p.as_str()));
-        let row = self.raw.get(key).select(select).await?;
-        let live: HashMap<String, String> = match &row {
-            Some(row) => blob_refs(row)
-                .unwrap_or_default()
-                .into_iter()
-                .map(|r| (r.blob, r.property))
-                .collect(),
-            None => HashMap::new(),
+        let live = match self.live_blobs(&key, &blobs).await? {
+            Ok(live) => live,
+            Err(e) => {
+                // Never "no references": a row we cannot read may point at
+                // any of these blobs. Leave them, and say so.
+                tracing::warn!(
+                    table = %self.raw.name(),
+                    partition_key = %key.partition_key,
+                    row_key = %key.row_key,
+                    error = %e,
+                    blobs = blobs.len(),
+                    "sweep_orphans: the entity's blob list cannot be read; its blobs are left alone"
+                );
+                report.unreadable += 1;
+                return Ok(());
+            }
         };
         for (name, property, etag) in blobs {
             if live.get(&name) == Some(&property) {
@@ -1008,6 +1039,47 @@ impl<T: TableEntity> LargeTable<T> {
             }
         }
         Ok(())
+    }
+
+    /// The blobs the entity `key` points to now (blob name to property),
+    /// read with `$select` of [`BLOBS`] and of every property that list
+    /// names: the candidates' properties first, then, if the list names
+    /// others, again with those (so a row is judged only whole). The outer
+    /// error is a failed request; the inner one a row that does not read.
+    async fn live_blobs(
+        &self,
+        key: &EntityKey,
+        blobs: &[Candidate],
+    ) -> Result<Result<HashMap<String, String>>> {
+        let mut select: Vec<String> = vec![BLOBS.to_owned()];
+        for (_, property, _) in blobs {
+            if !select.contains(property) {
+                select.push(property.clone());
+            }
+        }
+        for _ in 0..MAX_ATTEMPTS {
+            let Some(row) = self.raw.get(key.clone()).select(&select).await? else {
+                return Ok(Ok(HashMap::new()));
+            };
+            let listed = match blob_list(&row) {
+                Ok(l) => l,
+                Err(e) => return Ok(Err(e)),
+            };
+            let unread: Vec<String> = listed
+                .into_iter()
+                .map(|(p, _)| p)
+                .filter(|p| !select.contains(p))
+                .collect();
+            if unread.is_empty() {
+                return Ok(blob_refs(&row)
+                    .map(|refs| refs.into_iter().map(|r| (r.blob, r.property)).collect()));
+            }
+            // The list names properties not asked for: ask for them too.
+            select.extend(unread);
+        }
+        Ok(Err(bad_blob_list(format!(
+            "the list changed at every one of {MAX_ATTEMPTS} reads"
+        ))))
     }
 }
 
