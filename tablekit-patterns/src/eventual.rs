@@ -276,15 +276,54 @@ fn envelope_bytes<M: Serialize + ?Sized>(kind: &str, op: &M) -> Result<Vec<u8>> 
 /// Each message is checked (size, encoding) before it is sent; an operation
 /// whose JSON is over the queue's 64 KiB (48 KiB of JSON after Base64) is
 /// refused before any request. Carry keys, not large data.
+///
+/// Messages never expire by default (the Queue service's `messagettl=-1`;
+/// its own default would delete a message after 7 days): an operation
+/// waits out a worker outage of any length, and leaves the queue only when
+/// a worker ran it or moved it to the poison queue.
+/// [`with_time_to_live`](Eventual::with_time_to_live) gives them an expiry
+/// instead, for work that is worthless late.
 #[derive(Debug, Clone)]
 pub struct Eventual {
     queue: QueueClient,
+    time_to_live: Option<Duration>,
 }
 
 impl Eventual {
-    /// Enqueues to `queue` (create it first).
+    /// Enqueues to `queue` (create it first), messages that never expire.
     pub fn new(queue: QueueClient) -> Self {
-        Eventual { queue }
+        Eventual {
+            queue,
+            time_to_live: None,
+        }
+    }
+
+    /// Sends messages that the queue deletes `ttl` after they were sent if no
+    /// worker has deleted them by then (at least 1 s; checked when sending).
+    ///
+    /// **An expired operation is lost without a trace**: it never runs, it is
+    /// not moved to the poison queue, and no error is reported anywhere, so
+    /// whatever it was to keep consistent stays inconsistent (an archive
+    /// never done, an index entry never written). Use it only for operations
+    /// that are harmless to drop once late (a cache refresh, a notification),
+    /// and size it well over the longest worker outage you would recover from.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tablekit::QueueServiceClient;
+    /// # use tablekit_patterns::eventual::Eventual;
+    /// let jobs = QueueServiceClient::embedded().queue("refresh-jobs").unwrap();
+    /// let refreshes = Eventual::new(jobs).with_time_to_live(Duration::from_secs(3600));
+    /// assert_eq!(refreshes.time_to_live(), Some(Duration::from_secs(3600)));
+    /// ```
+    pub fn with_time_to_live(mut self, ttl: Duration) -> Self {
+        self.time_to_live = Some(ttl);
+        self
+    }
+
+    /// The messages' time to live; `None`: they never expire (the default).
+    pub fn time_to_live(&self) -> Option<Duration> {
+        self.time_to_live
     }
 
     /// The queue the messages go to.
@@ -307,7 +346,11 @@ impl Eventual {
         if kind.is_empty() {
             return Err(refused("eventual", "an operation kind must not be empty"));
         }
-        self.queue.send(envelope_bytes(kind, body)?)?.await
+        let send = self.queue.send(envelope_bytes(kind, body)?)?;
+        match self.time_to_live {
+            None => send.never_expire().await,
+            Some(ttl) => send.time_to_live(ttl).await,
+        }
     }
 }
 

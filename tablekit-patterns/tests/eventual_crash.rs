@@ -174,6 +174,8 @@ common::on_both_services!(
     a_message_whose_workers_kept_dying_is_poisoned_without_running,
     the_heartbeat_keeps_a_long_operation_hidden,
     run_stops_on_shutdown_after_finishing_what_it_holds,
+    an_operation_waits_out_a_worker_outage_of_eight_days,
+    an_operation_with_a_time_to_live_of_one_day_is_gone_after_two,
 );
 
 async fn the_archive_of_twenty_employees_moves_each_once(s: Services) {
@@ -366,6 +368,59 @@ async fn an_entity_changed_after_the_read_is_archived_in_its_new_version(s: Serv
     let archived = env.archive.get(("Sales", "000456")).await.unwrap().unwrap();
     assert_eq!(archived.name, "Kim Akers (renamed)");
     env.assert_archived(&[456]).await;
+}
+
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+/// "Never lost" has no expiry date: an archive enqueued before a worker
+/// outage of eight days (the queue's default time to live is seven) is still
+/// there when a worker comes back, and is applied. On Azurite, where time
+/// cannot be moved, the message says it never expires (the service's
+/// 9999-12-31), as sent and as received.
+async fn an_operation_waits_out_a_worker_outage_of_eight_days(s: Services) {
+    let env = Env::new(&s).await;
+    env.current.insert(&employee(456)).await.unwrap();
+    let op = Archive::<Employee>::new(env.current.name(), env.archive.name(), ("Sales", "000456"))
+        .unwrap();
+    let sent = Eventual::new(env.jobs.clone()).enqueue(&op).await.unwrap();
+    assert_eq!(sent.expires_on(), None, "sent to never expire");
+    let peeked = env.jobs.peek(1).await.unwrap().pop().unwrap();
+    assert_eq!(peeked.expires_on(), None, "stored to never expire");
+    if let Some(clock) = &s.clock {
+        clock.advance(8 * DAY);
+    }
+    let report = env.worker().build().unwrap().drain().await.unwrap();
+    assert_eq!(
+        (report.succeeded, report.failed, report.poisoned),
+        (1, 0, 0)
+    );
+    env.assert_archived(&[456]).await;
+}
+
+/// A time to live is a choice, with its price: the operation is dropped
+/// unrun once it has passed (on Azurite: the expiry the service stored).
+async fn an_operation_with_a_time_to_live_of_one_day_is_gone_after_two(s: Services) {
+    let env = Env::new(&s).await;
+    env.current.insert(&employee(456)).await.unwrap();
+    let op = Archive::<Employee>::new(env.current.name(), env.archive.name(), ("Sales", "000456"))
+        .unwrap();
+    let eventual = Eventual::new(env.jobs.clone()).with_time_to_live(DAY);
+    assert_eq!(eventual.time_to_live(), Some(DAY));
+    let sent = eventual.enqueue(&op).await.unwrap();
+    let day = chrono::Duration::from_std(DAY).unwrap();
+    assert_eq!(sent.expires_on(), Some(sent.inserted_on() + day));
+    let Some(clock) = &s.clock else {
+        let peeked = env.jobs.peek(1).await.unwrap().pop().unwrap();
+        assert_eq!(peeked.expires_on(), Some(sent.inserted_on() + day));
+        return;
+    };
+    clock.advance(2 * DAY);
+    let report = env.worker().build().unwrap().drain().await.unwrap();
+    assert_eq!(report.total(), 0, "nothing to receive");
+    assert_eq!(env.jobs.approximate_message_count().await.unwrap(), 0);
+    assert_eq!(env.poison.approximate_message_count().await.unwrap(), 0);
+    assert_eq!(env.ids_in(&env.current).await, [456], "never archived");
+    assert_eq!(env.ids_in(&env.archive).await, Vec::<u32>::new());
 }
 
 async fn poisoned(poison: &QueueClient) -> Vec<PoisonedMessage> {
