@@ -176,6 +176,8 @@ common::on_both_services!(
     run_stops_on_shutdown_after_finishing_what_it_holds,
     an_operation_waits_out_a_worker_outage_of_eight_days,
     an_operation_with_a_time_to_live_of_one_day_is_gone_after_two,
+    a_message_from_a_newer_client_waits_for_a_worker_that_knows_it,
+    an_unknown_kind_is_poisoned_at_the_dequeue_limit,
 );
 
 async fn the_archive_of_twenty_employees_moves_each_once(s: Services) {
@@ -423,6 +425,63 @@ async fn an_operation_with_a_time_to_live_of_one_day_is_gone_after_two(s: Servic
     assert_eq!(env.ids_in(&env.archive).await, Vec::<u32>::new());
 }
 
+/// The kind a newer client sends and only a newer worker runs.
+const COUNT_KIND: &str = "test.count";
+
+/// What a rolling deployment does: a newer client sends a kind the old
+/// workers do not know, and a message in a newer envelope version. An old
+/// worker receives both and poisons neither: it warns and hides them for
+/// its retry delay. Once that has passed, a newer worker (one that knows
+/// the kind) runs the first; the second, which no worker here reads, stays
+/// as it was sent.
+async fn a_message_from_a_newer_client_waits_for_a_worker_that_knows_it(s: Services) {
+    let env = Env::new(&s).await;
+    let counted = Eventual::new(env.jobs.clone())
+        .enqueue_kind(COUNT_KIND, &serde_json::json!({"n": 1}))
+        .await
+        .unwrap();
+    let v2_body = r#"{"v":2,"kind":"tablekit.archive","op":{},"trace":"t-1"}"#;
+    env.jobs.send(v2_body).unwrap().await.unwrap();
+
+    let old = env.worker().build().unwrap();
+    let report = old.drain().await.unwrap();
+    assert_eq!(report.poisoned, 0, "{report:?}");
+    assert_eq!(report.succeeded, 0, "{report:?}");
+    assert_eq!(env.poison.approximate_message_count().await.unwrap(), 0);
+    assert_eq!(env.jobs.approximate_message_count().await.unwrap(), 2);
+    assert!(
+        env.jobs.peek(32).await.unwrap().is_empty(),
+        "both hidden for the retry delay"
+    );
+
+    env.pass_visibility_timeout().await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let seen = runs.clone();
+    let newer = env
+        .worker()
+        .handle(COUNT_KIND, move |op: serde_json::Value, _ctx| {
+            let seen = seen.clone();
+            async move {
+                assert_eq!(op["n"], 1);
+                seen.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        })
+        .build()
+        .unwrap();
+    let report = newer.drain().await.unwrap();
+    assert_eq!((report.succeeded, report.poisoned), (1, 0), "{report:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(env.poison.approximate_message_count().await.unwrap(), 0);
+
+    env.pass_visibility_timeout().await;
+    let left = env.jobs.peek(32).await.unwrap();
+    assert_eq!(left.len(), 1);
+    assert_ne!(left[0].id(), counted.id());
+    assert_eq!(left[0].text().unwrap(), v2_body, "not rewritten");
+    assert_eq!(left[0].dequeue_count(), 2);
+}
+
 async fn poisoned(poison: &QueueClient) -> Vec<PoisonedMessage> {
     let mut out = Vec::new();
     for m in poison.peek(32).await.unwrap() {
@@ -469,6 +528,9 @@ async fn an_archive_that_can_never_succeed_lands_in_poison_with_its_error(s: Ser
     assert_eq!(env.ids_in(&env.archive).await, Vec::<u32>::new());
 }
 
+/// What no worker can ever read goes to the poison queue on its first
+/// receive; a newer client's kind or version too, with
+/// `poison_unknown_at_once`.
 async fn unreadable_messages_go_to_poison_at_once(s: Services) {
     let env = Env::new(&s).await;
     env.jobs
@@ -477,12 +539,7 @@ async fn unreadable_messages_go_to_poison_at_once(s: Services) {
         .await
         .unwrap();
     env.jobs
-        .send(r#"{"v":2,"kind":"tablekit.archive","op":{}}"#)
-        .unwrap()
-        .await
-        .unwrap();
-    env.jobs
-        .send(r#"{"v":1,"kind":"fire-everyone","op":{}}"#)
+        .send(r#"{"kind":"tablekit.archive","op":{}}"#)
         .unwrap()
         .await
         .unwrap();
@@ -493,19 +550,48 @@ async fn unreadable_messages_go_to_poison_at_once(s: Services) {
         .unwrap();
     let worker = env.worker().max_dequeue_count(1).build().unwrap();
     let report = worker.drain().await.unwrap();
-    assert_eq!(report.poisoned, 4);
-    let mut errors: Vec<String> = poisoned(&env.poison)
+    assert_eq!(report.poisoned, 3, "{report:?}");
+    let errors: Vec<String> = poisoned(&env.poison)
         .await
         .into_iter()
         .map(|p| p.error)
         .collect();
-    errors.sort();
-    assert_eq!(errors.len(), 4);
+    assert_eq!(errors.len(), 3);
     assert!(errors.iter().any(|e| e.contains("not JSON")), "{errors:?}");
+    assert!(
+        errors.iter().any(|e| e.contains("no format version")),
+        "{errors:?}"
+    );
     assert!(
         errors
             .iter()
-            .any(|e| e.contains("version 2 is not supported")),
+            .any(|e| e.contains("does not read") && e.contains("missing field")),
+        "{errors:?}"
+    );
+    assert_eq!(env.jobs.approximate_message_count().await.unwrap(), 0);
+
+    // The option: a kind or a version this worker does not know, at once too.
+    env.poison.clear().await.unwrap();
+    env.jobs
+        .send(r#"{"v":2,"kind":"tablekit.archive","op":{}}"#)
+        .unwrap()
+        .await
+        .unwrap();
+    env.jobs
+        .send(r#"{"v":1,"kind":"fire-everyone","op":{}}"#)
+        .unwrap()
+        .await
+        .unwrap();
+    let strict = env.worker().poison_unknown_at_once().build().unwrap();
+    let report = strict.drain().await.unwrap();
+    assert_eq!((report.poisoned, report.deferred), (2, 0), "{report:?}");
+    let errors: Vec<String> = poisoned(&env.poison)
+        .await
+        .into_iter()
+        .map(|p| p.error)
+        .collect();
+    assert!(
+        errors.iter().any(|e| e.contains("version 2 is newer")),
         "{errors:?}"
     );
     assert!(
@@ -514,11 +600,32 @@ async fn unreadable_messages_go_to_poison_at_once(s: Services) {
             .any(|e| e.contains("unknown operation kind \"fire-everyone\"")),
         "{errors:?}"
     );
+    assert_eq!(env.jobs.approximate_message_count().await.unwrap(), 0);
+}
+
+/// A kind no worker ever comes to know is poisoned once it has been
+/// received the dequeue limit's number of times, and not before.
+async fn an_unknown_kind_is_poisoned_at_the_dequeue_limit(s: Services) {
+    let env = Env::new(&s).await;
+    Eventual::new(env.jobs.clone())
+        .enqueue_kind("fire-everyone", &())
+        .await
+        .unwrap();
+    let worker = env.worker().max_dequeue_count(3).build().unwrap();
+    let mut reports = Vec::new();
+    for _ in 0..3 {
+        let r = worker.drain().await.unwrap();
+        reports.push((r.deferred, r.poisoned));
+        env.pass_visibility_timeout().await;
+    }
+    assert_eq!(reports, [(1, 0), (1, 0), (0, 1)]);
+    let p = poisoned(&env.poison).await.pop().unwrap();
+    assert_eq!(p.dequeue_count, 3);
     assert!(
-        errors
-            .iter()
-            .any(|e| e.contains("does not read") && e.contains("missing field")),
-        "{errors:?}"
+        p.error.contains("unknown operation kind \"fire-everyone\"")
+            && p.error.contains("received 3 times (the limit is 3)"),
+        "{}",
+        p.error
     );
     assert_eq!(env.jobs.approximate_message_count().await.unwrap(), 0);
 }
