@@ -298,15 +298,17 @@ fn read_envelope(body: &[u8]) -> std::result::Result<Envelope, Unreadable> {
     })?;
     match value.get("v").and_then(serde_json::Value::as_u64) {
         Some(v) if v == u64::from(FORMAT_VERSION) => {}
-        Some(v) if v > u64::from(FORMAT_VERSION) => return Err(Unreadable::Newer {
-            why: format!(
+        Some(v) if v > u64::from(FORMAT_VERSION) => {
+            return Err(Unreadable::Newer {
+                why: format!(
                 "message format version {v} is newer than this worker's version {FORMAT_VERSION}"
             ),
-            kind: value
-                .get("kind")
-                .and_then(serde_json::Value::as_str)
-                .map(str::to_owned),
-        }),
+                kind: value
+                    .get("kind")
+                    .and_then(serde_json::Value::as_str)
+                    .map(str::to_owned),
+            })
+        }
         _ => {
             return Err(Unreadable::Malformed(format!(
                 "the message has no format version \"v\" (a number from 1; this worker \
