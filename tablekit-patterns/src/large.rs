@@ -23,10 +23,50 @@
 //!   entity points to (uploaded but the entity never written, or the entity
 //!   deleted but not its blobs). [`LargeTable::sweep_orphans`] lists the
 //!   table's blobs by prefix and deletes those older than a grace period that
-//!   no entity points to. A write that fails on its own (a conflict, a 412)
-//!   deletes the blobs it uploaded at once; the sweep is for crashes. Run it
-//!   periodically, e.g. from a background task or, once there is one, from
-//!   the queue worker of the eventually consistent transactions pattern (§3.3).
+//!   no entity points to (see [the sweep](self#the-sweep)). A write that
+//!   fails on its own (a conflict, a 412) deletes the blobs it uploaded at
+//!   once; the sweep is for crashes. Run it periodically, from a background
+//!   task or a timer-driven job.
+//!
+//! # What is atomic, and what a reader sees
+//!
+//! Only the entity write is atomic (one request to the Table service); the
+//! blobs are separate requests to the Blob service, and nothing spans both.
+//! What a reader can see, operation by operation:
+//!
+//! - **Insert**: before the entity write, nothing (the uploaded blobs are
+//!   invisible to [`get`](LargeTable::get): no entity names them); after
+//!   it, the whole new entity.
+//! - **Replace / upsert**: the old version, whole, until the entity write;
+//!   then the new version, whole. A `get` that read the old entity just
+//!   before the replace and downloads after the old blobs were deleted
+//!   finds a blob missing and reads the entity again, so it returns one
+//!   version or the other, never a mix.
+//! - **Delete**: the entity, whole, until it is deleted; then nothing.
+//!   Its blobs go afterwards.
+//! - A [`get_without_blobs`](LargeTable::get_without_blobs) caller that
+//!   downloads a blob itself later may find it gone (a replace or delete in
+//!   between): read the entity again.
+//!
+//! The entity and its blobs are *eventually* consistent in one direction
+//! only: an entity never points to a missing blob, but a blob may for a
+//! while have no entity pointing to it (an orphan, from a crash or a
+//! failed best-effort delete) until the sweep removes it.
+//!
+//! # The sweep
+//!
+//! [`sweep_orphans`](LargeTable::sweep_orphans) lists the blobs under
+//! [`blob_prefix`](LargeTable::blob_prefix) in name order, so the blobs of
+//! one entity come together, and for each entity with a blob older than the
+//! grace period reads the entity once with `$select` of [`BLOBS`] and of
+//! every property that list names (the candidates' properties first; if the
+//! list names others, a second read asks for those too), so it judges a
+//! blob against the entity's whole, current list. A blob is deleted only if
+//! that entity does not exist or does not point to it, and only if the blob
+//! is still the version listed (its ETag). An entity whose list cannot be
+//! read is never taken for one that points to nothing: its blobs are left
+//! alone, a `tracing::warn!` names it, and
+//! [`SweepReport::unreadable`] counts it.
 //!
 //! # The grace period and the write deadline
 //!
@@ -80,7 +120,7 @@
 //! | [`get_without_blobs`](LargeTable::get_without_blobs) | point read | 1 req, 487 B |
 //! | [`replace`](LargeTable::replace) (90 KiB photo), [`upsert`](LargeTable::upsert) | point read, upload new blob, update entity, delete old blob | 4 req, 94,375 B |
 //! | [`delete`](LargeTable::delete) | point read, delete entity, delete blob | 3 req, 1,458 B |
-//! | [`sweep_orphans`](LargeTable::sweep_orphans), 3 live entities + 1 orphan | listing, 4 point reads (one per entity with blobs past the grace), delete orphan | 6 req, 3,072 B |
+//! | [`sweep_orphans`](LargeTable::sweep_orphans), 3 live entities + 1 orphan | listing, 4 point reads (one per entity with blobs past the grace; a second one for an entity only some of whose listed blobs are past it), delete orphan | 6 req, 3,072 B |
 //!
 //! In general: one upload and one download or delete per blob, one listing
 //! per 5,000 blobs for the sweep; a retry after a concurrent change repeats
@@ -958,7 +998,10 @@ impl<T: TableEntity> LargeTable<T> {
     /// docs](self#the-grace-period-and-the-write-deadline); [`DEFAULT_GRACE`]
     /// is one hour). Each orphan is deleted only if it is still the version
     /// listed. Blobs named otherwise than this pattern names them are left
-    /// alone.
+    /// alone, and so are the blobs of an entity whose [`BLOBS`] list does
+    /// not read ([`SweepReport::unreadable`], and a `tracing::warn!`); see
+    /// [the sweep](self#the-sweep). A failed request ends the sweep with its
+    /// error; running it again is safe.
     pub async fn sweep_orphans(&self) -> Result<SweepReport> {
         let grace = chrono::Duration::from_std(self.grace).map_err(|_| {
             refused(
