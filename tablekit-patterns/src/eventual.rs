@@ -147,7 +147,8 @@
 //! request, atomic on its own (one entity, one blob); the message is the
 //! only thing that ties them together. Enqueuing is one request: once
 //! [`Eventual::enqueue`] returned, the operation will run (at least once) or
-//! end in the poison queue. If it failed, the operation may still have been
+//! end in the poison queue (unless it was given a time to live and
+//! expired). If it failed, the operation may still have been
 //! queued (a send whose answer was lost); sending it again is safe, since a
 //! message may run more than once anyway. An operation that must be atomic with
 //! a table write of the caller's should be written so that the table write
