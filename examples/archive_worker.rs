@@ -3,7 +3,9 @@
 //! queue. The client puts one message on the queue; a worker reads the
 //! employee from Current, inserts-or-replaces it into Archive, deletes it
 //! from Current under the ETag it read, and only then deletes the message. A
-//! message the worker cannot run goes to a poison queue with the reason.
+//! message that is no envelope at all goes to a poison queue with the
+//! reason; one from a newer client (a format version or kind this worker
+//! does not know) is left on the queue for a worker that knows it.
 //!
 //! ```text
 //! cargo run --example archive_worker                 # on the embedded in-process store
@@ -117,15 +119,22 @@ async fn run(tables: TableServiceClient, queues: QueueServiceClient) -> Result<(
     show("Current", &current).await?;
 
     // The client: "archive employee #456" is one message ("#" cannot be in a
-    // key, so the RowKey is 000456). A message in a format this worker does
-    // not know shows the poison queue.
+    // key, so the RowKey is 000456), which never expires. A message in a
+    // format this worker does not know is left for a newer worker; one that
+    // is no envelope at all shows the poison queue.
     let eventual = Eventual::new(jobs.clone());
     let op = Archive::<Employee>::new(current.name(), archive.name(), ("Sales", "000456"))?;
     let sent = eventual.enqueue(&op).await?;
-    println!("enqueued archive of employee #456 as message {}", sent.id());
+    println!(
+        "enqueued archive of employee #456 as message {} (expires: {:?})",
+        sent.id(),
+        sent.expires_on()
+    );
     jobs.send(r#"{"v":2,"kind":"tablekit.archive","op":{}}"#)?
         .await?;
     println!("enqueued a message of a future format version");
+    jobs.send("archive employee 456, please")?.await?;
+    println!("enqueued a message that is not an envelope");
 
     // The worker, with a hook that prints each step as it completes.
     let worker = Worker::builder(jobs.clone(), tables.clone())
@@ -143,7 +152,7 @@ async fn run(tables: TableServiceClient, queues: QueueServiceClient) -> Result<(
         })
         .build()?;
 
-    // Run it until the queue is empty, then tell it to stop: it finishes
+    // Run it until no message is visible, then tell it to stop: it finishes
     // what it holds and returns.
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn({
@@ -156,14 +165,14 @@ async fn run(tables: TableServiceClient, queues: QueueServiceClient) -> Result<(
                 .await
         }
     });
-    while jobs.approximate_message_count().await? > 0 {
+    while !jobs.peek(1).await?.is_empty() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let _ = stop.send(());
     let report = running.await?;
     println!(
-        "worker stopped: {} done, {} failed, {} poisoned",
-        report.succeeded, report.failed, report.poisoned
+        "worker stopped: {} done, {} failed, {} poisoned, {} left for a newer worker",
+        report.succeeded, report.failed, report.poisoned, report.deferred
     );
 
     show("Current", &current).await?;

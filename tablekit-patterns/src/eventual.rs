@@ -108,10 +108,52 @@
 //! copied to the poison queue with the last error ([`PoisonedMessage`]) and
 //! then deleted from the main queue: in that order, so a crash in between
 //! leaves a duplicate in the poison queue, never a lost message. A message
-//! this worker cannot read at all (not JSON, an unknown version or `kind`)
-//! goes to the poison queue at once. Transient errors of single requests
+//! that is not an envelope at all (not JSON, no format version, a version 1
+//! envelope that does not parse) goes to the poison queue at once: no
+//! worker could ever run it. Transient errors of single requests
 //! (throttling, 503, timeouts) are retried inside tablekit's retry policy and
 //! count as a failure of the step only when those retries run out.
+//!
+//! # Messages from newer clients: unknown kinds and versions
+//!
+//! During a rolling deployment new clients send kinds (or a format version)
+//! that the old workers still running do not know. Such a message is not
+//! the old worker's to judge: it logs a `tracing::warn!`, leaves the message
+//! exactly as it is, and hides it for [`WorkerBuilder::unknown_delay`]
+//! (default: the retry delay) so that another worker, perhaps a new one,
+//! receives it next ([`Report::deferred`] counts these). Only when the
+//! message has been received `max_dequeue_count` times does a worker that
+//! cannot run it move it to the poison queue, so old and new workers may
+//! run side by side for about `unknown_delay × max_dequeue_count` before an
+//! old one poisons new work. A queue that only ever has one version of
+//! worker can ask for the strict behaviour with
+//! [`WorkerBuilder::poison_unknown_at_once`].
+//!
+//! # Messages never expire
+//!
+//! [`Eventual`] sends every message with no expiry (the Queue service's
+//! `messagettl=-1`; the service reports an expiration time of 9999-12-31,
+//! which tablekit reads as [`SentMessage::expires_on`] `None`). The queue's
+//! own default, seven days, would silently delete an operation that waited
+//! out a worker outage of a week. A message therefore leaves the queue in
+//! one of two ways only: a worker ran it to the end and deleted it, or a
+//! worker moved it to the poison queue (whose messages never expire
+//! either). [`Eventual::with_time_to_live`] sets an expiry for operations
+//! that are worthless late; an expired operation is lost without a trace.
+//!
+//! # What is atomic
+//!
+//! Nothing across the steps: each building block of [`StepContext`] is one
+//! request, atomic on its own (one entity, one blob); the message is the
+//! only thing that ties them together. Enqueuing is one request: once
+//! [`Eventual::enqueue`] returned, the operation will run (at least once) or
+//! end in the poison queue (unless it was given a time to live and
+//! expired). If it failed, the operation may still have been
+//! queued (a send whose answer was lost); sending it again is safe, since a
+//! message may run more than once anyway. An operation that must be atomic with
+//! a table write of the caller's should be written so that the table write
+//! itself is one of its steps, or so that running it when the caller's
+//! write failed is harmless.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -217,7 +259,7 @@ pub trait Operation: Serialize + DeserializeOwned + Send + Sync + 'static {
 
 /// The message as it travels: `{"v":1,"kind":"...","op":{...}}`, plus the
 /// last error once an attempt failed.
-#[derive(Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 struct Envelope {
     v: u32,
     kind: String,
@@ -226,27 +268,57 @@ struct Envelope {
     last_error: Option<String>,
 }
 
-/// Why a message cannot be run by this worker, ever: it goes to the poison
-/// queue at once.
-fn read_envelope(body: &[u8]) -> std::result::Result<Envelope, String> {
+/// Why this worker cannot run a message.
+#[derive(Debug)]
+enum Unreadable {
+    /// No worker ever could (not JSON, no version, a malformed version 1
+    /// envelope): it goes to the poison queue at once.
+    Malformed(String),
+    /// A newer client's format version: a newer worker may read it, so it
+    /// is left on the queue for one (see [`WorkerBuilder::unknown_delay`]).
+    Newer {
+        why: String,
+        /// Its `kind`, if the newer format still has one where this has.
+        kind: Option<String>,
+    },
+}
+
+impl Unreadable {
+    fn why(&self) -> &str {
+        match self {
+            Unreadable::Malformed(why) | Unreadable::Newer { why, .. } => why,
+        }
+    }
+}
+
+fn read_envelope(body: &[u8]) -> std::result::Result<Envelope, Unreadable> {
     let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
-        format!("the message is not JSON ({e}); expected {{\"v\":1,\"kind\":..,\"op\":..}}")
+        Unreadable::Malformed(format!(
+            "the message is not JSON ({e}); expected {{\"v\":1,\"kind\":..,\"op\":..}}"
+        ))
     })?;
     match value.get("v").and_then(serde_json::Value::as_u64) {
         Some(v) if v == u64::from(FORMAT_VERSION) => {}
-        Some(v) => {
-            return Err(format!(
-                "message format version {v} is not supported: this worker reads version {FORMAT_VERSION}"
-            ))
+        Some(v) if v > u64::from(FORMAT_VERSION) => {
+            return Err(Unreadable::Newer {
+                why: format!(
+                "message format version {v} is newer than this worker's version {FORMAT_VERSION}"
+            ),
+                kind: value
+                    .get("kind")
+                    .and_then(serde_json::Value::as_str)
+                    .map(str::to_owned),
+            })
         }
-        None => {
-            return Err(
-                "the message has no format version \"v\": it was not written by Eventual::enqueue"
-                    .into(),
-            )
+        _ => {
+            return Err(Unreadable::Malformed(format!(
+                "the message has no format version \"v\" (a number from 1; this worker \
+                 reads {FORMAT_VERSION}): it was not written by Eventual::enqueue"
+            )))
         }
     }
-    serde_json::from_value(value).map_err(|e| format!("a malformed version 1 message: {e}"))
+    serde_json::from_value(value)
+        .map_err(|e| Unreadable::Malformed(format!("a malformed version 1 message: {e}")))
 }
 
 /// The message as written: the operation serialised in its own field order.
@@ -276,15 +348,54 @@ fn envelope_bytes<M: Serialize + ?Sized>(kind: &str, op: &M) -> Result<Vec<u8>> 
 /// Each message is checked (size, encoding) before it is sent; an operation
 /// whose JSON is over the queue's 64 KiB (48 KiB of JSON after Base64) is
 /// refused before any request. Carry keys, not large data.
+///
+/// Messages never expire by default (the Queue service's `messagettl=-1`;
+/// its own default would delete a message after 7 days): an operation
+/// waits out a worker outage of any length, and leaves the queue only when
+/// a worker ran it or moved it to the poison queue.
+/// [`with_time_to_live`](Eventual::with_time_to_live) gives them an expiry
+/// instead, for work that is worthless late.
 #[derive(Debug, Clone)]
 pub struct Eventual {
     queue: QueueClient,
+    time_to_live: Option<Duration>,
 }
 
 impl Eventual {
-    /// Enqueues to `queue` (create it first).
+    /// Enqueues to `queue` (create it first), messages that never expire.
     pub fn new(queue: QueueClient) -> Self {
-        Eventual { queue }
+        Eventual {
+            queue,
+            time_to_live: None,
+        }
+    }
+
+    /// Sends messages that the queue deletes `ttl` after they were sent if no
+    /// worker has deleted them by then (at least 1 s; checked when sending).
+    ///
+    /// **An expired operation is lost without a trace**: it never runs, it is
+    /// not moved to the poison queue, and no error is reported anywhere, so
+    /// whatever it was to keep consistent stays inconsistent (an archive
+    /// never done, an index entry never written). Use it only for operations
+    /// that are harmless to drop once late (a cache refresh, a notification),
+    /// and size it well over the longest worker outage you would recover from.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # use tablekit::QueueServiceClient;
+    /// # use tablekit_patterns::eventual::Eventual;
+    /// let jobs = QueueServiceClient::embedded().queue("refresh-jobs").unwrap();
+    /// let refreshes = Eventual::new(jobs).with_time_to_live(Duration::from_secs(3600));
+    /// assert_eq!(refreshes.time_to_live(), Some(Duration::from_secs(3600)));
+    /// ```
+    pub fn with_time_to_live(mut self, ttl: Duration) -> Self {
+        self.time_to_live = Some(ttl);
+        self
+    }
+
+    /// The messages' time to live; `None`: they never expire (the default).
+    pub fn time_to_live(&self) -> Option<Duration> {
+        self.time_to_live
     }
 
     /// The queue the messages go to.
@@ -307,7 +418,11 @@ impl Eventual {
         if kind.is_empty() {
             return Err(refused("eventual", "an operation kind must not be empty"));
         }
-        self.queue.send(envelope_bytes(kind, body)?)?.await
+        let send = self.queue.send(envelope_bytes(kind, body)?)?;
+        match self.time_to_live {
+            None => send.never_expire().await,
+            Some(ttl) => send.time_to_live(ttl).await,
+        }
     }
 }
 
@@ -328,7 +443,6 @@ pub struct PoisonedMessage {
     /// The original message text (UTF-8, lossily), possibly truncated.
     pub body: String,
     /// Whether `body` was cut short to fit the poison queue's message size.
-    #[serde(default)]
     pub body_truncated: bool,
 }
 
@@ -788,18 +902,23 @@ pub struct Report {
     pub failed: u64,
     /// Moved to the poison queue.
     pub poisoned: u64,
+    /// Not run because this worker does not know their kind or format
+    /// version (a newer client's), and left on the queue, hidden for the
+    /// [unknown delay](WorkerBuilder::unknown_delay), for a worker that does.
+    pub deferred: u64,
 }
 
 impl Report {
     /// How many messages it handled in all.
     pub fn total(&self) -> u64 {
-        self.succeeded + self.failed + self.poisoned
+        self.succeeded + self.failed + self.poisoned + self.deferred
     }
 
     fn add(&mut self, other: Report) {
         self.succeeded += other.succeeded;
         self.failed += other.failed;
         self.poisoned += other.poisoned;
+        self.deferred += other.deferred;
     }
 }
 
@@ -822,6 +941,8 @@ struct Options {
     visibility_timeout: Duration,
     heartbeat: Option<Duration>,
     retry_delay: Option<Duration>,
+    unknown_delay: Option<Duration>,
+    poison_unknown_at_once: bool,
     max_dequeue_count: u32,
     poll_min: Duration,
     poll_max: Duration,
@@ -868,6 +989,31 @@ impl WorkerBuilder {
     /// (default: the visibility timeout, as after a crash).
     pub fn retry_delay(mut self, delay: Duration) -> Self {
         self.options.retry_delay = Some(delay);
+        self
+    }
+
+    /// How long a message this worker cannot run because it does not know
+    /// its kind or its format version (a newer client's, during a rolling
+    /// deployment) is hidden before a worker may receive it again (default:
+    /// the [retry delay](Self::retry_delay), at least 1 s; 1 s to 7 days). Each time, the
+    /// worker logs a `tracing::warn!` and leaves the message as it is; once
+    /// it has been received [`max_dequeue_count`](Self::max_dequeue_count)
+    /// times it goes to the poison queue. So `unknown_delay` times the
+    /// dequeue limit is how long old and new workers may run side by side
+    /// before an old one poisons what only the new ones can run.
+    pub fn unknown_delay(mut self, delay: Duration) -> Self {
+        self.options.unknown_delay = Some(delay);
+        self
+    }
+
+    /// Moves a message whose kind or format version this worker does not
+    /// know to the poison queue on its first receive, instead of leaving it
+    /// for another worker (see [`unknown_delay`](Self::unknown_delay)): for
+    /// a queue that only ever has one version of workers. A message that is
+    /// not an envelope at all (not JSON, no version) goes there at once
+    /// either way.
+    pub fn poison_unknown_at_once(mut self) -> Self {
+        self.options.poison_unknown_at_once = true;
         self
     }
 
@@ -994,6 +1140,18 @@ impl WorkerBuilder {
                 format!("a retry delay of {retry_delay:?} is over the service's 7 days"),
             ));
         }
+        let unknown_delay = o
+            .unknown_delay
+            .unwrap_or(retry_delay.max(Duration::from_secs(1)));
+        if unknown_delay < Duration::from_secs(1) || unknown_delay > tablekit::queue::MAX_VISIBILITY
+        {
+            return Err(refused(
+                "eventual",
+                format!(
+                    "an unknown-message delay of {unknown_delay:?} is outside 1 s to the service's 7 days"
+                ),
+            ));
+        }
         if o.max_dequeue_count == 0 {
             return Err(refused(
                 "eventual",
@@ -1035,6 +1193,7 @@ impl WorkerBuilder {
                 hook: self.hook,
                 heartbeat,
                 retry_delay,
+                unknown_delay,
                 options: self.options,
             }),
         })
@@ -1070,6 +1229,7 @@ struct WorkerInner {
     hook: Option<Hook>,
     heartbeat: Duration,
     retry_delay: Duration,
+    unknown_delay: Duration,
     options: Options,
 }
 
@@ -1084,6 +1244,7 @@ impl fmt::Debug for Worker {
             .field("options", &self.inner.options)
             .field("heartbeat", &self.inner.heartbeat)
             .field("retry_delay", &self.inner.retry_delay)
+            .field("unknown_delay", &self.inner.unknown_delay)
             .finish()
     }
 }
@@ -1109,6 +1270,7 @@ enum Outcome {
     Succeeded,
     Failed,
     Poisoned,
+    Deferred,
 }
 
 impl Worker {
@@ -1154,6 +1316,8 @@ impl Worker {
                 visibility_timeout: Duration::from_secs(30),
                 heartbeat: None,
                 retry_delay: None,
+                unknown_delay: None,
+                poison_unknown_at_once: false,
                 max_dequeue_count: 5,
                 poll_min: Duration::from_millis(100),
                 poll_max: Duration::from_secs(10),
@@ -1193,8 +1357,9 @@ impl Worker {
     }
 
     /// Runs [`run_once`](Worker::run_once) until a receive finds no visible
-    /// message. Messages that failed are hidden for the retry delay, so a
-    /// drain ends even when some keep failing.
+    /// message. Messages that failed are hidden for the retry delay, and
+    /// those this worker cannot run for the unknown delay, so a drain ends
+    /// even when some keep failing.
     pub async fn drain(&self) -> Result<Report> {
         let mut report = Report::default();
         loop {
@@ -1304,6 +1469,7 @@ impl Report {
             Outcome::Succeeded => r.succeeded = 1,
             Outcome::Failed => r.failed = 1,
             Outcome::Poisoned => r.poisoned = 1,
+            Outcome::Deferred => r.deferred = 1,
         }
         r
     }
@@ -1328,7 +1494,13 @@ impl WorkerInner {
     async fn process_in_span(&self, mut message: QueueMessage, span: tracing::Span) -> Outcome {
         let envelope = match read_envelope(message.body()) {
             Ok(env) => env,
-            Err(why) => return self.poison(&message, &why).await,
+            Err(Unreadable::Newer { why, kind }) => {
+                if let Some(kind) = &kind {
+                    span.record("kind", kind.as_str());
+                }
+                return self.defer_unknown(&mut message, &why).await;
+            }
+            Err(e) => return self.poison(&message, e.why()).await,
         };
         span.record("kind", envelope.kind.as_str());
         let count = message.dequeue_count();
@@ -1349,7 +1521,7 @@ impl WorkerInner {
                 "unknown operation kind {:?}: this worker runs {kinds:?}",
                 envelope.kind
             );
-            return self.poison(&message, &why).await;
+            return self.defer_unknown(&mut message, &why).await;
         };
         let ctx = StepContext {
             inner: Arc::new(ContextInner {
@@ -1410,6 +1582,37 @@ impl WorkerInner {
                 Outcome::Failed
             }
         }
+    }
+
+    /// A message this worker cannot run but a newer one may (an unknown
+    /// kind or a newer format version): hidden for the unknown delay, its
+    /// body untouched, until the dequeue limit; then, or at once if so
+    /// configured, poisoned.
+    async fn defer_unknown(&self, message: &mut QueueMessage, why: &str) -> Outcome {
+        let count = message.dequeue_count();
+        let limit = self.options.max_dequeue_count;
+        if self.options.poison_unknown_at_once {
+            return self.poison(message, why).await;
+        }
+        if count >= limit {
+            let why = format!(
+                "{why}; received {count} times (the limit is {limit}) and no worker that runs it took it"
+            );
+            return self.poison(message, &why).await;
+        }
+        tracing::warn!(
+            reason = %why,
+            retry_in = ?self.unknown_delay,
+            "this worker cannot run the message (a newer client's?); left on the queue for a worker that can"
+        );
+        if let Err(e) = self
+            .queue
+            .update_message(message, self.unknown_delay, None)
+            .await
+        {
+            tracing::warn!(error = %e, "could not hide the message for the unknown delay; it comes back after its visibility timeout");
+        }
+        Outcome::Deferred
     }
 
     async fn heartbeat(&self, message: &mut QueueMessage) {
@@ -1482,21 +1685,30 @@ mod tests {
     }
 
     #[test]
-    fn an_unknown_version_is_named_in_the_error() {
-        let err = read_envelope(br#"{"v":2,"kind":"x","op":{},"extra":true}"#)
-            .err()
-            .unwrap();
-        assert!(err.contains("version 2 is not supported"), "{err}");
-        assert!(err.contains("reads version 1"), "{err}");
+    fn a_newer_version_is_named_and_kept_apart_from_malformed_messages() {
+        let Err(Unreadable::Newer { why, kind }) =
+            read_envelope(br#"{"v":2,"kind":"x","op":{},"extra":true}"#)
+        else {
+            panic!("version 2 is a newer client's");
+        };
+        assert!(why.contains("version 2 is newer"), "{why}");
+        assert!(why.contains("version 1"), "{why}");
+        assert_eq!(kind.as_deref(), Some("x"));
     }
 
     #[test]
-    fn a_message_without_a_version_or_not_json_is_refused() {
-        let err = read_envelope(br#"{"kind":"x","op":{}}"#).err().unwrap();
+    fn a_message_without_a_version_or_not_json_is_malformed() {
+        let malformed = |body: &[u8]| match read_envelope(body) {
+            Err(Unreadable::Malformed(why)) => why,
+            other => panic!("{other:?}"),
+        };
+        let err = malformed(br#"{"kind":"x","op":{}}"#);
         assert!(err.contains("no format version"), "{err}");
-        let err = read_envelope(b"archive 456").err().unwrap();
+        let err = malformed(br#"{"v":0,"kind":"x","op":{}}"#);
+        assert!(err.contains("no format version"), "{err}");
+        let err = malformed(b"archive 456");
         assert!(err.contains("not JSON"), "{err}");
-        let err = read_envelope(br#"{"v":1,"op":{}}"#).err().unwrap();
+        let err = malformed(br#"{"v":1,"op":{}}"#);
         assert!(err.contains("malformed"), "{err}");
     }
 

@@ -23,10 +23,50 @@
 //!   entity points to (uploaded but the entity never written, or the entity
 //!   deleted but not its blobs). [`LargeTable::sweep_orphans`] lists the
 //!   table's blobs by prefix and deletes those older than a grace period that
-//!   no entity points to. A write that fails on its own (a conflict, a 412)
-//!   deletes the blobs it uploaded at once; the sweep is for crashes. Run it
-//!   periodically, e.g. from a background task or, once there is one, from
-//!   the queue worker of the eventually consistent transactions pattern (§3.3).
+//!   no entity points to (see [the sweep](self#the-sweep)). A write that
+//!   fails on its own (a conflict, a 412) deletes the blobs it uploaded at
+//!   once; the sweep is for crashes. Run it periodically, from a background
+//!   task or a timer-driven job.
+//!
+//! # What is atomic, and what a reader sees
+//!
+//! Only the entity write is atomic (one request to the Table service); the
+//! blobs are separate requests to the Blob service, and nothing spans both.
+//! What a reader can see, operation by operation:
+//!
+//! - **Insert**: before the entity write, nothing (the uploaded blobs are
+//!   invisible to [`get`](LargeTable::get): no entity names them); after
+//!   it, the whole new entity.
+//! - **Replace / upsert**: the old version, whole, until the entity write;
+//!   then the new version, whole. A `get` that read the old entity just
+//!   before the replace and downloads after the old blobs were deleted
+//!   finds a blob missing and reads the entity again, so it returns one
+//!   version or the other, never a mix.
+//! - **Delete**: the entity, whole, until it is deleted; then nothing.
+//!   Its blobs go afterwards.
+//! - A [`get_without_blobs`](LargeTable::get_without_blobs) caller that
+//!   downloads a blob itself later may find it gone (a replace or delete in
+//!   between): read the entity again.
+//!
+//! The entity and its blobs are *eventually* consistent in one direction
+//! only: an entity never points to a missing blob, but a blob may for a
+//! while have no entity pointing to it (an orphan, from a crash or a
+//! failed best-effort delete) until the sweep removes it.
+//!
+//! # The sweep
+//!
+//! [`sweep_orphans`](LargeTable::sweep_orphans) lists the blobs under
+//! [`blob_prefix`](LargeTable::blob_prefix) in name order, so the blobs of
+//! one entity come together, and for each entity with a blob older than the
+//! grace period reads the entity once with `$select` of [`BLOBS`] and of
+//! every property that list names (the candidates' properties first; if the
+//! list names others, a second read asks for those too), so it judges a
+//! blob against the entity's whole, current list. A blob is deleted only if
+//! that entity does not exist or does not point to it, and only if the blob
+//! is still the version listed (its ETag). An entity whose list cannot be
+//! read is never taken for one that points to nothing: its blobs are left
+//! alone, a `tracing::warn!` names it, and
+//! [`SweepReport::unreadable`] counts it.
 //!
 //! # The grace period and the write deadline
 //!
@@ -80,7 +120,7 @@
 //! | [`get_without_blobs`](LargeTable::get_without_blobs) | point read | 1 req, 487 B |
 //! | [`replace`](LargeTable::replace) (90 KiB photo), [`upsert`](LargeTable::upsert) | point read, upload new blob, update entity, delete old blob | 4 req, 94,375 B |
 //! | [`delete`](LargeTable::delete) | point read, delete entity, delete blob | 3 req, 1,458 B |
-//! | [`sweep_orphans`](LargeTable::sweep_orphans), 3 live entities + 1 orphan | listing, 4 point reads (one per entity with blobs past the grace), delete orphan | 6 req, 3,072 B |
+//! | [`sweep_orphans`](LargeTable::sweep_orphans), 3 live entities + 1 orphan | listing, 4 point reads (one per entity with blobs past the grace; a second one for an entity only some of whose listed blobs are past it), delete orphan | 6 req, 3,072 B |
 //!
 //! In general: one upload and one download or delete per blob, one listing
 //! per 5,000 blobs for the sweep; a retry after a concurrent change repeats
@@ -297,6 +337,11 @@ pub struct SweepReport {
     pub foreign: usize,
     /// The orphans deleted, by name.
     pub deleted: Vec<String>,
+    /// Entities whose [`BLOBS`] list could not be read (not a list of
+    /// `Property:Binary` / `Property:String` items, or a listed property
+    /// not holding a blob name): their blobs are left alone, never taken
+    /// for orphans, and each one is logged with `tracing::warn!`.
+    pub unreadable: usize,
 }
 
 #[derive(Clone, Default)]
@@ -385,30 +430,50 @@ fn parse_blob_name(table: &str, name: &str) -> Option<(EntityKey, String)> {
     ))
 }
 
-/// The properties an entity keeps in blobs, from its [`BLOBS`] property.
-fn blob_refs(row: &DynamicEntity) -> Result<Vec<BlobRef>> {
+/// The properties an entity's [`BLOBS`] property lists, with their types.
+fn blob_list(row: &DynamicEntity) -> Result<Vec<(String, Kind)>> {
     let Some(list) = row.get(BLOBS) else {
         return Ok(Vec::new());
     };
-    let bad = |why: &str| Error::from(DecodeError::for_property(BLOBS, why.to_owned()));
-    let list = list.as_str().ok_or_else(|| bad("not a String"))?;
-    let mut refs = Vec::new();
-    for item in list.split(',').filter(|s| !s.is_empty()) {
-        let (property, kind) = item
-            .split_once(':')
-            .and_then(|(p, k)| Some((p, Kind::parse(k)?)))
-            .ok_or_else(|| bad("expected `Property:Binary` or `Property:String` items"))?;
-        let blob = row
-            .get(property)
-            .and_then(EdmValue::as_str)
-            .ok_or_else(|| bad(&format!("{property} should hold its blob's name")))?;
-        refs.push(BlobRef {
-            property: property.to_owned(),
-            kind,
-            blob: blob.to_owned(),
-        });
-    }
-    Ok(refs)
+    let list = list
+        .as_str()
+        .ok_or_else(|| bad_blob_list("not a String".to_owned()))?;
+    list.split(',')
+        .filter(|s| !s.is_empty())
+        .map(|item| {
+            item.split_once(':')
+                .and_then(|(p, k)| Some((p.to_owned(), Kind::parse(k)?)))
+                .ok_or_else(|| {
+                    bad_blob_list(format!(
+                        "expected `Property:Binary` or `Property:String` items, got {item:?}"
+                    ))
+                })
+        })
+        .collect()
+}
+
+fn bad_blob_list(why: String) -> Error {
+    DecodeError::for_property(BLOBS, why).into()
+}
+
+/// The properties an entity keeps in blobs, from its [`BLOBS`] property and
+/// the properties it names (which `row` must hold).
+fn blob_refs(row: &DynamicEntity) -> Result<Vec<BlobRef>> {
+    blob_list(row)?
+        .into_iter()
+        .map(|(property, kind)| {
+            let blob = row
+                .get(&property)
+                .and_then(EdmValue::as_str)
+                .ok_or_else(|| bad_blob_list(format!("{property} should hold its blob's name")))?
+                .to_owned();
+            Ok(BlobRef {
+                property,
+                kind,
+                blob,
+            })
+        })
+        .collect()
 }
 
 /// A write worked out before any request: the entity row to write and the
@@ -933,7 +998,10 @@ impl<T: TableEntity> LargeTable<T> {
     /// docs](self#the-grace-period-and-the-write-deadline); [`DEFAULT_GRACE`]
     /// is one hour). Each orphan is deleted only if it is still the version
     /// listed. Blobs named otherwise than this pattern names them are left
-    /// alone.
+    /// alone, and so are the blobs of an entity whose [`BLOBS`] list does
+    /// not read ([`SweepReport::unreadable`], and a `tracing::warn!`); see
+    /// [the sweep](self#the-sweep). A failed request ends the sweep with its
+    /// error; running it again is safe.
     pub async fn sweep_orphans(&self) -> Result<SweepReport> {
         let grace = chrono::Duration::from_std(self.grace).map_err(|_| {
             refused(
@@ -983,16 +1051,22 @@ impl<T: TableEntity> LargeTable<T> {
         blobs: Vec<Candidate>,
         report: &mut SweepReport,
     ) -> Result<()> {
-        let mut select: Vec<&str> = vec![BLOBS];
-        select.extend(blobs.iter().map(|(_, p, _)| p.as_str()));
-        let row = self.raw.get(key).select(select).await?;
-        let live: HashMap<String, String> = match &row {
-            Some(row) => blob_refs(row)
-                .unwrap_or_default()
-                .into_iter()
-                .map(|r| (r.blob, r.property))
-                .collect(),
-            None => HashMap::new(),
+        let live = match self.live_blobs(&key, &blobs).await? {
+            Ok(live) => live,
+            Err(e) => {
+                // Never "no references": a row we cannot read may point at
+                // any of these blobs. Leave them, and say so.
+                tracing::warn!(
+                    table = %self.raw.name(),
+                    partition_key = %key.partition_key,
+                    row_key = %key.row_key,
+                    error = %e,
+                    blobs = blobs.len(),
+                    "sweep_orphans: the entity's blob list cannot be read; its blobs are left alone"
+                );
+                report.unreadable += 1;
+                return Ok(());
+            }
         };
         for (name, property, etag) in blobs {
             if live.get(&name) == Some(&property) {
@@ -1008,6 +1082,47 @@ impl<T: TableEntity> LargeTable<T> {
             }
         }
         Ok(())
+    }
+
+    /// The blobs the entity `key` points to now (blob name to property),
+    /// read with `$select` of [`BLOBS`] and of every property that list
+    /// names: the candidates' properties first, then, if the list names
+    /// others, again with those (so a row is judged only whole). The outer
+    /// error is a failed request; the inner one a row that does not read.
+    async fn live_blobs(
+        &self,
+        key: &EntityKey,
+        blobs: &[Candidate],
+    ) -> Result<Result<HashMap<String, String>>> {
+        let mut select: Vec<String> = vec![BLOBS.to_owned()];
+        for (_, property, _) in blobs {
+            if !select.contains(property) {
+                select.push(property.clone());
+            }
+        }
+        for _ in 0..MAX_ATTEMPTS {
+            let Some(row) = self.raw.get(key.clone()).select(&select).await? else {
+                return Ok(Ok(HashMap::new()));
+            };
+            let listed = match blob_list(&row) {
+                Ok(l) => l,
+                Err(e) => return Ok(Err(e)),
+            };
+            let unread: Vec<String> = listed
+                .into_iter()
+                .map(|(p, _)| p)
+                .filter(|p| !select.contains(p))
+                .collect();
+            if unread.is_empty() {
+                return Ok(blob_refs(&row)
+                    .map(|refs| refs.into_iter().map(|r| (r.blob, r.property)).collect()));
+            }
+            // The list names properties not asked for: ask for them too.
+            select.extend(unread);
+        }
+        Ok(Err(bad_blob_list(format!(
+            "the list changed at every one of {MAX_ATTEMPTS} reads"
+        ))))
     }
 }
 

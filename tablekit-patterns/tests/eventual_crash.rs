@@ -174,6 +174,10 @@ common::on_both_services!(
     a_message_whose_workers_kept_dying_is_poisoned_without_running,
     the_heartbeat_keeps_a_long_operation_hidden,
     run_stops_on_shutdown_after_finishing_what_it_holds,
+    an_operation_waits_out_a_worker_outage_of_eight_days,
+    an_operation_with_a_time_to_live_of_one_day_is_gone_after_two,
+    a_message_from_a_newer_client_waits_for_a_worker_that_knows_it,
+    an_unknown_kind_is_poisoned_at_the_dequeue_limit,
 );
 
 async fn the_archive_of_twenty_employees_moves_each_once(s: Services) {
@@ -368,6 +372,116 @@ async fn an_entity_changed_after_the_read_is_archived_in_its_new_version(s: Serv
     env.assert_archived(&[456]).await;
 }
 
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+/// "Never lost" has no expiry date: an archive enqueued before a worker
+/// outage of eight days (the queue's default time to live is seven) is still
+/// there when a worker comes back, and is applied. On Azurite, where time
+/// cannot be moved, the message says it never expires (the service's
+/// 9999-12-31), as sent and as received.
+async fn an_operation_waits_out_a_worker_outage_of_eight_days(s: Services) {
+    let env = Env::new(&s).await;
+    env.current.insert(&employee(456)).await.unwrap();
+    let op = Archive::<Employee>::new(env.current.name(), env.archive.name(), ("Sales", "000456"))
+        .unwrap();
+    let sent = Eventual::new(env.jobs.clone()).enqueue(&op).await.unwrap();
+    assert_eq!(sent.expires_on(), None, "sent to never expire");
+    let peeked = env.jobs.peek(1).await.unwrap().pop().unwrap();
+    assert_eq!(peeked.expires_on(), None, "stored to never expire");
+    if let Some(clock) = &s.clock {
+        clock.advance(8 * DAY);
+    }
+    let report = env.worker().build().unwrap().drain().await.unwrap();
+    assert_eq!(
+        (report.succeeded, report.failed, report.poisoned),
+        (1, 0, 0)
+    );
+    env.assert_archived(&[456]).await;
+}
+
+/// A time to live is a choice, with its price: the operation is dropped
+/// unrun once it has passed (on Azurite: the expiry the service stored).
+async fn an_operation_with_a_time_to_live_of_one_day_is_gone_after_two(s: Services) {
+    let env = Env::new(&s).await;
+    env.current.insert(&employee(456)).await.unwrap();
+    let op = Archive::<Employee>::new(env.current.name(), env.archive.name(), ("Sales", "000456"))
+        .unwrap();
+    let eventual = Eventual::new(env.jobs.clone()).with_time_to_live(DAY);
+    assert_eq!(eventual.time_to_live(), Some(DAY));
+    let sent = eventual.enqueue(&op).await.unwrap();
+    let day = chrono::Duration::from_std(DAY).unwrap();
+    assert_eq!(sent.expires_on(), Some(sent.inserted_on() + day));
+    let Some(clock) = &s.clock else {
+        let peeked = env.jobs.peek(1).await.unwrap().pop().unwrap();
+        assert_eq!(peeked.expires_on(), Some(sent.inserted_on() + day));
+        return;
+    };
+    clock.advance(2 * DAY);
+    let report = env.worker().build().unwrap().drain().await.unwrap();
+    assert_eq!(report.total(), 0, "nothing to receive");
+    assert_eq!(env.jobs.approximate_message_count().await.unwrap(), 0);
+    assert_eq!(env.poison.approximate_message_count().await.unwrap(), 0);
+    assert_eq!(env.ids_in(&env.current).await, [456], "never archived");
+    assert_eq!(env.ids_in(&env.archive).await, Vec::<u32>::new());
+}
+
+/// The kind a newer client sends and only a newer worker runs.
+const COUNT_KIND: &str = "test.count";
+
+/// What a rolling deployment does: a newer client sends a kind the old
+/// workers do not know, and a message in a newer envelope version. An old
+/// worker receives both and poisons neither: it warns and hides them for
+/// its retry delay. Once that has passed, a newer worker (one that knows
+/// the kind) runs the first; the second, which no worker here reads, stays
+/// as it was sent.
+async fn a_message_from_a_newer_client_waits_for_a_worker_that_knows_it(s: Services) {
+    let env = Env::new(&s).await;
+    let counted = Eventual::new(env.jobs.clone())
+        .enqueue_kind(COUNT_KIND, &serde_json::json!({"n": 1}))
+        .await
+        .unwrap();
+    let v2_body = r#"{"v":2,"kind":"tablekit.archive","op":{},"trace":"t-1"}"#;
+    env.jobs.send(v2_body).unwrap().await.unwrap();
+
+    let old = env.worker().build().unwrap();
+    let report = old.drain().await.unwrap();
+    assert_eq!(report.poisoned, 0, "{report:?}");
+    assert_eq!(report.succeeded, 0, "{report:?}");
+    assert_eq!(env.poison.approximate_message_count().await.unwrap(), 0);
+    assert_eq!(env.jobs.approximate_message_count().await.unwrap(), 2);
+    assert!(
+        env.jobs.peek(32).await.unwrap().is_empty(),
+        "both hidden for the retry delay"
+    );
+
+    env.pass_visibility_timeout().await;
+    let runs = Arc::new(AtomicUsize::new(0));
+    let seen = runs.clone();
+    let newer = env
+        .worker()
+        .handle(COUNT_KIND, move |op: serde_json::Value, _ctx| {
+            let seen = seen.clone();
+            async move {
+                assert_eq!(op["n"], 1);
+                seen.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        })
+        .build()
+        .unwrap();
+    let report = newer.drain().await.unwrap();
+    assert_eq!((report.succeeded, report.poisoned), (1, 0), "{report:?}");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(env.poison.approximate_message_count().await.unwrap(), 0);
+
+    env.pass_visibility_timeout().await;
+    let left = env.jobs.peek(32).await.unwrap();
+    assert_eq!(left.len(), 1);
+    assert_ne!(left[0].id(), counted.id());
+    assert_eq!(left[0].text().unwrap(), v2_body, "not rewritten");
+    assert_eq!(left[0].dequeue_count(), 2);
+}
+
 async fn poisoned(poison: &QueueClient) -> Vec<PoisonedMessage> {
     let mut out = Vec::new();
     for m in poison.peek(32).await.unwrap() {
@@ -414,6 +528,9 @@ async fn an_archive_that_can_never_succeed_lands_in_poison_with_its_error(s: Ser
     assert_eq!(env.ids_in(&env.archive).await, Vec::<u32>::new());
 }
 
+/// What no worker can ever read goes to the poison queue on its first
+/// receive; a newer client's kind or version too, with
+/// `poison_unknown_at_once`.
 async fn unreadable_messages_go_to_poison_at_once(s: Services) {
     let env = Env::new(&s).await;
     env.jobs
@@ -422,12 +539,7 @@ async fn unreadable_messages_go_to_poison_at_once(s: Services) {
         .await
         .unwrap();
     env.jobs
-        .send(r#"{"v":2,"kind":"tablekit.archive","op":{}}"#)
-        .unwrap()
-        .await
-        .unwrap();
-    env.jobs
-        .send(r#"{"v":1,"kind":"fire-everyone","op":{}}"#)
+        .send(r#"{"kind":"tablekit.archive","op":{}}"#)
         .unwrap()
         .await
         .unwrap();
@@ -438,19 +550,48 @@ async fn unreadable_messages_go_to_poison_at_once(s: Services) {
         .unwrap();
     let worker = env.worker().max_dequeue_count(1).build().unwrap();
     let report = worker.drain().await.unwrap();
-    assert_eq!(report.poisoned, 4);
-    let mut errors: Vec<String> = poisoned(&env.poison)
+    assert_eq!(report.poisoned, 3, "{report:?}");
+    let errors: Vec<String> = poisoned(&env.poison)
         .await
         .into_iter()
         .map(|p| p.error)
         .collect();
-    errors.sort();
-    assert_eq!(errors.len(), 4);
+    assert_eq!(errors.len(), 3);
     assert!(errors.iter().any(|e| e.contains("not JSON")), "{errors:?}");
+    assert!(
+        errors.iter().any(|e| e.contains("no format version")),
+        "{errors:?}"
+    );
     assert!(
         errors
             .iter()
-            .any(|e| e.contains("version 2 is not supported")),
+            .any(|e| e.contains("does not read") && e.contains("missing field")),
+        "{errors:?}"
+    );
+    assert_eq!(env.jobs.approximate_message_count().await.unwrap(), 0);
+
+    // The option: a kind or a version this worker does not know, at once too.
+    env.poison.clear().await.unwrap();
+    env.jobs
+        .send(r#"{"v":2,"kind":"tablekit.archive","op":{}}"#)
+        .unwrap()
+        .await
+        .unwrap();
+    env.jobs
+        .send(r#"{"v":1,"kind":"fire-everyone","op":{}}"#)
+        .unwrap()
+        .await
+        .unwrap();
+    let strict = env.worker().poison_unknown_at_once().build().unwrap();
+    let report = strict.drain().await.unwrap();
+    assert_eq!((report.poisoned, report.deferred), (2, 0), "{report:?}");
+    let errors: Vec<String> = poisoned(&env.poison)
+        .await
+        .into_iter()
+        .map(|p| p.error)
+        .collect();
+    assert!(
+        errors.iter().any(|e| e.contains("version 2 is newer")),
         "{errors:?}"
     );
     assert!(
@@ -459,11 +600,32 @@ async fn unreadable_messages_go_to_poison_at_once(s: Services) {
             .any(|e| e.contains("unknown operation kind \"fire-everyone\"")),
         "{errors:?}"
     );
+    assert_eq!(env.jobs.approximate_message_count().await.unwrap(), 0);
+}
+
+/// A kind no worker ever comes to know is poisoned once it has been
+/// received the dequeue limit's number of times, and not before.
+async fn an_unknown_kind_is_poisoned_at_the_dequeue_limit(s: Services) {
+    let env = Env::new(&s).await;
+    Eventual::new(env.jobs.clone())
+        .enqueue_kind("fire-everyone", &())
+        .await
+        .unwrap();
+    let worker = env.worker().max_dequeue_count(3).build().unwrap();
+    let mut reports = Vec::new();
+    for _ in 0..3 {
+        let r = worker.drain().await.unwrap();
+        reports.push((r.deferred, r.poisoned));
+        env.pass_visibility_timeout().await;
+    }
+    assert_eq!(reports, [(1, 0), (1, 0), (0, 1)]);
+    let p = poisoned(&env.poison).await.pop().unwrap();
+    assert_eq!(p.dequeue_count, 3);
     assert!(
-        errors
-            .iter()
-            .any(|e| e.contains("does not read") && e.contains("missing field")),
-        "{errors:?}"
+        p.error.contains("unknown operation kind \"fire-everyone\"")
+            && p.error.contains("received 3 times (the limit is 3)"),
+        "{}",
+        p.error
     );
     assert_eq!(env.jobs.approximate_message_count().await.unwrap(), 0);
 }

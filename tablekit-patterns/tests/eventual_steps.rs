@@ -289,7 +289,12 @@ fn worker_options_the_queue_cannot_honour_are_refused_at_build() {
             .poison_queue(poison.clone())
     };
     assert!(base().build().is_ok());
+    assert!(base().retry_delay(Duration::ZERO).build().is_ok());
     let refused = [
+        base().unknown_delay(Duration::from_millis(999)).build(),
+        base()
+            .unknown_delay(Duration::from_secs(8 * 24 * 3600))
+            .build(),
         base().concurrency(0).build(),
         base().concurrency(1025).build(),
         base()

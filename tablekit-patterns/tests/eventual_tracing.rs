@@ -52,7 +52,7 @@ impl Subscriber for Recorder {
     }
     fn record_follows_from(&self, _: &Id, _: &Id) {}
     fn event(&self, event: &Event<'_>) {
-        let mut fields = Vec::new();
+        let mut fields = vec![("level".to_owned(), event.metadata().level().to_string())];
         event.record(&mut Fields(&mut fields));
         self.events.lock().unwrap().push(fields);
     }
@@ -74,45 +74,54 @@ fn each_message_is_a_span_with_its_id_dequeue_count_and_kind() {
         .enable_all()
         .build()
         .unwrap();
-    let (archived_id, poisoned_id) = tracing::subscriber::with_default(recorder.clone(), || {
-        rt.block_on(async {
-            let tables = TableServiceClient::embedded();
-            let queues = QueueServiceClient::embedded();
-            let current = tables.table::<DynamicEntity>("Current").unwrap();
-            current.create_table().await.unwrap();
-            tables.create_table("Archive").await.unwrap();
-            current
-                .insert(&DynamicEntity::new("Sales", "000456"))
-                .await
-                .unwrap();
-            let jobs = queues.queue("jobs").unwrap();
-            let poison = queues.queue("jobs-poison").unwrap();
-            jobs.create_queue().await.unwrap();
-            poison.create_queue().await.unwrap();
-            let op =
-                Archive::<DynamicEntity>::new("Current", "Archive", ("Sales", "000456")).unwrap();
-            let archived = Eventual::new(jobs.clone()).enqueue(&op).await.unwrap();
-            let poisoned = Eventual::new(jobs.clone())
-                .enqueue_kind("nobody-runs-this", &())
-                .await
-                .unwrap();
-            let worker = Worker::builder(jobs, tables)
-                .operation::<Archive<DynamicEntity>>()
-                .poison_queue(poison)
-                .build()
-                .unwrap();
-            let report = worker.drain().await.unwrap();
-            assert_eq!((report.succeeded, report.poisoned), (1, 1));
-            (archived.id().to_owned(), poisoned.id().to_owned())
-        })
-    });
+    let (archived_id, deferred_id, poisoned_id) =
+        tracing::subscriber::with_default(recorder.clone(), || {
+            rt.block_on(async {
+                let tables = TableServiceClient::embedded();
+                let queues = QueueServiceClient::embedded();
+                let current = tables.table::<DynamicEntity>("Current").unwrap();
+                current.create_table().await.unwrap();
+                tables.create_table("Archive").await.unwrap();
+                current
+                    .insert(&DynamicEntity::new("Sales", "000456"))
+                    .await
+                    .unwrap();
+                let jobs = queues.queue("jobs").unwrap();
+                let poison = queues.queue("jobs-poison").unwrap();
+                jobs.create_queue().await.unwrap();
+                poison.create_queue().await.unwrap();
+                let op = Archive::<DynamicEntity>::new("Current", "Archive", ("Sales", "000456"))
+                    .unwrap();
+                let archived = Eventual::new(jobs.clone()).enqueue(&op).await.unwrap();
+                let deferred = Eventual::new(jobs.clone())
+                    .enqueue_kind("nobody-runs-this", &())
+                    .await
+                    .unwrap();
+                let poisoned = jobs.send("archive employee 456").unwrap().await.unwrap();
+                let worker = Worker::builder(jobs, tables)
+                    .operation::<Archive<DynamicEntity>>()
+                    .poison_queue(poison)
+                    .build()
+                    .unwrap();
+                let report = worker.drain().await.unwrap();
+                assert_eq!(
+                    (report.succeeded, report.deferred, report.poisoned),
+                    (1, 1, 1)
+                );
+                (
+                    archived.id().to_owned(),
+                    deferred.id().to_owned(),
+                    poisoned.id().to_owned(),
+                )
+            })
+        });
 
     let spans = recorder.spans.lock().unwrap().clone();
     let message_spans: Vec<&SpanRecord> = spans
         .iter()
         .filter(|(name, _)| name == "eventual.message")
         .collect();
-    assert_eq!(message_spans.len(), 2, "{spans:?}");
+    assert_eq!(message_spans.len(), 3, "{spans:?}");
     let archived = message_spans
         .iter()
         .find(|(_, f)| field(f, "message_id") == Some(archived_id.as_str()))
@@ -120,11 +129,14 @@ fn each_message_is_a_span_with_its_id_dequeue_count_and_kind() {
     assert_eq!(field(&archived.1, "queue"), Some("jobs"));
     assert_eq!(field(&archived.1, "dequeue_count"), Some("1"));
     assert_eq!(field(&archived.1, "kind"), Some("tablekit.archive"));
-    let poisoned = message_spans
+    let deferred = message_spans
         .iter()
-        .find(|(_, f)| field(f, "message_id") == Some(poisoned_id.as_str()))
-        .expect("a span for the poisoned message");
-    assert_eq!(field(&poisoned.1, "kind"), Some("nobody-runs-this"));
+        .find(|(_, f)| field(f, "message_id") == Some(deferred_id.as_str()))
+        .expect("a span for the message of an unknown kind");
+    assert_eq!(field(&deferred.1, "kind"), Some("nobody-runs-this"));
+    assert!(message_spans
+        .iter()
+        .any(|(_, f)| field(f, "message_id") == Some(poisoned_id.as_str())));
 
     let events = recorder.events.lock().unwrap().clone();
     let messages: Vec<&str> = events.iter().filter_map(|f| field(f, "message")).collect();
@@ -136,6 +148,17 @@ fn each_message_is_a_span_with_its_id_dequeue_count_and_kind() {
     assert!(
         messages.contains(&"message moved to the poison queue"),
         "{messages:?}"
+    );
+    // The message of an unknown kind: a warning, not a poisoning.
+    let warned: Vec<&FieldList> = events
+        .iter()
+        .filter(|f| field(f, "level") == Some("WARN"))
+        .filter(|f| field(f, "reason").is_some_and(|r| r.contains("nobody-runs-this")))
+        .collect();
+    assert_eq!(warned.len(), 1, "{events:?}");
+    assert!(
+        field(warned[0], "message").is_some_and(|m| m.contains("left on the queue")),
+        "{warned:?}"
     );
     let steps: Vec<&str> = events
         .iter()

@@ -739,6 +739,236 @@ async fn delete_removes_the_entity_then_its_blob(svc: TableServiceClient) {
         .unwrap());
 }
 
+// ---- entities with two properties in blobs ----
+
+/// An applicant with two large properties: a photo and a resume.
+#[derive(TableEntity, Debug, Clone, PartialEq)]
+#[tablekit(partition_key = "{department}", row_key = "{applicant_id}")]
+struct Applicant {
+    department: String,
+    applicant_id: String,
+    name: String,
+    photo: Vec<u8>,
+    resume: String,
+    #[tablekit(etag)]
+    etag: Option<ETag>,
+}
+
+fn applicant(id: &str, seed: u8) -> Applicant {
+    Applicant {
+        department: "Hiring".into(),
+        applicant_id: id.into(),
+        name: format!("applicant {id}"),
+        photo: photo(90 * 1024, seed),
+        // 40,000 ASCII characters are 80,000 bytes as UTF-16: over 64 KiB.
+        resume: "r".repeat(39_990) + &format!("{seed:010}"),
+        etag: None,
+    }
+}
+
+/// A LargeTable of applicants and the manual clock of its Blob service
+/// (`None` on Azurite, whose Last-Modified is real time).
+async fn applicants(svc: &TableServiceClient) -> (LargeTable<Applicant>, Option<ManualClock>) {
+    let table = fresh_table::<Applicant>(svc, "Applicants").await;
+    let (blobs, clock) = if svc.is_embedded() {
+        let clock = ManualClock::starting_now();
+        (
+            BlobServiceClient::embedded_with_clock(clock.clone()),
+            Some(clock),
+        )
+    } else {
+        let conn = std::env::var(common::CONNECTION_STRING_VAR).expect("service() succeeded");
+        let blobs = BlobServiceClient::from_connection_string(&conn).expect("connection string");
+        (blobs, None)
+    };
+    let container = blobs.container(&unique_name("large-")).unwrap();
+    container.create_container().await.unwrap();
+    (LargeTable::new(table, container), clock)
+}
+
+/// Lets at least a second pass on the Blob service's clock (Last-Modified
+/// has a resolution of one second).
+async fn a_second_passes(clock: &Option<ManualClock>) {
+    match clock {
+        Some(c) => c.advance(Duration::from_secs(2)),
+        None => tokio::time::sleep(Duration::from_millis(1_200)).await,
+    }
+}
+
+/// Uploads the blob again with the same bytes: its Last-Modified moves to
+/// now, as when an insert's second upload lands a second after its first.
+async fn touch(container: &ContainerClient, name: &str) {
+    let blob = container.blob(name).unwrap();
+    let bytes = blob.download().bytes().await.unwrap();
+    blob.upload(bytes).await.unwrap();
+}
+
+/// Every blob of the container with its Last-Modified.
+async fn listed(container: &ContainerClient) -> Vec<(String, chrono::DateTime<chrono::Utc>)> {
+    container
+        .list_blobs()
+        .fetch_all()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|p| (p.name().to_owned(), p.last_modified()))
+        .collect()
+}
+
+/// The sweep with its clock set so that its cutoff is `cutoff`.
+async fn sweep_with_cutoff<T: TableEntity>(
+    large: &LargeTable<T>,
+    cutoff: chrono::DateTime<chrono::Utc>,
+) -> SweepReport {
+    let now = cutoff + chrono::Duration::from_std(large.grace_period()).unwrap();
+    large
+        .clone()
+        .with_clock(ManualClock::new(now))
+        .sweep_orphans()
+        .await
+        .unwrap()
+}
+
+/// One insert's two blobs a second apart, and a sweep whose cutoff falls
+/// between them: the older blob is a candidate, the younger is not, and the
+/// entity's list names both. The live photo must stay.
+async fn a_sweep_between_an_entitys_two_blobs_keeps_both(svc: TableServiceClient) {
+    let (large, blob_clock) = applicants(&svc).await;
+    let mut ann = applicant("a1", 1);
+    large.insert(&mut ann).await.unwrap();
+    let before = listed(large.container()).await;
+    assert_eq!(before.len(), 2);
+    let resume = before.iter().find(|(n, _)| n.ends_with("/Resume")).unwrap();
+    let photo_at = before
+        .iter()
+        .find(|(n, _)| n.ends_with("/Photo"))
+        .unwrap()
+        .1;
+    a_second_passes(&blob_clock).await;
+    touch(large.container(), &resume.0).await;
+
+    let report = sweep_with_cutoff(&large, photo_at).await;
+    assert_eq!(report.deleted, Vec::<String>::new(), "{report:?}");
+    assert_eq!(
+        (report.listed, report.live, report.too_young),
+        (2, 1, 1),
+        "{report:?}"
+    );
+    assert_eq!(listed(large.container()).await.len(), 2, "both blobs exist");
+    let back = large.get(("Hiring", "a1")).await.unwrap().unwrap();
+    assert_eq!((&back.photo, &back.resume), (&ann.photo, &ann.resume));
+}
+
+/// Two entities with two blobs each and one orphan, swept together at a
+/// cutoff between each entity's two blobs, then past all of them: only the
+/// orphan goes.
+async fn two_entities_with_two_blobs_each_are_swept_together(svc: TableServiceClient) {
+    let (large, blob_clock) = applicants(&svc).await;
+    let mut ann = applicant("a1", 1);
+    let mut bob = applicant("b2", 2);
+    large.insert(&mut ann).await.unwrap();
+    large.insert(&mut bob).await.unwrap();
+    // An orphan: the upload of c3 whose writer died before its entity write.
+    let crashing = large.clone().on_step(|s| {
+        if s == Step::BlobsUploaded {
+            panic!("simulated crash at {s:?}");
+        }
+    });
+    let died = tokio::spawn(async move {
+        let _ = crashing.insert(&mut applicant("c3", 3)).await;
+    })
+    .await;
+    assert!(died.unwrap_err().is_panic());
+    let first = listed(large.container()).await;
+    assert_eq!(first.len(), 6);
+    let oldest_photo = first
+        .iter()
+        .filter(|(n, _)| n.ends_with("/Photo"))
+        .map(|(_, t)| *t)
+        .max()
+        .unwrap();
+    a_second_passes(&blob_clock).await;
+    for (name, _) in first.iter().filter(|(n, _)| n.ends_with("/Resume")) {
+        touch(large.container(), name).await;
+    }
+
+    // Every photo is a candidate, no resume is.
+    let report = sweep_with_cutoff(&large, oldest_photo).await;
+    assert_eq!(
+        (
+            report.listed,
+            report.live,
+            report.too_young,
+            report.deleted.len()
+        ),
+        (6, 2, 3, 1),
+        "{report:?}"
+    );
+    assert!(report.deleted[0].contains("/c3/"), "{report:?}");
+
+    // Past every blob: the rest of the orphan goes, the four live blobs stay.
+    let latest = listed(large.container())
+        .await
+        .into_iter()
+        .map(|(_, t)| t)
+        .max()
+        .unwrap();
+    let report = sweep_with_cutoff(&large, latest).await;
+    assert_eq!(
+        (report.listed, report.live, report.deleted.len()),
+        (5, 4, 1),
+        "{report:?}"
+    );
+    for want in [&ann, &bob] {
+        let back = large.get(want.key()).await.unwrap().unwrap();
+        assert_eq!((&back.photo, &back.resume), (&want.photo, &want.resume));
+    }
+    assert_eq!(listed(large.container()).await.len(), 4);
+}
+
+/// An entity whose blob list does not read is skipped and counted, never
+/// taken as "points to nothing": its blobs stay.
+async fn a_row_whose_blob_list_does_not_read_keeps_its_blobs(svc: TableServiceClient) {
+    let (large, _) = applicants(&svc).await;
+    let mut ann = applicant("a1", 1);
+    large.insert(&mut ann).await.unwrap();
+    let mut bob = applicant("b2", 2);
+    large.insert(&mut bob).await.unwrap();
+    let raw = svc
+        .table::<DynamicEntity>(large.blob_prefix().trim_end_matches('/'))
+        .unwrap();
+    let mut row = raw.get(("Hiring", "a1")).await.unwrap().unwrap();
+    row.set(BLOBS, "Photo:Jpeg,Resume:String");
+    raw.update(&mut row, tablekit::UpdateMode::Merge, IfMatch::Any)
+        .await
+        .unwrap();
+
+    let latest = listed(large.container())
+        .await
+        .into_iter()
+        .map(|(_, t)| t)
+        .max()
+        .unwrap();
+    let report = sweep_with_cutoff(&large, latest).await;
+    assert_eq!(
+        (
+            report.listed,
+            report.live,
+            report.unreadable,
+            report.deleted.len()
+        ),
+        (4, 2, 1, 0),
+        "{report:?}"
+    );
+    assert_eq!(listed(large.container()).await.len(), 4);
+}
+
+on_both!(
+    a_sweep_between_an_entitys_two_blobs_keeps_both,
+    two_entities_with_two_blobs_each_are_swept_together,
+    a_row_whose_blob_list_does_not_read_keeps_its_blobs,
+);
+
 on_both!(
     seed_photo_goes_to_a_blob_and_comes_back_whole,
     a_small_photo_stays_in_the_entity,
