@@ -4,10 +4,11 @@
 //! store file or a connection string.
 //!
 //! ```text
-//! cargo run --example tablekit-cli -- <store> tables
-//! cargo run --example tablekit-cli -- <store> query <table> [--filter <odata>] [--top <n>] [--json]
-//! cargo run --example tablekit-cli -- <store> export <table> > table.jsonl
-//! cargo run --example tablekit-cli -- <store> import <table> < table.jsonl
+//! cargo install tablekit-cli            # or, in tablekit's repository: cargo install --path tablekit-cli
+//! tablekit-cli <store> tables
+//! tablekit-cli <store> query <table> [--filter <odata>] [--top <n>] [--json]
+//! tablekit-cli <store> export <table> > table.jsonl
+//! tablekit-cli <store> import <table> < table.jsonl
 //! ```
 //!
 //! `<store>` is a connection string if it contains `=` (Azure, Azurite, or
