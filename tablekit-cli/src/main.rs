@@ -22,6 +22,8 @@
 //! line, which `import` reads back (upserting: an entity of the same keys is
 //! replaced).
 
+mod import;
+
 use std::io::{BufRead, Write};
 
 use futures::TryStreamExt as _;
@@ -123,7 +125,10 @@ fn print_table(entities: &[DynamicEntity], out: &mut impl Write) -> std::io::Res
                 .map(|(i, c)| match i {
                     0 => e.partition_key.clone(),
                     1 => e.row_key.clone(),
-                    2 => e.timestamp.map(|t| t.to_rfc3339()).unwrap_or_default(),
+                    2 => e
+                        .timestamp
+                        .map(|t| tablekit::edm::format_datetime(&t))
+                        .unwrap_or_default(),
                     _ => e.get(c).map(ToString::to_string).unwrap_or_default(),
                 })
                 .collect()
@@ -217,8 +222,13 @@ async fn run(args: &[String], input: impl BufRead, out: &mut impl Write) -> Resu
                 if line.trim().is_empty() {
                     continue;
                 }
-                let e: DynamicEntity = entity_from_json(line.as_bytes())
-                    .map_err(|e| format!("line {}: {e}", i + 1))?;
+                let e: DynamicEntity = entity_from_json(line.as_bytes()).map_err(|e| {
+                    let why = import::explain(&line).unwrap_or_else(|| {
+                        // The decoder's words are a response's: say "line".
+                        e.to_string().replace("cannot decode response: ", "")
+                    });
+                    format!("line {}: {why}", i + 1)
+                })?;
                 t.upsert(&e, UpdateMode::Replace)
                     .await
                     .map_err(|e| format!("line {}: {e}", i + 1))?;
@@ -362,5 +372,67 @@ mod tests {
         assert!(bad.starts_with("line 1:"), "{bad}");
         let conn = format!("UseEmbeddedStorage=true;Path={to_path}");
         assert_eq!(cli(&[&conn, "tables"], "").await.unwrap(), "Orders\n");
+    }
+
+    #[test]
+    fn timestamps_print_as_the_service_writes_them() {
+        let at = tablekit::edm::parse_datetime("2026-11-25T22:02:10.5157354Z").unwrap();
+        let mut e = DynamicEntity::new("p", "r").with("When", at);
+        e.timestamp = Some(at);
+        let mut out = Vec::new();
+        print_table(&[e], &mut out).unwrap();
+        let shown = String::from_utf8(out).unwrap();
+        assert!(shown.contains("2026-11-25T22:02:10.5157354Z  "), "{shown}");
+        assert!(
+            shown.contains("datetime'2026-11-25T22:02:10.5157354Z'"),
+            "{shown}"
+        );
+        assert!(!shown.contains("+00:00"), "{shown}");
+    }
+
+    #[tokio::test]
+    async fn a_bad_import_line_is_named_with_what_is_wrong() {
+        let store = temp();
+        let path = store.0.to_str().unwrap();
+        let good = r#"{"PartitionKey":"p","RowKey":"a"}"#;
+        for (line, says) in [
+            (
+                r#"{"PartitionKey":"p","RowKey":"r","Ok":"true","Ok@odata.type":"Edm.Boolean"}"#,
+                r#"property Ok: Edm.Boolean needs true or false, not the string "true""#,
+            ),
+            (
+                r#"{"PartitionKey":"p","RowKey":"r","N":1.5,"N@odata.type":"Edm.Int32"}"#,
+                "property N: Edm.Int32 needs a whole number",
+            ),
+            (
+                r#"{"PartitionKey":"p","RowKey":"r","N":"12","N@odata.type":"Edm.Int64x"}"#,
+                r#"property N: unknown type "Edm.Int64x""#,
+            ),
+            (
+                r#"{"PartitionKey":"p","RowKey":"r","B":[1,2]}"#,
+                "property B: a value is a string, a number, true or false (or null), not an array",
+            ),
+            (r#"{"PartitionKey":"p"}"#, "RowKey is missing"),
+            (
+                r#"{"PartitionKey":1,"RowKey":"r"}"#,
+                "PartitionKey must be a string, not the number 1",
+            ),
+            (r#"{"PartitionKey":"#, "not JSON: EOF while parsing"),
+            ("hello", "not JSON: expected value (column 1)"),
+            ("[1]", "an entity is one JSON object"),
+            (
+                r#"{"PartitionKey":"p","RowKey":"r"} {}"#,
+                "not JSON: trailing characters (column",
+            ),
+        ] {
+            let input = format!("{good}\n\n{line}\n{good}\n");
+            let err = cli(&[path, "import", "Orders"], &input).await.unwrap_err();
+            assert!(err.starts_with("line 3: "), "{line}: {err}");
+            assert!(err.contains(says), "{line}: {err}");
+            assert!(
+                !err.contains("response") && !err.contains("read as"),
+                "{line}: {err}"
+            );
+        }
     }
 }
