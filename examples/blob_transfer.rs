@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use futures::{stream, StreamExt as _, TryStreamExt};
-use tablekit::BlobServiceClient;
+use tablekit::{Storage, StorageKind};
 
 const CHUNK: usize = 256 * 1024;
 
@@ -54,21 +54,22 @@ async fn main() -> tablekit::Result<()> {
         None => 200,
     };
     let size = mib * 1024 * 1024;
-    let (blobs, budget) = match std::env::var("TABLEKIT_CONNECTION_STRING") {
-        Ok(conn) => {
-            println!("backend: the Blob service of TABLEKIT_CONNECTION_STRING");
-            (
-                BlobServiceClient::from_connection_string(&conn)?,
-                BUDGET_MIB,
-            )
+    // The account of TABLEKIT_CONNECTION_STRING, else the embedded store in memory.
+    let storage = Storage::from_env()?;
+    let budget = match storage.kind() {
+        StorageKind::Http => {
+            println!("backend: the Blob service of {}", storage.description());
+            BUDGET_MIB
         }
-        Err(_) => {
+        _ => {
             println!(
-                "backend: embedded (no TABLEKIT_CONNECTION_STRING); it holds the blob in memory"
+                "backend: {}; it holds the blob in memory",
+                storage.description()
             );
-            (BlobServiceClient::embedded(), BUDGET_MIB + 2.0 * mib as f64)
+            BUDGET_MIB + 2.0 * mib as f64
         }
     };
+    let blobs = storage.blobs()?;
     let container = blobs.container("transfer")?;
     container.create_container_if_not_exists().await?;
     let blob = container.blob("large.bin")?;

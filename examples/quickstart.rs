@@ -5,13 +5,14 @@
 //! cargo run --example quickstart
 //! ```
 //!
-//! It uses `TABLEKIT_CONNECTION_STRING` when set (Azure or Azurite), and otherwise
-//! the embedded backend: an in-memory store with the service's rules, inside this
-//! process, so the tour runs on a fresh machine with no server.
+//! It uses `TABLEKIT_CONNECTION_STRING` when set (Azure, Azurite, or a store file
+//! `UseEmbeddedStorage=true;Path=<file>`), and otherwise the embedded backend: an
+//! in-memory store with the service's rules, inside this process, so the tour runs
+//! on a fresh machine with no server (`tablekit::Storage::from_env` chooses).
 
 use chrono::{DateTime, Utc};
 use futures::TryStreamExt;
-use tablekit::{filter, ETag, IfMatch, TableEntity, TableServiceClient, UpdateMode};
+use tablekit::{filter, ETag, IfMatch, Storage, StorageKind, TableEntity, UpdateMode};
 
 /// A blog post: the channel is the partition (posts of a channel are stored
 /// together and can change together), the post id the row.
@@ -54,18 +55,13 @@ async fn main() {
 }
 
 async fn run() -> tablekit::Result<()> {
-    let service = match std::env::var("TABLEKIT_CONNECTION_STRING") {
-        Ok(connection) if !connection.trim().is_empty() => {
-            println!("backend: the account of TABLEKIT_CONNECTION_STRING (Azure or Azurite)");
-            TableServiceClient::from_connection_string(&connection)?
-        }
-        _ => {
-            println!(
-                "backend: embedded (in-memory, this process only; set TABLEKIT_CONNECTION_STRING to use Azure or Azurite)"
-            );
-            TableServiceClient::embedded()
-        }
-    };
+    // The account of TABLEKIT_CONNECTION_STRING, else the embedded store in memory.
+    let storage = Storage::from_env()?;
+    println!("backend: {}", storage.description());
+    if storage.kind() == StorageKind::Memory {
+        println!("  (set TABLEKIT_CONNECTION_STRING to run the tour on Azure or Azurite)");
+    }
+    let service = storage.tables()?;
 
     // A fresh table per run: a deleted table's name stays taken for ~40 s on Azure.
     let name = format!(

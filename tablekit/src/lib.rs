@@ -169,7 +169,7 @@ pub use queue::{
     MessageEncoding, QueueClient, QueueMessage, QueueServiceClient, ReceiveMessages, SendMessage,
     SentMessage,
 };
-pub use storage::Storage;
+pub use storage::{Storage, StorageKind};
 pub use table::{AmbiguousWrites, ReadBack};
 pub use table::{EntityStream, Page, PageStream, Query, ScanPolicy};
 pub use table::{

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::path::Path;
+use std::sync::Arc;
 
 use crate::account::Account;
 use crate::blob::{BlobServiceClient, ContainerClient};
@@ -78,6 +79,25 @@ pub struct Storage {
     tables: Service<TableServiceClient>,
     queues: Service<QueueServiceClient>,
     blobs: Service<BlobServiceClient>,
+    kind: StorageKind,
+    description: Arc<str>,
+}
+
+/// Where a [`Storage`] keeps its data: what [`Storage::kind`] answers, for a
+/// program that behaves differently on each (a test that needs a real
+/// service, a memory budget that counts what an in-memory store holds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum StorageKind {
+    /// The embedded store in this process's memory ([`Storage::embedded`]):
+    /// empty when it is made, gone when its last clone is dropped.
+    Memory,
+    /// The embedded store kept in a file ([`Storage::embedded_at`], or
+    /// `UseEmbeddedStorage=true;Path=<file>`).
+    File,
+    /// A storage account over HTTP: Azure Storage, Azurite, or another
+    /// service that speaks the protocol ([`Storage::new`]).
+    Http,
 }
 
 /// A service client, or why the account has none (a configuration error's
@@ -94,11 +114,153 @@ impl fmt::Debug for Storage {
             .field("tables", &self.tables)
             .field("queues", &self.queues)
             .field("blobs", &self.blobs)
+            .field("kind", &self.kind)
             .finish()
     }
 }
 
 impl Storage {
+    /// The environment variable [`Storage::from_env`] reads:
+    /// `TABLEKIT_CONNECTION_STRING`.
+    pub const CONNECTION_STRING_VARIABLE: &'static str = "TABLEKIT_CONNECTION_STRING";
+
+    /// The account of the connection string in `TABLEKIT_CONNECTION_STRING`
+    /// or, when that variable is not set (or blank), a fresh in-memory
+    /// embedded store, so that a program runs on a machine with no server
+    /// and on Azure or Azurite unchanged.
+    ///
+    /// It says which it chose: a `tracing` event at `INFO` level (target
+    /// `tablekit::storage`, with the variable's name and the storage's
+    /// [`kind`](Storage::kind) and [`description`](Storage::description) as
+    /// fields; never the connection string, which may hold a key), and
+    /// [`Storage::description`] for the program to print.
+    ///
+    /// The in-memory store holds only what this process writes and is gone
+    /// when it ends. For data that must outlive the process without a
+    /// server, set the variable to `UseEmbeddedStorage=true;Path=<file>`.
+    ///
+    /// ```
+    /// # fn main() -> tablekit::Result<()> {
+    /// let storage = tablekit::Storage::from_env()?;
+    /// println!("storage: {}", storage.description());
+    /// let employees = storage.table::<tablekit::DynamicEntity>("Employees")?;
+    /// # let _ = employees; Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// A variable that is set but malformed is an error, not a silent
+    /// fallback to memory: a connection string that does not parse (see
+    /// [`Storage::from_connection_string`]), an embedded store file that
+    /// cannot be opened, or a value that is not Unicode.
+    pub fn from_env() -> Result<Storage> {
+        Storage::from_env_var(Storage::CONNECTION_STRING_VARIABLE)
+    }
+
+    /// [`Storage::from_env`] with another variable: the connection string in
+    /// the environment variable `name`, else a fresh in-memory embedded store.
+    ///
+    /// ```
+    /// let storage = tablekit::Storage::from_env_var("MYAPP_STORAGE_CONNECTION")?;
+    /// # if std::env::var_os("MYAPP_STORAGE_CONNECTION").is_none() {
+    /// assert_eq!(storage.kind(), tablekit::StorageKind::Memory); // the variable is not set
+    /// # }
+    /// # Ok::<(), tablekit::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Storage::from_env`].
+    pub fn from_env_var(name: &str) -> Result<Storage> {
+        let value = match std::env::var(name) {
+            Ok(value) => Some(value),
+            Err(std::env::VarError::NotPresent) => None,
+            Err(std::env::VarError::NotUnicode(_)) => {
+                return Err(Error::config(format!(
+                    "the environment variable {name} is not valid Unicode, so it is no connection string"
+                )))
+            }
+        };
+        let storage = Storage::from_connection_string_or_embedded(value.as_deref())?;
+        if storage.kind == StorageKind::Memory {
+            tracing::info!(
+                target: "tablekit::storage",
+                variable = name,
+                kind = ?storage.kind,
+                description = &*storage.description,
+                "{name} is not set: using {}",
+                storage.description
+            );
+        } else {
+            tracing::info!(
+                target: "tablekit::storage",
+                variable = name,
+                kind = ?storage.kind,
+                description = &*storage.description,
+                "using {}, from {name}",
+                storage.description
+            );
+        }
+        Ok(storage)
+    }
+
+    /// The account of `connection` ([`Storage::from_connection_string`]), or
+    /// a fresh in-memory embedded store ([`Storage::embedded`]) when there is
+    /// none: `None`, or a string that is empty or only blanks. This is
+    /// [`Storage::from_env`] for a connection string found elsewhere (a
+    /// command-line option, a configuration file); it reads no environment
+    /// and emits no event.
+    ///
+    /// ```
+    /// use tablekit::{Storage, StorageKind};
+    ///
+    /// assert_eq!(Storage::from_connection_string_or_embedded(None)?.kind(), StorageKind::Memory);
+    /// assert_eq!(Storage::from_connection_string_or_embedded(Some(" "))?.kind(), StorageKind::Memory);
+    /// let azurite = Storage::from_connection_string_or_embedded(Some("UseDevelopmentStorage=true"))?;
+    /// assert_eq!(azurite.kind(), StorageKind::Http);
+    /// # Ok::<(), tablekit::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Storage::from_connection_string`], for a connection string that
+    /// is not blank.
+    pub fn from_connection_string_or_embedded(connection: Option<&str>) -> Result<Storage> {
+        match connection {
+            Some(s) if !s.trim().is_empty() => Storage::from_connection_string(s),
+            _ => Ok(Storage::embedded()),
+        }
+    }
+
+    /// Where this account keeps its data: in memory, in a file, or in a
+    /// service over HTTP.
+    ///
+    /// ```
+    /// assert_eq!(tablekit::Storage::embedded().kind(), tablekit::StorageKind::Memory);
+    /// ```
+    pub fn kind(&self) -> StorageKind {
+        self.kind
+    }
+
+    /// A sentence for people, naming where this account keeps its data:
+    /// `the embedded store in memory (this process only)`, `the embedded
+    /// store file ./data/app.redb`, or `the storage account devstoreaccount1
+    /// over HTTP (http://127.0.0.1:10002/devstoreaccount1)` (the account's
+    /// name and its first endpoint; never a key or a SAS token). Its wording
+    /// may change; branch on [`Storage::kind`], not on this text.
+    ///
+    /// ```
+    /// let storage = tablekit::Storage::from_connection_string("UseDevelopmentStorage=true")?;
+    /// assert_eq!(
+    ///     storage.description(),
+    ///     "the storage account devstoreaccount1 over HTTP (http://127.0.0.1:10002/devstoreaccount1)"
+    /// );
+    /// # Ok::<(), tablekit::Error>(())
+    /// ```
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
     /// The account's services over HTTP, with default options. Nothing is
     /// sent until the first operation; a service the account has no endpoint
     /// for is an error when it is asked for.
@@ -114,16 +276,37 @@ impl Storage {
     /// # Ok::<(), tablekit::Error>(())
     /// ```
     pub fn new(account: Account) -> Storage {
+        let endpoint = [
+            account.table_endpoint(),
+            account.queue_endpoint(),
+            account.blob_endpoint(),
+        ]
+        .into_iter()
+        .flatten()
+        .next()
+        // An endpoint has no query; should one carry a token anyway, it stays out.
+        .map(|e| e.split('?').next().unwrap_or_default().to_owned());
+        let description = match endpoint {
+            Some(e) => format!(
+                "the storage account {} over HTTP ({e})",
+                account.account_name()
+            ),
+            None => format!("the storage account {} over HTTP", account.account_name()),
+        };
         Storage {
             tables: TableServiceClient::new(account.clone()).map_err(|e| e.to_string()),
             queues: QueueServiceClient::new(account.clone()).map_err(|e| e.to_string()),
             blobs: BlobServiceClient::new(account).map_err(|e| e.to_string()),
+            kind: StorageKind::Http,
+            description: description.into(),
         }
     }
 
     /// The account of a connection string: over HTTP as [`Storage::new`], or
     /// the embedded store file of `UseEmbeddedStorage=true;Path=<file>` as
-    /// [`Storage::embedded_at`].
+    /// [`Storage::embedded_at`] (so `Path=./data/app.redb` creates `./data`
+    /// when it is missing; a relative path is relative to the process's
+    /// working directory).
     ///
     /// # Errors
     ///
@@ -137,16 +320,17 @@ impl Storage {
     }
 
     /// The account kept in the embedded store file at `path` (created if
-    /// missing): its tables, queues and blobs, opened once, every
-    /// acknowledged change committed to the file first (see
-    /// [`TableServiceClient::embedded_at`]).
+    /// missing, with any missing folders above it): its tables, queues and
+    /// blobs, opened once, every acknowledged change committed to the file
+    /// first (see [`TableServiceClient::embedded_at`]).
     ///
     /// # Errors
     ///
     /// A configuration error if the file cannot be opened: it is in use by
     /// another open store (in this process or another), damaged, of a newer
-    /// format, not a store, a directory, or unwritable. Nothing is claimed
-    /// then: a failure of a later service releases the ones opened before it.
+    /// format, not a store, a directory, or unwritable, or its folder cannot
+    /// be created. Nothing is claimed then: a failure of a later service
+    /// releases the ones opened before it.
     pub fn embedded_at(path: impl AsRef<Path>) -> Result<Storage> {
         let path = path.as_ref();
         let tables = TableServiceClient::embedded_at(path)?;
@@ -156,6 +340,8 @@ impl Storage {
             tables: Ok(tables),
             queues: Ok(queues),
             blobs: Ok(blobs),
+            kind: StorageKind::File,
+            description: format!("the embedded store file {}", path.display()).into(),
         })
     }
 
@@ -167,6 +353,8 @@ impl Storage {
             tables: Ok(TableServiceClient::embedded()),
             queues: Ok(QueueServiceClient::embedded()),
             blobs: Ok(BlobServiceClient::embedded()),
+            kind: StorageKind::Memory,
+            description: "the embedded store in memory (this process only)".into(),
         }
     }
 
@@ -215,5 +403,172 @@ impl Storage {
     /// [`BlobServiceClient::container`]).
     pub fn container(&self, name: &str) -> Result<ContainerClient> {
         self.blobs()?.container(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Storage, StorageKind};
+    use std::sync::{Arc, Mutex};
+
+    /// Collects the text of every event (its fields, message included).
+    #[derive(Clone, Default)]
+    struct Events(Arc<Mutex<Vec<String>>>);
+
+    struct Text<'a>(&'a mut String);
+
+    impl tracing::field::Visit for Text<'_> {
+        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+            self.0.push_str(&format!("{}={value:?} ", field.name()));
+        }
+    }
+
+    impl tracing::Subscriber for Events {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            let mut text = format!(
+                "{} {} ",
+                event.metadata().level(),
+                event.metadata().target()
+            );
+            event.record(&mut Text(&mut text));
+            self.0.lock().unwrap().push(text);
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    fn temp_path(tag: &str) -> std::path::PathBuf {
+        std::env::temp_dir().join(format!(
+            "tablekit-storage-{tag}-{}-{}",
+            std::process::id(),
+            uuid::Uuid::new_v4().simple()
+        ))
+    }
+
+    #[test]
+    fn from_env_var_without_the_variable_is_a_fresh_memory_store_and_says_so() {
+        // A name nobody sets: the environment is read, never changed.
+        let name = format!("TABLEKIT_UNSET_{}", uuid::Uuid::new_v4().simple());
+        let events = Events::default();
+        let storage = tracing::subscriber::with_default(events.clone(), || {
+            Storage::from_env_var(&name).expect("an unset variable is the memory store")
+        });
+        assert_eq!(storage.kind(), StorageKind::Memory);
+        assert!(storage.tables().unwrap().is_embedded());
+        assert!(storage.description().contains("in memory"), "{storage:?}");
+        let events = events.0.lock().unwrap();
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert!(
+            events[0].starts_with("INFO tablekit::storage ")
+                && events[0].contains(&format!(
+                    "{name} is not set: using the embedded store in memory"
+                ))
+                && events[0].contains("kind=Memory"),
+            "{events:?}"
+        );
+    }
+
+    #[test]
+    fn a_set_variable_is_read_and_a_malformed_one_is_an_error_not_a_fallback() {
+        // PATH is set wherever tests run, and is no connection string.
+        if std::env::var_os("PATH").is_none() {
+            return;
+        }
+        let err = Storage::from_env_var("PATH").expect_err("PATH is no connection string");
+        assert!(matches!(err.kind(), crate::ErrorKind::Config(_)), "{err}");
+        let path = std::env::var("PATH").unwrap_or_default();
+        assert!(path.len() < 4 || !err.to_string().contains(&path), "{err}");
+    }
+
+    #[test]
+    fn a_connection_string_opens_its_account_and_none_or_a_blank_one_the_memory_store() {
+        for blank in [None, Some(""), Some("  \t")] {
+            let s = Storage::from_connection_string_or_embedded(blank).unwrap();
+            assert_eq!(s.kind(), StorageKind::Memory, "{blank:?}");
+        }
+
+        let http = Storage::from_connection_string_or_embedded(Some(
+            "DefaultEndpointsProtocol=https;AccountName=myaccount;AccountKey=c2VjcmV0LWtleQ==",
+        ))
+        .unwrap();
+        assert_eq!(http.kind(), StorageKind::Http);
+        assert_eq!(
+            http.description(),
+            "the storage account myaccount over HTTP (https://myaccount.table.core.windows.net)"
+        );
+        assert!(!format!("{http:?}").contains("c2VjcmV0"), "{http:?}");
+
+        let sas = Storage::from_connection_string(
+            "BlobEndpoint=https://myaccount.blob.core.windows.net;SharedAccessSignature=sv=2019-02-02&sig=s3cr3t",
+        )
+        .unwrap();
+        assert_eq!(
+            sas.description(),
+            "the storage account myaccount over HTTP (https://myaccount.blob.core.windows.net)"
+        );
+
+        let path = temp_path("kind");
+        let file = Storage::from_connection_string_or_embedded(Some(&format!(
+            "UseEmbeddedStorage=true;Path={}",
+            path.display()
+        )))
+        .unwrap();
+        assert_eq!(file.kind(), StorageKind::File);
+        assert_eq!(
+            file.description(),
+            format!("the embedded store file {}", path.display())
+        );
+        drop(file);
+        std::fs::remove_file(&path).unwrap();
+
+        let err = Storage::from_connection_string_or_embedded(Some("AccountKey=s3cr3t"))
+            .expect_err("malformed");
+        assert!(!err.to_string().contains("s3cr3t"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn an_embedded_path_in_a_missing_folder_creates_the_folder() {
+        let root = temp_path("folders");
+        let path = root.join("data").join("app.redb");
+        {
+            let storage = Storage::from_connection_string(&format!(
+                "UseEmbeddedStorage=true;Path={}",
+                path.display()
+            ))
+            .expect("the missing folders are created");
+            let notes = storage.table::<crate::DynamicEntity>("Notes").unwrap();
+            notes.create_table().await.unwrap();
+            notes
+                .insert(&crate::DynamicEntity::new("p", "r"))
+                .await
+                .unwrap();
+        }
+        assert!(path.is_file(), "{}", path.display());
+        // The path form, too, and the store reopens from the folder it made.
+        let again = crate::TableServiceClient::embedded_at(&path).unwrap();
+        let notes = again.table::<crate::DynamicEntity>("Notes").unwrap();
+        assert!(notes.get(("p", "r")).await.unwrap().is_some());
+        drop((notes, again));
+        let other = root.join("x").join("y").join("other.redb");
+        drop(crate::QueueServiceClient::embedded_at(&other).expect("queues make folders too"));
+
+        // A folder that cannot be made (a file is in the way) is a clear error.
+        let blocked = root.join("app.redb").join("inner.redb");
+        std::fs::write(root.join("app.redb"), b"").unwrap();
+        let err = Storage::embedded_at(&blocked).expect_err("a file is where the folder would be");
+        let message = err.to_string();
+        assert!(
+            message.contains(&blocked.display().to_string()) && message.contains("folder"),
+            "{message}"
+        );
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -123,7 +123,7 @@ impl BlobServiceClient {
     }
 
     /// The embedded blob store kept in the file at `path` (created if
-    /// missing): every acknowledged change (a blob put, a block put, a block
+    /// missing, with its folders): every acknowledged change (a blob put, a block put, a block
     /// list committed, a delete) is committed to the file first, and reopening
     /// the file gives back every container and blob with its ETag,
     /// Last-Modified, content type and metadata, and the blocks not yet

@@ -126,7 +126,7 @@ impl QueueServiceClient {
     }
 
     /// The embedded queue store kept in the file at `path` (created if
-    /// missing), on the system clock: every acknowledged change is committed
+    /// missing, with its folders), on the system clock: every acknowledged change is committed
     /// to the file first, and reopening the file gives back every queue and
     /// message, with its visibility time, dequeue count and pop receipt.
     ///

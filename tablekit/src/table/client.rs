@@ -90,7 +90,8 @@ impl TableServiceClient {
     }
 
     /// A client for the embedded store kept durably in the file at `path`,
-    /// which is created if it does not exist and loaded if it does.
+    /// which is created if it does not exist (with any missing folders above
+    /// it, as `std::fs::create_dir_all` makes them) and loaded if it does.
     ///
     /// The same store as [`embedded`](TableServiceClient::embedded), with the
     /// same rules, except that every write (and every transaction, as a whole)

@@ -196,6 +196,7 @@ impl Claim {
     /// Claims `service` of the store file at `path`, opening (or creating) the
     /// file unless this process has it open already.
     pub(crate) fn open(path: &Path, service: Service) -> Result<Claim> {
+        create_folders(path)?;
         let key = registry_key(path);
         let file = {
             let mut files = lock(&FILES);
@@ -291,6 +292,23 @@ pub(crate) fn open_error(path: &Path, what: impl std::fmt::Display) -> Error {
         "the embedded store file {} cannot be opened: {what}",
         path.display()
     ))
+}
+
+/// Creates the missing folders above the store file at `path`, as the file
+/// itself is created when missing: `UseEmbeddedStorage=true;Path=./data/app.redb`
+/// works on a fresh checkout. Done before the registry key is taken, since the
+/// key canonicalises the (then existing) folder.
+fn create_folders(path: &Path) -> Result<()> {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() && !dir.is_dir() => std::fs::create_dir_all(dir)
+            .map_err(|e| {
+                open_error(
+                    path,
+                    format_args!("its folder {} cannot be created: {e}", dir.display()),
+                )
+            }),
+        _ => Ok(()),
+    }
 }
 
 /// The first bytes of every redb file.

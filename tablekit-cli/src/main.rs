@@ -4,10 +4,11 @@
 //! store file or a connection string.
 //!
 //! ```text
-//! cargo run --example tablekit-cli -- <store> tables
-//! cargo run --example tablekit-cli -- <store> query <table> [--filter <odata>] [--top <n>] [--json]
-//! cargo run --example tablekit-cli -- <store> export <table> > table.jsonl
-//! cargo run --example tablekit-cli -- <store> import <table> < table.jsonl
+//! cargo install tablekit-cli            # or, in tablekit's repository: cargo install --path tablekit-cli
+//! tablekit-cli <store> tables
+//! tablekit-cli <store> query <table> [--filter <odata>] [--top <n>] [--json]
+//! tablekit-cli <store> export <table> > table.jsonl
+//! tablekit-cli <store> import <table> < table.jsonl
 //! ```
 //!
 //! `<store>` is a connection string if it contains `=` (Azure, Azurite, or
@@ -19,7 +20,16 @@
 //! `datetime'...'`), so each value shows its type; `--json` and `export` write
 //! the service's JSON form (with `@odata.type` annotations), one entity per
 //! line, which `import` reads back (upserting: an entity of the same keys is
-//! replaced).
+//! replaced). Timestamps print as the service writes them (seven fractional
+//! digits and `Z`).
+//!
+//! A filter compares a property only with a literal of its type, as Azure
+//! does: `Age gt 40L` finds no entity whose `Age` is an Int32. The CLI warns
+//! when the entities it read show such a mismatch (`literal_types`);
+//! `tablekit-cli --help` says the rest.
+
+mod import;
+mod literal_types;
 
 use std::io::{BufRead, Write};
 
@@ -31,11 +41,39 @@ usage: tablekit-cli <store> tables
        tablekit-cli <store> query <table> [--filter <odata>] [--top <n>] [--json]
        tablekit-cli <store> export <table>
        tablekit-cli <store> import <table>       (JSON lines on standard input)
+       tablekit-cli --help
 <store>: a connection string (contains '=') or the path of an embedded store file";
+
+const HELP: &str = "
+<store> is a connection string if it contains '=' (Azure, Azurite, or
+UseEmbeddedStorage=true;Path=<file>), else the path of an embedded store file.
+Only import creates a missing file (and table).
+
+query prints entities as a table (--json: one entity per line, the service's JSON).
+Values print as OData literals, so each shows its type: 'text', 40 (Int32),
+40L (Int64), 2.5 (Double), true, datetime'2026-11-25T22:02:10.5157354Z',
+guid'...', X'0a1b' (Binary). Timestamps print as the service writes them.
+
+--filter takes OData, as the service does: \"PartitionKey eq 'Sales' and Age gt 40\".
+A comparison holds only when the literal has the property's type: Age gt 40L
+(an Int64 literal) matches no entity whose Age is an Int32, and the service says
+nothing about it (Azurite is laxer, or answers 500). When the entities read show
+such a mismatch (those found, or the first 100 of the table when none is found or
+the query fails), tablekit-cli warns on standard error.
+
+export writes the table as JSON lines; import reads them back and upserts each
+(an entity of the same keys is replaced). A bad line stops the import with the
+line's number and what is wrong; the lines before it are imported, so fix the
+line and run it again.";
+
+/// How many entities a query that found nothing reads to learn the
+/// properties' types (one request).
+const TYPE_SAMPLE: usize = 100;
 
 /// What the command line asks for, checked before the store is opened.
 #[derive(Debug, PartialEq)]
 enum Command {
+    Help,
     Tables,
     Query {
         table: String,
@@ -48,6 +86,11 @@ enum Command {
 }
 
 fn parse(args: &[String]) -> Result<(String, Command), String> {
+    if let [flag] = args {
+        if ["--help", "-h", "help"].contains(&flag.as_str()) {
+            return Ok((String::new(), Command::Help));
+        }
+    }
     let (store, rest) = match args {
         [store, rest @ ..] if !rest.is_empty() => (store.clone(), rest),
         _ => return Err(USAGE.into()),
@@ -122,7 +165,10 @@ fn print_table(entities: &[DynamicEntity], out: &mut impl Write) -> std::io::Res
                 .map(|(i, c)| match i {
                     0 => e.partition_key.clone(),
                     1 => e.row_key.clone(),
-                    2 => e.timestamp.map(|t| t.to_rfc3339()).unwrap_or_default(),
+                    2 => e
+                        .timestamp
+                        .map(|t| tablekit::edm::format_datetime(&t))
+                        .unwrap_or_default(),
                     _ => e.get(c).map(ToString::to_string).unwrap_or_default(),
                 })
                 .collect()
@@ -158,11 +204,20 @@ fn json_line(e: &DynamicEntity, out: &mut impl Write) -> Result<(), String> {
     writeln!(out).map_err(|e| e.to_string())
 }
 
-async fn run(args: &[String], input: impl BufRead, out: &mut impl Write) -> Result<(), String> {
+async fn run(
+    args: &[String],
+    input: impl BufRead,
+    out: &mut impl Write,
+    warnings: &mut impl Write,
+) -> Result<(), String> {
     let (store, command) = parse(args)?;
+    if command == Command::Help {
+        return writeln!(out, "{USAGE}\n{HELP}").map_err(|e| e.to_string());
+    }
     let svc = open(&store, matches!(command, Command::Import(_)))?;
     let table = |name: &str| svc.table::<DynamicEntity>(name).map_err(|e| e.to_string());
     match command {
+        Command::Help => {} // answered before the store is opened
         Command::Tables => {
             for name in svc
                 .list_tables()
@@ -180,17 +235,35 @@ async fn run(args: &[String], input: impl BufRead, out: &mut impl Write) -> Resu
             json,
         } => {
             let mut query = table(&name)?.query();
-            if let Some(f) = filter {
-                query = query.filter_raw(f);
+            if let Some(f) = &filter {
+                query = query.filter_raw(f.clone());
             }
             if let Some(n) = top {
                 query = query.take(n);
             }
-            let found: Vec<DynamicEntity> = query
+            let found: Result<Vec<DynamicEntity>, String> = query
                 .stream()
                 .try_collect()
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| e.to_string());
+            // Warned before the result, and also when the query failed (Azurite
+            // answers 500 to some comparisons of mismatched types).
+            if let Some(expr) = filter.and_then(|f| tablekit::filter::parse(&f).ok()) {
+                let sample = match &found {
+                    Ok(found) if !found.is_empty() => found.clone(),
+                    // Only a hint: a failure to read the sample is not the query's.
+                    _ => table(&name)?
+                        .query()
+                        .take(TYPE_SAMPLE)
+                        .fetch_all()
+                        .await
+                        .unwrap_or_default(),
+                };
+                for w in literal_types::mismatches(&expr, &sample) {
+                    writeln!(warnings, "tablekit-cli: warning: {w}").map_err(|e| e.to_string())?;
+                }
+            }
+            let found = found?;
             if json {
                 for e in &found {
                     json_line(e, out)?;
@@ -216,8 +289,13 @@ async fn run(args: &[String], input: impl BufRead, out: &mut impl Write) -> Resu
                 if line.trim().is_empty() {
                     continue;
                 }
-                let e: DynamicEntity = entity_from_json(line.as_bytes())
-                    .map_err(|e| format!("line {}: {e}", i + 1))?;
+                let e: DynamicEntity = entity_from_json(line.as_bytes()).map_err(|e| {
+                    let why = import::explain(&line).unwrap_or_else(|| {
+                        // The decoder's words are a response's: say "line".
+                        e.to_string().replace("cannot decode response: ", "")
+                    });
+                    format!("line {}: {why}", i + 1)
+                })?;
                 t.upsert(&e, UpdateMode::Replace)
                     .await
                     .map_err(|e| format!("line {}: {e}", i + 1))?;
@@ -234,7 +312,7 @@ async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let stdin = std::io::stdin();
     let mut stdout = std::io::stdout().lock();
-    if let Err(e) = run(&args, stdin.lock(), &mut stdout).await {
+    if let Err(e) = run(&args, stdin.lock(), &mut stdout, &mut std::io::stderr()).await {
         eprintln!("tablekit-cli: {e}");
         std::process::exit(2);
     }
@@ -249,9 +327,17 @@ mod tests {
     }
 
     async fn cli(a: &[&str], input: &str) -> Result<String, String> {
-        let mut out = Vec::new();
-        run(&args(a), input.as_bytes(), &mut out).await?;
-        Ok(String::from_utf8(out).unwrap())
+        Ok(cli_warning(a, input).await?.0)
+    }
+
+    /// The standard output and the standard error of a successful run.
+    async fn cli_warning(a: &[&str], input: &str) -> Result<(String, String), String> {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        run(&args(a), input.as_bytes(), &mut out, &mut err).await?;
+        Ok((
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(err).unwrap(),
+        ))
     }
 
     struct TempFile(std::path::PathBuf);
@@ -361,5 +447,116 @@ mod tests {
         assert!(bad.starts_with("line 1:"), "{bad}");
         let conn = format!("UseEmbeddedStorage=true;Path={to_path}");
         assert_eq!(cli(&[&conn, "tables"], "").await.unwrap(), "Orders\n");
+    }
+
+    #[test]
+    fn timestamps_print_as_the_service_writes_them() {
+        let at = tablekit::edm::parse_datetime("2026-11-25T22:02:10.5157354Z").unwrap();
+        let mut e = DynamicEntity::new("p", "r").with("When", at);
+        e.timestamp = Some(at);
+        let mut out = Vec::new();
+        print_table(&[e], &mut out).unwrap();
+        let shown = String::from_utf8(out).unwrap();
+        assert!(shown.contains("2026-11-25T22:02:10.5157354Z  "), "{shown}");
+        assert!(
+            shown.contains("datetime'2026-11-25T22:02:10.5157354Z'"),
+            "{shown}"
+        );
+        assert!(!shown.contains("+00:00"), "{shown}");
+    }
+
+    #[tokio::test]
+    async fn a_bad_import_line_is_named_with_what_is_wrong() {
+        let store = temp();
+        let path = store.0.to_str().unwrap();
+        let good = r#"{"PartitionKey":"p","RowKey":"a"}"#;
+        for (line, says) in [
+            (
+                r#"{"PartitionKey":"p","RowKey":"r","Ok":"true","Ok@odata.type":"Edm.Boolean"}"#,
+                r#"property Ok: Edm.Boolean needs true or false, not the string "true""#,
+            ),
+            (
+                r#"{"PartitionKey":"p","RowKey":"r","N":1.5,"N@odata.type":"Edm.Int32"}"#,
+                "property N: Edm.Int32 needs a whole number",
+            ),
+            (
+                r#"{"PartitionKey":"p","RowKey":"r","N":"12","N@odata.type":"Edm.Int64x"}"#,
+                r#"property N: unknown type "Edm.Int64x""#,
+            ),
+            (
+                r#"{"PartitionKey":"p","RowKey":"r","B":[1,2]}"#,
+                "property B: a value is a string, a number, true or false (or null), not an array",
+            ),
+            (r#"{"PartitionKey":"p"}"#, "RowKey is missing"),
+            (
+                r#"{"PartitionKey":1,"RowKey":"r"}"#,
+                "PartitionKey must be a string, not the number 1",
+            ),
+            (r#"{"PartitionKey":"#, "not JSON: EOF while parsing"),
+            ("hello", "not JSON: expected value (column 1)"),
+            ("[1]", "an entity is one JSON object"),
+            (
+                r#"{"PartitionKey":"p","RowKey":"r"} {}"#,
+                "not JSON: trailing characters (column",
+            ),
+        ] {
+            let input = format!("{good}\n\n{line}\n{good}\n");
+            let err = cli(&[path, "import", "Orders"], &input).await.unwrap_err();
+            assert!(err.starts_with("line 3: "), "{line}: {err}");
+            assert!(err.contains(says), "{line}: {err}");
+            assert!(
+                !err.contains("response") && !err.contains("read as"),
+                "{line}: {err}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_filter_literal_of_another_type_than_the_stored_property_warns() {
+        let store = temp();
+        let path = store.0.to_str().unwrap();
+        let lines: String = (0..3)
+            .map(|i| {
+                format!(
+                    "{{\"PartitionKey\":\"p\",\"RowKey\":\"r{i}\",\"Age\":{}}}\n",
+                    39 + i
+                )
+            })
+            .collect();
+        cli(&[path, "import", "People"], &lines).await.unwrap();
+
+        let (out, warning) = cli_warning(&[path, "query", "People", "--filter", "Age gt 40L"], "")
+            .await
+            .unwrap();
+        assert!(out.ends_with("(0 entities)\n"), "{out}");
+        assert!(
+            warning.starts_with("tablekit-cli: warning: ")
+                && warning.contains("Age is Edm.Int32 in the entities read")
+                && warning.contains("40L is an Edm.Int64 literal"),
+            "{warning}"
+        );
+        // The same filter with the stored type finds the entity, and says nothing.
+        let (out, warning) = cli_warning(&[path, "query", "People", "--filter", "Age gt 40"], "")
+            .await
+            .unwrap();
+        assert!(out.ends_with("(1 entities)\n"), "{out}");
+        assert_eq!(warning, "");
+        // A property no entity read holds is no mismatch.
+        let (_, warning) = cli_warning(&[path, "query", "People", "--filter", "Height gt 2L"], "")
+            .await
+            .unwrap();
+        assert_eq!(warning, "");
+    }
+
+    #[tokio::test]
+    async fn help_says_how_filters_compare_types() {
+        for flag in ["--help", "-h", "help"] {
+            let help = cli(&[flag], "").await.unwrap();
+            assert!(help.starts_with("usage: tablekit-cli "), "{help}");
+            assert!(
+                help.contains("Age gt 40L") && help.contains("Int32"),
+                "{help}"
+            );
+        }
     }
 }
