@@ -15,7 +15,7 @@
 //! scripts/azurite.sh stop
 //! ```
 
-use tablekit::{ETag, EdmValue, IfMatch, TableEntity, TableServiceClient};
+use tablekit::{ETag, EdmValue, IfMatch, Storage, TableEntity, TableServiceClient};
 use tablekit_patterns::denormalize::Denormalized;
 use tablekit_patterns::plan::transact;
 use tablekit_patterns::summary::CountedPartition;
@@ -61,29 +61,17 @@ embedded store, or start Azurite from this repository (Node.js 20+):
     scripts/azurite.sh stop
 or export TABLEKIT_CONNECTION_STRING for an Azure account.";
 
-/// Which Table service the example talks to: the one place to change.
-/// Azure or Azurite when `TABLEKIT_CONNECTION_STRING` is set; otherwise the
-/// embedded in-process store, so the example runs with no server.
-fn service() -> Option<tablekit::Result<TableServiceClient>> {
-    match std::env::var("TABLEKIT_CONNECTION_STRING") {
-        Ok(conn) => {
-            println!("backend: the account of TABLEKIT_CONNECTION_STRING");
-            Some(TableServiceClient::from_connection_string(&conn))
-        }
-        Err(_) => {
-            println!("backend: embedded (in-process; set TABLEKIT_CONNECTION_STRING for Azure or Azurite)");
-            Some(Ok(TableServiceClient::embedded()))
-        }
-    }
-}
-
 #[tokio::main]
 async fn main() {
-    let Some(service) = service() else {
-        eprintln!("TABLEKIT_CONNECTION_STRING is not set.\n\n{HOW_TO_START_AZURITE}");
-        std::process::exit(1);
+    // The account of TABLEKIT_CONNECTION_STRING (Azure, Azurite, or a store
+    // file: UseEmbeddedStorage=true;Path=<file>), else the embedded store in
+    // memory, so the example runs with no server; the first line says which.
+    let result = async {
+        let storage = Storage::from_env()?;
+        println!("backend: {}", storage.description());
+        run(storage.tables()?.clone()).await
     };
-    if let Err(e) = async { run(service?).await }.await {
+    if let Err(e) = result.await {
         eprintln!("department_counts failed: {e}");
         if e.is_transport() {
             eprintln!("\n{HOW_TO_START_AZURITE}");
