@@ -40,32 +40,19 @@ embedded store, or start Azurite from this repository (Node.js 20+):
     scripts/azurite.sh stop
 or export TABLEKIT_CONNECTION_STRING for an Azure account.";
 
-/// Which account the example talks to: the one place to change. Azure or
-/// Azurite when `TABLEKIT_CONNECTION_STRING` is set; otherwise the embedded
-/// in-process store, so the example runs with no server.
-fn storage() -> tablekit::Result<Storage> {
-    match std::env::var("TABLEKIT_CONNECTION_STRING") {
-        Ok(conn) => {
-            println!("backend: the account of TABLEKIT_CONNECTION_STRING");
-            Storage::from_connection_string(&conn)
-        }
-        Err(_) => {
-            println!("backend: embedded (in-process; set TABLEKIT_CONNECTION_STRING for Azure or Azurite)");
-            Ok(Storage::embedded())
-        }
-    }
-}
-
 #[tokio::main]
 async fn main() {
+    // The account of TABLEKIT_CONNECTION_STRING (Azure, Azurite, or a store
+    // file), else the embedded store in memory; the first line says which.
     let result = async {
-        let storage = storage()?;
+        let storage = Storage::from_env()?;
+        println!("backend: {}", storage.description());
         run(storage.tables()?.clone(), storage.queues()?.clone()).await
     }
     .await;
     if let Err(e) = result {
         eprintln!("archive_worker failed: {e}");
-        if std::env::var("TABLEKIT_CONNECTION_STRING").is_ok() {
+        if std::env::var_os("TABLEKIT_CONNECTION_STRING").is_some() {
             eprintln!("\n{HOW_TO_START_AZURITE}");
         }
         std::process::exit(1);

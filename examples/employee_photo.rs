@@ -59,16 +59,9 @@ async fn main() {
 }
 
 async fn run() -> tablekit::Result<()> {
-    let storage = match std::env::var("TABLEKIT_CONNECTION_STRING") {
-        Ok(c) if !c.trim().is_empty() => {
-            println!("backend: the account of TABLEKIT_CONNECTION_STRING (Azure or Azurite)");
-            Storage::from_connection_string(&c)?
-        }
-        _ => {
-            println!("backend: embedded (set TABLEKIT_CONNECTION_STRING to use Azure or Azurite)");
-            Storage::embedded()
-        }
-    };
+    // The account of TABLEKIT_CONNECTION_STRING, else the embedded store.
+    let storage = Storage::from_env()?;
+    println!("backend: {}", storage.description());
     let (tables, blobs) = (storage.tables()?, storage.blobs()?);
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
     let table = tables.table::<Employee>(&format!("Employees{run_id}"))?;

@@ -13,7 +13,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeZone, Utc};
 use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
-use tablekit::{BlobServiceClient, ManualClock};
+use tablekit::{ManualClock, Storage};
 use tablekit_patterns::log_data::{LogReader, LogWriter};
 
 /// One Queue service log record: what Storage Analytics logs per request.
@@ -89,16 +89,10 @@ async fn main() {
 }
 
 async fn run() -> tablekit::Result<()> {
-    let blobs = match std::env::var("TABLEKIT_CONNECTION_STRING") {
-        Ok(c) if !c.trim().is_empty() => {
-            println!("backend: the account of TABLEKIT_CONNECTION_STRING (Azure or Azurite)");
-            BlobServiceClient::from_connection_string(&c)?
-        }
-        _ => {
-            println!("backend: embedded (set TABLEKIT_CONNECTION_STRING to use Azure or Azurite)");
-            BlobServiceClient::embedded()
-        }
-    };
+    // The account of TABLEKIT_CONNECTION_STRING, else the embedded store.
+    let storage = Storage::from_env()?;
+    println!("backend: {}", storage.description());
+    let blobs = storage.blobs()?;
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
     let logs = blobs.container(&format!("logs-{run_id}"))?;
     logs.create_container().await?;
