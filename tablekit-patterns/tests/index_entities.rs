@@ -366,7 +366,7 @@ struct Injector {
 }
 
 impl Injector {
-    fn hook<F, Fut>(&self, inject: F) -> impl Fn(usize) + Send + Sync + 'static
+    fn hook<F, Fut>(&self, inject: F) -> impl Fn(usize) + Send + Sync + 'static + use<F, Fut>
     where
         F: Fn() -> Fut + Send + Sync + 'static,
         Fut: std::future::Future<Output = ()>,

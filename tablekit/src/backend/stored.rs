@@ -66,7 +66,7 @@ fn fill<'a>(raw: &mut RawEntity<'a>, stored: &'a StoredEntity, select: Option<&S
     let props = e
         .properties
         .iter()
-        .filter(|(n, _)| select.map_or(true, |s| s.keeps(n)));
+        .filter(|(n, _)| select.is_none_or(|s| s.keeps(n)));
     raw.props
         .extend(props.map(|(n, v)| (Cow::Borrowed(n), Slot::Value(Cow::Borrowed(v)))));
 }

@@ -375,8 +375,8 @@ impl Table {
 
     pub(crate) fn get(&self, key: &EntityKey) -> Option<Arc<StoredEntity>> {
         let part = self.partition(&key.partition_key, false)?;
-        let found = read(&part).get(&Key::new(&key.row_key)).cloned();
-        found
+
+        read(&part).get(&Key::new(&key.row_key)).cloned()
     }
 
     /// An entity group transaction: every operation is decided against the
@@ -530,7 +530,7 @@ impl Table {
                         }),
                     );
                 }
-                if filter.map_or(true, |f| matches(f, &e.entity)) {
+                if filter.is_none_or(|f| matches(f, &e.entity)) {
                     out.push(e.clone());
                 }
             }
@@ -555,12 +555,12 @@ fn partition_bounds(filter: Option<&Expr>) -> (Bound<Key>, Bound<Key>) {
                 value: EdmValue::String(v),
             } if property == "PartitionKey" => {
                 let raise = |b: &mut Option<&'e str>| {
-                    if b.map_or(true, |cur| compare_utf16(v, cur).is_gt()) {
+                    if b.is_none_or(|cur| compare_utf16(v, cur).is_gt()) {
                         *b = Some(v);
                     }
                 };
                 let lower = |b: &mut Option<&'e str>| {
-                    if b.map_or(true, |cur| compare_utf16(v, cur).is_lt()) {
+                    if b.is_none_or(|cur| compare_utf16(v, cur).is_lt()) {
                         *b = Some(v);
                     }
                 };

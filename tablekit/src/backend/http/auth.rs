@@ -100,7 +100,7 @@ pub(crate) fn authorization(
     header
 }
 
-fn hmac_sha256(key: &AccountKey, message: &str) -> impl AsRef<[u8]> {
+fn hmac_sha256(key: &AccountKey, message: &str) -> impl AsRef<[u8]> + use<> {
     let mut mac = key.mac();
     mac.update(message.as_bytes());
     mac.finalize().into_bytes()
