@@ -13,7 +13,7 @@
 //! 64 cases on the embedded store (its clock moved past the visibility
 //! timeout), 3 on Azurite (a visibility timeout of 1 s, waited for).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -11,7 +11,7 @@
 //! return exactly the model's employees with that value and the listed keys
 //! must include every one of them (option 2: exactly them).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::mpsc;

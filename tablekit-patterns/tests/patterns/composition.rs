@@ -3,7 +3,7 @@
 //! details (§3.5), and the transaction rules checked for the combined plan
 //! before any request. Each case runs on Azurite and on the embedded store.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -6,7 +6,7 @@
 //! (table and blob endpoints) and their request sequences asserted. Run with
 //! `--nocapture` to see the figures.
 
-mod common;
+use crate::common;
 
 use chrono::{Duration, TimeZone, Utc};
 use common::proxy::{CountingProxy, Traffic};

@@ -3,7 +3,7 @@
 //! the writes, failure at each step and the sweep that recovers from it, a
 //! concurrent replace, and the split-properties mode at its boundaries.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -11,7 +11,7 @@
 //!
 //! 64 cases on the embedded store, 8 on Azurite.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

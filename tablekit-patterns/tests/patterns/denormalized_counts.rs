@@ -4,7 +4,7 @@
 //! injected between the read of the summary and the transaction, and the
 //! department with its employees read in one query into a typed enum.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};

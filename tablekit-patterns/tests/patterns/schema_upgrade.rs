@@ -1,7 +1,7 @@
 //! Background schema upgrade against a live service: the 2009 paper's blog
 //! posts, `Rating` (V1, no version) becoming `Stars` (version 2).
 
-mod common;
+use crate::common;
 
 use tablekit::TableServiceClient;
 

@@ -2,7 +2,7 @@
 //! entity, 366 daily counts over entities 01 and 02, increments under the
 //! ETag from two clients, and the daily rollover.
 
-mod common;
+use crate::common;
 
 use tablekit::TableServiceClient;
 

@@ -2,7 +2,7 @@
 //! store: the seed's names (`queue/2014/07/31/1800/000001.log`), the window
 //! 15:04–15:06, the metadata range, two writers, and the flush policies.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! the seeds' keys and ranges, uniqueness, concurrency, the limits, and that no
 //! failed request leaves the copies inconsistent.
 
-mod common;
+use crate::common;
 
 use tablekit::TableServiceClient;
 

@@ -3,7 +3,7 @@
 //! stale or the target gone), and a user operation over a table and a blob
 //! stopped at each of its steps. On Azurite and on the embedded store.
 
-mod common;
+use crate::common;
 
 use common::Services;
 

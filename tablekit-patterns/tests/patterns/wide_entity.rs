@@ -1,7 +1,7 @@
 //! Wide entities (§3.10) against a live service: 365 daily counts over two
 //! parts, replace, merge, delete, concurrency and the limits.
 
-mod common;
+use crate::common;
 
 use tablekit::TableServiceClient;
 

@@ -4,7 +4,7 @@
 //! the model is the sum per slot: whatever the interleaving, no increment
 //! may be lost or counted twice.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

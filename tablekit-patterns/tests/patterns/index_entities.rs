@@ -7,7 +7,7 @@
 //! racing writers of one entity leave (never the entity unlisted). The
 //! random sequences are in `index_entities_model.rs`.
 
-mod common;
+use crate::common;
 
 use tablekit::TableServiceClient;
 

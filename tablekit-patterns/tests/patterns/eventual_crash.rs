@@ -9,7 +9,7 @@
 //! Every case runs on Azurite (visibility timeout 2 s, waited for in real
 //! time) and on the embedded store (a `ManualClock` moved past the timeout).
 
-mod common;
+use crate::common;
 
 use common::Services;
 
@@ -854,7 +854,7 @@ async fn a_worker_killed_at_each_step_boundary_is_recovered_from_the_store_file(
         }
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
-                "kill_child_helper",
+                "eventual_crash::kill_child_helper",
                 "--exact",
                 "--nocapture",
                 "--test-threads=1",

@@ -5,7 +5,7 @@
 //! recovery proven by the final rows. After every stop no index copy points
 //! at a missing primary. On Azurite and on the embedded store.
 
-mod common;
+use crate::common;
 
 use common::Services;
 

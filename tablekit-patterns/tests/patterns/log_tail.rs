@@ -1,6 +1,6 @@
 //! Compound keys (§3.6) and the log tail (§3.7) against a live service.
 
-mod common;
+use crate::common;
 
 use tablekit::TableServiceClient;
 

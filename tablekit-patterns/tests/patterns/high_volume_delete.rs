@@ -1,7 +1,7 @@
 //! High-volume delete (§3.8) against a live service: one table per day,
 //! routed writes, windows over several days, and the retention sweep.
 
-mod common;
+use crate::common;
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use tablekit::{TableEntity, TableServiceClient, UpdateMode};

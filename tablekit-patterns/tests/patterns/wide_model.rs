@@ -8,7 +8,7 @@
 // The model reads clearer as "is it there? then what the store must say".
 #![allow(clippy::map_entry)]
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -7,7 +7,7 @@
 //! are run against the pattern and against a plain `BTreeMap`; after every
 //! step the stored partition must be exactly what the model says.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -1,0 +1,35 @@
+//! The pattern tests, in one binary (one link instead of one per file).
+//!
+//! Every case of the behaviour suites runs on the three backends a user can
+//! pick, through the one harness in `common` (`on_both!`,
+//! `on_both_services!`): Azurite (or Azure) named by
+//! `TABLEKIT_TEST_CONNECTION_STRING`, which `scripts/test.sh` starts and
+//! sets; the embedded store in memory; and the durable embedded store in a
+//! scratch file. The `*_model` modules are model-based property tests:
+//! random operation sequences checked against a plain in-memory model, many
+//! cases on the embedded store and a few on Azurite.
+
+mod common;
+
+mod composition;
+mod data_series;
+mod denormalized_counts;
+mod eventual_crash;
+mod eventual_model;
+mod eventual_steps;
+mod eventual_tracing;
+mod high_volume_delete;
+mod index_entities;
+mod index_entities_model;
+mod inter_partition_index;
+mod large_entities;
+mod large_model;
+mod log_data;
+mod log_tail;
+mod partition_model;
+mod request_counts;
+mod schema_upgrade;
+mod secondary_index;
+mod series_model;
+mod wide_entity;
+mod wide_model;
