@@ -156,16 +156,21 @@ pub struct LogTail<T> {
 }
 
 impl<T: TableEntity> LogTail<T> {
-    /// The log entries of `table`, whose RowKeys are [`NewestFirst`] keys.
+    /// The log entries of `table`, whose RowKeys are [`NewestFirst`] keys
+    /// after the literal start of the type's RowKey template, if it has one
+    /// ([`TableEntity::row_key_prefix`]: `claim_` for the derive's
+    /// `row_key = "claim_{key}"`, so entries may share a partition with other
+    /// entity types).
     pub fn new(table: TableClient<T>) -> Self {
         LogTail {
             table,
-            prefix: String::new(),
+            prefix: T::row_key_prefix().to_owned(),
         }
     }
 
-    /// The same, for RowKeys `prefix` + [`NewestFirst`] (entries that share a
-    /// partition with other entity types, say `claim_`).
+    /// The same, for RowKeys `prefix` + [`NewestFirst`], for a type whose
+    /// derive does not say it (a [`DynamicEntity`](tablekit::DynamicEntity),
+    /// a hand-written impl).
     pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self

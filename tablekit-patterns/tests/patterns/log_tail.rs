@@ -42,6 +42,16 @@ struct BareReview {
     year: u16,
 }
 
+/// Expense claims that share the employee's partition with other rows: the
+/// derive's RowKey template says their prefix.
+#[derive(TableEntity, Debug, Clone, PartialEq)]
+#[tablekit(partition_key = "{employee}", row_key = "claim_{key}")]
+struct Claim {
+    employee: String,
+    key: NewestFirst,
+    amount: f64,
+}
+
 fn seed_instant() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2014, 8, 22, 0, 50, 32).unwrap()
 }
@@ -268,7 +278,39 @@ async fn a_compound_family_changes_together_or_not_at_all(svc: TableServiceClien
     assert_eq!(state, [(3, "ok"), (3, "theirs")]);
 }
 
+/// A log tail of a type whose RowKey template starts with `claim_` reads only
+/// its own rows of a shared partition, with no prefix given again.
+async fn a_log_tail_takes_its_prefix_from_the_derive(svc: TableServiceClient) {
+    let table = common::fresh_table::<Claim>(&svc, "TailClaim").await;
+    let log = LogTail::new(table.clone());
+    let t0 = seed_instant();
+    for i in 0..3 {
+        let mut c = Claim {
+            employee: "000123".into(),
+            key: NewestFirst::new(t0 + Duration::minutes(i), format!("{i}")),
+            amount: i as f64,
+        };
+        log.append(&mut c).await.unwrap();
+    }
+    // Rows of other kinds before and after the claims' range.
+    let raw = table.with_type::<DynamicEntity>();
+    for rk in ["address", "zzz"] {
+        raw.insert(&DynamicEntity::new("000123", rk).with("Kind", "other"))
+            .await
+            .unwrap();
+    }
+    let latest: Vec<f64> = log
+        .latest("000123", 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.amount)
+        .collect();
+    assert_eq!(latest, [2.0, 1.0, 0.0]);
+}
+
 common::on_both! {
+    a_log_tail_takes_its_prefix_from_the_derive,
     latest_returns_the_newest_entries_first_with_ties_kept,
     between_returns_a_half_open_window_newest_first,
     two_writers_of_one_instant_need_different_tie_breakers,
