@@ -968,6 +968,7 @@ common::on_both_services!(
     taking_another_employees_email_is_refused_and_leaves_its_copy,
     a_refused_change_is_applied_once_the_holder_lets_the_value_go,
     a_value_range_of_a_non_unique_index_keeps_its_bounds,
+    an_older_change_of_another_entity_keeps_the_value_it_took,
 );
 
 fn ids(employees: Vec<Employee>) -> Vec<u32> {
@@ -1219,5 +1220,63 @@ async fn a_value_range_of_a_non_unique_index_keeps_its_bounds(s: Services) {
         ))
         .await,
         [2, 5, 3]
+    );
+}
+
+/// 224's change to jonesj@ is made first but delivered late (held back);
+/// 223's newer change away from jonesj@ deletes its copy, writes its primary
+/// and pauses before deleting old copies once more. 224's change now takes
+/// jonesj@ (with a stamp older than 223's). The second delete must leave
+/// it: the copy names 224, not 223.
+async fn an_older_change_of_another_entity_keeps_the_value_it_took(s: Services) {
+    let env = Env::new(&s).await;
+    env.index.put(&jones()).await.unwrap();
+    env.drain().await;
+    let taker = emp(224, "Kim", "jonesj@contoso.com");
+    env.index.put(&taker).await.unwrap();
+    let report = env
+        .worker()
+        .concurrency(1)
+        .retry_delay(Duration::from_secs(1))
+        .step_hook(|event| async move {
+            match event {
+                Event::Step { step: 1, .. } => Err("held back".into()),
+                _ => Ok(()),
+            }
+        })
+        .build()
+        .unwrap()
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!(report.failed, 1, "{report:?}");
+    let moved = emp(223, "Jones", "jj@contoso.com");
+    env.index.put(&moved).await.unwrap();
+    let primary_write = format!("replace_if_unchanged {}", env.employees.name());
+    let paused = Paused::when(&env, move |_, name| name == primary_write)
+        .start()
+        .await
+        .expect("223's change writes its primary");
+    match &env.s.clock {
+        Some(clock) => clock.advance(Duration::from_secs(2)),
+        None => tokio::time::sleep(Duration::from_millis(1100)).await,
+    }
+    let report = env.worker().build().unwrap().drain().await.unwrap();
+    assert_eq!(report.succeeded, 1, "224's change ran: {report:?}");
+    paused.finish().await;
+    env.drain().await;
+    assert_eq!(
+        env.index
+            .lookup_verified(&env.by_email, "Sales", "jonesj@contoso.com")
+            .await
+            .unwrap(),
+        Some(taker)
+    );
+    assert_eq!(
+        env.index
+            .lookup(&env.by_email, "Sales", "jj@contoso.com")
+            .await
+            .unwrap(),
+        Some(moved)
     );
 }
