@@ -988,12 +988,14 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     /// order. If one is held by another primary, the claims this change made
     /// are released and the change is refused: a [`Error::constraint`] (and
     /// a `warn` event naming the index, the value and both primaries).
+    /// `current` is the primary as read (the claims come before its write).
     async fn claim_all(
         &self,
         ctx: &StepContext,
         copies: &[DynamicEntity],
         stamp: i64,
         pending: bool,
+        current: &Current<T>,
     ) -> OpResult<Vec<Slot>> {
         let mut slots = Vec::with_capacity(copies.len());
         for (def, copy) in self.inner.indexes.iter().zip(copies) {
@@ -1004,19 +1006,41 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
             match self.claim(ctx, def, copy, stamp, pending).await? {
                 Ok(slot) => slots.push(slot),
                 Err(Taken(holder)) => {
-                    for ((def, copy), slot) in self.inner.indexes.iter().zip(copies).zip(&slots) {
+                    // The copies of the primary as read: a copy this change
+                    // restamped in an earlier attempt goes back to the one
+                    // the primary shows, or goes.
+                    let shown = match current {
+                        Current::Live { entity, stamp, .. } => Some(self.stored(entity, *stamp)?.1),
+                        _ => None,
+                    };
+                    for (i, ((def, copy), slot)) in self
+                        .inner
+                        .indexes
+                        .iter()
+                        .zip(copies)
+                        .zip(&slots)
+                        .enumerate()
+                    {
                         let Slot::Held { etag, release } = slot else {
                             continue;
                         };
                         let table = self.table_of(def);
+                        let key = EntityKey::new(&copy.partition_key, &copy.row_key);
                         match release {
                             Release::Delete => {
-                                let key = EntityKey::new(&copy.partition_key, &copy.row_key);
                                 ctx.delete_if_unchanged(&table, key, etag).await?;
                             }
                             Release::Restore(found) => {
                                 ctx.replace_if_unchanged(&table, found, etag).await?;
                             }
+                            Release::Keep if pending => match shown.as_ref().map(|c| &c[i]) {
+                                Some(fresh) if fresh.row_key == copy.row_key => {
+                                    ctx.replace_if_unchanged(&table, fresh, etag).await?;
+                                }
+                                _ => {
+                                    ctx.delete_if_unchanged(&table, key, etag).await?;
+                                }
+                            },
                             Release::Keep => {}
                         }
                     }
@@ -1145,7 +1169,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 if resumed {
                     // An earlier attempt of this message wrote the primary
                     // (after claiming its unique values).
-                    let slots = self.claim_all(ctx, &copies, stamp, false).await?;
+                    let slots = self.claim_all(ctx, &copies, stamp, false, &current).await?;
                     let etags = self.write_copies(ctx, &copies, &slots).await?;
                     return self.recheck(ctx, &key, &copies, &etags, stamp).await;
                 }
@@ -1163,7 +1187,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 return Ok(());
             }
             // Claim the unique values first: a refused change writes nothing.
-            let slots = self.claim_all(ctx, &copies, stamp, true).await?;
+            let slots = self.claim_all(ctx, &copies, stamp, true, &current).await?;
             let old_copies = self.old_copies(&current, &copies);
             for (i, old) in &old_copies {
                 self.delete_older_copy(ctx, &self.inner.indexes[*i], old.clone(), own, stamp)
@@ -1389,8 +1413,9 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     /// and returns it if its indexed value is still `value`. A copy whose
     /// primary is gone, or has another value, is stale: it is deleted (if
     /// unchanged since read, so a concurrent worker's rewrite wins) and the
-    /// answer is `None`. A claim whose change is still being applied is
-    /// left alone (`None`). Unique indexes only, like `lookup`.
+    /// answer is `None`. A claim whose change has not written the primary
+    /// yet is left alone (`None`); one whose primary shows the value counts.
+    /// Unique indexes only, like `lookup`.
     pub async fn lookup_verified(
         &self,
         index: &InterIndex<T>,
@@ -1428,7 +1453,9 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         };
         if let Some(p) = primary {
             if def.copy_row_key(&(def.key)(&p), &own.row_key) == key.row_key {
-                return Ok((!pending).then_some(p));
+                // (A claim counts once its primary shows the value: only
+                // the confirming write is still to come.)
+                return Ok(Some(p));
             }
         }
         if pending && primary_stamp.map_or(true, |s| s < copy_stamp) {

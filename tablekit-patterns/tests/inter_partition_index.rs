@@ -969,6 +969,7 @@ common::on_both_services!(
     a_refused_change_is_applied_once_the_holder_lets_the_value_go,
     a_value_range_of_a_non_unique_index_keeps_its_bounds,
     an_older_change_of_another_entity_keeps_the_value_it_took,
+    a_change_refused_on_its_second_unique_index_gives_back_the_first,
 );
 
 fn ids(employees: Vec<Employee>) -> Vec<u32> {
@@ -1279,4 +1280,171 @@ async fn an_older_change_of_another_entity_keeps_the_value_it_took(s: Services) 
             .unwrap(),
         Some(moved)
     );
+}
+
+/// The `(level, fields)` of every event, recorded by a subscriber of the
+/// test's own.
+#[derive(Default, Clone)]
+struct Events(Arc<std::sync::Mutex<Vec<Recorded>>>);
+
+type Recorded = (tracing::Level, Vec<(String, String)>);
+
+struct Fields<'a>(&'a mut Vec<(String, String)>);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.push((field.name().to_owned(), format!("{value:?}")));
+    }
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.push((field.name().to_owned(), value.to_owned()));
+    }
+}
+
+impl tracing::Subscriber for Events {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut fields = Vec::new();
+        event.record(&mut Fields(&mut fields));
+        self.0
+            .lock()
+            .unwrap()
+            .push((*event.metadata().level(), fields));
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[test]
+fn a_refusal_is_a_warn_event_naming_the_index_the_value_and_both_employees() {
+    let events = Events::default();
+    tracing::subscriber::with_default(events.clone(), || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let env = Env::new(&common::embedded_services()).await;
+            env.index.put(&jones()).await.unwrap();
+            env.drain().await;
+            env.index
+                .put(&emp(224, "Kim", "jonesj@contoso.com"))
+                .await
+                .unwrap();
+            let report = env.worker().build().unwrap().drain().await.unwrap();
+            assert_eq!(report.failed, 1, "{report:?}");
+        });
+    });
+    let events = events.0.lock().unwrap();
+    let refusal = events
+        .iter()
+        .find(|(_, fields)| {
+            fields.iter().any(|(name, value)| {
+                name == "message" && value.contains("unique value is held by another entity")
+            })
+        })
+        .unwrap_or_else(|| panic!("no refusal event in {events:?}"));
+    assert_eq!(refusal.0, tracing::Level::WARN);
+    let field = |name: &str| {
+        refusal
+            .1
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    };
+    assert_eq!(field("index"), Some("email"));
+    assert_eq!(field("value"), Some("jonesj@contoso.com"));
+    assert_eq!(field("partition_key"), Some("Sales"));
+    assert_eq!(field("primary"), Some("000224"));
+    assert_eq!(field("held_by"), Some("000223"));
+}
+
+/// Two unique indexes (email, and the last name as a badge): 223 keeps its
+/// email and asks for 224's badge. Its claim of its own email (the copy
+/// restamped) is given back as it was when the badge is refused: the same
+/// stamp as the primary, no claim left. Also when the first attempt stops
+/// right after restamping, and the second one finds its own stamp.
+async fn a_change_refused_on_its_second_unique_index_gives_back_the_first(s: Services) {
+    for stop_after_restamp in [false, true] {
+        let env = Env::new(&s).await;
+        let by_badge = InterIndex::unique("badge", "badge_", |e: &Employee| e.last_name.clone());
+        let index = InterPartitionIndex::new(env.employees.clone(), "empid_", env.jobs.clone())
+            .with_index(&env.by_email)
+            .unwrap()
+            .with_index(&by_badge)
+            .unwrap();
+        let worker = |stop: bool| {
+            index
+                .attach(Worker::builder(env.jobs.clone(), env.s.tables.clone()))
+                .poison_queue(env.poison.clone())
+                .visibility_timeout(env.s.visibility)
+                .retry_delay(Duration::from_secs(1))
+                .step_hook(move |event| async move {
+                    match event {
+                        Event::Step {
+                            step: 3,
+                            dequeue_count: 1,
+                            name,
+                            ..
+                        } if stop => {
+                            assert!(name.starts_with("replace_if_unchanged"), "{name}");
+                            Err("stopped after the restamp".into())
+                        }
+                        _ => Ok(()),
+                    }
+                })
+                .build()
+                .unwrap()
+        };
+        index.put(&jones()).await.unwrap();
+        index
+            .put(&emp(224, "Kim", "kim@contoso.com"))
+            .await
+            .unwrap();
+        worker(false).drain().await.unwrap();
+        let raw = env.employees.with_type::<DynamicEntity>();
+        let before = raw.query().fetch_all().await.unwrap();
+
+        index
+            .put(&emp(223, "Kim", "jonesj@contoso.com"))
+            .await
+            .unwrap();
+        let report = worker(stop_after_restamp).drain().await.unwrap();
+        assert_eq!(report.failed, 1, "{report:?}");
+        if stop_after_restamp {
+            match &env.s.clock {
+                Some(clock) => clock.advance(Duration::from_secs(2)),
+                None => tokio::time::sleep(Duration::from_millis(1100)).await,
+            }
+            let report = worker(false).drain().await.unwrap();
+            assert_eq!(report.failed, 1, "{report:?}");
+        }
+        let after = raw.query().fetch_all().await.unwrap();
+        let view = |rows: &[DynamicEntity]| -> Vec<(String, String, Option<EdmValue>, bool)> {
+            rows.iter()
+                .map(|d| {
+                    (
+                        d.partition_key.clone(),
+                        d.row_key.clone(),
+                        d.get(CHANGE_STAMP).cloned(),
+                        d.get(PENDING).is_some(),
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(view(&after), view(&before), "stop: {stop_after_restamp}");
+        assert_eq!(
+            index
+                .lookup(&env.by_email, "Sales", "jonesj@contoso.com")
+                .await
+                .unwrap(),
+            Some(jones())
+        );
+    }
 }
