@@ -31,7 +31,7 @@
 //! | operation | requests |
 //! |---|---|
 //! | [`put`](InterPartitionIndex::put), [`remove`](InterPartitionIndex::remove) (client) | 1 message sent |
-//! | the worker, for a put | read primary; per unique index: read the copy under the new value, then insert a claim if there is none, or restamp this entity's copy (refused here if another entity holds it: each claim of this change released, nothing else written); per copy whose value changed: read it, delete it under its ETag if this entity's and older; replace the primary under the ETag read (insert if absent); write each copy (unique: replace the claim under its ETag; non-unique: insert-or-replace); per changed value again: read the old copy, delete it if older; read the primary again (+1 conditional write or delete per copy if a newer change got in) |
+//! | the worker, for a put | read primary; per unique index: read the copy under the new value (refused here, before any write, if another entity holds one); per unique index: insert a claim if there is none, or restamp this entity's copy (refused if another entity took it meanwhile: each claim of this change given back); per copy whose value changed: read it, delete it under its ETag if this entity's and older; replace the primary under the ETag read (insert if absent); write each copy (unique: replace the claim under its ETag; non-unique: insert-or-replace); per changed value again: read the old copy, delete it if older; read the primary again (+1 conditional write or delete per copy if a newer change got in) |
 //! | the worker, for a stale put (a newer change is stored) | read primary; read each copy under this change's values (+1 conditional delete or rewrite of each one this change wrote) |
 //! | the worker, for a remove | read primary (newer or this remove: done); per copy: read, delete if this entity's and older; replace the primary by a tombstone under the ETag read (insert if absent); per copy again: read, delete if older |
 //! | [`get`](InterPartitionIndex::get), [`lookup`](InterPartitionIndex::lookup) | 1 point read |
@@ -68,13 +68,18 @@
 //! the client was told about is never lost, whatever crashes after. For a
 //! put the worker:
 //!
-//! 1. **claims each unique value** before anything else: it inserts the copy
-//!    marked [`PENDING`] (or, if this entity already holds the value,
-//!    rewrites its copy with this change's stamp, so an older change racing
-//!    this one leaves it). Two changes of two entities that want one value
-//!    both try the insert; one gets 409. A value another entity holds
-//!    **refuses the change**: the claims this change made are released
-//!    (deleted, or put back, under their ETags), a `tracing::warn!` event
+//! 1. **claims each unique value** before anything else. It first reads the
+//!    copy under every new unique value: one that names another entity
+//!    refuses the change before any write. Then it inserts each copy marked
+//!    [`PENDING`] (or, if this entity already holds the value, rewrites its
+//!    copy with this change's stamp, so an older change racing this one
+//!    leaves it). Two changes of two entities that want one value both try
+//!    the insert; one gets 409 and is refused. A claim of a *newer* change
+//!    of the same entity still being applied makes this attempt fail and
+//!    retry later (by then the newer change has gone through, and this one
+//!    is stale, or was refused and gave the claim back). On a **refusal**
+//!    the claims this change made are given back (deleted, or put back,
+//!    under their ETags), a `tracing::warn!` event
 //!    names the index, the value and both entities, and the message fails
 //!    with [`Error::constraint`]`(index, (copy pk, copy rk), Some((pk, holder rk)))`.
 //!    **A refused change writes nothing**: the primary and its copies never
@@ -90,7 +95,8 @@
 //!    changes, because the old values are known only from the primary as
 //!    stored);
 //! 3. writes the primary, under the ETag of its read;
-//! 4. writes the copies (a claim becomes a plain copy);
+//! 4. writes the copies (a claim becomes a plain copy; if another change of
+//!    this entity rewrote it meanwhile, it is read and written again);
 //! 5. deletes old copies again and reads the primary again (below).
 //!
 //! **No copy is rewritten or deleted except on behalf of the entity it
@@ -582,9 +588,6 @@ enum Slot {
         /// What to do with the copy if the change is refused.
         release: Release,
     },
-    /// A unique index whose copy a newer change of this primary holds: left
-    /// to it.
-    Newer,
 }
 
 /// How a refused change gives back a copy it claimed.
@@ -593,8 +596,12 @@ enum Release {
     Delete,
     /// This primary's copy from before, stamped by this change: put it back.
     Restore(DynamicEntity),
-    /// Already so before this attempt: leave it.
-    Keep,
+    /// Restamped by an earlier attempt of this change (what it was is not
+    /// known): rewrite it from the primary as read, or delete it if that
+    /// does not show the value.
+    Settle,
+    /// Not this change's to give back.
+    Leave,
 }
 
 /// A claim that found the value taken: the RowKey of the primary holding it.
@@ -908,8 +915,8 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         Ok(written)
     }
 
-    /// Claims the copy `copy` of the unique index `def` for its primary and
-    /// this change: an insert (as a claim if `pending`) if there is none; if
+    /// Claims the copy `copy` of the unique index `def` (as `first_read`
+    /// found it) for its primary and this change: an insert (as a claim if `pending`) if there is none; if
     /// this primary holds it under an older stamp and `pending`, the same
     /// copy stamped `stamp` (so an older change racing this one, which
     /// deletes only copies older than itself, leaves it); [`Taken`] if
@@ -921,24 +928,48 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         copy: &DynamicEntity,
         stamp: i64,
         pending: bool,
+        first_read: Option<(DynamicEntity, ETag)>,
     ) -> OpResult<std::result::Result<Slot, Taken>> {
         let table = self.table_of(def);
         let key = EntityKey::new(&copy.partition_key, &copy.row_key);
         let own = named_primary(copy).unwrap_or_default();
+        let mut first_read = Some(first_read);
         for _ in 0..MAX_REREADS {
-            match ctx.read(&table, key.clone()).await? {
+            let read = match first_read.take() {
+                Some(read) => read,
+                None => ctx.read(&table, key.clone()).await?,
+            };
+            match read {
                 Some((found, _)) if named_primary(&found) != Some(own) => {
                     let holder = named_primary(&found).unwrap_or_default().to_owned();
                     return Ok(Err(Taken(holder)));
                 }
-                Some((found, _)) if stamp_of(&found) > stamp => return Ok(Ok(Slot::Newer)),
-                Some((found, etag)) if stamp_of(&found) == stamp || !pending => {
-                    // This change's claim from an earlier attempt, or (the
-                    // primary written) the copy to replace.
+                Some((found, _)) if pending && is_pending(&found) && stamp_of(&found) > stamp => {
+                    // A newer change of this entity is claiming the value:
+                    // if it goes through, this change is stale; if it is
+                    // refused, it gives the claim back. Either way, later.
+                    return Err(format!(
+                        "the index copy {key} is being claimed by a newer change of this entity; \
+                         will retry later"
+                    )
+                    .into());
+                }
+                Some((found, etag)) if stamp_of(&found) > stamp || !pending => {
+                    // A newer change of this entity holds it (its claim or
+                    // copy is not this change's to give back; if the newer
+                    // change goes through, its writes replace this one's),
+                    // or, the primary written, the copy to replace.
+                    return Ok(Ok(Slot::Held {
+                        etag,
+                        release: Release::Leave,
+                    }));
+                }
+                Some((found, etag)) if stamp_of(&found) == stamp => {
+                    // This change's claim or restamp from an earlier attempt.
                     let release = if is_pending(&found) {
                         Release::Delete
                     } else {
-                        Release::Keep
+                        Release::Settle
                     };
                     return Ok(Ok(Slot::Held { etag, release }));
                 }
@@ -974,7 +1005,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                         let release = if pending {
                             Release::Delete
                         } else {
-                            Release::Keep
+                            Release::Leave
                         };
                         return Ok(Ok(Slot::Held { etag, release }));
                     }
@@ -984,11 +1015,15 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         Err(format!("the index copy {key} kept changing; will retry later").into())
     }
 
-    /// Claims every unique value of `copies` for their primary, in index
-    /// order. If one is held by another primary, the claims this change made
-    /// are released and the change is refused: a [`Error::constraint`] (and
-    /// a `warn` event naming the index, the value and both primaries).
-    /// `current` is the primary as read (the claims come before its write).
+    /// Claims every unique value of `copies` for their primary. First every
+    /// unique copy is read: if one is held by another primary, the change is
+    /// refused before any write (what an earlier attempt of it left is
+    /// given back). Then each value is claimed in index order; one taken
+    /// meanwhile by another primary (a race) refuses the change too, after
+    /// the claims it made are given back. A refusal is a
+    /// [`Error::constraint`] and a `warn` event naming the index, the value
+    /// and both primaries. `current` is the primary as read (the claims come
+    /// before its write).
     async fn claim_all(
         &self,
         ctx: &StepContext,
@@ -997,58 +1032,104 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         pending: bool,
         current: &Current<T>,
     ) -> OpResult<Vec<Slot>> {
-        let mut slots = Vec::with_capacity(copies.len());
-        for (def, copy) in self.inner.indexes.iter().zip(copies) {
+        let mut reads = Vec::with_capacity(copies.len());
+        let mut taken = None;
+        for (i, (def, copy)) in self.inner.indexes.iter().zip(copies).enumerate() {
             if !def.unique {
-                slots.push(Slot::Own);
+                reads.push(None);
                 continue;
             }
-            match self.claim(ctx, def, copy, stamp, pending).await? {
-                Ok(slot) => slots.push(slot),
-                Err(Taken(holder)) => {
-                    // The copies of the primary as read: a copy this change
-                    // restamped in an earlier attempt goes back to the one
-                    // the primary shows, or goes.
-                    let shown = match current {
-                        Current::Live { entity, stamp, .. } => Some(self.stored(entity, *stamp)?.1),
-                        _ => None,
-                    };
-                    for (i, ((def, copy), slot)) in self
-                        .inner
-                        .indexes
-                        .iter()
-                        .zip(copies)
-                        .zip(&slots)
-                        .enumerate()
+            let key = EntityKey::new(&copy.partition_key, &copy.row_key);
+            let found = ctx.read(&self.table_of(def), key).await?;
+            if let Some((f, _)) = &found {
+                if taken.is_none() && named_primary(f) != named_primary(copy) {
+                    taken = Some((i, named_primary(f).unwrap_or_default().to_owned()));
+                }
+            }
+            reads.push(Some(found));
+        }
+        if let Some((i, holder)) = taken {
+            let leftovers: Vec<Slot> = reads
+                .iter()
+                .zip(copies)
+                .map(|(read, copy)| match read {
+                    Some(Some((f, etag)))
+                        if named_primary(f) == named_primary(copy) && stamp_of(f) == stamp =>
                     {
-                        let Slot::Held { etag, release } = slot else {
-                            continue;
-                        };
-                        let table = self.table_of(def);
-                        let key = EntityKey::new(&copy.partition_key, &copy.row_key);
-                        match release {
-                            Release::Delete => {
-                                ctx.delete_if_unchanged(&table, key, etag).await?;
-                            }
-                            Release::Restore(found) => {
-                                ctx.replace_if_unchanged(&table, found, etag).await?;
-                            }
-                            Release::Keep if pending => match shown.as_ref().map(|c| &c[i]) {
-                                Some(fresh) if fresh.row_key == copy.row_key => {
-                                    ctx.replace_if_unchanged(&table, fresh, etag).await?;
-                                }
-                                _ => {
-                                    ctx.delete_if_unchanged(&table, key, etag).await?;
-                                }
+                        Slot::Held {
+                            etag: etag.clone(),
+                            release: if is_pending(f) {
+                                Release::Delete
+                            } else {
+                                Release::Settle
                             },
-                            Release::Keep => {}
                         }
                     }
+                    _ => Slot::Own,
+                })
+                .collect();
+            if pending {
+                self.release(ctx, copies, &leftovers, current).await?;
+            }
+            return Err(self.refusal(&self.inner.indexes[i], &copies[i], &holder));
+        }
+        let mut slots = Vec::with_capacity(copies.len());
+        for ((def, copy), read) in self.inner.indexes.iter().zip(copies).zip(reads) {
+            let Some(read) = read else {
+                slots.push(Slot::Own);
+                continue;
+            };
+            match self.claim(ctx, def, copy, stamp, pending, read).await? {
+                Ok(slot) => slots.push(slot),
+                Err(Taken(holder)) => {
+                    self.release(ctx, copies, &slots, current).await?;
                     return Err(self.refusal(def, copy, &holder));
                 }
             }
         }
         Ok(slots)
+    }
+
+    /// Gives back what a refused change claimed (`slots`, in index order).
+    async fn release(
+        &self,
+        ctx: &StepContext,
+        copies: &[DynamicEntity],
+        slots: &[Slot],
+        current: &Current<T>,
+    ) -> OpResult {
+        // The copies of the primary as read: a copy this change restamped in
+        // an earlier attempt goes back to the one the primary shows, or goes.
+        let shown = match current {
+            Current::Live { entity, stamp, .. } => Some(self.stored(entity, *stamp)?.1),
+            _ => None,
+        };
+        for (i, ((def, copy), slot)) in self.inner.indexes.iter().zip(copies).zip(slots).enumerate()
+        {
+            let Slot::Held { etag, release } = slot else {
+                continue;
+            };
+            let table = self.table_of(def);
+            let key = EntityKey::new(&copy.partition_key, &copy.row_key);
+            match release {
+                Release::Delete => {
+                    ctx.delete_if_unchanged(&table, key, etag).await?;
+                }
+                Release::Restore(found) => {
+                    ctx.replace_if_unchanged(&table, found, etag).await?;
+                }
+                Release::Settle => match shown.as_ref().map(|c| &c[i]) {
+                    Some(fresh) if fresh.row_key == copy.row_key => {
+                        ctx.replace_if_unchanged(&table, fresh, etag).await?;
+                    }
+                    _ => {
+                        ctx.delete_if_unchanged(&table, key, etag).await?;
+                    }
+                },
+                Release::Leave => {}
+            }
+        }
+        Ok(())
     }
 
     fn refusal(&self, def: &IndexDef<T>, copy: &DynamicEntity, holder: &str) -> OpError {
@@ -1222,18 +1303,42 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
             let table = self.table_of(def);
             etags.push(match slot {
                 Slot::Own => Some(ctx.insert_or_replace(&table, copy).await?),
-                Slot::Held { etag, .. } => {
-                    match ctx.replace_if_unchanged(&table, copy, etag).await? {
-                        Guarded::Done(etag) => etag,
-                        // A newer change of this primary took the copy over, or
-                        // moved away and deleted it: its own writes stand.
-                        Guarded::Changed | Guarded::Gone => None,
-                    }
-                }
-                Slot::Newer => None,
+                Slot::Held { etag, .. } => self.replace_own_copy(ctx, &table, copy, etag).await?,
             });
         }
         Ok(etags)
+    }
+
+    /// Replaces this primary's unique copy `copy` (its ETag as last seen:
+    /// `etag`) once the primary is written. If another change of this
+    /// primary rewrote it meanwhile (a newer one's claim, or a refused one
+    /// putting back what it found), it is read again and replaced all the
+    /// same: the primary as written is this change's, and the re-read that
+    /// follows settles the copy if a newer primary comes. `None` if the copy
+    /// is gone (a newer change of this primary moved off the value) or
+    /// another primary's.
+    async fn replace_own_copy(
+        &self,
+        ctx: &StepContext,
+        table: &TableClient<DynamicEntity>,
+        copy: &DynamicEntity,
+        etag: &ETag,
+    ) -> OpResult<Option<ETag>> {
+        let key = EntityKey::new(&copy.partition_key, &copy.row_key);
+        let mut etag = etag.clone();
+        for _ in 0..MAX_REREADS {
+            match ctx.replace_if_unchanged(table, copy, &etag).await? {
+                Guarded::Done(written) => return Ok(written),
+                Guarded::Gone => return Ok(None),
+                Guarded::Changed => match ctx.read(table, key.clone()).await? {
+                    Some((found, fresh)) if named_primary(&found) == named_primary(copy) => {
+                        etag = fresh;
+                    }
+                    _ => return Ok(None),
+                },
+            }
+        }
+        Err(format!("the index copy {key} kept changing; will retry later").into())
     }
 
     /// Reads the primary again after the copies were written: if a newer

@@ -1,14 +1,15 @@
 //! The inter-partition secondary index against a plain model: random puts
 //! and removes of employees 1 to 4 over three shared last names (a
-//! non-unique index) and three shared emails (a unique one), sent through
+//! non-unique index), three shared emails and three shared badges (two
+//! unique ones), sent through
 //! the queue, then delivered in a random order, some twice, by one or two
 //! workers running several messages at once, with a step failing at a
 //! random point. After the queue drains, the stored state is compared with
 //! the model: each primary is the newest change that was not refused, every
-//! last name lists exactly its employees, every email finds exactly its
-//! holder (never two), no claim or stale copy is left, and every refused
-//! change is a constraint violation of the email index that ended in the
-//! poison queue. Many cases on the embedded store, a few on Azurite.
+//! last name lists exactly its employees, every email and badge finds
+//! exactly its holder (never two), no claim or stale copy is left, and every
+//! refused change is a constraint violation of a unique index that ended in
+//! the poison queue. Many cases on the embedded store, a few on Azurite.
 
 mod common;
 
@@ -30,6 +31,7 @@ use tablekit_patterns::range::KeyRange;
 
 const NAMES: [&str; 3] = ["Jones", "Van", "Van Dyke"];
 const EMAILS: [&str; 3] = ["a@contoso.com", "b@contoso.com", "c@contoso.com"];
+const BADGES: [&str; 3] = ["b1", "b2", "b3"];
 const MAX_OPS: usize = 10;
 
 #[derive(TableEntity, Debug, Clone, PartialEq)]
@@ -39,12 +41,20 @@ struct Employee {
     employee_id: u32,
     last_name: String,
     email: String,
+    badge: String,
 }
 
 #[derive(Debug, Clone)]
 enum Op {
-    Put { id: u32, name: usize, email: usize },
-    Remove { id: u32 },
+    Put {
+        id: u32,
+        name: usize,
+        email: usize,
+        badge: usize,
+    },
+    Remove {
+        id: u32,
+    },
 }
 
 impl Op {
@@ -56,11 +66,17 @@ impl Op {
 
     fn entity(&self) -> Option<Employee> {
         match self {
-            Op::Put { id, name, email } => Some(Employee {
+            Op::Put {
+                id,
+                name,
+                email,
+                badge,
+            } => Some(Employee {
                 department: "Sales".into(),
                 employee_id: *id,
                 last_name: NAMES[*name].into(),
                 email: EMAILS[*email].into(),
+                badge: BADGES[*badge].into(),
             }),
             Op::Remove { .. } => None,
         }
@@ -83,8 +99,8 @@ struct Plan {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        4 => (1..=4u32, 0..NAMES.len(), 0..EMAILS.len())
-            .prop_map(|(id, name, email)| Op::Put { id, name, email }),
+        4 => (1..=4u32, 0..NAMES.len(), 0..EMAILS.len(), 0..BADGES.len())
+            .prop_map(|(id, name, email, badge)| Op::Put { id, name, email, badge }),
         1 => (1..=4u32).prop_map(|id| Op::Remove { id }),
     ]
 }
@@ -113,6 +129,7 @@ struct Env {
     employees: TableClient<Employee>,
     names: TableClient<DynamicEntity>,
     by_email: InterIndex<Employee>,
+    by_badge: InterIndex<Employee>,
     by_name: InterIndex<Employee>,
     index: InterPartitionIndex<Employee>,
     jobs: QueueClient,
@@ -131,6 +148,8 @@ impl Env {
         jobs.create_queue().await.unwrap();
         poison.create_queue().await.unwrap();
         let by_email = InterIndex::unique("email", "email_", |e: &Employee| e.email.clone());
+        let by_badge =
+            InterIndex::unique("badge", "badge_", |e: &Employee| e.badge.clone()).in_table(&names);
         let by_name =
             InterIndex::non_unique("last name", "lastname_", |e: &Employee| e.last_name.clone())
                 .in_table(&names);
@@ -138,12 +157,15 @@ impl Env {
             .with_index(&by_email)
             .unwrap()
             .with_index(&by_name)
+            .unwrap()
+            .with_index(&by_badge)
             .unwrap();
         Env {
             s: s.clone(),
             employees,
             names,
             by_email,
+            by_badge,
             by_name,
             index,
             jobs,
@@ -306,7 +328,9 @@ async fn check(s: Services, plan: Plan) {
         let i = stamps.iter().position(|s| s == stamp).unwrap();
         let op = &plan.ops[i];
         assert!(
-            matches!(op, Op::Put { .. }) && error.contains(r#"unique constraint "email""#),
+            matches!(op, Op::Put { .. })
+                && (error.contains(r#"unique constraint "email""#)
+                    || error.contains(r#"unique constraint "badge""#)),
             "{op:?} poisoned: {error}"
         );
         assert!(
@@ -361,17 +385,16 @@ async fn check(s: Services, plan: Plan) {
             .count()
     );
 
-    // Unique: no two employees share an email, and each email finds its
-    // holder.
-    for email in EMAILS {
-        let holders: Vec<&Employee> = live.values().filter(|e| e.email == email).collect();
-        assert!(holders.len() <= 1, "{email} held by {holders:?}");
-        let found = env
-            .index
-            .lookup(&env.by_email, "Sales", email)
-            .await
-            .unwrap();
-        assert_eq!(found.as_ref(), holders.first().copied(), "email {email}");
+    // Unique: no two employees share an email or a badge, and each finds
+    // its holder.
+    for (index, values) in [(&env.by_email, EMAILS), (&env.by_badge, BADGES)] {
+        for value in values {
+            let holders: Vec<&Employee> =
+                live.values().filter(|e| index.value(e) == value).collect();
+            assert!(holders.len() <= 1, "{value} held by {holders:?}");
+            let found = env.index.lookup(index, "Sales", value).await.unwrap();
+            assert_eq!(found.as_ref(), holders.first().copied(), "{value}");
+        }
     }
 
     // Nothing else is stored: no claim, no stale copy, no extra copy.
@@ -380,6 +403,7 @@ async fn check(s: Services, plan: Plan) {
         want.insert(("empid_Sales".into(), format!("{:06}", e.employee_id)));
         want.insert(("email_Sales".into(), env.by_email.row_key(e).unwrap()));
         want.insert(("lastname_Sales".into(), env.by_name.row_key(e).unwrap()));
+        want.insert(("badge_Sales".into(), env.by_badge.row_key(e).unwrap()));
     }
     let mut got = BTreeSet::new();
     for d in env.raw_rows().await {

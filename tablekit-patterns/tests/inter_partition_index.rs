@@ -1365,11 +1365,12 @@ fn a_refusal_is_a_warn_event_naming_the_index_the_value_and_both_employees() {
     assert_eq!(field("held_by"), Some("000223"));
 }
 
-/// Two unique indexes (email, and the last name as a badge): 223 keeps its
-/// email and asks for 224's badge. Its claim of its own email (the copy
-/// restamped) is given back as it was when the badge is refused: the same
-/// stamp as the primary, no claim left. Also when the first attempt stops
-/// right after restamping, and the second one finds its own stamp.
+/// Two unique indexes (email, and the last name as a badge). 223 keeps its
+/// email and asks for the badge "Lee". Its first attempt restamps its email
+/// copy (its claim on the value it keeps) and stops; then 225 takes "Lee".
+/// The next attempt is refused and gives the email copy back as the primary
+/// shows it: the same stamp, no claim left. Without the stop, the refusal
+/// comes before any write.
 async fn a_change_refused_on_its_second_unique_index_gives_back_the_first(s: Services) {
     for stop_after_restamp in [false, true] {
         let env = Env::new(&s).await;
@@ -1385,10 +1386,13 @@ async fn a_change_refused_on_its_second_unique_index_gives_back_the_first(s: Ser
                 .poison_queue(env.poison.clone())
                 .visibility_timeout(env.s.visibility)
                 .retry_delay(Duration::from_secs(1))
+                .concurrency(1)
                 .step_hook(move |event| async move {
                     match event {
+                        // read primary, read email copy, read badge copy,
+                        // restamp the email copy.
                         Event::Step {
-                            step: 3,
+                            step: 4,
                             dequeue_count: 1,
                             name,
                             ..
@@ -1403,29 +1407,37 @@ async fn a_change_refused_on_its_second_unique_index_gives_back_the_first(s: Ser
                 .unwrap()
         };
         index.put(&jones()).await.unwrap();
-        index
-            .put(&emp(224, "Kim", "kim@contoso.com"))
-            .await
-            .unwrap();
         worker(false).drain().await.unwrap();
         let raw = env.employees.with_type::<DynamicEntity>();
         let before = raw.query().fetch_all().await.unwrap();
+        let lee = emp(225, "Lee", "lee@contoso.com");
 
-        index
-            .put(&emp(223, "Kim", "jonesj@contoso.com"))
-            .await
-            .unwrap();
-        let report = worker(stop_after_restamp).drain().await.unwrap();
-        assert_eq!(report.failed, 1, "{report:?}");
+        let change = emp(223, "Lee", "jonesj@contoso.com");
         if stop_after_restamp {
+            index.put(&change).await.unwrap();
+            let report = worker(true).run_once().await.unwrap();
+            assert_eq!(report.failed, 1, "{report:?}");
+            index.put(&lee).await.unwrap();
+            worker(false).drain().await.unwrap();
             match &env.s.clock {
                 Some(clock) => clock.advance(Duration::from_secs(2)),
                 None => tokio::time::sleep(Duration::from_millis(1100)).await,
             }
-            let report = worker(false).drain().await.unwrap();
-            assert_eq!(report.failed, 1, "{report:?}");
+        } else {
+            index.put(&lee).await.unwrap();
+            worker(false).drain().await.unwrap();
+            index.put(&change).await.unwrap();
         }
-        let after = raw.query().fetch_all().await.unwrap();
+        let report = worker(false).drain().await.unwrap();
+        assert_eq!(report.failed, 1, "{report:?}");
+        let after: Vec<DynamicEntity> = raw
+            .query()
+            .fetch_all()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|d| !["Lee", "lee@contoso.com", "000225"].contains(&d.row_key.as_str()))
+            .collect();
         let view = |rows: &[DynamicEntity]| -> Vec<(String, String, Option<EdmValue>, bool)> {
             rows.iter()
                 .map(|d| {
@@ -1445,6 +1457,10 @@ async fn a_change_refused_on_its_second_unique_index_gives_back_the_first(s: Ser
                 .await
                 .unwrap(),
             Some(jones())
+        );
+        assert_eq!(
+            index.lookup(&by_badge, "Sales", "Lee").await.unwrap(),
+            Some(lee)
         );
     }
 }
