@@ -175,6 +175,11 @@
 //!   was poisoned) holds its value until deleted by hand.
 //! * A put older than a purged tombstone would bring the entity back: purge
 //!   only past the queue's message time-to-live.
+//! * A put that finds a newer put of the same entity claiming a unique
+//!   value fails its attempt and is retried; if the newer put is itself
+//!   retried (refused for another value) through all of this put's
+//!   attempts, this put ends in the poison queue with that reason, never
+//!   applied silently.
 //!
 //! # Keys
 //!
@@ -588,13 +593,20 @@ enum Slot {
         /// What to do with the copy if the change is refused.
         release: Release,
     },
+    /// A unique index whose copy a newer change of this primary wrote (its
+    /// stamp is higher): never written over with an older stamp, which
+    /// would let an older change delete it.
+    Newer,
 }
 
 /// How a refused change gives back a copy it claimed.
 enum Release {
     /// Inserted by this change: delete it.
     Delete,
-    /// This primary's copy from before, stamped by this change: put it back.
+    /// This primary's copy from before (as found), stamped by this change:
+    /// rewritten from the primary as it is then if that shows the value
+    /// (another change of this primary may have been applied meanwhile),
+    /// else put back as found.
     Restore(DynamicEntity),
     /// Restamped by an earlier attempt of this change (what it was is not
     /// known): rewrite it from the primary as read, or delete it if that
@@ -606,6 +618,16 @@ enum Release {
 
 /// A claim that found the value taken: the RowKey of the primary holding it.
 struct Taken(String);
+
+/// A newer change of this entity is claiming the copy `key`: if it goes
+/// through, this change is stale; if it is refused, it gives the claim back.
+/// Either way, later: the attempt fails and the message is retried.
+fn newer_claim(key: &EntityKey) -> OpError {
+    format!(
+        "the index copy {key} is being claimed by a newer change of this entity; will retry later"
+    )
+    .into()
+}
 
 /// An entity type stored under a primary PartitionKey prefix with any number
 /// of [`InterIndex`]es, kept in step through a queue. Cheap to clone. See the
@@ -944,21 +966,12 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                     let holder = named_primary(&found).unwrap_or_default().to_owned();
                     return Ok(Err(Taken(holder)));
                 }
-                Some((found, _)) if pending && is_pending(&found) && stamp_of(&found) > stamp => {
-                    // A newer change of this entity is claiming the value:
-                    // if it goes through, this change is stale; if it is
-                    // refused, it gives the claim back. Either way, later.
-                    return Err(format!(
-                        "the index copy {key} is being claimed by a newer change of this entity; \
-                         will retry later"
-                    )
-                    .into());
+                Some((found, _)) if is_pending(&found) && stamp_of(&found) > stamp => {
+                    return Err(newer_claim(&key));
                 }
-                Some((found, etag)) if stamp_of(&found) > stamp || !pending => {
-                    // A newer change of this entity holds it (its claim or
-                    // copy is not this change's to give back; if the newer
-                    // change goes through, its writes replace this one's),
-                    // or, the primary written, the copy to replace.
+                Some((found, _)) if stamp_of(&found) > stamp => return Ok(Ok(Slot::Newer)),
+                Some((_, etag)) if !pending => {
+                    // The primary written: the copy to replace.
                     return Ok(Ok(Slot::Held {
                         etag,
                         release: Release::Leave,
@@ -1116,7 +1129,29 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                     ctx.delete_if_unchanged(&table, key, etag).await?;
                 }
                 Release::Restore(found) => {
-                    ctx.replace_if_unchanged(&table, found, etag).await?;
+                    let primary_key = EntityKey::new(
+                        self.primary_partition_key(
+                            copy.partition_key
+                                .strip_prefix(&def.prefix)
+                                .unwrap_or_default(),
+                        ),
+                        named_primary(copy).unwrap_or_default(),
+                    );
+                    let now = self.read_primary(ctx, &primary_key).await?;
+                    let fresh = match &now {
+                        Current::Live { entity, stamp, .. } => {
+                            Some(self.stored(entity, *stamp)?.1.swap_remove(i))
+                        }
+                        _ => None,
+                    };
+                    match fresh {
+                        Some(fresh) if fresh.row_key == copy.row_key => {
+                            ctx.replace_if_unchanged(&table, &fresh, etag).await?;
+                        }
+                        _ => {
+                            ctx.replace_if_unchanged(&table, found, etag).await?;
+                        }
+                    }
                 }
                 Release::Settle => match shown.as_ref().map(|c| &c[i]) {
                     Some(fresh) if fresh.row_key == copy.row_key => {
@@ -1304,6 +1339,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
             etags.push(match slot {
                 Slot::Own => Some(ctx.insert_or_replace(&table, copy).await?),
                 Slot::Held { etag, .. } => self.replace_own_copy(ctx, &table, copy, etag).await?,
+                Slot::Newer => None,
             });
         }
         Ok(etags)
@@ -1311,11 +1347,11 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
 
     /// Replaces this primary's unique copy `copy` (its ETag as last seen:
     /// `etag`) once the primary is written. If another change of this
-    /// primary rewrote it meanwhile (a newer one's claim, or a refused one
+    /// primary rewrote it meanwhile with a stamp no newer (a refused one
     /// putting back what it found), it is read again and replaced all the
-    /// same: the primary as written is this change's, and the re-read that
-    /// follows settles the copy if a newer primary comes. `None` if the copy
-    /// is gone (a newer change of this primary moved off the value) or
+    /// same. A newer change's copy is left (`None`); a newer change's claim
+    /// still in flight fails the attempt, to retry later. `None` also if the
+    /// copy is gone (a newer change of this primary moved off the value) or
     /// another primary's.
     async fn replace_own_copy(
         &self,
@@ -1331,10 +1367,17 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 Guarded::Done(written) => return Ok(written),
                 Guarded::Gone => return Ok(None),
                 Guarded::Changed => match ctx.read(table, key.clone()).await? {
-                    Some((found, fresh)) if named_primary(&found) == named_primary(copy) => {
-                        etag = fresh;
+                    Some((found, _)) if named_primary(&found) != named_primary(copy) => {
+                        return Ok(None)
                     }
-                    _ => return Ok(None),
+                    Some((found, _)) if stamp_of(&found) > stamp_of(copy) => {
+                        if is_pending(&found) {
+                            return Err(newer_claim(&key));
+                        }
+                        return Ok(None);
+                    }
+                    Some((_, fresh)) => etag = fresh,
+                    None => return Ok(None),
                 },
             }
         }
