@@ -1,11 +1,15 @@
 //! The inter-partition secondary index pattern (design guide §3.2): each
 //! employee is stored under `empid_Sales` / `000223` and copied under
-//! `email_Sales` / `jonesj@contoso.com`, two partitions that no transaction
-//! spans. Every change is one message on a queue; a worker writes the
-//! primary, then the index copy, deleting the copy under an old email first,
-//! so an index entry never points at a missing employee. Each change carries
-//! a stamp, so an older change delivered late changes nothing, and a remove
-//! leaves a tombstone until `purge_tombstones`.
+//! `email_Sales` / `jonesj@contoso.com` (a unique index: one employee per
+//! email) and under `lastname_Sales` / `jones 000223` (a non-unique index:
+//! any number of Joneses), partitions that no transaction spans. Every
+//! change is one message on a queue; a worker claims the unique email, writes
+//! the primary, then the index copies, deleting the copies under old values
+//! first, so an index entry a reader sees never points at a missing
+//! employee. A change that would take another employee's email is refused
+//! (a constraint violation, retried, then poisoned) and writes nothing. Each
+//! change carries a stamp, so an older change delivered late changes
+//! nothing, and a remove leaves a tombstone until `purge_tombstones`.
 //!
 //! ```text
 //! cargo run --example employee_email_index                 # on the embedded in-process store
@@ -77,7 +81,7 @@ async fn main() {
 
 async fn show(table: &TableClient<DynamicEntity>) -> tablekit::Result<()> {
     for r in table.query().fetch_all().await? {
-        println!("  {:<12} {}", r.partition_key, r.row_key);
+        println!("  {:<15} {}", r.partition_key, r.row_key);
     }
     Ok(())
 }
@@ -100,9 +104,14 @@ async fn run(tables: TableServiceClient, queues: QueueServiceClient) -> Result<(
     println!("table {}, queue {}", table.name(), jobs.name());
 
     // Emails compare ordinally as RowKeys: the key function lower-cases them.
-    let by_email = InterIndex::new("email", "email_", |e: &Employee| e.email.to_lowercase());
-    let employees =
-        InterPartitionIndex::new(table.clone(), "empid_", jobs.clone()).with_index(&by_email)?;
+    // One employee per email; any number per last name.
+    let by_email = InterIndex::unique("email", "email_", |e: &Employee| e.email.to_lowercase());
+    let by_name = InterIndex::non_unique("last name", "lastname_", |e: &Employee| {
+        e.last_name.to_lowercase()
+    });
+    let employees = InterPartitionIndex::new(table.clone(), "empid_", jobs.clone())
+        .with_index(&by_email)?
+        .with_index(&by_name)?;
     let worker: WorkerBuilder = employees
         .attach(Worker::builder(jobs.clone(), tables.clone()))
         .poison_queue(poison.clone())
@@ -115,6 +124,7 @@ async fn run(tables: TableServiceClient, queues: QueueServiceClient) -> Result<(
         (152, "Ben", "Adams", "adamsb@contoso.com"),
         (199, "Sam", "Smith", "smiths@contoso.com"),
         (310, "Bea", "Brown", "brownb@contoso.com"),
+        (224, "Kim", "Jones", "jonesk@contoso.com"),
     ] {
         let e = Employee {
             department: "Sales".into(),
@@ -125,7 +135,7 @@ async fn run(tables: TableServiceClient, queues: QueueServiceClient) -> Result<(
         };
         employees.put(&e).await?; // one message; nothing written yet
     }
-    println!("enqueued 5 employees; before the worker runs the table is empty:");
+    println!("enqueued 6 employees; before the worker runs the table is empty:");
     show(&table.with_type()).await?;
     let report = worker.drain().await?;
     println!(
@@ -156,6 +166,43 @@ async fn run(tables: TableServiceClient, queues: QueueServiceClient) -> Result<(
         println!("  {}", name(&e));
     }
 
+    let joneses = employees.lookup_all(&by_name, "Sales", "jones").await?;
+    println!(
+        "every Jones (RowKey ge 'jones ' and RowKey lt 'jones!'): {:?}",
+        joneses.iter().map(name).collect::<Vec<_>>()
+    );
+
+    // Kim wants Jane's email: the worker refuses the whole change (a
+    // constraint violation: nothing written, Jane's copy intact). A refused
+    // change is retried, as the holder may give the value up in a change
+    // still on its way; here the worker gives up at once (1 attempt) and
+    // moves it to the poison queue.
+    let mut kim = employees.get(("Sales", "000224")).await?.expect("stored");
+    kim.email = "JonesJ@contoso.com".into();
+    employees.put(&kim).await?;
+    let strict = employees
+        .attach(Worker::builder(jobs.clone(), tables.clone()))
+        .poison_queue(poison.clone())
+        .max_dequeue_count(1)
+        .build()?;
+    let report = strict.drain().await?;
+    let poisoned = poison.receive().await?;
+    let why = match poisoned.first() {
+        Some(m) => {
+            m.json::<tablekit_patterns::eventual::PoisonedMessage>()?
+                .error
+        }
+        None => String::new(),
+    };
+    println!("refused ({} poisoned): {why}", report.poisoned);
+    println!(
+        "email_Sales/jonesj@contoso.com is still {:?}",
+        employees
+            .lookup(&by_email, "Sales", "jonesj@contoso.com")
+            .await?
+            .map(|e| name(&e))
+    );
+
     // Jane changes her email: the old copy goes, the new one comes.
     let mut jane = employees.get(("Sales", "000223")).await?.expect("stored");
     jane.email = "jane.jones@contoso.com".into();
@@ -173,7 +220,7 @@ async fn run(tables: TableServiceClient, queues: QueueServiceClient) -> Result<(
             .map(|e| name(&e)),
     );
 
-    // Sam leaves: the copy is deleted first, then the employee is replaced by
+    // Sam leaves: the copies are deleted first, then the employee is replaced by
     // a tombstone (its keys, ChangeStamp, Removed = true) that every read
     // skips and that stops an older put, delivered late, from bringing him back.
     employees.remove(("Sales", "000199")).await?;

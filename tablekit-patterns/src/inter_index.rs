@@ -9,59 +9,132 @@
 //! consistent through a queue ([`eventual`](crate::eventual)): a change is
 //! one message, and a [`Worker`](crate::eventual::Worker) applies it.
 //!
+//! # Unique and non-unique indexes
+//!
+//! Every [`InterIndex`] says in its declaration which it is:
+//!
+//! * [`InterIndex::unique`] (an email): one entity per value and partition.
+//!   The copy's RowKey is the value (`jonesj@contoso.com`), read with
+//!   [`lookup`](InterPartitionIndex::lookup) (`Option`). A change that would
+//!   take a value another entity holds is **refused** (below).
+//! * [`InterIndex::non_unique`] (a last name): any number of entities per
+//!   value. The copy's RowKey is the value, a space ([`VALUE_SEPARATOR`]) and
+//!   the primary's RowKey (`jones 000223`), so two Joneses have two copies;
+//!   read with [`lookup_all`](InterPartitionIndex::lookup_all) (`Vec`).
+//!   A space or `!` inside a value is written `!!` / `!"` in the RowKey, so
+//!   no value holds the separator and RowKeys sort as their values do:
+//!   [`list`](InterPartitionIndex::list) takes ranges **of values**
+//!   (`KeyRange::prefix("jo")`, `KeyRange::inclusive("a", "k")`) on either
+//!   kind and turns them into RowKey ranges. `lookup` on a non-unique index
+//!   is refused before any request.
+//!
 //! | operation | requests |
 //! |---|---|
 //! | [`put`](InterPartitionIndex::put), [`remove`](InterPartitionIndex::remove) (client) | 1 message sent |
-//! | the worker, for a put | read primary; per copy whose indexed value changed: read it, delete it under its ETag if an older change wrote it; replace the primary under the ETag read (insert if absent); insert-or-replace each copy; per changed value again: read the old copy, delete it if older; read the primary again (+1 conditional write or delete per copy if a newer change got in) |
+//! | the worker, for a put | read primary; per unique index: read the copy under the new value (refused here, before any write, if another entity holds one); per unique index: insert a claim if there is none, or restamp this entity's copy (refused if another entity took it meanwhile: each claim of this change given back); per copy whose value changed: read it, delete it under its ETag if this entity's and older; replace the primary under the ETag read (insert if absent); write each copy (unique: replace the claim under its ETag; non-unique: insert-or-replace); per changed value again: read the old copy, delete it if older; read the primary again (+1 conditional write or delete per copy if a newer change got in) |
 //! | the worker, for a stale put (a newer change is stored) | read primary; read each copy under this change's values (+1 conditional delete or rewrite of each one this change wrote) |
-//! | the worker, for a remove | read primary (newer or this remove: done); per copy: read, delete if older; replace the primary by a tombstone under the ETag read (insert if absent); per copy again: read, delete if older |
+//! | the worker, for a remove | read primary (newer or this remove: done); per copy: read, delete if this entity's and older; replace the primary by a tombstone under the ETag read (insert if absent); per copy again: read, delete if older |
 //! | [`get`](InterPartitionIndex::get), [`lookup`](InterPartitionIndex::lookup) | 1 point read |
+//! | [`lookup_all`](InterPartitionIndex::lookup_all), [`list`](InterPartitionIndex::list), [`list_primary`](InterPartitionIndex::list_primary) | 1 range query (a request per page) |
 //! | [`lookup_verified`](InterPartitionIndex::lookup_verified) | 2 point reads (+1 conditional delete to repair) |
-//! | [`list`](InterPartitionIndex::list), [`list_primary`](InterPartitionIndex::list_primary) | 1 range query (a request per page) |
+//! | [`list_verified`](InterPartitionIndex::list_verified) | 1 range query, 1 point read per copy (+1 conditional delete per repair) |
 //! | [`purge_tombstones`](InterPartitionIndex::purge_tombstones) | 1 query over the primary partitions (a request per page), 1 conditional delete per old tombstone |
 //!
 //! A primary write that finds the primary changed since its read (412, or
 //! 409 on an insert) starts again from the read, after a jittered pause, at
 //! most [`MAX_REREADS`] times; then the message fails and is retried later.
 //!
-//! # Order of the writes
+//! # What is atomic, and what a reader sees
+//!
+//! **Nothing across partitions is atomic.** Each request the worker sends
+//! writes one entity; the primary and each copy change at different times.
+//! What holds:
+//!
+//! * Once the queue is drained, every primary and its copies agree, and each
+//!   unique value has at most one entity (eventual consistency).
+//! * In between, a reader can see the primary changed and a copy not yet,
+//!   or a lookup by the old value find nothing while the new copy is not yet
+//!   written, or a copy with the entity's previous content. A copy a reader
+//!   sees never points at a missing primary (it is written after the
+//!   primary and deleted before it), but [`lookup`](InterPartitionIndex::lookup)
+//!   and [`list`](InterPartitionIndex::list) do not check: use the
+//!   `_verified` reads to get the primary as stored, at one more read each.
+//! * A **claim** (a unique copy marked [`PENDING`]) is written before its
+//!   primary; readers never see it.
+//!
+//! # The order of the writes, and unique values
 //!
 //! The message is sent first and the worker writes everything, so a change
-//! the client was told about is never lost, whatever crashes after. The
-//! worker orders its writes so that **an index copy never points at a missing
-//! primary**: a copy is written only after the primary it points at, and
-//! deleted before it (before the tombstone that replaces it). A copy under
-//! an old value is deleted *before* the primary changes, because the old
-//! value is known only from the primary as stored: a crash after the primary
-//! write would otherwise forget it. Every step is idempotent, so a worker that
-//! stops anywhere is followed by one that redoes the whole change. Between
-//! the steps a reader can see the primary changed and the index not yet, or a
-//! lookup by the old value find nothing while the new one is not yet written:
-//! the index is eventually consistent.
+//! the client was told about is never lost, whatever crashes after. For a
+//! put the worker:
+//!
+//! 1. **claims each unique value** before anything else. It first reads the
+//!    copy under every new unique value: one that names another entity
+//!    refuses the change before any write. Then it inserts each copy marked
+//!    [`PENDING`] (or, if this entity already holds the value, rewrites its
+//!    copy with this change's stamp, so an older change racing this one
+//!    leaves it). Two changes of two entities that want one value both try
+//!    the insert; one gets 409 and is refused. A claim of a *newer* change
+//!    of the same entity still being applied makes this attempt fail and
+//!    retry later (by then the newer change has gone through, and this one
+//!    is stale, or was refused and gave the claim back). On a **refusal**
+//!    the claims this change made are given back (deleted, or put back,
+//!    under their ETags), a `tracing::warn!` event
+//!    names the index, the value and both entities, and the message fails
+//!    with [`Error::constraint`]`(index, (copy pk, copy rk), Some((pk, holder rk)))`.
+//!    **A refused change writes nothing**: the primary and its copies never
+//!    disagree about a unique value. The worker retries a failed message
+//!    after its retry delay (the holder may give the value up in a change
+//!    still in the queue: delivery is not in order), and after
+//!    [`max_dequeue_count`](crate::eventual::WorkerBuilder::max_dequeue_count)
+//!    attempts moves it to the poison queue, whose
+//!    [`PoisonedMessage::error`](crate::eventual::PoisonedMessage) holds the
+//!    constraint text. The [`Report`](crate::eventual::Report) of the run
+//!    counts it as failed, then poisoned.
+//! 2. deletes this entity's copies under its old values (before the primary
+//!    changes, because the old values are known only from the primary as
+//!    stored);
+//! 3. writes the primary, under the ETag of its read;
+//! 4. writes the copies (a claim becomes a plain copy; if another change of
+//!    this entity rewrote it meanwhile, it is read and written again);
+//! 5. deletes old copies again and reads the primary again (below).
+//!
+//! **No copy is rewritten or deleted except on behalf of the entity it
+//! names** ([`PRIMARY_ROW_KEY`]): every delete and rewrite of a copy, by the
+//! worker or by a verified read's repair, first reads the copy, checks that
+//! it names this entity, and then writes under the ETag of that read. So a
+//! change never removes another entity's copy, whatever the order of
+//! delivery.
+//!
+//! Every step is idempotent, so a worker that stops anywhere is followed by
+//! one that redoes the whole change.
 //!
 //! # Change stamps: out-of-order delivery and racing workers
 //!
 //! Delivery is at least once, and not in order: a message can run again
 //! after a newer change of the same entity (after a crash, a failed step, a
 //! lost delete), and two workers can apply two changes of one entity at the
-//! same time. So each message carries a **stamp**: microseconds since the
-//! Unix epoch by the sending client's clock, made strictly increasing per
-//! [`InterPartitionIndex`] value (and its clones). The primary, each copy and
-//! each tombstone store the stamp of the change that wrote them in
-//! [`CHANGE_STAMP`] (Int64). The worker:
+//! same time. So each message carries a **stamp** (required): microseconds
+//! since the Unix epoch by the sending client's clock, made strictly
+//! increasing per [`InterPartitionIndex`] value (and its clones). The
+//! primary, each copy and each tombstone store the stamp of the change that
+//! wrote them in [`CHANGE_STAMP`] (Int64). The worker:
 //!
 //! * applies a put only over an older primary (or none): a primary with a
 //!   stamp as new or newer means the message is stale. It then writes
 //!   nothing new, but brings in line what an earlier attempt of *this*
-//!   message may have left: a copy under its values that holds its stamp is
-//!   deleted (or, if the current primary still has that value, rewritten from
-//!   it), under the copy's ETag. An equal stamp with the same entity is this
-//!   message's own earlier attempt, which then goes on with the copies.
+//!   message may have left: a copy (or claim) of this entity under its
+//!   values that holds its stamp is deleted (or, if the current primary
+//!   still has that value, rewritten from it), under the copy's ETag. An
+//!   equal stamp with the same entity is this message's own earlier
+//!   attempt, which then goes on with the copies. A stale message is never
+//!   refused.
 //! * writes the primary under the ETag of its read, so of two racing workers
 //!   one restarts from a fresh read and finds the other's stamp.
-//! * deletes a copy under an old value only if an older change wrote it
-//!   (its stamp is lower), before the primary write and once more after it:
-//!   an older change that read the primary earlier can write its copy late.
+//! * deletes a copy under an old value only if it names this entity and an
+//!   older change wrote it (its stamp is lower), before the primary write
+//!   and once more after it: an older change that read the primary earlier
+//!   can write its copy late.
 //! * reads the primary again after writing the copies: if a newer change got
 //!   in, each copy just written is deleted (or, if the newer primary has the
 //!   same value, rewritten from it), under the ETag this worker's write
@@ -84,18 +157,29 @@
 //!   (the same microsecond): the change stored first wins. Send the changes
 //!   of one entity from one [`InterPartitionIndex`] value (or keep clocks
 //!   synchronised) if that matters.
+//! * Which of two entities gets a contested unique value is decided by
+//!   which change claims it first, not by stamps: with out-of-order
+//!   delivery, a later change can win over an earlier one that is refused.
+//! * Between step 2 and step 3 of a put that moves off a unique value, the
+//!   value is free while the old primary still shows it: another entity can
+//!   claim it then, and for that moment two primaries show one value (only
+//!   one copy exists). When the change is applied, the old primary moves on.
 //! * A worker that crashes between its primary write and its second
 //!   delete of old copies, while an older change racing it writes a copy
 //!   under the old value, leaves that copy: on redelivery the old value is
 //!   no longer known. Such a copy has an older stamp than its primary;
 //!   [`lookup_verified`](InterPartitionIndex::lookup_verified) and
 //!   [`list_verified`](InterPartitionIndex::list_verified) repair it (a
-//!   delete conditional on the copy's ETag) when they find it.
+//!   delete conditional on the copy's ETag) when they find it. A claim
+//!   left by a message that never runs again (it crashed after claiming and
+//!   was poisoned) holds its value until deleted by hand.
 //! * A put older than a purged tombstone would bring the entity back: purge
 //!   only past the queue's message time-to-live.
-//! * A message sent before stamps existed has no stamp (0): it is applied
-//!   unconditionally, as then (its primary and copies get stamp 0, which any
-//!   stamped change replaces).
+//! * A put that finds a newer put of the same entity claiming a unique
+//!   value fails its attempt and is retried; if the newer put is itself
+//!   retried (refused for another value) through all of this put's
+//!   attempts, this put ends in the poison queue with that reason, never
+//!   applied silently.
 //!
 //! # Keys
 //!
@@ -104,10 +188,11 @@
 //! under `empid_Sales` / `000223`, a copy under `email_Sales` /
 //! `jonesj@contoso.com` with the property [`PRIMARY_ROW_KEY`] holding the
 //! primary RowKey. An entity type with a property named [`PRIMARY_ROW_KEY`],
-//! [`CHANGE_STAMP`] or [`REMOVED`] is refused. Normalise indexed values in the key function (lower case),
-//! as RowKeys compare ordinally; a value must be a valid RowKey (no `/ \ # ?`).
-//! An entity travels in its message, so it must fit one (about 48 KiB of
-//! JSON); a larger one is refused before any request.
+//! [`CHANGE_STAMP`], [`REMOVED`] or [`PENDING`] is refused. Normalise
+//! indexed values in the key function (lower case), as RowKeys compare
+//! ordinally; a value must be a valid RowKey (no `/ \ # ?`). An entity
+//! travels in its message, so it must fit one (about 48 KiB of JSON); a
+//! larger one is refused before any request.
 //!
 //! ```
 //! use tablekit::{QueueServiceClient, TableEntity, TableServiceClient};
@@ -117,7 +202,7 @@
 //!
 //! #[derive(TableEntity, Debug, Clone)]
 //! #[tablekit(partition_key = "{department}", row_key = "{employee_id:06}")]
-//! struct Employee { department: String, employee_id: u32, email: String }
+//! struct Employee { department: String, employee_id: u32, last_name: String, email: String }
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
@@ -129,26 +214,43 @@
 //! let table = tables.table::<Employee>("Employees")?;
 //! table.create_table().await?;
 //!
-//! let by_email = InterIndex::new("email", "email_", |e: &Employee| e.email.to_lowercase());
+//! let by_email = InterIndex::unique("email", "email_", |e: &Employee| e.email.to_lowercase());
+//! let by_name = InterIndex::non_unique("name", "lastname_", |e: &Employee| e.last_name.to_lowercase());
 //! let employees = InterPartitionIndex::new(table, "empid_", jobs.clone())
-//!     .with_index(&by_email)?;
+//!     .with_index(&by_email)?
+//!     .with_index(&by_name)?;
 //!
 //! // The client: one message per change.
-//! employees.put(&Employee { department: "Sales".into(), employee_id: 223, email: "jonesj@contoso.com".into() }).await?;
+//! let jones = |id, email: &str| Employee {
+//!     department: "Sales".into(), employee_id: id, last_name: "Jones".into(), email: email.into(),
+//! };
+//! employees.put(&jones(223, "jonesj@contoso.com")).await?;
+//! employees.put(&jones(224, "jonesk@contoso.com")).await?;
 //!
-//! // The worker: writes empid_Sales/000223, then email_Sales/jonesj@contoso.com.
+//! // The worker: claims email_Sales/jonesj@contoso.com, writes
+//! // empid_Sales/000223, then the copies; the same for 224.
 //! let worker = employees.attach(Worker::builder(jobs, tables)).poison_queue(poison).build()?;
 //! worker.drain().await?;
 //!
-//! let jones = employees.lookup(&by_email, "Sales", "jonesj@contoso.com").await?;
-//! assert_eq!(jones.map(|e| e.employee_id), Some(223));
+//! let found = employees.lookup(&by_email, "Sales", "jonesj@contoso.com").await?;
+//! assert_eq!(found.map(|e| e.employee_id), Some(223));
+//! let joneses = employees.lookup_all(&by_name, "Sales", "jones").await?;
+//! assert_eq!(joneses.iter().map(|e| e.employee_id).collect::<Vec<_>>(), [223, 224]);
 //! let a_to_b = employees.list(&by_email, "Sales", KeyRange::prefix("a")).await?;
 //! assert!(a_to_b.is_empty()); // "jonesj" is not in 'a'..'b'
+//!
+//! // 224 wants 223's email: refused, nothing written.
+//! employees.put(&jones(224, "jonesj@contoso.com")).await?;
+//! let report = worker.drain().await?;
+//! assert_eq!(report.failed, 1);
+//! let found = employees.lookup(&by_email, "Sales", "jonesj@contoso.com").await?;
+//! assert_eq!(found.map(|e| e.employee_id), Some(223));
 //! # Ok(()) }
 //! ```
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::ops::Bound;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -157,12 +259,14 @@ use serde::{Deserialize, Serialize};
 use tablekit::filter::prefix_successor;
 use tablekit::{
     entity_from_json, entity_to_json, to_dynamic, Column, DecodeError, DynamicEntity, ETag,
-    EdmValue, EntityKey, IfMatch, QueueClient, RawEntity, Result, SentMessage, TableClient,
+    EdmValue, EntityKey, Error, IfMatch, QueueClient, RawEntity, Result, SentMessage, TableClient,
     TableEntity,
 };
 
 use crate::error::refused;
-use crate::eventual::{Eventual, Guarded, OpResult, StepContext, WorkerBuilder, MAX_REREADS};
+use crate::eventual::{
+    Eventual, Guarded, OpError, OpResult, StepContext, WorkerBuilder, MAX_REREADS,
+};
 use crate::range::KeyRange;
 
 /// The property of an index copy that holds the RowKey of its primary.
@@ -176,6 +280,18 @@ pub const CHANGE_STAMP: &str = "ChangeStamp";
 /// entity was removed by the change of its [`CHANGE_STAMP`].
 pub const REMOVED: &str = "Removed";
 
+/// The Boolean property (`true`) that marks a copy of a unique index as a
+/// **claim**: written before its primary, it reserves the value for that
+/// primary while the change is applied. Reads skip claims; the worker turns
+/// a claim into a plain copy once the primary is written.
+pub const PENDING: &str = "Pending";
+
+/// What separates the (escaped) value from the primary RowKey in the RowKey
+/// of a non-unique index's copy: `jones` + ` ` + `000223`. A space sorts
+/// before every character a value can hold once escaped, so the copies of
+/// one value are contiguous and in value order.
+pub const VALUE_SEPARATOR: char = ' ';
+
 type KeyFn<T> = dyn Fn(&T) -> String + Send + Sync;
 
 struct IndexDef<T> {
@@ -183,23 +299,89 @@ struct IndexDef<T> {
     prefix: String,
     key: Arc<KeyFn<T>>,
     table: Option<TableClient<DynamicEntity>>,
+    unique: bool,
 }
 
-/// One index of an [`InterPartitionIndex`]: a name, the PartitionKey prefix of
-/// its copies (`email_`), the function giving an entity's indexed value, and
+impl<T> IndexDef<T> {
+    /// The RowKey of the copy of the entity with RowKey `primary_row_key`
+    /// whose indexed value is `value`.
+    fn copy_row_key(&self, value: &str, primary_row_key: &str) -> String {
+        if self.unique {
+            value.to_owned()
+        } else {
+            format!("{}{VALUE_SEPARATOR}{primary_row_key}", escape_value(value))
+        }
+    }
+
+    /// `range` over values, as a range over the RowKeys of the copies.
+    fn row_key_range(&self, range: &KeyRange) -> KeyRange {
+        if self.unique {
+            return range.clone();
+        }
+        // Copies of value v are `escape(v) + ' ' + rk`; every key of a value
+        // above v (escaped) is at least `escape(v) + '!'`.
+        let lower = match range.lower() {
+            Bound::Included(v) => Bound::Included(escape_value(v)),
+            Bound::Excluded(v) => Bound::Included(format!("{}!", escape_value(v))),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        let upper = match range.upper() {
+            Bound::Included(v) => Bound::Excluded(format!("{}!", escape_value(v))),
+            Bound::Excluded(v) => Bound::Excluded(escape_value(v)),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        KeyRange::new(lower, upper)
+    }
+}
+
+/// A value as it is written before [`VALUE_SEPARATOR`] in a non-unique
+/// index's RowKey: `' '` becomes `"!!"` and `'!'` becomes `"!\""`, every
+/// other character stays. The code is prefix-free and keeps the order of
+/// values, so a prefix or range of values is a prefix or range of RowKeys,
+/// and no escaped value holds the separator.
+fn escape_value(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for ch in value.chars() {
+        match ch {
+            ' ' => out.push_str("!!"),
+            '!' => out.push_str("!\""),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// One index of an [`InterPartitionIndex`]: a name, whether a value belongs
+/// to one entity at most ([`unique`](InterIndex::unique)) or to any number
+/// ([`non_unique`](InterIndex::non_unique)), the PartitionKey prefix of its
+/// copies (`email_`), the function giving an entity's indexed value, and
 /// optionally a table of its own. Cheap to clone.
+///
+/// There is no `InterIndex::new`: whether an index is unique decides what a
+/// second entity with the same value gets (a refusal, or a copy of its own),
+/// so every declaration says which.
 ///
 /// ```
 /// use tablekit::{DynamicEntity, EdmValue};
 /// use tablekit_patterns::inter_index::InterIndex;
 ///
-/// let by_email = InterIndex::new("email", "email_", |e: &DynamicEntity| match e.get("Email") {
-///     Some(EdmValue::String(s)) => s.to_lowercase(),
-///     _ => String::new(),
-/// });
-/// let jones = DynamicEntity::new("Sales", "000223").with("Email", "JonesJ@contoso.com");
+/// let text = |name: &'static str| {
+///     move |e: &DynamicEntity| match e.get(name) {
+///         Some(EdmValue::String(s)) => s.to_lowercase(),
+///         _ => String::new(),
+///     }
+/// };
+/// let by_email = InterIndex::unique("email", "email_", text("Email"));
+/// let by_name = InterIndex::non_unique("last name", "lastname_", text("LastName"));
+/// let jones = DynamicEntity::new("Sales", "000223")
+///     .with("Email", "JonesJ@contoso.com")
+///     .with("LastName", "Jones");
 /// assert_eq!(by_email.value(&jones), "jonesj@contoso.com");
 /// assert_eq!(by_email.partition_key("Sales"), "email_Sales");
+/// assert_eq!(by_email.row_key(&jones)?, "jonesj@contoso.com");
+/// // A non-unique copy's RowKey is the value, a space and the primary RowKey.
+/// assert_eq!(by_name.row_key(&jones)?, "jones 000223");
+/// # Ok::<(), tablekit::Error>(())
 /// ```
 pub struct InterIndex<T> {
     def: Arc<IndexDef<T>>,
@@ -217,6 +399,7 @@ impl<T> fmt::Debug for InterIndex<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("InterIndex")
             .field("name", &self.def.name)
+            .field("unique", &self.def.unique)
             .field("prefix", &self.def.prefix)
             .field("table", &self.def.table.as_ref().map(|t| t.name()))
             .finish()
@@ -224,20 +407,43 @@ impl<T> fmt::Debug for InterIndex<T> {
 }
 
 impl<T: TableEntity> InterIndex<T> {
-    /// An index named `name` whose copies of an entity of partition `p` go to
-    /// partition `prefix` + `p`, under the RowKey `key(entity)`, in the
-    /// primary's table.
-    pub fn new(
+    /// A **unique** index named `name`: at most one entity of a partition
+    /// per value. The copy of an entity of partition `p` goes to partition
+    /// `prefix` + `p` under the RowKey `key(entity)` (the seed's
+    /// `email_Sales` / `jonesj@contoso.com`), in the primary's table. A
+    /// change that would take a value another entity holds is refused by the
+    /// worker with [`Error::constraint`] (see the [module docs](self)).
+    pub fn unique(
         name: impl Into<String>,
         prefix: impl Into<String>,
         key: impl Fn(&T) -> String + Send + Sync + 'static,
     ) -> Self {
+        Self::declare(name.into(), prefix.into(), Arc::new(key), true)
+    }
+
+    /// A **non-unique** index named `name`: any number of entities per
+    /// value. The copy of an entity of partition `p` goes to partition
+    /// `prefix` + `p` under the RowKey `key(entity)` + [`VALUE_SEPARATOR`] +
+    /// the entity's own RowKey (`lastname_Sales` / `jones 000223`), so two
+    /// Joneses have two copies. Read it with
+    /// [`lookup_all`](InterPartitionIndex::lookup_all) or
+    /// [`list`](InterPartitionIndex::list), which take values, not RowKeys.
+    pub fn non_unique(
+        name: impl Into<String>,
+        prefix: impl Into<String>,
+        key: impl Fn(&T) -> String + Send + Sync + 'static,
+    ) -> Self {
+        Self::declare(name.into(), prefix.into(), Arc::new(key), false)
+    }
+
+    fn declare(name: String, prefix: String, key: Arc<KeyFn<T>>, unique: bool) -> Self {
         InterIndex {
             def: Arc::new(IndexDef {
-                name: name.into(),
-                prefix: prefix.into(),
-                key: Arc::new(key),
+                name,
+                prefix,
+                key,
                 table: None,
+                unique,
             }),
         }
     }
@@ -251,13 +457,19 @@ impl<T: TableEntity> InterIndex<T> {
                 prefix: self.def.prefix.clone(),
                 key: self.def.key.clone(),
                 table: Some(table.with_type::<DynamicEntity>()),
+                unique: self.def.unique,
             }),
         }
     }
 
-    /// The index's name.
+    /// The index's name (the name a constraint violation carries).
     pub fn name(&self) -> &str {
         &self.def.name
+    }
+
+    /// Whether a value belongs to one entity at most.
+    pub fn is_unique(&self) -> bool {
+        self.def.unique
     }
 
     /// The PartitionKey of the copies of the entities of partition `partition_key`.
@@ -265,26 +477,36 @@ impl<T: TableEntity> InterIndex<T> {
         format!("{}{partition_key}", self.def.prefix)
     }
 
-    /// The indexed value of `entity`: its copy's RowKey.
+    /// The indexed value of `entity`.
     pub fn value(&self, entity: &T) -> String {
         (self.def.key)(entity)
     }
+
+    /// The RowKey of `entity`'s copy: its value for a unique index; for a
+    /// non-unique one the value (a space written `!!`, a `!` written `!"`),
+    /// [`VALUE_SEPARATOR`] and the entity's own RowKey. An error if the
+    /// entity does not encode.
+    pub fn row_key(&self, entity: &T) -> Result<String> {
+        let value = self.value(entity);
+        if self.def.unique {
+            return Ok(value);
+        }
+        Ok(self.def.copy_row_key(&value, &to_dynamic(entity)?.row_key))
+    }
 }
 
-/// The message of a change, as it travels.
+/// The message of a change, as it travels. The stamp is required: a message
+/// without one does not read, and the worker fails it (then poisons it).
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum Change {
     Put {
         entity: serde_json::Value,
-        /// 0 in a message written before stamps existed: applied unordered.
-        #[serde(default)]
         stamp: i64,
     },
     Remove {
         partition_key: String,
         row_key: String,
-        #[serde(default)]
         stamp: i64,
     },
 }
@@ -310,7 +532,7 @@ fn backoff(attempt: usize) -> Duration {
     Duration::from_millis(base + fastrand::u64(0..=base))
 }
 
-/// The stamp stored in `d` (0 if it has none: written before stamps).
+/// The stamp stored in `d` (0 if it has none: not written by this module).
 fn stamp_of(d: &DynamicEntity) -> i64 {
     match d.get(CHANGE_STAMP) {
         Some(EdmValue::Int64(s)) => *s,
@@ -321,6 +543,18 @@ fn stamp_of(d: &DynamicEntity) -> i64 {
 
 fn is_tombstone(d: &DynamicEntity) -> bool {
     matches!(d.get(REMOVED), Some(EdmValue::Boolean(true)))
+}
+
+fn is_pending(d: &DynamicEntity) -> bool {
+    matches!(d.get(PENDING), Some(EdmValue::Boolean(true)))
+}
+
+/// The primary RowKey a copy names.
+fn named_primary(d: &DynamicEntity) -> Option<&str> {
+    match d.get(PRIMARY_ROW_KEY) {
+        Some(EdmValue::String(rk)) => Some(rk),
+        _ => None,
+    }
 }
 
 /// A primary as a worker read it.
@@ -344,6 +578,55 @@ impl<T> Current<T> {
             Current::Tombstone { etag, .. } | Current::Live { etag, .. } => Some(etag),
         }
     }
+}
+
+/// How a change may write one copy once its primary is written.
+enum Slot {
+    /// A non-unique index: its RowKey holds the primary's, so no other
+    /// entity's copy can be there: insert-or-replace.
+    Own,
+    /// A unique index whose copy this change holds for its primary (a
+    /// claim, or its copy from before, stamped by this change), written
+    /// with this ETag: replace under it.
+    Held {
+        etag: ETag,
+        /// What to do with the copy if the change is refused.
+        release: Release,
+    },
+    /// A unique index whose copy a newer change of this primary wrote (its
+    /// stamp is higher): never written over with an older stamp, which
+    /// would let an older change delete it.
+    Newer,
+}
+
+/// How a refused change gives back a copy it claimed.
+enum Release {
+    /// Inserted by this change: delete it.
+    Delete,
+    /// This primary's copy from before (as found), stamped by this change:
+    /// rewritten from the primary as it is then if that shows the value
+    /// (another change of this primary may have been applied meanwhile),
+    /// else put back as found.
+    Restore(DynamicEntity),
+    /// Restamped by an earlier attempt of this change (what it was is not
+    /// known): rewrite it from the primary as read, or delete it if that
+    /// does not show the value.
+    Settle,
+    /// Not this change's to give back.
+    Leave,
+}
+
+/// A claim that found the value taken: the RowKey of the primary holding it.
+struct Taken(String);
+
+/// A newer change of this entity is claiming the copy `key`: if it goes
+/// through, this change is stale; if it is refused, it gives the claim back.
+/// Either way, later: the attempt fails and the message is retried.
+fn newer_claim(key: &EntityKey) -> OpError {
+    format!(
+        "the index copy {key} is being claimed by a newer change of this entity; will retry later"
+    )
+    .into()
 }
 
 /// An entity type stored under a primary PartitionKey prefix with any number
@@ -511,7 +794,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     /// The stored primary of `entity`, and each index's copy, stamped `stamp`.
     fn stored(&self, entity: &T, stamp: i64) -> Result<(DynamicEntity, Vec<DynamicEntity>)> {
         let mut own = to_dynamic(entity)?;
-        for reserved in [PRIMARY_ROW_KEY, CHANGE_STAMP, REMOVED] {
+        for reserved in [PRIMARY_ROW_KEY, CHANGE_STAMP, REMOVED, PENDING] {
             if own.get(reserved).is_some() {
                 return Err(refused(
                     "inter_index",
@@ -527,7 +810,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         for def in &self.inner.indexes {
             let mut copy = own.clone();
             copy.partition_key = format!("{}{}", def.prefix, own.partition_key);
-            copy.row_key = (def.key)(entity);
+            copy.row_key = def.copy_row_key(&(def.key)(entity), &own.row_key);
             copy.set(PRIMARY_ROW_KEY, own.row_key.clone());
             EntityKey::new(&copy.partition_key, &copy.row_key).validate()?;
             copies.push(copy);
@@ -556,7 +839,8 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     /// Sends the message that stores `entity` (a new one, or a new version)
     /// and its index copies, stamped with this client's clock. The entity and
     /// its keys are checked first; an entity too large for one message is
-    /// refused before any request.
+    /// refused before any request. Whether a unique value is free is known
+    /// only when the worker applies the change (see the [module docs](self)).
     pub async fn put(&self, entity: &T) -> Result<SentMessage> {
         self.stored(entity, 0)?;
         let json = entity_to_json(entity)?;
@@ -653,27 +937,275 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         Ok(written)
     }
 
-    /// Deletes the copy `key` of `def` if a change older than `stamp` wrote
-    /// it (under its ETag, reading again if it changed meanwhile), so that a
-    /// copy a newer change wrote is left alone. Stamp 0 (a message from
-    /// before stamps): delete whatever is there, as then.
+    /// Claims the copy `copy` of the unique index `def` (as `first_read`
+    /// found it) for its primary and this change: an insert (as a claim if `pending`) if there is none; if
+    /// this primary holds it under an older stamp and `pending`, the same
+    /// copy stamped `stamp` (so an older change racing this one, which
+    /// deletes only copies older than itself, leaves it); [`Taken`] if
+    /// another primary holds it.
+    async fn claim(
+        &self,
+        ctx: &StepContext,
+        def: &IndexDef<T>,
+        copy: &DynamicEntity,
+        stamp: i64,
+        pending: bool,
+        first_read: Option<(DynamicEntity, ETag)>,
+    ) -> OpResult<std::result::Result<Slot, Taken>> {
+        let table = self.table_of(def);
+        let key = EntityKey::new(&copy.partition_key, &copy.row_key);
+        let own = named_primary(copy).unwrap_or_default();
+        let mut first_read = Some(first_read);
+        for _ in 0..MAX_REREADS {
+            let read = match first_read.take() {
+                Some(read) => read,
+                None => ctx.read(&table, key.clone()).await?,
+            };
+            match read {
+                Some((found, _)) if named_primary(&found) != Some(own) => {
+                    let holder = named_primary(&found).unwrap_or_default().to_owned();
+                    return Ok(Err(Taken(holder)));
+                }
+                Some((found, _)) if is_pending(&found) && stamp_of(&found) > stamp => {
+                    return Err(newer_claim(&key));
+                }
+                Some((found, _)) if stamp_of(&found) > stamp => return Ok(Ok(Slot::Newer)),
+                Some((_, etag)) if !pending => {
+                    // The primary written: the copy to replace.
+                    return Ok(Ok(Slot::Held {
+                        etag,
+                        release: Release::Leave,
+                    }));
+                }
+                Some((found, etag)) if stamp_of(&found) == stamp => {
+                    // This change's claim or restamp from an earlier attempt.
+                    let release = if is_pending(&found) {
+                        Release::Delete
+                    } else {
+                        Release::Settle
+                    };
+                    return Ok(Ok(Slot::Held { etag, release }));
+                }
+                Some((found, etag)) => {
+                    let mut stamped = if is_pending(&found) {
+                        copy.clone().with(PENDING, true)
+                    } else {
+                        found.clone()
+                    };
+                    stamped.set(CHANGE_STAMP, stamp);
+                    match ctx.replace_if_unchanged(&table, &stamped, &etag).await? {
+                        Guarded::Done(Some(etag)) => {
+                            return Ok(Ok(Slot::Held {
+                                etag,
+                                release: Release::Restore(found),
+                            }))
+                        }
+                        Guarded::Done(None) | Guarded::Changed | Guarded::Gone => continue,
+                    }
+                }
+                None => {
+                    let mut claim = copy.clone();
+                    if pending {
+                        claim.set(PENDING, true);
+                    }
+                    let written = match table.insert(&claim).await {
+                        Ok(w) => Some(w.etag().clone()),
+                        Err(e) if e.is_conflict() => None,
+                        Err(e) => return Err(e.into()),
+                    };
+                    ctx.step(&format!("claim {}", table.name())).await?;
+                    if let Some(etag) = written {
+                        let release = if pending {
+                            Release::Delete
+                        } else {
+                            Release::Leave
+                        };
+                        return Ok(Ok(Slot::Held { etag, release }));
+                    }
+                }
+            }
+        }
+        Err(format!("the index copy {key} kept changing; will retry later").into())
+    }
+
+    /// Claims every unique value of `copies` for their primary. First every
+    /// unique copy is read: if one is held by another primary, the change is
+    /// refused before any write (what an earlier attempt of it left is
+    /// given back). Then each value is claimed in index order; one taken
+    /// meanwhile by another primary (a race) refuses the change too, after
+    /// the claims it made are given back. A refusal is a
+    /// [`Error::constraint`] and a `warn` event naming the index, the value
+    /// and both primaries. `current` is the primary as read (the claims come
+    /// before its write).
+    async fn claim_all(
+        &self,
+        ctx: &StepContext,
+        copies: &[DynamicEntity],
+        stamp: i64,
+        pending: bool,
+        current: &Current<T>,
+    ) -> OpResult<Vec<Slot>> {
+        let mut reads = Vec::with_capacity(copies.len());
+        let mut taken = None;
+        for (i, (def, copy)) in self.inner.indexes.iter().zip(copies).enumerate() {
+            if !def.unique {
+                reads.push(None);
+                continue;
+            }
+            let key = EntityKey::new(&copy.partition_key, &copy.row_key);
+            let found = ctx.read(&self.table_of(def), key).await?;
+            if let Some((f, _)) = &found {
+                if taken.is_none() && named_primary(f) != named_primary(copy) {
+                    taken = Some((i, named_primary(f).unwrap_or_default().to_owned()));
+                }
+            }
+            reads.push(Some(found));
+        }
+        if let Some((i, holder)) = taken {
+            let leftovers: Vec<Slot> = reads
+                .iter()
+                .zip(copies)
+                .map(|(read, copy)| match read {
+                    Some(Some((f, etag)))
+                        if named_primary(f) == named_primary(copy) && stamp_of(f) == stamp =>
+                    {
+                        Slot::Held {
+                            etag: etag.clone(),
+                            release: if is_pending(f) {
+                                Release::Delete
+                            } else {
+                                Release::Settle
+                            },
+                        }
+                    }
+                    _ => Slot::Own,
+                })
+                .collect();
+            if pending {
+                self.release(ctx, copies, &leftovers, current).await?;
+            }
+            return Err(self.refusal(&self.inner.indexes[i], &copies[i], &holder));
+        }
+        let mut slots = Vec::with_capacity(copies.len());
+        for ((def, copy), read) in self.inner.indexes.iter().zip(copies).zip(reads) {
+            let Some(read) = read else {
+                slots.push(Slot::Own);
+                continue;
+            };
+            match self.claim(ctx, def, copy, stamp, pending, read).await? {
+                Ok(slot) => slots.push(slot),
+                Err(Taken(holder)) => {
+                    self.release(ctx, copies, &slots, current).await?;
+                    return Err(self.refusal(def, copy, &holder));
+                }
+            }
+        }
+        Ok(slots)
+    }
+
+    /// Gives back what a refused change claimed (`slots`, in index order).
+    async fn release(
+        &self,
+        ctx: &StepContext,
+        copies: &[DynamicEntity],
+        slots: &[Slot],
+        current: &Current<T>,
+    ) -> OpResult {
+        // The copies of the primary as read: a copy this change restamped in
+        // an earlier attempt goes back to the one the primary shows, or goes.
+        let shown = match current {
+            Current::Live { entity, stamp, .. } => Some(self.stored(entity, *stamp)?.1),
+            _ => None,
+        };
+        for (i, ((def, copy), slot)) in self.inner.indexes.iter().zip(copies).zip(slots).enumerate()
+        {
+            let Slot::Held { etag, release } = slot else {
+                continue;
+            };
+            let table = self.table_of(def);
+            let key = EntityKey::new(&copy.partition_key, &copy.row_key);
+            match release {
+                Release::Delete => {
+                    ctx.delete_if_unchanged(&table, key, etag).await?;
+                }
+                Release::Restore(found) => {
+                    let primary_key = EntityKey::new(
+                        self.primary_partition_key(
+                            copy.partition_key
+                                .strip_prefix(&def.prefix)
+                                .unwrap_or_default(),
+                        ),
+                        named_primary(copy).unwrap_or_default(),
+                    );
+                    let now = self.read_primary(ctx, &primary_key).await?;
+                    let fresh = match &now {
+                        Current::Live { entity, stamp, .. } => {
+                            Some(self.stored(entity, *stamp)?.1.swap_remove(i))
+                        }
+                        _ => None,
+                    };
+                    match fresh {
+                        Some(fresh) if fresh.row_key == copy.row_key => {
+                            ctx.replace_if_unchanged(&table, &fresh, etag).await?;
+                        }
+                        _ => {
+                            ctx.replace_if_unchanged(&table, found, etag).await?;
+                        }
+                    }
+                }
+                Release::Settle => match shown.as_ref().map(|c| &c[i]) {
+                    Some(fresh) if fresh.row_key == copy.row_key => {
+                        ctx.replace_if_unchanged(&table, fresh, etag).await?;
+                    }
+                    _ => {
+                        ctx.delete_if_unchanged(&table, key, etag).await?;
+                    }
+                },
+                Release::Leave => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn refusal(&self, def: &IndexDef<T>, copy: &DynamicEntity, holder: &str) -> OpError {
+        let own_partition = copy
+            .partition_key
+            .strip_prefix(&def.prefix)
+            .unwrap_or(&copy.partition_key);
+        let own_row = named_primary(copy).unwrap_or_default();
+        tracing::warn!(
+            index = %def.name,
+            value = %copy.row_key,
+            partition_key = %own_partition,
+            primary = %own_row,
+            held_by = %holder,
+            "change refused: the unique value is held by another entity"
+        );
+        Box::new(Error::constraint(
+            def.name.clone(),
+            (copy.partition_key.clone(), copy.row_key.clone()),
+            Some((own_partition.to_owned(), holder.to_owned())),
+        ))
+    }
+
+    /// Deletes the copy `key` of `def` if it names the primary `own` and a
+    /// change older than `stamp` wrote it (under its ETag, reading again if
+    /// it changed meanwhile): a copy of another primary, or one a newer
+    /// change wrote, is left alone.
     async fn delete_older_copy(
         &self,
         ctx: &StepContext,
         def: &IndexDef<T>,
         key: EntityKey,
+        own: &str,
         stamp: i64,
     ) -> OpResult {
         let table = self.table_of(def);
-        if stamp == 0 {
-            ctx.delete_if_exists(&table, key).await?;
-            return Ok(());
-        }
         for _ in 0..MAX_REREADS {
             let Some((copy, etag)) = ctx.read(&table, key.clone()).await? else {
                 return Ok(());
             };
-            if stamp_of(&copy) >= stamp {
+            if named_primary(&copy) != Some(own) || stamp_of(&copy) >= stamp {
                 return Ok(());
             }
             match ctx.delete_if_unchanged(&table, key.clone(), &etag).await? {
@@ -684,49 +1216,66 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         Err(format!("the index copy {key} kept changing; will retry later").into())
     }
 
-    /// Brings a copy this change wrote (`copy`, whose stored ETag is `etag`)
-    /// in line with the primary `current`, which a newer change wrote: the
-    /// copy is rewritten from it if it still has the copy's value, deleted
-    /// otherwise; both under `etag`, so a newer change's own write of the
-    /// copy wins.
+    /// Brings a copy this change wrote (`copy`, whose stored ETag is `etag`,
+    /// so it still names this primary) in line with the primary `current`,
+    /// which a newer change wrote: the copy is rewritten from it if it still
+    /// has the copy's value, deleted otherwise; both under `etag`, so a newer
+    /// change's own write of the copy wins.
     async fn settle_copy(
         &self,
         ctx: &StepContext,
-        def: &IndexDef<T>,
+        index: usize,
         copy: &DynamicEntity,
         etag: &ETag,
         current: &Current<T>,
     ) -> OpResult {
+        let def = &self.inner.indexes[index];
         let table = self.table_of(def);
-        let index = self
-            .inner
-            .indexes
-            .iter()
-            .position(|d| std::ptr::eq(&**d, def))
-            .ok_or("an index of another table")?;
-        match current {
-            Current::Live { entity, stamp, .. } if (def.key)(entity) == copy.row_key => {
-                let (_, fresh) = self.stored(entity, *stamp)?;
+        if let Current::Live { entity, stamp, .. } = current {
+            let (_, fresh) = self.stored(entity, *stamp)?;
+            if fresh[index].row_key == copy.row_key {
                 ctx.replace_if_unchanged(&table, &fresh[index], etag)
                     .await?;
-            }
-            _ => {
-                let key = EntityKey::new(&copy.partition_key, &copy.row_key);
-                ctx.delete_if_unchanged(&table, key, etag).await?;
+                return Ok(());
             }
         }
+        let key = EntityKey::new(&copy.partition_key, &copy.row_key);
+        ctx.delete_if_unchanged(&table, key, etag).await?;
         Ok(())
+    }
+
+    /// The copies of the old primary `current` whose RowKeys differ from the
+    /// new `copies`: to delete.
+    fn old_copies(
+        &self,
+        current: &Current<T>,
+        copies: &[DynamicEntity],
+    ) -> Vec<(usize, EntityKey)> {
+        let Current::Live { entity: old, .. } = current else {
+            return Vec::new();
+        };
+        let Ok((_, old_copies)) = self.stored(old, 0) else {
+            return Vec::new();
+        };
+        old_copies
+            .into_iter()
+            .zip(copies)
+            .enumerate()
+            .filter(|(_, (old, new))| old.row_key != new.row_key)
+            .map(|(i, (old, _))| (i, EntityKey::new(old.partition_key, old.row_key)))
+            .collect()
     }
 
     async fn apply_put(&self, entity: &T, stamp: i64, ctx: &StepContext) -> OpResult {
         let (primary, copies) = self.stored(entity, stamp)?;
         let key = EntityKey::new(&primary.partition_key, &primary.row_key);
+        let own = primary.row_key.as_str();
         for attempt in 1..=MAX_REREADS {
             if attempt > 1 {
                 tokio::time::sleep(backoff(attempt)).await;
             }
             let current = self.read_primary(ctx, &key).await?;
-            if let Some(stored) = current.stamp().filter(|s| stamp != 0 && *s >= stamp) {
+            if let Some(stored) = current.stamp().filter(|s| *s >= stamp) {
                 let resumed = match &current {
                     Current::Live { entity: c, .. } if stored == stamp => {
                         entity_to_json(c)? == entity_to_json(entity)?
@@ -734,56 +1283,42 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                     _ => false,
                 };
                 if resumed {
-                    // An earlier attempt of this message wrote the primary.
-                    return self.write_copies(ctx, &key, &copies, stamp).await;
+                    // An earlier attempt of this message wrote the primary
+                    // (after claiming its unique values).
+                    let slots = self.claim_all(ctx, &copies, stamp, false, &current).await?;
+                    let etags = self.write_copies(ctx, &copies, &slots).await?;
+                    return self.recheck(ctx, &key, &copies, &etags, stamp).await;
                 }
                 // A newer change (or, on a tie, the one stored) wins; undo
-                // what an earlier attempt of this one may have left.
-                for (def, copy) in self.inner.indexes.iter().zip(&copies) {
+                // what an earlier attempt of this one may have left (a claim,
+                // or a copy written after the newer change's).
+                for (i, (def, copy)) in self.inner.indexes.iter().zip(&copies).enumerate() {
                     let copy_key = EntityKey::new(&copy.partition_key, &copy.row_key);
                     if let Some((found, etag)) = ctx.read(&self.table_of(def), copy_key).await? {
-                        if stamp_of(&found) == stamp {
-                            self.settle_copy(ctx, def, copy, &etag, &current).await?;
+                        if named_primary(&found) == Some(own) && stamp_of(&found) == stamp {
+                            self.settle_copy(ctx, i, copy, &etag, &current).await?;
                         }
                     }
                 }
                 return Ok(());
             }
-            let old_copies: Vec<(usize, EntityKey)> = match &current {
-                Current::Live { entity: old, .. } => self
-                    .inner
-                    .indexes
-                    .iter()
-                    .zip(&copies)
-                    .enumerate()
-                    .filter_map(|(i, (def, copy))| {
-                        let old_value = (def.key)(old);
-                        (old_value != copy.row_key)
-                            .then(|| (i, EntityKey::new(&copy.partition_key, old_value)))
-                    })
-                    .collect(),
-                _ => Vec::new(),
-            };
+            // Claim the unique values first: a refused change writes nothing.
+            let slots = self.claim_all(ctx, &copies, stamp, true, &current).await?;
+            let old_copies = self.old_copies(&current, &copies);
             for (i, old) in &old_copies {
-                self.delete_older_copy(ctx, &self.inner.indexes[*i], old.clone(), stamp)
+                self.delete_older_copy(ctx, &self.inner.indexes[*i], old.clone(), own, stamp)
                     .await?;
             }
             if !self.write_primary(ctx, &primary, &current).await? {
                 continue;
             }
-            if stamp == 0 {
-                for (def, copy) in self.inner.indexes.iter().zip(&copies) {
-                    ctx.insert_or_replace(&self.table_of(def), copy).await?;
-                }
-                return Ok(());
-            }
+            let etags = self.write_copies(ctx, &copies, &slots).await?;
             // Again after the primary write: a change older than this one
             // that read the primary before it may have written a copy under
             // the old value since (its own re-read came too early to see
             // this change).
-            let etags = self.write_copies_only(ctx, &copies).await?;
             for (i, old) in &old_copies {
-                self.delete_older_copy(ctx, &self.inner.indexes[*i], old.clone(), stamp)
+                self.delete_older_copy(ctx, &self.inner.indexes[*i], old.clone(), own, stamp)
                     .await?;
             }
             return self.recheck(ctx, &key, &copies, &etags, stamp).await;
@@ -791,27 +1326,62 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         Err(format!("the primary {key} kept changing; will retry later").into())
     }
 
-    async fn write_copies_only(
+    /// Writes each copy as its slot allows; the ETag of each one written.
+    async fn write_copies(
         &self,
         ctx: &StepContext,
         copies: &[DynamicEntity],
-    ) -> OpResult<Vec<ETag>> {
+        slots: &[Slot],
+    ) -> OpResult<Vec<Option<ETag>>> {
         let mut etags = Vec::with_capacity(copies.len());
-        for (def, copy) in self.inner.indexes.iter().zip(copies) {
-            etags.push(ctx.insert_or_replace(&self.table_of(def), copy).await?);
+        for ((def, copy), slot) in self.inner.indexes.iter().zip(copies).zip(slots) {
+            let table = self.table_of(def);
+            etags.push(match slot {
+                Slot::Own => Some(ctx.insert_or_replace(&table, copy).await?),
+                Slot::Held { etag, .. } => self.replace_own_copy(ctx, &table, copy, etag).await?,
+                Slot::Newer => None,
+            });
         }
         Ok(etags)
     }
 
-    async fn write_copies(
+    /// Replaces this primary's unique copy `copy` (its ETag as last seen:
+    /// `etag`) once the primary is written. If another change of this
+    /// primary rewrote it meanwhile with a stamp no newer (a refused one
+    /// putting back what it found), it is read again and replaced all the
+    /// same. A newer change's copy is left (`None`); a newer change's claim
+    /// still in flight fails the attempt, to retry later. `None` also if the
+    /// copy is gone (a newer change of this primary moved off the value) or
+    /// another primary's.
+    async fn replace_own_copy(
         &self,
         ctx: &StepContext,
-        key: &EntityKey,
-        copies: &[DynamicEntity],
-        stamp: i64,
-    ) -> OpResult {
-        let etags = self.write_copies_only(ctx, copies).await?;
-        self.recheck(ctx, key, copies, &etags, stamp).await
+        table: &TableClient<DynamicEntity>,
+        copy: &DynamicEntity,
+        etag: &ETag,
+    ) -> OpResult<Option<ETag>> {
+        let key = EntityKey::new(&copy.partition_key, &copy.row_key);
+        let mut etag = etag.clone();
+        for _ in 0..MAX_REREADS {
+            match ctx.replace_if_unchanged(table, copy, &etag).await? {
+                Guarded::Done(written) => return Ok(written),
+                Guarded::Gone => return Ok(None),
+                Guarded::Changed => match ctx.read(table, key.clone()).await? {
+                    Some((found, _)) if named_primary(&found) != named_primary(copy) => {
+                        return Ok(None)
+                    }
+                    Some((found, _)) if stamp_of(&found) > stamp_of(copy) => {
+                        if is_pending(&found) {
+                            return Err(newer_claim(&key));
+                        }
+                        return Ok(None);
+                    }
+                    Some((_, fresh)) => etag = fresh,
+                    None => return Ok(None),
+                },
+            }
+        }
+        Err(format!("the index copy {key} kept changing; will retry later").into())
     }
 
     /// Reads the primary again after the copies were written: if a newer
@@ -821,7 +1391,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         ctx: &StepContext,
         key: &EntityKey,
         copies: &[DynamicEntity],
-        etags: &[ETag],
+        etags: &[Option<ETag>],
         stamp: i64,
     ) -> OpResult {
         let current = self.read_primary(ctx, key).await?;
@@ -830,8 +1400,10 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 return Ok(());
             }
         }
-        for ((def, copy), etag) in self.inner.indexes.iter().zip(copies).zip(etags) {
-            self.settle_copy(ctx, def, copy, etag, &current).await?;
+        for (i, (copy, etag)) in copies.iter().zip(etags).enumerate() {
+            if let Some(etag) = etag {
+                self.settle_copy(ctx, i, copy, etag, &current).await?;
+            }
         }
         Ok(())
     }
@@ -853,41 +1425,33 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 tokio::time::sleep(backoff(attempt)).await;
             }
             let current = self.read_primary(ctx, &key).await?;
-            match current.stamp() {
+            if current.stamp().is_some_and(|s| s >= stamp) {
                 // A newer change, or this one's earlier attempt (a tie: the
                 // change stored wins).
-                Some(s) if stamp != 0 && s >= stamp => return Ok(()),
-                _ => {}
-            }
-            if stamp == 0 && !matches!(current, Current::Live { .. }) {
-                return Ok(()); // as before stamps: nothing to remove
+                return Ok(());
             }
             let old_copies: Vec<(usize, EntityKey)> = match &current {
-                Current::Live { entity: old, .. } => self
-                    .inner
-                    .indexes
-                    .iter()
-                    .enumerate()
-                    .map(|(i, def)| {
-                        let pk = format!("{}{partition_key}", def.prefix);
-                        (i, EntityKey::new(pk, (def.key)(old)))
-                    })
-                    .collect(),
+                Current::Live { entity: old, .. } => {
+                    let (_, old_copies) = self.stored(old, 0)?;
+                    old_copies
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, c)| (i, EntityKey::new(c.partition_key, c.row_key)))
+                        .collect()
+                }
                 _ => Vec::new(),
             };
             for (i, old) in &old_copies {
-                self.delete_older_copy(ctx, &self.inner.indexes[*i], old.clone(), stamp)
+                self.delete_older_copy(ctx, &self.inner.indexes[*i], old.clone(), row_key, stamp)
                     .await?;
             }
             if !self.write_primary(ctx, &tombstone, &current).await? {
                 continue;
             }
-            if stamp != 0 {
-                // As for a put: an older change's late copy write.
-                for (i, old) in &old_copies {
-                    self.delete_older_copy(ctx, &self.inner.indexes[*i], old.clone(), stamp)
-                        .await?;
-                }
+            // As for a put: an older change's late copy write.
+            for (i, old) in &old_copies {
+                self.delete_older_copy(ctx, &self.inner.indexes[*i], old.clone(), row_key, stamp)
+                    .await?;
             }
             return Ok(());
         }
@@ -916,6 +1480,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         }
         d.partition_key = strip(&def.prefix, &d.partition_key)?.to_owned();
         d.properties.remove(CHANGE_STAMP);
+        d.properties.remove(PENDING);
         d.etag = None;
         T::decode(&RawEntity::from_dynamic(&d))
     }
@@ -933,6 +1498,21 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
             })
     }
 
+    fn unique_def(&self, index: &InterIndex<T>, method: &str) -> Result<&Arc<IndexDef<T>>> {
+        let def = self.def(index)?;
+        if !def.unique {
+            return Err(refused(
+                "inter_index",
+                format!(
+                    "index {:?} is not unique: a value can have several entities; \
+                     use {method}_all or list",
+                    def.name
+                ),
+            ));
+        }
+        Ok(def)
+    }
+
     /// Reads an entity by its own keys (`("Sales", "000223")`) from its
     /// primary partition (`empid_Sales`): one point read.
     pub async fn get(&self, key: impl Into<EntityKey>) -> Result<Option<T>> {
@@ -944,35 +1524,53 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         }
     }
 
-    /// Reads the copy of `index` for `value` in partition `partition_key`
-    /// (`email_Sales` / `jonesj@contoso.com`): one point read, no check
-    /// against the primary.
+    /// Reads the copy of the **unique** `index` for `value` in partition
+    /// `partition_key` (`email_Sales` / `jonesj@contoso.com`): one point
+    /// read, no check against the primary. A claim (a change still being
+    /// applied) reads as `None`. On a non-unique index it is refused before
+    /// any request: use [`lookup_all`](Self::lookup_all).
     pub async fn lookup(
         &self,
         index: &InterIndex<T>,
         partition_key: &str,
         value: &str,
     ) -> Result<Option<T>> {
-        let def = self.def(index)?;
+        let def = self.unique_def(index, "lookup")?;
         let pk = format!("{}{partition_key}", def.prefix);
         match self.table_of(def).get((&*pk, value)).await? {
-            Some(d) => Ok(Some(self.decode_copy(def, d)?)),
-            None => Ok(None),
+            Some(d) if !is_pending(&d) => Ok(Some(self.decode_copy(def, d)?)),
+            _ => Ok(None),
         }
     }
 
-    /// Like [`lookup`](Self::lookup), then reads the primary the copy points
-    /// at and returns it if its indexed value is still `value`. A copy whose
+    /// Every entity whose value in `index` is `value`, in partition
+    /// `partition_key`, in the order of their RowKeys: one range query (for
+    /// a non-unique index, `RowKey ge 'jones ' and RowKey lt 'jones!'`), no
+    /// check against the primaries. For a unique index, zero or one.
+    pub async fn lookup_all(
+        &self,
+        index: &InterIndex<T>,
+        partition_key: &str,
+        value: &str,
+    ) -> Result<Vec<T>> {
+        self.list(index, partition_key, KeyRange::inclusive(value, value))
+            .await
+    }
+
+    /// Like [`lookup`](Self::lookup), then reads the primary the copy names
+    /// and returns it if its indexed value is still `value`. A copy whose
     /// primary is gone, or has another value, is stale: it is deleted (if
     /// unchanged since read, so a concurrent worker's rewrite wins) and the
-    /// answer is `None`.
+    /// answer is `None`. A claim whose change has not written the primary
+    /// yet is left alone (`None`); one whose primary shows the value counts.
+    /// Unique indexes only, like `lookup`.
     pub async fn lookup_verified(
         &self,
         index: &InterIndex<T>,
         partition_key: &str,
         value: &str,
     ) -> Result<Option<T>> {
-        let def = self.def(index)?;
+        let def = self.unique_def(index, "lookup")?;
         let pk = format!("{}{partition_key}", def.prefix);
         let table = self.table_of(def);
         let Some(copy) = table.get((&*pk, value)).await? else {
@@ -989,28 +1587,62 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     ) -> Result<Option<T>> {
         let etag: Option<ETag> = copy.etag.clone();
         let key = EntityKey::new(&copy.partition_key, &copy.row_key);
-        let value = copy.row_key.clone();
+        let (pending, copy_stamp) = (is_pending(&copy), stamp_of(&copy));
         let entity = self.decode_copy(def, copy)?;
         let own = to_dynamic(&entity)?;
-        let primary = self.get((&*own.partition_key, &*own.row_key)).await?;
-        match primary {
-            Some(p) if (def.key)(&p) == value => Ok(Some(p)),
-            _ => {
-                let guard = etag.map_or(IfMatch::Any, IfMatch::ETag);
-                match table.delete_if_exists(key, guard).await {
-                    Ok(_) => {}
-                    Err(e) if e.is_precondition_failed() => {}
-                    Err(e) => return Err(e),
-                }
-                tracing::info!(index = %def.name, value = %value, "stale index entry repaired");
-                Ok(None)
+        // The primary the copy names (its PrimaryRowKey): only its state
+        // decides whether the copy is stale.
+        let pk = self.primary_partition_key(&own.partition_key);
+        let primary = self.inner.primary.get((&*pk, &*own.row_key)).await?;
+        let primary_stamp = primary.as_ref().map(stamp_of);
+        let primary = match primary {
+            Some(d) if !is_tombstone(&d) => Some(self.decode_primary(d)?),
+            _ => None,
+        };
+        if let Some(p) = primary {
+            if def.copy_row_key(&(def.key)(&p), &own.row_key) == key.row_key {
+                // (A claim counts once its primary shows the value: only
+                // the confirming write is still to come.)
+                return Ok(Some(p));
             }
         }
+        if pending && primary_stamp.map_or(true, |s| s < copy_stamp) {
+            // A claim whose change has not written the primary yet.
+            return Ok(None);
+        }
+        let guard = etag.map_or(IfMatch::Any, IfMatch::ETag);
+        match table.delete_if_exists(key, guard).await {
+            Ok(_) => {}
+            Err(e) if e.is_precondition_failed() => {}
+            Err(e) => return Err(e),
+        }
+        tracing::info!(index = %def.name, row_key = %own.row_key, "stale index entry repaired");
+        Ok(None)
     }
 
-    /// The copies of `index` in partition `partition_key` whose values are in
-    /// `range`, in value order: one range query (appendix A:
-    /// `PartitionKey eq 'email_Sales' and RowKey ge 'a' and RowKey lt 'b'`).
+    async fn copies_in(
+        &self,
+        def: &IndexDef<T>,
+        partition_key: &str,
+        range: &KeyRange,
+    ) -> Result<Vec<DynamicEntity>> {
+        let rows = self
+            .table_of(def)
+            .query()
+            .filter_by(
+                def.row_key_range(range)
+                    .filter(&format!("{}{partition_key}", def.prefix), ""),
+            )
+            .fetch_all()
+            .await?;
+        Ok(rows)
+    }
+
+    /// The copies of `index` in partition `partition_key` whose **values**
+    /// are in `range`, in value order (then, for a non-unique index, primary
+    /// RowKey order): one range query (appendix A: `PartitionKey eq
+    /// 'email_Sales' and RowKey ge 'a' and RowKey lt 'b'`). Claims are left
+    /// out; no check against the primaries.
     pub async fn list(
         &self,
         index: &InterIndex<T>,
@@ -1018,13 +1650,11 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         range: KeyRange,
     ) -> Result<Vec<T>> {
         let def = self.def(index)?;
-        let rows = self
-            .table_of(def)
-            .query()
-            .filter_by(range.filter(&format!("{}{partition_key}", def.prefix), ""))
-            .fetch_all()
-            .await?;
-        rows.into_iter().map(|d| self.decode_copy(def, d)).collect()
+        let rows = self.copies_in(def, partition_key, &range).await?;
+        rows.into_iter()
+            .filter(|d| !is_pending(d))
+            .map(|d| self.decode_copy(def, d))
+            .collect()
     }
 
     /// Like [`list`](Self::list), with each copy checked against its primary
@@ -1038,11 +1668,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     ) -> Result<Vec<T>> {
         let def = self.def(index)?;
         let table = self.table_of(def);
-        let rows = table
-            .query()
-            .filter_by(range.filter(&format!("{}{partition_key}", def.prefix), ""))
-            .fetch_all()
-            .await?;
+        let rows = self.copies_in(def, partition_key, &range).await?;
         let mut out = Vec::with_capacity(rows.len());
         for d in rows {
             if let Some(e) = self.verify(def, &table, d).await? {
@@ -1129,17 +1755,95 @@ mod tests {
     }
 
     #[test]
-    fn a_message_from_before_stamps_reads_with_stamp_zero() {
-        let put: Change = serde_json::from_str(r#"{"put":{"entity":{"a":1}}}"#).unwrap();
-        assert!(matches!(put, Change::Put { stamp: 0, .. }));
-        let remove: Change =
-            serde_json::from_str(r#"{"remove":{"partition_key":"p","row_key":"r"}}"#).unwrap();
-        assert!(matches!(remove, Change::Remove { stamp: 0, .. }));
+    fn a_message_carries_its_stamp_and_one_without_is_refused() {
         let json = serde_json::to_value(Change::Put {
             entity: serde_json::json!({}),
             stamp: 7,
         })
         .unwrap();
         assert_eq!(json, serde_json::json!({"put": {"entity": {}, "stamp": 7}}));
+        assert!(serde_json::from_str::<Change>(r#"{"put":{"entity":{"a":1}}}"#).is_err());
+        assert!(serde_json::from_str::<Change>(
+            r#"{"remove":{"partition_key":"p","row_key":"r"}}"#
+        )
+        .is_err());
+    }
+
+    fn def(unique: bool) -> IndexDef<()> {
+        IndexDef {
+            name: "n".into(),
+            prefix: "p_".into(),
+            key: Arc::new(|_: &()| String::new()),
+            table: None,
+            unique,
+        }
+    }
+
+    #[test]
+    fn escaped_values_keep_their_order_and_never_hold_the_separator() {
+        let values = [
+            "", " ", "!", "a", "a b", "a!", "a c", "ab", "van dyke", "van", "vana",
+        ];
+        let non_unique = def(false);
+        let mut by_value: Vec<&str> = values.to_vec();
+        by_value.sort();
+        let mut by_key: Vec<(String, &str)> = values
+            .iter()
+            .map(|v| (non_unique.copy_row_key(v, "000223"), *v))
+            .collect();
+        by_key.sort();
+        assert_eq!(by_key.iter().map(|(_, v)| *v).collect::<Vec<_>>(), by_value);
+        for v in values {
+            assert!(!escape_value(v).contains(VALUE_SEPARATOR), "{v:?}");
+        }
+        assert_eq!(non_unique.copy_row_key("jones", "000223"), "jones 000223");
+        assert_eq!(def(true).copy_row_key("jones", "000223"), "jones");
+    }
+
+    #[test]
+    fn a_value_range_selects_exactly_the_copies_of_those_values() {
+        let non_unique = def(false);
+        let keys: Vec<(String, &str)> = ["van", "van dyke", "vana", "vb", "va", "van!"]
+            .iter()
+            .flat_map(|v| ["000001", "0 2"].map(|rk| (non_unique.copy_row_key(v, rk), *v)))
+            .collect();
+        let within = |range: KeyRange, value: &str| {
+            let range = non_unique.row_key_range(&range);
+            let ok_lower = match range.lower() {
+                Bound::Included(b) => value >= b.as_str(),
+                Bound::Excluded(b) => value > b.as_str(),
+                Bound::Unbounded => true,
+            };
+            let ok_upper = match range.upper() {
+                Bound::Included(b) => value <= b.as_str(),
+                Bound::Excluded(b) => value < b.as_str(),
+                Bound::Unbounded => true,
+            };
+            ok_lower && ok_upper
+        };
+        type Case = (KeyRange, fn(&str) -> bool);
+        let cases: Vec<Case> = vec![
+            (KeyRange::inclusive("van", "van"), |v| v == "van"),
+            (KeyRange::prefix("van"), |v| v.starts_with("van")),
+            (KeyRange::inclusive("va", "van"), |v| {
+                ("va"..="van").contains(&v)
+            }),
+            (KeyRange::half_open("van", "vana"), |v| {
+                ("van".."vana").contains(&v)
+            }),
+            (
+                KeyRange::new(Bound::Excluded("van".into()), Bound::Unbounded),
+                |v| v > "van",
+            ),
+        ];
+        for (range, want) in cases {
+            for (key, value) in &keys {
+                assert_eq!(
+                    within(range.clone(), key),
+                    want(value),
+                    "{range:?} {value:?}"
+                );
+            }
+        }
     }
 }
