@@ -1606,7 +1606,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 return Ok(Some(p));
             }
         }
-        if pending && primary_stamp.map_or(true, |s| s < copy_stamp) {
+        if pending && primary_stamp.is_none_or(|s| s < copy_stamp) {
             // A claim whose change has not written the primary yet.
             return Ok(None);
         }

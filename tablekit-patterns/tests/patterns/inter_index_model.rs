@@ -12,7 +12,7 @@
 //! put that kept meeting a newer put's claim) that ended in the poison
 //! queue. Many cases on the embedded store, a few on Azurite.
 
-mod common;
+use crate::common;
 
 use common::Services;
 
