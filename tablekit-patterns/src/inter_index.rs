@@ -1035,15 +1035,13 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     /// meanwhile by another primary (a race) refuses the change too, after
     /// the claims it made are given back. A refusal is a
     /// [`Error::constraint`] and a `warn` event naming the index, the value
-    /// and both primaries. `current` is the primary as read (the claims come
-    /// before its write).
+    /// and both primaries.
     async fn claim_all(
         &self,
         ctx: &StepContext,
         copies: &[DynamicEntity],
         stamp: i64,
         pending: bool,
-        current: &Current<T>,
     ) -> OpResult<Vec<Slot>> {
         let mut reads = Vec::with_capacity(copies.len());
         let mut taken = None;
@@ -1082,7 +1080,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 })
                 .collect();
             if pending {
-                self.release(ctx, copies, &leftovers, current).await?;
+                self.release(ctx, copies, &leftovers).await?;
             }
             return Err(self.refusal(&self.inner.indexes[i], &copies[i], &holder));
         }
@@ -1092,11 +1090,16 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 slots.push(Slot::Own);
                 continue;
             };
-            match self.claim(ctx, def, copy, stamp, pending, read).await? {
-                Ok(slot) => slots.push(slot),
-                Err(Taken(holder)) => {
-                    self.release(ctx, copies, &slots, current).await?;
+            match self.claim(ctx, def, copy, stamp, pending, read).await {
+                Ok(Ok(slot)) => slots.push(slot),
+                Ok(Err(Taken(holder))) => {
+                    self.release(ctx, copies, &slots).await?;
                     return Err(self.refusal(def, copy, &holder));
+                }
+                Err(e) => {
+                    // Retried later: give back what this attempt claimed.
+                    self.release(ctx, copies, &slots).await?;
+                    return Err(e);
                 }
             }
         }
@@ -1104,19 +1107,16 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     }
 
     /// Gives back what a refused change claimed (`slots`, in index order).
+    /// A copy it restamped is rewritten from the primary as it is now if
+    /// that shows the value (another delivery of this change, or another
+    /// change of this primary, may have been applied meanwhile), else put
+    /// back as found (or deleted, if what it was is not known).
     async fn release(
         &self,
         ctx: &StepContext,
         copies: &[DynamicEntity],
         slots: &[Slot],
-        current: &Current<T>,
     ) -> OpResult {
-        // The copies of the primary as read: a copy this change restamped in
-        // an earlier attempt goes back to the one the primary shows, or goes.
-        let shown = match current {
-            Current::Live { entity, stamp, .. } => Some(self.stored(entity, *stamp)?.1),
-            _ => None,
-        };
         for (i, ((def, copy), slot)) in self.inner.indexes.iter().zip(copies).zip(slots).enumerate()
         {
             let Slot::Held { etag, release } = slot else {
@@ -1128,7 +1128,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 Release::Delete => {
                     ctx.delete_if_unchanged(&table, key, etag).await?;
                 }
-                Release::Restore(found) => {
+                Release::Restore(_) | Release::Settle => {
                     let primary_key = EntityKey::new(
                         self.primary_partition_key(
                             copy.partition_key
@@ -1137,30 +1137,24 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                         ),
                         named_primary(copy).unwrap_or_default(),
                     );
-                    let now = self.read_primary(ctx, &primary_key).await?;
-                    let fresh = match &now {
+                    let fresh = match self.read_primary(ctx, &primary_key).await? {
                         Current::Live { entity, stamp, .. } => {
-                            Some(self.stored(entity, *stamp)?.1.swap_remove(i))
+                            Some(self.stored(&entity, stamp)?.1.swap_remove(i))
                         }
                         _ => None,
                     };
-                    match fresh {
-                        Some(fresh) if fresh.row_key == copy.row_key => {
+                    match (fresh, release) {
+                        (Some(fresh), _) if fresh.row_key == copy.row_key => {
                             ctx.replace_if_unchanged(&table, &fresh, etag).await?;
                         }
-                        _ => {
+                        (_, Release::Restore(found)) => {
                             ctx.replace_if_unchanged(&table, found, etag).await?;
+                        }
+                        _ => {
+                            ctx.delete_if_unchanged(&table, key, etag).await?;
                         }
                     }
                 }
-                Release::Settle => match shown.as_ref().map(|c| &c[i]) {
-                    Some(fresh) if fresh.row_key == copy.row_key => {
-                        ctx.replace_if_unchanged(&table, fresh, etag).await?;
-                    }
-                    _ => {
-                        ctx.delete_if_unchanged(&table, key, etag).await?;
-                    }
-                },
                 Release::Leave => {}
             }
         }
@@ -1285,7 +1279,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 if resumed {
                     // An earlier attempt of this message wrote the primary
                     // (after claiming its unique values).
-                    let slots = self.claim_all(ctx, &copies, stamp, false, &current).await?;
+                    let slots = self.claim_all(ctx, &copies, stamp, false).await?;
                     let etags = self.write_copies(ctx, &copies, &slots).await?;
                     return self.recheck(ctx, &key, &copies, &etags, stamp).await;
                 }
@@ -1303,7 +1297,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 return Ok(());
             }
             // Claim the unique values first: a refused change writes nothing.
-            let slots = self.claim_all(ctx, &copies, stamp, true, &current).await?;
+            let slots = self.claim_all(ctx, &copies, stamp, true).await?;
             let old_copies = self.old_copies(&current, &copies);
             for (i, old) in &old_copies {
                 self.delete_older_copy(ctx, &self.inner.indexes[*i], old.clone(), own, stamp)
