@@ -139,6 +139,19 @@ pub mod account {
     };
 }
 
+pub mod transport {
+    //! The transport seam: the HTTP client under every service client.
+    //!
+    //! tablekit sends requests with its own HTTP/1.1 client on hyper
+    //! ([`HyperConnector`], the default). To send them through another
+    //! (a company client with its proxy and middleware, a recording or failing
+    //! transport in tests), implement [`HttpConnector`] and [`HttpService`] and
+    //! pass the connector in [`HttpOptions::connector`](crate::HttpOptions::connector).
+    pub use crate::backend::http::transport::{
+        failure, Failure, HttpConnector, HttpResponse, HttpService, HyperConnector,
+    };
+}
+
 pub use account::{
     Account, AccountKey, BlobSas, BlobSasPermissions, Credential, QueueSas, QueueSasPermissions,
     SasProtocol, SasToken, TableSas, TableSasPermissions, TokenCredential,

@@ -1,7 +1,10 @@
 //! Options of the clients: retries, timeouts, the connection pool and the
 //! metadata level. Plain data, no I/O: the clients hand them to a backend.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::backend::http::transport::service::HttpConnector;
 
 /// Options of a client ([`TableServiceClient`](crate::TableServiceClient),
 /// [`QueueServiceClient`](crate::QueueServiceClient)).
@@ -106,8 +109,14 @@ pub struct HttpOptions {
     /// none for types that know their schema. A type that needs annotations always
     /// gets at least minimal metadata.
     pub metadata: Option<Metadata>,
-    /// Which HTTP client carries the requests. Default: [`Transport::Auto`].
+    /// Which built-in HTTP client carries the requests. Default: [`Transport::Auto`].
     pub transport: Transport,
+    /// Your own transport, instead of a built-in one: a client with your
+    /// proxy and middleware, a recording or failing transport in tests. It
+    /// is asked for the [`HttpService`](crate::transport::HttpService) of each
+    /// endpoint when a client is built; signing, retries and the reading of
+    /// answers stay with tablekit. Default: `None` ([`HttpOptions::transport`] decides).
+    pub connector: Option<Arc<dyn HttpConnector>>,
 }
 
 /// The HTTP client under a service client ([`HttpOptions::transport`]).
@@ -153,6 +162,7 @@ impl Default for HttpOptions {
             pool_max_idle_per_host: 64,
             metadata: None,
             transport: Transport::Auto,
+            connector: None,
         }
     }
 }

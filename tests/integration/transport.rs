@@ -257,3 +257,99 @@ async fn a_write_cut_off_after_it_was_sent_is_ambiguous_on_both_transports() {
         assert_eq!(count.load(Ordering::SeqCst), 2, "{transport:?}");
     }
 }
+
+/// What a recording transport saw: method and path of each request, with
+/// the names of its headers.
+type Seen = Arc<std::sync::Mutex<Vec<(String, String, Vec<String>)>>>;
+
+/// Records every request, then sends it on tablekit's own transport.
+#[derive(Debug)]
+struct Recording {
+    inner: Arc<dyn tablekit::transport::HttpService>,
+    seen: Seen,
+}
+
+#[async_trait::async_trait]
+impl tablekit::transport::HttpService for Recording {
+    async fn call(
+        &self,
+        request: http::Request<Bytes>,
+    ) -> tablekit::Result<tablekit::transport::HttpResponse> {
+        self.seen.lock().unwrap().push((
+            request.method().to_string(),
+            request.uri().path().to_owned(),
+            request
+                .headers()
+                .keys()
+                .map(|k| k.as_str().to_owned())
+                .collect(),
+        ));
+        self.inner.call(request).await
+    }
+}
+
+#[derive(Debug)]
+struct RecordingConnector {
+    seen: Seen,
+    options: tablekit::HttpOptions,
+}
+
+impl tablekit::transport::HttpConnector for RecordingConnector {
+    fn connect(
+        &self,
+        endpoint: &http::Uri,
+    ) -> tablekit::Result<Arc<dyn tablekit::transport::HttpService>> {
+        let inner = tablekit::transport::HyperConnector::new(&self.options).connect(endpoint)?;
+        Ok(Arc::new(Recording {
+            inner,
+            seen: self.seen.clone(),
+        }))
+    }
+}
+
+#[tokio::test]
+async fn a_transport_passed_in_code_sees_every_request_of_a_table_insert_and_a_queue_send() {
+    let Some(conn) = common::connection_string() else {
+        return;
+    };
+    let account = Account::from_connection_string(&conn).unwrap();
+    let seen = Seen::default();
+    let mut options = ClientOptions::default();
+    options.http.connector = Some(Arc::new(RecordingConnector {
+        seen: seen.clone(),
+        options: options.http.clone(),
+    }));
+    let svc = TableServiceClient::with_options(account.clone(), options.clone()).unwrap();
+    let t = common::fresh_table::<DynamicEntity>(&svc, "Rec").await;
+    seen.lock().unwrap().clear();
+    t.insert(&DynamicEntity::new("p", "r")).await.unwrap();
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        let (method, path, headers) = &seen[0];
+        assert_eq!(method, "POST");
+        assert!(path.ends_with(&format!("/{}", t.name())), "{path}");
+        for h in ["authorization", "x-ms-date", "x-ms-version", "content-type"] {
+            assert!(headers.iter().any(|n| n == h), "{h} in {headers:?}");
+        }
+    }
+    common::drop_table(&t).await;
+
+    let queues = QueueServiceClient::with_options(account, options).unwrap();
+    let name = format!("q{}", &uuid::Uuid::new_v4().simple().to_string()[..20]);
+    let q = queues.queue(&name).unwrap();
+    q.create_queue_if_not_exists().await.unwrap();
+    seen.lock().unwrap().clear();
+    q.send("hello").unwrap().await.unwrap();
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert_eq!(seen[0].0, "POST");
+        assert!(
+            seen[0].1.ends_with(&format!("/{name}/messages")),
+            "{seen:?}"
+        );
+        assert!(seen[0].2.iter().any(|n| n == "authorization"));
+    }
+    q.delete_queue().await.unwrap();
+}

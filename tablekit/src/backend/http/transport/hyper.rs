@@ -32,6 +32,7 @@ use tokio::time::Instant;
 
 use super::common::{deadline_after, transport_failure, Origin, USER_AGENT};
 use super::pool::{Connection, Pool};
+use super::service::{BodySource, HttpResponse, HttpService};
 use super::tls::{Stream, Tls};
 use crate::error::{Result, TransportKind};
 use crate::options::HttpOptions;
@@ -86,6 +87,14 @@ impl HyperTransport {
     ) -> Result<(http::StatusCode, HyperBody)> {
         let deadline = deadline_after(self.timeout);
         let (mut parts, body) = req.into_parts();
+        if parts.uri.scheme().is_some() {
+            // An absolute URI (from a wrapping transport): hyper writes what
+            // it is given, and a server wants origin-form.
+            let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            parts.uri = http::Uri::try_from(target).map_err(|_| {
+                transport_failure(TransportKind::Request, "the request URI is not valid", None)
+            })?;
+        }
         parts.headers.insert(HOST, self.origin.authority.clone());
         parts
             .headers
@@ -233,8 +242,9 @@ impl HyperBody {
         b
     }
 
-    pub(super) fn headers(&self) -> &HeaderMap {
-        &self.headers
+    /// The answer's headers, taken out (the body keeps none).
+    fn take_headers(&mut self) -> HeaderMap {
+        std::mem::take(&mut self.headers)
     }
 
     /// The body is complete: the connection goes back to the pool if it can
@@ -329,6 +339,35 @@ impl HyperBody {
     /// The body as a stream of chunks.
     pub(super) fn into_stream(mut self) -> impl futures::Stream<Item = Result<Bytes>> + Send {
         futures::stream::poll_fn(move |cx| self.poll_chunk(cx))
+    }
+}
+
+#[async_trait::async_trait]
+impl HttpService for HyperTransport {
+    async fn call(&self, request: http::Request<Bytes>) -> Result<HttpResponse> {
+        let (status, mut body) = self.send(request).await?;
+        let headers = body.take_headers();
+        Ok(HttpResponse::from_source(status, headers, Box::new(body)))
+    }
+}
+
+#[async_trait::async_trait]
+impl BodySource for HyperBody {
+    async fn collect(self: Box<Self>) -> Result<Bytes> {
+        (*self).collect().await
+    }
+
+    fn into_stream(self: Box<Self>) -> futures::stream::BoxStream<'static, Result<Bytes>> {
+        use futures::StreamExt as _;
+        (*self).into_stream().boxed()
+    }
+}
+
+impl std::fmt::Debug for HyperTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HyperTransport")
+            .field("authority", &self.origin.authority)
+            .finish_non_exhaustive()
     }
 }
 

@@ -13,34 +13,33 @@ mod common;
 pub(crate) mod hyper;
 mod pool;
 pub(crate) mod reqwest;
+pub(crate) mod service;
 mod tls;
 
-use bytes::Bytes;
-use futures::stream::BoxStream;
-use http::{HeaderMap, StatusCode};
+use std::sync::Arc;
 
-#[cfg(test)]
+use bytes::Bytes;
+
 use self::common::Origin;
 #[cfg(test)]
 pub(crate) use self::common::USER_AGENT;
+pub use self::service::{failure, Failure, HttpConnector, HttpResponse, HttpService};
 use crate::error::{Error, Result};
 use crate::options::HttpOptions;
 pub use crate::options::Transport;
 
-/// The connections of one endpoint, on the transport the options chose.
-pub(crate) enum HttpTransport {
-    /// The inline HTTP/1.1 client.
-    Hyper(self::hyper::HyperTransport),
-    /// reqwest's pooled client.
-    Reqwest(self::reqwest::ReqwestTransport),
+/// The transport of one endpoint: the options' connector's service, or the
+/// built-in one the options chose.
+pub(crate) struct HttpTransport {
+    service: Arc<dyn HttpService>,
+    /// `scheme://authority` of the endpoint, for absolute URIs; `None` for the
+    /// built-in hyper transport, which takes origin-form URIs as they are.
+    prefix: Option<String>,
 }
 
 impl std::fmt::Debug for HttpTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            HttpTransport::Hyper(_) => "HttpTransport::Hyper",
-            HttpTransport::Reqwest(_) => "HttpTransport::Reqwest",
-        })
+        f.debug_tuple("HttpTransport").field(&self.service).finish()
     }
 }
 
@@ -91,91 +90,92 @@ impl Transport {
 impl HttpTransport {
     /// The connections to `endpoint` (an `http(s)` URL without a query).
     pub(crate) fn new(endpoint: &url::Url, options: &HttpOptions) -> Result<Self> {
+        let prefix = Origin::of(endpoint)?.prefix;
+        if let Some(connector) = &options.connector {
+            let uri: http::Uri = endpoint
+                .as_str()
+                .parse()
+                .map_err(|_| Error::config("the endpoint is not a valid URI"))?;
+            return Ok(HttpTransport {
+                service: connector.connect(&uri)?,
+                prefix: Some(prefix),
+            });
+        }
         let https = endpoint.scheme() == "https";
         let env = std::env::var(TRANSPORT_VAR).ok();
-        match options
-            .transport
-            .resolve(env.as_deref(), proxy_configured(https))?
-        {
-            Transport::Reqwest => Ok(HttpTransport::Reqwest(
-                self::reqwest::ReqwestTransport::new(endpoint, options)?,
-            )),
-            _ => Ok(HttpTransport::Hyper(self::hyper::HyperTransport::new(
-                endpoint, options,
-            )?)),
-        }
+        Ok(
+            match options
+                .transport
+                .resolve(env.as_deref(), proxy_configured(https))?
+            {
+                Transport::Reqwest => HttpTransport {
+                    service: Arc::new(self::reqwest::ReqwestTransport::new(endpoint, options)?),
+                    prefix: Some(prefix),
+                },
+                _ => HttpTransport {
+                    service: Arc::new(self::hyper::HyperTransport::new(endpoint, options)?),
+                    prefix: None,
+                },
+            },
+        )
     }
 
     /// Sends one request. Its URI is origin-form (path and query); the
     /// transport adds `Host` (or the endpoint's origin) and `User-Agent`.
-    pub(crate) async fn send(&self, req: http::Request<Bytes>) -> Result<Incoming> {
-        Ok(match self {
-            HttpTransport::Hyper(t) => {
-                let (status, body) = t.send(req).await?;
-                Incoming {
-                    status,
-                    body: Body::Hyper(body),
-                }
-            }
-            HttpTransport::Reqwest(t) => {
-                let resp = t.send(req).await?;
-                Incoming {
-                    status: resp.status(),
-                    body: Body::Reqwest(resp),
-                }
-            }
-        })
-    }
-}
-
-/// An answer: status and headers at once, the body when asked.
-pub(crate) struct Incoming {
-    status: StatusCode,
-    body: Body,
-}
-
-enum Body {
-    Hyper(self::hyper::HyperBody),
-    Reqwest(::reqwest::Response),
-}
-
-impl Incoming {
-    /// The status code.
-    pub(crate) fn status(&self) -> StatusCode {
-        self.status
-    }
-
-    /// The response headers.
-    pub(crate) fn headers(&self) -> &HeaderMap {
-        match &self.body {
-            Body::Hyper(b) => b.headers(),
-            Body::Reqwest(r) => r.headers(),
+    pub(crate) async fn send(&self, mut req: http::Request<Bytes>) -> Result<Incoming> {
+        if let Some(prefix) = &self.prefix {
+            let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+            let mut absolute = String::with_capacity(prefix.len() + target.len());
+            absolute.push_str(prefix);
+            absolute.push_str(target);
+            *req.uri_mut() = http::Uri::try_from(absolute)
+                .map_err(|_| Error::config("the request URI is not valid"))?;
         }
-    }
-
-    /// The whole body. The attempt's timeout covers reading it.
-    pub(crate) async fn bytes(self) -> Result<Bytes> {
-        match self.body {
-            Body::Hyper(b) => b.collect().await,
-            Body::Reqwest(r) => r
-                .bytes()
-                .await
-                .map_err(|e| self::reqwest::transport_error(&e)),
-        }
-    }
-
-    /// The body as it arrives, chunk by chunk.
-    pub(crate) fn into_stream(self) -> BoxStream<'static, Result<Bytes>> {
-        use futures::{StreamExt as _, TryStreamExt as _};
-        match self.body {
-            Body::Hyper(b) => b.into_stream().boxed(),
-            Body::Reqwest(r) => r
-                .bytes_stream()
-                .map_err(|e| self::reqwest::transport_error(&e))
-                .boxed(),
-        }
+        self.service.call(req).await
     }
 }
+
+/// The built-in transport, tablekit's own HTTP/1.1 client on hyper, as a
+/// connector: the default, and what a wrapping transport delegates to.
+///
+/// ```
+/// use std::sync::Arc;
+/// use tablekit::transport::{HttpConnector, HyperConnector};
+/// use tablekit::HttpOptions;
+///
+/// let options = HttpOptions::default();
+/// let connector = HyperConnector::new(&options);
+/// let service = connector.connect(&"http://127.0.0.1:10002/devstoreaccount1".parse().unwrap())?;
+/// # let _ = service;
+/// # Ok::<(), tablekit::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct HyperConnector {
+    options: HttpOptions,
+}
+
+impl HyperConnector {
+    /// The built-in transport with `options`' timeouts and pool size.
+    pub fn new(options: &HttpOptions) -> Self {
+        let mut options = options.clone();
+        options.connector = None;
+        HyperConnector { options }
+    }
+}
+
+impl HttpConnector for HyperConnector {
+    fn connect(&self, endpoint: &http::Uri) -> Result<Arc<dyn HttpService>> {
+        let url = url::Url::parse(&endpoint.to_string())
+            .map_err(|_| Error::config("the endpoint is not a valid URL"))?;
+        Ok(Arc::new(self::hyper::HyperTransport::new(
+            &url,
+            &self.options,
+        )?))
+    }
+}
+
+/// What the transports hand back.
+pub(crate) type Incoming = HttpResponse;
 
 #[cfg(test)]
 mod tests {

@@ -5,6 +5,7 @@
 use bytes::Bytes;
 
 use super::common::{transport_failure, Origin, USER_AGENT};
+use super::service::{BodySource, HttpResponse, HttpService};
 use crate::error::{Error, Result, TransportKind};
 use crate::options::HttpOptions;
 
@@ -35,11 +36,17 @@ impl ReqwestTransport {
         })
     }
 
+    /// Sends `req`, whose URI is absolute or origin-form (then joined to the endpoint's origin).
     pub(crate) async fn send(&self, req: http::Request<Bytes>) -> Result<reqwest::Response> {
         let (parts, body) = req.into_parts();
-        let mut url = String::with_capacity(self.origin.prefix.len() + 128);
-        url.push_str(&self.origin.prefix);
-        url.push_str(parts.uri.path_and_query().map_or("/", |p| p.as_str()));
+        let url = if parts.uri.scheme().is_some() {
+            parts.uri.to_string()
+        } else {
+            let mut url = String::with_capacity(self.origin.prefix.len() + 128);
+            url.push_str(&self.origin.prefix);
+            url.push_str(parts.uri.path_and_query().map_or("/", |p| p.as_str()));
+            url
+        };
         self.client
             .request(parts.method, url)
             .headers(parts.headers)
@@ -108,4 +115,43 @@ fn is_tls_failure(e: &reqwest::Error) -> bool {
         src = s.source();
     }
     false
+}
+
+impl std::fmt::Debug for ReqwestTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReqwestTransport")
+            .field("authority", &self.origin.authority)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait::async_trait]
+impl HttpService for ReqwestTransport {
+    async fn call(&self, request: http::Request<Bytes>) -> Result<HttpResponse> {
+        let mut resp = self.send(request).await?;
+        let headers = std::mem::take(resp.headers_mut());
+        Ok(HttpResponse::from_source(
+            resp.status(),
+            headers,
+            Box::new(ReqwestBody(resp)),
+        ))
+    }
+}
+
+/// The body of a reqwest answer.
+struct ReqwestBody(reqwest::Response);
+
+#[async_trait::async_trait]
+impl BodySource for ReqwestBody {
+    async fn collect(self: Box<Self>) -> Result<Bytes> {
+        self.0.bytes().await.map_err(|e| transport_error(&e))
+    }
+
+    fn into_stream(self: Box<Self>) -> futures::stream::BoxStream<'static, Result<Bytes>> {
+        use futures::{StreamExt as _, TryStreamExt as _};
+        self.0
+            .bytes_stream()
+            .map_err(|e| transport_error(&e))
+            .boxed()
+    }
 }
