@@ -148,7 +148,7 @@ pub mod transport {
     //! transport in tests), implement [`HttpConnector`] and [`HttpService`] and
     //! pass the connector in [`HttpOptions::connector`](crate::HttpOptions::connector).
     pub use crate::backend::http::transport::{
-        failure, Failure, HttpConnector, HttpResponse, HttpService, HyperConnector,
+        failure, Failure, HttpConnector, HttpResponse, HttpService, HyperConnector, Proxy,
     };
 }
 
@@ -189,6 +189,7 @@ pub use table::{
     Get, ListTables, Modified, Modify, ModifyStep, TableClient, TableNames, TableServiceClient,
     Transaction, TransactionOp, TransactionResult, WriteTarget,
 };
+pub use transport::Proxy;
 
 /// `#[derive(TableEntity)]`: a plain struct becomes an entity type.
 ///

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::http::transport::proxy::Proxy;
 use crate::backend::http::transport::service::HttpConnector;
 
 /// Options of a client ([`TableServiceClient`](crate::TableServiceClient),
@@ -117,6 +118,10 @@ pub struct HttpOptions {
     /// endpoint when a client is built; signing, retries and the reading of
     /// answers stay with tablekit. Default: `None` ([`HttpOptions::transport`] decides).
     pub connector: Option<Arc<dyn HttpConnector>>,
+    /// The HTTP proxy of tablekit's own transport: `None` (the default)
+    /// connects directly, whatever the environment says; [`Proxy::from_env`]
+    /// follows `HTTPS_PROXY`, `HTTP_PROXY` and `NO_PROXY`.
+    pub proxy: Option<Proxy>,
 }
 
 /// The HTTP client under a service client ([`HttpOptions::transport`]).
@@ -163,6 +168,7 @@ impl Default for HttpOptions {
             metadata: None,
             transport: Transport::Auto,
             connector: None,
+            proxy: None,
         }
     }
 }

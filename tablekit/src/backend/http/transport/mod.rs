@@ -12,6 +12,7 @@
 mod common;
 pub(crate) mod hyper;
 mod pool;
+pub(crate) mod proxy;
 pub(crate) mod reqwest;
 pub(crate) mod service;
 mod tls;
@@ -23,6 +24,7 @@ use bytes::Bytes;
 use self::common::Origin;
 #[cfg(test)]
 pub(crate) use self::common::USER_AGENT;
+pub use self::proxy::Proxy;
 pub use self::service::{failure, Failure, HttpConnector, HttpResponse, HttpService};
 use crate::error::{Error, Result};
 use crate::options::HttpOptions;
