@@ -124,37 +124,32 @@ pub struct HttpOptions {
     pub proxy: Option<Proxy>,
 }
 
-/// The HTTP client under a service client ([`HttpOptions::transport`]).
+/// The built-in HTTP client under a service client ([`HttpOptions::transport`]).
 ///
-/// Both send the same signed requests through the same retry policy; they
-/// differ in cost and reach. The inline transport drives each connection in
-/// the task of the request on it, with its own keep-alive pool
-/// ([`HttpOptions::pool_max_idle_per_host`]), so a request never hops
-/// between threads: on a multi-thread runtime it costs about half the CPU.
-/// reqwest's client runs each connection in a task of its own and honours
-/// the `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` and `NO_PROXY` environment
-/// variables, which the inline transport ignores.
+/// Both send the same signed requests through the same retry policy. The
+/// inline transport drives each connection in the task of the request on it,
+/// with its own keep-alive pool ([`HttpOptions::pool_max_idle_per_host`]), so
+/// a request never hops between threads: on a multi-thread runtime it costs
+/// about half the CPU of reqwest's. Both go through [`HttpOptions::proxy`].
+/// No environment variable changes this choice.
 ///
 /// ```
 /// use tablekit::{ClientOptions, Transport};
 ///
 /// let mut options = ClientOptions::default();
-/// options.http.transport = Transport::Reqwest; // e.g. behind a corporate proxy
+/// options.http.transport = Transport::Hyper;
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Transport {
-    /// The inline transport, unless a proxy variable applies to the
-    /// endpoint's scheme (`HTTP_PROXY` or `HTTPS_PROXY`, or `ALL_PROXY`,
-    /// upper or lower case): then reqwest. The
-    /// environment variable `TABLEKIT_TRANSPORT=hyper|reqwest`, read when a
-    /// client is built, overrides this choice (and only this one).
+    /// tablekit's choice: today the inline hyper transport.
     #[default]
     Auto,
     /// tablekit's own HTTP/1.1 client on hyper's connection API (plain TCP
-    /// or TLS with rustls and the webpki roots); no proxy support.
+    /// or TLS with rustls and the webpki roots).
     Hyper,
-    /// reqwest's client (rustls), with proxy support.
+    /// reqwest's client (rustls). Needs the `reqwest` feature.
+    #[cfg(feature = "reqwest")]
     Reqwest,
 }
 

@@ -8,8 +8,9 @@
 //! The embedded backend has no transport; its half of each Azurite case is
 //! the same case on `TableServiceClient::embedded()`.
 //!
-//! The whole suite also runs on reqwest with `TABLEKIT_TRANSPORT=reqwest`
-//! (the override of `Auto`).
+//! The wire cases also run on reqwest with `TABLEKIT_TRANSPORT=reqwest`: the
+//! suite (`common::client_options`) reads it and sets `HttpOptions::transport`;
+//! the library reads no such variable.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -30,7 +31,7 @@ use crate::retry::{fake_server, table_with, Answer};
 const BOTH: [Transport; 2] = [Transport::Hyper, Transport::Reqwest];
 
 fn options(transport: Transport) -> ClientOptions {
-    let mut options = ClientOptions::default();
+    let mut options = common::client_options();
     options.http.transport = transport;
     options
 }
@@ -314,7 +315,7 @@ async fn a_transport_passed_in_code_sees_every_request_of_a_table_insert_and_a_q
     };
     let account = Account::from_connection_string(&conn).unwrap();
     let seen = Seen::default();
-    let mut options = ClientOptions::default();
+    let mut options = common::client_options();
     options.http.connector = Some(Arc::new(RecordingConnector {
         seen: seen.clone(),
         options: options.http.clone(),

@@ -2,17 +2,20 @@
 //! connections, a request in (`http::Request` with an origin-form URI), status,
 //! headers and a body out.
 //!
-//! Two implementations: [`hyper`](self::hyper), tablekit's own HTTP/1.1 client
-//! on hyper's connection API (each request drives its connection in its own
-//! task, no spawned connection task, so nothing crosses threads on the hot
-//! path), and [`reqwest`](self::reqwest), kept for HTTP proxies and as a
-//! fallback. [`Transport`] picks one. Everything above this module (signing,
-//! retries, tracing, ambiguity) is the same on both.
+//! The seam is [`HttpService`] (made per endpoint by an [`HttpConnector`]).
+//! Built in: [`hyper`](self::hyper), tablekit's own HTTP/1.1 client on hyper's
+//! connection API (each request drives its connection in its own task, no
+//! spawned connection task, so nothing crosses threads on the hot path), with
+//! [`Proxy`] support; and, with the `reqwest` feature, reqwest's client.
+//! [`Transport`](crate::Transport) picks a built-in one, [`HttpOptions::connector`] puts in the
+//! user's own. Everything above this module (signing, retries, tracing,
+//! ambiguity) is the same on all.
 
 mod common;
 pub(crate) mod hyper;
 mod pool;
 pub(crate) mod proxy;
+#[cfg(feature = "reqwest")]
 pub(crate) mod reqwest;
 pub(crate) mod service;
 mod tls;
@@ -28,7 +31,8 @@ pub use self::proxy::Proxy;
 pub use self::service::{failure, Failure, HttpConnector, HttpResponse, HttpService};
 use crate::error::{Error, Result};
 use crate::options::HttpOptions;
-pub use crate::options::Transport;
+#[cfg(feature = "reqwest")]
+use crate::options::Transport;
 
 /// The transport of one endpoint: the options' connector's service, or the
 /// built-in one the options chose.
@@ -42,50 +46,6 @@ pub(crate) struct HttpTransport {
 impl std::fmt::Debug for HttpTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_tuple("HttpTransport").field(&self.service).finish()
-    }
-}
-
-/// The environment variables that make [`Transport::Auto`] pick reqwest for a
-/// scheme: reqwest honours them (with `NO_PROXY`), the inline transport does not.
-fn proxy_configured(https: bool) -> bool {
-    let set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty());
-    let scheme_vars: &[&str] = if https {
-        &["HTTPS_PROXY", "https_proxy"]
-    } else {
-        &["HTTP_PROXY", "http_proxy"]
-    };
-    scheme_vars
-        .iter()
-        .chain(&["ALL_PROXY", "all_proxy"])
-        .any(|v| set(v))
-}
-
-/// `TABLEKIT_TRANSPORT=hyper|reqwest`: the operator's override of
-/// [`Transport::Auto`], read when a client is built.
-pub(crate) const TRANSPORT_VAR: &str = "TABLEKIT_TRANSPORT";
-
-impl Transport {
-    /// What `Auto` means for this endpoint and environment.
-    fn resolve(self, env_choice: Option<&str>, proxy: bool) -> Result<Transport> {
-        Ok(match self {
-            Transport::Auto => match env_choice.map(str::trim) {
-                Some(v) if v.eq_ignore_ascii_case("hyper") => Transport::Hyper,
-                Some(v) if v.eq_ignore_ascii_case("reqwest") => Transport::Reqwest,
-                Some("") | None => {
-                    if proxy {
-                        Transport::Reqwest
-                    } else {
-                        Transport::Hyper
-                    }
-                }
-                Some(_) => {
-                    return Err(Error::config(format!(
-                        "{TRANSPORT_VAR} must be `hyper` or `reqwest`"
-                    )))
-                }
-            },
-            explicit => explicit,
-        })
     }
 }
 
@@ -103,23 +63,17 @@ impl HttpTransport {
                 prefix: Some(prefix),
             });
         }
-        let https = endpoint.scheme() == "https";
-        let env = std::env::var(TRANSPORT_VAR).ok();
-        Ok(
-            match options
-                .transport
-                .resolve(env.as_deref(), proxy_configured(https))?
-            {
-                Transport::Reqwest => HttpTransport {
-                    service: Arc::new(self::reqwest::ReqwestTransport::new(endpoint, options)?),
-                    prefix: Some(prefix),
-                },
-                _ => HttpTransport {
-                    service: Arc::new(self::hyper::HyperTransport::new(endpoint, options)?),
-                    prefix: None,
-                },
-            },
-        )
+        #[cfg(feature = "reqwest")]
+        if options.transport == Transport::Reqwest {
+            return Ok(HttpTransport {
+                service: Arc::new(self::reqwest::ReqwestTransport::new(endpoint, options)?),
+                prefix: Some(prefix),
+            });
+        }
+        Ok(HttpTransport {
+            service: Arc::new(self::hyper::HyperTransport::new(endpoint, options)?),
+            prefix: None,
+        })
     }
 
     /// Sends one request. Its URI is origin-form (path and query); the
@@ -182,30 +136,6 @@ pub(crate) type Incoming = HttpResponse;
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn auto_picks_hyper_unless_a_proxy_or_the_override_says_otherwise() {
-        let auto = Transport::Auto;
-        assert_eq!(auto.resolve(None, false).unwrap(), Transport::Hyper);
-        assert_eq!(auto.resolve(None, true).unwrap(), Transport::Reqwest);
-        assert_eq!(auto.resolve(Some(""), true).unwrap(), Transport::Reqwest);
-        assert_eq!(
-            auto.resolve(Some("Reqwest"), false).unwrap(),
-            Transport::Reqwest
-        );
-        assert_eq!(auto.resolve(Some("hyper"), true).unwrap(), Transport::Hyper);
-        let err = auto.resolve(Some("curl"), false).unwrap_err();
-        assert!(err.to_string().contains(TRANSPORT_VAR), "{err}");
-        // An explicit choice is never overridden.
-        assert_eq!(
-            Transport::Reqwest.resolve(Some("hyper"), false).unwrap(),
-            Transport::Reqwest
-        );
-        assert_eq!(
-            Transport::Hyper.resolve(None, true).unwrap(),
-            Transport::Hyper
-        );
-    }
 
     #[test]
     fn origins_keep_explicit_ports_and_bracket_ipv6() {

@@ -17,7 +17,48 @@ pub(crate) struct ReqwestTransport {
 
 impl ReqwestTransport {
     pub(crate) fn new(endpoint: &url::Url, options: &HttpOptions) -> Result<Self> {
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder();
+        builder = match options.proxy.clone() {
+            // As on the built-in transport: no environment variable is read.
+            None => builder.no_proxy(),
+            Some(proxy) => builder.proxy(reqwest::Proxy::custom(move |url| {
+                let route = proxy.route(url).ok().flatten()?;
+                let host = if route.host.contains(':') {
+                    format!("[{}]", route.host)
+                } else {
+                    route.host.clone()
+                };
+                let mut target = format!("http://{host}:{}", route.port);
+                if let Some(auth) = route.auth.as_ref().and_then(|a| a.to_str().ok()) {
+                    // reqwest takes the credentials from the URL: only Basic
+                    // is carried, and only when it decodes.
+                    use base64::Engine as _;
+                    let decoded = auth
+                        .strip_prefix("Basic ")
+                        .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+                        .and_then(|b| String::from_utf8(b).ok());
+                    if let Some((user, password)) =
+                        decoded.as_deref().and_then(|d| d.split_once(':'))
+                    {
+                        let enc = |t: &str| {
+                            percent_encoding::utf8_percent_encode(
+                                t,
+                                percent_encoding::NON_ALPHANUMERIC,
+                            )
+                            .to_string()
+                        };
+                        target = format!(
+                            "http://{}:{}@{host}:{}",
+                            enc(user),
+                            enc(password),
+                            route.port
+                        );
+                    }
+                }
+                Some(target)
+            })),
+        };
+        let client = builder
             // The storage services never redirect, and a signed request must
             // not be replayed elsewhere.
             .redirect(reqwest::redirect::Policy::none())
