@@ -149,6 +149,7 @@ pub mod transport {
     //! pass the connector in [`HttpOptions::connector`](crate::HttpOptions::connector).
     pub use crate::backend::http::transport::{
         failure, Failure, HttpConnector, HttpResponse, HttpService, HyperConnector, Proxy,
+        RequestHook,
     };
 }
 

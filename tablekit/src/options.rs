@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::http::transport::proxy::Proxy;
-use crate::backend::http::transport::service::HttpConnector;
+use crate::backend::http::transport::service::{HttpConnector, RequestHook};
 
 /// Options of a client ([`TableServiceClient`](crate::TableServiceClient),
 /// [`QueueServiceClient`](crate::QueueServiceClient)).
@@ -122,6 +122,10 @@ pub struct HttpOptions {
     /// connects directly, whatever the environment says; [`Proxy::from_env`]
     /// follows `HTTPS_PROXY`, `HTTP_PROXY` and `NO_PROXY`.
     pub proxy: Option<Proxy>,
+    /// Per-request policies, run in order on every attempt of every request
+    /// just before it goes to the transport (built-in or
+    /// [`connector`](HttpOptions::connector)): add a header, record, fail on purpose.
+    pub hooks: Vec<Arc<dyn RequestHook>>,
 }
 
 /// The built-in HTTP client under a service client ([`HttpOptions::transport`]).
@@ -164,6 +168,7 @@ impl Default for HttpOptions {
             transport: Transport::Auto,
             connector: None,
             proxy: None,
+            hooks: Vec::new(),
         }
     }
 }

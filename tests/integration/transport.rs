@@ -354,3 +354,85 @@ async fn a_transport_passed_in_code_sees_every_request_of_a_table_insert_and_a_q
     }
     q.delete_queue().await.unwrap();
 }
+
+/// Adds a header to every attempt and counts the attempts.
+#[derive(Debug, Default)]
+struct Tagging {
+    attempts: AtomicUsize,
+}
+
+impl tablekit::transport::RequestHook for Tagging {
+    fn on_request(&self, request: &mut http::Request<Bytes>) -> tablekit::Result<()> {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+        request
+            .headers()
+            .contains_key("authorization")
+            .then_some(())
+            .expect("hooks see the signed request");
+        request
+            .headers_mut()
+            .insert("x-caller", http::HeaderValue::from_static("billing"));
+        Ok(())
+    }
+}
+
+/// Refuses every request that deletes.
+#[derive(Debug)]
+struct NoDeletes;
+
+impl tablekit::transport::RequestHook for NoDeletes {
+    fn on_request(&self, request: &mut http::Request<Bytes>) -> tablekit::Result<()> {
+        if request.method() == http::Method::DELETE {
+            return Err(tablekit::transport::failure(
+                tablekit::transport::Failure::Request,
+                "deletes are refused by policy",
+                None,
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn request_hooks_add_headers_record_and_fail_requests_on_purpose() {
+    let Some(conn) = common::connection_string() else {
+        return;
+    };
+    let account = Account::from_connection_string(&conn).unwrap();
+    let seen = Seen::default();
+    let tagging = Arc::new(Tagging::default());
+    let mut options = common::client_options();
+    options.http.hooks = vec![tagging.clone(), Arc::new(NoDeletes)];
+    options.http.connector = Some(Arc::new(RecordingConnector {
+        seen: seen.clone(),
+        options: options.http.clone(),
+    }));
+    let svc = TableServiceClient::with_options(account, options).unwrap();
+    let t = common::fresh_table::<DynamicEntity>(&svc, "Hook").await;
+    let before = tagging.attempts.load(Ordering::SeqCst);
+    t.insert(&DynamicEntity::new("p", "r")).await.unwrap();
+    assert_eq!(tagging.attempts.load(Ordering::SeqCst), before + 1);
+    assert!(seen
+        .lock()
+        .unwrap()
+        .last()
+        .is_some_and(|(_, _, headers)| headers.iter().any(|h| h == "x-caller")));
+
+    let sent = seen.lock().unwrap().len();
+    let err = t
+        .delete(("p", "r"), tablekit::IfMatch::Any)
+        .await
+        .unwrap_err();
+    assert!(err.is_transport(), "{err}");
+    assert!(!err.is_retryable(), "{err}");
+    assert!(err.to_string().contains("refused by policy"), "{err}");
+    assert_eq!(seen.lock().unwrap().len(), sent, "nothing reached the wire");
+    assert!(
+        t.get(("p", "r")).await.unwrap().is_some(),
+        "the entity stays"
+    );
+
+    // Table deletion is a DELETE too: drop the table with a client without hooks.
+    let plain = common::tables(&conn).unwrap();
+    plain.delete_table(t.name()).await.unwrap();
+}

@@ -28,7 +28,7 @@ use self::common::Origin;
 #[cfg(test)]
 pub(crate) use self::common::USER_AGENT;
 pub use self::proxy::Proxy;
-pub use self::service::{failure, Failure, HttpConnector, HttpResponse, HttpService};
+pub use self::service::{failure, Failure, HttpConnector, HttpResponse, HttpService, RequestHook};
 use crate::error::{Error, Result};
 use crate::options::HttpOptions;
 #[cfg(feature = "reqwest")]
@@ -41,6 +41,8 @@ pub(crate) struct HttpTransport {
     /// `scheme://authority` of the endpoint, for absolute URIs; `None` for the
     /// built-in hyper transport, which takes origin-form URIs as they are.
     prefix: Option<String>,
+    /// The options' request hooks, run in order on every attempt.
+    hooks: Vec<Arc<dyn RequestHook>>,
 }
 
 impl std::fmt::Debug for HttpTransport {
@@ -61,6 +63,7 @@ impl HttpTransport {
             return Ok(HttpTransport {
                 service: connector.connect(&uri)?,
                 prefix: Some(prefix),
+                hooks: options.hooks.clone(),
             });
         }
         #[cfg(feature = "reqwest")]
@@ -68,11 +71,13 @@ impl HttpTransport {
             return Ok(HttpTransport {
                 service: Arc::new(self::reqwest::ReqwestTransport::new(endpoint, options)?),
                 prefix: Some(prefix),
+                hooks: options.hooks.clone(),
             });
         }
         Ok(HttpTransport {
             service: Arc::new(self::hyper::HyperTransport::new(endpoint, options)?),
             prefix: None,
+            hooks: options.hooks.clone(),
         })
     }
 
@@ -86,6 +91,9 @@ impl HttpTransport {
             absolute.push_str(target);
             *req.uri_mut() = http::Uri::try_from(absolute)
                 .map_err(|_| Error::config("the request URI is not valid"))?;
+        }
+        for hook in &self.hooks {
+            hook.on_request(&mut req)?;
         }
         self.service.call(req).await
     }

@@ -57,6 +57,36 @@ pub trait HttpConnector: Send + Sync + fmt::Debug + 'static {
     fn connect(&self, endpoint: &http::Uri) -> Result<Arc<dyn HttpService>>;
 }
 
+/// A per-request policy, run on every attempt of every request just before
+/// it goes to the transport ([`HttpOptions::hooks`](crate::HttpOptions::hooks)):
+/// add a header, record the request, or fail it on purpose.
+///
+/// The request is already signed. A header added here is not covered by the
+/// signature, so it must not be one the service signs (`x-ms-*` on the Blob
+/// and Queue services, `Content-Type`, `Date`). An error returned here is the
+/// attempt's error: retried if it is retryable ([`failure`] with
+/// [`Failure::Connect`]), final otherwise ([`Failure::Request`]).
+///
+/// ```
+/// use bytes::Bytes;
+/// use tablekit::transport::RequestHook;
+///
+/// /// Tags every request with the calling service's name.
+/// #[derive(Debug)]
+/// struct Tag;
+///
+/// impl RequestHook for Tag {
+///     fn on_request(&self, request: &mut http::Request<Bytes>) -> tablekit::Result<()> {
+///         request.headers_mut().insert("x-caller", http::HeaderValue::from_static("billing"));
+///         Ok(())
+///     }
+/// }
+/// ```
+pub trait RequestHook: Send + Sync + fmt::Debug + 'static {
+    /// Sees (and may change) one attempt's request, or fails it.
+    fn on_request(&self, request: &mut http::Request<Bytes>) -> Result<()>;
+}
+
 /// What kind of failure a transport met: it decides whether tablekit retries
 /// and whether a write's outcome is unknown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
