@@ -139,6 +139,20 @@ pub mod account {
     };
 }
 
+pub mod transport {
+    //! The transport seam: the HTTP client under every service client.
+    //!
+    //! tablekit sends requests with its own HTTP/1.1 client on hyper
+    //! ([`HyperConnector`], the default). To send them through another
+    //! (a company client with its proxy and middleware, a recording or failing
+    //! transport in tests), implement [`HttpConnector`] and [`HttpService`] and
+    //! pass the connector in [`HttpOptions::connector`](crate::HttpOptions::connector).
+    pub use crate::backend::http::transport::{
+        failure, Failure, HttpConnector, HttpResponse, HttpService, HyperConnector, Proxy,
+        RequestHook,
+    };
+}
+
 pub use account::{
     Account, AccountKey, BlobSas, BlobSasPermissions, Credential, QueueSas, QueueSasPermissions,
     SasProtocol, SasToken, TableSas, TableSasPermissions, TokenCredential,
@@ -176,6 +190,7 @@ pub use table::{
     Get, ListTables, Modified, Modify, ModifyStep, TableClient, TableNames, TableServiceClient,
     Transaction, TransactionOp, TransactionResult, WriteTarget,
 };
+pub use transport::Proxy;
 
 /// `#[derive(TableEntity)]`: a plain struct becomes an entity type.
 ///

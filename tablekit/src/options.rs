@@ -1,7 +1,11 @@
 //! Options of the clients: retries, timeouts, the connection pool and the
 //! metadata level. Plain data, no I/O: the clients hand them to a backend.
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::backend::http::transport::proxy::Proxy;
+use crate::backend::http::transport::service::{HttpConnector, RequestHook};
 
 /// Options of a client ([`TableServiceClient`](crate::TableServiceClient),
 /// [`QueueServiceClient`](crate::QueueServiceClient)).
@@ -106,41 +110,50 @@ pub struct HttpOptions {
     /// none for types that know their schema. A type that needs annotations always
     /// gets at least minimal metadata.
     pub metadata: Option<Metadata>,
-    /// Which HTTP client carries the requests. Default: [`Transport::Auto`].
+    /// Which built-in HTTP client carries the requests. Default: [`Transport::Auto`].
     pub transport: Transport,
+    /// Your own transport, instead of a built-in one: a client with your
+    /// proxy and middleware, a recording or failing transport in tests. It
+    /// is asked for the [`HttpService`](crate::transport::HttpService) of each
+    /// endpoint when a client is built; signing, retries and the reading of
+    /// answers stay with tablekit. Default: `None` ([`HttpOptions::transport`] decides).
+    pub connector: Option<Arc<dyn HttpConnector>>,
+    /// The HTTP proxy of tablekit's own transport: `None` (the default)
+    /// connects directly, whatever the environment says; [`Proxy::from_env`]
+    /// follows `HTTPS_PROXY`, `HTTP_PROXY` and `NO_PROXY`.
+    pub proxy: Option<Proxy>,
+    /// Per-request policies, run in order on every attempt of every request
+    /// just before it goes to the transport (built-in or
+    /// [`connector`](HttpOptions::connector)): add a header, record, fail on purpose.
+    pub hooks: Vec<Arc<dyn RequestHook>>,
 }
 
-/// The HTTP client under a service client ([`HttpOptions::transport`]).
+/// The built-in HTTP client under a service client ([`HttpOptions::transport`]).
 ///
-/// Both send the same signed requests through the same retry policy; they
-/// differ in cost and reach. The inline transport drives each connection in
-/// the task of the request on it, with its own keep-alive pool
-/// ([`HttpOptions::pool_max_idle_per_host`]), so a request never hops
-/// between threads: on a multi-thread runtime it costs about half the CPU.
-/// reqwest's client runs each connection in a task of its own and honours
-/// the `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` and `NO_PROXY` environment
-/// variables, which the inline transport ignores.
+/// Both send the same signed requests through the same retry policy. The
+/// inline transport drives each connection in the task of the request on it,
+/// with its own keep-alive pool ([`HttpOptions::pool_max_idle_per_host`]), so
+/// a request never hops between threads: on a multi-thread runtime it costs
+/// about half the CPU of reqwest's. Both go through [`HttpOptions::proxy`].
+/// No environment variable changes this choice.
 ///
 /// ```
 /// use tablekit::{ClientOptions, Transport};
 ///
 /// let mut options = ClientOptions::default();
-/// options.http.transport = Transport::Reqwest; // e.g. behind a corporate proxy
+/// options.http.transport = Transport::Hyper;
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Transport {
-    /// The inline transport, unless a proxy variable applies to the
-    /// endpoint's scheme (`HTTP_PROXY` or `HTTPS_PROXY`, or `ALL_PROXY`,
-    /// upper or lower case): then reqwest. The
-    /// environment variable `TABLEKIT_TRANSPORT=hyper|reqwest`, read when a
-    /// client is built, overrides this choice (and only this one).
+    /// tablekit's choice: today the inline hyper transport.
     #[default]
     Auto,
     /// tablekit's own HTTP/1.1 client on hyper's connection API (plain TCP
-    /// or TLS with rustls and the webpki roots); no proxy support.
+    /// or TLS with rustls and the webpki roots).
     Hyper,
-    /// reqwest's client (rustls), with proxy support.
+    /// reqwest's client (rustls). Needs the `reqwest` feature.
+    #[cfg(feature = "reqwest")]
     Reqwest,
 }
 
@@ -153,6 +166,9 @@ impl Default for HttpOptions {
             pool_max_idle_per_host: 64,
             metadata: None,
             transport: Transport::Auto,
+            connector: None,
+            proxy: None,
+            hooks: Vec::new(),
         }
     }
 }

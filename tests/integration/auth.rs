@@ -21,8 +21,11 @@ async fn shared_key_lite_signs_requests_the_service_accepts() {
         return;
     };
     let key = AccountKey::from_base64(common::EMULATOR_KEY).unwrap();
-    let svc =
-        TableServiceClient::new(account.with_credential(Credential::SharedKeyLite(key))).unwrap();
+    let svc = TableServiceClient::with_options(
+        account.with_credential(Credential::SharedKeyLite(key)),
+        common::client_options(),
+    )
+    .unwrap();
     let table = common::fresh_table::<DynamicEntity>(&svc, "Lite").await;
     table
         .insert(&DynamicEntity::new("p", "r").with("N", 1))
@@ -38,7 +41,7 @@ async fn a_read_only_table_sas_reads_but_cannot_write() {
     let Some(account) = test_account() else {
         return;
     };
-    let svc = TableServiceClient::new(account.clone()).unwrap();
+    let svc = TableServiceClient::with_options(account.clone(), common::client_options()).unwrap();
     let table = common::fresh_table::<DynamicEntity>(&svc, "Sas").await;
     table
         .insert(&DynamicEntity::new("p", "r").with("N", 7))
@@ -55,10 +58,13 @@ async fn a_read_only_table_sas_reads_but_cannot_write() {
         !format!("{sas:?}").contains("sig="),
         "Debug hides the token"
     );
-    let reader = TableServiceClient::new(account.with_credential(Credential::Sas(sas)))
-        .unwrap()
-        .table::<DynamicEntity>(table.name())
-        .unwrap();
+    let reader = TableServiceClient::with_options(
+        account.with_credential(Credential::Sas(sas)),
+        common::client_options(),
+    )
+    .unwrap()
+    .table::<DynamicEntity>(table.name())
+    .unwrap();
 
     let read = reader.get(("p", "r")).await.unwrap().unwrap();
     assert_eq!(read.get("N").and_then(|v| v.as_i32()), Some(7));
@@ -79,8 +85,11 @@ async fn a_wrong_key_fails_with_403_and_the_error_shows_no_key() {
     };
     // A valid base64 key that is not the account's.
     let wrong = AccountKey::from_base64("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=").unwrap();
-    let svc =
-        TableServiceClient::new(account.with_credential(Credential::SharedKey(wrong))).unwrap();
+    let svc = TableServiceClient::with_options(
+        account.with_credential(Credential::SharedKey(wrong)),
+        common::client_options(),
+    )
+    .unwrap();
     let err = svc
         .create_table(&common::unique_name("Wrong"))
         .await

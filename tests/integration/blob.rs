@@ -42,8 +42,7 @@ impl Env {
 
     fn azurite() -> Option<Self> {
         Some(Env {
-            blobs: BlobServiceClient::from_connection_string(&common::connection_string()?)
-                .unwrap(),
+            blobs: common::blobs(&common::connection_string()?).unwrap(),
             azurite: true,
             _file: None,
         })
@@ -383,7 +382,7 @@ async fn a_read_only_blob_sas_downloads_but_cannot_upload_and_other_blobs_refuse
     let Some(conn) = common::connection_string() else {
         return;
     };
-    let owner = BlobServiceClient::from_connection_string(&conn).unwrap();
+    let owner = common::blobs(&conn).unwrap();
     let c = fresh_container(&owner).await;
     let photo = c.blob("employees/000456 photo.jpg").unwrap();
     photo.upload("jpeg bytes").await.unwrap();
@@ -393,9 +392,9 @@ async fn a_read_only_blob_sas_downloads_but_cannot_upload_and_other_blobs_refuse
         &conn,
         BlobSas::blob(c.name(), photo.name()).permissions(BlobSasPermissions::READ_ONLY),
     );
-    let err = tablekit::TableServiceClient::from_connection_string(&read_only).unwrap_err();
+    let err = common::tables(&read_only).unwrap_err();
     assert!(err.to_string().contains("no table endpoint"), "{err}");
-    let reader = BlobServiceClient::from_connection_string(&read_only)
+    let reader = common::blobs(&read_only)
         .unwrap()
         .container(c.name())
         .unwrap();
@@ -410,7 +409,7 @@ async fn a_read_only_blob_sas_downloads_but_cannot_upload_and_other_blobs_refuse
     // Widening the permissions breaks the signature (Azurite checks it).
     let forged = read_only.replace("sp=r&", "sp=rcw&");
     assert_ne!(forged, read_only);
-    let forger = BlobServiceClient::from_connection_string(&forged).unwrap();
+    let forger = common::blobs(&forged).unwrap();
     let err = forger
         .container(c.name())
         .unwrap()
@@ -435,7 +434,7 @@ async fn a_read_only_blob_sas_downloads_but_cannot_upload_and_other_blobs_refuse
     assert!(!err.to_string().contains("sig="), "{err}");
 
     // A container SAS that may create and write uploads, in blocks too, but not read.
-    let writer = BlobServiceClient::from_connection_string(&blob_sas_connection(
+    let writer = common::blobs(&blob_sas_connection(
         &conn,
         BlobSas::container(c.name()).permissions(BlobSasPermissions {
             create: true,
@@ -584,10 +583,7 @@ fn counted_container(endpoint: &str) -> ContainerClient {
         "AccountName=devstoreaccount1;AccountKey={};BlobEndpoint={endpoint}",
         common::EMULATOR_KEY
     );
-    BlobServiceClient::from_connection_string(&conn)
-        .unwrap()
-        .container("counted")
-        .unwrap()
+    common::blobs(&conn).unwrap().container("counted").unwrap()
 }
 
 #[tokio::test]

@@ -384,7 +384,7 @@ crate::both! {
         let t = common::fresh_table::<DynamicEntity>(&svc, "Crud").await;
         // A second client: its own connection pool on Azurite, the same store embedded.
         let other = match backend {
-            BackendKind::Azurite => TableServiceClient::from_connection_string(
+            BackendKind::Azurite => common::tables(
                 &std::env::var(common::CONNECTION_STRING_VAR).unwrap(),
             )
             .unwrap(),

@@ -7,8 +7,8 @@ use std::borrow::Cow;
 
 use chrono::{DateTime, Utc};
 use tablekit::{
-    edm, Account, ClientOptions, DynamicEntity, ETag, EdmValue, Metadata, PropertyWriter,
-    RawEntity, Result, TableClient, TableEntity, TableServiceClient,
+    edm, Account, DynamicEntity, ETag, EdmValue, Metadata, PropertyWriter, RawEntity, Result,
+    TableClient, TableEntity, TableServiceClient,
 };
 
 /// A typed entity with one field of every Edm type: it knows its schema, so it
@@ -106,7 +106,7 @@ fn sample(rk: &str) -> AllTypes {
 /// The test account with a forced metadata level (`None`: the library's choice).
 fn service_with(level: Option<Metadata>) -> TableServiceClient {
     let conn = std::env::var(common::CONNECTION_STRING_VAR).unwrap();
-    let mut options = ClientOptions::default();
+    let mut options = common::client_options();
     options.http.metadata = level;
     TableServiceClient::with_options(Account::from_connection_string(&conn).unwrap(), options)
         .unwrap()

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tablekit::{
-    AmbiguousWrites, ClientOptions, DynamicEntity, EdmValue, IfMatch, RetryPolicy, TableClient,
+    AmbiguousWrites, DynamicEntity, EdmValue, IfMatch, RetryPolicy, TableClient,
     TableServiceClient, UpdateMode,
 };
 
@@ -195,13 +195,13 @@ async fn no_write_is_lost_or_misreported_under_injected_faults() {
     };
     let ops = env_or("TABLEKIT_SOAK_OPS", 300) as usize;
     let seed = env_or("TABLEKIT_SOAK_SEED", 1);
-    let direct_svc = TableServiceClient::from_connection_string(&conn).unwrap();
+    let direct_svc = common::tables(&conn).unwrap();
     let direct = common::fresh_table::<DynamicEntity>(&direct_svc, "Soak").await;
 
     // Delays longer than the per-attempt timeout: the server applies the
     // request after the client gave up on it.
     let proxy = FaultProxy::start(&conn, Faults::standard(Duration::from_millis(400)), seed).await;
-    let mut options = ClientOptions::default();
+    let mut options = common::client_options();
     options.http.retry = RetryPolicy {
         max_retries: 3,
         base_delay: Duration::from_millis(5),

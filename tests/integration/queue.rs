@@ -44,7 +44,7 @@ impl Env {
     fn azurite() -> Option<Self> {
         let conn = common::connection_string()?;
         Some(Env {
-            queues: QueueServiceClient::from_connection_string(&conn).unwrap(),
+            queues: common::queues(&conn).unwrap(),
             clock: None,
             _file: None,
         })
@@ -293,10 +293,7 @@ async fn a_wrong_key_is_refused_by_azurite() {
     };
     let wrong = conn.replace(common::KEY_FRAGMENT, "AAAAAAAAA");
     assert_ne!(wrong, conn);
-    let q = QueueServiceClient::from_connection_string(&wrong)
-        .unwrap()
-        .queue("wrong-key")
-        .unwrap();
+    let q = common::queues(&wrong).unwrap().queue("wrong-key").unwrap();
     let err = q.create_queue().await.unwrap_err();
     assert_eq!(err.status(), Some(403), "{err}");
     assert!(!err.to_string().contains(common::KEY_FRAGMENT));
@@ -332,7 +329,7 @@ async fn a_read_only_queue_sas_peeks_but_cannot_send_and_other_queues_refuse_it(
     let Some(conn) = common::connection_string() else {
         return;
     };
-    let owner = QueueServiceClient::from_connection_string(&conn).unwrap();
+    let owner = common::queues(&conn).unwrap();
     let name = format!("sas{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let q = owner.queue(&name).unwrap();
     q.create_queue().await.unwrap();
@@ -340,12 +337,9 @@ async fn a_read_only_queue_sas_peeks_but_cannot_send_and_other_queues_refuse_it(
 
     // A connection string with only a QueueEndpoint and the SAS: no table endpoint.
     let read_only = queue_sas(&conn, &name, QueueSasPermissions::READ_ONLY);
-    let err = tablekit::TableServiceClient::from_connection_string(&read_only).unwrap_err();
+    let err = common::tables(&read_only).unwrap_err();
     assert!(err.to_string().contains("no table endpoint"), "{err}");
-    let reader = QueueServiceClient::from_connection_string(&read_only)
-        .unwrap()
-        .queue(&name)
-        .unwrap();
+    let reader = common::queues(&read_only).unwrap().queue(&name).unwrap();
     let peeked = reader.peek(1).await.unwrap();
     assert_eq!(peeked[0].text().unwrap(), "for readers");
     assert_eq!(reader.approximate_message_count().await.unwrap(), 1);
@@ -357,15 +351,12 @@ async fn a_read_only_queue_sas_peeks_but_cannot_send_and_other_queues_refuse_it(
     // Widening the permissions breaks the signature (Azurite checks it).
     let forged = read_only.replace("sp=r&", "sp=raup&");
     assert_ne!(forged, read_only);
-    let forger = QueueServiceClient::from_connection_string(&forged)
-        .unwrap()
-        .queue(&name)
-        .unwrap();
+    let forger = common::queues(&forged).unwrap().queue(&name).unwrap();
     let err = forger.peek(1).await.unwrap_err();
     assert_eq!(err.status(), Some(403), "{err}");
 
     // Signed for this queue, presented to another one.
-    let other = QueueServiceClient::from_connection_string(&read_only)
+    let other = common::queues(&read_only)
         .unwrap()
         .queue("some-other-queue")
         .unwrap();
@@ -373,7 +364,7 @@ async fn a_read_only_queue_sas_peeks_but_cannot_send_and_other_queues_refuse_it(
     assert_eq!(err.status(), Some(403), "{err}");
 
     // A sender's SAS sends, and the message is there for the owner.
-    let sender = QueueServiceClient::from_connection_string(&queue_sas(
+    let sender = common::queues(&queue_sas(
         &conn,
         &name,
         QueueSasPermissions {
@@ -574,7 +565,7 @@ fn scripted_queue(endpoint: &str) -> tablekit::QueueClient {
         common::EMULATOR_KEY
     ))
     .unwrap();
-    let mut options = tablekit::ClientOptions::default();
+    let mut options = common::client_options();
     options.http.retry = tablekit::RetryPolicy {
         max_retries: 3,
         base_delay: Duration::from_millis(1),

@@ -138,7 +138,7 @@ async fn read_request(sock: &mut TcpStream) -> Option<String> {
 
 /// A table client of the fake server at `endpoint`: three quick retries.
 pub(crate) fn table(endpoint: &str) -> TableClient<DynamicEntity> {
-    let mut options = ClientOptions::default();
+    let mut options = crate::common::client_options();
     options.http.retry = RetryPolicy {
         max_retries: 3,
         base_delay: Duration::from_millis(1),
@@ -417,7 +417,7 @@ async fn retry_after_of_a_503_is_waited_for() {
         Answer::Created,
     ])
     .await;
-    let mut options = ClientOptions::default();
+    let mut options = crate::common::client_options();
     // Backoff alone would wait at most 1 ms; only Retry-After explains a second.
     options.http.retry = RetryPolicy {
         max_retries: 3,
@@ -470,7 +470,7 @@ async fn every_request_names_tablekit_as_user_agent() {
 #[tokio::test]
 async fn a_slow_answer_runs_into_the_per_attempt_timeout() {
     let (endpoint, count) = fake_server(vec![Answer::Slow(Duration::from_secs(3))]).await;
-    let mut options = ClientOptions::default();
+    let mut options = crate::common::client_options();
     options.http.retry = RetryPolicy::none();
     options.http.timeout = Duration::from_millis(200);
     let err = table_with(&endpoint, options)
@@ -489,7 +489,7 @@ async fn a_slow_answer_runs_into_the_per_attempt_timeout() {
 async fn a_timed_out_attempt_is_retried() {
     let (endpoint, count) =
         fake_server(vec![Answer::Slow(Duration::from_secs(3)), Answer::Created]).await;
-    let mut options = ClientOptions::default();
+    let mut options = crate::common::client_options();
     options.http.retry = RetryPolicy {
         max_retries: 1,
         base_delay: Duration::from_millis(1),

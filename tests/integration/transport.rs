@@ -8,8 +8,9 @@
 //! The embedded backend has no transport; its half of each Azurite case is
 //! the same case on `TableServiceClient::embedded()`.
 //!
-//! The whole suite also runs on reqwest with `TABLEKIT_TRANSPORT=reqwest`
-//! (the override of `Auto`).
+//! The wire cases also run on reqwest with `TABLEKIT_TRANSPORT=reqwest`: the
+//! suite (`common::client_options`) reads it and sets `HttpOptions::transport`;
+//! the library reads no such variable.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -30,7 +31,7 @@ use crate::retry::{fake_server, table_with, Answer};
 const BOTH: [Transport; 2] = [Transport::Hyper, Transport::Reqwest];
 
 fn options(transport: Transport) -> ClientOptions {
-    let mut options = ClientOptions::default();
+    let mut options = common::client_options();
     options.http.transport = transport;
     options
 }
@@ -256,4 +257,182 @@ async fn a_write_cut_off_after_it_was_sent_is_ambiguous_on_both_transports() {
         assert_eq!(err.status(), Some(409), "{transport:?}");
         assert_eq!(count.load(Ordering::SeqCst), 2, "{transport:?}");
     }
+}
+
+/// What a recording transport saw: method and path of each request, with
+/// the names of its headers.
+type Seen = Arc<std::sync::Mutex<Vec<(String, String, Vec<String>)>>>;
+
+/// Records every request, then sends it on tablekit's own transport.
+#[derive(Debug)]
+struct Recording {
+    inner: Arc<dyn tablekit::transport::HttpService>,
+    seen: Seen,
+}
+
+#[async_trait::async_trait]
+impl tablekit::transport::HttpService for Recording {
+    async fn call(
+        &self,
+        request: http::Request<Bytes>,
+    ) -> tablekit::Result<tablekit::transport::HttpResponse> {
+        self.seen.lock().unwrap().push((
+            request.method().to_string(),
+            request.uri().path().to_owned(),
+            request
+                .headers()
+                .keys()
+                .map(|k| k.as_str().to_owned())
+                .collect(),
+        ));
+        self.inner.call(request).await
+    }
+}
+
+#[derive(Debug)]
+struct RecordingConnector {
+    seen: Seen,
+    options: tablekit::HttpOptions,
+}
+
+impl tablekit::transport::HttpConnector for RecordingConnector {
+    fn connect(
+        &self,
+        endpoint: &http::Uri,
+    ) -> tablekit::Result<Arc<dyn tablekit::transport::HttpService>> {
+        let inner = tablekit::transport::HyperConnector::new(&self.options).connect(endpoint)?;
+        Ok(Arc::new(Recording {
+            inner,
+            seen: self.seen.clone(),
+        }))
+    }
+}
+
+#[tokio::test]
+async fn a_transport_passed_in_code_sees_every_request_of_a_table_insert_and_a_queue_send() {
+    let Some(conn) = common::connection_string() else {
+        return;
+    };
+    let account = Account::from_connection_string(&conn).unwrap();
+    let seen = Seen::default();
+    let mut options = common::client_options();
+    options.http.connector = Some(Arc::new(RecordingConnector {
+        seen: seen.clone(),
+        options: options.http.clone(),
+    }));
+    let svc = TableServiceClient::with_options(account.clone(), options.clone()).unwrap();
+    let t = common::fresh_table::<DynamicEntity>(&svc, "Rec").await;
+    seen.lock().unwrap().clear();
+    t.insert(&DynamicEntity::new("p", "r")).await.unwrap();
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        let (method, path, headers) = &seen[0];
+        assert_eq!(method, "POST");
+        assert!(path.ends_with(&format!("/{}", t.name())), "{path}");
+        for h in ["authorization", "x-ms-date", "x-ms-version", "content-type"] {
+            assert!(headers.iter().any(|n| n == h), "{h} in {headers:?}");
+        }
+    }
+    common::drop_table(&t).await;
+
+    let queues = QueueServiceClient::with_options(account, options).unwrap();
+    let name = format!("q{}", &uuid::Uuid::new_v4().simple().to_string()[..20]);
+    let q = queues.queue(&name).unwrap();
+    q.create_queue_if_not_exists().await.unwrap();
+    seen.lock().unwrap().clear();
+    q.send("hello").unwrap().await.unwrap();
+    {
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert_eq!(seen[0].0, "POST");
+        assert!(
+            seen[0].1.ends_with(&format!("/{name}/messages")),
+            "{seen:?}"
+        );
+        assert!(seen[0].2.iter().any(|n| n == "authorization"));
+    }
+    q.delete_queue().await.unwrap();
+}
+
+/// Adds a header to every attempt and counts the attempts.
+#[derive(Debug, Default)]
+struct Tagging {
+    attempts: AtomicUsize,
+}
+
+impl tablekit::transport::RequestHook for Tagging {
+    fn on_request(&self, request: &mut http::Request<Bytes>) -> tablekit::Result<()> {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+        request
+            .headers()
+            .contains_key("authorization")
+            .then_some(())
+            .expect("hooks see the signed request");
+        request
+            .headers_mut()
+            .insert("x-caller", http::HeaderValue::from_static("billing"));
+        Ok(())
+    }
+}
+
+/// Refuses every request that deletes.
+#[derive(Debug)]
+struct NoDeletes;
+
+impl tablekit::transport::RequestHook for NoDeletes {
+    fn on_request(&self, request: &mut http::Request<Bytes>) -> tablekit::Result<()> {
+        if request.method() == http::Method::DELETE {
+            return Err(tablekit::transport::failure(
+                tablekit::transport::Failure::Request,
+                "deletes are refused by policy",
+                None,
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn request_hooks_add_headers_record_and_fail_requests_on_purpose() {
+    let Some(conn) = common::connection_string() else {
+        return;
+    };
+    let account = Account::from_connection_string(&conn).unwrap();
+    let seen = Seen::default();
+    let tagging = Arc::new(Tagging::default());
+    let mut options = common::client_options();
+    options.http.hooks = vec![tagging.clone(), Arc::new(NoDeletes)];
+    options.http.connector = Some(Arc::new(RecordingConnector {
+        seen: seen.clone(),
+        options: options.http.clone(),
+    }));
+    let svc = TableServiceClient::with_options(account, options).unwrap();
+    let t = common::fresh_table::<DynamicEntity>(&svc, "Hook").await;
+    let before = tagging.attempts.load(Ordering::SeqCst);
+    t.insert(&DynamicEntity::new("p", "r")).await.unwrap();
+    assert_eq!(tagging.attempts.load(Ordering::SeqCst), before + 1);
+    assert!(seen
+        .lock()
+        .unwrap()
+        .last()
+        .is_some_and(|(_, _, headers)| headers.iter().any(|h| h == "x-caller")));
+
+    let sent = seen.lock().unwrap().len();
+    let err = t
+        .delete(("p", "r"), tablekit::IfMatch::Any)
+        .await
+        .unwrap_err();
+    assert!(err.is_transport(), "{err}");
+    assert!(!err.is_retryable(), "{err}");
+    assert!(err.to_string().contains("refused by policy"), "{err}");
+    assert_eq!(seen.lock().unwrap().len(), sent, "nothing reached the wire");
+    assert!(
+        t.get(("p", "r")).await.unwrap().is_some(),
+        "the entity stays"
+    );
+
+    // Table deletion is a DELETE too: drop the table with a client without hooks.
+    let plain = common::tables(&conn).unwrap();
+    plain.delete_table(t.name()).await.unwrap();
 }

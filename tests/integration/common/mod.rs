@@ -193,6 +193,53 @@ pub const EMULATOR_KEY: &str =
 /// A piece of the emulator key that must never show up in any output.
 pub const KEY_FRAGMENT: &str = "Eby8vdM02";
 
+/// The name of the variable that picks the transport of the whole suite:
+/// `hyper` (the default) or `reqwest` (`scripts/test.sh` reruns the wire
+/// cases with it). The library reads no such variable: the suite sets
+/// [`tablekit::HttpOptions::transport`] from it.
+pub const TRANSPORT_VAR: &str = "TABLEKIT_TRANSPORT";
+
+/// The transport `TABLEKIT_TRANSPORT` names.
+pub fn transport() -> tablekit::Transport {
+    match std::env::var(TRANSPORT_VAR).as_deref().map(str::trim) {
+        Ok(v) if v.eq_ignore_ascii_case("reqwest") => tablekit::Transport::Reqwest,
+        Ok("") | Ok("hyper") | Ok("Hyper") | Err(_) => tablekit::Transport::Hyper,
+        Ok(other) => panic!("{TRANSPORT_VAR} must be `hyper` or `reqwest`, not {other:?}"),
+    }
+}
+
+/// The client options of every client the suite builds: the default ones on
+/// the suite's transport.
+pub fn client_options() -> ClientOptions {
+    let mut options = ClientOptions::default();
+    options.http.transport = transport();
+    options
+}
+
+/// A table service client of `conn` on the suite's transport.
+pub fn tables(conn: &str) -> tablekit::Result<TableServiceClient> {
+    TableServiceClient::with_options(
+        tablekit::Account::from_connection_string(conn)?,
+        client_options(),
+    )
+}
+
+/// A queue service client of `conn` on the suite's transport.
+pub fn queues(conn: &str) -> tablekit::Result<tablekit::QueueServiceClient> {
+    tablekit::QueueServiceClient::with_options(
+        tablekit::Account::from_connection_string(conn)?,
+        client_options(),
+    )
+}
+
+/// A blob service client of `conn` on the suite's transport.
+pub fn blobs(conn: &str) -> tablekit::Result<tablekit::BlobServiceClient> {
+    tablekit::BlobServiceClient::with_options(
+        tablekit::Account::from_connection_string(conn)?,
+        client_options(),
+    )
+}
+
 /// The test account's connection string, or `None` (after a note on stderr)
 /// when no emulator is configured. In CI a missing emulator is a failure.
 pub fn connection_string() -> Option<String> {
@@ -217,10 +264,7 @@ pub fn service() -> Option<TableServiceClient> {
         }
     };
     assert_loopback(&conn);
-    Some(
-        TableServiceClient::from_connection_string(&conn)
-            .expect("the test connection string is valid"),
-    )
+    Some(tables(&conn).expect("the test connection string is valid"))
 }
 
 /// The tests only ever talk to an emulator on this machine.
@@ -264,7 +308,7 @@ pub fn offline_service() -> TableServiceClient {
     );
     let account =
         tablekit::Account::from_connection_string(&conn).expect("valid connection string");
-    let mut options = ClientOptions::default();
+    let mut options = client_options();
     options.http.retry = RetryPolicy::none();
     TableServiceClient::with_options(account, options).expect("client builds")
 }

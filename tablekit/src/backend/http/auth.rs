@@ -217,15 +217,12 @@ impl TableSasPermissions {
 
     /// The `sp` value, in the order the service requires (`raud`).
     fn to_sp(self) -> String {
-        [
+        letters(&[
             (self.read, 'r'),
             (self.add, 'a'),
             (self.update, 'u'),
             (self.delete, 'd'),
-        ]
-        .into_iter()
-        .filter_map(|(granted, letter)| granted.then_some(letter))
-        .collect()
+        ])
     }
 }
 
@@ -275,13 +272,11 @@ impl SasProtocol {
 pub struct TableSas {
     table: String,
     permissions: TableSasPermissions,
-    start: Option<DateTime<Utc>>,
-    expiry: Option<DateTime<Utc>>,
+    window: SasWindow,
     start_partition_key: Option<String>,
     end_partition_key: Option<String>,
     start_row_key: Option<String>,
     end_row_key: Option<String>,
-    protocol: Option<SasProtocol>,
 }
 
 impl TableSas {
@@ -290,13 +285,11 @@ impl TableSas {
         TableSas {
             table: table.into(),
             permissions: TableSasPermissions::default(),
-            start: None,
-            expiry: None,
+            window: SasWindow::default(),
             start_partition_key: None,
             end_partition_key: None,
             start_row_key: None,
             end_row_key: None,
-            protocol: None,
         }
     }
 
@@ -310,13 +303,13 @@ impl TableSas {
     /// issued. Truncated to whole seconds. Setting it a few minutes in the past absorbs
     /// clock skew between machines.
     pub fn start(mut self, start: impl Into<Option<DateTime<Utc>>>) -> Self {
-        self.start = start.into();
+        self.window.start = start.into();
         self
     }
 
     /// When the SAS stops working (`se`). Required. Truncated to whole seconds.
     pub fn expiry(mut self, expiry: DateTime<Utc>) -> Self {
-        self.expiry = Some(expiry);
+        self.window.expiry = Some(expiry);
         self
     }
 
@@ -340,7 +333,7 @@ impl TableSas {
     /// Restricts the protocols the SAS may be used over (`spr`). Without it the service
     /// accepts both HTTPS and HTTP.
     pub fn protocol(mut self, protocol: SasProtocol) -> Self {
-        self.protocol = Some(protocol);
+        self.window.protocol = Some(protocol);
         self
     }
 
@@ -355,14 +348,7 @@ impl TableSas {
     /// partition key bound on its side; a validation error if the table name or a key
     /// bound is invalid.
     pub fn sign(&self, account: &Account) -> Result<SasToken> {
-        let credential = account.credential();
-        let key = credential.account_key().ok_or_else(|| {
-            Error::config(format!(
-                "signing a SAS needs the account key (a SharedKey or SharedKeyLite credential), \
-                 but the account's credential is {}",
-                credential.kind_name()
-            ))
-        })?;
+        let key = signing_key(account)?;
         self.sign_with(account.account_name(), key)
     }
 
@@ -389,28 +375,10 @@ impl TableSas {
                 "SAS row key range: an end row key needs an end partition key",
             ));
         }
-        let sp = self.permissions.to_sp();
-        if sp.is_empty() {
-            return Err(Error::config(
-                "a SAS needs at least one permission (read, add, update or delete)",
-            ));
-        }
-        let Some(expiry) = self.expiry else {
-            return Err(Error::config("a SAS needs an expiry time"));
-        };
-        let se = sas_time(expiry);
-        let st = self.start.map(sas_time);
-        if let Some(start) = self.start {
-            if start.timestamp() >= expiry.timestamp() {
-                return Err(Error::config("the SAS start time is not before its expiry"));
-            }
-        }
-        let spr = self.protocol.map(SasProtocol::as_str);
         let spk = self.start_partition_key.as_deref();
         let srk = self.start_row_key.as_deref();
         let epk = self.end_partition_key.as_deref();
         let erk = self.end_row_key.as_deref();
-
         // Service SAS string-to-sign for Table, versions 2015-04-05 and later (2019-02-02
         // adds nothing for tables): values URL-decoded, empty when absent, table name
         // lower-cased in the canonicalized resource, `si` and `sip` empty (not offered).
@@ -420,49 +388,105 @@ impl TableSas {
         // cross-checked with Azure/azure-sdk-for-python
         // sdk/tables/azure-data-tables/azure/data/tables/_table_shared_access_signature.py
         // (`add_resource_signature`).
-        let resource = format!("/table/{account}/{}", self.table.to_ascii_lowercase());
-        let string_to_sign = [
-            sp.as_str(),
-            st.as_deref().unwrap_or(""),
-            &se,
-            &resource,
-            "", // si: signed identifier
-            "", // sip: signed IP range
-            spr.unwrap_or(""),
-            SAS_VERSION,
-            spk.unwrap_or(""),
-            srk.unwrap_or(""),
-            epk.unwrap_or(""),
-            erk.unwrap_or(""),
-        ]
-        .join("\n");
-        let sig = BASE64.encode(hmac_sha256(key, &string_to_sign));
-
-        let params = [
-            ("sv", Some(SAS_VERSION)),
-            ("tn", Some(self.table.as_str())),
-            ("sp", Some(sp.as_str())),
-            ("st", st.as_deref()),
-            ("se", Some(se.as_str())),
-            ("spk", spk),
-            ("srk", srk),
-            ("epk", epk),
-            ("erk", erk),
-            ("spr", spr),
-            ("sig", Some(sig.as_str())),
-        ];
-        let mut query = String::with_capacity(string_to_sign.len() + sig.len() + 64);
-        for (name, value) in params {
-            let Some(value) = value else { continue };
-            if !query.is_empty() {
-                query.push('&');
-            }
-            query.push_str(name);
-            query.push('=');
-            query.extend(utf8_percent_encode(value, QUERY_VALUE));
-        }
-        Ok(SasToken::new(query))
+        sign_service_sas(
+            key,
+            &self.window,
+            &self.permissions,
+            ServiceSas {
+                resource: format!("/table/{account}/{}", self.table.to_ascii_lowercase()),
+                resource_params: &[("tn", Some(self.table.as_str()))],
+                range_params: &[("spk", spk), ("srk", srk), ("epk", epk), ("erk", erk)],
+                tail: &[
+                    spk.unwrap_or(""),
+                    srk.unwrap_or(""),
+                    epk.unwrap_or(""),
+                    erk.unwrap_or(""),
+                ],
+            },
+        )
     }
+}
+
+/// The permissions of one kind of resource: the letters of `sp`.
+trait SasPermissions {
+    /// The `sp` value, in the order the service requires.
+    fn sp(&self) -> String;
+    /// The permissions' names, for the error of an empty set.
+    const NAMES: &'static str;
+}
+
+impl SasPermissions for TableSasPermissions {
+    fn sp(&self) -> String {
+        self.to_sp()
+    }
+    const NAMES: &'static str = "read, add, update or delete";
+}
+
+impl SasPermissions for QueueSasPermissions {
+    fn sp(&self) -> String {
+        self.to_sp()
+    }
+    const NAMES: &'static str = "read, add, update or process";
+}
+
+impl SasPermissions for BlobSasPermissions {
+    fn sp(&self) -> String {
+        self.to_sp()
+    }
+    const NAMES: &'static str = "read, add, create, write, delete or list";
+}
+
+/// What one service's SAS adds to the fields every service SAS has.
+struct ServiceSas<'a> {
+    /// The canonicalized resource: `/{service}/{account}/{name...}`.
+    resource: String,
+    /// Query parameters between `sv` and `sp` (`tn`, `sr`).
+    resource_params: &'a [(&'a str, Option<&'a str>)],
+    /// Query parameters between `se` and `spr` (the table's key range).
+    range_params: &'a [(&'a str, Option<&'a str>)],
+    /// Fields of the string to sign after the version.
+    tail: &'a [&'a str],
+}
+
+/// The one service SAS core: checks the permissions and window, signs
+/// `sp, st, se, resource, si, sip, spr, sv, tail...` and writes the query
+/// `sv, resource params, sp, st, se, range params, spr, sig`.
+fn sign_service_sas<P: SasPermissions>(
+    key: &AccountKey,
+    window: &SasWindow,
+    permissions: &P,
+    sas: ServiceSas<'_>,
+) -> Result<SasToken> {
+    let sp = permissions.sp();
+    if sp.is_empty() {
+        return Err(Error::config(format!(
+            "a SAS needs at least one permission ({})",
+            P::NAMES
+        )));
+    }
+    let w = window.check()?;
+    let mut fields = vec![
+        sp.as_str(),
+        w.st.as_deref().unwrap_or(""),
+        &w.se,
+        &sas.resource,
+        "", // si: signed identifier
+        "", // sip: signed IP range
+        w.spr.unwrap_or(""),
+        SAS_VERSION,
+    ];
+    fields.extend_from_slice(sas.tail);
+    let sig = BASE64.encode(hmac_sha256(key, &fields.join("\n")));
+    let mut params = vec![("sv", Some(SAS_VERSION))];
+    params.extend_from_slice(sas.resource_params);
+    params.extend([
+        ("sp", Some(sp.as_str())),
+        ("st", w.st.as_deref()),
+        ("se", Some(w.se.as_str())),
+    ]);
+    params.extend_from_slice(sas.range_params);
+    params.extend([("spr", w.spr), ("sig", Some(sig.as_str()))]);
+    Ok(sas_query(&params))
 }
 
 /// The account key a SAS is signed with, or a configuration error naming the
@@ -661,40 +685,23 @@ impl QueueSas {
 
     fn sign_with(&self, account: &str, key: &AccountKey) -> Result<SasToken> {
         validate::queue_name(&self.queue)?;
-        let sp = self.permissions.to_sp();
-        if sp.is_empty() {
-            return Err(Error::config(
-                "a SAS needs at least one permission (read, add, update or process)",
-            ));
-        }
-        let w = self.window.check()?;
         // Service SAS string-to-sign for Queue, versions 2015-04-05 and later (the
         // fields end with the version): "Create a service SAS", Version 2015-04-05
         // and later, Queue service;
         // https://learn.microsoft.com/rest/api/storageservices/create-service-sas
         // Cross-checked with the emulator's verifier (Azurite
         // src/queue/authentication/IQueueSASSignatureValues.ts).
-        let resource = format!("/queue/{account}/{}", self.queue);
-        let string_to_sign = [
-            sp.as_str(),
-            w.st.as_deref().unwrap_or(""),
-            &w.se,
-            &resource,
-            "", // si: signed identifier
-            "", // sip: signed IP range
-            w.spr.unwrap_or(""),
-            SAS_VERSION,
-        ]
-        .join("\n");
-        let sig = BASE64.encode(hmac_sha256(key, &string_to_sign));
-        Ok(sas_query(&[
-            ("sv", Some(SAS_VERSION)),
-            ("sp", Some(&sp)),
-            ("st", w.st.as_deref()),
-            ("se", Some(&w.se)),
-            ("spr", w.spr),
-            ("sig", Some(&sig)),
-        ]))
+        sign_service_sas(
+            key,
+            &self.window,
+            &self.permissions,
+            ServiceSas {
+                resource: format!("/queue/{account}/{}", self.queue),
+                resource_params: &[],
+                range_params: &[],
+                tail: &[],
+            },
+        )
     }
 }
 
@@ -844,13 +851,6 @@ impl BlobSas {
                 ));
             }
         }
-        let sp = self.permissions.to_sp();
-        if sp.is_empty() {
-            return Err(Error::config(
-                "a SAS needs at least one permission (read, add, create, write, delete or list)",
-            ));
-        }
-        let w = self.window.check()?;
         let (sr, resource) = match &self.blob {
             Some(blob) => ("b", format!("/blob/{account}/{}/{blob}", self.container)),
             None => ("c", format!("/blob/{account}/{}", self.container)),
@@ -862,34 +862,24 @@ impl BlobSas {
         // Cross-checked with Azure/azure-sdk-for-js
         // sdk/storage/storage-blob/src/sas/BlobSASSignatureValues.ts
         // (generateBlobSASQueryParameters20181109) and Azurite's verifier.
-        let string_to_sign = [
-            sp.as_str(),
-            w.st.as_deref().unwrap_or(""),
-            &w.se,
-            &resource,
-            "", // si: signed identifier
-            "", // sip: signed IP range
-            w.spr.unwrap_or(""),
-            SAS_VERSION,
-            sr,
-            "", // signed snapshot time
-            "", // rscc: Cache-Control override
-            "", // rscd: Content-Disposition override
-            "", // rsce: Content-Encoding override
-            "", // rscl: Content-Language override
-            "", // rsct: Content-Type override
-        ]
-        .join("\n");
-        let sig = BASE64.encode(hmac_sha256(key, &string_to_sign));
-        Ok(sas_query(&[
-            ("sv", Some(SAS_VERSION)),
-            ("sr", Some(sr)),
-            ("sp", Some(&sp)),
-            ("st", w.st.as_deref()),
-            ("se", Some(&w.se)),
-            ("spr", w.spr),
-            ("sig", Some(&sig)),
-        ]))
+        sign_service_sas(
+            key,
+            &self.window,
+            &self.permissions,
+            ServiceSas {
+                resource,
+                resource_params: &[("sr", Some(sr))],
+                range_params: &[],
+                tail: &[
+                    sr, "", // signed snapshot time
+                    "", // rscc: Cache-Control override
+                    "", // rscd: Content-Disposition override
+                    "", // rsce: Content-Encoding override
+                    "", // rscl: Content-Language override
+                    "", // rsct: Content-Type override
+                ],
+            },
+        )
     }
 }
 

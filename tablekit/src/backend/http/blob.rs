@@ -11,18 +11,13 @@ use chrono::{DateTime, Utc};
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode};
 use percent_encoding::utf8_percent_encode;
-use tracing::Instrument;
 
-use super::account::{Account, Credential};
-use super::storage_auth::{self, StorageRequest};
-use super::transport::{HttpTransport, Incoming};
-use super::wire::{
-    header_str, header_string, header_value, names, parse_retry_after, QueryString, COMPONENT,
-};
-use super::{
-    auth, client_request_id, error_answer, http_request, parse_endpoint, with_retries, HttpOptions,
-    RetryPolicy, API_VERSION,
-};
+use super::account::Account;
+use super::pipeline::{Outgoing, Pipeline};
+use super::signer::Service;
+use super::transport::Incoming;
+use super::wire::{header_str, header_string, header_value, names, parse_retry_after, COMPONENT};
+use super::{error_answer, HttpOptions};
 use crate::backend::blob::{
     BlobBackend, BlobHeaders, BlobOp, BlobProperties, BlobResponse, Conditions,
 };
@@ -31,10 +26,8 @@ use crate::error::{Error, ErrorCode, ErrorKind, Result};
 
 /// The HTTP transport of the blob client.
 pub(crate) struct HttpBlobBackend {
-    transport: HttpTransport,
+    pipeline: Pipeline,
     account: Account,
-    base_path: String,
-    retry: RetryPolicy,
 }
 
 impl fmt::Debug for HttpBlobBackend {
@@ -103,17 +96,9 @@ impl HttpBlobBackend {
                 "the connection string names no blob endpoint (BlobEndpoint, or AccountName with AccountKey)",
             )
         })?;
-        let (base, base_path) = parse_endpoint(endpoint, "blob")?;
-        if matches!(account.credential(), Credential::SharedKeyLite(_)) {
-            return Err(Error::config(
-                "the blob client signs with SharedKey, a SAS or a bearer token, not SharedKeyLite",
-            ));
-        }
         Ok(HttpBlobBackend {
-            transport: HttpTransport::new(&base, options)?,
-            base_path,
+            pipeline: Pipeline::new(Service::Blob, &account, endpoint, options)?,
             account,
-            retry: options.retry.clone(),
         })
     }
 
@@ -241,33 +226,18 @@ impl HttpBlobBackend {
         req
     }
 
-    async fn send_once(&self, req: &Request, client_request_id: &str) -> Result<Incoming> {
-        let mut path = String::with_capacity(self.base_path.len() + req.path.len() + 1);
-        path.push_str(&self.base_path);
-        path.push('/');
-        path.push_str(&req.path);
-        let mut q = QueryString::default();
-        for (name, value) in &req.query {
-            q.push(name, value);
-        }
-        let date_value = auth::x_ms_date();
-        let date = date_value.to_str().unwrap_or("");
-        let mut headers = HeaderMap::with_capacity(8 + req.ms.len());
-        headers.insert(names::X_MS_DATE, date_value.clone());
-        headers.insert(names::X_MS_VERSION, HeaderValue::from_static(API_VERSION));
-        headers.insert(
-            names::X_MS_CLIENT_REQUEST_ID,
-            header_value(client_request_id)?,
-        );
+    /// The request's headers in the order they are sent, as the pipeline takes it.
+    fn outgoing(req: Request) -> Result<Outgoing> {
+        let mut headers = Vec::with_capacity(4 + req.ms.len());
         for (name, value) in &req.ms {
             let name = HeaderName::from_bytes(name.as_bytes())
                 .map_err(|_| Error::config(format!("{name:?} is not a valid header name")))?;
-            headers.insert(name, header_value(value)?);
+            headers.push((name, header_value(value)?));
         }
         if req.body.is_empty() && matches!(req.method, Method::PUT | Method::POST) {
             // Some servers (Azurite's Put Blob among them) require the header
             // even for an empty body, which the HTTP client would leave out.
-            headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+            headers.push((http::header::CONTENT_LENGTH, HeaderValue::from_static("0")));
         }
         for (name, value) in [
             (http::header::CONTENT_TYPE, &req.content_type),
@@ -275,59 +245,20 @@ impl HttpBlobBackend {
             (http::header::IF_NONE_MATCH, &req.if_none_match),
         ] {
             if !value.is_empty() {
-                headers.insert(name, header_value(value)?);
+                headers.push((name, header_value(value)?));
             }
         }
-        match self.account.credential() {
-            Credential::SharedKey(key) => {
-                let query: Vec<(&str, &str)> =
-                    req.query.iter().map(|(n, v)| (*n, v.as_str())).collect();
-                let mut ms: Vec<(&str, &str)> = vec![
-                    ("x-ms-client-request-id", client_request_id),
-                    ("x-ms-date", date),
-                    ("x-ms-version", API_VERSION),
-                ];
-                ms.extend(req.ms.iter().map(|(n, v)| (n.as_str(), v.as_str())));
-                let signed = StorageRequest {
-                    method: req.method.as_str(),
-                    content_length: req.body.len() as u64,
-                    content_type: &req.content_type,
-                    if_match: &req.if_match,
-                    if_none_match: &req.if_none_match,
-                    ms_headers: &ms,
-                    path: &path,
-                    query: &query,
-                    ..Default::default()
-                };
-                let mut v = header_value(&storage_auth::shared_key(
-                    self.account.account_name(),
-                    key,
-                    &signed,
-                ))?;
-                v.set_sensitive(true);
-                headers.insert(http::header::AUTHORIZATION, v);
-            }
-            Credential::Sas(sas) => {
-                if !q.0.is_empty() {
-                    q.0.push('&');
-                }
-                q.0.push_str(sas.as_query());
-            }
-            Credential::Bearer(tokens) => {
-                let token = tokens.bearer_token().await?;
-                let mut v = header_value(&format!("Bearer {token}"))?;
-                v.set_sensitive(true);
-                headers.insert(http::header::AUTHORIZATION, v);
-            }
-            _ => {}
-        }
-        let request = http_request(&req.method, &path, &q.0, None, headers, req.body.clone())?;
-        self.transport.send(request).await
+        Ok(Outgoing {
+            method: req.method,
+            resource: req.path,
+            query: req.query,
+            headers,
+            body: req.body,
+        })
     }
 
     async fn interpret(&self, op: &BlobOp<'_>, resp: Incoming) -> Result<BlobResponse> {
         let status = resp.status();
-        tracing::Span::current().record("status", status.as_u16());
         if !status.is_success() {
             return Err(error_of(resp).await);
         }
@@ -492,20 +423,13 @@ fn parse_listing(body: &[u8]) -> Result<BlobResponse> {
 #[async_trait::async_trait]
 impl BlobBackend for HttpBlobBackend {
     async fn blob(&self, op: BlobOp<'_>) -> Result<BlobResponse> {
-        let span = tracing::debug_span!(
-            "tablekit.request",
-            operation = op.name(),
-            status = tracing::field::Empty,
-            client_request_id = tracing::field::Empty,
-        );
-        let req = self.build(&op);
-        let id = client_request_id();
-        with_retries(&self.retry, op.name(), op.repeat(), &id, || async {
-            let resp = self.send_once(&req, &id).await?;
-            self.interpret(&op, resp).await
-        })
-        .instrument(span)
-        .await
+        let req = Self::outgoing(self.build(&op))?;
+        let span = Pipeline::span(op.name(), None);
+        self.pipeline
+            .call(&req, op.name(), op.repeat(), span, |resp| {
+                self.interpret(&op, resp)
+            })
+            .await
     }
 }
 

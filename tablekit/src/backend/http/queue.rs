@@ -7,27 +7,22 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use chrono::{DateTime, Datelike as _, Utc};
-use http::header::{HeaderMap, HeaderValue};
+use http::header::HeaderValue;
 use http::Method;
-use tracing::Instrument;
 
-use super::account::{Account, Credential};
-use super::storage_auth::{self, StorageRequest};
-use super::transport::{HttpTransport, Incoming};
-use super::wire::{header_str, header_string, header_value, names, parse_retry_after, QueryString};
-use super::{
-    auth, client_request_id, error_answer, http_request, parse_endpoint, with_retries, HttpOptions,
-    RetryPolicy, API_VERSION,
-};
+use super::account::Account;
+use super::pipeline::{Outgoing, Pipeline};
+use super::signer::Service;
+use super::transport::Incoming;
+use super::wire::{header_str, header_string, names, parse_retry_after};
+use super::{error_answer, HttpOptions};
 use crate::backend::queue::{QueueBackend, QueueOp, QueueResponse, RawMessage};
 use crate::error::{Error, Result};
 
 /// The HTTP transport of the queue client.
 pub(crate) struct HttpQueueBackend {
-    transport: HttpTransport,
+    pipeline: Pipeline,
     account: Account,
-    base_path: String,
-    retry: RetryPolicy,
 }
 
 impl fmt::Debug for HttpQueueBackend {
@@ -38,16 +33,6 @@ impl fmt::Debug for HttpQueueBackend {
     }
 }
 
-/// A queue request before signing.
-struct Request {
-    method: Method,
-    /// The resource below the endpoint: `jobs`, `jobs/messages`, `jobs/messages/{id}`.
-    resource: String,
-    /// Decoded query parameters, signed as they are.
-    query: Vec<(&'static str, String)>,
-    body: Bytes,
-}
-
 impl HttpQueueBackend {
     pub(crate) fn new(account: Account, options: &HttpOptions) -> Result<Self> {
         let endpoint = account.queue_endpoint().ok_or_else(|| {
@@ -55,21 +40,15 @@ impl HttpQueueBackend {
                 "the connection string names no queue endpoint (QueueEndpoint, or AccountName with AccountKey)",
             )
         })?;
-        let (base, base_path) = parse_endpoint(endpoint, "queue")?;
-        if matches!(account.credential(), Credential::SharedKeyLite(_)) {
-            return Err(Error::config(
-                "the queue client signs with SharedKey, a SAS or a bearer token, not SharedKeyLite",
-            ));
-        }
         Ok(HttpQueueBackend {
-            transport: HttpTransport::new(&base, options)?,
-            base_path,
+            pipeline: Pipeline::new(Service::Queue, &account, endpoint, options)?,
             account,
-            retry: options.retry.clone(),
         })
     }
 
-    fn build(&self, op: &QueueOp<'_>) -> Request {
+    /// The request of `op`: the resource below the endpoint (`jobs`,
+    /// `jobs/messages`, `jobs/messages/{id}`), decoded query parameters, an XML body.
+    fn build(&self, op: &QueueOp<'_>) -> Outgoing {
         let secs = |d: Duration| d.as_secs().to_string();
         let (method, resource, query, text) = match op {
             QueueOp::Create { queue } => (Method::PUT, queue.to_string(), vec![], None),
@@ -150,91 +129,25 @@ impl HttpQueueBackend {
             )),
             None => Bytes::new(),
         };
-        Request {
+        let mut headers = Vec::new();
+        if !body.is_empty() {
+            headers.push((
+                http::header::CONTENT_TYPE,
+                HeaderValue::from_static("application/xml"),
+            ));
+        }
+        Outgoing {
             method,
             resource,
             query,
+            headers,
             body,
         }
-    }
-
-    async fn send_once(&self, req: &Request, client_request_id: &str) -> Result<Incoming> {
-        let mut path = String::with_capacity(self.base_path.len() + req.resource.len() + 1);
-        path.push_str(&self.base_path);
-        path.push('/');
-        path.push_str(&req.resource);
-        let mut q = QueryString::default();
-        for (name, value) in &req.query {
-            q.push(name, value);
-        }
-
-        let date_value = auth::x_ms_date();
-        let date = date_value.to_str().unwrap_or("");
-        let mut headers = HeaderMap::with_capacity(8);
-        headers.insert(names::X_MS_DATE, date_value.clone());
-        headers.insert(names::X_MS_VERSION, HeaderValue::from_static(API_VERSION));
-        headers.insert(
-            names::X_MS_CLIENT_REQUEST_ID,
-            header_value(client_request_id)?,
-        );
-        let content_type = if req.body.is_empty() {
-            ""
-        } else {
-            "application/xml"
-        };
-        if !content_type.is_empty() {
-            headers.insert(
-                http::header::CONTENT_TYPE,
-                HeaderValue::from_static("application/xml"),
-            );
-        }
-        match self.account.credential() {
-            Credential::SharedKey(key) => {
-                let query: Vec<(&str, &str)> =
-                    req.query.iter().map(|(n, v)| (*n, v.as_str())).collect();
-                let signed = StorageRequest {
-                    method: req.method.as_str(),
-                    content_length: req.body.len() as u64,
-                    content_type,
-                    ms_headers: &[
-                        ("x-ms-client-request-id", client_request_id),
-                        ("x-ms-date", date),
-                        ("x-ms-version", API_VERSION),
-                    ],
-                    path: &path,
-                    query: &query,
-                    ..Default::default()
-                };
-                let mut v = header_value(&storage_auth::shared_key(
-                    self.account.account_name(),
-                    key,
-                    &signed,
-                ))?;
-                v.set_sensitive(true);
-                headers.insert(http::header::AUTHORIZATION, v);
-            }
-            Credential::Sas(sas) => {
-                if !q.0.is_empty() {
-                    q.0.push('&');
-                }
-                q.0.push_str(sas.as_query());
-            }
-            Credential::Bearer(tokens) => {
-                let token = tokens.bearer_token().await?;
-                let mut v = header_value(&format!("Bearer {token}"))?;
-                v.set_sensitive(true);
-                headers.insert(http::header::AUTHORIZATION, v);
-            }
-            _ => {}
-        }
-        let request = http_request(&req.method, &path, &q.0, None, headers, req.body.clone())?;
-        self.transport.send(request).await
     }
 
     async fn interpret(&self, op: &QueueOp<'_>, resp: Incoming) -> Result<QueueResponse> {
         let status = resp.status();
         let request_id = header_string(resp.headers(), &names::X_MS_REQUEST_ID);
-        tracing::Span::current().record("status", status.as_u16());
         if !status.is_success() {
             let retry_after = header_str(resp.headers(), &names::RETRY_AFTER)
                 .and_then(|v| parse_retry_after(v, Utc::now()));
@@ -286,20 +199,13 @@ impl HttpQueueBackend {
 #[async_trait::async_trait]
 impl QueueBackend for HttpQueueBackend {
     async fn queue(&self, op: QueueOp<'_>) -> Result<QueueResponse> {
-        let span = tracing::debug_span!(
-            "tablekit.request",
-            operation = op.name(),
-            status = tracing::field::Empty,
-            client_request_id = tracing::field::Empty,
-        );
         let req = self.build(&op);
-        let id = client_request_id();
-        with_retries(&self.retry, op.name(), op.repeat(), &id, || async {
-            let resp = self.send_once(&req, &id).await?;
-            self.interpret(&op, resp).await
-        })
-        .instrument(span)
-        .await
+        let span = Pipeline::span(op.name(), None);
+        self.pipeline
+            .call(&req, op.name(), op.repeat(), span, |resp| {
+                self.interpret(&op, resp)
+            })
+            .await
     }
 }
 

@@ -115,18 +115,6 @@ pub(crate) mod names {
     pub(crate) const RETRY_AFTER: HeaderName = http::header::RETRY_AFTER;
 }
 
-/// The decoded value of the `comp` parameter of an encoded query string;
-/// no scan at all when there is no query.
-pub(crate) fn comp_of(query: &str) -> Option<std::borrow::Cow<'_, str>> {
-    if query.is_empty() {
-        return None;
-    }
-    query.split('&').find_map(|pair| {
-        let value = pair.strip_prefix("comp=")?;
-        Some(percent_encoding::percent_decode_str(value).decode_utf8_lossy())
-    })
-}
-
 /// Builds the error of a failed response from its status, its `Retry-After`
 /// delay and its body (JSON or XML).
 pub(crate) fn service_error(
@@ -238,17 +226,6 @@ fn xml_unescape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn comp_is_found_only_as_a_whole_parameter_and_decoded() {
-        assert_eq!(comp_of(""), None);
-        assert_eq!(
-            comp_of("restype=container&comp=list").as_deref(),
-            Some("list")
-        );
-        assert_eq!(comp_of("comp=a%20b").as_deref(), Some("a b"));
-        assert_eq!(comp_of("xcomp=list&prefix=comp%3D"), None);
-    }
 
     #[test]
     fn header_reads_borrow_and_copies_are_explicit() {

@@ -21,7 +21,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use http::header::{ACCEPT, HOST, USER_AGENT as USER_AGENT_HEADER};
+use http::header::{ACCEPT, HOST, PROXY_AUTHORIZATION, USER_AGENT as USER_AGENT_HEADER};
 use http::{HeaderMap, HeaderValue};
 use http_body::Body as _;
 use http_body_util::Full;
@@ -32,6 +32,8 @@ use tokio::time::Instant;
 
 use super::common::{deadline_after, transport_failure, Origin, USER_AGENT};
 use super::pool::{Connection, Pool};
+use super::proxy::Route;
+use super::service::{BodySource, HttpResponse, HttpService};
 use super::tls::{Stream, Tls};
 use crate::error::{Result, TransportKind};
 use crate::options::HttpOptions;
@@ -43,6 +45,8 @@ pub(crate) struct HyperTransport {
     pool: Arc<Pool>,
     timeout: Duration,
     connect_timeout: Duration,
+    /// The proxy the endpoint is reached through, if any.
+    proxy: Option<Route>,
 }
 
 impl HyperTransport {
@@ -63,7 +67,12 @@ impl HyperTransport {
         } else {
             None
         };
+        let proxy = match &options.proxy {
+            Some(p) => p.route(endpoint)?,
+            None => None,
+        };
         Ok(HyperTransport {
+            proxy,
             origin,
             tls,
             pool: Arc::new(Pool::new(options.pool_max_idle_per_host)),
@@ -86,6 +95,25 @@ impl HyperTransport {
     ) -> Result<(http::StatusCode, HyperBody)> {
         let deadline = deadline_after(self.timeout);
         let (mut parts, body) = req.into_parts();
+        if parts.uri.scheme().is_some() {
+            // An absolute URI (from a wrapping transport): hyper writes what
+            // it is given, and a server wants origin-form.
+            let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            parts.uri = http::Uri::try_from(target).map_err(|_| {
+                transport_failure(TransportKind::Request, "the request URI is not valid", None)
+            })?;
+        }
+        if let Some(route) = self.proxy.as_ref().filter(|_| self.tls.is_none()) {
+            // Plain HTTP through a proxy: the request names its origin.
+            let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            parts.uri =
+                http::Uri::try_from(format!("{}{target}", self.origin.prefix)).map_err(|_| {
+                    transport_failure(TransportKind::Request, "the request URI is not valid", None)
+                })?;
+            if let Some(auth) = &route.auth {
+                parts.headers.insert(PROXY_AUTHORIZATION, auth.clone());
+            }
+        }
         parts.headers.insert(HOST, self.origin.authority.clone());
         parts
             .headers
@@ -157,11 +185,22 @@ impl HyperTransport {
     }
 
     async fn open(&self) -> Result<Box<Connection>> {
-        let tcp = TcpStream::connect((self.origin.host.as_str(), self.origin.port))
-            .await
-            .map_err(|e| {
-                transport_failure(TransportKind::Connect, "could not connect", Some(&e))
-            })?;
+        let (host, port) = match &self.proxy {
+            Some(p) => (p.host.as_str(), p.port),
+            None => (self.origin.host.as_str(), self.origin.port),
+        };
+        let mut tcp = TcpStream::connect((host, port)).await.map_err(|e| {
+            transport_failure(TransportKind::Connect, "could not connect", Some(&e))
+        })?;
+        if let (Some(route), Some(_)) = (&self.proxy, &self.tls) {
+            let host = &self.origin.host;
+            let authority = if host.contains(':') {
+                format!("[{host}]:{}", self.origin.port)
+            } else {
+                format!("{host}:{}", self.origin.port)
+            };
+            route.tunnel(&mut tcp, &authority).await?;
+        }
         // Requests are written whole; waiting for more to coalesce only adds latency.
         tcp.set_nodelay(true).map_err(|e| {
             transport_failure(TransportKind::Connect, "could not connect", Some(&e))
@@ -233,8 +272,9 @@ impl HyperBody {
         b
     }
 
-    pub(super) fn headers(&self) -> &HeaderMap {
-        &self.headers
+    /// The answer's headers, taken out (the body keeps none).
+    fn take_headers(&mut self) -> HeaderMap {
+        std::mem::take(&mut self.headers)
     }
 
     /// The body is complete: the connection goes back to the pool if it can
@@ -329,6 +369,35 @@ impl HyperBody {
     /// The body as a stream of chunks.
     pub(super) fn into_stream(mut self) -> impl futures::Stream<Item = Result<Bytes>> + Send {
         futures::stream::poll_fn(move |cx| self.poll_chunk(cx))
+    }
+}
+
+#[async_trait::async_trait]
+impl HttpService for HyperTransport {
+    async fn call(&self, request: http::Request<Bytes>) -> Result<HttpResponse> {
+        let (status, mut body) = self.send(request).await?;
+        let headers = body.take_headers();
+        Ok(HttpResponse::from_source(status, headers, Box::new(body)))
+    }
+}
+
+#[async_trait::async_trait]
+impl BodySource for HyperBody {
+    async fn collect(self: Box<Self>) -> Result<Bytes> {
+        (*self).collect().await
+    }
+
+    fn into_stream(self: Box<Self>) -> futures::stream::BoxStream<'static, Result<Bytes>> {
+        use futures::StreamExt as _;
+        (*self).into_stream().boxed()
+    }
+}
+
+impl std::fmt::Debug for HyperTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HyperTransport")
+            .field("authority", &self.origin.authority)
+            .finish_non_exhaustive()
     }
 }
 
@@ -699,6 +768,111 @@ mod tests {
         // The second request reused the TLS connection.
         assert!(seen.try_recv().is_err());
         assert_eq!(t.pool().idle_count(), 1);
+    }
+
+    /// A loopback proxy: for `CONNECT host:port` it opens a tunnel, for an
+    /// absolute-form request it forwards the connection to the named origin.
+    /// Reports each connection's first line.
+    async fn loopback_proxy() -> (u16, tokio::sync::mpsc::UnboundedReceiver<String>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") {
+                        if client.read(&mut byte).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        head.push(byte[0]);
+                    }
+                    let text = String::from_utf8_lossy(&head).into_owned();
+                    let first = text.lines().next().unwrap_or("").to_owned();
+                    let _ = tx.send(first.clone());
+                    let target = first.split(' ').nth(1).unwrap_or("").to_owned();
+                    if first.starts_with("CONNECT ") {
+                        let mut upstream = tokio::net::TcpStream::connect(target).await.unwrap();
+                        client
+                            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                            .await
+                            .unwrap();
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                    } else {
+                        let authority = target
+                            .trim_start_matches("http://")
+                            .split('/')
+                            .next()
+                            .unwrap_or("")
+                            .to_owned();
+                        let mut upstream = tokio::net::TcpStream::connect(authority).await.unwrap();
+                        upstream.write_all(&head).await.unwrap();
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+                    }
+                });
+            }
+        });
+        (port, rx)
+    }
+
+    #[tokio::test]
+    async fn https_goes_through_a_connect_tunnel_of_the_proxy() {
+        let (port, mut handshakes) = tls_server("127.0.0.1:0").await;
+        let (proxy_port, mut lines) = loopback_proxy().await;
+        let endpoint = url::Url::parse(&format!("https://localhost:{port}/acc")).unwrap();
+        let ca = include_bytes!("testdata/ca.der").to_vec();
+        let options = HttpOptions {
+            proxy: Some(
+                super::super::proxy::Proxy::all(&format!("http://127.0.0.1:{proxy_port}")).unwrap(),
+            ),
+            ..Default::default()
+        };
+        let t = HyperTransport::with_roots(&endpoint, &options, &[ca]).unwrap();
+        for _ in 0..2 {
+            assert_eq!(&get_all(&t).await.unwrap()[..], b"secret");
+        }
+        assert_eq!(
+            lines.recv().await.unwrap(),
+            format!("CONNECT localhost:{port} HTTP/1.1")
+        );
+        // TLS ran end to end, with the endpoint's name; the tunnel was reused.
+        let (sni, _) = handshakes.recv().await.unwrap();
+        assert_eq!(sni.as_deref(), Some("localhost"));
+        assert!(lines.try_recv().is_err());
+    }
+
+    #[tokio::test]
+    async fn http_goes_to_the_proxy_in_absolute_form_and_no_proxy_hosts_do_not() {
+        let server = server(Script::Answer(3)).await;
+        let port = server.endpoint.port().unwrap();
+        let (proxy_port, mut lines) = loopback_proxy().await;
+        let proxy = format!("http://127.0.0.1:{proxy_port}");
+        let endpoint = server.endpoint.clone();
+        let mut options = HttpOptions {
+            proxy: Some(super::super::proxy::Proxy::http(&proxy).unwrap()),
+            ..Default::default()
+        };
+        let t = HyperTransport::new(&endpoint, &options).unwrap();
+        get_all(&t).await.unwrap();
+        let line = lines.recv().await.unwrap();
+        assert!(
+            line.starts_with(&format!("GET http://127.0.0.1:{port}/")),
+            "{line}"
+        );
+
+        options.proxy = Some(
+            super::super::proxy::Proxy::all(&proxy)
+                .unwrap()
+                .no_proxy("127.0.0.1"),
+        );
+        let t = HyperTransport::new(&endpoint, &options).unwrap();
+        get_all(&t).await.unwrap();
+        assert!(
+            lines.try_recv().is_err(),
+            "NO_PROXY hosts are reached directly"
+        );
     }
 
     #[tokio::test]

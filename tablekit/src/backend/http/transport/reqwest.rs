@@ -5,6 +5,7 @@
 use bytes::Bytes;
 
 use super::common::{transport_failure, Origin, USER_AGENT};
+use super::service::{BodySource, HttpResponse, HttpService};
 use crate::error::{Error, Result, TransportKind};
 use crate::options::HttpOptions;
 
@@ -16,7 +17,48 @@ pub(crate) struct ReqwestTransport {
 
 impl ReqwestTransport {
     pub(crate) fn new(endpoint: &url::Url, options: &HttpOptions) -> Result<Self> {
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder();
+        builder = match options.proxy.clone() {
+            // As on the built-in transport: no environment variable is read.
+            None => builder.no_proxy(),
+            Some(proxy) => builder.proxy(reqwest::Proxy::custom(move |url| {
+                let route = proxy.route(url).ok().flatten()?;
+                let host = if route.host.contains(':') {
+                    format!("[{}]", route.host)
+                } else {
+                    route.host.clone()
+                };
+                let mut target = format!("http://{host}:{}", route.port);
+                if let Some(auth) = route.auth.as_ref().and_then(|a| a.to_str().ok()) {
+                    // reqwest takes the credentials from the URL: only Basic
+                    // is carried, and only when it decodes.
+                    use base64::Engine as _;
+                    let decoded = auth
+                        .strip_prefix("Basic ")
+                        .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+                        .and_then(|b| String::from_utf8(b).ok());
+                    if let Some((user, password)) =
+                        decoded.as_deref().and_then(|d| d.split_once(':'))
+                    {
+                        let enc = |t: &str| {
+                            percent_encoding::utf8_percent_encode(
+                                t,
+                                percent_encoding::NON_ALPHANUMERIC,
+                            )
+                            .to_string()
+                        };
+                        target = format!(
+                            "http://{}:{}@{host}:{}",
+                            enc(user),
+                            enc(password),
+                            route.port
+                        );
+                    }
+                }
+                Some(target)
+            })),
+        };
+        let client = builder
             // The storage services never redirect, and a signed request must
             // not be replayed elsewhere.
             .redirect(reqwest::redirect::Policy::none())
@@ -35,11 +77,17 @@ impl ReqwestTransport {
         })
     }
 
+    /// Sends `req`, whose URI is absolute or origin-form (then joined to the endpoint's origin).
     pub(crate) async fn send(&self, req: http::Request<Bytes>) -> Result<reqwest::Response> {
         let (parts, body) = req.into_parts();
-        let mut url = String::with_capacity(self.origin.prefix.len() + 128);
-        url.push_str(&self.origin.prefix);
-        url.push_str(parts.uri.path_and_query().map_or("/", |p| p.as_str()));
+        let url = if parts.uri.scheme().is_some() {
+            parts.uri.to_string()
+        } else {
+            let mut url = String::with_capacity(self.origin.prefix.len() + 128);
+            url.push_str(&self.origin.prefix);
+            url.push_str(parts.uri.path_and_query().map_or("/", |p| p.as_str()));
+            url
+        };
         self.client
             .request(parts.method, url)
             .headers(parts.headers)
@@ -108,4 +156,43 @@ fn is_tls_failure(e: &reqwest::Error) -> bool {
         src = s.source();
     }
     false
+}
+
+impl std::fmt::Debug for ReqwestTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReqwestTransport")
+            .field("authority", &self.origin.authority)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait::async_trait]
+impl HttpService for ReqwestTransport {
+    async fn call(&self, request: http::Request<Bytes>) -> Result<HttpResponse> {
+        let mut resp = self.send(request).await?;
+        let headers = std::mem::take(resp.headers_mut());
+        Ok(HttpResponse::from_source(
+            resp.status(),
+            headers,
+            Box::new(ReqwestBody(resp)),
+        ))
+    }
+}
+
+/// The body of a reqwest answer.
+struct ReqwestBody(reqwest::Response);
+
+#[async_trait::async_trait]
+impl BodySource for ReqwestBody {
+    async fn collect(self: Box<Self>) -> Result<Bytes> {
+        self.0.bytes().await.map_err(|e| transport_error(&e))
+    }
+
+    fn into_stream(self: Box<Self>) -> futures::stream::BoxStream<'static, Result<Bytes>> {
+        use futures::{StreamExt as _, TryStreamExt as _};
+        self.0
+            .bytes_stream()
+            .map_err(|e| transport_error(&e))
+            .boxed()
+    }
 }
