@@ -38,7 +38,7 @@ fn entity(i: usize) -> DynamicEntity {
         .with("Age", 18 + ((7 * i + i / 100) % 50) as i32)
         .with("Salary", 30000.37 + i as f64)
         .with("EmployeeId", 9_000_000_000 + i as i64)
-        .with("Active", i % 3 != 0)
+        .with("Active", !i.is_multiple_of(3))
         .with(
             "Photo",
             (0..64).map(|j| ((i + j) & 0xFF) as u8).collect::<Vec<u8>>(),

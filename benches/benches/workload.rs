@@ -155,7 +155,7 @@ impl BenchEntity for Employee {
             employee_id: employee_id(i),
             hire_date,
             id,
-            active: i % 3 != 0,
+            active: !i.is_multiple_of(3),
             photo: (0..64).map(|j| ((i + j) & 0xFF) as u8).collect(),
         }
     }

@@ -69,7 +69,7 @@ fn employee(i: usize) -> Employee {
         employee_id: 9_000_000_000 + i as i64,
         hire_date: hire_date(i),
         id: guid(i),
-        active: i % 3 != 0,
+        active: !i.is_multiple_of(3),
         photo: photo(i),
     }
 }

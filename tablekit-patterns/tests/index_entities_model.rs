@@ -49,7 +49,7 @@ impl Option_ {
     fn department(self, id: u32) -> &'static str {
         match self {
             Option_::Two => "Sales",
-            Option_::Three if id % 2 == 0 => "Marketing",
+            Option_::Three if id.is_multiple_of(2) => "Marketing",
             Option_::Three => "Sales",
         }
     }

@@ -694,7 +694,7 @@ async fn log_data_makes_the_requests_its_docs_list() {
     proxy.take();
     let at = |h: u32, m: u32| Utc.with_ymd_and_hms(2014, 7, 31, h, m, 0).unwrap();
     let record = |m: u32| QueueLog {
-        level: if m % 7 == 0 { "Error" } else { "Info" }.into(),
+        level: if m.is_multiple_of(7) { "Error" } else { "Info" }.into(),
         message: format!("minute {m}"),
     };
 

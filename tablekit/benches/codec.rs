@@ -64,7 +64,7 @@ fn entity(i: usize) -> DynamicEntity {
         .with("EmployeeId", 9_000_000_000_i64 + i as i64)
         .with("HireDate", hire_date)
         .with("Id", id)
-        .with("Active", i % 3 != 0)
+        .with("Active", !i.is_multiple_of(3))
         .with("Photo", photo(i))
 }
 
@@ -116,7 +116,7 @@ fn wire_members(i: usize) -> String {
         salary = 30000.37 + i as f64,
         id = 9_000_000_000_u64 + i as u64,
         hire = hire,
-        active = i % 3 != 0,
+        active = !i.is_multiple_of(3),
         photo = photo,
     )
 }

@@ -34,6 +34,7 @@ pub(crate) struct Selection {
 
 impl Selection {
     /// From the comma-separated `$select` text.
+    #[cfg(feature = "embedded")]
     pub(crate) fn parse(select: &str) -> Self {
         let mut names = Vec::new();
         let mut timestamp = false;
@@ -66,7 +67,7 @@ fn fill<'a>(raw: &mut RawEntity<'a>, stored: &'a StoredEntity, select: Option<&S
     let props = e
         .properties
         .iter()
-        .filter(|(n, _)| select.map_or(true, |s| s.keeps(n)));
+        .filter(|(n, _)| select.is_none_or(|s| s.keeps(n)));
     raw.props
         .extend(props.map(|(n, v)| (Cow::Borrowed(n), Slot::Value(Cow::Borrowed(v)))));
 }

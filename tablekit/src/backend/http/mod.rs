@@ -25,8 +25,11 @@ pub(crate) use crate::options::{HttpOptions, Metadata, RetryPolicy};
 pub mod account;
 pub(crate) mod auth;
 pub(crate) mod batch;
+#[cfg(feature = "blob")]
 pub(crate) mod blob;
+#[cfg(feature = "queue")]
 pub(crate) mod queue;
+#[cfg(any(feature = "queue", feature = "blob"))]
 pub(crate) mod storage_auth;
 pub(crate) mod transport;
 mod wire;

@@ -165,6 +165,7 @@ impl Incoming {
     }
 
     /// The body as it arrives, chunk by chunk.
+    #[cfg_attr(not(feature = "blob"), allow(dead_code))]
     pub(crate) fn into_stream(self) -> BoxStream<'static, Result<Bytes>> {
         use futures::{StreamExt as _, TryStreamExt as _};
         match self.body {
