@@ -57,6 +57,7 @@ impl fmt::Debug for ManualClock {
 }
 
 /// Where the embedded store reads the time.
+#[cfg(all(feature = "embedded", any(feature = "queue", feature = "blob")))]
 #[derive(Debug, Clone, Default)]
 pub(crate) enum Clock {
     #[default]
@@ -64,6 +65,7 @@ pub(crate) enum Clock {
     Manual(ManualClock),
 }
 
+#[cfg(all(feature = "embedded", any(feature = "queue", feature = "blob")))]
 impl Clock {
     pub(crate) fn now(&self) -> DateTime<Utc> {
         match self {

@@ -84,10 +84,47 @@
 //! assert!(entity_to_json(&DynamicEntity::new("a/b", "r")).is_err());
 //! # Ok::<(), tablekit::Error>(())
 //! ```
+//!
+//! # Cargo features
+//!
+//! | feature | what it adds | on by default |
+//! |---|---|---|
+//! | `derive` | `#[derive(TableEntity)]`, `#[derive(TableProperties)]`, `filter!`, `odata!` | yes |
+//! | `embedded` | the embedded store in memory: `TableServiceClient::embedded`, `Storage::embedded`, `Storage::from_env` | yes |
+//! | `durable` | the embedded store kept in a file (redb): `embedded_at(path)`, `UseEmbeddedStorage=true;Path=<file>`; implies `embedded` | yes |
+//! | `queue` | the Queue service: `QueueServiceClient` (quick-xml) | yes |
+//! | `blob` | the Blob service: `BlobServiceClient` (quick-xml) | yes |
+//! | `test-support` | proptest strategies (`filter::strategies`) | no |
+//!
+//! Code that only talks to Azure tables over HTTP needs
+//! `tablekit = { version = "0.1", default-features = false, features = ["derive"] }`,
+//! and compiles no store, no redb and no XML parser.
 #![warn(missing_docs, missing_debug_implementations)]
-#![deny(rustdoc::broken_intra_doc_links)]
+// The docs link across features (Storage to the store file, a client to the
+// embedded store): every link resolves with all of them, as docs.rs builds.
+#![cfg_attr(
+    all(
+        feature = "embedded",
+        feature = "durable",
+        feature = "queue",
+        feature = "blob"
+    ),
+    deny(rustdoc::broken_intra_doc_links)
+)]
+#![cfg_attr(
+    not(all(
+        feature = "embedded",
+        feature = "durable",
+        feature = "queue",
+        feature = "blob"
+    )),
+    allow(rustdoc::broken_intra_doc_links)
+)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
+#[cfg(feature = "blob")]
+#[cfg_attr(docsrs, doc(cfg(feature = "blob")))]
 pub mod blob;
 mod clock;
 mod codec;
@@ -99,6 +136,8 @@ pub mod filter;
 #[cfg(test)]
 mod layering;
 mod options;
+#[cfg(feature = "queue")]
+#[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
 pub mod queue;
 mod storage;
 mod table;
@@ -159,6 +198,7 @@ pub use account::{
 };
 pub use backend::http::API_VERSION;
 pub use backend::{Continuation, Written};
+#[cfg(feature = "blob")]
 pub use blob::{
     BlobClient, BlobListing, BlobProperties, BlobServiceClient, BlobWritten, ContainerClient,
     Download, DownloadRequest, ListBlobs, Upload,
@@ -179,6 +219,7 @@ pub use error::{
 };
 pub use filter::{col, Filter, QueryPlan};
 pub use options::{ClientOptions, HttpOptions, Metadata, RetryPolicy, Transport};
+#[cfg(feature = "queue")]
 pub use queue::{
     MessageEncoding, QueueClient, QueueMessage, QueueServiceClient, ReceiveMessages, SendMessage,
     SentMessage,

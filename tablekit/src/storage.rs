@@ -1,13 +1,16 @@
 //! One storage account's services together: [`Storage`].
 
 use std::fmt;
+#[cfg(feature = "durable")]
 use std::path::Path;
 use std::sync::Arc;
 
 use crate::account::Account;
+#[cfg(feature = "blob")]
 use crate::blob::{BlobServiceClient, ContainerClient};
 use crate::entity::TableEntity;
 use crate::error::{Error, Result};
+#[cfg(feature = "queue")]
 use crate::queue::{QueueClient, QueueServiceClient};
 use crate::table::{TableClient, TableServiceClient};
 
@@ -77,7 +80,9 @@ use crate::table::{TableClient, TableServiceClient};
 #[derive(Clone)]
 pub struct Storage {
     tables: Service<TableServiceClient>,
+    #[cfg(feature = "queue")]
     queues: Service<QueueServiceClient>,
+    #[cfg(feature = "blob")]
     blobs: Service<BlobServiceClient>,
     kind: StorageKind,
     description: Arc<str>,
@@ -110,12 +115,13 @@ fn service<T>(client: &Service<T>) -> Result<&T> {
 
 impl fmt::Debug for Storage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Storage")
-            .field("tables", &self.tables)
-            .field("queues", &self.queues)
-            .field("blobs", &self.blobs)
-            .field("kind", &self.kind)
-            .finish()
+        let mut d = f.debug_struct("Storage");
+        d.field("tables", &self.tables);
+        #[cfg(feature = "queue")]
+        d.field("queues", &self.queues);
+        #[cfg(feature = "blob")]
+        d.field("blobs", &self.blobs);
+        d.field("kind", &self.kind).finish()
     }
 }
 
@@ -153,6 +159,8 @@ impl Storage {
     /// fallback to memory: a connection string that does not parse (see
     /// [`Storage::from_connection_string`]), an embedded store file that
     /// cannot be opened, or a value that is not Unicode.
+    #[cfg(feature = "embedded")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "embedded")))]
     pub fn from_env() -> Result<Storage> {
         Storage::from_env_var(Storage::CONNECTION_STRING_VARIABLE)
     }
@@ -171,6 +179,8 @@ impl Storage {
     /// # Errors
     ///
     /// As [`Storage::from_env`].
+    #[cfg(feature = "embedded")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "embedded")))]
     pub fn from_env_var(name: &str) -> Result<Storage> {
         let value = match std::env::var(name) {
             Ok(value) => Some(value),
@@ -225,6 +235,8 @@ impl Storage {
     ///
     /// As [`Storage::from_connection_string`], for a connection string that
     /// is not blank.
+    #[cfg(feature = "embedded")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "embedded")))]
     pub fn from_connection_string_or_embedded(connection: Option<&str>) -> Result<Storage> {
         match connection {
             Some(s) if !s.trim().is_empty() => Storage::from_connection_string(s),
@@ -295,7 +307,9 @@ impl Storage {
         };
         Storage {
             tables: TableServiceClient::new(account.clone()).map_err(|e| e.to_string()),
+            #[cfg(feature = "queue")]
             queues: QueueServiceClient::new(account.clone()).map_err(|e| e.to_string()),
+            #[cfg(feature = "blob")]
             blobs: BlobServiceClient::new(account).map_err(|e| e.to_string()),
             kind: StorageKind::Http,
             description: description.into(),
@@ -314,7 +328,10 @@ impl Storage {
     /// or a store file that cannot be opened.
     pub fn from_connection_string(s: &str) -> Result<Storage> {
         if let Some(path) = crate::backend::embedded_connection(s) {
+            #[cfg(feature = "durable")]
             return Storage::embedded_at(path?);
+            #[cfg(not(feature = "durable"))]
+            return Err(crate::backend::needs_durable(path));
         }
         Ok(Storage::new(Account::from_connection_string(s)?))
     }
@@ -331,14 +348,20 @@ impl Storage {
     /// format, not a store, a directory, or unwritable, or its folder cannot
     /// be created. Nothing is claimed then: a failure of a later service
     /// releases the ones opened before it.
+    #[cfg(feature = "durable")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "durable")))]
     pub fn embedded_at(path: impl AsRef<Path>) -> Result<Storage> {
         let path = path.as_ref();
         let tables = TableServiceClient::embedded_at(path)?;
+        #[cfg(feature = "queue")]
         let queues = QueueServiceClient::embedded_at(path)?;
+        #[cfg(feature = "blob")]
         let blobs = BlobServiceClient::embedded_at(path)?;
         Ok(Storage {
             tables: Ok(tables),
+            #[cfg(feature = "queue")]
             queues: Ok(queues),
+            #[cfg(feature = "blob")]
             blobs: Ok(blobs),
             kind: StorageKind::File,
             description: format!("the embedded store file {}", path.display()).into(),
@@ -348,10 +371,14 @@ impl Storage {
     /// A fresh, isolated, in-memory account: each service an empty embedded
     /// store (as [`TableServiceClient::embedded`] and its queue and blob
     /// counterparts).
+    #[cfg(feature = "embedded")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "embedded")))]
     pub fn embedded() -> Storage {
         Storage {
             tables: Ok(TableServiceClient::embedded()),
+            #[cfg(feature = "queue")]
             queues: Ok(QueueServiceClient::embedded()),
+            #[cfg(feature = "blob")]
             blobs: Ok(BlobServiceClient::embedded()),
             kind: StorageKind::Memory,
             description: "the embedded store in memory (this process only)".into(),
@@ -374,6 +401,8 @@ impl Storage {
     ///
     /// Over HTTP, a configuration error if the account has no queue endpoint
     /// (or its endpoint or credential is not usable for queues).
+    #[cfg(feature = "queue")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
     pub fn queues(&self) -> Result<&QueueServiceClient> {
         service(&self.queues)
     }
@@ -384,6 +413,8 @@ impl Storage {
     ///
     /// Over HTTP, a configuration error if the account has no blob endpoint
     /// (or its endpoint or credential is not usable for blobs).
+    #[cfg(feature = "blob")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "blob")))]
     pub fn blobs(&self) -> Result<&BlobServiceClient> {
         service(&self.blobs)
     }
@@ -395,12 +426,16 @@ impl Storage {
     }
 
     /// A client for the queue `name` (see [`QueueServiceClient::queue`]).
+    #[cfg(feature = "queue")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
     pub fn queue(&self, name: &str) -> Result<QueueClient> {
         self.queues()?.queue(name)
     }
 
     /// A client for the blob container `name` (see
     /// [`BlobServiceClient::container`]).
+    #[cfg(feature = "blob")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "blob")))]
     pub fn container(&self, name: &str) -> Result<ContainerClient> {
         self.blobs()?.container(name)
     }

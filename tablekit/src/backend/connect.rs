@@ -3,16 +3,24 @@
 
 use std::sync::Arc;
 
+#[cfg(feature = "blob")]
 use super::blob::BlobBackend;
+#[cfg(all(feature = "embedded", feature = "blob"))]
 use super::embedded::blobs::Blobs;
+#[cfg(all(feature = "embedded", feature = "queue"))]
 use super::embedded::queues::Queues;
+#[cfg(feature = "embedded")]
 use super::embedded::EmbeddedBackend;
 use super::http::account::Account;
+#[cfg(feature = "blob")]
 use super::http::blob::HttpBlobBackend;
+#[cfg(feature = "queue")]
 use super::http::queue::HttpQueueBackend;
 use super::http::HttpBackend;
+#[cfg(feature = "queue")]
 use super::queue::QueueBackend;
 use super::Backend;
+#[cfg(all(feature = "embedded", any(feature = "queue", feature = "blob")))]
 use crate::clock::Clock;
 use crate::error::Result;
 use crate::options::ClientOptions;
@@ -23,11 +31,13 @@ pub(crate) fn connect(account: Account, options: &ClientOptions) -> Result<Arc<d
 }
 
 /// A fresh, empty, in-process table store.
+#[cfg(feature = "embedded")]
 pub(crate) fn embedded() -> Arc<dyn Backend> {
     Arc::new(EmbeddedBackend::new())
 }
 
 /// The in-process table store kept in the file at `path` (created if missing).
+#[cfg(feature = "durable")]
 pub(crate) fn embedded_at(path: &std::path::Path) -> Result<Arc<dyn Backend>> {
     Ok(Arc::new(EmbeddedBackend::open(path)?))
 }
@@ -88,7 +98,22 @@ pub(crate) fn embedded_connection(s: &str) -> Option<Result<std::path::PathBuf>>
         })
 }
 
+/// Why a build without the `durable` feature refuses the embedded connection
+/// string whose parse is `parsed`: the string's own fault if it has one, else
+/// the missing feature.
+#[cfg_attr(feature = "durable", allow(dead_code))]
+pub(crate) fn needs_durable(parsed: Result<std::path::PathBuf>) -> crate::error::Error {
+    match parsed {
+        Err(e) => e,
+        Ok(_) => crate::error::Error::config(
+            "connection string: UseEmbeddedStorage=true needs tablekit's `durable` feature, \
+             which this build leaves out (features = [\"durable\"] in Cargo.toml)",
+        ),
+    }
+}
+
 /// The Queue service of `account`, over HTTP.
+#[cfg(feature = "queue")]
 pub(crate) fn connect_queues(
     account: Account,
     options: &ClientOptions,
@@ -97,12 +122,14 @@ pub(crate) fn connect_queues(
 }
 
 /// A fresh, empty, in-process queue store on `clock`.
+#[cfg(all(feature = "embedded", feature = "queue"))]
 pub(crate) fn embedded_queues(clock: Clock) -> Arc<dyn QueueBackend> {
     Arc::new(Queues::new(clock))
 }
 
 /// The in-process queue store kept in the file at `path` (created if missing),
 /// on `clock`; the file may hold the same account's tables and blobs.
+#[cfg(all(feature = "durable", feature = "queue"))]
 pub(crate) fn embedded_queues_at(
     path: &std::path::Path,
     clock: Clock,
@@ -111,6 +138,7 @@ pub(crate) fn embedded_queues_at(
 }
 
 /// The Blob service of `account`, over HTTP.
+#[cfg(feature = "blob")]
 pub(crate) fn connect_blobs(
     account: Account,
     options: &ClientOptions,
@@ -119,12 +147,14 @@ pub(crate) fn connect_blobs(
 }
 
 /// A fresh, empty, in-process blob store on `clock`.
+#[cfg(all(feature = "embedded", feature = "blob"))]
 pub(crate) fn embedded_blobs(clock: Clock) -> Arc<dyn BlobBackend> {
     Arc::new(Blobs::new(clock))
 }
 
 /// The in-process blob store kept in the file at `path` (created if missing),
 /// on `clock`; the file may hold the same account's tables and queues.
+#[cfg(all(feature = "durable", feature = "blob"))]
 pub(crate) fn embedded_blobs_at(
     path: &std::path::Path,
     clock: Clock,
@@ -135,6 +165,19 @@ pub(crate) fn embedded_blobs_at(
 #[cfg(test)]
 mod tests {
     use super::embedded_connection;
+
+    #[test]
+    fn a_build_without_the_durable_feature_names_it_for_an_embedded_connection_string() {
+        let valid = super::embedded_connection("UseEmbeddedStorage=true;Path=./data/app.redb")
+            .expect("embedded");
+        let err = super::needs_durable(valid).to_string();
+        assert!(err.contains("`durable` feature"), "{err}");
+        assert!(err.contains("UseEmbeddedStorage=true"), "{err}");
+        // A malformed string keeps its own error.
+        let malformed = super::embedded_connection("UseEmbeddedStorage=true").expect("embedded");
+        let err = super::needs_durable(malformed).to_string();
+        assert!(err.contains("needs Path=<file>"), "{err}");
+    }
 
     #[test]
     fn an_embedded_connection_string_names_its_file() {

@@ -16,18 +16,36 @@ use crate::codec::write::entity_to_json;
 use crate::entity::{DynamicEntity, ETag, EntityKey, IfMatch, TableEntity, UpdateMode};
 use crate::error::Result;
 
+#[cfg(feature = "blob")]
 pub(crate) mod blob;
 mod connect;
 mod continuation;
+#[cfg(feature = "embedded")]
 pub(crate) mod embedded;
 pub(crate) mod http;
+#[cfg(feature = "queue")]
 pub(crate) mod queue;
 mod stored;
 
-pub(crate) use connect::{
-    connect, connect_blobs, connect_queues, embedded, embedded_at, embedded_blobs,
-    embedded_blobs_at, embedded_connection, embedded_queues, embedded_queues_at,
-};
+#[cfg(feature = "blob")]
+pub(crate) use connect::connect_blobs;
+#[cfg(feature = "queue")]
+pub(crate) use connect::connect_queues;
+#[cfg(feature = "embedded")]
+pub(crate) use connect::embedded;
+#[cfg(feature = "durable")]
+pub(crate) use connect::embedded_at;
+#[cfg(all(feature = "embedded", feature = "blob"))]
+pub(crate) use connect::embedded_blobs;
+#[cfg(all(feature = "durable", feature = "blob"))]
+pub(crate) use connect::embedded_blobs_at;
+#[cfg(all(feature = "embedded", feature = "queue"))]
+pub(crate) use connect::embedded_queues;
+#[cfg(all(feature = "durable", feature = "queue"))]
+pub(crate) use connect::embedded_queues_at;
+#[cfg(not(feature = "durable"))]
+pub(crate) use connect::needs_durable;
+pub(crate) use connect::{connect, embedded_connection};
 pub use continuation::Continuation;
 pub(crate) use stored::{Selection, StoredEntity};
 
@@ -205,6 +223,8 @@ pub(crate) struct BatchOp {
     pub(crate) body: Option<Vec<u8>>,
     /// The same entity as a checked property bag, for a backend that stores
     /// bags ([`Backend::stores_property_bags`]), which then need not parse `body`.
+    // Read only by the embedded store.
+    #[cfg_attr(not(feature = "embedded"), allow(dead_code))]
     pub(crate) bag: Option<Box<DynamicEntity>>,
 }
 
@@ -276,6 +296,7 @@ pub(crate) enum Payload {
     /// Entities held in process (the embedded backend): shared, immutable
     /// versions, viewed through `$select` and decoded straight from their
     /// property bags, never turned into JSON.
+    #[cfg_attr(not(feature = "embedded"), allow(dead_code))]
     Stored {
         entities: Vec<Arc<StoredEntity>>,
         select: Option<Selection>,

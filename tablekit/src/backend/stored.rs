@@ -34,6 +34,7 @@ pub(crate) struct Selection {
 
 impl Selection {
     /// From the comma-separated `$select` text.
+    #[cfg(feature = "embedded")]
     pub(crate) fn parse(select: &str) -> Self {
         let mut names = Vec::new();
         let mut timestamp = false;

@@ -46,7 +46,10 @@ use futures::stream::{self, BoxStream, Stream, StreamExt, TryStreamExt};
 use crate::account::Account;
 pub use crate::backend::blob::BlobProperties;
 use crate::backend::blob::{BlobBackend, BlobHeaders, BlobOp, BlobResponse, Conditions};
-use crate::backend::{connect_blobs, embedded_blobs};
+use crate::backend::connect_blobs;
+#[cfg(feature = "embedded")]
+use crate::backend::embedded_blobs;
+#[cfg(feature = "embedded")]
 use crate::clock::{Clock, ManualClock};
 use crate::entity::ETag;
 use crate::error::{Error, ErrorCode, Result, ValidationError};
@@ -117,7 +120,10 @@ impl BlobServiceClient {
     /// file, as [`embedded_at`](BlobServiceClient::embedded_at).
     pub fn from_connection_string(s: &str) -> Result<Self> {
         if let Some(path) = crate::backend::embedded_connection(s) {
+            #[cfg(feature = "durable")]
             return Self::embedded_at(path?);
+            #[cfg(not(feature = "durable"))]
+            return Err(crate::backend::needs_durable(path));
         }
         Self::new(Account::from_connection_string(s)?)
     }
@@ -154,6 +160,8 @@ impl BlobServiceClient {
     /// # Ok(())
     /// # }
     /// ```
+    #[cfg(feature = "durable")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "durable")))]
     pub fn embedded_at(path: impl AsRef<std::path::Path>) -> Result<Self> {
         Ok(BlobServiceClient {
             backend: crate::backend::embedded_blobs_at(path.as_ref(), Clock::System)?,
@@ -162,6 +170,8 @@ impl BlobServiceClient {
 
     /// A fresh, isolated, in-memory blob store with the Blob service's semantics.
     /// It keeps every blob's bytes in memory.
+    #[cfg(feature = "embedded")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "embedded")))]
     pub fn embedded() -> Self {
         BlobServiceClient {
             backend: embedded_blobs(Clock::System),
@@ -169,6 +179,8 @@ impl BlobServiceClient {
     }
 
     /// A fresh in-memory blob store whose time (Last-Modified) is `clock`.
+    #[cfg(feature = "embedded")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "embedded")))]
     pub fn embedded_with_clock(clock: ManualClock) -> Self {
         BlobServiceClient {
             backend: embedded_blobs(Clock::Manual(clock)),

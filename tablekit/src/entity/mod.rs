@@ -300,11 +300,13 @@ impl Properties {
     }
 
     /// The values, to change in place (the embedded store normalises DateTimes).
+    #[cfg(feature = "embedded")]
     pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut EdmValue> {
         self.entries.iter_mut().map(|(_, v)| v)
     }
 
     /// The entries, moved out (the embedded store's merge reuses them).
+    #[cfg(feature = "embedded")]
     pub(crate) fn into_entries(self) -> Vec<(String, EdmValue)> {
         self.entries
     }

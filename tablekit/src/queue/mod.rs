@@ -43,8 +43,13 @@ use base64::Engine as _;
 use chrono::{DateTime, Utc};
 
 use crate::account::Account;
+#[cfg(feature = "embedded")]
+use crate::backend::embedded_queues;
+#[cfg(feature = "durable")]
+use crate::backend::embedded_queues_at;
 use crate::backend::queue::{QueueBackend, QueueOp, QueueResponse, RawMessage};
-use crate::backend::{connect_queues, embedded_connection, embedded_queues, embedded_queues_at};
+use crate::backend::{connect_queues, embedded_connection};
+#[cfg(feature = "embedded")]
 use crate::clock::{Clock, ManualClock};
 use crate::error::{Error, ErrorCode, Result, ValidationError};
 use crate::options::ClientOptions;
@@ -120,7 +125,10 @@ impl QueueServiceClient {
     /// file, as [`embedded_at`](QueueServiceClient::embedded_at).
     pub fn from_connection_string(s: &str) -> Result<Self> {
         if let Some(path) = embedded_connection(s) {
+            #[cfg(feature = "durable")]
             return Self::embedded_at(path?);
+            #[cfg(not(feature = "durable"))]
+            return Err(crate::backend::needs_durable(path));
         }
         Self::new(Account::from_connection_string(s)?)
     }
@@ -155,6 +163,8 @@ impl QueueServiceClient {
     /// # Ok(())
     /// # }
     /// ```
+    #[cfg(feature = "durable")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "durable")))]
     pub fn embedded_at(path: impl AsRef<std::path::Path>) -> Result<Self> {
         Ok(QueueServiceClient {
             backend: embedded_queues_at(path.as_ref(), Clock::System)?,
@@ -164,6 +174,8 @@ impl QueueServiceClient {
     /// The embedded queue store kept in the file at `path`, whose time is
     /// `clock` (see [`embedded_at`](QueueServiceClient::embedded_at) and
     /// [`embedded_with_clock`](QueueServiceClient::embedded_with_clock)).
+    #[cfg(feature = "durable")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "durable")))]
     pub fn embedded_at_with_clock(
         path: impl AsRef<std::path::Path>,
         clock: ManualClock,
@@ -175,6 +187,8 @@ impl QueueServiceClient {
 
     /// A fresh, isolated, in-memory queue store with the Queue service's
     /// semantics, on the system clock.
+    #[cfg(feature = "embedded")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "embedded")))]
     pub fn embedded() -> Self {
         QueueServiceClient {
             backend: embedded_queues(Clock::System),
@@ -183,6 +197,8 @@ impl QueueServiceClient {
 
     /// A fresh in-memory queue store whose time is `clock`: visibility timeouts
     /// and lifetimes pass when the test calls [`ManualClock::advance`].
+    #[cfg(feature = "embedded")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "embedded")))]
     pub fn embedded_with_clock(clock: ManualClock) -> Self {
         QueueServiceClient {
             backend: embedded_queues(Clock::Manual(clock)),

@@ -83,6 +83,8 @@ impl TableServiceClient {
     /// assert_eq!(read.get("Rating"), Some(&tablekit::EdmValue::Int32(3)));
     /// # Ok(()) }
     /// ```
+    #[cfg(feature = "embedded")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "embedded")))]
     pub fn embedded() -> Self {
         TableServiceClient {
             backend: backend::embedded(),
@@ -120,6 +122,8 @@ impl TableServiceClient {
     /// # drop(service); std::fs::remove_file(&path).unwrap();
     /// # Ok(()) }
     /// ```
+    #[cfg(feature = "durable")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "durable")))]
     pub fn embedded_at(path: impl AsRef<std::path::Path>) -> Result<Self> {
         Ok(TableServiceClient {
             backend: backend::embedded_at(path.as_ref())?,
@@ -134,7 +138,10 @@ impl TableServiceClient {
     /// its connection string. (The path cannot contain `;`.)
     pub fn from_connection_string(s: &str) -> Result<Self> {
         if let Some(path) = backend::embedded_connection(s) {
+            #[cfg(feature = "durable")]
             return Self::embedded_at(path?);
+            #[cfg(not(feature = "durable"))]
+            return Err(crate::backend::needs_durable(path));
         }
         Self::new(Account::from_connection_string(s)?)
     }

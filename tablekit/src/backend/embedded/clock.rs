@@ -44,6 +44,7 @@ impl Clock {
     /// Makes every later version newer than `ticks`: a store loaded from a
     /// file never hands out an ETag it already stored, even if the system
     /// clock went back.
+    #[cfg(feature = "durable")]
     pub(crate) fn advance_past(&self, ticks: i64) {
         self.last.fetch_max(ticks, Ordering::Relaxed);
     }
@@ -78,6 +79,7 @@ impl Version {
 }
 
 /// A Timestamp in 100 ns ticks since the Unix epoch (versions have no finer digits).
+#[cfg(feature = "durable")]
 pub(crate) fn ticks_of(t: &DateTime<Utc>) -> i64 {
     t.timestamp() * 10_000_000 + i64::from(t.timestamp_subsec_nanos() / 100)
 }

@@ -146,7 +146,9 @@ impl Drop for File {
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Service {
     Tables = 0,
+    #[cfg_attr(not(feature = "queue"), allow(dead_code))]
     Queues = 1,
+    #[cfg_attr(not(feature = "blob"), allow(dead_code))]
     Blobs = 2,
 }
 

@@ -37,12 +37,15 @@
 //! (increasing) Timestamp and ETag: whether the service gives all of one batch the
 //! same Timestamp is not documented, so the store does not assume it.
 
+#[cfg(feature = "blob")]
 pub(crate) mod blobs;
 mod check;
 mod clock;
+#[cfg(feature = "durable")]
 mod durable;
 mod errors;
 mod key;
+#[cfg(feature = "queue")]
 pub(crate) mod queues;
 mod store;
 
@@ -67,6 +70,7 @@ impl EmbeddedBackend {
 
     /// The store kept in the file at `path` (created if missing), with
     /// everything the file holds (see the `durable` module).
+    #[cfg(feature = "durable")]
     pub(crate) fn open(path: &std::path::Path) -> Result<Self> {
         Ok(EmbeddedBackend {
             store: Arc::new(Store::open(path)?),

@@ -24,10 +24,13 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+#[cfg(feature = "durable")]
 use redb::{ReadableTable, TableDefinition};
+#[cfg(feature = "durable")]
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+#[cfg(feature = "durable")]
 use super::durable::{commit, open_error, write_error, Claim, Service};
 
 use crate::backend::queue::{QueueBackend, QueueOp, QueueResponse, RawMessage};
@@ -81,24 +84,31 @@ pub(crate) struct Queues {
     /// The next message's sequence number (changed under `queues`' lock).
     next_seq: std::sync::atomic::AtomicU64,
     /// The file every change is committed to first, if any.
+    #[cfg(feature = "durable")]
     file: Option<Claim>,
 }
 
+#[cfg(feature = "durable")]
 const QUEUES: TableDefinition<&str, u64> = TableDefinition::new("queues");
+#[cfg(feature = "durable")]
 const MESSAGES: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("messages");
 
 /// A time as seconds and nanoseconds since the Unix epoch.
+#[cfg(feature = "durable")]
 type Instant = (i64, u32);
 
+#[cfg(feature = "durable")]
 fn instant(t: DateTime<Utc>) -> Instant {
     (t.timestamp(), t.timestamp_subsec_nanos())
 }
 
+#[cfg(feature = "durable")]
 fn from_instant((s, n): Instant) -> Option<DateTime<Utc>> {
     DateTime::from_timestamp(s, n)
 }
 
 /// A message as the store file holds it.
+#[cfg(feature = "durable")]
 #[derive(Serialize, Deserialize)]
 struct Record {
     id: String,
@@ -110,6 +120,7 @@ struct Record {
     receipt: Option<String>,
 }
 
+#[cfg(feature = "durable")]
 impl Record {
     fn of(m: &Message) -> Record {
         Record {
@@ -142,6 +153,7 @@ impl Record {
 
 /// The changes from `old` to `new` (both in sequence order): the messages
 /// written and the sequence numbers removed.
+#[cfg(feature = "durable")]
 fn diff<'a>(old: &[Message], new: &'a [Message]) -> (Vec<&'a Message>, Vec<u64>) {
     let (mut puts, mut dels) = (Vec::new(), Vec::new());
     let (mut i, mut j) = (0, 0);
@@ -239,11 +251,13 @@ impl Queues {
 
     /// The queues kept in the store file at `path` (created if missing), with
     /// every message the file holds that has not expired by `clock`.
+    #[cfg(feature = "durable")]
     pub(crate) fn open(path: &std::path::Path, clock: Clock) -> Result<Self> {
         Queues::from_claim(Claim::open(path, Service::Queues)?, clock)
     }
 
     /// The queues of a claimed store file, read.
+    #[cfg(feature = "durable")]
     pub(crate) fn from_claim(claim: Claim, clock: Clock) -> Result<Self> {
         let path = claim.path().to_owned();
         let fail = |e: &dyn std::fmt::Display| open_error(&path, e);
@@ -305,6 +319,7 @@ impl Queues {
     }
 
     /// Commits a new queue (`Some`) or the deletion of a queue and its messages.
+    #[cfg(feature = "durable")]
     fn commit_queue(claim: &Claim, name: &str, deleted: Option<&[Message]>) -> Result<()> {
         let txn = claim.db().begin_write().map_err(write_error)?;
         {
@@ -326,6 +341,7 @@ impl Queues {
     }
 
     /// Commits the messages of queue `name` written and removed.
+    #[cfg(feature = "durable")]
     fn commit_messages(claim: &Claim, name: &str, puts: &[&Message], dels: &[u64]) -> Result<()> {
         let txn = claim.db().begin_write().map_err(write_error)?;
         {
@@ -347,26 +363,39 @@ impl Queues {
     fn apply(&self, op: QueueOp<'_>) -> Result<QueueResponse> {
         let now = self.clock.now();
         let mut all = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(claim) = &self.file else {
-            return self.run(&mut all, op, now);
-        };
+        #[cfg(feature = "durable")]
+        if let Some(claim) = &self.file {
+            return self.apply_committed(claim, &mut all, op, now);
+        }
+        self.run(&mut all, op, now)
+    }
+
+    /// [`Queues::apply`] on a store file: what changes is committed first.
+    #[cfg(feature = "durable")]
+    fn apply_committed(
+        &self,
+        claim: &Claim,
+        all: &mut HashMap<String, Vec<Message>>,
+        op: QueueOp<'_>,
+        now: DateTime<Utc>,
+    ) -> Result<QueueResponse> {
         let name = queue_name(&op);
         match op {
             QueueOp::Create { .. } => {
                 if !all.contains_key(name) {
                     Queues::commit_queue(claim, name, None)?;
                 }
-                self.run(&mut all, op, now)
+                self.run(all, op, now)
             }
             QueueOp::Delete { .. } => {
                 if let Some(gone) = all.get(name) {
                     Queues::commit_queue(claim, name, Some(gone))?;
                 }
-                self.run(&mut all, op, now)
+                self.run(all, op, now)
             }
             _ => {
                 let Some(old) = all.get(name) else {
-                    return self.run(&mut all, op, now);
+                    return self.run(all, op, now);
                 };
                 // Decided on a copy, committed, then applied: a change the
                 // file refused is not made.
@@ -506,7 +535,7 @@ impl QueueBackend for Queues {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "durable"))]
 mod full_disk {
     //! A full disk under a queue store file (ENOSPC injected through redb's
     //! storage backend API, as for tables in `durable.rs`).

@@ -17,6 +17,7 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::check;
 use super::clock::Clock;
+#[cfg(feature = "durable")]
 use super::durable::{Durable, Put};
 use super::errors;
 use super::key::{compare_utf16, Key};
@@ -46,6 +47,7 @@ pub(crate) struct Store {
     tables: RwLock<BTreeMap<Key, Arc<Table>>>,
     clock: Clock,
     /// The file every write is committed to before it is applied here, if any.
+    #[cfg(feature = "durable")]
     durable: Option<Durable>,
 }
 
@@ -54,6 +56,7 @@ impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mut d = f.debug_struct("Store");
         d.field("tables", &read(&self.tables).len());
+        #[cfg(feature = "durable")]
         if let Some(file) = &self.durable {
             d.field("file", file);
         }
@@ -67,6 +70,7 @@ pub(crate) struct Table {
     /// The name as created.
     name: String,
     /// The table's id in the store's file (0 in memory).
+    #[cfg_attr(not(feature = "durable"), allow(dead_code))]
     id: u64,
     partitions: RwLock<BTreeMap<Key, Arc<RwLock<Partition>>>>,
 }
@@ -77,12 +81,14 @@ fn lower(name: &str) -> Key {
 
 impl Store {
     /// The store kept in the file at `path`, with everything the file holds.
+    #[cfg(feature = "durable")]
     pub(crate) fn open(path: &std::path::Path) -> Result<Store> {
         let (durable, loaded) = Durable::open(path)?;
         Ok(Store::with_file(durable, loaded))
     }
 
     /// The store of an open file and the tables read from it.
+    #[cfg(feature = "durable")]
     pub(crate) fn with_file(durable: Durable, loaded: Vec<super::durable::LoadedTable>) -> Store {
         let clock = Clock::default();
         let mut tables = BTreeMap::new();
@@ -123,10 +129,13 @@ impl Store {
         if tables.contains_key(&key) {
             return Err(errors::table_exists());
         }
+        #[cfg(feature = "durable")]
         let id = match &self.durable {
             Some(d) => d.create_table(&key.0, name)?,
             None => 0,
         };
+        #[cfg(not(feature = "durable"))]
+        let id = 0;
         tables.insert(
             key,
             Arc::new(Table {
@@ -141,9 +150,11 @@ impl Store {
     pub(crate) fn delete_table(&self, name: &str) -> Result<()> {
         let mut tables = write(&self.tables);
         let key = lower(name);
+        #[cfg_attr(not(feature = "durable"), allow(unused_variables))]
         let Some(table) = tables.get(&key) else {
             return Err(errors::resource_not_found());
         };
+        #[cfg(feature = "durable")]
         if let Some(d) = &self.durable {
             d.delete_table(&key.0, table.id)?;
         }
@@ -333,6 +344,7 @@ impl Table {
 
     /// Commits versioned changes of partition `pk` to the store's file, if it
     /// has one: all or nothing, before anything is applied in memory.
+    #[cfg(feature = "durable")]
     fn commit(
         &self,
         store: &Store,
@@ -350,6 +362,17 @@ impl Table {
             })
             .collect();
         durable.write(&lower(&self.name).0, self.id, pk, &puts)
+    }
+
+    /// Without the `durable` feature no store has a file: nothing to commit.
+    #[cfg(not(feature = "durable"))]
+    fn commit(
+        &self,
+        _store: &Store,
+        _pk: &str,
+        _changes: &[(Key, Option<Arc<StoredEntity>>)],
+    ) -> Result<()> {
+        Ok(())
     }
 
     /// One write or delete of one entity.

@@ -23,8 +23,10 @@ pub(crate) use crate::options::{HttpOptions, Metadata};
 pub mod account;
 pub(crate) mod auth;
 pub(crate) mod batch;
+#[cfg(feature = "blob")]
 pub(crate) mod blob;
 pub(crate) mod pipeline;
+#[cfg(feature = "queue")]
 pub(crate) mod queue;
 pub(crate) mod signer;
 pub(crate) mod transport;

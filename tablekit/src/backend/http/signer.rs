@@ -26,7 +26,9 @@ use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::Method;
 
 use super::account::{Account, AccountKey, Credential, SasToken, TokenCredential};
-use super::auth::{self, authorization, StringToSign};
+#[cfg(any(feature = "queue", feature = "blob"))]
+use super::auth::authorization;
+use super::auth::{self, StringToSign};
 use super::wire::{header_value, names};
 use crate::error::{Error, Result};
 
@@ -36,8 +38,10 @@ pub(crate) enum Service {
     /// The Table service.
     Table,
     /// The Queue service.
+    #[cfg(feature = "queue")]
     Queue,
     /// The Blob service.
+    #[cfg(feature = "blob")]
     Blob,
 }
 
@@ -46,7 +50,9 @@ impl Service {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Service::Table => "table",
+            #[cfg(feature = "queue")]
             Service::Queue => "queue",
+            #[cfg(feature = "blob")]
             Service::Blob => "blob",
         }
     }
@@ -101,6 +107,7 @@ pub(crate) fn for_account(service: Service, account: &Account) -> Result<Arc<dyn
             key: key.clone(),
             lite: true,
         }),
+        #[cfg(any(feature = "queue", feature = "blob"))]
         Credential::SharedKey(key) => Arc::new(StorageSharedKey {
             account: name,
             key: key.clone(),
@@ -170,11 +177,13 @@ impl RequestSigner for TableSharedKey {
 }
 
 /// Shared Key in the Blob and Queue services' form.
+#[cfg(any(feature = "queue", feature = "blob"))]
 struct StorageSharedKey {
     account: String,
     key: AccountKey,
 }
 
+#[cfg(any(feature = "queue", feature = "blob"))]
 impl fmt::Debug for StorageSharedKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("StorageSharedKey(***)")
@@ -182,6 +191,7 @@ impl fmt::Debug for StorageSharedKey {
 }
 
 #[async_trait::async_trait]
+#[cfg(any(feature = "queue", feature = "blob"))]
 impl RequestSigner for StorageSharedKey {
     async fn sign(&self, attempt: &mut Attempt<'_>) -> Result<()> {
         let query: Vec<(&str, &str)> = attempt
@@ -264,6 +274,7 @@ impl RequestSigner for Anonymous {
     }
 }
 
+#[cfg(any(feature = "queue", feature = "blob"))]
 /// What a Blob or Queue request signs; every field as sent, `""` when absent.
 #[derive(Debug, Default)]
 pub(crate) struct StorageRequest<'a> {
@@ -289,6 +300,7 @@ pub(crate) struct StorageRequest<'a> {
     pub query: &'a [(&'a str, &'a str)],
 }
 
+#[cfg(any(feature = "queue", feature = "blob"))]
 impl StorageRequest<'_> {
     /// The string to sign, as the services build it.
     pub(crate) fn string_to_sign(&self, account: &str) -> String {
@@ -353,12 +365,14 @@ impl StorageRequest<'_> {
     }
 }
 
+#[cfg(any(feature = "queue", feature = "blob"))]
 /// Header values are signed trimmed, with runs of white space folded to one space
 /// (outside quoted strings, which these requests do not carry).
 fn fold_whitespace(v: &str) -> String {
     v.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
+#[cfg(any(feature = "queue", feature = "blob"))]
 /// The `Authorization` header value: `SharedKey {account}:{signature}`.
 pub(crate) fn shared_key(account: &str, key: &AccountKey, request: &StorageRequest<'_>) -> String {
     authorization("SharedKey", account, key, &request.string_to_sign(account))

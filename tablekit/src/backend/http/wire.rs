@@ -96,6 +96,7 @@ pub(crate) mod names {
     pub(crate) const X_MS_CLIENT_REQUEST_ID: HeaderName =
         HeaderName::from_static("x-ms-client-request-id");
     pub(crate) const X_MS_REQUEST_ID: HeaderName = HeaderName::from_static("x-ms-request-id");
+    #[cfg(feature = "blob")]
     pub(crate) const X_MS_ERROR_CODE: HeaderName = HeaderName::from_static("x-ms-error-code");
     pub(crate) const PREFER: HeaderName = HeaderName::from_static("prefer");
     pub(crate) const DATASERVICEVERSION: HeaderName = HeaderName::from_static("dataserviceversion");
@@ -107,9 +108,12 @@ pub(crate) mod names {
         HeaderName::from_static("x-ms-continuation-nextrowkey");
     pub(crate) const NEXT_TABLE_NAME: HeaderName =
         HeaderName::from_static("x-ms-continuation-nexttablename");
+    #[cfg(feature = "queue")]
     pub(crate) const APPROXIMATE_MESSAGES_COUNT: HeaderName =
         HeaderName::from_static("x-ms-approximate-messages-count");
+    #[cfg(feature = "queue")]
     pub(crate) const POPRECEIPT: HeaderName = HeaderName::from_static("x-ms-popreceipt");
+    #[cfg(feature = "queue")]
     pub(crate) const TIME_NEXT_VISIBLE: HeaderName =
         HeaderName::from_static("x-ms-time-next-visible");
     pub(crate) const RETRY_AFTER: HeaderName = http::header::RETRY_AFTER;

@@ -367,6 +367,7 @@ impl HyperBody {
     }
 
     /// The body as a stream of chunks.
+    #[cfg_attr(not(feature = "blob"), allow(dead_code))]
     pub(super) fn into_stream(mut self) -> impl futures::Stream<Item = Result<Bytes>> + Send {
         futures::stream::poll_fn(move |cx| self.poll_chunk(cx))
     }
