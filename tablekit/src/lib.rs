@@ -156,8 +156,8 @@ pub use codec::write::entity_to_json;
 pub use columns::{Column, DynamicColumns, EntityColumns};
 pub use edm::{EdmType, EdmValue};
 pub use entity::{
-    DynamicEntity, ETag, EntityKey, IfMatch, Properties, PropertyValue, PropertyWriter, RawEntity,
-    TableEntity, UpdateMode,
+    DynamicEntity, ETag, EntityKey, IfMatch, IfNoneMatch, Properties, PropertyValue,
+    PropertyWriter, RawEntity, TableEntity, UpdateMode,
 };
 pub use error::{
     ConfigError, ConstraintError, DecodeError, Error, ErrorCode, ErrorKind, KeyKind, Result,

@@ -264,7 +264,11 @@ impl StepContext {
         blob: &BlobClient,
         body: impl Into<bytes::Bytes>,
     ) -> OpResult<bool> {
-        let written = match blob.upload(body).if_not_exists().await {
+        let written = match blob
+            .upload(body)
+            .if_none_match(tablekit::IfNoneMatch::Any)
+            .await
+        {
             Ok(_) => true,
             Err(e) if e.code() == Some(&ErrorCode::BlobAlreadyExists) || e.is_conflict() => false,
             Err(e) => return Err(e.into()),
@@ -311,7 +315,7 @@ impl StepContext {
         blob: &BlobClient,
         etag: &ETag,
     ) -> OpResult<Guarded> {
-        let outcome = match blob.delete(Some(etag.clone())).await {
+        let outcome = match blob.delete(etag).await {
             Ok(()) => Guarded::Done(None),
             Err(e) if e.is_precondition_failed() => changed_or_gone(blob).await?,
             Err(e) if e.code() == Some(&ErrorCode::BlobNotFound) => Guarded::Gone,

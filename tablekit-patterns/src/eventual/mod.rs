@@ -327,7 +327,7 @@ impl Eventual {
         if kind.is_empty() {
             return Err(refused("eventual", "an operation kind must not be empty"));
         }
-        let send = self.queue.send(envelope_bytes(kind, body)?)?;
+        let send = self.queue.send(envelope_bytes(kind, body)?);
         match self.time_to_live {
             None => send.never_expire().await,
             Some(ttl) => send.time_to_live(ttl).await,

@@ -781,10 +781,7 @@ impl WorkerInner {
             body: body.to_owned(),
             body_truncated,
         };
-        let sent = match self.poison.send_json(&poisoned) {
-            Ok(send) => send.never_expire().await,
-            Err(e) => Err(e),
-        };
+        let sent = self.poison.send_json(&poisoned).never_expire().await;
         if let Err(e) = sent {
             tracing::error!(error = %e, reason = %why, "could not move the message to the poison queue; it stays");
             return Outcome::Failed;
