@@ -359,9 +359,6 @@ pub use tablekit_derive::{filter, odata};
 #[path = "__private.rs"]
 pub mod __private;
 
-#[doc(hidden)]
-pub mod bench_support;
-
 /// The README's example, compiled as a doctest so it cannot drift from the API.
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
