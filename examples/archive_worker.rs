@@ -117,10 +117,10 @@ async fn run(tables: TableServiceClient, queues: QueueServiceClient) -> Result<(
         sent.id(),
         sent.expires_on()
     );
-    jobs.send(r#"{"v":2,"kind":"tablekit.archive","op":{}}"#)?
+    jobs.send(r#"{"v":2,"kind":"tablekit.archive","op":{}}"#)
         .await?;
     println!("enqueued a message of a future format version");
-    jobs.send("archive employee 456, please")?.await?;
+    jobs.send("archive employee 456, please").await?;
     println!("enqueued a message that is not an envelope");
 
     // The worker, with a hook that prints each step as it completes.

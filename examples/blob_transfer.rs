@@ -99,7 +99,7 @@ async fn main() -> tablekit::Result<()> {
     }
     let down = t.elapsed();
     assert_eq!(offset, size, "the download is the whole blob");
-    blob.delete(Some(written.etag().clone())).await?;
+    blob.delete(written.etag()).await?;
 
     let mb_s = |d: std::time::Duration| mib as f64 / d.as_secs_f64();
     println!(

@@ -733,7 +733,7 @@ impl<T: TableEntity> LargeTable<T> {
             };
             blob.upload(bytes.clone())
                 .content_type(content_type)
-                .if_not_exists()
+                .if_none_match(tablekit::IfNoneMatch::Any)
                 .send()
         }))
         .await;
@@ -1073,7 +1073,7 @@ impl<T: TableEntity> LargeTable<T> {
                 report.live += 1;
                 continue;
             }
-            match self.container.blob(&name)?.delete(Some(etag)).await {
+            match self.container.blob(&name)?.delete(etag).await {
                 Ok(()) => report.deleted.push(name),
                 Err(e)
                     if e.code() == Some(&ErrorCode::BlobNotFound) || e.is_precondition_failed() => {

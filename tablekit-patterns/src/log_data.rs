@@ -523,7 +523,7 @@ impl<R: Serialize> LogWriter<R> {
                 .metadata(START_TIME, format_time(&start))
                 .metadata(END_TIME, format_time(&end))
                 .metadata(RECORD_COUNT, self.buffer.len().to_string())
-                .if_not_exists()
+                .if_none_match(tablekit::IfNoneMatch::Any)
                 .await;
             match sent {
                 Ok(_) => {

@@ -210,8 +210,8 @@ pub use codec::write::entity_to_json;
 pub use columns::{Column, DynamicColumns, EntityColumns};
 pub use edm::{EdmType, EdmValue};
 pub use entity::{
-    DynamicEntity, ETag, EntityKey, IfMatch, Properties, PropertyValue, PropertyWriter, RawEntity,
-    TableEntity, UpdateMode,
+    DynamicEntity, ETag, EntityKey, IfMatch, IfNoneMatch, Properties, PropertyValue,
+    PropertyWriter, RawEntity, TableEntity, UpdateMode,
 };
 pub use error::{
     ConfigError, ConstraintError, DecodeError, Error, ErrorCode, ErrorKind, KeyKind, Result,
@@ -414,9 +414,6 @@ pub use tablekit_derive::{filter, odata};
 #[doc(hidden)]
 #[path = "__private.rs"]
 pub mod __private;
-
-#[doc(hidden)]
-pub mod bench_support;
 
 /// The README's example, compiled as a doctest so it cannot drift from the API.
 #[cfg(doctest)]

@@ -56,7 +56,7 @@ use crate::table::{TableClient, TableServiceClient};
 ///     orders.insert(&DynamicEntity::new("2024", "order-17")).await?;
 ///     let jobs = account.queue("invoices")?;
 ///     jobs.create_queue().await?;
-///     jobs.send("order-17")?.await?;
+///     jobs.send("order-17").await?;
 ///     let receipts = account.container("receipts")?;
 ///     receipts.create_container().await?;
 ///     receipts.blob("order-17.pdf")?.upload(b"%PDF".to_vec()).await?;

@@ -205,9 +205,17 @@ async fn large_uploads_go_in_blocks_and_come_back_whole(Env { blobs, .. }: Env) 
 async fn conditions_protect_blobs(Env { blobs, .. }: Env) {
     let c = fresh_container(&blobs).await;
     let b = c.blob("report.txt").unwrap();
-    let first = b.upload("v1").if_not_exists().await.unwrap();
+    let first = b
+        .upload("v1")
+        .if_none_match(tablekit::IfNoneMatch::Any)
+        .await
+        .unwrap();
 
-    let err = b.upload("v2").if_not_exists().await.unwrap_err();
+    let err = b
+        .upload("v2")
+        .if_none_match(tablekit::IfNoneMatch::Any)
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Some(&ErrorCode::BlobAlreadyExists), "{err}");
     assert!(err.is_conflict());
 
@@ -226,23 +234,27 @@ async fn conditions_protect_blobs(Env { blobs, .. }: Env) {
         .await
         .unwrap_err();
     assert!(err.is_precondition_failed(), "{err}");
-    let err = b.delete(Some(first.etag().clone())).await.unwrap_err();
+    let err = b.delete(first.etag()).await.unwrap_err();
     assert!(err.is_precondition_failed(), "{err}");
     assert_eq!(&b.download().bytes().await.unwrap()[..], b"v2");
 
     // Blocks too: the commit carries the condition.
     let big = c.blob("big").unwrap().with_blocks(1024, 2).unwrap();
     big.upload(pattern(3000)).await.unwrap();
-    let err = big.upload(pattern(3000)).if_not_exists().await.unwrap_err();
+    let err = big
+        .upload(pattern(3000))
+        .if_none_match(tablekit::IfNoneMatch::Any)
+        .await
+        .unwrap_err();
     assert!(err.is_conflict(), "{err}");
 
-    b.delete(Some(second.etag().clone())).await.unwrap();
+    b.delete(second.etag()).await.unwrap();
     assert!(!b.exists().await.unwrap());
     assert!(!b.delete_if_exists().await.unwrap());
 
     // A conditional delete of a blob that is gone fails its condition, as the
     // service answers any write whose If-Match names no existing blob.
-    let err = b.delete(Some(second.etag().clone())).await.unwrap_err();
+    let err = b.delete(second.etag()).await.unwrap_err();
     assert!(err.is_precondition_failed(), "{err}");
     assert_eq!(err.code(), Some(&ErrorCode::ConditionNotMet), "{err}");
     let err = b
@@ -329,7 +341,7 @@ async fn missing_things_are_named_errors(Env { blobs, azurite, .. }: Env) {
     for err in [
         b.download().bytes().await.unwrap_err(),
         b.properties().await.unwrap_err(),
-        b.delete(None).await.unwrap_err(),
+        b.delete(tablekit::IfMatch::Any).await.unwrap_err(),
     ] {
         assert_eq!(err.code(), Some(&ErrorCode::BlobNotFound), "{err}");
         assert!(err.is_not_found());
@@ -403,7 +415,7 @@ async fn a_read_only_blob_sas_downloads_but_cannot_upload_and_other_blobs_refuse
     assert_eq!(b.properties().await.unwrap().size(), 10);
     let err = b.upload("replaced").await.unwrap_err();
     assert_eq!(err.status(), Some(403), "{err}");
-    let err = b.delete(None).await.unwrap_err();
+    let err = b.delete(tablekit::IfMatch::Any).await.unwrap_err();
     assert_eq!(err.status(), Some(403), "{err}");
 
     // Widening the permissions breaks the signature (Azurite checks it).

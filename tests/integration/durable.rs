@@ -424,7 +424,7 @@ async fn one_file_holds_tables_queues_and_blobs_and_a_reopen_restores_them_all()
     jobs.create_queue().await.unwrap();
     let later = queues.queue("later").unwrap();
     later.create_queue().await.unwrap();
-    jobs.send("first").unwrap().await.unwrap();
+    jobs.send("first").await.unwrap();
     // Received twice: invisible for a minute with dequeue count 2.
     let got = jobs
         .receive()
@@ -441,7 +441,7 @@ async fn one_file_holds_tables_queues_and_blobs_and_a_reopen_restores_them_all()
         .remove(0);
     assert_eq!((first.text().unwrap(), first.dequeue_count()), ("first", 2));
     for text in ["gone", "second", "third"] {
-        jobs.send(text).unwrap().await.unwrap();
+        jobs.send(text).await.unwrap();
     }
     let gone = jobs.receive().await.unwrap().remove(0);
     assert_eq!(gone.text().unwrap(), "gone");
@@ -464,13 +464,12 @@ async fn one_file_holds_tables_queues_and_blobs_and_a_reopen_restores_them_all()
     .unwrap();
     later
         .send("in an hour")
-        .unwrap()
         .visibility_delay(Duration::from_secs(3600))
         .await
         .unwrap();
     let doomed = queues.queue("doomed").unwrap();
     doomed.create_queue().await.unwrap();
-    doomed.send("x").unwrap().await.unwrap();
+    doomed.send("x").await.unwrap();
     doomed.delete_queue().await.unwrap();
 
     let photos = blobs.container("photos").unwrap();
@@ -498,7 +497,12 @@ async fn one_file_holds_tables_queues_and_blobs_and_a_reopen_restores_them_all()
         .upload(vec![1])
         .await
         .unwrap();
-    photos.blob("deleted").unwrap().delete(None).await.unwrap();
+    photos
+        .blob("deleted")
+        .unwrap()
+        .delete(tablekit::IfMatch::Any)
+        .await
+        .unwrap();
     let old = blobs.container("old").unwrap();
     old.create_container().await.unwrap();
     old.blob("x").unwrap().upload(vec![1]).await.unwrap();
@@ -609,7 +613,7 @@ async fn the_embedded_connection_string_opens_queues_and_blobs_in_the_same_file(
             .unwrap();
         let q = queues.queue("qqq").unwrap();
         q.create_queue().await.unwrap();
-        q.send("m").unwrap().await.unwrap();
+        q.send("m").await.unwrap();
         let c = blobs.container("ccc").unwrap();
         c.create_container().await.unwrap();
         c.blob("bbb")
@@ -687,7 +691,7 @@ async fn crash_queues_blobs_child_helper() {
         let line = match n % 4 {
             0 => {
                 let text = format!("m{round}-{n}");
-                q.send(&text).unwrap().await.unwrap();
+                q.send(&text).await.unwrap();
                 format!("q {text}")
             }
             1 => {
@@ -925,7 +929,7 @@ async fn storage_round_trip(storage: &tablekit::Storage) -> (usize, String, Vec<
         .unwrap();
     let q = storage.queue(&name).unwrap();
     q.create_queue().await.unwrap();
-    q.send("hello").unwrap().await.unwrap();
+    q.send("hello").await.unwrap();
     let c = storage.container(&name).unwrap();
     c.create_container().await.unwrap();
     c.blob("b").unwrap().upload(b"body".to_vec()).await.unwrap();

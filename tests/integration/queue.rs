@@ -93,7 +93,7 @@ const SECOND: Duration = Duration::from_secs(1);
 
 async fn received_message_is_invisible_until_its_timeout_then_comes_back_counted(env: Env) {
     let q = env.fresh_queue().await;
-    q.send("job 1").unwrap().await.unwrap();
+    q.send("job 1").await.unwrap();
 
     let first = q
         .receive()
@@ -128,10 +128,7 @@ async fn received_message_is_invisible_until_its_timeout_then_comes_back_counted
 
 async fn update_extends_visibility_replaces_the_body_and_the_receipt(env: Env) {
     let q = env.fresh_queue().await;
-    q.send_json(&serde_json::json!({"step": 1}))
-        .unwrap()
-        .await
-        .unwrap();
+    q.send_json(&serde_json::json!({"step": 1})).await.unwrap();
     let mut m = q.receive().await.unwrap().pop().unwrap();
     let old = m.clone();
 
@@ -154,17 +151,12 @@ async fn update_extends_visibility_replaces_the_body_and_the_receipt(env: Env) {
 
 async fn delay_and_time_to_live(env: Env) {
     let q = env.fresh_queue().await;
-    q.send("later")
-        .unwrap()
-        .visibility_delay(3 * SECOND)
-        .await
-        .unwrap();
+    q.send("later").visibility_delay(3 * SECOND).await.unwrap();
     q.send("short-lived")
-        .unwrap()
         .time_to_live(2 * SECOND)
         .await
         .unwrap();
-    let forever = q.send("forever").unwrap().never_expire().await.unwrap();
+    let forever = q.send("forever").never_expire().await.unwrap();
     assert_eq!(forever.expires_on(), None);
     assert_eq!(q.approximate_message_count().await.unwrap(), 3);
 
@@ -204,7 +196,7 @@ async fn delay_and_time_to_live(env: Env) {
 async fn receive_takes_up_to_max_in_order_and_peek_has_no_receipt(env: Env) {
     let q = env.fresh_queue().await;
     for i in 0..40 {
-        q.send(format!("m{i}")).unwrap().await.unwrap();
+        q.send(format!("m{i}")).await.unwrap();
     }
     let got = q.receive().max_messages(32).await.unwrap();
     assert_eq!(got.len(), 32);
@@ -222,12 +214,12 @@ async fn receive_takes_up_to_max_in_order_and_peek_has_no_receipt(env: Env) {
 async fn any_bytes_travel_base64_and_limits_are_checked_before_sending(env: Env) {
     let q = env.fresh_queue().await;
     let bytes: Vec<u8> = (0..=255).collect();
-    q.send(&bytes).unwrap().await.unwrap();
+    q.send(&bytes).await.unwrap();
     assert_eq!(q.receive().await.unwrap()[0].body(), &bytes[..]);
 
     // 48 KiB of bytes is exactly 64 KiB of Base64; one byte more is refused.
-    assert!(q.send(vec![7u8; 48 * 1024]).is_ok());
-    let err = q.send(vec![7u8; 48 * 1024 + 1]).unwrap_err();
+    q.send(vec![7u8; 48 * 1024]).await.unwrap();
+    let err = q.send(vec![7u8; 48 * 1024 + 1]).await.unwrap_err();
     assert!(err.is_invalid_input(), "{err}");
     assert!(
         err.to_string().contains("65540 bytes after Base64"),
@@ -235,8 +227,8 @@ async fn any_bytes_travel_base64_and_limits_are_checked_before_sending(env: Env)
     );
 
     let text = q.clone().with_encoding(MessageEncoding::Text);
-    assert!(text.send("\u{1}").unwrap_err().is_invalid_input());
-    assert!(text.send([0xff_u8]).unwrap_err().is_invalid_input());
+    assert!(text.send("\u{1}").await.unwrap_err().is_invalid_input());
+    assert!(text.send([0xff_u8]).await.unwrap_err().is_invalid_input());
     assert!(q
         .receive()
         .max_messages(33)
@@ -257,7 +249,6 @@ async fn any_bytes_travel_base64_and_limits_are_checked_before_sending(env: Env)
         .is_invalid_input());
     let err = q
         .send("x")
-        .unwrap()
         .visibility_delay(10 * SECOND)
         .time_to_live(5 * SECOND)
         .await
@@ -272,7 +263,7 @@ async fn queue_lifecycle_and_names(env: Env) {
     }
     let q = env.fresh_queue().await;
     q.delete_queue().await.unwrap();
-    let err = q.send("x").unwrap().await.unwrap_err();
+    let err = q.send("x").await.unwrap_err();
     assert_eq!(err.code(), Some(&ErrorCode::QueueNotFound));
     assert!(err.is_not_found());
     assert!(q.create_queue_if_not_exists().await.unwrap());
@@ -333,7 +324,7 @@ async fn a_read_only_queue_sas_peeks_but_cannot_send_and_other_queues_refuse_it(
     let name = format!("sas{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
     let q = owner.queue(&name).unwrap();
     q.create_queue().await.unwrap();
-    q.send("for readers").unwrap().await.unwrap();
+    q.send("for readers").await.unwrap();
 
     // A connection string with only a QueueEndpoint and the SAS: no table endpoint.
     let read_only = queue_sas(&conn, &name, QueueSasPermissions::READ_ONLY);
@@ -343,7 +334,7 @@ async fn a_read_only_queue_sas_peeks_but_cannot_send_and_other_queues_refuse_it(
     let peeked = reader.peek(1).await.unwrap();
     assert_eq!(peeked[0].text().unwrap(), "for readers");
     assert_eq!(reader.approximate_message_count().await.unwrap(), 1);
-    let err = reader.send("not allowed").unwrap().await.unwrap_err();
+    let err = reader.send("not allowed").await.unwrap_err();
     assert_eq!(err.status(), Some(403), "{err}");
     let err = reader.receive().await.unwrap_err();
     assert_eq!(err.status(), Some(403), "receiving needs `process`: {err}");
@@ -375,7 +366,7 @@ async fn a_read_only_queue_sas_peeks_but_cannot_send_and_other_queues_refuse_it(
     .unwrap()
     .queue(&name)
     .unwrap();
-    sender.send("from a sender").unwrap().await.unwrap();
+    sender.send("from a sender").await.unwrap();
     assert_eq!(q.approximate_message_count().await.unwrap(), 2);
     let err = sender.peek(1).await.unwrap_err();
     assert_eq!(err.status(), Some(403), "{err}");
@@ -398,7 +389,6 @@ async fn received_messages_carry_their_insertion_expiry_and_visibility_times(env
     let before = env.now();
     let sent = q
         .send("timed")
-        .unwrap()
         .time_to_live(Duration::from_secs(3600))
         .await
         .unwrap();
@@ -429,12 +419,12 @@ async fn received_messages_carry_their_insertion_expiry_and_visibility_times(env
 
 async fn every_operation_on_a_missing_queue_is_queue_not_found(env: Env) {
     let q = env.fresh_queue().await;
-    q.send("m").unwrap().await.unwrap();
+    q.send("m").await.unwrap();
     let mut received = q.receive().await.unwrap().pop().unwrap();
     q.delete_queue().await.unwrap();
 
     let mut errors = vec![
-        ("send", q.send("x").unwrap().await.map(drop).unwrap_err()),
+        ("send", q.send("x").await.map(drop).unwrap_err()),
         ("receive", q.receive().await.map(drop).unwrap_err()),
         ("peek", q.peek(1).await.map(drop).unwrap_err()),
         ("clear", q.clear().await.unwrap_err()),
@@ -465,7 +455,7 @@ async fn the_64_kib_limit_is_exact_on_the_wire(env: Env) {
     let q = env.fresh_queue().await;
     // Base64: 48 KiB of bytes is exactly 65,536 characters, which the service takes.
     let largest: Vec<u8> = (0..48 * 1024).map(|i| (i % 251) as u8).collect();
-    q.send(&largest).unwrap().await.unwrap();
+    q.send(&largest).await.unwrap();
     let m = q.receive().await.unwrap().pop().unwrap();
     assert_eq!(m.body(), &largest[..]);
     q.delete_message(&m).await.unwrap();
@@ -475,16 +465,16 @@ async fn the_64_kib_limit_is_exact_on_the_wire(env: Env) {
     let mut body = "x".repeat(64 * 1024 - 3);
     body.push_str("a<b");
     assert_eq!(body.len(), 65_536);
-    text.send(body.as_str()).unwrap().await.unwrap();
+    text.send(body.as_str()).await.unwrap();
     let m = text.receive().await.unwrap().pop().unwrap();
     assert_eq!(m.text().unwrap(), body);
 
     // One byte more is refused when the send is built: no request is made.
     body.push('y');
-    let err = text.send(body.as_str()).unwrap_err();
+    let err = text.send(body.as_str()).await.unwrap_err();
     assert!(err.is_invalid_input(), "{err}");
     assert!(err.to_string().contains("65537 bytes"), "{err}");
-    let err = q.send(vec![0u8; 48 * 1024 + 1]).unwrap_err();
+    let err = q.send(vec![0u8; 48 * 1024 + 1]).await.unwrap_err();
     assert!(err.is_invalid_input(), "{err}");
     assert_eq!(q.approximate_message_count().await.unwrap(), 1);
 }
@@ -498,7 +488,7 @@ async fn text_mode_round_trips_markup_and_multibyte_text(env: Env) {
         "Grüße, 日本語, emoji 🦀",
     ];
     for text in samples {
-        q.send(text).unwrap().await.unwrap();
+        q.send(text).await.unwrap();
     }
     let got: Vec<String> = q
         .receive()
@@ -513,15 +503,15 @@ async fn text_mode_round_trips_markup_and_multibyte_text(env: Env) {
     // The limit counts UTF-8 bytes: 32,768 two-byte characters fill 64 KiB exactly.
     let full = "é".repeat(32 * 1024);
     assert_eq!(full.len(), 65_536);
-    q.send(full.as_str()).unwrap().await.unwrap();
+    q.send(full.as_str()).await.unwrap();
     let m = q.receive().await.unwrap().pop().unwrap();
     assert_eq!(m.text().unwrap(), full);
     let over = format!("{full}é");
-    let err = q.send(over.as_str()).unwrap_err();
+    let err = q.send(over.as_str()).await.unwrap_err();
     assert!(err.is_invalid_input(), "{err}");
 
     // A Text-mode message is not Base64: reading it as Base64 is a clear error.
-    q.send("not base64!").unwrap().await.unwrap();
+    q.send("not base64!").await.unwrap();
     let err = q
         .clone()
         .with_encoding(MessageEncoding::Base64)
@@ -533,7 +523,7 @@ async fn text_mode_round_trips_markup_and_multibyte_text(env: Env) {
 
 async fn peek_leaves_the_dequeue_count_alone(env: Env) {
     let q = env.fresh_queue().await;
-    q.send("counted").unwrap().await.unwrap();
+    q.send("counted").await.unwrap();
     for _ in 0..3 {
         let peeked = q.peek(1).await.unwrap();
         assert_eq!(peeked.len(), 1);
@@ -620,7 +610,7 @@ async fn a_send_whose_answer_was_lost_is_not_resent_and_is_ambiguous() {
     let client = scripted_queue;
 
     let (endpoint, count) = fake_server(vec![Answer::Drop]).await;
-    let err = client(&endpoint).send(b"job").unwrap().await.unwrap_err();
+    let err = client(&endpoint).send(b"job").await.unwrap_err();
     assert!(err.is_ambiguous() && err.is_transport(), "{err:?}");
     assert!(err.client_request_id().is_some());
     assert_eq!(count.load(Ordering::SeqCst), 1, "never resent");
@@ -630,7 +620,7 @@ async fn a_send_whose_answer_was_lost_is_not_resent_and_is_ambiguous() {
         Answer::Drop,
     ])
     .await;
-    let err = client(&endpoint).send(b"job").unwrap().await.unwrap_err();
+    let err = client(&endpoint).send(b"job").await.unwrap_err();
     assert!(err.is_ambiguous(), "{err:?}");
     assert_eq!(count.load(Ordering::SeqCst), 2, "resent after the 503 only");
 

@@ -152,7 +152,7 @@ async fn tables_queues_and_blobs_round_trip_on_reqwest() {
         ))
         .unwrap();
     q.create_queue_if_not_exists().await.unwrap();
-    q.send("hello").unwrap().await.unwrap();
+    q.send("hello").await.unwrap();
     let got = q.receive().await.unwrap();
     assert_eq!(got[0].text().unwrap(), "hello");
     q.delete_queue().await.unwrap();

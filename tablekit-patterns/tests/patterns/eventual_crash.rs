@@ -441,7 +441,7 @@ async fn a_message_from_a_newer_client_waits_for_a_worker_that_knows_it(s: Servi
         .await
         .unwrap();
     let v2_body = r#"{"v":2,"kind":"tablekit.archive","op":{},"trace":"t-1"}"#;
-    env.jobs.send(v2_body).unwrap().await.unwrap();
+    env.jobs.send(v2_body).await.unwrap();
 
     let old = env.worker().build().unwrap();
     let report = old.drain().await.unwrap();
@@ -533,19 +533,13 @@ async fn an_archive_that_can_never_succeed_lands_in_poison_with_its_error(s: Ser
 /// `poison_unknown_at_once`.
 async fn unreadable_messages_go_to_poison_at_once(s: Services) {
     let env = Env::new(&s).await;
-    env.jobs
-        .send("archive employee 456")
-        .unwrap()
-        .await
-        .unwrap();
+    env.jobs.send("archive employee 456").await.unwrap();
     env.jobs
         .send(r#"{"kind":"tablekit.archive","op":{}}"#)
-        .unwrap()
         .await
         .unwrap();
     env.jobs
         .send(r#"{"v":1,"kind":"tablekit.archive","op":{"from":"Current"}}"#)
-        .unwrap()
         .await
         .unwrap();
     let worker = env.worker().max_dequeue_count(1).build().unwrap();
@@ -574,12 +568,10 @@ async fn unreadable_messages_go_to_poison_at_once(s: Services) {
     env.poison.clear().await.unwrap();
     env.jobs
         .send(r#"{"v":2,"kind":"tablekit.archive","op":{}}"#)
-        .unwrap()
         .await
         .unwrap();
     env.jobs
         .send(r#"{"v":1,"kind":"fire-everyone","op":{}}"#)
-        .unwrap()
         .await
         .unwrap();
     let strict = env.worker().poison_unknown_at_once().build().unwrap();

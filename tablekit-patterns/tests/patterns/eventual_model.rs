@@ -271,7 +271,7 @@ async fn run_case(s: common::Services, ops: Vec<Op>) {
                 model.entry(*counter).or_default().insert(next_id, *amount);
             }
             Op::Garbage => {
-                env.jobs.send("add 5 to c0").unwrap().await.unwrap();
+                env.jobs.send("add 5 to c0").await.unwrap();
                 garbage += 1;
             }
             Op::Run {

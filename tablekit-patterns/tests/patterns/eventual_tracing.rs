@@ -97,7 +97,7 @@ fn each_message_is_a_span_with_its_id_dequeue_count_and_kind() {
                     .enqueue_kind("nobody-runs-this", &())
                     .await
                     .unwrap();
-                let poisoned = jobs.send("archive employee 456").unwrap().await.unwrap();
+                let poisoned = jobs.send("archive employee 456").await.unwrap();
                 let worker = Worker::builder(jobs, tables)
                     .operation::<Archive<DynamicEntity>>()
                     .poison_queue(poison)

@@ -201,7 +201,11 @@ async fn the_seed_window_reads_only_its_hour_and_records(svc: TableServiceClient
         "queue/2014/07/31/1500/000099.log",
         "queue/2014/07/31/1600/000002.log",
     ] {
-        logs.blob(bad).unwrap().delete(None).await.unwrap();
+        logs.blob(bad)
+            .unwrap()
+            .delete(tablekit::IfMatch::Any)
+            .await
+            .unwrap();
     }
     let across: Vec<String> = reader
         .read(at(14, 59, 0)..at(16, 2, 0))

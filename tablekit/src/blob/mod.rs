@@ -20,7 +20,7 @@
 //! let written = photo.upload(vec![0xff_u8; 10_000]).content_type("image/jpeg").await?;
 //!
 //! // Read a range, and only if nobody replaced the photo meanwhile.
-//! let head = photo.download().range(0..4).if_match(written.etag().clone()).bytes().await?;
+//! let head = photo.download().range(0..4).if_match(written.etag()).bytes().await?;
 //! assert_eq!(&head[..], &[0xff; 4]);
 //!
 //! let names: Vec<String> = photos.list_blobs().prefix("employees/").stream()
@@ -51,7 +51,7 @@ use crate::backend::connect_blobs;
 use crate::backend::embedded_blobs;
 #[cfg(feature = "embedded")]
 use crate::clock::{Clock, ManualClock};
-use crate::entity::ETag;
+use crate::entity::{ETag, IfMatch, IfNoneMatch};
 use crate::error::{Error, ErrorCode, Result, ValidationError};
 use crate::options::ClientOptions;
 use crate::validate;
@@ -734,8 +734,9 @@ impl BlobClient {
         }
     }
 
-    /// Deletes the blob; with `Some(etag)`, only if it is still that version
-    /// (else [`Error::is_precondition_failed`]). Not-found if there is none.
+    /// Deletes the blob; with an ETag (or [`IfMatch::ETag`]), only if it is still
+    /// that version (else [`Error::is_precondition_failed`]); with
+    /// [`IfMatch::Any`], whatever version is stored. Not-found if there is none.
     ///
     /// ```
     /// # async fn run() -> tablekit::Result<()> {
@@ -745,14 +746,14 @@ impl BlobClient {
     /// let old = photo.upload("v1").await?;
     /// photo.upload("v2").await?;
     /// // Somebody replaced it: the conditional delete leaves it alone.
-    /// assert!(photo.delete(Some(old.etag().clone())).await.unwrap_err().is_precondition_failed());
-    /// photo.delete(None).await?;
+    /// assert!(photo.delete(old.etag()).await.unwrap_err().is_precondition_failed());
+    /// photo.delete(tablekit::IfMatch::Any).await?;
     /// # Ok(()) }
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
     /// ```
-    pub async fn delete(&self, if_match: Option<ETag>) -> Result<()> {
+    pub async fn delete(&self, if_match: impl Into<IfMatch>) -> Result<()> {
         let conditions = Conditions {
-            if_match,
+            if_match: if_match.into().into_etag(),
             if_none_match_any: false,
         };
         self.run(BlobOp::Delete {
@@ -778,7 +779,7 @@ impl BlobClient {
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
     /// ```
     pub async fn delete_if_exists(&self) -> Result<bool> {
-        match self.delete(None).await {
+        match self.delete(IfMatch::Any).await {
             Ok(()) => Ok(true),
             Err(e) if e.code() == Some(&ErrorCode::BlobNotFound) => Ok(false),
             Err(e) => Err(e),
@@ -873,8 +874,10 @@ impl Upload {
         self
     }
 
-    /// Replace the blob only if it is still this version; otherwise fail with
-    /// [`Error::is_precondition_failed`] and leave it alone.
+    /// Replace the blob only if it is still this version (an ETag or
+    /// [`IfMatch::ETag`]); otherwise fail with [`Error::is_precondition_failed`]
+    /// and leave it alone. [`IfMatch::Any`] is the default: whatever is stored,
+    /// or nothing.
     ///
     /// ```
     /// # async fn run() -> tablekit::Result<()> {
@@ -882,16 +885,16 @@ impl Upload {
     /// # photos.create_container().await?;
     /// let report = photos.blob("report.txt")?;
     /// let v1 = report.upload("v1").await?;
-    /// let v2 = report.upload("v2").if_match(v1.etag().clone()).await?;
+    /// let v2 = report.upload("v2").if_match(v1.etag()).await?;
     /// // A writer still holding v1 loses, and v2 stays.
-    /// let err = report.upload("v1 edited").if_match(v1.etag().clone()).await.unwrap_err();
+    /// let err = report.upload("v1 edited").if_match(v1.etag()).await.unwrap_err();
     /// assert!(err.is_precondition_failed());
     /// assert_eq!(report.properties().await?.etag(), v2.etag());
     /// # Ok(()) }
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
     /// ```
-    pub fn if_match(mut self, etag: ETag) -> Self {
-        self.conditions.if_match = Some(etag);
+    pub fn if_match(mut self, condition: impl Into<IfMatch>) -> Self {
+        self.conditions.if_match = condition.into().into_etag();
         self
     }
 
@@ -899,18 +902,19 @@ impl Upload {
     /// ([`ErrorCode::BlobAlreadyExists`]) and leave it alone.
     ///
     /// ```
+    /// use tablekit::IfNoneMatch;
     /// # async fn run() -> tablekit::Result<()> {
     /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
     /// # photos.create_container().await?;
     /// let report = photos.blob("report.txt")?;
-    /// report.upload("first").if_not_exists().await?;
-    /// let err = report.upload("second").if_not_exists().await.unwrap_err();
+    /// report.upload("first").if_none_match(IfNoneMatch::Any).await?;
+    /// let err = report.upload("second").if_none_match(IfNoneMatch::Any).await.unwrap_err();
     /// assert_eq!(err.code(), Some(&tablekit::ErrorCode::BlobAlreadyExists));
     /// # Ok(()) }
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
     /// ```
-    pub fn if_not_exists(mut self) -> Self {
-        self.conditions.if_none_match_any = true;
+    pub fn if_none_match(mut self, condition: IfNoneMatch) -> Self {
+        self.conditions.if_none_match_any = matches!(condition, IfNoneMatch::Any);
         self
     }
 
@@ -1154,15 +1158,15 @@ impl DownloadRequest {
     /// # photos.create_container().await?;
     /// let photo = photos.blob("a.jpg")?;
     /// let v1 = photo.upload("v1").await?;
-    /// assert_eq!(&photo.download().if_match(v1.etag().clone()).bytes().await?[..], b"v1");
+    /// assert_eq!(&photo.download().if_match(v1.etag()).bytes().await?[..], b"v1");
     /// photo.upload("v2").await?;
-    /// let err = photo.download().if_match(v1.etag().clone()).bytes().await.unwrap_err();
+    /// let err = photo.download().if_match(v1.etag()).bytes().await.unwrap_err();
     /// assert!(err.is_precondition_failed());
     /// # Ok(()) }
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
     /// ```
-    pub fn if_match(mut self, etag: ETag) -> Self {
-        self.conditions.if_match = Some(etag);
+    pub fn if_match(mut self, condition: impl Into<IfMatch>) -> Self {
+        self.conditions.if_match = condition.into().into_etag();
         self
     }
 

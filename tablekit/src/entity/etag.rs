@@ -56,6 +56,14 @@ pub enum IfMatch {
 }
 
 impl IfMatch {
+    /// The ETag a conditional request carries, `None` for [`IfMatch::Any`].
+    pub(crate) fn into_etag(self) -> Option<ETag> {
+        match self {
+            IfMatch::Any => None,
+            IfMatch::ETag(e) => Some(e),
+        }
+    }
+
     pub(crate) fn header_value(&self) -> &str {
         match self {
             IfMatch::Any => "*",
@@ -74,6 +82,18 @@ impl From<&ETag> for IfMatch {
     fn from(e: &ETag) -> Self {
         IfMatch::ETag(e.clone())
     }
+}
+
+/// The condition of a create: apply only if nothing is stored under the name yet.
+///
+/// Blob uploads take it ([`Upload::if_none_match`](crate::blob::Upload::if_none_match));
+/// a table [`insert`](crate::TableClient::insert) carries it implicitly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum IfNoneMatch {
+    /// Apply only if nothing exists (`If-None-Match: *`); otherwise the write
+    /// fails with a conflict and leaves what is stored alone.
+    Any,
 }
 
 /// `*` or the ETag itself: what the `If-Match` header carries.

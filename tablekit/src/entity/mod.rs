@@ -17,7 +17,7 @@ mod etag;
 mod forward;
 mod raw;
 
-pub use etag::{ETag, IfMatch};
+pub use etag::{ETag, IfMatch, IfNoneMatch};
 pub(crate) use forward::{forward_property_writer, Forward, PropertyArg};
 pub use raw::{PropertyValue, RawEntity};
 pub(crate) use raw::{Scalar, Slot};

@@ -5,7 +5,7 @@ mod eval;
 mod expr;
 mod parse;
 mod plan;
-mod raw;
+pub(crate) mod raw;
 #[cfg(any(test, feature = "test-support"))]
 pub mod strategies;
 mod typed;
@@ -18,9 +18,4 @@ pub use parse::parse;
 pub(crate) use plan::plan_with_residual;
 pub use plan::{plan, QueryPlan};
 pub use raw::RawFilter;
-#[doc(hidden)]
-pub use raw::{
-    filter_and, filter_not, filter_of, filter_or, odata_build, odata_value, Condition, ODataPiece,
-    ODataValue,
-};
 pub use typed::{prefix_successor, DynBool, Filter, FilterValue, IntoFilterValue, MAX_COMPARISONS};

@@ -17,7 +17,7 @@
 //! let jobs = queues.queue("archive-jobs")?;
 //! jobs.create_queue().await?;
 //!
-//! jobs.send_json(&("archive", 456))?.await?;
+//! jobs.send_json(&("archive", 456)).await?;
 //! let mut got = jobs.receive().visibility_timeout(Duration::from_secs(30)).await?;
 //! let job = got.pop().expect("one message");
 //! assert_eq!(job.json::<(String, u32)>()?, ("archive".to_owned(), 456));
@@ -153,7 +153,7 @@ impl QueueServiceClient {
     /// {
     ///     let jobs = tablekit::QueueServiceClient::embedded_at(&path)?.queue("jobs")?;
     ///     jobs.create_queue().await?;
-    ///     jobs.send("resize photo 17")?.await?;
+    ///     jobs.send("resize photo 17").await?;
     /// }
     /// let jobs = tablekit::QueueServiceClient::embedded_at(&path)?.queue("jobs")?;
     /// let got = jobs.receive().await?;
@@ -267,7 +267,7 @@ impl QueueClient {
     /// # jobs.create_queue().await?;
     /// use tablekit::MessageEncoding;
     /// let plain = jobs.clone().with_encoding(MessageEncoding::Text);
-    /// plain.send("readable in Storage Explorer")?.await?;
+    /// plain.send("readable in Storage Explorer").await?;
     /// assert_eq!(plain.peek(1).await?[0].text()?, "readable in Storage Explorer");
     /// # Ok(()) }
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
@@ -417,8 +417,8 @@ impl QueueClient {
     }
 
     /// Sends a message; await the returned builder, after setting a delay or a
-    /// time to live if needed. The body is checked (size, encoding) here, before
-    /// any request.
+    /// time to live if needed. The body is checked (size, encoding) when the
+    /// builder is awaited, before any request, like every other setting.
     ///
     /// A send whose answer is lost is not repeated blindly: the message may
     /// already be in the queue, so the error says the outcome is unknown
@@ -430,20 +430,20 @@ impl QueueClient {
     /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
     /// # jobs.create_queue().await?;
     /// use std::time::Duration;
-    /// let sent = jobs.send("archive order 456")?.time_to_live(Duration::from_secs(3600)).await?;
+    /// let sent = jobs.send("archive order 456").time_to_live(Duration::from_secs(3600)).await?;
     /// assert!(sent.expires_on().is_some());
-    /// // Too large to store: refused here, before any request.
-    /// assert!(jobs.send(vec![0u8; 64 * 1024]).unwrap_err().is_invalid_input());
+    /// // Too large to store: refused before any request.
+    /// assert!(jobs.send(vec![0u8; 64 * 1024]).await.unwrap_err().is_invalid_input());
     /// # Ok(()) }
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
     /// ```
-    pub fn send(&self, body: impl AsRef<[u8]>) -> Result<SendMessage> {
-        Ok(SendMessage {
+    pub fn send(&self, body: impl AsRef<[u8]>) -> SendMessage {
+        SendMessage {
             queue: self.clone(),
-            text: self.encode(body.as_ref())?,
+            text: self.encode(body.as_ref()),
             visibility_delay: Duration::ZERO,
             time_to_live: None,
-        })
+        }
     }
 
     /// Sends `value` as JSON (see [`send`](QueueClient::send)).
@@ -452,16 +452,24 @@ impl QueueClient {
     /// # async fn run() -> tablekit::Result<()> {
     /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
     /// # jobs.create_queue().await?;
-    /// jobs.send_json(&serde_json::json!({"order": 456}))?.await?;
+    /// jobs.send_json(&serde_json::json!({"order": 456})).await?;
     /// let (_, order) = jobs.receive_json::<serde_json::Value>().await?.expect("a message");
     /// assert_eq!(order["order"], 456);
     /// # Ok(()) }
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
     /// ```
-    pub fn send_json<T: serde::Serialize + ?Sized>(&self, value: &T) -> Result<SendMessage> {
-        let json = serde_json::to_vec(value)
-            .map_err(|e| Error::decode(format!("cannot write the message as JSON: {e}")))?;
-        self.send(json)
+    pub fn send_json<T: serde::Serialize + ?Sized>(&self, value: &T) -> SendMessage {
+        match serde_json::to_vec(value) {
+            Ok(json) => self.send(json),
+            Err(e) => SendMessage {
+                queue: self.clone(),
+                text: Err(Error::decode(format!(
+                    "cannot write the message as JSON: {e}"
+                ))),
+                visibility_delay: Duration::ZERO,
+                time_to_live: None,
+            },
+        }
     }
 
     /// Receives messages: await the returned builder. By default one message,
@@ -472,7 +480,7 @@ impl QueueClient {
     /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
     /// # jobs.create_queue().await?;
     /// use std::time::Duration;
-    /// jobs.send("job 1")?.await?;
+    /// jobs.send("job 1").await?;
     /// let got = jobs.receive().max_messages(10).visibility_timeout(Duration::from_secs(60)).await?;
     /// assert_eq!(got.len(), 1);
     /// assert_eq!(got[0].dequeue_count(), 1);
@@ -501,7 +509,7 @@ impl QueueClient {
     /// #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
     /// struct Archive { order: u32 }
     ///
-    /// jobs.send_json(&Archive { order: 456 })?.await?;
+    /// jobs.send_json(&Archive { order: 456 }).await?;
     /// let (message, job) = jobs.receive_json::<Archive>().await?.expect("one message");
     /// assert_eq!(job, Archive { order: 456 });
     /// jobs.delete_message(&message).await?;
@@ -522,7 +530,7 @@ impl QueueClient {
     /// # async fn run() -> tablekit::Result<()> {
     /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
     /// # jobs.create_queue().await?;
-    /// jobs.send("job 1")?.await?;
+    /// jobs.send("job 1").await?;
     /// let seen = jobs.peek(32).await?;
     /// assert_eq!(seen[0].text()?, "job 1");
     /// assert_eq!(seen[0].pop_receipt(), None);
@@ -555,7 +563,7 @@ impl QueueClient {
     /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
     /// # jobs.create_queue().await?;
     /// use std::time::Duration;
-    /// jobs.send("step 1")?.await?;
+    /// jobs.send("step 1").await?;
     /// let mut m = jobs.receive().await?.pop().expect("a message");
     /// // Record progress and keep it hidden for another minute.
     /// jobs.update_message(&mut m, Duration::from_secs(60), Some(b"step 2")).await?;
@@ -609,7 +617,7 @@ impl QueueClient {
     /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
     /// # jobs.create_queue().await?;
     /// use std::time::Duration;
-    /// jobs.send("job")?.await?;
+    /// jobs.send("job").await?;
     /// let mut m = jobs.receive().await?.pop().expect("a message");
     /// let stale = m.clone();
     /// jobs.update_message(&mut m, Duration::from_secs(30), None).await?;
@@ -636,8 +644,8 @@ impl QueueClient {
     /// # async fn run() -> tablekit::Result<()> {
     /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
     /// # jobs.create_queue().await?;
-    /// jobs.send("a")?.await?;
-    /// jobs.send("b")?.await?;
+    /// jobs.send("a").await?;
+    /// jobs.send("b").await?;
     /// jobs.clear().await?;
     /// assert_eq!(jobs.approximate_message_count().await?, 0);
     /// # Ok(()) }
@@ -656,7 +664,7 @@ impl QueueClient {
     /// # async fn run() -> tablekit::Result<()> {
     /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
     /// # jobs.create_queue().await?;
-    /// jobs.send("a")?.await?;
+    /// jobs.send("a").await?;
     /// let _hidden = jobs.receive().await?;
     /// assert_eq!(jobs.approximate_message_count().await?, 1, "invisible ones count too");
     /// # Ok(()) }
@@ -685,7 +693,8 @@ fn check_count(n: usize) -> Result<u8> {
 #[must_use = "a message is sent only when awaited"]
 pub struct SendMessage {
     queue: QueueClient,
-    text: String,
+    /// The encoded body, or why it cannot be sent: reported when awaited.
+    text: Result<String>,
     visibility_delay: Duration,
     time_to_live: Option<Option<Duration>>,
 }
@@ -694,7 +703,7 @@ impl fmt::Debug for SendMessage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SendMessage")
             .field("queue", &self.queue.name)
-            .field("text_len", &self.text.len())
+            .field("text_len", &self.text.as_ref().map(String::len).ok())
             .field("visibility_delay", &self.visibility_delay)
             .field("time_to_live", &self.time_to_live)
             .finish()
@@ -709,7 +718,7 @@ impl SendMessage {
     /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
     /// # jobs.create_queue().await?;
     /// use std::time::Duration;
-    /// jobs.send("later")?.visibility_delay(Duration::from_secs(60)).await?;
+    /// jobs.send("later").visibility_delay(Duration::from_secs(60)).await?;
     /// assert!(jobs.peek(1).await?.is_empty(), "not visible yet");
     /// # Ok(()) }
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
@@ -727,7 +736,7 @@ impl SendMessage {
     /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
     /// # jobs.create_queue().await?;
     /// use std::time::Duration;
-    /// let sent = jobs.send("soon stale")?.time_to_live(Duration::from_secs(60)).await?;
+    /// let sent = jobs.send("soon stale").time_to_live(Duration::from_secs(60)).await?;
     /// assert_eq!(sent.expires_on(), Some(sent.inserted_on() + chrono::Duration::seconds(60)));
     /// # Ok(()) }
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
@@ -743,7 +752,7 @@ impl SendMessage {
     /// # async fn run() -> tablekit::Result<()> {
     /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
     /// # jobs.create_queue().await?;
-    /// let sent = jobs.send("keep")?.never_expire().await?;
+    /// let sent = jobs.send("keep").never_expire().await?;
     /// assert_eq!(sent.expires_on(), None);
     /// # Ok(()) }
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
@@ -755,6 +764,7 @@ impl SendMessage {
 
     /// Sends it.
     pub async fn send(self) -> Result<SentMessage> {
+        let text = self.text?;
         check_visibility("a visibility delay", self.visibility_delay)?;
         if let Some(Some(ttl)) = self.time_to_live {
             if ttl < Duration::from_secs(1) {
@@ -772,7 +782,7 @@ impl SendMessage {
             .queue
             .run(QueueOp::Send {
                 queue: &self.queue.name,
-                text: &self.text,
+                text: &text,
                 visibility_delay: self.visibility_delay,
                 time_to_live: self.time_to_live,
             })
@@ -800,7 +810,7 @@ impl IntoFuture for SendMessage {
 /// let clock = tablekit::ManualClock::new("2014-07-31T18:00:00Z".parse().unwrap());
 /// let jobs = tablekit::QueueServiceClient::embedded_with_clock(clock).queue("jobs")?;
 /// jobs.create_queue().await?;
-/// let sent = jobs.send("job")?.visibility_delay(Duration::from_secs(5)).await?;
+/// let sent = jobs.send("job").visibility_delay(Duration::from_secs(5)).await?;
 /// assert_eq!(sent.inserted_on().to_rfc3339(), "2014-07-31T18:00:00+00:00");
 /// assert_eq!(sent.next_visible_on().unwrap().to_rfc3339(), "2014-07-31T18:00:05+00:00");
 /// assert_eq!(sent.expires_on().unwrap().to_rfc3339(), "2014-08-07T18:00:00+00:00"); // 7 days
@@ -852,7 +862,7 @@ impl ReceiveMessages {
     /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
     /// # jobs.create_queue().await?;
     /// for i in 0..5 {
-    ///     jobs.send(format!("m{i}"))?.await?;
+    ///     jobs.send(format!("m{i}")).await?;
     /// }
     /// assert_eq!(jobs.receive().max_messages(3).await?.len(), 3);
     /// assert!(jobs.receive().max_messages(33).await.unwrap_err().is_invalid_input());
@@ -874,7 +884,7 @@ impl ReceiveMessages {
     /// # let jobs = tablekit::QueueServiceClient::embedded_with_clock(clock).queue("jobs")?;
     /// # jobs.create_queue().await?;
     /// use std::time::Duration;
-    /// jobs.send("long job")?.await?;
+    /// jobs.send("long job").await?;
     /// let got = jobs.receive().visibility_timeout(Duration::from_secs(600)).await?;
     /// let m = &got[0];
     /// assert_eq!(m.next_visible_on(), Some(m.inserted_on() + chrono::Duration::seconds(600)));
@@ -915,8 +925,8 @@ impl ReceiveMessages {
     /// # async fn run() -> tablekit::Result<()> {
     /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
     /// # jobs.create_queue().await?;
-    /// jobs.send_json(&[1, 2])?.await?;
-    /// jobs.send_json(&[3, 4])?.await?;
+    /// jobs.send_json(&[1, 2]).await?;
+    /// jobs.send_json(&[3, 4]).await?;
     /// let got = jobs.receive().max_messages(2).json::<Vec<u32>>().await?;
     /// let bodies: Vec<Vec<u32>> = got.into_iter().map(|(_, v)| v).collect();
     /// assert_eq!(bodies, [vec![1, 2], vec![3, 4]]);
@@ -950,7 +960,7 @@ impl IntoFuture for ReceiveMessages {
 /// let clock = tablekit::ManualClock::new("2014-07-31T18:00:00Z".parse().unwrap());
 /// let jobs = tablekit::QueueServiceClient::embedded_with_clock(clock).queue("jobs")?;
 /// jobs.create_queue().await?;
-/// jobs.send_json(&("archive", 456))?.await?;
+/// jobs.send_json(&("archive", 456)).await?;
 /// let m = jobs.receive().await?.pop().expect("a message");
 /// assert_eq!(m.text()?, r#"["archive",456]"#);
 /// assert_eq!(m.json::<(String, u32)>()?, ("archive".to_owned(), 456));
