@@ -98,7 +98,8 @@ else
 fi
 
 # The wire cases again on the reqwest transport (the default is tablekit's
-# own hyper transport; reqwest serves HTTP proxies): every case that talks to
+# own hyper transport; reqwest is the optional `reqwest` feature, chosen here
+# through the suite's TABLEKIT_TRANSPORT switch): every case that talks to
 # Azurite, none of those that run on the embedded store or never send a
 # request (they do not depend on the transport).
 HTTP_CASES='not (test(/::embedded$/) | test(/::embedded_file$/) | test(/^derive_/) | test(/^filter_macros::/) | test(/^durable::/) | test(/^readme::/))'

@@ -341,7 +341,7 @@ async fn a_transport_passed_in_code_sees_every_request_of_a_table_insert_and_a_q
     let q = queues.queue(&name).unwrap();
     q.create_queue_if_not_exists().await.unwrap();
     seen.lock().unwrap().clear();
-    q.send("hello").unwrap().await.unwrap();
+    q.send("hello").await.unwrap();
     {
         let seen = seen.lock().unwrap();
         assert_eq!(seen.len(), 1, "{seen:?}");

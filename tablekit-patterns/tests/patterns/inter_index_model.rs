@@ -203,7 +203,7 @@ impl Env {
         for (_, i) in ranked {
             let m = taken.iter().find(|m| stamp(m.body()) == stamps[i]).unwrap();
             for _ in 0..if plan.twice[i] { 2 } else { 1 } {
-                self.jobs.send(m.body()).unwrap().await.unwrap();
+                self.jobs.send(m.body()).await.unwrap();
             }
         }
         for m in &taken {

@@ -57,6 +57,7 @@ pub enum IfMatch {
 
 impl IfMatch {
     /// The ETag a conditional request carries, `None` for [`IfMatch::Any`].
+    #[cfg(feature = "blob")]
     pub(crate) fn into_etag(self) -> Option<ETag> {
         match self {
             IfMatch::Any => None,
