@@ -868,6 +868,10 @@ impl<T: TableEntity> LargeTable<T> {
     /// ETag read (or the one given), then deletes the old blobs. With
     /// [`IfMatch::Any`] a concurrent change starts it again from the read.
     /// Fails with not-found if there is no such entity.
+    ///
+    /// It is `replace`, not [`TableClient::update`](tablekit::TableClient::update)
+    /// with a mode: a large entity is always written whole, its blobs with it,
+    /// so there is no merge of a large entity.
     pub async fn replace(&self, entity: &mut T, if_match: impl Into<IfMatch>) -> Result<()> {
         self.write(entity, Mode::Replace(if_match.into())).await
     }
