@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use futures::{stream, StreamExt as _, TryStreamExt};
-use tablekit::{Storage, StorageKind};
+use tablekit::{storage::StorageKind, Storage};
 
 const CHUNK: usize = 256 * 1024;
 

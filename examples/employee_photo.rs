@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use tablekit::{DynamicEntity, ETag, EdmValue, IfMatch, ManualClock, Storage, TableEntity};
+use tablekit::{clock::ManualClock, DynamicEntity, ETag, EdmValue, IfMatch, Storage, TableEntity};
 use tablekit_patterns::large::{LargeTable, DEFAULT_GRACE};
 
 /// The seed's employee, with a photo.
@@ -160,6 +160,6 @@ fn check(ok: bool, what: &str) -> tablekit::Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(tablekit::DecodeError::new(format!("check failed: {what}")).into())
+        Err(tablekit::error::DecodeError::new(format!("check failed: {what}")).into())
     }
 }

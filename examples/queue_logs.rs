@@ -13,7 +13,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeZone, Utc};
 use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
-use tablekit::{ManualClock, Storage};
+use tablekit::{clock::ManualClock, Storage};
 use tablekit_patterns::log_data::{LogReader, LogWriter};
 
 /// One Queue service log record: what Storage Analytics logs per request.
@@ -190,6 +190,6 @@ fn check(ok: bool, what: &str) -> tablekit::Result<()> {
     if ok {
         Ok(())
     } else {
-        Err(tablekit::DecodeError::new(format!("check failed: {what}")).into())
+        Err(tablekit::error::DecodeError::new(format!("check failed: {what}")).into())
     }
 }

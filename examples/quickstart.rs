@@ -12,7 +12,7 @@
 
 use chrono::{DateTime, Utc};
 use futures::TryStreamExt;
-use tablekit::{filter, ETag, IfMatch, Storage, StorageKind, TableEntity, UpdateMode};
+use tablekit::{filter, storage::StorageKind, ETag, IfMatch, Storage, TableEntity, UpdateMode};
 
 /// A blog post: the channel is the partition (posts of a channel are stored
 /// together and can change together), the post id the row.

@@ -9,7 +9,7 @@
 //! scripts/azurite.sh stop
 //! ```
 
-use tablekit::{DynamicEntity, RawEntity, Storage, TableEntity, TableServiceClient};
+use tablekit::{entity::RawEntity, DynamicEntity, Storage, TableEntity, TableServiceClient};
 use tablekit_patterns::upgrade::SchemaUpgrade;
 
 /// What the old program wrote.

@@ -40,8 +40,9 @@ use nix::sys::resource::{getrusage, UsageWho};
 use nix::sys::time::TimeVal;
 use serde_json::json;
 use tablekit::{
-    Account, ClientOptions, DynamicEntity, EdmValue, EntityKey, TableClient, TableEntity,
-    TableServiceClient, Transport, UpdateMode,
+    options::{ClientOptions, Transport},
+    Account, DynamicEntity, EdmValue, EntityKey, TableClient, TableEntity, TableServiceClient,
+    UpdateMode,
 };
 use uuid::Uuid;
 

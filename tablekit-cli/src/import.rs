@@ -2,7 +2,7 @@
 //! of the input (its JSON values and columns), not of a service response.
 
 use serde_json::Value;
-use tablekit::EdmType;
+use tablekit::edm::EdmType;
 
 /// Why `line` is not an entity in the service's JSON form, or `None` when
 /// nothing here sees a fault (the caller then reports the decoder's own

@@ -6,7 +6,7 @@
 //! it has read, so it can say so.
 
 use tablekit::filter::Expr;
-use tablekit::{DynamicEntity, EdmType};
+use tablekit::{edm::EdmType, DynamicEntity};
 
 /// One warning per comparison of `filter` whose property the entities of
 /// `sample` hold, but never with the literal's type.

@@ -34,7 +34,10 @@ mod literal_types;
 use std::io::{BufRead, Write};
 
 use futures::TryStreamExt as _;
-use tablekit::{entity_from_json, entity_to_json, DynamicEntity, TableServiceClient, UpdateMode};
+use tablekit::{
+    codec::{entity_from_json, entity_to_json},
+    DynamicEntity, TableServiceClient, UpdateMode,
+};
 
 const USAGE: &str = "\
 usage: tablekit-cli <store> tables

@@ -18,7 +18,7 @@ use std::hint::black_box;
 use chrono::{DateTime, Utc};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
-use tablekit::{entity_to_json, DynamicEntity, TableEntity};
+use tablekit::{codec::entity_to_json, DynamicEntity, TableEntity};
 use uuid::Uuid;
 
 #[global_allocator]

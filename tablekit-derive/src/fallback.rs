@@ -27,18 +27,18 @@ pub(crate) fn stub(c: &Container) -> TokenStream {
                     fn row_key(&self) -> #tk::__private::Cow<'_, ::core::primitive::str> {
                         ::core::unreachable!()
                     }
-                    fn write_properties<__TkW: #tk::PropertyWriter + ?::core::marker::Sized>(
+                    fn write_properties<__TkW: #tk::__private::PropertyWriter + ?::core::marker::Sized>(
                         &self,
                         __tk_out: &mut __TkW,
                     ) -> #tk::__private::Result<()> {
                         ::core::unreachable!()
                     }
-                    fn decode(__tk_entity: &#tk::RawEntity<'_>) -> #tk::__private::Result<Self> {
+                    fn decode(__tk_entity: &#tk::__private::RawEntity<'_>) -> #tk::__private::Result<Self> {
                         ::core::unreachable!()
                     }
                 }
                 #[automatically_derived]
-                impl #tk::EntityColumns for #ident {
+                impl #tk::__private::EntityColumns for #ident {
                     type Columns = ();
                     fn columns() -> &'static () {
                         &()
@@ -51,14 +51,14 @@ pub(crate) fn stub(c: &Container) -> TokenStream {
                 #[automatically_derived]
                 #[allow(unused_variables, unreachable_code)]
                 impl #tk::__private::TableProperties for #ident {
-                    fn write_properties<__TkW: #tk::PropertyWriter + ?::core::marker::Sized>(
+                    fn write_properties<__TkW: #tk::__private::PropertyWriter + ?::core::marker::Sized>(
                         &self,
                         __tk_out: &mut __TkW,
                     ) -> #tk::__private::Result<()> {
                         ::core::unreachable!()
                     }
                     fn read_properties(
-                        __tk_entity: &#tk::RawEntity<'_>,
+                        __tk_entity: &#tk::__private::RawEntity<'_>,
                         __tk_prefix: &::core::primitive::str,
                     ) -> #tk::__private::Result<Self> {
                         ::core::unreachable!()

@@ -17,7 +17,7 @@
 //! }
 //!
 //! let e = Employee { department: "Sales".into(), employee_id: 223, first_name: "Jo".into(), age: 41 };
-//! let json = String::from_utf8(tablekit::entity_to_json(&e)?).unwrap();
+//! let json = String::from_utf8(tablekit::codec::entity_to_json(&e)?).unwrap();
 //! assert_eq!(json, r#"{"PartitionKey":"Sales","RowKey":"empid_000223","FirstName":"Jo","Age":41}"#);
 //! assert_eq!(Employee::row_key(223)?, "empid_000223");
 //! # Ok::<(), tablekit::Error>(())
@@ -49,7 +49,7 @@ mod ty;
 #[cfg(test)]
 mod snapshot;
 
-/// Derives `tablekit::TableEntity` (and `tablekit::EntityColumns`) for a struct
+/// Derives `tablekit::TableEntity` (and `tablekit::filter::EntityColumns`) for a struct
 /// with named fields, or for an enum of entity types. See the documentation of
 /// `tablekit::TableEntity` for the attributes.
 #[proc_macro_derive(TableEntity, attributes(tablekit))]

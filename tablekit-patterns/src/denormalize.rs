@@ -84,8 +84,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use tablekit::{
-    DynamicEntity, EdmValue, EntityKey, Error, IfMatch, Result, TableClient, TableEntity,
-    TransactionOp, UpdateMode,
+    table::TransactionOp, DynamicEntity, EdmValue, EntityKey, Error, IfMatch, Result, TableClient,
+    TableEntity, UpdateMode,
 };
 
 use crate::error::refused;

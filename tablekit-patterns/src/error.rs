@@ -1,6 +1,6 @@
 //! The errors the patterns raise themselves, as tablekit errors.
 
-use tablekit::{Error, ValidationError};
+use tablekit::{error::ValidationError, Error};
 
 /// A declaration or a write that pattern `pattern` refuses before any
 /// request: [`ValidationError::Pattern`], so `is_invalid_input()` holds and

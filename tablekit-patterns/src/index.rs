@@ -89,8 +89,8 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use tablekit::{
-    to_dynamic, DecodeError, DynamicEntity, EdmValue, EntityKey, Error, IfMatch, RawEntity, Result,
-    TableClient, TableEntity, TransactionOp, UpdateMode,
+    codec::to_dynamic, entity::RawEntity, error::DecodeError, table::TransactionOp, DynamicEntity,
+    EdmValue, EntityKey, Error, IfMatch, Result, TableClient, TableEntity, UpdateMode,
 };
 
 use crate::error::refused;

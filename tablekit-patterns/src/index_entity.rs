@@ -102,7 +102,7 @@
 //! (and repeated entries) when no writer of that value is running.
 //!
 //! One case is left: when the answer to the entity's write is lost and the
-//! table client's [read-back](tablekit::AmbiguousWrites::ReadBack) reports it
+//! table client's [read-back](tablekit::table::AmbiguousWrites::ReadBack) reports it
 //! done because another writer made the very same change at the same moment,
 //! both take a claim out for one change. Choose [`AmbiguousWrites::Report`]
 //! on the entities' table client to rule it out.
@@ -181,8 +181,11 @@ use std::time::Duration;
 
 use futures::future::try_join_all;
 use tablekit::{
-    to_dynamic, AmbiguousWrites, DynamicEntity, ETag, EdmValue, EntityKey, Error, IfMatch,
-    RawEntity, Result, TableClient, TableEntity, Transaction, UpdateMode,
+    codec::to_dynamic,
+    entity::RawEntity,
+    table::{AmbiguousWrites, Transaction},
+    DynamicEntity, ETag, EdmValue, EntityKey, Error, IfMatch, Result, TableClient, TableEntity,
+    UpdateMode,
 };
 
 use crate::error::refused;

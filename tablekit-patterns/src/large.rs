@@ -194,9 +194,12 @@ use tablekit::validate::{
     entity_size, property_size, value_size, MAX_ENTITY_BYTES, MAX_VALUE_BYTES,
 };
 use tablekit::{
-    entity_to_json, BlobClient, ContainerClient, DecodeError, DynamicEntity, ETag, EdmValue,
-    EntityKey, Error, ErrorCode, ErrorKind, IfMatch, ManualClock, RawEntity, Result, TableClient,
-    TableEntity, UpdateMode,
+    clock::ManualClock,
+    codec::entity_to_json,
+    entity::RawEntity,
+    error::{DecodeError, ErrorCode, ErrorKind},
+    BlobClient, ContainerClient, DynamicEntity, ETag, EdmValue, EntityKey, Error, IfMatch, Result,
+    TableClient, TableEntity, UpdateMode,
 };
 
 use crate::error::refused;

@@ -51,9 +51,9 @@
 //! transaction ([`plan`]). Each module's docs list the requests of each
 //! operation; `tests/request_counts.rs` counts them against hand-written code.
 //!
-//! Refusals before any request are [`ValidationError::Pattern`](tablekit::ValidationError::Pattern)
+//! Refusals before any request are [`ValidationError::Pattern`](tablekit::error::ValidationError::Pattern)
 //! (`is_invalid_input()`), and a value of a unique index held by another
-//! entity is [`ErrorKind::Constraint`](tablekit::ErrorKind::Constraint)
+//! entity is [`ErrorKind::Constraint`](tablekit::error::ErrorKind::Constraint)
 //! (`is_constraint_violation()`).
 //!
 //! The guide's chapter [Design patterns](../../../docs/guide/src/ch04-design-patterns.md)

@@ -144,7 +144,10 @@ use futures::stream::{self, BoxStream, Stream, StreamExt, TryStreamExt};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tablekit::{
-    BlobProperties, ContainerClient, DecodeError, Error, ErrorCode, ManualClock, Result,
+    blob::BlobProperties,
+    clock::ManualClock,
+    error::{DecodeError, ErrorCode},
+    ContainerClient, Error, Result,
 };
 
 use crate::error::refused;
@@ -359,7 +362,7 @@ impl<R: Serialize> LogWriter<R> {
     /// ```
     /// # use std::time::Duration;
     /// # use chrono::{TimeZone, Utc};
-    /// # use tablekit::{BlobServiceClient, ManualClock};
+    /// # use tablekit::{BlobServiceClient, clock::ManualClock};
     /// # use tablekit_patterns::log_data::LogWriter;
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> tablekit::Result<()> {

@@ -61,7 +61,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use chrono::{DateTime, Utc};
 use tablekit::filter::prefix_successor;
-use tablekit::{Query, Result, TableClient, TableEntity};
+use tablekit::{table::Query, Result, TableClient, TableEntity};
 
 use crate::keys::{from_inverted_ticks, inverted_ticks};
 use crate::range::KeyRange;

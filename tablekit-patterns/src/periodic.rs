@@ -66,7 +66,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Datelike, Duration, NaiveDate, TimeZone, Timelike, Utc};
 use futures::TryStreamExt;
-use tablekit::{Query, Result, TableClient, TableEntity, TableServiceClient, UpdateMode};
+use tablekit::{table::Query, Result, TableClient, TableEntity, TableServiceClient, UpdateMode};
 
 use crate::error::refused;
 
@@ -335,5 +335,5 @@ impl<T: TableEntity> PeriodicTables<T> {
 }
 
 fn is_table_missing(e: &tablekit::Error) -> bool {
-    matches!(e.code(), Some(tablekit::ErrorCode::TableNotFound))
+    matches!(e.code(), Some(tablekit::error::ErrorCode::TableNotFound))
 }

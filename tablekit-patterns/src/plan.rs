@@ -24,7 +24,7 @@
 //! reads and retries, as each pattern's own methods do.
 //!
 //! ```
-//! use tablekit::{DynamicEntity, ETag, TableEntity, TableServiceClient, TransactionOp};
+//! use tablekit::{DynamicEntity, ETag, TableEntity, TableServiceClient, table::TransactionOp};
 //! use tablekit_patterns::index::{Index, IndexedTable};
 //! use tablekit_patterns::plan::{transact, Plan};
 //! use tablekit_patterns::summary::CountedPartition;
@@ -64,8 +64,8 @@ use std::ops::Range;
 use std::time::Duration;
 
 use tablekit::{
-    DynamicEntity, ETag, EntityKey, Error, IfMatch, Result, TableClient, TableEntity, Transaction,
-    TransactionOp, TransactionResult, UpdateMode,
+    table::{Transaction, TransactionOp, TransactionResult},
+    DynamicEntity, ETag, EntityKey, Error, IfMatch, Result, TableClient, TableEntity, UpdateMode,
 };
 
 use crate::error::refused;
@@ -476,7 +476,7 @@ mod tests {
         let err = a.and(Plan::of(other)).unwrap_err();
         assert!(matches!(
             err.validation(),
-            Some(tablekit::ValidationError::Pattern {
+            Some(tablekit::error::ValidationError::Pattern {
                 pattern: "plan",
                 ..
             })

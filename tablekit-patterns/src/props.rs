@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 
 use chrono::{DateTime, Utc};
-use tablekit::{EdmValue, PropertyWriter, Result, TableEntity, ValidationError};
+use tablekit::{entity::PropertyWriter, error::ValidationError, EdmValue, Result, TableEntity};
 
 use crate::error::refused;
 

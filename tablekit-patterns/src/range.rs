@@ -9,7 +9,7 @@
 use std::ops::Bound;
 
 use tablekit::filter::prefix_successor;
-use tablekit::{Column, Filter};
+use tablekit::{filter::Column, Filter};
 
 /// Bounds on RowKeys (or on the part of a RowKey after a fixed prefix), in the
 /// service's ordinal string order.

@@ -98,8 +98,8 @@
 use std::fmt;
 
 use tablekit::{
-    DecodeError, DynamicEntity, EdmValue, EntityKey, Error, IfMatch, Result, TableClient,
-    TableEntity, TransactionOp, UpdateMode,
+    error::DecodeError, table::TransactionOp, DynamicEntity, EdmValue, EntityKey, Error, IfMatch,
+    Result, TableClient, TableEntity, UpdateMode,
 };
 
 use crate::error::refused;

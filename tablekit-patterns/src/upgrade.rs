@@ -24,7 +24,7 @@
 //! reporting each page's progress.
 //!
 //! ```
-//! use tablekit::{RawEntity, TableEntity, TableServiceClient};
+//! use tablekit::{TableEntity, TableServiceClient, entity::RawEntity};
 //! use tablekit_patterns::upgrade::SchemaUpgrade;
 //!
 //! #[derive(TableEntity, Debug, Clone)]
@@ -68,8 +68,8 @@
 use std::ops::AddAssign;
 
 use tablekit::{
-    Column, Continuation, DynamicEntity, EdmValue, IfMatch, RawEntity, Result, TableClient,
-    TableEntity, UpdateMode,
+    entity::RawEntity, filter::Column, Continuation, DynamicEntity, EdmValue, IfMatch, Result,
+    TableClient, TableEntity, UpdateMode,
 };
 
 /// How many times one entity is read and upgraded again after concurrent changes.

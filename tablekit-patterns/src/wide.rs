@@ -47,8 +47,11 @@ use std::marker::PhantomData;
 
 use tablekit::validate::MAX_PROPERTIES;
 use tablekit::{
-    DecodeError, DynamicEntity, ETag, EdmValue, EntityKey, Error, ErrorKind, IfMatch, RawEntity,
-    Result, TableClient, TableEntity, TransactionOp, UpdateMode,
+    entity::RawEntity,
+    error::{DecodeError, ErrorKind},
+    table::TransactionOp,
+    DynamicEntity, ETag, EdmValue, EntityKey, Error, IfMatch, Result, TableClient, TableEntity,
+    UpdateMode,
 };
 
 use crate::error::refused;

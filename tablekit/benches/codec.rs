@@ -34,8 +34,10 @@ use base64::Engine as _;
 use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use nix::sys::resource::{getrusage, UsageWho};
 use tablekit::{
-    entity_to_json, Account, AccountKey, Credential, DynamicEntity, PropertyWriter, RawEntity,
-    TableClient, TableEntity, TableSas, TableSasPermissions, TableServiceClient, UpdateMode,
+    account::{AccountKey, Credential, TableSas, TableSasPermissions},
+    codec::entity_to_json,
+    entity::{PropertyWriter, RawEntity},
+    Account, DynamicEntity, TableClient, TableEntity, TableServiceClient, UpdateMode,
 };
 
 /// The emulator's published development key.

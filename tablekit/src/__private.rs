@@ -11,10 +11,8 @@ use std::str::FromStr;
 use chrono::FixedOffset;
 use uuid::Uuid;
 
-use crate::entity::{
-    forward_property_writer, Forward, PropertyArg, PropertyValue, PropertyWriter, RawEntity,
-};
-use crate::error::{Error, KeyKind, ValidationError};
+use crate::entity::{forward_property_writer, Forward, PropertyArg};
+use crate::error::{Error, ValidationError};
 use crate::validate;
 
 // Paths the generated code needs that are not in `core`: naming them here keeps
@@ -24,6 +22,13 @@ pub use std::format;
 pub use std::string::String;
 
 pub use crate::error::Result;
+
+// The library's own types the generated code names, under one path whatever
+// their public module is.
+pub use crate::columns::{Column, EntityColumns};
+pub use crate::edm::EdmType;
+pub use crate::entity::{PropertyValue, PropertyWriter, RawEntity};
+pub use crate::error::KeyKind;
 pub use chrono::{DateTime, Utc};
 
 /// Marker types naming an Edm type, for `#[tablekit(edm = "...")]`.

@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 ///
 /// ```
 /// use std::time::Duration;
-/// use tablekit::ManualClock;
+/// use tablekit::clock::ManualClock;
 ///
 /// let clock = ManualClock::new("2014-07-31T18:00:00Z".parse().unwrap());
 /// clock.advance(Duration::from_secs(90));

@@ -29,7 +29,7 @@ struct Inner {
     /// The `x-ms-client-request-id` the client sent with every attempt.
     client_request_id: Option<Box<str>>,
     /// What a read-back found after an ambiguous write (a
-    /// [`ReadBack`](crate::ReadBack)); kept as `Any` so that this vocabulary
+    /// [`ReadBack`](crate::table::ReadBack)); kept as `Any` so that this vocabulary
     /// module needs no entity type.
     read_back: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
@@ -48,7 +48,7 @@ pub enum ErrorKind {
     Decode(DecodeError),
     /// A connection string or client configuration is malformed.
     Config(ConfigError),
-    /// A read that needs an entity ([`Query::fetch_one`](crate::Query::fetch_one))
+    /// A read that needs an entity ([`Query::fetch_one`](crate::table::Query::fetch_one))
     /// found none; the message names the table.
     NoEntity(String),
     /// A write refused because it would take over data that another entity
@@ -156,7 +156,7 @@ impl Error {
     /// entities back, returns success when they hold exactly what the write
     /// sent, and only otherwise returns this error, with what it read in
     /// [`Error::read_back`](crate::Error::read_back)
-    /// (see [`AmbiguousWrites`](crate::AmbiguousWrites)).
+    /// (see [`AmbiguousWrites`](crate::table::AmbiguousWrites)).
     pub fn is_ambiguous(&self) -> bool {
         self.inner.ambiguous
     }
@@ -310,7 +310,7 @@ impl Error {
     }
 
     /// The failure was a time limit: the connect timeout or the per-attempt
-    /// timeout of [`HttpOptions`](crate::HttpOptions) ran out, or one of the
+    /// timeout of [`HttpOptions`](crate::options::HttpOptions) ran out, or one of the
     /// caller's own ([`Error::timed_out`]).
     pub fn is_timeout(&self) -> bool {
         matches!(
@@ -709,8 +709,8 @@ pub enum ValidationError {
         /// What does not fit.
         reason: String,
     },
-    /// A page size ([`Query::page_size`](crate::Query::page_size),
-    /// [`ListTables::page_size`](crate::ListTables::page_size)) outside 1..=1000.
+    /// A page size ([`Query::page_size`](crate::table::Query::page_size),
+    /// [`ListTables::page_size`](crate::table::ListTables::page_size)) outside 1..=1000.
     #[error(
         "page_size({value}) is outside 1..={max}: the service returns at most {max} entities per page"
     )]
@@ -757,7 +757,7 @@ pub enum ValidationError {
         reason: String,
     },
     /// A filter text (such as one given to
-    /// [`Query::filter_raw`](crate::Query::filter_raw)) does not parse: the
+    /// [`Query::filter_raw`](crate::table::Query::filter_raw)) does not parse: the
     /// [`ParseError`] says where ([`ParseError::position`]) and what was
     /// expected there ([`ParseError::expected`]).
     #[error(transparent)]
@@ -770,7 +770,7 @@ impl ValidationError {
     /// its own, so [`Error::is_invalid_input`] holds.
     ///
     /// ```
-    /// use tablekit::{Error, ValidationError};
+    /// use tablekit::{Error, error::ValidationError};
     ///
     /// let err = Error::from(ValidationError::batch(Some(3), "the index entity is missing"));
     /// assert!(err.is_invalid_input());
@@ -787,7 +787,7 @@ impl ValidationError {
     /// tablekit's own checks, so [`Error::is_invalid_input`] holds.
     ///
     /// ```
-    /// use tablekit::{Error, ValidationError};
+    /// use tablekit::{Error, error::ValidationError};
     ///
     /// let err = Error::from(ValidationError::pattern("index", "two indexes named \"email\""));
     /// assert!(err.is_invalid_input());
@@ -901,7 +901,7 @@ macro_rules! error_codes {
         /// Match on it rather than on strings: a typo in a variant name does not compile.
         ///
         /// ```
-        /// use tablekit::ErrorCode;
+        /// use tablekit::error::ErrorCode;
         /// assert_eq!(ErrorCode::from("EntityAlreadyExists"), ErrorCode::EntityAlreadyExists);
         /// assert_eq!(ErrorCode::EntityAlreadyExists.as_str(), "EntityAlreadyExists");
         /// assert_eq!(ErrorCode::from("SomethingNew"), ErrorCode::Other("SomethingNew".into()));

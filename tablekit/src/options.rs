@@ -80,7 +80,7 @@ pub enum Metadata {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tablekit::{ClientOptions, HttpOptions};
+/// use tablekit::options::{ClientOptions, HttpOptions};
 ///
 /// let mut http = HttpOptions::default();
 /// http.timeout = Duration::from_secs(5);
@@ -138,7 +138,7 @@ pub struct HttpOptions {
 /// No environment variable changes this choice.
 ///
 /// ```
-/// use tablekit::{ClientOptions, Transport};
+/// use tablekit::options::{ClientOptions, Transport};
 ///
 /// let mut options = ClientOptions::default();
 /// options.http.transport = Transport::Hyper;

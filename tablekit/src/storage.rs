@@ -171,7 +171,7 @@ impl Storage {
     /// ```
     /// let storage = tablekit::Storage::from_env_var("MYAPP_STORAGE_CONNECTION")?;
     /// # if std::env::var_os("MYAPP_STORAGE_CONNECTION").is_none() {
-    /// assert_eq!(storage.kind(), tablekit::StorageKind::Memory); // the variable is not set
+    /// assert_eq!(storage.kind(), tablekit::storage::StorageKind::Memory); // the variable is not set
     /// # }
     /// # Ok::<(), tablekit::Error>(())
     /// ```
@@ -222,7 +222,7 @@ impl Storage {
     /// and emits no event.
     ///
     /// ```
-    /// use tablekit::{Storage, StorageKind};
+    /// use tablekit::{Storage, storage::StorageKind};
     ///
     /// assert_eq!(Storage::from_connection_string_or_embedded(None)?.kind(), StorageKind::Memory);
     /// assert_eq!(Storage::from_connection_string_or_embedded(Some(" "))?.kind(), StorageKind::Memory);
@@ -248,7 +248,7 @@ impl Storage {
     /// service over HTTP.
     ///
     /// ```
-    /// assert_eq!(tablekit::Storage::embedded().kind(), tablekit::StorageKind::Memory);
+    /// assert_eq!(tablekit::Storage::embedded().kind(), tablekit::storage::StorageKind::Memory);
     /// ```
     pub fn kind(&self) -> StorageKind {
         self.kind
@@ -518,7 +518,10 @@ mod tests {
             return;
         }
         let err = Storage::from_env_var("PATH").expect_err("PATH is no connection string");
-        assert!(matches!(err.kind(), crate::ErrorKind::Config(_)), "{err}");
+        assert!(
+            matches!(err.kind(), crate::error::ErrorKind::Config(_)),
+            "{err}"
+        );
         let path = std::env::var("PATH").unwrap_or_default();
         assert!(path.len() < 4 || !err.to_string().contains(&path), "{err}");
     }

@@ -5,8 +5,8 @@ use crate::common;
 
 use chrono::{Duration, Utc};
 use tablekit::{
-    Account, AccountKey, Credential, DynamicEntity, SasProtocol, TableSas, TableSasPermissions,
-    TableServiceClient,
+    account::{AccountKey, Credential, SasProtocol, TableSas, TableSasPermissions},
+    Account, DynamicEntity, TableServiceClient,
 };
 
 fn test_account() -> Option<Account> {

@@ -88,7 +88,7 @@ crate::both! {
 
         assert!(err.is_conflict(), "{err:?}");
         assert_eq!(err.status(), Some(409));
-        assert_eq!(err.code(), Some(&tablekit::ErrorCode::EntityAlreadyExists));
+        assert_eq!(err.code(), Some(&tablekit::error::ErrorCode::EntityAlreadyExists));
         assert_eq!(err.batch_index(), Some(2), "{err:?}");
         assert!(err.to_string().contains("operation 2"), "{err}");
 
@@ -118,7 +118,7 @@ crate::both! {
         assert!(err.is_precondition_failed(), "{err:?}");
         assert_eq!(
             err.code(),
-            Some(&tablekit::ErrorCode::UpdateConditionNotSatisfied)
+            Some(&tablekit::error::ErrorCode::UpdateConditionNotSatisfied)
         );
         assert_eq!(err.batch_index(), Some(1), "{err:?}");
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::{stream, TryStreamExt};
 use tablekit::account::{BlobSas, BlobSasPermissions, SasProtocol};
-use tablekit::{BlobServiceClient, ContainerClient, ErrorCode};
+use tablekit::{error::ErrorCode, BlobServiceClient, ContainerClient};
 
 use crate::common;
 

@@ -41,7 +41,7 @@ crate::both! {
         let err = t.insert(&blog("a")).await.unwrap_err();
         assert!(err.is_conflict(), "{err:?}");
         assert_eq!(err.status(), Some(409));
-        assert_eq!(err.code(), Some(&tablekit::ErrorCode::EntityAlreadyExists));
+        assert_eq!(err.code(), Some(&tablekit::error::ErrorCode::EntityAlreadyExists));
         assert!(!err.is_not_found() && !err.is_precondition_failed());
         common::drop_table(&t).await;
     }
@@ -197,7 +197,7 @@ crate::both! {
         assert_eq!(err.status(), Some(412));
         assert_eq!(
             err.code(),
-            Some(&tablekit::ErrorCode::UpdateConditionNotSatisfied)
+            Some(&tablekit::error::ErrorCode::UpdateConditionNotSatisfied)
         );
         let read = t.get(("Channel9", "a")).await.unwrap().unwrap();
         assert_eq!(read.get("Rating"), Some(&EdmValue::Int32(4)));
@@ -217,7 +217,7 @@ crate::both! {
             assert!(err.is_not_found(), "{mode:?}: {err:?}");
             assert_eq!(
                 err.code(),
-                Some(&tablekit::ErrorCode::ResourceNotFound),
+                Some(&tablekit::error::ErrorCode::ResourceNotFound),
                 "{mode:?}"
             );
         }

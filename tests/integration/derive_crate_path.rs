@@ -8,7 +8,9 @@ mod reexport {
     pub use tablekit as tk;
 }
 
-use reexport::tk::{EntityColumns, RawEntity, TableEntity, TableProperties};
+use reexport::tk::entity::RawEntity;
+use reexport::tk::filter::EntityColumns;
+use reexport::tk::{TableEntity, TableProperties};
 
 #[derive(TableProperties, Debug, PartialEq)]
 #[tablekit(crate = "reexport::tk")]
@@ -59,7 +61,7 @@ fn customer() -> Customer {
 #[test]
 fn a_reexported_crate_path_derives_entities_that_round_trip() {
     let c = customer();
-    let json = String::from_utf8(reexport::tk::entity_to_json(&c).unwrap()).unwrap();
+    let json = String::from_utf8(reexport::tk::codec::entity_to_json(&c).unwrap()).unwrap();
     assert_eq!(
         json,
         concat!(
@@ -69,12 +71,12 @@ fn a_reexported_crate_path_derives_entities_that_round_trip() {
     );
     assert_eq!(Customer::key("EU", 7).unwrap(), c.key());
 
-    let bag = reexport::tk::to_dynamic(&c).unwrap();
+    let bag = reexport::tk::codec::to_dynamic(&c).unwrap();
     let back = Customer::decode(&RawEntity::from_dynamic(&bag)).unwrap();
     assert_eq!(back, c);
 
     let row = Row::decode(&RawEntity::from_dynamic(
-        &reexport::tk::to_dynamic(&Row::Customer(c)).unwrap(),
+        &reexport::tk::codec::to_dynamic(&Row::Customer(c)).unwrap(),
     ))
     .unwrap();
     assert_eq!(row.discriminator(), Some("Customer"));

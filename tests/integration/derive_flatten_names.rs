@@ -2,7 +2,7 @@
 //! writer checks them there: a clash with an ordinary property is refused
 //! before any request, and the names still follow the service's rules.
 
-use tablekit::{entity_to_json, TableEntity, TableProperties, ValidationError};
+use tablekit::{codec::entity_to_json, error::ValidationError, TableEntity, TableProperties};
 
 #[derive(TableProperties, Debug, Clone, PartialEq)]
 struct Address {

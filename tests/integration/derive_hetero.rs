@@ -5,7 +5,7 @@
 use crate::common;
 
 use futures::TryStreamExt;
-use tablekit::{DynamicEntity, EdmValue, EntityColumns, RawEntity, TableEntity};
+use tablekit::{entity::RawEntity, filter::EntityColumns, DynamicEntity, EdmValue, TableEntity};
 
 #[derive(TableEntity, Debug, Clone, PartialEq)]
 #[tablekit(partition_key = "{user}", row_key = "{posted}_Blog")]
@@ -220,6 +220,6 @@ fn columns_name_every_stored_property() {
     assert_eq!(c.first_name.name(), "FirstName");
     assert_eq!(c.salary.name(), "Salary");
     // An Option<T> field's column holds T.
-    let _: tablekit::Column<Staff, String> = c.notes;
+    let _: tablekit::filter::Column<Staff, String> = c.notes;
     assert_eq!(Activity::columns().row_key.name(), "RowKey");
 }

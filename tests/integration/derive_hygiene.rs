@@ -54,7 +54,7 @@ mod shadowed {
 
 #[test]
 fn derives_with_shadowed_prelude_names() {
-    use tablekit::{RawEntity, TableEntity};
+    use tablekit::{entity::RawEntity, TableEntity};
     let s = shadowed::Shadowed {
         group: "g".into(),
         id: 7,
@@ -66,7 +66,7 @@ fn derives_with_shadowed_prelude_names() {
         etag: None,
     };
     assert_eq!(shadowed::Shadowed::row_key(7).unwrap(), "x_007");
-    let bag = tablekit::to_dynamic(&s).unwrap();
+    let bag = tablekit::codec::to_dynamic(&s).unwrap();
     let back = shadowed::Shadowed::decode(&RawEntity::from_dynamic(&bag)).unwrap();
     assert_eq!(back.name, "n");
     assert_eq!(back.list, vec![1, 2]);

@@ -2,7 +2,7 @@
 //! guide's examples produce the exact strings, and keys are read back into
 //! their fields.
 
-use tablekit::{entity_to_json, DynamicEntity, EntityKey, RawEntity, TableEntity};
+use tablekit::{codec::entity_to_json, entity::RawEntity, DynamicEntity, EntityKey, TableEntity};
 
 #[derive(TableEntity, Debug, Clone, PartialEq)]
 #[tablekit(partition_key = "{department}", row_key = "empid_{employee_id:06}")]
@@ -162,6 +162,9 @@ fn a_marked_field_is_the_key() {
         json,
         r#"{"PartitionKey":"Channel9","RowKey":"Oct-29","Text":"Hello","Rating":3}"#
     );
-    let back = Blog::decode(&RawEntity::from_dynamic(&tablekit::to_dynamic(&b).unwrap())).unwrap();
+    let back = Blog::decode(&RawEntity::from_dynamic(
+        &tablekit::codec::to_dynamic(&b).unwrap(),
+    ))
+    .unwrap();
     assert_eq!(back, b);
 }

@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, TimeZone, Utc};
 use proptest::prelude::*;
-use tablekit::{entity_to_json, RawEntity, TableEntity};
+use tablekit::{codec::entity_to_json, entity::RawEntity, TableEntity};
 use uuid::Uuid;
 
 #[derive(TableEntity, Debug, Clone, PartialEq)]
@@ -95,7 +95,7 @@ proptest! {
 
     #[test]
     fn derived_values_survive_the_property_bag(e in employee()) {
-        let bag = tablekit::to_dynamic(&e).unwrap();
+        let bag = tablekit::codec::to_dynamic(&e).unwrap();
         let back = Employee::decode(&RawEntity::from_dynamic(&bag)).unwrap();
         prop_assert_eq!(back, e);
     }

@@ -11,8 +11,10 @@ use bytes::Bytes;
 use chrono::{DateTime, FixedOffset, TimeZone, Utc};
 use futures::TryStreamExt;
 use tablekit::{
-    entity_to_json, to_dynamic, DynamicEntity, ETag, EdmType, EdmValue, IfMatch, PropertyValue,
-    RawEntity, TableEntity, TableProperties, UpdateMode,
+    codec::{entity_to_json, to_dynamic},
+    edm::EdmType,
+    entity::{PropertyValue, RawEntity},
+    DynamicEntity, ETag, EdmValue, IfMatch, TableEntity, TableProperties, UpdateMode,
 };
 use uuid::Uuid;
 
@@ -51,7 +53,10 @@ impl std::str::FromStr for Level {
 /// A `TimeSpan`-like converter: a duration stored as Int64 ticks (100 ns).
 mod ticks {
     use std::time::Duration;
-    use tablekit::{PropertyValue, PropertyWriter, Result};
+    use tablekit::{
+        entity::{PropertyValue, PropertyWriter},
+        Result,
+    };
 
     pub fn write<W: PropertyWriter + ?Sized>(d: &Duration, name: &str, out: &mut W) -> Result<()> {
         out.int64(name, (d.as_nanos() / 100) as i64)
@@ -351,7 +356,7 @@ impl TableEntity for EtagProbe {
     fn row_key(&self) -> std::borrow::Cow<'_, str> {
         "r".into()
     }
-    fn write_properties<W: tablekit::PropertyWriter + ?Sized>(
+    fn write_properties<W: tablekit::entity::PropertyWriter + ?Sized>(
         &self,
         _: &mut W,
     ) -> tablekit::Result<()> {

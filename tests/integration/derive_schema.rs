@@ -6,7 +6,7 @@
 use crate::common;
 
 use futures::TryStreamExt;
-use tablekit::{DynamicEntity, EdmValue, IfMatch, RawEntity, TableEntity, UpdateMode};
+use tablekit::{entity::RawEntity, DynamicEntity, EdmValue, IfMatch, TableEntity, UpdateMode};
 
 /// The first version: a blog post with a rating.
 #[derive(TableEntity, Debug, Clone, PartialEq)]

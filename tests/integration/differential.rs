@@ -24,7 +24,7 @@ use proptest::test_runner::{Config, TestRunner};
 use tablekit::filter::strategies::{dsl_filter, small_value_of};
 use tablekit::filter::{matches, CmpOp, Expr};
 use tablekit::{
-    DynamicEntity, ETag, EdmType, EdmValue, Filter, IfMatch, TableClient, TableServiceClient,
+    edm::EdmType, DynamicEntity, ETag, EdmValue, Filter, IfMatch, TableClient, TableServiceClient,
     UpdateMode,
 };
 

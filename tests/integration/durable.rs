@@ -405,7 +405,7 @@ async fn every_acknowledged_write_survives_sigkill_and_transactions_are_all_or_n
 /// and blocks.
 #[tokio::test]
 async fn one_file_holds_tables_queues_and_blobs_and_a_reopen_restores_them_all() {
-    use tablekit::{BlobServiceClient, ManualClock, QueueServiceClient};
+    use tablekit::{clock::ManualClock, BlobServiceClient, QueueServiceClient};
     let file = TempStore::new();
     let clock = ManualClock::new("2014-07-31T18:00:00Z".parse().unwrap());
     let open = |clock: &ManualClock| {
@@ -749,7 +749,7 @@ fn variant_order(v: &str) -> (u32, u32) {
 #[tokio::test]
 async fn every_acknowledged_message_and_blob_survives_sigkill() {
     use std::collections::{HashMap, HashSet};
-    use tablekit::{BlobServiceClient, ManualClock, QueueServiceClient};
+    use tablekit::{clock::ManualClock, BlobServiceClient, QueueServiceClient};
     let file = TempStore::new();
     let seed = 0x0b10_b5ed;
     let mut rng = fastrand::Rng::with_seed(seed);

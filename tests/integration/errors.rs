@@ -2,7 +2,7 @@
 //! broke and what was expected there, as a typed value rather than a string.
 
 use tablekit::filter::ParseError;
-use tablekit::{DynamicEntity, ValidationError};
+use tablekit::{error::ValidationError, DynamicEntity};
 
 use crate::common;
 

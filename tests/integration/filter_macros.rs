@@ -3,7 +3,7 @@
 
 use crate::common;
 
-use tablekit::{filter, odata, DynamicEntity, QueryPlan, ScanPolicy, TableEntity};
+use tablekit::{filter, filter::QueryPlan, odata, table::ScanPolicy, DynamicEntity, TableEntity};
 
 #[derive(TableEntity, Debug, Clone, PartialEq)]
 #[tablekit(partition_key = "{department}", row_key = "empid_{employee_id:06}")]
@@ -21,7 +21,7 @@ fn employees() -> tablekit::TableClient<Employee> {
     common::offline_table::<DynamicEntity>().with_type()
 }
 
-fn text(q: tablekit::Query<Employee>) -> String {
+fn text(q: tablekit::table::Query<Employee>) -> String {
     q.filter_text().unwrap().unwrap()
 }
 
@@ -91,7 +91,7 @@ fn odata_macro_writes_typed_literals() {
 
 #[test]
 fn plans_follow_the_querying_guide() {
-    let plan = |q: tablekit::Query<Employee>| q.plan().unwrap();
+    let plan = |q: tablekit::table::Query<Employee>| q.plan().unwrap();
     assert_eq!(
         plan(employees().query().filter(filter!(
             |e| e.partition_key == "Sales" && e.row_key == "empid_000223"

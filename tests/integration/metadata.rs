@@ -7,8 +7,10 @@ use std::borrow::Cow;
 
 use chrono::{DateTime, Utc};
 use tablekit::{
-    edm, Account, DynamicEntity, ETag, EdmValue, Metadata, PropertyWriter, RawEntity, Result,
-    TableClient, TableEntity, TableServiceClient,
+    edm,
+    entity::{PropertyWriter, RawEntity},
+    options::Metadata,
+    Account, DynamicEntity, ETag, EdmValue, Result, TableClient, TableEntity, TableServiceClient,
 };
 
 /// A typed entity with one field of every Edm type: it knows its schema, so it
@@ -161,7 +163,7 @@ async fn dynamic_entity_reads_back_identically_with_annotations() {
     let Some(svc) = common::service() else { return };
     let t = common::fresh_table::<AllTypes>(&svc, "Meta").await;
     let w = t.insert(&sample("dyn")).await.unwrap();
-    let want = tablekit::to_dynamic(&sample("dyn")).unwrap();
+    let want = tablekit::codec::to_dynamic(&sample("dyn")).unwrap();
 
     // A property bag learns types only from annotations: the default (minimal)
     // and the two levels that carry them.

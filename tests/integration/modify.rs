@@ -7,7 +7,7 @@
 use std::ops::ControlFlow;
 use std::sync::atomic::Ordering;
 
-use tablekit::{DynamicEntity, EdmValue, Modified, UpdateMode};
+use tablekit::{table::Modified, DynamicEntity, EdmValue, UpdateMode};
 
 use crate::common;
 use crate::retry::{fake_server, table, Answer};

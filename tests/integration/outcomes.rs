@@ -20,8 +20,9 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tablekit::{
-    AmbiguousWrites, DynamicEntity, EdmValue, IfMatch, RetryPolicy, TableClient,
-    TableServiceClient, UpdateMode,
+    options::RetryPolicy,
+    table::AmbiguousWrites,
+    DynamicEntity, EdmValue, IfMatch, TableClient, TableServiceClient, UpdateMode,
 };
 
 use crate::common::{

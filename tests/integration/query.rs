@@ -4,7 +4,9 @@
 use crate::common::{self, BackendKind};
 
 use futures::TryStreamExt;
-use tablekit::{Continuation, DynamicEntity, EdmValue, Page, TableClient, TableServiceClient};
+use tablekit::{
+    table::Page, Continuation, DynamicEntity, EdmValue, TableClient, TableServiceClient,
+};
 use tokio::sync::OnceCell;
 
 const PARTITIONS: i32 = 25;
@@ -69,7 +71,9 @@ fn all_numbers() -> Vec<i32> {
     (0..TOTAL as i32).collect()
 }
 
-async fn collect_pages(pages: tablekit::PageStream<DynamicEntity>) -> Vec<Page<DynamicEntity>> {
+async fn collect_pages(
+    pages: tablekit::table::PageStream<DynamicEntity>,
+) -> Vec<Page<DynamicEntity>> {
     pages.try_collect().await.unwrap()
 }
 

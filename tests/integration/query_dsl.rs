@@ -9,8 +9,9 @@ use crate::common::{self, BackendKind};
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use tablekit::filter::matches;
 use tablekit::{
-    col, DynamicEntity, ETag, Query, QueryPlan, ScanPolicy, TableClient, TableEntity,
-    TableServiceClient,
+    filter::{col, QueryPlan},
+    table::{Query, ScanPolicy},
+    DynamicEntity, ETag, TableClient, TableEntity, TableServiceClient,
 };
 use tokio::sync::OnceCell;
 use uuid::Uuid;

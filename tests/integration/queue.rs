@@ -8,7 +8,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use tablekit::account::{QueueSas, QueueSasPermissions, SasProtocol};
-use tablekit::{ErrorCode, ManualClock, MessageEncoding, QueueClient, QueueServiceClient};
+use tablekit::{
+    clock::ManualClock, error::ErrorCode, queue::MessageEncoding, QueueClient, QueueServiceClient,
+};
 
 use crate::common;
 
@@ -556,7 +558,7 @@ fn scripted_queue(endpoint: &str) -> tablekit::QueueClient {
     ))
     .unwrap();
     let mut options = common::client_options();
-    options.http.retry = tablekit::RetryPolicy {
+    options.http.retry = tablekit::options::RetryPolicy {
         max_retries: 3,
         base_delay: Duration::from_millis(1),
         max_delay: Duration::from_millis(5),

@@ -8,8 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tablekit::{
-    Account, AccountKey, AmbiguousWrites, ClientOptions, Credential, DynamicEntity, RetryPolicy,
-    TableClient, TableServiceClient,
+    account::{AccountKey, Credential},
+    options::{ClientOptions, RetryPolicy},
+    table::AmbiguousWrites,
+    Account, DynamicEntity, TableClient, TableServiceClient,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -185,7 +187,7 @@ async fn retries_stop_at_the_policy_limit_and_keep_the_last_error() {
         .await
         .expect_err("the server always fails");
     assert_eq!(err.status(), Some(500));
-    assert_eq!(err.code(), Some(&tablekit::ErrorCode::InternalError));
+    assert_eq!(err.code(), Some(&tablekit::error::ErrorCode::InternalError));
     assert_eq!(err.request_id(), Some("rid-3"));
     assert!(err.is_retryable());
     assert_eq!(

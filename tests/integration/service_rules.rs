@@ -5,7 +5,9 @@
 
 use crate::common::{self, BackendKind};
 
-use tablekit::{col, DynamicEntity, EdmValue, ErrorCode, IfMatch, TableServiceClient, UpdateMode};
+use tablekit::{
+    error::ErrorCode, filter::col, DynamicEntity, EdmValue, IfMatch, TableServiceClient, UpdateMode,
+};
 
 fn row_keys(items: &[DynamicEntity]) -> Vec<&str> {
     items.iter().map(|e| e.row_key.as_str()).collect()
@@ -317,7 +319,7 @@ crate::both! {
                 .await
                 .unwrap_err(),
             t.clone()
-                .with_scan_policy(tablekit::ScanPolicy::Deny)
+                .with_scan_policy(tablekit::table::ScanPolicy::Deny)
                 .query()
                 .fetch_all()
                 .await

@@ -12,7 +12,7 @@ crate::both! {
         svc.create_table(&name).await.unwrap();
         let err = svc.create_table(&name).await.unwrap_err();
         assert!(err.is_conflict(), "{err:?}");
-        assert_eq!(err.code(), Some(&tablekit::ErrorCode::TableAlreadyExists));
+        assert_eq!(err.code(), Some(&tablekit::error::ErrorCode::TableAlreadyExists));
         svc.delete_table(&name).await.unwrap();
     }
 }
@@ -39,7 +39,7 @@ crate::both! {
         assert!(listed.is_empty(), "{listed:?}");
         let err = svc.delete_table(&name).await.unwrap_err();
         assert!(err.is_not_found(), "{err:?}");
-        assert_eq!(err.code(), Some(&tablekit::ErrorCode::ResourceNotFound));
+        assert_eq!(err.code(), Some(&tablekit::error::ErrorCode::ResourceNotFound));
     }
 }
 
@@ -70,7 +70,7 @@ crate::both! {
             .await
             .unwrap_err();
         assert!(err.is_not_found(), "{err:?}");
-        assert_eq!(err.code(), Some(&tablekit::ErrorCode::TableNotFound));
+        assert_eq!(err.code(), Some(&tablekit::error::ErrorCode::TableNotFound));
     }
 }
 
@@ -191,7 +191,7 @@ async fn invalid_table_names_are_rejected_before_io_naming_the_table() {
             assert!(msg.contains(&quoted), "{name}: {msg}");
             assert!(matches!(
                 err.validation(),
-                Some(tablekit::ValidationError::TableName { .. })
+                Some(tablekit::error::ValidationError::TableName { .. })
             ));
         }
     }
@@ -240,7 +240,7 @@ crate::both! {
             }
             common::BackendKind::Azurite => {
                 let err = inserted.unwrap_err();
-                assert_eq!(err.code(), Some(&tablekit::ErrorCode::TableNotFound), "{err:?}");
+                assert_eq!(err.code(), Some(&tablekit::error::ErrorCode::TableNotFound), "{err:?}");
             }
         }
         svc.delete_table(&name).await.unwrap();

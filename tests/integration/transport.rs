@@ -1,4 +1,4 @@
-//! The two HTTP transports (`tablekit::Transport`): the suite runs on the
+//! The two HTTP transports (`tablekit::options::Transport`): the suite runs on the
 //! inline hyper transport (what `Transport::Auto` picks for `http://`
 //! endpoints); these cases run the transport-sensitive behaviours on both,
 //! forcing each one through `HttpOptions::transport`: large bodies streamed
@@ -19,8 +19,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::TryStreamExt as _;
 use tablekit::{
-    Account, AmbiguousWrites, BlobServiceClient, ClientOptions, DynamicEntity, QueueServiceClient,
-    RetryPolicy, TableServiceClient, Transport,
+    options::{ClientOptions, RetryPolicy, Transport},
+    table::AmbiguousWrites,
+    Account, BlobServiceClient, DynamicEntity, QueueServiceClient, TableServiceClient,
 };
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpListener;
@@ -292,7 +293,7 @@ impl tablekit::transport::HttpService for Recording {
 #[derive(Debug)]
 struct RecordingConnector {
     seen: Seen,
-    options: tablekit::HttpOptions,
+    options: tablekit::options::HttpOptions,
 }
 
 impl tablekit::transport::HttpConnector for RecordingConnector {

@@ -5,7 +5,7 @@ use crate::common;
 
 use chrono::{DateTime, TimeZone, Utc};
 use futures::TryStreamExt;
-use tablekit::{edm, DynamicEntity, EdmType, EdmValue, IfMatch, TableClient, UpdateMode};
+use tablekit::{edm, edm::EdmType, DynamicEntity, EdmValue, IfMatch, TableClient, UpdateMode};
 
 fn datetime(s: &str) -> DateTime<Utc> {
     edm::parse_datetime(s).unwrap()
@@ -367,8 +367,8 @@ async fn rejected(e: &DynamicEntity) -> String {
         t.update(e, UpdateMode::Replace, IfMatch::Any)
             .await
             .unwrap_err(),
-        tablekit::to_dynamic(e).unwrap_err(),
-        tablekit::entity_to_json(e).unwrap_err(),
+        tablekit::codec::to_dynamic(e).unwrap_err(),
+        tablekit::codec::entity_to_json(e).unwrap_err(),
     ];
     let msg = common::assert_invalid(&errors[0]);
     for err in &errors {
@@ -440,7 +440,10 @@ async fn keys_over_1024_characters_are_rejected_before_io() {
     assert!(common::assert_invalid(&err).contains("1024"));
 
     // 1024 characters, even multi-byte ones, are fine as far as validation goes.
-    assert!(tablekit::to_dynamic(&DynamicEntity::new("é".repeat(1024), "k".repeat(1024))).is_ok());
+    assert!(
+        tablekit::codec::to_dynamic(&DynamicEntity::new("é".repeat(1024), "k".repeat(1024)))
+            .is_ok()
+    );
 }
 
 #[tokio::test]
@@ -474,7 +477,9 @@ async fn invalid_property_names_are_rejected_before_io() {
         );
     }
     // The longest allowed name is fine.
-    assert!(tablekit::to_dynamic(&DynamicEntity::new("p", "r").with("a".repeat(255), 1)).is_ok());
+    assert!(
+        tablekit::codec::to_dynamic(&DynamicEntity::new("p", "r").with("a".repeat(255), 1)).is_ok()
+    );
 }
 
 #[tokio::test]
@@ -484,7 +489,7 @@ async fn more_than_252_properties_are_rejected_before_io() {
         e.set(format!("P{i}"), i);
     }
     assert!(
-        tablekit::to_dynamic(&e).is_ok(),
+        tablekit::codec::to_dynamic(&e).is_ok(),
         "252 custom properties are allowed"
     );
     e.set("P252", 252);
@@ -538,9 +543,10 @@ async fn datetime_before_1601_is_rejected_before_io() {
         msg,
         "invalid input: property \"D\" holds 1600-12-31T23:59:59+00:00, outside 1601-01-01T00:00:00Z ..= 9999-12-31T23:59:59.9999999Z, the DateTime range the service stores"
     );
-    assert!(
-        tablekit::to_dynamic(&DynamicEntity::new("p", "r").with("D", edm::min_datetime())).is_ok()
-    );
+    assert!(tablekit::codec::to_dynamic(
+        &DynamicEntity::new("p", "r").with("D", edm::min_datetime())
+    )
+    .is_ok());
 }
 
 #[tokio::test]
@@ -557,5 +563,5 @@ async fn datetime_after_9999_is_rejected_before_io() {
     let msg = common::assert_invalid(&err);
     assert!(msg.contains("\"D\"") && msg.contains("9999"), "{msg}");
     let last = datetime("9999-12-31T23:59:59.9999999Z");
-    assert!(tablekit::to_dynamic(&DynamicEntity::new("p", "r").with("D", last)).is_ok());
+    assert!(tablekit::codec::to_dynamic(&DynamicEntity::new("p", "r").with("D", last)).is_ok());
 }

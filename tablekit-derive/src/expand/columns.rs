@@ -43,14 +43,14 @@ pub(super) fn columns(c: &Container) -> (TokenStream, TokenStream) {
         let doc = format!(" The `{}` property (field `{}`).", f.name, f.rust_name());
         defs.push(quote! {
             #[doc = #doc]
-            pub #fi: #tk::Column<#ident, #v>
+            pub #fi: #tk::__private::Column<#ident, #v>
         });
         inits.push(match f.kind {
             Kind::Edm(edm) => {
                 let edm = format_ident!("{}", edm);
-                quote!(#fi: #tk::Column::with_edm(#name, #tk::EdmType::#edm))
+                quote!(#fi: #tk::__private::Column::with_edm(#name, #tk::__private::EdmType::#edm))
             }
-            _ => quote!(#fi: #tk::Column::new(#name)),
+            _ => quote!(#fi: #tk::__private::Column::new(#name)),
         });
     }
     let doc = match c.data {
@@ -58,7 +58,7 @@ pub(super) fn columns(c: &Container) -> (TokenStream, TokenStream) {
             format!(" The typed column handles of [`{ident}`]: the key and Timestamp columns.")
         }
         _ => format!(
-            " The typed column handles of [`{ident}`], one per stored property plus the key and Timestamp columns, for the query DSL (`<{ident} as tablekit::EntityColumns>::columns()`)."
+            " The typed column handles of [`{ident}`], one per stored property plus the key and Timestamp columns, for the query DSL (`<{ident} as tablekit::filter::EntityColumns>::columns()`)."
         ),
     };
     let def = quote! {
@@ -67,11 +67,11 @@ pub(super) fn columns(c: &Container) -> (TokenStream, TokenStream) {
         #[allow(private_interfaces)]
         #vis struct #columns_ident {
             /// The PartitionKey.
-            pub partition_key: #tk::Column<#ident, #d::String>,
+            pub partition_key: #tk::__private::Column<#ident, #d::String>,
             /// The RowKey.
-            pub row_key: #tk::Column<#ident, #d::String>,
+            pub row_key: #tk::__private::Column<#ident, #d::String>,
             /// The service's Timestamp: when the entity was last written.
-            pub timestamp: #tk::Column<#ident, #d::DateTime<#d::Utc>>,
+            pub timestamp: #tk::__private::Column<#ident, #d::DateTime<#d::Utc>>,
             #(#defs,)*
         }
     };
@@ -79,9 +79,9 @@ pub(super) fn columns(c: &Container) -> (TokenStream, TokenStream) {
         #[automatically_derived]
         impl #d::DerivedColumns for #columns_ident {
             const COLUMNS: Self = #columns_ident {
-                partition_key: #tk::Column::new("PartitionKey"),
-                row_key: #tk::Column::new("RowKey"),
-                timestamp: #tk::Column::new("Timestamp"),
+                partition_key: #tk::__private::Column::new("PartitionKey"),
+                row_key: #tk::__private::Column::new("RowKey"),
+                timestamp: #tk::__private::Column::new("Timestamp"),
                 #(#inits,)*
             };
         }
@@ -89,7 +89,7 @@ pub(super) fn columns(c: &Container) -> (TokenStream, TokenStream) {
         static __TK_COLUMNS: #columns_ident = <#columns_ident as #d::DerivedColumns>::COLUMNS;
 
         #[automatically_derived]
-        impl #tk::EntityColumns for #ident {
+        impl #tk::__private::EntityColumns for #ident {
             type Columns = #columns_ident;
             fn columns() -> &'static #columns_ident {
                 &__TK_COLUMNS

@@ -70,12 +70,12 @@ fn result(c: &Container, t: TokenStream) -> TokenStream {
     quote!(::core::result::Result<#t, #tk::Error>)
 }
 
-/// `tablekit::KeyKind` of a key.
+/// `tablekit::error::KeyKind` of a key.
 fn key_kind_path(c: &Container, k: KeyKind) -> TokenStream {
     let tk = tk(c);
     match k {
-        KeyKind::Partition => quote!(#tk::KeyKind::PartitionKey),
-        KeyKind::Row => quote!(#tk::KeyKind::RowKey),
+        KeyKind::Partition => quote!(#tk::__private::KeyKind::PartitionKey),
+        KeyKind::Row => quote!(#tk::__private::KeyKind::RowKey),
     }
 }
 

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tablekit::{
-    BlobClient, BlobServiceClient, DynamicEntity, ETag, EntityKey, Error, ErrorCode, IfMatch,
-    RawEntity, Result, TableClient, TableEntity, TableServiceClient, UpdateMode,
+    entity::RawEntity, error::ErrorCode, BlobClient, BlobServiceClient, DynamicEntity, ETag,
+    EntityKey, Error, IfMatch, Result, TableClient, TableEntity, TableServiceClient, UpdateMode,
 };
 
 use super::{BoxFuture, OpResult};

@@ -161,7 +161,7 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use tablekit::{QueueClient, Result, SentMessage};
+use tablekit::{queue::SentMessage, QueueClient, Result};
 
 use crate::error::refused;
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use serde::de::DeserializeOwned;
-use tablekit::{BlobServiceClient, QueueClient, QueueMessage, Result, TableServiceClient};
+use tablekit::{queue::QueueMessage, BlobServiceClient, QueueClient, Result, TableServiceClient};
 use tracing::Instrument;
 
 use super::context::{ContextInner, Event, Hook, StepContext};

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tablekit::{
-    DynamicEntity, ETag, EdmValue, IfMatch, TableClient, TableEntity, TableServiceClient,
-    TransactionOp, UpdateMode,
+    table::TransactionOp, DynamicEntity, ETag, EdmValue, IfMatch, TableClient, TableEntity,
+    TableServiceClient, UpdateMode,
 };
 use tablekit_patterns::denormalize::Denormalized;
 use tablekit_patterns::index::{Index, IndexedTable};

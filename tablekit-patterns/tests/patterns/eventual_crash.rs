@@ -19,8 +19,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tablekit::{
-    DynamicEntity, ETag, ManualClock, QueueClient, QueueServiceClient, TableClient, TableEntity,
-    TableServiceClient, UpdateMode,
+    clock::ManualClock, DynamicEntity, ETag, QueueClient, QueueServiceClient, TableClient,
+    TableEntity, TableServiceClient, UpdateMode,
 };
 use tablekit_patterns::eventual::{
     Archive, Event, Eventual, PoisonedMessage, Worker, WorkerBuilder, ARCHIVE_KIND,

@@ -160,7 +160,7 @@ impl Operation for Export {
             .blobs()?
             .container(&self.container)?
             .blob(&format!("{}/{}.json", self.partition_key, self.row_key))?;
-        ctx.put_blob(&blob, tablekit::entity_to_json(&entity)?)
+        ctx.put_blob(&blob, tablekit::codec::entity_to_json(&entity)?)
             .await?;
         ctx.delete_if_exists(&table, key).await?;
         Ok(())
@@ -248,7 +248,7 @@ async fn an_export_to_a_blob_stopped_at_each_step_is_recovered(s: Services) {
             .bytes()
             .await
             .unwrap();
-        let back: DynamicEntity = tablekit::entity_from_json(&body).unwrap();
+        let back: DynamicEntity = tablekit::codec::entity_from_json(&body).unwrap();
         assert_eq!(
             back.get("Name"),
             Some(&tablekit::EdmValue::String("n000456".into()))

@@ -10,8 +10,10 @@ use std::time::Duration;
 
 use common::{assert_invalid, fresh_table, offline_service, on_both, second_service, unique_name};
 use tablekit::{
-    Account, BlobServiceClient, ClientOptions, ContainerClient, DynamicEntity, ETag, EdmValue,
-    IfMatch, ManualClock, RetryPolicy, TableClient, TableEntity, TableServiceClient,
+    clock::ManualClock,
+    options::{ClientOptions, RetryPolicy},
+    Account, BlobServiceClient, ContainerClient, DynamicEntity, ETag, EdmValue, IfMatch,
+    TableClient, TableEntity, TableServiceClient,
 };
 use tablekit_patterns::large::{
     LargeTable, SplitTable, Step, SweepReport, BLOBS, DEFAULT_GRACE, SPLIT,

@@ -19,8 +19,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 use tablekit::{
-    BlobServiceClient, ContainerClient, DynamicEntity, ETag, IfMatch, ManualClock, TableEntity,
-    TableServiceClient,
+    clock::ManualClock, BlobServiceClient, ContainerClient, DynamicEntity, ETag, IfMatch,
+    TableEntity, TableServiceClient,
 };
 use tablekit_patterns::large::{LargeTable, Step};
 

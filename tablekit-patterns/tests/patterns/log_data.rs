@@ -9,7 +9,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeZone, Utc};
 use common::{on_both, unique_name};
 use futures::TryStreamExt;
-use tablekit::{BlobServiceClient, ContainerClient, ManualClock, TableServiceClient};
+use tablekit::{clock::ManualClock, BlobServiceClient, ContainerClient, TableServiceClient};
 use tablekit_patterns::log_data::{LogReader, LogWriter, END_TIME, RECORD_COUNT, START_TIME};
 
 #[derive(serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq)]
@@ -46,7 +46,7 @@ async fn names(container: &ContainerClient) -> Vec<String> {
     all.iter().map(|b| b.name().to_owned()).collect()
 }
 
-fn meta(props: &tablekit::BlobProperties, name: &str) -> String {
+fn meta(props: &tablekit::blob::BlobProperties, name: &str) -> String {
     let found = props
         .metadata()
         .iter()

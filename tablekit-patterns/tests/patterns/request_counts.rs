@@ -13,7 +13,8 @@ use common::proxy::{CountingProxy, Traffic};
 use futures::TryStreamExt;
 use tablekit::filter::prefix_successor;
 use tablekit::{
-    to_dynamic, ContainerClient, DynamicEntity, ETag, IfMatch, TableClient, TableEntity, UpdateMode,
+    codec::to_dynamic, ContainerClient, DynamicEntity, ETag, IfMatch, TableClient, TableEntity,
+    UpdateMode,
 };
 use tablekit_patterns::denormalize::Denormalized;
 use tablekit_patterns::index::{Index, IndexedTable, PRIMARY_ROW_KEY};
@@ -168,7 +169,7 @@ async fn the_secondary_index_makes_the_requests_of_the_hand_written_code() {
         .unwrap();
     let t_ours = proxy.take();
     let read = raw.get(("Sales", "empid_000002")).await.unwrap().unwrap();
-    let mut changed = Employee::decode(&tablekit::RawEntity::from_dynamic(&read)).unwrap();
+    let mut changed = Employee::decode(&tablekit::entity::RawEntity::from_dynamic(&read)).unwrap();
     changed.age += 1;
     let c = copies(&changed);
     let mut tx = raw.transaction();
@@ -644,7 +645,7 @@ async fn large_entities_make_the_requests_their_docs_list() {
     let later = Utc::now() + Duration::seconds(3601);
     let report = large
         .clone()
-        .with_clock(tablekit::ManualClock::new(later))
+        .with_clock(tablekit::clock::ManualClock::new(later))
         .sweep_orphans()
         .await
         .unwrap();

@@ -8,7 +8,7 @@ use tablekit::TableServiceClient;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use tablekit::{DynamicEntity, EdmValue, RawEntity, TableClient, TableEntity, UpdateMode};
+use tablekit::{entity::RawEntity, DynamicEntity, EdmValue, TableClient, TableEntity, UpdateMode};
 use tablekit_patterns::upgrade::SchemaUpgrade;
 
 #[derive(TableEntity, Debug, Clone, PartialEq)]

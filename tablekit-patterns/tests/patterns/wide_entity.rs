@@ -8,8 +8,8 @@ use tablekit::TableServiceClient;
 use std::borrow::Cow;
 
 use tablekit::{
-    DynamicEntity, ETag, EdmValue, IfMatch, PropertyWriter, RawEntity, TableClient, TableEntity,
-    UpdateMode,
+    entity::{PropertyWriter, RawEntity},
+    DynamicEntity, ETag, EdmValue, IfMatch, TableClient, TableEntity, UpdateMode,
 };
 use tablekit_patterns::wide::{WideTable, PARTS};
 

@@ -121,11 +121,11 @@ impl BlobOp<'_> {
 /// [`Download`], or each entry of a listing (which carries the metadata too).
 ///
 /// [`BlobClient::properties`]: crate::BlobClient::properties
-/// [`Download`]: crate::Download
+/// [`Download`]: crate::blob::Download
 ///
 /// ```
 /// # async fn run() -> tablekit::Result<()> {
-/// let clock = tablekit::ManualClock::new("2014-07-31T18:00:00Z".parse().unwrap());
+/// let clock = tablekit::clock::ManualClock::new("2014-07-31T18:00:00Z".parse().unwrap());
 /// let photos = tablekit::BlobServiceClient::embedded_with_clock(clock).container("photos")?;
 /// photos.create_container().await?;
 /// let written = photos

@@ -233,7 +233,7 @@ impl ContainerClient {
     /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
     /// # photos.create_container().await?;
     /// let err = photos.create_container().await.unwrap_err();
-    /// assert_eq!(err.code(), Some(&tablekit::ErrorCode::ContainerAlreadyExists));
+    /// assert_eq!(err.code(), Some(&tablekit::error::ErrorCode::ContainerAlreadyExists));
     /// # Ok(()) }
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
     /// ```
@@ -909,7 +909,7 @@ impl Upload {
     /// let report = photos.blob("report.txt")?;
     /// report.upload("first").if_none_match(IfNoneMatch::Any).await?;
     /// let err = report.upload("second").if_none_match(IfNoneMatch::Any).await.unwrap_err();
-    /// assert_eq!(err.code(), Some(&tablekit::ErrorCode::BlobAlreadyExists));
+    /// assert_eq!(err.code(), Some(&tablekit::error::ErrorCode::BlobAlreadyExists));
     /// # Ok(()) }
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
     /// ```

@@ -271,11 +271,11 @@ pub(crate) fn decode_page<T: TableEntity>(body: &[u8], out: &mut Vec<T>) -> Resu
 
 /// An entity from its JSON in the service's form (`PartitionKey`, `RowKey`,
 /// properties with `@odata.type` annotations where the type needs one), as
-/// [`entity_to_json`](crate::entity_to_json) writes it: the way back, for
+/// [`entity_to_json`](crate::codec::entity_to_json) writes it: the way back, for
 /// exports and imports.
 ///
 /// ```
-/// use tablekit::{entity_from_json, entity_to_json, DynamicEntity, EdmValue};
+/// use tablekit::{DynamicEntity, EdmValue, codec::{entity_from_json, entity_to_json}};
 ///
 /// let e = DynamicEntity::new("p", "r").with("Big", 1_i64 << 40).with("X", 0.5);
 /// let back: DynamicEntity = entity_from_json(&entity_to_json(&e)?)?;
@@ -361,7 +361,10 @@ mod tests {
             fn row_key(&self) -> Cow<'_, str> {
                 "".into()
             }
-            fn write_properties<W: crate::PropertyWriter + ?Sized>(&self, _: &mut W) -> Result<()> {
+            fn write_properties<W: crate::entity::PropertyWriter + ?Sized>(
+                &self,
+                _: &mut W,
+            ) -> Result<()> {
                 Ok(())
             }
             fn decode(e: &RawEntity<'_>) -> Result<Self> {
@@ -416,7 +419,7 @@ mod tests {
         );
         let err = decode_entity::<DynamicEntity>(body.as_bytes(), None).unwrap_err();
         match err.kind() {
-            crate::ErrorKind::Decode(d) => assert_eq!(d.property.as_deref(), Some(property)),
+            crate::error::ErrorKind::Decode(d) => assert_eq!(d.property.as_deref(), Some(property)),
             other => panic!("{other:?}"),
         }
         err

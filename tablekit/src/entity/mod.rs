@@ -29,7 +29,7 @@ pub(crate) use raw::{Scalar, Slot};
 ///
 /// ```
 /// use std::borrow::Cow;
-/// use tablekit::{PropertyWriter, RawEntity, Result, TableEntity};
+/// use tablekit::{Result, TableEntity, entity::{PropertyWriter, RawEntity}};
 ///
 /// struct Blog { channel: String, posted: String, text: String, rating: i32 }
 ///

@@ -49,7 +49,7 @@ impl QueryPlan {
 /// `point Sales/empid_000223`, `partition range Sales`, `table scan`.
 ///
 /// ```
-/// use tablekit::QueryPlan;
+/// use tablekit::filter::QueryPlan;
 /// let plan = QueryPlan::PartitionScan { partition_key: "Sales".into() };
 /// assert_eq!(plan.to_string(), "partition scan of Sales");
 /// ```

@@ -10,7 +10,7 @@ use crate::columns::{Column, DynColumn};
 use crate::edm::{write_literal, EdmValue};
 use crate::entity::DynamicEntity;
 
-/// A filter in OData text, as given to [`Query::filter_raw`](crate::Query::filter_raw):
+/// A filter in OData text, as given to [`Query::filter_raw`](crate::table::Query::filter_raw):
 /// a string, or what `odata!` builds (whose values are escaped literals).
 /// It is parsed before any request is sent.
 #[derive(Clone, PartialEq, Eq)]

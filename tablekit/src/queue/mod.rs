@@ -10,7 +10,7 @@
 //! ```
 //! # async fn run() -> tablekit::Result<()> {
 //! use std::time::Duration;
-//! use tablekit::{ManualClock, QueueServiceClient};
+//! use tablekit::{QueueServiceClient, clock::ManualClock};
 //!
 //! let clock = ManualClock::starting_now();
 //! let queues = QueueServiceClient::embedded_with_clock(clock.clone());
@@ -265,7 +265,7 @@ impl QueueClient {
     /// # async fn run() -> tablekit::Result<()> {
     /// # let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
     /// # jobs.create_queue().await?;
-    /// use tablekit::MessageEncoding;
+    /// use tablekit::queue::MessageEncoding;
     /// let plain = jobs.clone().with_encoding(MessageEncoding::Text);
     /// plain.send("readable in Storage Explorer").await?;
     /// assert_eq!(plain.peek(1).await?[0].text()?, "readable in Storage Explorer");
@@ -333,7 +333,7 @@ impl QueueClient {
     /// # jobs.create_queue().await?;
     /// jobs.delete_queue().await?;
     /// let err = jobs.delete_queue().await.unwrap_err();
-    /// assert_eq!(err.code(), Some(&tablekit::ErrorCode::QueueNotFound));
+    /// assert_eq!(err.code(), Some(&tablekit::error::ErrorCode::QueueNotFound));
     /// # Ok(()) }
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
     /// ```
@@ -622,7 +622,7 @@ impl QueueClient {
     /// let stale = m.clone();
     /// jobs.update_message(&mut m, Duration::from_secs(30), None).await?;
     /// let err = jobs.delete_message(&stale).await.unwrap_err();
-    /// assert_eq!(err.code(), Some(&tablekit::ErrorCode::PopReceiptMismatch));
+    /// assert_eq!(err.code(), Some(&tablekit::error::ErrorCode::PopReceiptMismatch));
     /// jobs.delete_message(&m).await?;
     /// # Ok(()) }
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
@@ -807,7 +807,7 @@ impl IntoFuture for SendMessage {
 /// ```
 /// # async fn run() -> tablekit::Result<()> {
 /// use std::time::Duration;
-/// let clock = tablekit::ManualClock::new("2014-07-31T18:00:00Z".parse().unwrap());
+/// let clock = tablekit::clock::ManualClock::new("2014-07-31T18:00:00Z".parse().unwrap());
 /// let jobs = tablekit::QueueServiceClient::embedded_with_clock(clock).queue("jobs")?;
 /// jobs.create_queue().await?;
 /// let sent = jobs.send("job").visibility_delay(Duration::from_secs(5)).await?;
@@ -880,7 +880,7 @@ impl ReceiveMessages {
     ///
     /// ```
     /// # async fn run() -> tablekit::Result<()> {
-    /// # let clock = tablekit::ManualClock::starting_now();
+    /// # let clock = tablekit::clock::ManualClock::starting_now();
     /// # let jobs = tablekit::QueueServiceClient::embedded_with_clock(clock).queue("jobs")?;
     /// # jobs.create_queue().await?;
     /// use std::time::Duration;
@@ -957,7 +957,7 @@ impl IntoFuture for ReceiveMessages {
 ///
 /// ```
 /// # async fn run() -> tablekit::Result<()> {
-/// let clock = tablekit::ManualClock::new("2014-07-31T18:00:00Z".parse().unwrap());
+/// let clock = tablekit::clock::ManualClock::new("2014-07-31T18:00:00Z".parse().unwrap());
 /// let jobs = tablekit::QueueServiceClient::embedded_with_clock(clock).queue("jobs")?;
 /// jobs.create_queue().await?;
 /// jobs.send_json(&("archive", 456)).await?;

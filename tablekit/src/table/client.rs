@@ -692,7 +692,7 @@ impl<T: TableEntity> TableClient<T> {
     /// ```no_run
     /// # async fn run(accounts: tablekit::TableClient<tablekit::DynamicEntity>) -> tablekit::Result<()> {
     /// use std::ops::ControlFlow;
-    /// use tablekit::{EdmValue, Modified, UpdateMode};
+    /// use tablekit::{EdmValue, UpdateMode, table::Modified};
     ///
     /// let outcome = accounts
     ///     .try_modify(("eu", "alice"), UpdateMode::Merge, |e| {
@@ -1109,7 +1109,7 @@ impl<T: TableEntity> Transaction<T> {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> tablekit::Result<()> {
-    /// use tablekit::{DynamicEntity, IfMatch, TableServiceClient, TransactionOp, UpdateMode};
+    /// use tablekit::{DynamicEntity, IfMatch, TableServiceClient, UpdateMode, table::TransactionOp};
     ///
     /// let service = TableServiceClient::embedded();
     /// let table = service.table::<DynamicEntity>("Employees")?;
@@ -1225,7 +1225,7 @@ impl<T: TableEntity> Transaction<T> {
 /// (say the condition with [`IfMatch`]).
 ///
 /// ```
-/// use tablekit::{DynamicEntity, IfMatch, TransactionOp, UpdateMode};
+/// use tablekit::{DynamicEntity, IfMatch, UpdateMode, table::TransactionOp};
 ///
 /// let op = TransactionOp::update(
 ///     &DynamicEntity::new("Sales", "Department").with("EmployeeCount", 3),

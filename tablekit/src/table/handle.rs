@@ -98,7 +98,7 @@ pub enum ScanPolicy {
 /// yourself.
 ///
 /// ```
-/// use tablekit::{AmbiguousWrites, DynamicEntity, TableServiceClient};
+/// use tablekit::{DynamicEntity, TableServiceClient, table::AmbiguousWrites};
 ///
 /// let svc = TableServiceClient::embedded();
 /// let table = svc

@@ -6,6 +6,7 @@ mod handle;
 mod outcome;
 mod query;
 
+pub use crate::backend::Written;
 pub use client::{
     Get, ListTables, Modified, Modify, ModifyStep, TableClient, TableNames, TableServiceClient,
     Transaction, TransactionOp, TransactionResult, WriteTarget,

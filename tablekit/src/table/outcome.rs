@@ -152,7 +152,7 @@ impl Error {
     /// After a table write failed [ambiguously](Error::is_ambiguous) and its
     /// read-back could not confirm it: what was read. `None` for every other
     /// error, and when the read-back itself failed (or was turned off with
-    /// [`AmbiguousWrites::Report`](crate::AmbiguousWrites::Report)).
+    /// [`AmbiguousWrites::Report`](crate::table::AmbiguousWrites::Report)).
     pub fn read_back(&self) -> Option<&ReadBack> {
         self.read_back_state()?.downcast_ref()
     }

@@ -104,7 +104,7 @@ impl<T: TableEntity> Query<T> {
     /// |---|---|
     /// | `.filter(\|e\| e.age.ge(30) & e.name.eq(n))` | the default: typed, escaped, checked by the compiler |
     /// | `.filter(filter!(\|e\| e.age >= 30 && e.name == n))` | the same tree written with Rust operators (the macro rewrites them into the calls above) |
-    /// | [`filter_by`](Query::filter_by)`(f)` | a [`Filter<T>`] built elsewhere: composed at run time, returned by a function, or untyped through [`col`](crate::col) |
+    /// | [`filter_by`](Query::filter_by)`(f)` | a [`Filter<T>`] built elsewhere: composed at run time, returned by a function, or untyped through [`col`](crate::filter::col) |
     /// | [`filter_raw`](Query::filter_raw)`(odata!("Age ge {age}"))` | OData text with values escaped by [`odata!`](crate::odata): porting filters from other SDKs or config files |
     /// | [`filter_raw`](Query::filter_raw)`("Age ge 30")` | OData text as is, parsed before any request; never with user input pasted in |
     pub fn filter<F, R>(self, build: F) -> Self

@@ -20,7 +20,10 @@ pub mod fault_proxy;
 use std::io::Write as _;
 use std::sync::Once;
 
-use tablekit::{ClientOptions, RetryPolicy, TableClient, TableEntity, TableServiceClient};
+use tablekit::{
+    options::{ClientOptions, RetryPolicy},
+    TableClient, TableEntity, TableServiceClient,
+};
 
 /// Which backend a case of the behaviour suite runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,14 +199,14 @@ pub const KEY_FRAGMENT: &str = "Eby8vdM02";
 /// The name of the variable that picks the transport of the whole suite:
 /// `hyper` (the default) or `reqwest` (`scripts/test.sh` reruns the wire
 /// cases with it). The library reads no such variable: the suite sets
-/// [`tablekit::HttpOptions::transport`] from it.
+/// [`tablekit::options::HttpOptions::transport`] from it.
 pub const TRANSPORT_VAR: &str = "TABLEKIT_TRANSPORT";
 
 /// The transport `TABLEKIT_TRANSPORT` names.
-pub fn transport() -> tablekit::Transport {
+pub fn transport() -> tablekit::options::Transport {
     match std::env::var(TRANSPORT_VAR).as_deref().map(str::trim) {
-        Ok(v) if v.eq_ignore_ascii_case("reqwest") => tablekit::Transport::Reqwest,
-        Ok("") | Ok("hyper") | Ok("Hyper") | Err(_) => tablekit::Transport::Hyper,
+        Ok(v) if v.eq_ignore_ascii_case("reqwest") => tablekit::options::Transport::Reqwest,
+        Ok("") | Ok("hyper") | Ok("Hyper") | Err(_) => tablekit::options::Transport::Hyper,
         Ok(other) => panic!("{TRANSPORT_VAR} must be `hyper` or `reqwest`, not {other:?}"),
     }
 }

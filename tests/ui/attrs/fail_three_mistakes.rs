@@ -11,7 +11,7 @@ struct Three {
 }
 
 fn main() {
-    let _ = tablekit::entity_to_json(&Three {
+    let _ = tablekit::codec::entity_to_json(&Three {
         when: String::new(),
         other: String::new(),
     });

@@ -16,5 +16,5 @@ enum Social {
 }
 
 fn main() {
-    let _ = <Social as tablekit::EntityColumns>::columns();
+    let _ = <Social as tablekit::filter::EntityColumns>::columns();
 }

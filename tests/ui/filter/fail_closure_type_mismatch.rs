@@ -1,4 +1,4 @@
-use tablekit::{Query, TableEntity};
+use tablekit::{TableEntity, table::Query};
 
 #[derive(TableEntity)]
 #[tablekit(partition_key = "{department}", row_key = "{id}")]

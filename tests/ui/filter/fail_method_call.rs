@@ -1,4 +1,4 @@
-use tablekit::{filter, Query, TableEntity};
+use tablekit::{filter, TableEntity, table::Query};
 
 #[derive(TableEntity)]
 #[tablekit(partition_key = "{department}", row_key = "{id}")]

@@ -1,7 +1,7 @@
 use tablekit::{TableEntity, TableProperties};
 
 mod level {
-    use tablekit::{PropertyValue, PropertyWriter, Result};
+    use tablekit::{Result, entity::{PropertyValue, PropertyWriter}};
     pub fn write<W: PropertyWriter + ?Sized>(v: &u8, name: &str, out: &mut W) -> Result<()> {
         out.int32(name, i32::from(*v))
     }

@@ -9,8 +9,10 @@
 use std::time::Duration;
 
 use tablekit::{
-    Account, BlobServiceClient, ClientOptions, DynamicEntity, ManualClock, QueueServiceClient,
-    RetryPolicy, TableClient, TableEntity, TableServiceClient,
+    clock::ManualClock,
+    options::{ClientOptions, RetryPolicy},
+    Account, BlobServiceClient, DynamicEntity, QueueServiceClient, TableClient, TableEntity,
+    TableServiceClient,
 };
 
 /// The environment variable holding the test account's connection string.

@@ -101,7 +101,7 @@ impl Account {
     ///
     /// # Errors
     ///
-    /// A configuration error (see [`crate::ConfigError`]) that names the offending segment
+    /// A configuration error (see [`crate::error::ConfigError`]) that names the offending segment
     /// or setting: a segment without `=`, an unknown or repeated setting, an invalid value,
     /// an `AccountKey` that is not base64, or a missing `AccountName`. The message never
     /// contains the account key or the SAS token.

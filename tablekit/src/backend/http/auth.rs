@@ -342,8 +342,8 @@ impl TableSas {
     /// # Errors
     ///
     /// A configuration error if the account's credential is not
-    /// [`SharedKey`](crate::Credential::SharedKey) or
-    /// [`SharedKeyLite`](crate::Credential::SharedKeyLite), if no permission or no expiry
+    /// [`SharedKey`](crate::account::Credential::SharedKey) or
+    /// [`SharedKeyLite`](crate::account::Credential::SharedKeyLite), if no permission or no expiry
     /// is set, if the start is not before the expiry, or if a row key bound has no
     /// partition key bound on its side; a validation error if the table name or a key
     /// bound is invalid.

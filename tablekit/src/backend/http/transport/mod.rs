@@ -7,7 +7,7 @@
 //! connection API (each request drives its connection in its own task, no
 //! spawned connection task, so nothing crosses threads on the hot path), with
 //! [`Proxy`] support; and, with the `reqwest` feature, reqwest's client.
-//! [`Transport`](crate::Transport) picks a built-in one, [`HttpOptions::connector`] puts in the
+//! [`Transport`](crate::options::Transport) picks a built-in one, [`HttpOptions::connector`] puts in the
 //! user's own. Everything above this module (signing, retries, tracing,
 //! ambiguity) is the same on all.
 
@@ -105,7 +105,7 @@ impl HttpTransport {
 /// ```
 /// use std::sync::Arc;
 /// use tablekit::transport::{HttpConnector, HyperConnector};
-/// use tablekit::HttpOptions;
+/// use tablekit::options::HttpOptions;
 ///
 /// let options = HttpOptions::default();
 /// let connector = HyperConnector::new(&options);

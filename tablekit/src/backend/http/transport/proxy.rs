@@ -13,7 +13,7 @@ use tokio::net::TcpStream;
 use super::common::transport_failure;
 use crate::error::{Error, Result, TransportKind};
 
-/// An HTTP proxy for tablekit's own transport ([`HttpOptions::proxy`](crate::HttpOptions::proxy)).
+/// An HTTP proxy for tablekit's own transport ([`HttpOptions::proxy`](crate::options::HttpOptions::proxy)).
 ///
 /// An `https` endpoint is reached through a `CONNECT` tunnel (TLS runs end to
 /// end, the proxy sees only the host name); an `http` endpoint's requests are
@@ -21,7 +21,7 @@ use crate::error::{Error, Result, TransportKind};
 /// ask for it, with [`Proxy::from_env`].
 ///
 /// ```
-/// use tablekit::{HttpOptions, Proxy};
+/// use tablekit::{options::HttpOptions, transport::Proxy};
 ///
 /// let mut http = HttpOptions::default();
 /// http.proxy = Some(Proxy::all("http://proxy.corp.example:3128")?.no_proxy("localhost,127.0.0.1"));

@@ -1,6 +1,6 @@
 //! The transport seam: what carries a signed request to the service and
 //! brings its answer back. tablekit's own hyper transport is one
-//! implementation; a user can pass another ([`HttpOptions::connector`](crate::HttpOptions::connector)).
+//! implementation; a user can pass another ([`HttpOptions::connector`](crate::options::HttpOptions::connector)).
 
 use std::fmt;
 use std::sync::Arc;
@@ -49,7 +49,7 @@ pub trait HttpService: Send + Sync + fmt::Debug + 'static {
 /// Makes the [`HttpService`] of one service endpoint (a client's table, queue
 /// or blob endpoint), once, when the client is built.
 ///
-/// Pass one in [`HttpOptions::connector`](crate::HttpOptions::connector) to put
+/// Pass one in [`HttpOptions::connector`](crate::options::HttpOptions::connector) to put
 /// your own HTTP client (a company client with its proxy and middleware, a
 /// recording transport in tests) under tablekit.
 pub trait HttpConnector: Send + Sync + fmt::Debug + 'static {
@@ -58,7 +58,7 @@ pub trait HttpConnector: Send + Sync + fmt::Debug + 'static {
 }
 
 /// A per-request policy, run on every attempt of every request just before
-/// it goes to the transport ([`HttpOptions::hooks`](crate::HttpOptions::hooks)):
+/// it goes to the transport ([`HttpOptions::hooks`](crate::options::HttpOptions::hooks)):
 /// add a header, record the request, or fail it on purpose.
 ///
 /// The request is already signed. A header added here is not covered by the
