@@ -20,9 +20,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use tablekit::{
-    options::RetryPolicy,
-    table::AmbiguousWrites,
-    DynamicEntity, EdmValue, IfMatch, TableClient, TableServiceClient, UpdateMode,
+    options::RetryPolicy, table::AmbiguousWrites, DynamicEntity, EdmValue, IfMatch, TableClient,
+    TableServiceClient, UpdateMode,
 };
 
 use crate::common::{
