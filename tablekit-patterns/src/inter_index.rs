@@ -256,10 +256,13 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use tablekit::filter::prefix_successor;
+use tablekit::codec::{entity_from_json, entity_to_json, to_dynamic};
+use tablekit::entity::RawEntity;
+use tablekit::error::DecodeError;
+use tablekit::filter::{prefix_successor, Column};
+use tablekit::queue::SentMessage;
 use tablekit::{
-    entity_from_json, entity_to_json, to_dynamic, Column, DecodeError, DynamicEntity, ETag,
-    EdmValue, EntityKey, Error, IfMatch, QueueClient, RawEntity, Result, SentMessage, TableClient,
+    DynamicEntity, ETag, EdmValue, EntityKey, Error, IfMatch, QueueClient, Result, TableClient,
     TableEntity,
 };
 

@@ -881,7 +881,7 @@ async fn a_verified_lookup_repairs_stale_and_dangling_entries(s: Services) {
     // A copy under an old value (the primary now says jonesj@), and one whose
     // primary does not exist: what racing changes of one entity can leave.
     let copy = |e: Employee| {
-        let mut d = tablekit::to_dynamic(&e).unwrap();
+        let mut d = tablekit::codec::to_dynamic(&e).unwrap();
         let primary_row_key = d.row_key.clone();
         d.partition_key = "email_Sales".into();
         d.row_key = e.email.clone();

@@ -13,13 +13,13 @@ use bytes::Bytes;
 
 use crate::codec::read::{decode_entity, decode_page};
 use crate::codec::write::entity_to_json;
+use crate::continuation::Continuation;
 use crate::entity::{DynamicEntity, ETag, EntityKey, IfMatch, TableEntity, UpdateMode};
 use crate::error::Result;
 
 #[cfg(feature = "blob")]
 pub(crate) mod blob;
 mod connect;
-mod continuation;
 #[cfg(feature = "embedded")]
 pub(crate) mod embedded;
 pub(crate) mod http;
@@ -46,7 +46,6 @@ pub(crate) use connect::embedded_queues_at;
 #[cfg(not(feature = "durable"))]
 pub(crate) use connect::needs_durable;
 pub(crate) use connect::{connect, embedded_connection};
-pub use continuation::Continuation;
 pub(crate) use stored::{Selection, StoredEntity};
 
 /// One request to a backend.

@@ -1251,7 +1251,7 @@ pub enum TransactionOp {
 
 impl TransactionOp {
     fn bag<E: TableEntity>(entity: &E) -> Result<crate::DynamicEntity> {
-        let mut bag = crate::to_dynamic(entity)?;
+        let mut bag = crate::codec::to_dynamic(entity)?;
         bag.etag = None;
         bag.timestamp = None;
         Ok(bag)

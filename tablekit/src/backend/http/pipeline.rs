@@ -13,11 +13,10 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::Method;
 use tracing::Instrument;
 
-use super::account::Account;
-use super::auth;
 use super::signer::{self, Attempt, RequestSigner, Service};
 use super::transport::{HttpTransport, Incoming};
 use super::wire::{header_value, names, QueryString};
+use crate::account::Account;
 use crate::backend::Repeat;
 use crate::error::{Error, Result};
 use crate::options::{full_jitter, HttpOptions, RetryPolicy};
@@ -281,7 +280,7 @@ impl Pipeline {
         for (name, value) in &req.headers {
             headers.insert(name.clone(), value.clone());
         }
-        headers.insert(names::X_MS_DATE, auth::x_ms_date());
+        headers.insert(names::X_MS_DATE, signer::x_ms_date());
         headers.insert(
             names::X_MS_CLIENT_REQUEST_ID,
             header_value(client_request_id)?,
