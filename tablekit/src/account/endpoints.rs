@@ -182,10 +182,18 @@ impl fmt::Debug for Account {
 }
 
 /// A validated endpoint: `http(s)://host[:port][/path]`, without a trailing `/`.
+///
+/// Checked here rather than by a general URL parser, as strictly as the
+/// WHATWG rules the `url` crate applies and stricter where a storage endpoint
+/// never needs more: the host is a DNS name (letters, digits, `-`, `_`), a
+/// dotted IPv4 address or a bracketed IPv6 address, never percent-encoded or
+/// international; the path holds only the characters RFC 3986 allows, with
+/// valid percent escapes and no `.` or `..` segment. What passes is also a
+/// valid [`http::Uri`], the form every transport sends.
 pub(super) struct Endpoint {
     pub(super) text: String,
     pub(super) https: bool,
-    /// The host as the `url` crate parsed it (IPv6 literals keep their brackets).
+    /// The host in lower case (IPv6 literals keep their brackets).
     pub(super) host: String,
     /// The first path segment, if any (`devstoreaccount1` of a path-style URL).
     first_segment: Option<String>,
@@ -194,7 +202,6 @@ pub(super) struct Endpoint {
 impl Endpoint {
     pub(super) fn parse(text: &str) -> std::result::Result<Self, &'static str> {
         let text = text.trim();
-        // The checks that `url` would accept or word less helpfully come first.
         let (https, rest) = if let Some(rest) = strip_prefix_ignore_case(text, "https://") {
             (true, rest)
         } else if let Some(rest) = strip_prefix_ignore_case(text, "http://") {
@@ -208,7 +215,7 @@ impl Endpoint {
             );
         }
         let rest = rest.trim_end_matches('/');
-        // `url` reads `http:///host` as `http://host`; a connection string means no host.
+        // `http:///host` is not read as `http://host`: a connection string means no host.
         if rest.is_empty() || rest.starts_with(['/', ':']) {
             return Err("has no host");
         }
@@ -216,27 +223,33 @@ impl Endpoint {
             return Err("contains whitespace");
         }
         let text = &text[..text.len() - (text.len() - text.trim_end_matches('/').len())];
-        let url = url::Url::parse(text).map_err(|e| match e {
-            url::ParseError::EmptyHost => "has no host",
-            url::ParseError::InvalidPort => "has an invalid port",
-            _ => "is not a valid URL (check the host name)",
-        })?;
-        if !url.username().is_empty() || url.password().is_some() {
+        let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        if authority.contains('@') {
             return Err("must not contain user information (`user@`)");
         }
-        let host = url
-            .host_str()
-            .filter(|h| !h.is_empty())
-            .ok_or("has no host")?;
-        let first_segment = url
-            .path_segments()
-            .and_then(|mut segments| segments.next())
+        let (host, port) = split_host_port(authority)?;
+        let host = checked_host(host)?;
+        if let Some(port) = port {
+            // An empty port is the scheme's default, as in any URL.
+            if !port.is_empty()
+                && (!port.bytes().all(|b| b.is_ascii_digit()) || port.parse::<u16>().is_err())
+            {
+                return Err("has an invalid port");
+            }
+        }
+        check_path(path)?;
+        if http::Uri::try_from(text).is_err() {
+            return Err("is not a valid URL (check the host name)");
+        }
+        let first_segment = path
+            .split('/')
+            .nth(1)
             .filter(|s| !s.is_empty())
             .map(str::to_owned);
         Ok(Endpoint {
             text: text.to_owned(),
             https,
-            host: host.to_owned(),
+            host,
             first_segment,
         })
     }
@@ -260,6 +273,89 @@ fn is_ip_or_localhost(host: &str) -> bool {
     host.eq_ignore_ascii_case("localhost")
         || host.starts_with('[')
         || host.parse::<std::net::Ipv4Addr>().is_ok()
+}
+
+/// `host` and the text after its `:` (if any) of an authority.
+fn split_host_port(authority: &str) -> std::result::Result<(&str, Option<&str>), &'static str> {
+    if authority.starts_with('[') {
+        let end = authority.find(']').ok_or(NOT_A_URL)?;
+        let (host, after) = authority.split_at(end + 1);
+        return match after.strip_prefix(':') {
+            Some(port) => Ok((host, Some(port))),
+            None if after.is_empty() => Ok((host, None)),
+            None => Err(NOT_A_URL),
+        };
+    }
+    Ok(match authority.split_once(':') {
+        Some((host, port)) => (host, Some(port)),
+        None => (authority, None),
+    })
+}
+
+const NOT_A_URL: &str = "is not a valid URL (check the host name)";
+
+/// The host, checked and in lower case: `[IPv6]` (in its canonical form), a
+/// dotted IPv4 address (a name whose last label is a number is read as one,
+/// as browsers and the `url` crate do, and must be a valid one), or a DNS name.
+fn checked_host(host: &str) -> std::result::Result<String, &'static str> {
+    if host.is_empty() {
+        return Err("has no host");
+    }
+    if let Some(inner) = host.strip_prefix('[') {
+        let inner = inner.strip_suffix(']').ok_or(NOT_A_URL)?;
+        let address: std::net::Ipv6Addr = inner.parse().map_err(|_| NOT_A_URL)?;
+        return Ok(format!("[{address}]"));
+    }
+    let labels_ok = host.split('.').all(|label| {
+        !label.is_empty()
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    });
+    if !labels_ok {
+        return Err(NOT_A_URL);
+    }
+    let last = host.rsplit('.').next().unwrap_or(host);
+    let hex = last
+        .strip_prefix("0x")
+        .or_else(|| last.strip_prefix("0X"))
+        .is_some_and(|digits| digits.bytes().all(|b| b.is_ascii_hexdigit()));
+    if hex || last.bytes().all(|b| b.is_ascii_digit()) {
+        let address: std::net::Ipv4Addr = host.parse().map_err(|_| NOT_A_URL)?;
+        return Ok(address.to_string());
+    }
+    Ok(host.to_ascii_lowercase())
+}
+
+/// The path (empty or starting with `/`) holds only RFC 3986 path characters
+/// with valid percent escapes, and no `.` or `..` segment (which a URL
+/// parser would resolve, so the request would not go where the text says).
+fn check_path(path: &str) -> std::result::Result<(), &'static str> {
+    const BAD_PATH: &str = "is not a valid URL (its path holds a character a URL does not allow)";
+    let bytes = path.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' => {
+                let escape = bytes.get(i + 1..i + 3).ok_or(BAD_PATH)?;
+                if !escape.iter().all(u8::is_ascii_hexdigit) {
+                    return Err(BAD_PATH);
+                }
+                i += 3;
+                continue;
+            }
+            b if b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/".contains(&b) => {}
+            _ => return Err(BAD_PATH),
+        }
+        i += 1;
+    }
+    if path
+        .split('/')
+        .any(|segment| segment == "." || segment == "..")
+    {
+        return Err("must not contain `.` or `..` path segments");
+    }
+    Ok(())
 }
 
 fn strip_prefix_ignore_case<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
@@ -335,5 +431,86 @@ mod tests {
             dev.table_endpoint().unwrap()
         );
         assert_eq!(key_of(dev.credential()), DEV_KEY);
+    }
+
+    fn endpoint(text: &str) -> Endpoint {
+        match Endpoint::parse(text) {
+            Ok(e) => e,
+            Err(why) => panic!("{text:?} should parse: {why}"),
+        }
+    }
+
+    #[test]
+    fn endpoint_hosts_are_names_or_addresses_in_lower_case() {
+        let e = endpoint("HTTPS://MyAcc.Table.core.windows.net/");
+        assert_eq!(e.text, "HTTPS://MyAcc.Table.core.windows.net");
+        assert!(e.https);
+        assert_eq!(e.host, "myacc.table.core.windows.net");
+        assert_eq!(e.account_name("table"), Some("myacc"));
+        let e = endpoint("http://[0:0::1]:10002/devstoreaccount1");
+        assert_eq!(e.host, "[::1]");
+        assert_eq!(e.account_name("table"), Some("devstoreaccount1"));
+        let e = endpoint("http://127.0.0.1:/devstoreaccount1/x");
+        assert_eq!((e.host.as_str(), e.https), ("127.0.0.1", false));
+        assert_eq!(e.first_segment.as_deref(), Some("devstoreaccount1"));
+        assert_eq!(
+            endpoint("http://azurite_1:10002/a%41b")
+                .first_segment
+                .as_deref(),
+            Some("a%41b")
+        );
+        for bad in [
+            "http://256.0.0.1/x",
+            "http://1.2.3/x",
+            "http://10.0.0.0x1/x",
+            "http://[::g]/x",
+            "http://[::1/x",
+            "http://[::1]x/y",
+            "http://a..b/x",
+            "http://exa%41mple.com/x",
+            "http://ex\u{e4}mple.com/x",
+            "http://a!b.com/x",
+        ] {
+            assert_eq!(Endpoint::parse(bad).err(), Some(NOT_A_URL), "{bad}");
+        }
+    }
+
+    #[test]
+    fn endpoint_ports_and_paths_are_checked() {
+        for bad in [
+            "http://a:+1/x",
+            "http://a:abc",
+            "http://a:65536/x",
+            "http://a:-1",
+        ] {
+            assert_eq!(
+                Endpoint::parse(bad).err(),
+                Some("has an invalid port"),
+                "{bad}"
+            );
+        }
+        for bad in [
+            "http://a/\"q",
+            "http://a/{x}",
+            "http://a/%zz",
+            "http://a/b%4",
+            "http://a/\u{e9}",
+        ] {
+            let why = Endpoint::parse(bad).err().unwrap_or_default();
+            assert!(why.contains("its path holds a character"), "{bad}: {why}");
+        }
+        for bad in ["http://a/b/../c", "http://a/./c"] {
+            let why = Endpoint::parse(bad).err().unwrap_or_default();
+            assert!(why.contains("`.` or `..`"), "{bad}: {why}");
+        }
+        assert_eq!(
+            Endpoint::parse("http://u@a/x").err(),
+            Some("must not contain user information (`user@`)")
+        );
+        // What passes is a URI the transports can send.
+        for good in ["http://a/b~c/d;e=f/@:x", "https://a.b:443/p%20q"] {
+            let e = endpoint(good);
+            assert!(e.text.parse::<http::Uri>().is_ok(), "{good}");
+        }
     }
 }
