@@ -1,7 +1,7 @@
 //! The seam between the typed clients and a backend, one file per service:
 //! [`table`], [`queue`] and [`blob`] say what a client asks of a backend and
 //! what it gets back, and [`Repeat`], shared by the three, how a request may be
-//! repeated. [`connect`] is the one place that builds a backend: over HTTP from
+//! repeated. [`connect`](mod@connect) is the one place that builds a backend: over HTTP from
 //! an [`Account`](crate::Account), or the embedded store.
 
 #[cfg(feature = "blob")]
