@@ -15,6 +15,7 @@ use tracing::Instrument;
 
 use super::account::Account;
 use super::auth;
+use super::limits::AnswerLimits;
 use super::signer::{self, Attempt, RequestSigner, Service};
 use super::transport::{HttpTransport, Incoming};
 use super::wire::{header_value, names, QueryString};
@@ -178,6 +179,7 @@ pub(crate) struct Pipeline {
     /// The endpoint's path (percent-encoded, no trailing `/`).
     base_path: String,
     retry: RetryPolicy,
+    limits: AnswerLimits,
 }
 
 impl fmt::Debug for Pipeline {
@@ -203,7 +205,13 @@ impl Pipeline {
             transport: HttpTransport::new(&base, options)?,
             base_path,
             retry: options.retry.clone(),
+            limits: options.limits,
         })
+    }
+
+    /// The limits answers are read under.
+    pub(crate) fn limits(&self) -> &AnswerLimits {
+        &self.limits
     }
 
     /// The `tablekit.request` span of one call: its fields are filled as the
@@ -304,7 +312,9 @@ impl Pipeline {
             attempt.headers,
             attempt.body.clone(),
         )?;
-        self.transport.send(request).await
+        let resp = self.transport.send(request).await?;
+        self.limits.check_head(resp.headers())?;
+        Ok(resp)
     }
 }
 

@@ -110,7 +110,9 @@ pub(crate) fn transport_error(e: &reqwest::Error) -> Error {
         TransportKind::Interrupted if e.is_body() || e.is_decode() => {
             "the response body was cut short"
         }
-        TransportKind::Interrupted | TransportKind::Request => "the request failed",
+        TransportKind::Interrupted | TransportKind::Request | TransportKind::TooLarge => {
+            "the request failed"
+        }
     };
     transport_failure(kind, what, std::error::Error::source(e))
 }
