@@ -514,3 +514,186 @@ async fn query_results_stream_stops_on_error() {
         assert!(e.is_answer_too_large(), "{t:?}: {e}");
     }
 }
+
+/// A keep-alive script: answers request `n` (with its head) with `answer(n, head)`.
+fn pages(answer: impl Fn(usize, &str) -> Vec<u8> + Send + Sync + 'static) -> Script {
+    let answer = Arc::new(answer);
+    Arc::new(move |mut sock, head, _| {
+        let answer = answer.clone();
+        Box::pin(async move {
+            let mut head = head;
+            let mut n = 0;
+            loop {
+                if sock.write_all(&answer(n, &head)).await.is_err() {
+                    return;
+                }
+                n += 1;
+                match read_request(&mut sock).await {
+                    Some(h) => head = h,
+                    None => return,
+                }
+            }
+        })
+    })
+}
+
+/// A query page of `entities` (PartitionKey `p`, RowKeys from `first`) with
+/// `headers` (continuations), kept alive.
+fn page(first: usize, entities: usize, headers: &str) -> Vec<u8> {
+    let values: Vec<String> = (first..first + entities)
+        .map(|i| format!(r#"{{"PartitionKey":"p","RowKey":"{i:06}"}}"#))
+        .collect();
+    let body = format!(r#"{{"value":[{}]}}"#, values.join(","));
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: {JSON}\r\n{headers}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+#[tokio::test]
+async fn a_query_page_of_more_than_1000_entities_is_refused() {
+    let script = pages(|_, _| page(0, 1001, ""));
+    for (t, e) in each_transport(script, |_| {}, query_all).await {
+        assert!(e.to_string().contains("1001 entities"), "{t:?}: {e}");
+    }
+}
+
+#[tokio::test]
+async fn a_continuation_answered_with_itself_ends_the_query() {
+    // Every page, empty or not, names the same next page.
+    for size in [0, 3] {
+        let script = pages(move |_, _| {
+            page(0, size, "x-ms-continuation-NextPartitionKey: 1!4!cA--\r\nx-ms-continuation-NextRowKey: 1!4!cg--\r\n")
+        });
+        for (t, e) in each_transport(script.clone(), |_| {}, query_all).await {
+            assert!(
+                e.to_string().contains("continuation it was sent"),
+                "{t:?}: {e}"
+            );
+        }
+        let stream = |endpoint: String, options: ClientOptions| async move {
+            let mut s = table_on(&endpoint, options).query().take(10).stream();
+            let mut n = 0usize;
+            while s.try_next().await?.is_some() {
+                n += 1;
+            }
+            Ok::<_, tablekit::Error>(n)
+        };
+        for (t, e) in each_transport(script.clone(), |_| {}, stream).await {
+            assert!(
+                e.to_string().contains("continuation it was sent"),
+                "{t:?}: {e}"
+            );
+        }
+        let one_page = |endpoint: String, options: ClientOptions| async move {
+            let t = table_on(&endpoint, options);
+            let first = t.query().next_page().await?;
+            let next = first.continuation.clone().expect("a continuation");
+            t.query()
+                .continue_from(next)
+                .next_page()
+                .await
+                .map(|p| p.items.len())
+        };
+        for (t, e) in each_transport(script, |_| {}, one_page).await {
+            assert!(
+                e.to_string().contains("continuation it was sent"),
+                "{t:?}: {e}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn empty_pages_with_a_fresh_continuation_forever_end_the_query() {
+    let script = pages(|n, _| {
+        page(
+            0,
+            0,
+            &format!("x-ms-continuation-NextPartitionKey: 1!8!{n:06}\r\n"),
+        )
+    });
+    let take = |endpoint: String, options: ClientOptions| async move {
+        table_on(&endpoint, options)
+            .query()
+            .take(5)
+            .fetch_all()
+            .await
+            .map(|v| v.len())
+    };
+    for (t, e) in each_transport(script, |_| {}, take).await {
+        assert!(
+            e.to_string().contains("10000 empty query pages"),
+            "{t:?}: {e}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_few_empty_pages_with_a_continuation_are_followed() {
+    // What the service does when a query step runs out of time.
+    for transport in BOTH {
+        let asked = Arc::new(AtomicUsize::new(0));
+        let seen = asked.clone();
+        let script = pages(move |n, _| {
+            seen.fetch_add(1, Ordering::SeqCst);
+            match n {
+                0..=2 => page(
+                    0,
+                    0,
+                    &format!("x-ms-continuation-NextPartitionKey: 1!8!{n:06}\r\n"),
+                ),
+                _ => page(0, 2, ""),
+            }
+        });
+        let (endpoint, _) = lying_server(script).await;
+        let n = query_all(endpoint, options(transport)).await.unwrap();
+        assert_eq!((n, asked.load(Ordering::SeqCst)), (2, 4), "{transport:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_table_or_blob_listing_answered_with_its_own_marker_ends() {
+    let tables = pages(|_, _| {
+        let body = r#"{"value":[{"TableName":"a"}]}"#;
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: {JSON}\r\nx-ms-continuation-NextTableName: 1!4!YQ--\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    });
+    let list_tables = |endpoint: String, options: ClientOptions| async move {
+        TableServiceClient::with_options(account(&endpoint), options)?
+            .list_tables()
+            .stream()
+            .try_collect::<Vec<_>>()
+            .await
+            .map(|v| v.len())
+    };
+    for (t, e) in each_transport(tables, |_| {}, list_tables).await {
+        assert!(
+            e.to_string().contains("continuation it was sent"),
+            "{t:?}: {e}"
+        );
+    }
+    let blobs = pages(|_, _| {
+        let body = "<?xml version=\"1.0\" encoding=\"utf-8\"?><EnumerationResults ContainerName=\"photos\"><Blobs/><NextMarker>m1</NextMarker></EnumerationResults>";
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    });
+    let list = |endpoint: String, options: ClientOptions| async move {
+        BlobServiceClient::with_options(account(&endpoint), options)?
+            .container("photos")?
+            .list_blobs()
+            .fetch_all()
+            .await
+            .map(|b| b.len())
+    };
+    for (t, e) in each_transport(blobs, |_| {}, list).await {
+        assert!(e.to_string().contains("marker it was sent"), "{t:?}: {e}");
+    }
+}

@@ -451,6 +451,11 @@ impl ListBlobs {
                 let BlobResponse::Listing { blobs, next_marker } = resp else {
                     return Err(unexpected("a blob listing"));
                 };
+                if next_marker.is_some() && next_marker == s.marker {
+                    return Err(Error::decode(
+                        "the service answered a blob listing with the marker it was sent",
+                    ));
+                }
                 s.done = next_marker.is_none();
                 s.marker = next_marker;
                 Ok(Some((stream::iter(blobs.into_iter().map(Ok)), s)))

@@ -294,6 +294,11 @@ impl ListTables {
                 else {
                     return Err(Error::decode("unexpected answer to a table listing"));
                 };
+                if next_table_name.is_some() && next_table_name == s.next {
+                    return Err(Error::decode(
+                        "the service answered a table listing with the continuation it was sent",
+                    ));
+                }
                 s.done = next_table_name.is_none();
                 s.next = next_table_name;
                 Ok(Some((stream::iter(names.into_iter().map(Ok)), s)))
