@@ -697,3 +697,27 @@ async fn a_table_or_blob_listing_answered_with_its_own_marker_ends() {
         assert!(e.to_string().contains("marker it was sent"), "{t:?}: {e}");
     }
 }
+
+#[tokio::test]
+async fn an_entity_with_a_property_twice_is_refused() {
+    let body = r#"{"PartitionKey":"p","RowKey":"r","n":1,"n":2}"#;
+    for (t, e) in each_transport(raw(ok(JSON, "", body.as_bytes())), |_| {}, point_read).await {
+        assert!(e.to_string().contains("appears twice"), "{t:?}: {e}");
+    }
+    let page = format!(r#"{{"value":[{body}]}}"#);
+    for (t, e) in each_transport(raw(ok(JSON, "", page.as_bytes())), |_| {}, query_all).await {
+        assert!(e.to_string().contains("appears twice"), "{t:?}: {e}");
+    }
+}
+
+#[tokio::test]
+async fn a_point_read_answered_with_another_entity_is_refused() {
+    let body = r#"{"PartitionKey":"p","RowKey":"someone-else","n":1}"#;
+    for (t, e) in each_transport(raw(ok(JSON, "", body.as_bytes())), |_| {}, point_read).await {
+        assert!(
+            e.to_string()
+                .contains(r#"holds the entity ("p", "someone-else")"#),
+            "{t:?}: {e}"
+        );
+    }
+}

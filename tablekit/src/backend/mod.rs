@@ -323,9 +323,14 @@ impl Payload {
         }
     }
 
-    pub(crate) fn decode_one<T: TableEntity>(&self) -> Result<T> {
+    /// The entity of a point read of `key`: one under another key is refused.
+    pub(crate) fn decode_one<T: TableEntity>(&self, key: &crate::entity::EntityKey) -> Result<T> {
         match self {
-            Payload::Json { body, etag } => decode_entity(body, etag.as_deref()),
+            Payload::Json { body, etag } => decode_entity(
+                body,
+                etag.as_deref(),
+                Some((&key.partition_key, &key.row_key)),
+            ),
             Payload::Stored { entities, select } => match entities.first() {
                 Some(e) => stored::decode_one(e, select.as_ref()),
                 None => Err(crate::error::Error::decode("an empty single-entity answer")),

@@ -33,7 +33,7 @@ impl Intent {
     /// The intent of a single write whose body was `body`.
     pub(crate) fn of_body(body: &EntityBody, mode: UpdateMode) -> Result<Self> {
         let entity = match body {
-            EntityBody::Json(json) => decode_entity::<DynamicEntity>(json, None)?,
+            EntityBody::Json(json) => decode_entity::<DynamicEntity>(json, None, None)?,
             EntityBody::Bag(bag) => (**bag).clone(),
         };
         Ok(Intent::Holds {
@@ -97,7 +97,7 @@ impl SentOp {
             .as_deref()
             .ok_or_else(|| Error::decode("a transaction write without a body"))?;
         Ok(Intent::Holds {
-            entity: decode_entity::<DynamicEntity>(json, None)?,
+            entity: decode_entity::<DynamicEntity>(json, None, None)?,
             exact: mode == UpdateMode::Replace,
         })
     }

@@ -44,7 +44,7 @@ pub(crate) fn entity_of(body: EntityBody) -> Result<DynamicEntity> {
 /// Parses a write's JSON body (a transaction's operation, or a single write
 /// that came as JSON) into the entity to store, and checks it.
 pub(crate) fn entity_from_body(body: &[u8]) -> Result<DynamicEntity> {
-    let mut entity: DynamicEntity = decode_entity(body, None).map_err(|e| {
+    let mut entity: DynamicEntity = decode_entity(body, None, None).map_err(|e| {
         errors::invalid_input(&format!("One of the request inputs is not valid. ({e})"))
     })?;
     // Timestamp is the service's to set; a sent one is ignored, as the service does.
