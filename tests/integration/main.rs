@@ -26,6 +26,7 @@ mod differential;
 mod durable;
 mod errors;
 mod filter_macros;
+mod lost_answers;
 mod lying_server;
 mod metadata;
 mod modify;

@@ -263,7 +263,8 @@ impl ContainerClient {
     pub async fn create_container_if_not_exists(&self) -> Result<bool> {
         match self.create_container().await {
             Ok(()) => Ok(true),
-            Err(e) if e.code() == Some(&ErrorCode::ContainerAlreadyExists) => Ok(false),
+            // After a lost answer, the retry's 409 is most likely our own container.
+            Err(e) if e.code() == Some(&ErrorCode::ContainerAlreadyExists) => Ok(e.is_ambiguous()),
             Err(e) => Err(e),
         }
     }
@@ -302,7 +303,8 @@ impl ContainerClient {
     pub async fn delete_container_if_exists(&self) -> Result<bool> {
         match self.delete_container().await {
             Ok(()) => Ok(true),
-            Err(e) if e.code() == Some(&ErrorCode::ContainerNotFound) => Ok(false),
+            // After a lost answer, the retry's 404 is most likely our own deletion.
+            Err(e) if e.code() == Some(&ErrorCode::ContainerNotFound) => Ok(e.is_ambiguous()),
             Err(e) => Err(e),
         }
     }
@@ -770,7 +772,8 @@ impl BlobClient {
         .map(drop)
     }
 
-    /// Deletes the blob if it exists; returns whether it did. Safe to repeat.
+    /// Deletes the blob if it exists; returns whether it did (`true` when an
+    /// attempt's answer was lost and the retry found none). Safe to repeat.
     ///
     /// ```
     /// # async fn run() -> tablekit::Result<()> {
@@ -786,7 +789,8 @@ impl BlobClient {
     pub async fn delete_if_exists(&self) -> Result<bool> {
         match self.delete(IfMatch::Any).await {
             Ok(()) => Ok(true),
-            Err(e) if e.code() == Some(&ErrorCode::BlobNotFound) => Ok(false),
+            // After a lost answer, the retry's 404 is most likely our own deletion.
+            Err(e) if e.code() == Some(&ErrorCode::BlobNotFound) => Ok(e.is_ambiguous()),
             Err(e) => Err(e),
         }
     }

@@ -181,11 +181,19 @@ impl TableServiceClient {
     }
 
     /// Creates a table unless it exists; returns whether it was created.
+    ///
+    /// When an attempt's answer was lost and its retry finds the table
+    /// existing, the call succeeds and returns `true`: the table is most
+    /// likely the lost attempt's, and it exists either way.
     pub async fn create_table_if_not_exists(&self, name: &str) -> Result<bool> {
         match self.create_table(name).await {
             Ok(()) => Ok(true),
-            Err(e) if e.is_conflict() && e.code() != Some(&ErrorCode::TableBeingDeleted) => {
-                Ok(false)
+            // Ambiguous: the conflict met by a retry after a lost answer is
+            // most likely this call's own table. Either way the table exists.
+            Err(e)
+                if e.status() == Some(409) && e.code() != Some(&ErrorCode::TableBeingDeleted) =>
+            {
+                Ok(e.is_ambiguous())
             }
             Err(e) => Err(e),
         }
@@ -201,10 +209,16 @@ impl TableServiceClient {
     }
 
     /// Deletes a table if it exists; returns whether it did.
+    ///
+    /// When an attempt's answer was lost and its retry finds no table, the
+    /// call succeeds and returns `true`: the lost attempt most likely deleted
+    /// it, and it is gone either way.
     pub async fn delete_table_if_exists(&self, name: &str) -> Result<bool> {
         match self.delete_table(name).await {
             Ok(()) => Ok(true),
-            Err(e) if e.is_not_found() => Ok(false),
+            // Ambiguous: a lost answer's retry finding nothing most likely
+            // found this call's own deletion. Either way the table is gone.
+            Err(e) if e.status() == Some(404) => Ok(e.is_ambiguous()),
             Err(e) => Err(e),
         }
     }
@@ -451,12 +465,18 @@ impl<T: TableEntity> TableClient<T> {
             .map(drop)
     }
 
-    /// Creates the table unless it exists; returns whether it was created.
+    /// Creates the table unless it exists; returns whether it was created
+    /// (`true` when a lost answer's retry finds it: see
+    /// [`TableServiceClient::create_table_if_not_exists`]).
     pub async fn create_table_if_not_exists(&self) -> Result<bool> {
         match self.create_table().await {
             Ok(()) => Ok(true),
-            Err(e) if e.is_conflict() && e.code() != Some(&ErrorCode::TableBeingDeleted) => {
-                Ok(false)
+            // Ambiguous: the conflict met by a retry after a lost answer is
+            // most likely this call's own table. Either way the table exists.
+            Err(e)
+                if e.status() == Some(409) && e.code() != Some(&ErrorCode::TableBeingDeleted) =>
+            {
+                Ok(e.is_ambiguous())
             }
             Err(e) => Err(e),
         }
@@ -473,11 +493,15 @@ impl<T: TableEntity> TableClient<T> {
             .map(drop)
     }
 
-    /// Deletes the table if it exists; returns whether it did.
+    /// Deletes the table if it exists; returns whether it did (`true` when a
+    /// lost answer's retry finds none: see
+    /// [`TableServiceClient::delete_table_if_exists`]).
     pub async fn delete_table_if_exists(&self) -> Result<bool> {
         match self.delete_table().await {
             Ok(()) => Ok(true),
-            Err(e) if e.is_not_found() => Ok(false),
+            // Ambiguous: a lost answer's retry finding nothing most likely
+            // found this call's own deletion. Either way the table is gone.
+            Err(e) if e.status() == Some(404) => Ok(e.is_ambiguous()),
             Err(e) => Err(e),
         }
     }
