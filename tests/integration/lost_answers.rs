@@ -163,3 +163,70 @@ async fn queue_and_blob_helpers_succeed_after_a_lost_answer() {
         assert!(blob.delete_if_exists().await.unwrap(), "{transport:?}");
     }
 }
+
+/// A table of `conn` behind a proxy that loses the first answer, and the same
+/// table directly.
+async fn table_losing_first_answer(
+    conn: &str,
+    transport: Transport,
+) -> (
+    tablekit::TableClient<tablekit::DynamicEntity>,
+    tablekit::TableClient<tablekit::DynamicEntity>,
+) {
+    let direct =
+        common::fresh_table::<tablekit::DynamicEntity>(&common::tables(conn).unwrap(), "Confirm")
+            .await;
+    let faulty = losing_first_answer(conn, transport)
+        .await
+        .table(direct.name())
+        .unwrap();
+    (faulty, direct)
+}
+
+#[tokio::test]
+async fn a_write_whose_answer_was_lost_is_confirmed_by_read_back_even_with_nan() {
+    use tablekit::{DynamicEntity, EdmValue};
+    let Some(conn) = common::connection_string() else {
+        return;
+    };
+    for transport in BOTH {
+        let entity = DynamicEntity::new("p", "nan")
+            .with("N", f64::NAN)
+            .with("Inf", f64::INFINITY)
+            .with("NegInf", f64::NEG_INFINITY)
+            .with("X", 0.1 + 0.2);
+        let (faulty, direct) = table_losing_first_answer(&conn, transport).await;
+        // The insert lands, its answer is lost, the retry meets 409, and the
+        // read-back finds what was sent.
+        let written = faulty
+            .insert(&entity)
+            .await
+            .unwrap_or_else(|e| panic!("{transport:?}: {e}"));
+        assert!(written.confirmed_by_read_back(), "{transport:?}");
+        let stored = direct.get(("p", "nan")).await.unwrap().unwrap();
+        assert!(matches!(stored.get("N"), Some(EdmValue::Double(d)) if d.is_nan()));
+        assert_eq!(stored.etag.as_ref(), Some(written.etag()), "{transport:?}");
+        // A write the service acknowledges says so.
+        let plain = direct
+            .insert(&DynamicEntity::new("p", "plain"))
+            .await
+            .unwrap();
+        assert!(!plain.confirmed_by_read_back());
+
+        // A transaction likewise.
+        let (faulty, direct) = table_losing_first_answer(&conn, transport).await;
+        let mut tx = faulty.transaction();
+        tx.insert(&entity).unwrap();
+        tx.insert(&DynamicEntity::new("p", "other").with("N", f64::NAN))
+            .unwrap();
+        let result = tx
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{transport:?}: {e}"));
+        assert!(result.confirmed_by_read_back(), "{transport:?}");
+        let mut tx = direct.transaction();
+        tx.insert(&DynamicEntity::new("p", "third")).unwrap();
+        assert!(!tx.send().await.unwrap().confirmed_by_read_back());
+        common::drop_table(&direct).await;
+    }
+}

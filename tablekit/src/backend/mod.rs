@@ -259,6 +259,7 @@ pub(crate) enum Response {
 pub struct Written {
     pub(crate) etag: ETag,
     pub(crate) timestamp: Option<chrono::DateTime<chrono::Utc>>,
+    pub(crate) confirmed_by_read_back: bool,
 }
 
 impl Written {
@@ -267,7 +268,20 @@ impl Written {
         Written {
             timestamp: etag.timestamp(),
             etag,
+            confirmed_by_read_back: false,
         }
+    }
+
+    /// Whether the write's own answer was lost and its success was confirmed
+    /// by reading the entity back instead: an attempt failed in a way that
+    /// left its outcome unknown (a connection cut, a timeout, a 500), the
+    /// retry met the 409, 412 or 404 that attempt provoked, and the entity
+    /// read back held exactly what the write sent (see
+    /// [`AmbiguousWrites`](crate::table::AmbiguousWrites)). The ETag and
+    /// Timestamp are then the ones read back. `false` for a write the
+    /// service acknowledged. Count these to watch how often answers are lost.
+    pub fn confirmed_by_read_back(&self) -> bool {
+        self.confirmed_by_read_back
     }
 
     /// The entity's new ETag: pass it as [`IfMatch::ETag`] to make the next write conditional.
