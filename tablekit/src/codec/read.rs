@@ -204,9 +204,20 @@ impl<'de, T: TableEntity> Visitor<'de> for EntitySeed<'_, 'de, T> {
     }
 }
 
+/// What the error of a property held twice says (after its name).
+const TWICE: &str = "appears twice in one entity";
+
 /// The error of a property that an entity holds twice.
 fn twice(name: &str) -> Error {
-    Error::decode(format!("the property {name:?} appears twice in one entity"))
+    Error::decode_property(name, TWICE)
+}
+
+/// The property `e` found twice in an entity, if that is what it is about.
+pub(crate) fn duplicated_property(e: &Error) -> Option<&str> {
+    match e.kind() {
+        crate::error::ErrorKind::Decode(d) if d.message == TWICE => d.property.as_deref(),
+        _ => None,
+    }
 }
 
 /// Keeps `e` as the decode's error and stops the deserializer.
@@ -543,7 +554,8 @@ mod tests {
         let mut many: String = (0..40).map(|i| format!(r#""p{i}":{i},"#)).collect();
         many.push_str(r#""p17":1"#);
         let e = decoded(&format!(r#"{{"PartitionKey":"p","RowKey":"r",{many}}}"#)).unwrap_err();
-        assert!(e.to_string().contains(r#""p17" appears twice"#), "{e}");
+        assert!(e.to_string().contains(r#""p17": appears twice"#), "{e}");
+        assert_eq!(duplicated_property(&e), Some("p17"));
         // Distinct names, few or many, decode.
         let distinct: String = (0..40).map(|i| format!(r#","p{i}":{i}"#)).collect();
         let e = decoded(&format!(r#"{{"PartitionKey":"p","RowKey":"r"{distinct}}}"#)).unwrap();

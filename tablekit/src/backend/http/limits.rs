@@ -10,7 +10,7 @@ use bytes::{Bytes, BytesMut};
 use futures::TryStreamExt as _;
 use http::HeaderMap;
 
-use super::transport::Incoming;
+use super::transport::service::HttpResponse as Incoming;
 use crate::error::{Error, ErrorKind, Result, TransportError, TransportKind};
 
 const KIB: u64 = 1024;
@@ -255,7 +255,7 @@ pub(crate) fn bounded_stream(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transport::HttpResponse;
+    use crate::backend::http::transport::service::HttpResponse;
 
     fn answer(headers: &[(&str, &str)], chunks: Vec<&'static [u8]>) -> Incoming {
         let mut map = HeaderMap::new();
