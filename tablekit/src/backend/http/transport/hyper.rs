@@ -453,6 +453,8 @@ mod tests {
         HalfBody(usize),
         /// Holds every answer until this many requests are in.
         Gather(usize),
+        /// Declares a body of this many bytes, sends that many, then closes.
+        Declares(u64, usize),
     }
 
     struct Server {
@@ -508,6 +510,15 @@ mod tests {
                             Script::Hang => {
                                 std::future::pending::<()>().await;
                                 unreachable!()
+                            }
+                            Script::Declares(declared, sent) => {
+                                let mut r = format!(
+                                    "HTTP/1.1 200 OK\r\nContent-Length: {declared}\r\n\r\n"
+                                )
+                                .into_bytes();
+                                r.resize(r.len() + sent, b'x');
+                                let _ = sock.write_all(&r).await;
+                                break;
                             }
                             Script::HalfBody(len) => {
                                 let mut r = head(len, "").into_bytes();
@@ -672,6 +683,16 @@ mod tests {
         let e = body.collect().await.unwrap_err();
         assert_eq!(transport_kind(&e), TransportKind::Timeout);
         assert_eq!(t.pool().idle_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_declared_terabyte_is_never_reserved() {
+        // Several chunks arrive (the path that gives room for the rest), then
+        // the connection closes: an error, not an allocation of a terabyte.
+        let s = server(Script::Declares(1 << 40, 256 * 1024)).await;
+        let t = transport(&s.endpoint, |_| {});
+        let e = get_all(&t).await.unwrap_err();
+        assert_eq!(transport_kind(&e), TransportKind::Interrupted, "{e}");
     }
 
     #[tokio::test]
