@@ -16,7 +16,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::TryStreamExt as _;
 use tablekit::{
-    options::{AnswerLimits, ClientOptions, RetryPolicy, Transport},
+    options::{ClientOptions, RetryPolicy, Transport},
     Account, BlobServiceClient, DynamicEntity, QueueServiceClient, TableClient, TableServiceClient,
 };
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -246,10 +246,7 @@ async fn an_endless_chunked_body_stops_at_its_limit() {
     let unit: &'static [u8] = Box::leak(vec![b' '; 64 * 1024].into_boxed_slice());
     // A query page under a 1 MiB limit, and a point read under the default one.
     let tight = |o: &mut ClientOptions| {
-        o.http.limits = AnswerLimits {
-            query_page: 1024 * 1024,
-            ..AnswerLimits::default()
-        }
+        o.http.limits.query_page = 1024 * 1024;
     };
     for (t, e) in each_transport(endless_chunked(head, unit), tight, query_all).await {
         assert!(e.is_answer_too_large(), "{t:?}: {e}");
@@ -454,11 +451,8 @@ async fn an_endless_queue_or_blob_listing_stops_at_its_limit() {
         "HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\nTransfer-Encoding: chunked\r\n\r\n";
     let unit: &'static [u8] = Box::leak(b"<QueueMessagesList>".repeat(1000).into_boxed_slice());
     let tight = |o: &mut ClientOptions| {
-        o.http.limits = AnswerLimits {
-            messages: 512 * 1024,
-            listing: 512 * 1024,
-            ..AnswerLimits::default()
-        }
+        o.http.limits.messages = 512 * 1024;
+        o.http.limits.listing = 512 * 1024;
     };
     let peek = |endpoint: String, options: ClientOptions| async move {
         QueueServiceClient::with_options(account(&endpoint), options)?

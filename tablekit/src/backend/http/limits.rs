@@ -49,12 +49,11 @@ const MIB: u64 = 1024 * KIB;
 /// use tablekit::options::{AnswerLimits, ClientOptions};
 ///
 /// let mut options = ClientOptions::default();
-/// options.http.limits = AnswerLimits {
-///     query_page: 16 * 1024 * 1024,
-///     ..AnswerLimits::default()
-/// };
+/// options.http.limits.query_page = 16 * 1024 * 1024;
+/// assert_eq!(options.http.limits.entity, AnswerLimits::default().entity);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AnswerLimits {
     /// The status line and headers of any answer, as the sum of each header's
     /// name and value plus four bytes (`: ` and the line end).
