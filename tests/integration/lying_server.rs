@@ -737,3 +737,59 @@ async fn a_point_read_answered_with_another_entity_is_refused() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_transaction_answer_over_its_limit_is_settled_by_read_back() {
+    // The transaction's answer never ends; reading the entities back finds
+    // what it sent: applied, and said to be confirmed by the read-back.
+    let script: Script = Arc::new(|mut sock, head, _| {
+        Box::pin(async move {
+            let mut head = head;
+            loop {
+                if head.starts_with("post") {
+                    let _ = sock
+                        .write_all(b"HTTP/1.1 202 Accepted\r\nContent-Type: multipart/mixed; boundary=batchresponse_1\r\nTransfer-Encoding: chunked\r\n\r\n")
+                        .await;
+                    let chunk = format!("{:x}\r\n{}\r\n", 4096, "-".repeat(4096));
+                    while sock.write_all(chunk.as_bytes()).await.is_ok() {}
+                    return;
+                }
+                let rk = if head.contains("rowkey='a'") {
+                    "a"
+                } else {
+                    "b"
+                };
+                let body = format!(r#"{{"PartitionKey":"p","RowKey":"{rk}","n":1}}"#);
+                let mut answer = ok(JSON, "", body.as_bytes());
+                // Keep the connection for the next read.
+                let text = String::from_utf8(answer)
+                    .unwrap()
+                    .replace("Connection: close\r\n", "");
+                answer = text.into_bytes();
+                if sock.write_all(&answer).await.is_err() {
+                    return;
+                }
+                match read_request(&mut sock).await {
+                    Some(h) => head = h,
+                    None => return,
+                }
+            }
+        })
+    });
+    for transport in BOTH {
+        let (endpoint, _) = lying_server(script.clone()).await;
+        let mut options = options(transport);
+        options.http.limits.batch = 256 * 1024;
+        let t = table_on(&endpoint, options);
+        let mut tx = t.transaction();
+        tx.insert(&DynamicEntity::new("p", "a").with("n", 1))
+            .unwrap();
+        tx.insert(&DynamicEntity::new("p", "b").with("n", 1))
+            .unwrap();
+        let result = tokio::time::timeout(Duration::from_secs(60), tx.send())
+            .await
+            .unwrap_or_else(|_| panic!("{transport:?}: hung"))
+            .unwrap_or_else(|e| panic!("{transport:?}: {e}"));
+        assert!(result.confirmed_by_read_back(), "{transport:?}");
+    }
+}
