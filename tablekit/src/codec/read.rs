@@ -259,11 +259,23 @@ impl<'de, T: TableEntity> Visitor<'de> for PageSeed<'_, T> {
         f.write_str("an array of entities")
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        use crate::validate::MAX_PAGE_SIZE;
         let mut scratch = Vec::new();
         if let Some(n) = seq.size_hint() {
-            self.out.reserve(n);
+            self.out.reserve(n.min(MAX_PAGE_SIZE));
         }
+        let first = self.out.len();
         loop {
+            if self.out.len() - first == MAX_PAGE_SIZE {
+                // Stop decoding: a page never holds more.
+                if seq.next_element::<IgnoredAny>()?.is_some() {
+                    let e = Error::decode(format!(
+                        "a query page of more than {MAX_PAGE_SIZE} entities: the service sends at most {MAX_PAGE_SIZE}"
+                    ));
+                    return Err(refuse(self.failure, e));
+                }
+                return Ok(());
+            }
             let seed = EntitySeed::<T> {
                 scratch: &mut scratch,
                 failure: self.failure,
@@ -586,5 +598,24 @@ mod tests {
             "{e}"
         );
         decode_entity::<DynamicEntity>(body, None, Some(("p", "other"))).unwrap();
+    }
+
+    #[test]
+    fn a_page_stops_decoding_past_1000_entities() {
+        let page = |n: usize| {
+            let v: Vec<String> = (0..n)
+                .map(|i| format!(r#"{{"PartitionKey":"p","RowKey":"{i}"}}"#))
+                .collect();
+            format!(r#"{{"value":[{}]}}"#, v.join(","))
+        };
+        let mut out: Vec<DynamicEntity> = Vec::new();
+        decode_page(page(1000).as_bytes(), &mut out).unwrap();
+        assert_eq!(out.len(), 1000);
+        for n in [1001, 100_000] {
+            let mut out: Vec<DynamicEntity> = Vec::new();
+            let e = decode_page(page(n).as_bytes(), &mut out).unwrap_err();
+            assert!(e.to_string().contains("more than 1000 entities"), "{e}");
+            assert!(out.len() <= 1000, "decoding stopped at the limit");
+        }
     }
 }

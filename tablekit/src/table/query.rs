@@ -317,12 +317,6 @@ impl<T: TableEntity> Query<T> {
         }
         let mut items = Vec::new();
         payload.decode_into(&mut items)?;
-        if items.len() > MAX_PAGE_SIZE {
-            return Err(Error::decode(format!(
-                "a query page of {} entities: the service sends at most {MAX_PAGE_SIZE}",
-                items.len()
-            )));
-        }
         Ok(Page {
             items,
             continuation,
