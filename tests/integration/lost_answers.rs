@@ -230,3 +230,26 @@ async fn a_write_whose_answer_was_lost_is_confirmed_by_read_back_even_with_nan()
         common::drop_table(&direct).await;
     }
 }
+
+#[tokio::test]
+async fn an_entity_delete_if_exists_succeeds_after_a_lost_answer_even_when_reporting() {
+    use crate::retry::{fake_server, table_with, Answer};
+    for transport in BOTH {
+        let (endpoint, count) = fake_server(vec![
+            Answer::Drop,
+            Answer::Status("404 Not Found", "ResourceNotFound"),
+        ])
+        .await;
+        let deleted = table_with(&endpoint, options(transport))
+            .with_ambiguous_writes(tablekit::table::AmbiguousWrites::Report)
+            .delete_if_exists(("p", "r"), tablekit::IfMatch::Any)
+            .await
+            .unwrap_or_else(|e| panic!("{transport:?}: {e}"));
+        assert!(deleted, "{transport:?}");
+        assert_eq!(
+            count.load(Ordering::SeqCst),
+            2,
+            "{transport:?}: no read-back"
+        );
+    }
+}

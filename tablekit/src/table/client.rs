@@ -625,7 +625,10 @@ impl<T: TableEntity> TableClient<T> {
     }
 
     /// Deletes an entity if it exists; returns whether it did. A missing entity is
-    /// not an error, which makes the call safe to repeat.
+    /// not an error, which makes the call safe to repeat. When an attempt's
+    /// answer was lost and the retry finds no entity, it returns `true` (the
+    /// lost attempt most likely deleted it), also with
+    /// [`AmbiguousWrites::Report`].
     pub async fn delete_if_exists(
         &self,
         key: impl Into<EntityKey>,
@@ -634,6 +637,9 @@ impl<T: TableEntity> TableClient<T> {
         match self.delete(key, if_match).await {
             Ok(()) => Ok(true),
             Err(e) if is_missing_entity(&e) => Ok(false),
+            Err(e) if e.status() == Some(404) && e.code() != Some(&ErrorCode::TableNotFound) => {
+                Ok(e.is_ambiguous())
+            }
             Err(e) => Err(e),
         }
     }
