@@ -213,6 +213,7 @@ fn twice(name: &str) -> Error {
 }
 
 /// The property `e` found twice in an entity, if that is what it is about.
+#[cfg_attr(not(feature = "embedded"), allow(dead_code))]
 pub(crate) fn duplicated_property(e: &Error) -> Option<&str> {
     match e.kind() {
         crate::error::ErrorKind::Decode(d) if d.message == TWICE => d.property.as_deref(),
