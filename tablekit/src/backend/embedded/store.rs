@@ -319,6 +319,7 @@ fn apply(part: &mut Partition, rk: Key, stored: Option<Arc<StoredEntity>>) -> Op
                     .clone()
                     .expect("a stored version has an ETag"),
                 timestamp: stored.entity.timestamp,
+                confirmed_by_read_back: false,
             };
             part.insert(rk, stored);
             Some(written)
