@@ -327,13 +327,11 @@ impl Storage {
     /// A malformed connection string (see [`Account::from_connection_string`]),
     /// or a store file that cannot be opened.
     pub fn from_connection_string(s: &str) -> Result<Storage> {
-        if let Some(path) = crate::backend::embedded_connection(s) {
+        match crate::backend::target(s)? {
             #[cfg(feature = "durable")]
-            return Storage::embedded_at(path?);
-            #[cfg(not(feature = "durable"))]
-            return Err(crate::backend::needs_durable(path));
+            crate::backend::Target::File(path) => Storage::embedded_at(path),
+            crate::backend::Target::Account(account) => Ok(Storage::new(account)),
         }
-        Ok(Storage::new(Account::from_connection_string(s)?))
     }
 
     /// The account kept in the embedded store file at `path` (created if

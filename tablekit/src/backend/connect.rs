@@ -42,6 +42,30 @@ pub(crate) fn embedded_at(path: &std::path::Path) -> Result<Arc<dyn Backend>> {
     Ok(Arc::new(EmbeddedBackend::open(path)?))
 }
 
+/// What a connection string points at: the embedded store file of
+/// `UseEmbeddedStorage=true;Path=<file>`, or an account over HTTP. The one
+/// place every client's `from_connection_string` decides it.
+#[derive(Debug)]
+pub(crate) enum Target {
+    /// The embedded store kept in this file.
+    #[cfg(feature = "durable")]
+    File(std::path::PathBuf),
+    /// An account reached over HTTP.
+    Account(Account),
+}
+
+/// Parses a connection string into its [`Target`]. Without the `durable`
+/// feature an embedded connection string is refused, naming the feature.
+pub(crate) fn target(s: &str) -> Result<Target> {
+    match embedded_connection(s) {
+        #[cfg(feature = "durable")]
+        Some(path) => Ok(Target::File(path?)),
+        #[cfg(not(feature = "durable"))]
+        Some(path) => Err(needs_durable(path)),
+        None => Ok(Target::Account(Account::from_connection_string(s)?)),
+    }
+}
+
 /// The store file of an embedded connection string,
 /// `UseEmbeddedStorage=true;Path=<file>` (settings in any order and case,
 /// surrounding blanks ignored), or `None` if the string does not ask for

@@ -31,9 +31,7 @@ pub(crate) use connect::embedded_blobs_at;
 pub(crate) use connect::embedded_queues;
 #[cfg(all(feature = "durable", feature = "queue"))]
 pub(crate) use connect::embedded_queues_at;
-#[cfg(not(feature = "durable"))]
-pub(crate) use connect::needs_durable;
-pub(crate) use connect::{connect, embedded_connection};
+pub(crate) use connect::{connect, target, Target};
 #[cfg(feature = "embedded")]
 pub(crate) use stored::{Selection, StoredEntity};
 pub use table::Written;

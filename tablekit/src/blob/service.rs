@@ -59,13 +59,11 @@ impl BlobServiceClient {
     /// `UseEmbeddedStorage=true;Path=<file>` is the embedded store kept in that
     /// file, as [`embedded_at`](BlobServiceClient::embedded_at).
     pub fn from_connection_string(s: &str) -> Result<Self> {
-        if let Some(path) = crate::backend::embedded_connection(s) {
+        match crate::backend::target(s)? {
             #[cfg(feature = "durable")]
-            return Self::embedded_at(path?);
-            #[cfg(not(feature = "durable"))]
-            return Err(crate::backend::needs_durable(path));
+            crate::backend::Target::File(path) => Self::embedded_at(path),
+            crate::backend::Target::Account(account) => Self::new(account),
         }
-        Self::new(Account::from_connection_string(s)?)
     }
 
     /// The embedded blob store kept in the file at `path` (created if

@@ -4,12 +4,12 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::account::Account;
+use crate::backend::connect_queues;
 #[cfg(feature = "embedded")]
 use crate::backend::embedded_queues;
 #[cfg(feature = "durable")]
 use crate::backend::embedded_queues_at;
 use crate::backend::queue::QueueBackend;
-use crate::backend::{connect_queues, embedded_connection};
 #[cfg(feature = "embedded")]
 use crate::clock::{Clock, ManualClock};
 use crate::error::Result;
@@ -64,13 +64,11 @@ impl QueueServiceClient {
     /// `UseEmbeddedStorage=true;Path=<file>` is the embedded store kept in that
     /// file, as [`embedded_at`](QueueServiceClient::embedded_at).
     pub fn from_connection_string(s: &str) -> Result<Self> {
-        if let Some(path) = embedded_connection(s) {
+        match crate::backend::target(s)? {
             #[cfg(feature = "durable")]
-            return Self::embedded_at(path?);
-            #[cfg(not(feature = "durable"))]
-            return Err(crate::backend::needs_durable(path));
+            crate::backend::Target::File(path) => Self::embedded_at(path),
+            crate::backend::Target::Account(account) => Self::new(account),
         }
-        Self::new(Account::from_connection_string(s)?)
     }
 
     /// The embedded queue store kept in the file at `path` (created if

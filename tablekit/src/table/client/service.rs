@@ -132,13 +132,11 @@ impl TableServiceClient {
     /// application between its local file and Azure Table Storage changes only
     /// its connection string. (The path cannot contain `;`.)
     pub fn from_connection_string(s: &str) -> Result<Self> {
-        if let Some(path) = backend::embedded_connection(s) {
+        match crate::backend::target(s)? {
             #[cfg(feature = "durable")]
-            return Self::embedded_at(path?);
-            #[cfg(not(feature = "durable"))]
-            return Err(crate::backend::needs_durable(path));
+            crate::backend::Target::File(path) => Self::embedded_at(path),
+            crate::backend::Target::Account(account) => Self::new(account),
         }
-        Self::new(Account::from_connection_string(s)?)
     }
 
     /// Whether this client works on an in-process embedded store
