@@ -22,7 +22,7 @@ use bytes::Bytes;
 use chrono::{DateTime, SubsecRound as _, Utc};
 use futures::stream::{self, StreamExt};
 #[cfg(feature = "durable")]
-use redb::{ReadableTable, TableDefinition};
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 #[cfg(feature = "durable")]
 use serde::{Deserialize, Serialize};
 

@@ -36,8 +36,8 @@
 //! brings a C toolchain and a second data model (SQL) for what is a sorted
 //! key-value journal; fjall is built for write-heavy workloads larger than
 //! memory, which this store (held in memory) is not; sled's stable line is
-//! unmaintained. The workspace's rust-version (1.80) pins redb to 2.2 (later
-//! 2.x releases need 1.81 and 1.85); the 2.x file format is the same.
+//! unmaintained. redb 4 (file format 3) sets the workspace's rust-version
+//! (1.90); files written by redb 2.x (file format 2) are refused by name.
 //!
 //! # The file
 //!
@@ -55,10 +55,15 @@
 //!
 //! # When things go wrong
 //!
-//! - A file that has content but is no redb database is refused and left
-//!   untouched (redb 2.2 itself would initialise a new database over it).
-//! - A damaged file (cut short, a broken header) is refused at open with a clear
-//!   error; redb 2.2 panics on some of these, which the open turns into that error.
+//! - A file that is empty, or has content but is no redb database, is
+//!   refused and left untouched (redb would initialise a new database in it).
+//! - A damaged file (cut short, a page overwritten, a broken header) is
+//!   refused at open with an error naming the file and the damage: the open
+//!   verifies the checksum of every page of the committed trees
+//!   (redb's integrity check), which reads the whole file once. Without it
+//!   redb trusts a cleanly closed file and panics on a damaged page it later
+//!   reads; with it nothing is caught or unwound, so this holds with
+//!   `panic = "abort"` too.
 //! - A write the disk refuses (full, read-only, failing) answers 500
 //!   `InternalError` and is not applied; redb then refuses every later write
 //!   until the store is reopened, since the file's state after a failed commit
@@ -80,7 +85,10 @@ use std::sync::{Arc, Mutex, Weak};
 
 use base64::Engine as _;
 use chrono::DateTime;
-use redb::{Database, DatabaseError, ReadableTable, TableDefinition, TableHandle};
+use redb::{
+    Database, DatabaseError, ReadableDatabase, ReadableTable, StorageError, TableDefinition,
+    TableHandle,
+};
 use serde::{Deserialize, Serialize};
 
 use super::clock::{ticks_of, Version};
@@ -316,9 +324,9 @@ fn create_folders(path: &Path) -> Result<()> {
 /// The first bytes of every redb file.
 const REDB_MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
 
-/// Refuses a file that has content but is no redb database: redb 2.2 would
-/// initialise a new database over it (its docs say it refuses; its code does
-/// not), destroying whatever the user pointed us at by mistake.
+/// Refuses a file that is empty or has content but is no redb database,
+/// before redb sees it: redb initialises a new database in an empty file
+/// (and redb 2.2 did over any file), and the file is left as it was.
 fn refuse_foreign_file(path: &Path) -> Result<()> {
     use std::io::Read as _;
     let mut file = match std::fs::File::open(path) {
@@ -334,7 +342,14 @@ fn refuse_foreign_file(path: &Path) -> Result<()> {
         .take(REDB_MAGIC.len() as u64)
         .read_to_end(&mut head)
         .map_err(|e| open_error(path, e))?;
-    if head.is_empty() || head == REDB_MAGIC {
+    if head.is_empty() {
+        // redb would initialise a new database in it; an empty file where a
+        // store is expected is more likely a store lost to a failed copy.
+        Err(open_error(
+            path,
+            "it is empty (0 bytes), so it holds no store; remove it to start a new one",
+        ))
+    } else if head == REDB_MAGIC {
         Ok(())
     } else {
         Err(open_error(
@@ -366,14 +381,10 @@ const FILE_CACHE_BYTES: usize = 16 << 20;
 /// Opens (or creates) the redb database at `path`, refusing what is not one.
 fn open_db(path: &Path) -> Result<Database> {
     refuse_foreign_file(path)?;
-    // redb 2.2 asserts (panics) on some damaged files, such as one cut
-    // shorter than its header says: that is a damaged file, not a bug here.
-    let opened = std::panic::catch_unwind(|| {
-        Database::builder()
-            .set_cache_size(FILE_CACHE_BYTES)
-            .create(path)
-    })
-    .map_err(|_| open_error(path, "it is damaged (truncated or corrupted)"))?;
+    let opened = Database::builder()
+        .set_cache_size(FILE_CACHE_BYTES)
+        .set_check_integrity_on_open(true)
+        .create(path);
     opened.map_err(|e| match e {
         DatabaseError::DatabaseAlreadyOpen => open_error(
             path,
@@ -381,8 +392,18 @@ fn open_db(path: &Path) -> Result<Database> {
         ),
         DatabaseError::UpgradeRequired(v) => open_error(
             path,
-            format!("it has redb file format {v}, which this build cannot read"),
+            format!(
+                "it has redb file format {v} (written by a tablekit built on redb 2.x), which this build (redb 4, file format 3) cannot read"
+            ),
         ),
+        DatabaseError::Storage(StorageError::Corrupted(what)) => {
+            open_error(path, format_args!("it is damaged: {what}"))
+        }
+        DatabaseError::Storage(StorageError::Io(e))
+            if e.kind() == std::io::ErrorKind::UnexpectedEof =>
+        {
+            open_error(path, "it is damaged: it ends inside its header (truncated)")
+        }
         other => open_error(path, other),
     })
 }
@@ -747,67 +768,130 @@ mod tests {
         assert_eq!(names, ["T1x", "T2x"]);
     }
 
-    #[test]
-    fn a_truncated_or_corrupted_store_is_a_clear_error() {
-        let file = TempFile::new();
+    /// One entity as read back: table, PartitionKey, RowKey, string length.
+    type Row = (String, String, String, usize);
+
+    /// A store of two tables and 300 entities over many pages, closed: its
+    /// bytes, and what it holds.
+    fn sample_store(path: &Path) -> (Vec<u8>, Vec<Row>) {
         {
-            let (d, _) = Durable::open(&file.0).unwrap();
-            let id = d.create_table("t1x", "T1x").unwrap();
-            let mut e = DynamicEntity::new("p", "r");
-            e.properties
-                .push_unchecked("S".into(), EdmValue::String("x".repeat(20_000)));
-            let v = Version::at(1);
-            e.timestamp = Some(v.timestamp);
-            e.etag = Some(v.etag);
-            let stored = StoredEntity {
-                entity: e,
-                timestamp_text: v.text,
-            };
-            let put = Put {
-                row_key: "r",
-                entity: Some(&stored),
-            };
-            d.write("t1x", id, "p", &[put]).unwrap();
+            let (d, _) = Durable::open(path).unwrap();
+            for (lower, name) in [("t1x", "T1x"), ("t2x", "T2x")] {
+                let id = d.create_table(lower, name).unwrap();
+                for i in 0..150 {
+                    let (pk, rk) = (format!("p{}", i % 7), format!("r{i:04}"));
+                    let mut e = DynamicEntity::new(pk.as_str(), rk.as_str());
+                    e.properties
+                        .push_unchecked("S".into(), EdmValue::String("x".repeat(200 + i * 13)));
+                    let v = Version::at(1 + i as i64);
+                    e.timestamp = Some(v.timestamp);
+                    e.etag = Some(v.etag);
+                    let stored = StoredEntity {
+                        entity: e,
+                        timestamp_text: v.text,
+                    };
+                    let put = Put {
+                        row_key: &rk,
+                        entity: Some(&stored),
+                    };
+                    d.write(lower, id, &pk, &[put]).unwrap();
+                }
+            }
         }
-        let whole = std::fs::read(&file.0).unwrap();
-        // Per table, the length of its one entity's string.
-        let shape = |tables: &[LoadedTable]| -> Vec<usize> {
-            tables
-                .iter()
-                .flat_map(|t| &t.entities)
-                .map(|e| match e.entity.properties.iter().next() {
-                    Some((_, EdmValue::String(s))) => s.len(),
-                    _ => 0,
+        let bytes = std::fs::read(path).unwrap();
+        let content = read_all(path).unwrap();
+        assert_eq!(content.len(), 300);
+        (bytes, content)
+    }
+
+    /// Everything the store at `path` holds, read through an open.
+    fn read_all(path: &Path) -> Result<Vec<Row>> {
+        let (_, tables) = Durable::open(path)?;
+        Ok(tables
+            .iter()
+            .flat_map(|t| {
+                t.entities.iter().map(|e| {
+                    let len = match e.entity.properties.iter().next() {
+                        Some((_, EdmValue::String(s))) => s.len(),
+                        _ => 0,
+                    };
+                    (
+                        t.name.clone(),
+                        e.entity.partition_key.clone(),
+                        e.entity.row_key.clone(),
+                        len,
+                    )
+                })
+            })
+            .collect())
+    }
+
+    #[test]
+    fn damaged_files_are_errors_naming_the_file_never_panics() {
+        let file = TempFile::new();
+        let (whole, content) = sample_store(&file.0);
+        let shown = file.0.display().to_string();
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut garbage = |n: usize| -> Vec<u8> {
+            (0..n)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    seed as u8
                 })
                 .collect()
         };
-        let mut outcomes = Vec::new();
-        for len in [whole.len() / 2, 4096, 600, 20] {
-            std::fs::write(&file.0, &whole[..len]).unwrap();
-            outcomes.push((len, Durable::open(&file.0).map(|(_, t)| shape(&t))));
+        let mut cases: Vec<(String, Vec<u8>)> = Vec::new();
+        for page in 0..whole.len().div_ceil(4096) {
+            let mut bytes = whole.clone();
+            let end = (page * 4096 + 4096).min(bytes.len());
+            let g = garbage(end - page * 4096);
+            bytes[page * 4096..end].copy_from_slice(&g);
+            cases.push((format!("page {page} overwritten"), bytes));
         }
-        // Every byte of the header region flipped in turn would be slow; flip
-        // a run of bytes in the middle of the file (pages, not the header).
-        let mut corrupt = whole.clone();
-        let mid = whole.len() / 2;
-        for b in &mut corrupt[mid..mid + 4096] {
-            *b ^= 0x5a;
+        for len in [
+            1,
+            9,
+            100,
+            512,
+            4095,
+            4096,
+            8192,
+            whole.len() / 2,
+            whole.len() - 1,
+        ] {
+            cases.push((format!("cut to {len} bytes"), whole[..len].to_vec()));
         }
-        std::fs::write(&file.0, &corrupt).unwrap();
-        outcomes.push((0, Durable::open(&file.0).map(|(_, t)| shape(&t))));
-        for (len, outcome) in outcomes {
-            eprintln!(
-                "cut to {len} bytes (0: corrupted): {:?}",
-                outcome.as_ref().map_err(ToString::to_string)
-            );
+        let mut bytes = whole.clone();
+        bytes[0] = b'R';
+        cases.push(("wrong magic".into(), bytes));
+        cases.push(("zero length".into(), Vec::new()));
+        for (what, bytes) in cases {
+            std::fs::write(&file.0, &bytes).unwrap();
+            // Unwinding is caught only to name the case; the store itself
+            // catches nothing, so this holds with `panic = "abort"` too.
+            let outcome = std::panic::catch_unwind(|| read_all(&file.0))
+                .unwrap_or_else(|_| panic!("{what}: the open panicked"));
             match outcome {
+                // A page that held nothing live may be overwritten harmlessly:
+                // then the store reads back whole, never partly.
+                Ok(c) => assert!(c == content, "{what}: read back different data"),
                 Err(e) => {
+                    assert!(matches!(e.kind(), ErrorKind::Config(_)), "{what}: {e:?}");
                     let message = e.to_string();
-                    assert!(message.contains("cannot be opened"), "{len}: {message}");
+                    assert!(message.contains(&shown), "{what}: {message}");
+                    assert!(
+                        ["it is damaged", "not a tablekit store", "it is empty"]
+                            .iter()
+                            .any(|w| message.contains(w)),
+                        "{what}: {message}"
+                    );
+                    assert!(
+                        std::fs::read(&file.0).unwrap() == bytes,
+                        "{what}: a refused file is left as it was"
+                    );
                 }
-                // A cut or flipped region that held no live page may leave the
-                // store readable: then it must read back whole.
-                Ok(tables) => assert_eq!(tables, [20_000], "{len}"),
             }
         }
     }
@@ -854,8 +938,10 @@ pub(crate) mod full_disk {
     use std::sync::Arc;
 
     use bytes::Bytes;
+    use std::ops::Bound;
+
     use redb::backends::FileBackend;
-    use redb::StorageBackend;
+    use redb::{BackendError, StorageBackend};
 
     use super::*;
     use crate::backend::embedded::{EmbeddedBackend, Store};
@@ -894,8 +980,8 @@ pub(crate) mod full_disk {
         fn len(&self) -> std::result::Result<u64, io::Error> {
             self.file.len()
         }
-        fn read(&self, offset: u64, len: usize) -> std::result::Result<Vec<u8>, io::Error> {
-            self.file.read(offset, len)
+        fn read(&self, offset: u64, out: &mut [u8]) -> std::result::Result<(), io::Error> {
+            self.file.read(offset, out)
         }
         fn set_len(&self, len: u64) -> std::result::Result<(), io::Error> {
             if self.full.load(Ordering::SeqCst) && len > self.file.len()? {
@@ -903,14 +989,60 @@ pub(crate) mod full_disk {
             }
             self.file.set_len(len)
         }
-        fn sync_data(&self, eventual: bool) -> std::result::Result<(), io::Error> {
-            self.file.sync_data(eventual)
+        fn sync_data(&self) -> std::result::Result<(), io::Error> {
+            self.file.sync_data()
         }
         fn write(&self, offset: u64, data: &[u8]) -> std::result::Result<(), io::Error> {
             if self.full.load(Ordering::SeqCst) {
                 return Err(enospc());
             }
             self.file.write(offset, data)
+        }
+        fn close(&self) -> std::result::Result<(), io::Error> {
+            self.file.close()
+        }
+        // The file's locks, as redb's own file backend takes them.
+        fn try_lock_range(
+            &self,
+            start: Bound<u64>,
+            end: Bound<u64>,
+        ) -> std::result::Result<bool, BackendError> {
+            self.file.try_lock_range(start, end)
+        }
+        fn try_lock_shared_range(
+            &self,
+            start: Bound<u64>,
+            end: Bound<u64>,
+        ) -> std::result::Result<bool, BackendError> {
+            self.file.try_lock_shared_range(start, end)
+        }
+        fn lock_range(
+            &self,
+            start: Bound<u64>,
+            end: Bound<u64>,
+        ) -> std::result::Result<(), BackendError> {
+            self.file.lock_range(start, end)
+        }
+        fn lock_shared_range(
+            &self,
+            start: Bound<u64>,
+            end: Bound<u64>,
+        ) -> std::result::Result<(), BackendError> {
+            self.file.lock_shared_range(start, end)
+        }
+        fn unlock_range(
+            &self,
+            start: Bound<u64>,
+            end: Bound<u64>,
+        ) -> std::result::Result<(), BackendError> {
+            self.file.unlock_range(start, end)
+        }
+        fn query_lock_range(
+            &self,
+            start: Bound<u64>,
+            end: Bound<u64>,
+        ) -> std::result::Result<bool, BackendError> {
+            self.file.query_lock_range(start, end)
         }
     }
 

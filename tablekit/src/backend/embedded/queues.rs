@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 #[cfg(feature = "durable")]
-use redb::{ReadableTable, TableDefinition};
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 #[cfg(feature = "durable")]
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
