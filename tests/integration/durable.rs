@@ -1004,3 +1004,68 @@ async fn a_storage_open_that_fails_claims_nothing() {
     drop((tables, queues));
     tablekit::Storage::embedded_at(file.path()).unwrap();
 }
+
+/// The embedded stores answer in their own name: the store (and its file),
+/// never "the service answered ... (request id ...)".
+#[tokio::test]
+async fn errors_of_the_embedded_stores_name_the_store_and_its_file() {
+    let file = TempStore::new();
+    let path = file.path().display().to_string();
+    for (svc, named) in [
+        (file.open(), format!("the embedded store file {path}")),
+        (
+            TableServiceClient::embedded(),
+            "the embedded store (in memory)".to_owned(),
+        ),
+    ] {
+        let missing = svc.table::<DynamicEntity>("Missing").unwrap();
+        let t = svc.table::<DynamicEntity>("Present").unwrap();
+        t.create_table().await.unwrap();
+        t.insert(&DynamicEntity::new("p", "r")).await.unwrap();
+        let errors = [
+            missing
+                .insert(&DynamicEntity::new("p", "r"))
+                .await
+                .unwrap_err(),
+            t.insert(&DynamicEntity::new("p", "r")).await.unwrap_err(),
+            t.delete(("p", "absent"), IfMatch::Any).await.unwrap_err(),
+            svc.create_table("Present").await.unwrap_err(),
+        ];
+        for err in errors {
+            assert!(err.status().is_some(), "{err:?}");
+            let message = err.to_string();
+            assert!(
+                message.starts_with(&format!("{named} answered ")),
+                "{message}"
+            );
+            assert!(!message.contains("service"), "{message}");
+            assert!(!message.contains("request id"), "{message}");
+        }
+    }
+    // Queues and blobs in the same file answer in its name too.
+    let queues = tablekit::QueueServiceClient::embedded_at(file.path()).unwrap();
+    let blobs = tablekit::BlobServiceClient::embedded_at(file.path()).unwrap();
+    let errors = [
+        queues
+            .queue("missing")
+            .unwrap()
+            .send("x")
+            .await
+            .unwrap_err(),
+        blobs
+            .container("missing")
+            .unwrap()
+            .blob("b")
+            .unwrap()
+            .properties()
+            .await
+            .unwrap_err(),
+    ];
+    for err in errors {
+        assert!(err.status().is_some(), "{err:?}");
+        let message = err.to_string();
+        let named = format!("the embedded store file {path} answered ");
+        assert!(message.starts_with(&named), "{message}");
+        assert!(!message.contains("request id"), "{message}");
+    }
+}

@@ -275,6 +275,13 @@ pub(crate) struct Durable {
     claim: Claim,
 }
 
+impl Durable {
+    /// The file's path as it was opened.
+    pub(crate) fn path(&self) -> &Path {
+        self.claim.path()
+    }
+}
+
 impl std::fmt::Debug for Durable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Durable")
@@ -364,9 +371,7 @@ pub(crate) fn write_error(what: impl std::fmt::Display) -> Error {
     Error::service(
         500,
         ErrorCode::InternalError,
-        format!(
-            "the embedded store file could not be written, so the write was not applied: {what}"
-        ),
+        format!("the file could not be written, so the write was not applied: {what}"),
     )
 }
 

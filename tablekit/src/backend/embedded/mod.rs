@@ -166,7 +166,9 @@ impl EmbeddedBackend {
                 }
             }
             Operation::Transaction { table, ops } => {
-                let t = store.table(table)?;
+                // The service names the first operation (index 0) when the
+                // table is missing, as for any failure of the whole request.
+                let t = store.table(table).map_err(|e| errors::at_index(e, 0))?;
                 Response::Transaction(t.transaction(store, ops)?)
             }
         })
@@ -181,7 +183,7 @@ fn written(w: Option<super::Written>) -> Result<Response> {
 #[async_trait::async_trait]
 impl Backend for EmbeddedBackend {
     async fn execute(&self, op: Operation<'_>) -> Result<Response> {
-        self.run(op)
+        self.run(op).map_err(|e| e.answered_by(self.store.name()))
     }
 
     fn stores_property_bags(&self) -> bool {

@@ -123,6 +123,15 @@ impl Store {
         }
     }
 
+    /// How the store names itself in its errors (see [`errors::store_name`]).
+    pub(crate) fn name(&self) -> String {
+        #[cfg(feature = "durable")]
+        if let Some(d) = &self.durable {
+            return errors::store_name(Some(d.path()));
+        }
+        errors::store_name(None)
+    }
+
     pub(crate) fn create_table(&self, name: &str) -> Result<()> {
         let mut tables = write(&self.tables);
         let key = lower(name);
