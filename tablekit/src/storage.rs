@@ -88,6 +88,52 @@ pub struct Storage {
     description: Arc<str>,
 }
 
+/// How an embedded store file is opened ([`Storage::embedded_at_with`]).
+///
+/// # Memory
+///
+/// The entities, messages' and blobs' data stay in the file; the store reads
+/// them through a cache of the file's pages, which holds at most
+/// [`cache_bytes`](FileOptions::cache_bytes) (64 MiB unless set). What else
+/// the store holds is small and bounded: the names of the tables, queues and
+/// containers, the page of a query being read (at most 1,000 entities), and
+/// the writes being committed. (The queue and blob stores keep their
+/// messages and blob metadata in memory too, as they always have.)
+#[cfg(feature = "durable")]
+#[cfg_attr(docsrs, doc(cfg(feature = "durable")))]
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct FileOptions {
+    pub(crate) cache_bytes: usize,
+}
+
+#[cfg(feature = "durable")]
+impl FileOptions {
+    /// The default cache size, 64 MiB.
+    pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;
+
+    /// The defaults: a cache of [`FileOptions::DEFAULT_CACHE_BYTES`].
+    pub fn new() -> Self {
+        FileOptions {
+            cache_bytes: Self::DEFAULT_CACHE_BYTES,
+        }
+    }
+
+    /// The most of the file kept in memory, in bytes. Reads of pages not
+    /// cached go to the file (and the operating system's cache of it).
+    pub fn cache_bytes(mut self, bytes: usize) -> Self {
+        self.cache_bytes = bytes;
+        self
+    }
+}
+
+#[cfg(feature = "durable")]
+impl Default for FileOptions {
+    fn default() -> Self {
+        FileOptions::new()
+    }
+}
+
 /// Where a [`Storage`] keeps its data: what [`Storage::kind`] answers, for a
 /// program that behaves differently on each (a test that needs a real
 /// service, a memory budget that counts what an in-memory store holds).
@@ -366,6 +412,35 @@ impl Storage {
             kind: StorageKind::File,
             description: format!("the embedded store file {}", path.display()).into(),
         })
+    }
+
+    /// [`Storage::embedded_at`] with options for the file: how much of it
+    /// is cached in memory ([`FileOptions::cache_bytes`]). The options are
+    /// the file's while it is open in this process: an open of a file that
+    /// this process has open already is refused.
+    ///
+    /// ```
+    /// use tablekit::storage::{FileOptions, Storage};
+    ///
+    /// let path = std::env::temp_dir().join(format!("doc-options-{}.redb", std::process::id()));
+    /// # let _ = std::fs::remove_file(&path);
+    /// let account = Storage::embedded_at_with(&path, FileOptions::new().cache_bytes(8 << 20))?;
+    /// # drop(account); std::fs::remove_file(&path).unwrap();
+    /// # Ok::<(), tablekit::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Storage::embedded_at`], and a configuration error if this
+    /// process has the file open already.
+    #[cfg(feature = "durable")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "durable")))]
+    pub fn embedded_at_with(path: impl AsRef<Path>, options: FileOptions) -> Result<Storage> {
+        let path = path.as_ref();
+        // The file opened with the options first: the services below find
+        // it open and share it.
+        let _held = crate::backend::hold_store_file(path, &options)?;
+        Storage::embedded_at(path)
     }
 
     /// A fresh, isolated, in-memory account: each service an empty embedded

@@ -1069,3 +1069,48 @@ async fn errors_of_the_embedded_stores_name_the_store_and_its_file() {
         assert!(!message.contains("request id"), "{message}");
     }
 }
+
+/// `Storage::embedded_at_with` opens the file with its options, the three
+/// services share it, and a second open with options while it is open is
+/// refused (the options are the first open's).
+#[tokio::test]
+async fn a_file_opened_with_options_is_shared_and_its_options_are_the_first_opens() {
+    use tablekit::storage::{FileOptions, Storage};
+    let file = TempStore::new();
+    let options = FileOptions::new().cache_bytes(1 << 20);
+    let account = Storage::embedded_at_with(file.path(), options.clone()).unwrap();
+    let t = account.table::<DynamicEntity>("Small").unwrap();
+    t.create_table().await.unwrap();
+    for i in 0..2_000 {
+        t.insert(
+            &DynamicEntity::new(format!("p{}", i % 10), format!("r{i:05}"))
+                .with("S", "x".repeat(300)),
+        )
+        .await
+        .unwrap();
+    }
+    let q = account.queue("jobs").unwrap();
+    q.create_queue().await.unwrap();
+    let err = Storage::embedded_at_with(file.path(), options.clone()).unwrap_err();
+    assert!(
+        err.to_string().contains("open in this process already"),
+        "{err}"
+    );
+    // Everything reads back through the small cache, in order.
+    let all = all(account.tables().unwrap(), "Small").await;
+    assert_eq!(all.len(), 2_000);
+    let keys: Vec<_> = all
+        .iter()
+        .map(|e| (e.partition_key.clone(), e.row_key.clone()))
+        .collect();
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(keys, sorted);
+    drop((t, q, account));
+    let again = Storage::embedded_at_with(file.path(), options).unwrap();
+    assert_eq!(all_len(&again).await, 2_000);
+}
+
+async fn all_len(account: &tablekit::Storage) -> usize {
+    all(account.tables().unwrap(), "Small").await.len()
+}

@@ -42,6 +42,16 @@ pub(crate) fn embedded_at(path: &std::path::Path) -> Result<Arc<dyn Backend>> {
     Ok(Arc::new(EmbeddedBackend::open(path)?))
 }
 
+/// Opens the store file at `path` with `options` and holds it open while the
+/// handle lives, so that the services opened meanwhile share it.
+#[cfg(feature = "durable")]
+pub(crate) fn hold_store_file(
+    path: &std::path::Path,
+    options: &crate::storage::FileOptions,
+) -> Result<impl Sized> {
+    super::embedded::hold_file(path, options)
+}
+
 /// The store file of an embedded connection string,
 /// `UseEmbeddedStorage=true;Path=<file>` (settings in any order and case,
 /// surrounding blanks ignored), or `None` if the string does not ask for

@@ -43,6 +43,8 @@ pub(crate) use connect::embedded_blobs_at;
 pub(crate) use connect::embedded_queues;
 #[cfg(all(feature = "durable", feature = "queue"))]
 pub(crate) use connect::embedded_queues_at;
+#[cfg(feature = "durable")]
+pub(crate) use connect::hold_store_file;
 #[cfg(not(feature = "durable"))]
 pub(crate) use connect::needs_durable;
 pub(crate) use connect::{connect, embedded_connection};

@@ -9,16 +9,28 @@
 //!
 //! # Design
 //!
-//! The in-memory store stays the authority for reads and for every rule
-//! (conditions, merges, limits, transactions, paging): the file only journals
-//! the outcome. A write is decided under its partition's lock exactly as in
-//! memory, then committed to the file (one database write transaction per
-//! single write, one per entity group transaction, durable: the commit returns
-//! after `fsync`), and only then applied in memory and acknowledged. A write
-//! whose commit fails changes nothing and answers 500 `InternalError`. So the
-//! file-backed store has the in-memory semantics by construction, and the
-//! behaviour suite runs on it a third time to prove it. The cost is memory (the
-//! whole store is held, as in memory) and one `fsync` per write.
+//! The file is the store: its entities live in it, not in memory. Point
+//! reads, range queries and listings read the database (through its cache of
+//! the file's pages, [`FileOptions::cache_bytes`]); the process keeps no
+//! second copy, only the names of the tables. Each read of a query's page
+//! reads one snapshot (one read transaction), so a page is consistent.
+//!
+//! A write keeps the in-memory store's rules (conditions, merges, limits,
+//! transactions) by running the same decision code: under its partition's
+//! lock ([`Durable::lock_partition`]), it reads the entities it touches from
+//! the file as the last commit left them, decides, and commits the outcome
+//! (one database write transaction per single write or entity group
+//! transaction, durable: the commit returns after `fsync`). Only then is it
+//! acknowledged. A write whose commit fails changes nothing and answers 500
+//! `InternalError`. Holding the partition's lock from the read to the commit
+//! makes a transaction atomic and isolated within its partition, as the
+//! service's are; writes to different partitions do not wait for each other
+//! except in the commit itself. The behaviour suite runs on this store a third
+//! time to prove it answers as the in-memory one.
+//!
+//! On-disk keys are the PartitionKey and RowKey in a form whose byte order
+//! is the service's order (UTF-16 code units; `key::entity_key`), so a query
+//! over a PartitionKey range is a range scan of the file.
 //!
 //! # The database: redb
 //!
@@ -34,8 +46,8 @@
 //! that keeps a second process (or a second open in this process) out, a
 //! stable format, and it builds fast without C. SQLite would be as safe but
 //! brings a C toolchain and a second data model (SQL) for what is a sorted
-//! key-value journal; fjall is built for write-heavy workloads larger than
-//! memory, which this store (held in memory) is not; sled's stable line is
+//! key-value store; fjall is an LSM tree built for write-heavy workloads,
+//! where this store's reads matter as much; sled's stable line is
 //! unmaintained. redb 4 (file format 3) sets the workspace's rust-version
 //! (1.90); files written by redb 2.x (file format 2) are refused by name.
 //!
@@ -44,9 +56,12 @@
 //! - `meta`: `format` → [`FORMAT_VERSION`]; a file of a newer version is refused
 //!   with a clear error, never guessed at. `next_table` → the next table id.
 //! - `tables`: the lower-cased name → (id, the name as created).
-//! - `entities/{id}`: (PartitionKey, RowKey) → the stored entity (below). Each
-//!   table has its own database table, so deleting a table is one step and a
-//!   write racing a delete cannot land in a later table of the same name.
+//! - `meta`: `clock` → the newest version given, so a reopened store's
+//!   versions go on after it without reading its entities.
+//! - `entities/{id}`: the on-disk key (PartitionKey, RowKey in the service's
+//!   order) → the stored entity (below). Each table has its own database
+//!   table, so deleting a table is one step and a write racing a delete
+//!   cannot land in a later table of the same name.
 //!
 //! An entity is stored as compact JSON: the version (100 ns ticks; the
 //! Timestamp and ETag are derived from it) and the properties in order, each
@@ -80,6 +95,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 
@@ -95,16 +111,23 @@ use super::clock::{ticks_of, Version};
 use crate::backend::StoredEntity;
 use crate::entity::{DynamicEntity, Properties};
 use crate::error::{Error, ErrorCode, Result};
+use crate::storage::FileOptions;
 use crate::EdmValue;
 
 /// The version of the file's layout this code writes and reads.
-pub(crate) const FORMAT_VERSION: u64 = 1;
+pub(crate) const FORMAT_VERSION: u64 = 2;
 
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const TABLES: TableDefinition<&str, (u64, &str)> = TableDefinition::new("tables");
 
 fn entities_name(id: u64) -> String {
     format!("entities/{id}")
+}
+
+/// A table's entities: the on-disk key (`key::entity_key`: PartitionKey and
+/// RowKey in the service's order) → the stored entity.
+fn entities_def(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
+    TableDefinition::new(name)
 }
 
 /// An open store file: one redb database, shared in this process by the
@@ -202,33 +225,49 @@ fn registry_key(path: &Path) -> PathBuf {
     }
 }
 
+/// Opens the store file at `path` with `options` (refused if this process
+/// has it open already), and holds it open while the result lives: the
+/// stores opened on `path` meanwhile share it.
+pub(crate) fn hold(path: &Path, options: &FileOptions) -> Result<Arc<File>> {
+    let held = open_file(path, options)?;
+    if Arc::strong_count(&held) > 1 {
+        return Err(open_error(
+            path,
+            "it is open in this process already; its options are those of its first open",
+        ));
+    }
+    Ok(held)
+}
+
+/// The open file at `path`: this process's, or opened (or created) now with
+/// `options`.
+fn open_file(path: &Path, options: &FileOptions) -> Result<Arc<File>> {
+    create_folders(path)?;
+    let key = registry_key(path);
+    let mut files = lock(&FILES);
+    let map = files.get_or_insert_with(HashMap::new);
+    if let Some(file) = map.get(&key).and_then(Weak::upgrade) {
+        return Ok(file);
+    }
+    let db = open_db(path, options)?;
+    // Checked before it becomes a `File`, whose drop takes the registry's
+    // lock (held here).
+    check_format(&db, path)?;
+    let file = Arc::new(File {
+        db: Some(db),
+        path: path.to_owned(),
+        key: Some(key.clone()),
+        claimed: Mutex::new([false; 3]),
+    });
+    map.insert(key, Arc::downgrade(&file));
+    Ok(file)
+}
+
 impl Claim {
     /// Claims `service` of the store file at `path`, opening (or creating) the
     /// file unless this process has it open already.
     pub(crate) fn open(path: &Path, service: Service) -> Result<Claim> {
-        create_folders(path)?;
-        let key = registry_key(path);
-        let file = {
-            let mut files = lock(&FILES);
-            let map = files.get_or_insert_with(HashMap::new);
-            match map.get(&key).and_then(Weak::upgrade) {
-                Some(file) => file,
-                None => {
-                    let db = open_db(path)?;
-                    // Checked before it becomes a `File`, whose drop takes the
-                    // registry's lock (held here).
-                    check_format(&db, path)?;
-                    let file = Arc::new(File {
-                        db: Some(db),
-                        path: path.to_owned(),
-                        key: Some(key.clone()),
-                        claimed: Mutex::new([false; 3]),
-                    });
-                    map.insert(key, Arc::downgrade(&file));
-                    file
-                }
-            }
-        };
+        let file = open_file(path, &FileOptions::new())?;
         Claim::take(file, service)
     }
 
@@ -273,7 +312,16 @@ impl Claim {
 /// The tables of a store file (see [`Claim`]).
 pub(crate) struct Durable {
     claim: Claim,
+    /// The partitions' locks, by a hash of (table id, PartitionKey): a write
+    /// decides and commits under its partition's lock, so it reads the
+    /// partition as the last commit left it. A fixed number, whatever the
+    /// number of partitions; two partitions that share a lock only wait for
+    /// each other.
+    stripes: Box<[Mutex<()>]>,
 }
+
+/// How many partition locks a store file has (see [`Durable::stripes`]).
+const STRIPES: usize = 1024;
 
 impl Durable {
     /// The file's path as it was opened.
@@ -290,11 +338,80 @@ impl std::fmt::Debug for Durable {
     }
 }
 
-/// A table as the file holds it, with its entities in the file's order.
+/// A table as the file names it: its id and its name as created.
 pub(crate) struct LoadedTable {
     pub(crate) id: u64,
     pub(crate) name: String,
-    pub(crate) entities: Vec<StoredEntity>,
+}
+
+/// What a store file holds when it is opened: its tables, and the newest
+/// version it has given (the clock goes on after it).
+pub(crate) struct Loaded {
+    pub(crate) tables: Vec<LoadedTable>,
+    pub(crate) last_version: i64,
+}
+
+/// The entities of one table as of one commit: every read of a snapshot
+/// sees the same state.
+pub(crate) struct Snapshot {
+    /// `None` if the table has no entities yet (its database table is made by
+    /// its first write).
+    table: Option<redb::ReadOnlyTable<&'static [u8], &'static [u8]>>,
+}
+
+impl Snapshot {
+    /// The entity at (`pk`, `rk`), if any.
+    pub(crate) fn get(&self, pk: &str, rk: &str) -> Result<Option<StoredEntity>> {
+        let Some(table) = &self.table else {
+            return Ok(None);
+        };
+        let key = super::key::entity_key(pk, rk);
+        match table.get(key.as_slice()).map_err(read_error)? {
+            Some(v) => decode(pk, rk, v.value()).map(Some).map_err(read_error),
+            None => Ok(None),
+        }
+    }
+
+    /// Calls `each` with the (PartitionKey, RowKey, entity bytes) of every
+    /// entity from `start` (an on-disk key, inclusive) to `end`, in key order,
+    /// until it returns `false`.
+    pub(crate) fn scan(
+        &self,
+        start: &[u8],
+        end: Option<&[u8]>,
+        mut each: impl FnMut(&[u8], &[u8]) -> Result<bool>,
+    ) -> Result<()> {
+        let Some(table) = &self.table else {
+            return Ok(());
+        };
+        let end = end.map_or(Bound::Unbounded, Bound::Excluded);
+        let range = table
+            .range::<&[u8]>((Bound::Included(start), end))
+            .map_err(read_error)?;
+        for row in range {
+            let (k, v) = row.map_err(read_error)?;
+            if !each(k.value(), v.value())? {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The entity of an on-disk key and value, read.
+pub(crate) fn decode_row(key: &[u8], value: &[u8]) -> Result<StoredEntity> {
+    let (pk, rk) = super::key::decode_entity_key(key)
+        .ok_or_else(|| read_error("an entity key is unreadable"))?;
+    decode(&pk, &rk, value).map_err(read_error)
+}
+
+/// A failure to read the file: 500, nothing was changed.
+pub(crate) fn read_error(what: impl std::fmt::Display) -> Error {
+    Error::service(
+        500,
+        ErrorCode::InternalError,
+        format!("the file could not be read: {what}"),
+    )
 }
 
 /// One change of a committed write: the entity at `row_key` becomes `Some`
@@ -375,19 +492,11 @@ pub(crate) fn write_error(what: impl std::fmt::Display) -> Error {
     )
 }
 
-/// The most of the file redb keeps cached in memory. Reads are served from
-/// the store in memory, so redb's cache only helps the pages a commit
-/// rewrites (the B-tree's upper levels); redb's default (1 GiB) would keep
-/// the whole file resident after the load on open, doubling the store's
-/// memory (the `durable_stream` bench measured 205 MB resident for 100,000
-/// entities with it).
-const FILE_CACHE_BYTES: usize = 16 << 20;
-
 /// Opens (or creates) the redb database at `path`, refusing what is not one.
-fn open_db(path: &Path) -> Result<Database> {
+fn open_db(path: &Path, options: &FileOptions) -> Result<Database> {
     refuse_foreign_file(path)?;
     let opened = Database::builder()
-        .set_cache_size(FILE_CACHE_BYTES)
+        .set_cache_size(options.cache_bytes)
         .set_check_integrity_on_open(true)
         .create(path);
     opened.map_err(|e| match e {
@@ -446,52 +555,76 @@ fn check_format(db: &Database, path: &Path) -> Result<()> {
 }
 
 impl Durable {
-    /// Opens (or creates) the file at `path` and reads every table in it.
-    pub(crate) fn open(path: &Path) -> Result<(Durable, Vec<LoadedTable>)> {
+    /// Opens (or creates) the file at `path` and reads the names of its
+    /// tables (their entities stay in the file).
+    pub(crate) fn open(path: &Path) -> Result<(Durable, Loaded)> {
         Durable::from_claim(Claim::open(path, Service::Tables)?)
     }
 
-    /// The tables of a claimed file, read.
-    fn from_claim(claim: Claim) -> Result<(Durable, Vec<LoadedTable>)> {
-        let durable = Durable { claim };
-        let tables = durable.load()?;
-        Ok((durable, tables))
+    /// The tables of a claimed file, named.
+    pub(crate) fn from_claim(claim: Claim) -> Result<(Durable, Loaded)> {
+        let durable = Durable {
+            claim,
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+        };
+        let loaded = durable.load()?;
+        Ok((durable, loaded))
     }
 
-    fn load(&self) -> Result<Vec<LoadedTable>> {
+    fn load(&self) -> Result<Loaded> {
         let fail = |e: &dyn std::fmt::Display| open_error(self.claim.path(), e);
         let txn = self.claim.db().begin_read().map_err(|e| fail(&e))?;
-        let registry = match txn.open_table(TABLES) {
-            Ok(t) => t,
-            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+        let last_version = match txn.open_table(META) {
+            Ok(meta) => meta
+                .get("clock")
+                .map_err(|e| fail(&e))?
+                .map_or(0, |v| v.value() as i64),
+            Err(redb::TableError::TableDoesNotExist(_)) => 0,
             Err(e) => return Err(fail(&e)),
         };
-        let mut out = Vec::new();
+        let registry = match txn.open_table(TABLES) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => {
+                return Ok(Loaded {
+                    tables: Vec::new(),
+                    last_version,
+                });
+            }
+            Err(e) => return Err(fail(&e)),
+        };
+        let mut tables = Vec::new();
         for row in registry.iter().map_err(|e| fail(&e))? {
             let (_, v) = row.map_err(|e| fail(&e))?;
             let (id, name) = v.value();
-            let mut table = LoadedTable {
+            tables.push(LoadedTable {
                 id,
                 name: name.to_owned(),
-                entities: Vec::new(),
-            };
-            let name = entities_name(id);
-            let def: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new(&name);
-            match txn.open_table(def) {
-                Ok(entities) => {
-                    for row in entities.iter().map_err(|e| fail(&e))? {
-                        let (k, v) = row.map_err(|e| fail(&e))?;
-                        let (pk, rk) = k.value();
-                        let stored = decode(pk, rk, v.value()).map_err(|e| fail(&e))?;
-                        table.entities.push(stored);
-                    }
-                }
-                Err(redb::TableError::TableDoesNotExist(_)) => {}
-                Err(e) => return Err(fail(&e)),
-            }
-            out.push(table);
+            });
         }
-        Ok(out)
+        Ok(Loaded {
+            tables,
+            last_version,
+        })
+    }
+
+    /// The lock of partition `pk` of table `id` (see [`Durable::stripes`]).
+    pub(crate) fn lock_partition(&self, id: u64, pk: &str) -> std::sync::MutexGuard<'_, ()> {
+        use std::hash::{Hash as _, Hasher as _};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        id.hash(&mut h);
+        pk.hash(&mut h);
+        lock(&self.stripes[(h.finish() % self.stripes.len() as u64) as usize])
+    }
+
+    /// The entities of table `id` as of the last commit.
+    pub(crate) fn snapshot(&self, id: u64) -> Result<Snapshot> {
+        let txn = self.claim.db().begin_read().map_err(read_error)?;
+        let name = entities_name(id);
+        match txn.open_table(entities_def(&name)) {
+            Ok(table) => Ok(Snapshot { table: Some(table) }),
+            Err(redb::TableError::TableDoesNotExist(_)) => Ok(Snapshot { table: None }),
+            Err(e) => Err(read_error(e)),
+        }
     }
 
     /// Commits a new table; returns its id.
@@ -519,8 +652,7 @@ impl Durable {
             let mut tables = txn.open_table(TABLES).map_err(write_error)?;
             tables.remove(lower).map_err(write_error)?;
             let name = entities_name(id);
-            let def: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new(&name);
-            txn.delete_table(def).map_err(write_error)?;
+            txn.delete_table(entities_def(&name)).map_err(write_error)?;
         }
         commit(txn)
     }
@@ -537,22 +669,31 @@ impl Durable {
                 return Err(super::errors::table_not_found());
             }
             let name = entities_name(id);
-            let def: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new(&name);
-            let mut entities = txn.open_table(def).map_err(write_error)?;
+            let mut entities = txn.open_table(entities_def(&name)).map_err(write_error)?;
             let mut buf = Vec::new();
+            let mut newest = None;
             for put in puts {
+                let key = super::key::entity_key(pk, put.row_key);
                 match put.entity {
                     Some(e) => {
                         buf.clear();
                         encode(e, &mut buf);
                         entities
-                            .insert((pk, put.row_key), buf.as_slice())
+                            .insert(key.as_slice(), buf.as_slice())
                             .map_err(write_error)?;
+                        newest = newest.max(e.entity.timestamp.as_ref().map(ticks_of));
                     }
                     None => {
-                        entities.remove((pk, put.row_key)).map_err(write_error)?;
+                        entities.remove(key.as_slice()).map_err(write_error)?;
                     }
                 }
+            }
+            if let Some(t) = newest {
+                // The clock of the next open starts after every version given.
+                txn.open_table(META)
+                    .map_err(write_error)?
+                    .insert("clock", t.max(0) as u64)
+                    .map_err(write_error)?;
             }
         }
         commit(txn)
@@ -751,8 +892,8 @@ mod tests {
         txn.commit().unwrap();
         drop(db);
         let message = open_message(&file.0);
-        assert!(message.contains("format version is 2"), "{message}");
-        assert!(message.contains("reads only version 1"), "{message}");
+        assert!(message.contains("format version is 3"), "{message}");
+        assert!(message.contains("reads only version 2"), "{message}");
     }
 
     #[test]
@@ -768,8 +909,8 @@ mod tests {
         // The first open goes on working, and the file is whole once it closes.
         first.create_table("t2x", "T2x").unwrap();
         drop(first);
-        let (_, tables) = Durable::open(&file.0).unwrap();
-        let names: Vec<_> = tables.iter().map(|t| t.name.as_str()).collect();
+        let (_, loaded) = Durable::open(&file.0).unwrap();
+        let names: Vec<_> = loaded.tables.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["T1x", "T2x"]);
     }
 
@@ -809,24 +950,33 @@ mod tests {
         (bytes, content)
     }
 
+    /// Every entity of every table of a store file, in key order.
+    pub(crate) fn entities(durable: &Durable, loaded: &Loaded) -> Vec<(String, StoredEntity)> {
+        let mut out = Vec::new();
+        for t in &loaded.tables {
+            durable
+                .snapshot(t.id)
+                .unwrap()
+                .scan(&[], None, |k, v| {
+                    out.push((t.name.clone(), decode_row(k, v)?));
+                    Ok(true)
+                })
+                .unwrap();
+        }
+        out
+    }
+
     /// Everything the store at `path` holds, read through an open.
     fn read_all(path: &Path) -> Result<Vec<Row>> {
-        let (_, tables) = Durable::open(path)?;
-        Ok(tables
-            .iter()
-            .flat_map(|t| {
-                t.entities.iter().map(|e| {
-                    let len = match e.entity.properties.iter().next() {
-                        Some((_, EdmValue::String(s))) => s.len(),
-                        _ => 0,
-                    };
-                    (
-                        t.name.clone(),
-                        e.entity.partition_key.clone(),
-                        e.entity.row_key.clone(),
-                        len,
-                    )
-                })
+        let (durable, loaded) = Durable::open(path)?;
+        Ok(entities(&durable, &loaded)
+            .into_iter()
+            .map(|(table, e)| {
+                let len = match e.entity.properties.iter().next() {
+                    Some((_, EdmValue::String(s))) => s.len(),
+                    _ => 0,
+                };
+                (table, e.entity.partition_key, e.entity.row_key, len)
             })
             .collect())
     }
@@ -1101,7 +1251,7 @@ pub(crate) mod full_disk {
 
     fn rows(b: &EmbeddedBackend) -> Vec<String> {
         let t = b.store.table("Notes").unwrap();
-        let (page, _) = t.query(None, None, None);
+        let (page, _) = t.query(&b.store, None, None, None).unwrap();
         page.iter().map(|e| e.entity.row_key.clone()).collect()
     }
 
@@ -1150,13 +1300,12 @@ pub(crate) mod full_disk {
         assert_eq!(after.status(), Some(500), "{after:?}");
         drop(b);
 
-        let (_, tables) = Durable::open(&path.0).unwrap();
-        let names: Vec<_> = tables.iter().map(|t| t.name.as_str()).collect();
+        let (durable, loaded) = Durable::open(&path.0).unwrap();
+        let names: Vec<_> = loaded.tables.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["Notes"]);
-        let rows: Vec<_> = tables[0]
-            .entities
-            .iter()
-            .map(|e| e.entity.row_key.as_str())
+        let rows: Vec<_> = super::tests::entities(&durable, &loaded)
+            .into_iter()
+            .map(|(_, e)| e.entity.row_key)
             .collect();
         assert_eq!(
             rows,

@@ -51,6 +51,9 @@ mod store;
 
 use std::sync::Arc;
 
+#[cfg(feature = "durable")]
+pub(crate) use durable::hold as hold_file;
+
 use super::{Backend, BatchKind, Operation, Payload, Response, Selection};
 use crate::entity::EntityKey;
 use crate::error::Result;
@@ -137,7 +140,7 @@ impl EmbeddedBackend {
                 table, key, select, ..
             } => {
                 let t = store.table(table)?;
-                Response::Entity(t.get(key).map(|e| Payload::Stored {
+                Response::Entity(t.get(store, key)?.map(|e| Payload::Stored {
                     entities: vec![e],
                     select: select.map(Selection::parse),
                 }))
@@ -156,7 +159,8 @@ impl EmbeddedBackend {
                         "One of the query parameter values is not valid. ({e})"
                     ))
                 })?;
-                let (entities, continuation) = t.query(filter.as_ref(), top, continuation);
+                let (entities, continuation) =
+                    t.query(store, filter.as_ref(), top, continuation)?;
                 Response::Page {
                     payload: Payload::Stored {
                         entities,
