@@ -105,6 +105,31 @@ pub struct Storage {
 #[non_exhaustive]
 pub struct FileOptions {
     pub(crate) cache_bytes: usize,
+    pub(crate) durability: Durability,
+}
+
+/// When a write to an embedded store file is on disk
+/// ([`FileOptions::durability`]).
+#[cfg(feature = "durable")]
+#[cfg_attr(docsrs, doc(cfg(feature = "durable")))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Durability {
+    /// Every commit is synced (`fsync`) before its writes are acknowledged:
+    /// what an `await` returned survives a crash of the process or the
+    /// machine. Concurrent writers share commits (group commit), so they
+    /// share the syncs too. The default.
+    #[default]
+    Immediate,
+    /// Table writes are synced at most once per the given interval: a write
+    /// is acknowledged once committed, and the commits of the interval are
+    /// synced together by the first commit after it ends, or by a background
+    /// sync at its end. The loss window: a crash of the process or the
+    /// machine may lose the table writes acknowledged in the last interval
+    /// (plus the time of one sync); the file is never left inconsistent, and
+    /// a transaction is lost whole or kept whole. A clean close syncs
+    /// everything. Queue and blob writes are always synced.
+    Periodic(std::time::Duration),
 }
 
 #[cfg(feature = "durable")]
@@ -116,7 +141,15 @@ impl FileOptions {
     pub fn new() -> Self {
         FileOptions {
             cache_bytes: Self::DEFAULT_CACHE_BYTES,
+            durability: Durability::Immediate,
         }
+    }
+
+    /// When table writes are on disk: [`Durability::Immediate`] (every
+    /// commit synced, the default) or [`Durability::Periodic`].
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
     }
 
     /// The most of the file kept in memory, in bytes. Reads of pages not
@@ -415,7 +448,8 @@ impl Storage {
     }
 
     /// [`Storage::embedded_at`] with options for the file: how much of it
-    /// is cached in memory ([`FileOptions::cache_bytes`]). The options are
+    /// is cached in memory ([`FileOptions::cache_bytes`]) and when writes
+    /// are synced ([`FileOptions::durability`]). The options are
     /// the file's while it is open in this process: an open of a file that
     /// this process has open already is refused.
     ///

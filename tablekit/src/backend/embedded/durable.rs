@@ -111,7 +111,7 @@ use super::clock::{ticks_of, Version};
 use crate::backend::StoredEntity;
 use crate::entity::{DynamicEntity, Properties};
 use crate::error::{Error, ErrorCode, Result};
-use crate::storage::FileOptions;
+use crate::storage::{Durability, FileOptions};
 use crate::EdmValue;
 
 /// The version of the file's layout this code writes and reads.
@@ -142,6 +142,8 @@ pub(crate) struct File {
     key: Option<PathBuf>,
     /// Which services (by [`Service`] index) an open store holds.
     claimed: Mutex<[bool; 3]>,
+    /// When table writes are synced.
+    durability: Durability,
 }
 
 impl File {
@@ -258,6 +260,7 @@ fn open_file(path: &Path, options: &FileOptions) -> Result<Arc<File>> {
         path: path.to_owned(),
         key: Some(key.clone()),
         claimed: Mutex::new([false; 3]),
+        durability: options.durability,
     });
     map.insert(key, Arc::downgrade(&file));
     Ok(file)
@@ -287,13 +290,19 @@ impl Claim {
 
     /// The claim of an unregistered database (tests with an injected I/O backend).
     #[cfg(test)]
-    pub(crate) fn of_db(db: Database, path: &Path, service: Service) -> Result<Claim> {
+    pub(crate) fn of_db(
+        db: Database,
+        path: &Path,
+        service: Service,
+        durability: Durability,
+    ) -> Result<Claim> {
         check_format(&db, path)?;
         let file = Arc::new(File {
             db: Some(db),
             path: path.to_owned(),
             key: None,
             claimed: Mutex::new([false; 3]),
+            durability,
         });
         Claim::take(file, service)
     }
@@ -318,6 +327,8 @@ pub(crate) struct Durable {
     /// number of partitions; two partitions that share a lock only wait for
     /// each other.
     stripes: Box<[Mutex<()>]>,
+    /// The writes waiting for or in a commit.
+    group: Arc<Group>,
 }
 
 /// How many partition locks a store file has (see [`Durable::stripes`]).
@@ -563,9 +574,14 @@ impl Durable {
 
     /// The tables of a claimed file, named.
     pub(crate) fn from_claim(claim: Claim) -> Result<(Durable, Loaded)> {
+        let group = Arc::new(Group::default());
+        if let Durability::Periodic(every) = claim.file.durability {
+            spawn_syncer(Arc::downgrade(&claim.file), Arc::downgrade(&group), every);
+        }
         let durable = Durable {
             claim,
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            group,
         };
         let loaded = durable.load()?;
         Ok((durable, loaded))
@@ -658,45 +674,259 @@ impl Durable {
     }
 
     /// Commits the changes of one write or one transaction, all or nothing, in
-    /// partition `pk` of the table `lower` with id `id`. A table deleted (and
-    /// perhaps created again) since the write found it is 404 `TableNotFound`.
+    /// partition `pk` of the table `lower` with id `id`, and returns once a
+    /// commit that holds them is on disk. A table deleted (and perhaps
+    /// created again) since the write found it is 404 `TableNotFound`.
+    ///
+    /// Group commit: a write that arrives while a commit is in flight waits
+    /// for it to end, and then the writes that waited are committed together,
+    /// in one database transaction with one `fsync`, by one of them. Each
+    /// write is applied whole or not at all within it (a write whose table
+    /// is gone is skipped alone); a commit that fails fails every write in
+    /// it, and none is applied.
     pub(crate) fn write(&self, lower: &str, id: u64, pk: &str, puts: &[Put<'_>]) -> Result<()> {
-        let txn = self.claim.db().begin_write().map_err(write_error)?;
-        {
-            let tables = txn.open_table(TABLES).map_err(write_error)?;
-            let current = tables.get(lower).map_err(write_error)?.map(|v| v.value().0);
-            if current != Some(id) {
-                return Err(super::errors::table_not_found());
+        let mut rows = Vec::with_capacity(puts.len());
+        let mut newest = None;
+        for put in puts {
+            let key = super::key::entity_key(pk, put.row_key);
+            let value = put.entity.map(|e| {
+                newest = newest.max(e.entity.timestamp.as_ref().map(ticks_of));
+                let mut buf = Vec::new();
+                encode(e, &mut buf);
+                buf
+            });
+            rows.push((key, value));
+        }
+        let job = Job {
+            lower: lower.to_owned(),
+            id,
+            rows,
+            newest,
+        };
+        blocking(|| self.submit(job))
+    }
+
+    /// Queues `job` and waits for the commit that holds it, leading that
+    /// commit if no other writer does.
+    fn submit(&self, job: Job) -> Result<()> {
+        let group = &self.group;
+        let mut state = lock(&group.state);
+        let ticket = state.next_ticket;
+        state.next_ticket += 1;
+        state.queue.push((ticket, job));
+        loop {
+            if let Some(outcome) = state.done.remove(&ticket) {
+                return outcome.map_err(Failure::into_error);
             }
-            let name = entities_name(id);
-            let mut entities = txn.open_table(entities_def(&name)).map_err(write_error)?;
-            let mut buf = Vec::new();
+            if state.committing {
+                state = group.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+                continue;
+            }
+            // Lead: commit every write queued so far, this one included.
+            state.committing = true;
+            let batch = std::mem::take(&mut state.queue);
+            drop(state);
+            let outcomes = self.commit_group(batch);
+            state = lock(&group.state);
+            state.committing = false;
+            state.commits += 1;
+            state.done.extend(outcomes);
+            group.changed.notify_all();
+        }
+    }
+
+    /// Commits a group of writes in one database transaction: each one's
+    /// outcome, by ticket.
+    fn commit_group(&self, batch: Vec<(u64, Job)>) -> Vec<(u64, std::result::Result<(), Failure>)> {
+        let all_fail = |batch: &[(u64, Job)], e: &dyn std::fmt::Display| {
+            batch
+                .iter()
+                .map(|(t, _)| (*t, Err(Failure::Write(e.to_string()))))
+                .collect()
+        };
+        let mut txn = match self.claim.db().begin_write() {
+            Ok(txn) => txn,
+            Err(e) => return all_fail(&batch, &e),
+        };
+        let synced = match self.claim.file.durability {
+            Durability::Periodic(every) => {
+                let mut last = lock(&self.group.last_sync);
+                if last.elapsed() < every {
+                    false
+                } else {
+                    *last = std::time::Instant::now();
+                    true
+                }
+            }
+            _ => true,
+        };
+        if !synced {
+            if let Err(e) = txn.set_durability(redb::Durability::None) {
+                return all_fail(&batch, &e);
+            }
+        }
+        let applied = (|| -> std::result::Result<Vec<_>, redb::Error> {
+            let mut outcomes = Vec::with_capacity(batch.len());
             let mut newest = None;
-            for put in puts {
-                let key = super::key::entity_key(pk, put.row_key);
-                match put.entity {
-                    Some(e) => {
-                        buf.clear();
-                        encode(e, &mut buf);
-                        entities
-                            .insert(key.as_slice(), buf.as_slice())
-                            .map_err(write_error)?;
-                        newest = newest.max(e.entity.timestamp.as_ref().map(ticks_of));
-                    }
-                    None => {
-                        entities.remove(key.as_slice()).map_err(write_error)?;
+            let tables = txn.open_table(TABLES)?;
+            for (ticket, job) in &batch {
+                let current = tables.get(job.lower.as_str())?.map(|v| v.value().0);
+                if current != Some(job.id) {
+                    outcomes.push((*ticket, Err(Failure::TableGone)));
+                    continue;
+                }
+                let name = entities_name(job.id);
+                let mut entities = txn.open_table(entities_def(&name))?;
+                for (key, value) in &job.rows {
+                    match value {
+                        Some(v) => {
+                            entities.insert(key.as_slice(), v.as_slice())?;
+                        }
+                        None => {
+                            entities.remove(key.as_slice())?;
+                        }
                     }
                 }
+                newest = newest.max(job.newest);
+                outcomes.push((*ticket, Ok(())));
             }
             if let Some(t) = newest {
                 // The clock of the next open starts after every version given.
-                txn.open_table(META)
-                    .map_err(write_error)?
-                    .insert("clock", t.max(0) as u64)
-                    .map_err(write_error)?;
+                txn.open_table(META)?.insert("clock", t.max(0) as u64)?;
+            }
+            Ok(outcomes)
+        })();
+        let outcomes = match applied {
+            Ok(outcomes) => outcomes,
+            Err(e) => return all_fail(&batch, &e),
+        };
+        match txn.commit() {
+            Ok(()) => {
+                self.group
+                    .unsynced
+                    .store(!synced, std::sync::atomic::Ordering::SeqCst);
+                outcomes
+            }
+            Err(e) => all_fail(&batch, &e),
+        }
+    }
+
+    /// How many group commits this store has made.
+    #[cfg(test)]
+    fn commits(&self) -> u64 {
+        lock(&self.group.state).commits
+    }
+
+    /// How many writes wait for a commit that has not begun.
+    #[cfg(test)]
+    fn queued(&self) -> usize {
+        lock(&self.group.state).queue.len()
+    }
+}
+
+/// One write waiting to be committed: its table and its rows, encoded.
+struct Job {
+    lower: String,
+    id: u64,
+    /// On-disk key → the entity's bytes, or `None` to remove it.
+    rows: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    /// The newest version among its entities.
+    newest: Option<i64>,
+}
+
+/// Why a write of a group was not applied.
+enum Failure {
+    /// Its table was deleted since the write found it.
+    TableGone,
+    /// The commit failed: nothing of the group was applied.
+    Write(String),
+}
+
+impl Failure {
+    fn into_error(self) -> Error {
+        match self {
+            Failure::TableGone => super::errors::table_not_found(),
+            Failure::Write(what) => write_error(what),
+        }
+    }
+}
+
+/// The writes of a store file waiting for or in a commit (see
+/// [`Durable::write`]).
+struct Group {
+    state: Mutex<GroupState>,
+    /// Signalled when a commit ends.
+    changed: std::sync::Condvar,
+    /// With [`Durability::Periodic`]: when a commit was last synced, and
+    /// whether a commit since is not.
+    last_sync: Mutex<std::time::Instant>,
+    unsynced: std::sync::atomic::AtomicBool,
+}
+
+impl Default for Group {
+    fn default() -> Self {
+        Group {
+            state: Mutex::default(),
+            changed: std::sync::Condvar::new(),
+            last_sync: Mutex::new(std::time::Instant::now()),
+            unsynced: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+}
+
+/// With [`Durability::Periodic`]: a thread that syncs the commits not yet
+/// synced once per interval (an empty durable commit syncs every commit
+/// before it), while the file is open.
+fn spawn_syncer(file: Weak<File>, group: Weak<Group>, every: std::time::Duration) {
+    use std::sync::atomic::Ordering;
+    let sync = move || loop {
+        std::thread::sleep(every);
+        let (Some(file), Some(group)) = (file.upgrade(), group.upgrade()) else {
+            return;
+        };
+        if !group.unsynced.load(Ordering::SeqCst) {
+            continue;
+        }
+        // Under the group's lock as a leader: no group commit runs meanwhile.
+        let mut state = lock(&group.state);
+        while state.committing {
+            state = group.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+        if let Ok(txn) = file.database().begin_write() {
+            if txn.commit().is_ok() {
+                group.unsynced.store(false, Ordering::SeqCst);
+                *lock(&group.last_sync) = std::time::Instant::now();
             }
         }
-        commit(txn)
+        drop(state);
+    };
+    // A failure to start the thread leaves the syncs to the next commits.
+    let _ = std::thread::Builder::new()
+        .name("tablekit-store-sync".into())
+        .spawn(sync);
+}
+
+#[derive(Default)]
+struct GroupState {
+    next_ticket: u64,
+    /// The writes waiting for the next commit.
+    queue: Vec<(u64, Job)>,
+    /// Whether a writer is committing a group now.
+    committing: bool,
+    /// The outcomes of committed writes not yet collected, by ticket.
+    done: HashMap<u64, std::result::Result<(), Failure>>,
+    #[cfg_attr(not(test), allow(dead_code))]
+    commits: u64,
+}
+
+/// Runs `f`, which blocks (for a commit's `fsync`); on a multi-thread tokio
+/// runtime the worker hands its other tasks to another thread first.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
     }
 }
 
@@ -1125,6 +1355,41 @@ pub(crate) mod full_disk {
     struct FullDisk {
         file: FileBackend,
         full: Arc<AtomicBool>,
+        /// While closed, every `fsync` waits (a slow disk, for group commit).
+        gate: Arc<Gate>,
+    }
+
+    /// A gate `fsync`s wait at while it is closed.
+    #[derive(Debug, Default)]
+    pub(crate) struct Gate {
+        closed: std::sync::Mutex<bool>,
+        opened: std::sync::Condvar,
+        /// How many `fsync`s wait at the gate now.
+        waiting: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Gate {
+        pub(crate) fn close(&self) {
+            *self.closed.lock().unwrap() = true;
+        }
+
+        pub(crate) fn open(&self) {
+            *self.closed.lock().unwrap() = false;
+            self.opened.notify_all();
+        }
+
+        pub(crate) fn waiting(&self) -> usize {
+            self.waiting.load(Ordering::SeqCst)
+        }
+
+        fn pass(&self) {
+            let mut closed = self.closed.lock().unwrap();
+            self.waiting.fetch_add(1, Ordering::SeqCst);
+            while *closed {
+                closed = self.opened.wait(closed).unwrap();
+            }
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 
     fn enospc() -> io::Error {
@@ -1145,6 +1410,7 @@ pub(crate) mod full_disk {
             self.file.set_len(len)
         }
         fn sync_data(&self) -> std::result::Result<(), io::Error> {
+            self.gate.pass();
             self.file.sync_data()
         }
         fn write(&self, offset: u64, data: &[u8]) -> std::result::Result<(), io::Error> {
@@ -1204,7 +1470,19 @@ pub(crate) mod full_disk {
     /// The store file at `path` on a disk that fills when the flag is set:
     /// the claim of `service` in it, and the flag.
     pub(crate) fn claim_on_full_disk(path: &Path, service: Service) -> (Claim, Arc<AtomicBool>) {
+        let (claim, full, _) = claim_on_test_disk(path, service, Durability::Immediate);
+        (claim, full)
+    }
+
+    /// The store file at `path` on a disk that fills when the flag is set and
+    /// whose `fsync`s wait at the gate while it is closed.
+    pub(crate) fn claim_on_test_disk(
+        path: &Path,
+        service: Service,
+        durability: Durability,
+    ) -> (Claim, Arc<AtomicBool>, Arc<Gate>) {
         let full = Arc::new(AtomicBool::new(false));
+        let gate = Arc::new(Gate::default());
         let file = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -1215,9 +1493,143 @@ pub(crate) mod full_disk {
         let backend = FullDisk {
             file: FileBackend::new(file).unwrap(),
             full: full.clone(),
+            gate: gate.clone(),
         };
         let db = Database::builder().create_with_backend(backend).unwrap();
-        (Claim::of_db(db, path, service).unwrap(), full)
+        (
+            Claim::of_db(db, path, service, durability).unwrap(),
+            full,
+            gate,
+        )
+    }
+
+    /// A stored entity of `rk` in partition `p`.
+    fn entity(rk: &str, ticks: i64) -> StoredEntity {
+        let mut e = DynamicEntity::new("p", rk);
+        let v = Version::at(ticks);
+        e.timestamp = Some(v.timestamp);
+        e.etag = Some(v.etag);
+        StoredEntity {
+            entity: e,
+            timestamp_text: v.text,
+        }
+    }
+
+    #[test]
+    fn periodic_durability_acknowledges_before_the_sync_and_syncs_in_the_background() {
+        let path = TempFile::new();
+        // Long enough for the five writes to fall in the first interval.
+        let every = std::time::Duration::from_secs(1);
+        let (claim, _, gate) =
+            claim_on_test_disk(&path.0, Service::Tables, Durability::Periodic(every));
+        let (durable, _) = Durable::from_claim(claim).unwrap();
+        let id = durable.create_table("t1x", "T1x").unwrap();
+        gate.close();
+        // Acknowledged with every fsync held at the gate: not synced.
+        for i in 0..5 {
+            let rk = format!("r{i}");
+            let e = entity(&rk, 1 + i);
+            let put = Put {
+                row_key: &rk,
+                entity: Some(&e),
+            };
+            durable.write("t1x", id, "p", &[put]).unwrap();
+        }
+        // The background sync comes within the interval, and waits at the gate.
+        for _ in 0..10_000 {
+            if gate.waiting() > 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(
+            gate.waiting() > 0,
+            "a background sync of the unsynced commits"
+        );
+        gate.open();
+        drop(durable);
+        // The background sync may hold the file a moment longer.
+        let mut reopened = Durable::open(&path.0);
+        for _ in 0..1_000 {
+            if reopened.is_ok() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            reopened = Durable::open(&path.0);
+        }
+        let (durable, loaded) = reopened.unwrap();
+        let rows: Vec<_> = super::tests::entities(&durable, &loaded)
+            .into_iter()
+            .map(|(_, e)| e.entity.row_key)
+            .collect();
+        assert_eq!(
+            rows,
+            ["r0", "r1", "r2", "r3", "r4"],
+            "a clean close keeps all"
+        );
+    }
+
+    #[test]
+    fn writes_arriving_during_a_commit_share_the_next_and_wait_for_its_fsync() {
+        let path = TempFile::new();
+        let (claim, _, gate) = claim_on_test_disk(&path.0, Service::Tables, Durability::Immediate);
+        let (durable, _) = Durable::from_claim(claim).unwrap();
+        let durable = Arc::new(durable);
+        let id = durable.create_table("t1x", "T1x").unwrap();
+        let before = durable.commits();
+        let write = |rk: String, ticks: i64| {
+            let durable = durable.clone();
+            std::thread::spawn(move || {
+                let e = entity(&rk, ticks);
+                let put = Put {
+                    row_key: &rk,
+                    entity: Some(&e),
+                };
+                durable.write("t1x", id, "p", &[put])
+            })
+        };
+        let wait_until = |what: &str, ok: &dyn Fn() -> bool| {
+            for _ in 0..10_000 {
+                if ok() {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            panic!("never: {what}");
+        };
+        gate.close();
+        let first = write("r00".into(), 1);
+        wait_until("the first commit waits for its fsync", &|| {
+            gate.waiting() > 0
+        });
+        let rest: Vec<_> = (1..=10).map(|i| write(format!("r{i:02}"), 1 + i)).collect();
+        wait_until("ten writes queue behind it", &|| durable.queued() == 10);
+        assert!(!first.is_finished(), "acknowledged before its fsync");
+        assert!(
+            rest.iter().all(|w| !w.is_finished()),
+            "acknowledged before any fsync"
+        );
+        gate.open();
+        first.join().unwrap().unwrap();
+        for w in rest {
+            w.join().unwrap().unwrap();
+        }
+        assert_eq!(
+            durable.commits() - before,
+            2,
+            "the ten waiting writes share one commit"
+        );
+        let mut rows = Vec::new();
+        durable
+            .snapshot(id)
+            .unwrap()
+            .scan(&[], None, |k, v| {
+                rows.push(decode_row(k, v)?.entity.row_key);
+                Ok(true)
+            })
+            .unwrap();
+        let expected: Vec<String> = (0..=10).map(|i| format!("r{i:02}")).collect();
+        assert_eq!(rows, expected);
     }
 
     /// The refusal of a write the file could not take: 500, saying nothing
