@@ -108,6 +108,56 @@ pub struct FileOptions {
     pub(crate) durability: Durability,
 }
 
+/// What [`check_file`] found in a store file that passed.
+#[cfg(feature = "durable")]
+#[cfg_attr(docsrs, doc(cfg(feature = "durable")))]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FileReport {
+    /// Each table's name (as created) and how many entities it holds, in
+    /// the order of the names' lower-cased forms.
+    pub tables: Vec<(String, u64)>,
+    /// The file's size in bytes.
+    pub file_bytes: u64,
+}
+
+/// Checks the embedded store file at `path` without changing it: the
+/// checksum of every page (redb's integrity check, which every open runs
+/// too), and every entity of every table read, decoded, and found in key
+/// order. The file must not be open (in this process or another).
+///
+/// # Errors
+///
+/// A configuration error naming the file and what is wrong with it: missing,
+/// in use, damaged (the page or entity found), of another format, or not a
+/// store.
+#[cfg(feature = "durable")]
+#[cfg_attr(docsrs, doc(cfg(feature = "durable")))]
+pub fn check_file(path: impl AsRef<Path>) -> Result<FileReport> {
+    let path = path.as_ref();
+    let tables = crate::backend::check_store_file(path)?;
+    Ok(FileReport {
+        tables,
+        file_bytes: std::fs::metadata(path).map_or(0, |m| m.len()),
+    })
+}
+
+/// Compacts the embedded store file at `path`: the space of deleted
+/// entities (and of the old versions of updated ones), which a store reuses
+/// for its later writes but does not give back, is returned to the file
+/// system. The file must not be open (in this process or another). The
+/// file's size in bytes before and after.
+///
+/// # Errors
+///
+/// As [`check_file`], and a configuration error if the compaction fails
+/// (the file is then as it was, or compacted in part: whole either way).
+#[cfg(feature = "durable")]
+#[cfg_attr(docsrs, doc(cfg(feature = "durable")))]
+pub fn compact_file(path: impl AsRef<Path>) -> Result<(u64, u64)> {
+    crate::backend::compact_store_file(path.as_ref())
+}
+
 /// When a write to an embedded store file is on disk
 /// ([`FileOptions::durability`]).
 #[cfg(feature = "durable")]

@@ -43,10 +43,10 @@ pub(crate) use connect::embedded_blobs_at;
 pub(crate) use connect::embedded_queues;
 #[cfg(all(feature = "durable", feature = "queue"))]
 pub(crate) use connect::embedded_queues_at;
-#[cfg(feature = "durable")]
-pub(crate) use connect::hold_store_file;
 #[cfg(not(feature = "durable"))]
 pub(crate) use connect::needs_durable;
+#[cfg(feature = "durable")]
+pub(crate) use connect::{check_store_file, compact_store_file, hold_store_file};
 pub(crate) use connect::{connect, embedded_connection};
 pub use continuation::Continuation;
 pub(crate) use stored::{Selection, StoredEntity};

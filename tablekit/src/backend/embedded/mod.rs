@@ -52,7 +52,7 @@ mod store;
 use std::sync::Arc;
 
 #[cfg(feature = "durable")]
-pub(crate) use durable::hold as hold_file;
+pub(crate) use durable::{check_file, compact_file, hold as hold_file};
 
 use super::{Backend, BatchKind, Operation, Payload, Response, Selection};
 use crate::entity::EntityKey;
