@@ -23,6 +23,13 @@
 //!   file's size before the deletes, after them, and after
 //!   `storage::compact_file`.
 //!
+//! - `sqlite_*`: the same operations on SQLite (rusqlite, bundled), the
+//!   anchor a user would otherwise pick: a table keyed (PartitionKey,
+//!   RowKey), the properties as a JSON column (the service's JSON form),
+//!   WAL with `synchronous=FULL`, one connection (shared behind a mutex by
+//!   the 32 writers), a read first of the row a write replaces as the store
+//!   does, and `VACUUM` to compact.
+//!
 //! Resident memory is VmRSS / VmHWM from `/proc/self/status`.
 
 use std::process::Command;
@@ -240,6 +247,204 @@ fn compact(path: &str, n: usize) {
     );
 }
 
+mod sqlite {
+    use super::*;
+    use rusqlite::{params, Connection, OptionalExtension as _};
+
+    pub(super) fn open(path: &str) -> Connection {
+        let c = Connection::open(path).expect("sqlite opens");
+        c.pragma_update(None, "journal_mode", "WAL").unwrap();
+        c.pragma_update(None, "synchronous", "FULL").unwrap();
+        c.execute_batch(
+            "CREATE TABLE IF NOT EXISTS entities (pk TEXT NOT NULL, rk TEXT NOT NULL, \
+             body BLOB NOT NULL, PRIMARY KEY (pk, rk)) WITHOUT ROWID",
+        )
+        .unwrap();
+        c
+    }
+
+    fn body(i: usize) -> Vec<u8> {
+        tablekit::codec::entity_to_json(&entity(i)).expect("an entity encodes")
+    }
+
+    /// An insert as the store does it: is the key free, then write.
+    fn insert(c: &Connection, i: usize) {
+        let (pk, rk) = (format!("p{:03}", i % PARTITIONS), format!("{i:08}"));
+        let found: Option<i32> = c
+            .query_row(
+                "SELECT 1 FROM entities WHERE pk = ?1 AND rk = ?2",
+                params![pk, rk],
+                |r| r.get(0),
+            )
+            .optional()
+            .unwrap();
+        assert!(found.is_none());
+        c.execute(
+            "INSERT INTO entities (pk, rk, body) VALUES (?1, ?2, ?3)",
+            params![pk, rk, body(i)],
+        )
+        .unwrap();
+    }
+
+    pub(super) fn fill(path: &str, n: usize) {
+        let c = open(path);
+        let started = Instant::now();
+        for p in 0..PARTITIONS {
+            let rows: Vec<usize> = (p..n).step_by(PARTITIONS).collect();
+            for chunk in rows.chunks(100) {
+                c.execute_batch("BEGIN").unwrap();
+                for &i in chunk {
+                    insert(&c, i);
+                }
+                c.execute_batch("COMMIT").unwrap();
+            }
+        }
+        let fill_s = started.elapsed().as_secs_f64();
+        drop(c);
+        println!(
+            "{{\"phase\":\"sqlite_fill\",\"n\":{n},\"fill_s\":{fill_s:.3},\"file_bytes\":{},\"peak_rss_kib\":{},\"rss_kib\":{}}}",
+            std::fs::metadata(path).map_or(0, |m| m.len()),
+            status_kib("VmHWM"),
+            status_kib("VmRSS"),
+        );
+    }
+
+    pub(super) fn read(path: &str, n: usize) {
+        let started = Instant::now();
+        let c = open(path);
+        let open_s = started.elapsed().as_secs_f64();
+        let open_rss = status_kib("VmRSS");
+        let decode = |b: Vec<u8>| -> DynamicEntity {
+            tablekit::codec::entity_from_json(&b).expect("a stored entity decodes")
+        };
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let started = Instant::now();
+        let mut get = c
+            .prepare("SELECT body FROM entities WHERE pk = ?1 AND rk = ?2")
+            .unwrap();
+        for _ in 0..10_000 {
+            let i = (next() % n as u64) as usize;
+            let b: Vec<u8> = get
+                .query_row(
+                    params![format!("p{:03}", i % PARTITIONS), format!("{i:08}")],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            decode(b);
+        }
+        let point_us = started.elapsed().as_secs_f64() * 1e6 / 10_000.0;
+        let started = Instant::now();
+        let ranges = 100;
+        let mut range = c
+            .prepare("SELECT body FROM entities WHERE pk = ?1 ORDER BY pk, rk LIMIT 1000")
+            .unwrap();
+        for r in 0..ranges {
+            let got: Vec<DynamicEntity> = range
+                .query_map(params![format!("p{:03}", r % PARTITIONS)], |row| row.get(0))
+                .unwrap()
+                .map(|b| decode(b.unwrap()))
+                .collect();
+            assert_eq!(got.len(), n / PARTITIONS);
+        }
+        let range_ms = started.elapsed().as_secs_f64() * 1e3 / ranges as f64;
+        let before_scan_hwm = status_kib("VmHWM");
+        let started = Instant::now();
+        let mut scan = c
+            .prepare("SELECT body FROM entities ORDER BY pk, rk")
+            .unwrap();
+        let mut count = 0;
+        for b in scan.query_map([], |row| row.get::<_, Vec<u8>>(0)).unwrap() {
+            // Each row decoded, as the store decodes each entity it streams.
+            let e = decode(b.unwrap());
+            count += usize::from(!e.partition_key.is_empty());
+        }
+        assert_eq!(count, n);
+        let scan_s = started.elapsed().as_secs_f64();
+        println!(
+            "{{\"phase\":\"sqlite_read\",\"n\":{n},\"open_s\":{open_s:.4},\"after_open_rss_kib\":{open_rss},\
+             \"point_read_us\":{point_us:.1},\"range_1000_ms\":{range_ms:.2},\"scan_s\":{scan_s:.3},\
+             \"scan_hwm_growth_kib\":{},\"end_rss_kib\":{}}}",
+            status_kib("VmHWM").saturating_sub(before_scan_hwm),
+            status_kib("VmRSS")
+        );
+    }
+
+    pub(super) fn writers(path: &str, n: usize) {
+        let c = Arc::new(std::sync::Mutex::new(open(path)));
+        let mut rates = Vec::new();
+        for (round, writers) in [1usize, 32].into_iter().enumerate() {
+            let each = if writers == 1 { 500 } else { 100 };
+            let started = Instant::now();
+            let threads: Vec<_> = (0..writers)
+                .map(|w| {
+                    let c = c.clone();
+                    std::thread::spawn(move || {
+                        for k in 0..each {
+                            let i = n + round * 1_000_000 + w * 10_000 + k;
+                            let c = c.lock().unwrap();
+                            insert(&c, i);
+                        }
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap();
+            }
+            rates.push((writers * each) as f64 / started.elapsed().as_secs_f64());
+        }
+        println!(
+            "{{\"phase\":\"sqlite_writers\",\"n\":{n},\"one_writer_per_s\":{:.0},\"32_writers_per_s\":{:.0},\"ratio\":{:.1},\"peak_rss_kib\":{}}}",
+            rates[0],
+            rates[1],
+            rates[1] / rates[0],
+            status_kib("VmHWM")
+        );
+    }
+
+    pub(super) fn compact(path: &str, n: usize) {
+        let size = || std::fs::metadata(path).map_or(0, |m| m.len());
+        let c = open(path);
+        c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
+        let before = size();
+        let started = Instant::now();
+        let mut del = c
+            .prepare("DELETE FROM entities WHERE pk = ?1 AND rk = ?2")
+            .unwrap();
+        for p in 0..PARTITIONS {
+            let rows: Vec<usize> = (p..n).step_by(PARTITIONS).filter(|i| i % 10 != 0).collect();
+            for chunk in rows.chunks(100) {
+                c.execute_batch("BEGIN").unwrap();
+                for &i in chunk {
+                    del.execute(params![
+                        format!("p{:03}", i % PARTITIONS),
+                        format!("{i:08}")
+                    ])
+                    .unwrap();
+                }
+                c.execute_batch("COMMIT").unwrap();
+            }
+        }
+        c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
+        let delete_s = started.elapsed().as_secs_f64();
+        let after_delete = size();
+        let started = Instant::now();
+        c.execute_batch("VACUUM; PRAGMA wal_checkpoint(TRUNCATE)")
+            .unwrap();
+        println!(
+            "{{\"phase\":\"sqlite_compact\",\"n\":{n},\"bytes_before\":{before},\"bytes_after_delete_90pct\":{after_delete},\
+             \"bytes_after_compact\":{},\"delete_s\":{delete_s:.3},\"compact_s\":{:.3}}}",
+            size(),
+            started.elapsed().as_secs_f64()
+        );
+    }
+}
+
 /// Runs this binary as the child `phase`; its stdout.
 fn child(phase: &str, path: &std::path::Path, n: usize) -> String {
     let out = Command::new(std::env::current_exe().expect("this binary"))
@@ -269,7 +474,11 @@ fn main() {
             "memory" => memory(n),
             "read" => read(&path, n),
             "compact" => compact(&path, n),
-            _ => writers(&path, n),
+            "writers" => writers(&path, n),
+            "sqlite_fill" => sqlite::fill(&format!("{path}.sqlite"), n),
+            "sqlite_read" => sqlite::read(&format!("{path}.sqlite"), n),
+            "sqlite_writers" => sqlite::writers(&format!("{path}.sqlite"), n),
+            _ => sqlite::compact(&format!("{path}.sqlite"), n),
         }
         return;
     }
@@ -287,8 +496,15 @@ fn main() {
         std::process::id()
     ));
     let _ = std::fs::remove_file(&path);
-    for phase in ["fill", "memory", "read", "writers", "compact"] {
-        println!("{}", child(phase, &path, n));
+    let phases = std::env::var("DURABLE_STORE_PHASES").unwrap_or_else(|_| {
+        "fill,memory,read,writers,compact,sqlite_fill,sqlite_read,sqlite_writers,sqlite_compact"
+            .into()
+    });
+    for phase in phases.split(',') {
+        println!("{}", child(phase.trim(), &path, n));
     }
     let _ = std::fs::remove_file(&path);
+    for tail in [".sqlite", ".sqlite-wal", ".sqlite-shm"] {
+        let _ = std::fs::remove_file(format!("{}{tail}", path.display()));
+    }
 }
