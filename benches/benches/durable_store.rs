@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::TryStreamExt as _;
-use tablekit::storage::{FileOptions, Storage};
+use tablekit::{options::FileOptions, Storage};
 use tablekit::{DynamicEntity, TableServiceClient};
 
 const PHASE: &str = "DURABLE_STORE_PHASE";

@@ -1075,7 +1075,7 @@ async fn errors_of_the_embedded_stores_name_the_store_and_its_file() {
 /// refused (the options are the first open's).
 #[tokio::test]
 async fn a_file_opened_with_options_is_shared_and_its_options_are_the_first_opens() {
-    use tablekit::storage::{FileOptions, Storage};
+    use tablekit::{options::FileOptions, Storage};
     let file = TempStore::new();
     let options = FileOptions::new().cache_bytes(1 << 20);
     let account = Storage::embedded_at_with(file.path(), options.clone()).unwrap();

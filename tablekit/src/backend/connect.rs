@@ -47,7 +47,7 @@ pub(crate) fn embedded_at(path: &std::path::Path) -> Result<Arc<dyn Backend>> {
 #[cfg(feature = "durable")]
 pub(crate) fn hold_store_file(
     path: &std::path::Path,
-    options: &crate::storage::FileOptions,
+    options: &crate::options::FileOptions,
 ) -> Result<impl Sized> {
     super::embedded::hold_file(path, options)
 }

@@ -111,7 +111,7 @@ use super::clock::{ticks_of, Version};
 use crate::backend::StoredEntity;
 use crate::entity::{DynamicEntity, Properties};
 use crate::error::{Error, ErrorCode, Result};
-use crate::storage::{Durability, FileOptions};
+use crate::options::{Durability, FileOptions};
 use crate::EdmValue;
 
 /// The version of the file's layout this code writes and reads.
