@@ -57,15 +57,24 @@ else
     echo "test.sh: cargo-nextest not found; running the tests with cargo test" >&2
 fi
 
-stage "cargo fmt --all --check"
-cargo fmt --all --check
+# A fresh clone (CI) never reuses incremental compilation state: writing it
+# only costs time. Local runs keep cargo's default.
+if [[ "${CI:-}" == true ]]; then
+    export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+fi
 
 TMP_ROOT="$(mktemp -d "${TMPDIR:-/tmp}/tablekit-test.XXXXXX")"
 export AZURITE_STATE_DIR="$TMP_ROOT/azurite"
+AZURITE_START_PID=""
 cleanup() {
     local rc=$?
     trap - EXIT
     trap '' INT TERM # finish cleaning up even if signalled again
+    # A start still under way (npm ci, or waiting for the port) is let
+    # finish, so that stop finds the PID it records.
+    if [[ -n "$AZURITE_START_PID" ]]; then
+        wait "$AZURITE_START_PID" 2>/dev/null || true
+    fi
     bash scripts/azurite.sh stop || true
     rm -rf "$TMP_ROOT"
     print_stages
@@ -75,16 +84,36 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-stage "starting Azurite (scripts/azurite.sh start)"
-if ! AZURITE_ENV="$(bash scripts/azurite.sh start)"; then
-    echo "test.sh: error: Azurite failed to start; the integration tests need it" >&2
-    exit 1
-fi
-eval "$AZURITE_ENV"
-echo "Azurite pid $AZURITE_PID, table endpoint http://127.0.0.1:$AZURITE_TABLE_PORT/devstoreaccount1"
+# Azurite is installed (npm ci, the first time) and started in the
+# background, while fmt and clippy run; the tests wait for it below.
+banner "starting Azurite in the background (scripts/azurite.sh start)"
+(
+    start=$SECONDS
+    rc=0
+    bash scripts/azurite.sh start >"$TMP_ROOT/azurite.env" 2>"$TMP_ROOT/azurite.log" || rc=$?
+    echo "$((SECONDS - start))" >"$TMP_ROOT/azurite.secs"
+    exit "$rc"
+) &
+AZURITE_START_PID=$!
+
+stage "cargo fmt --all --check"
+cargo fmt --all --check
 
 stage "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
+
+stage "waiting for Azurite (started before fmt)"
+AZURITE_RC=0
+wait "$AZURITE_START_PID" || AZURITE_RC=$?
+AZURITE_START_PID=""
+cat "$TMP_ROOT/azurite.log" >&2
+if ((AZURITE_RC != 0)); then
+    echo "test.sh: error: Azurite failed to start; the integration tests need it" >&2
+    exit 1
+fi
+eval "$(cat "$TMP_ROOT/azurite.env")"
+echo "Azurite pid $AZURITE_PID, table endpoint http://127.0.0.1:$AZURITE_TABLE_PORT/devstoreaccount1"
+echo "(its install and start took $(cat "$TMP_ROOT/azurite.secs") s in the background)"
 
 if ((NEXTEST)); then
     stage "cargo nextest run --workspace $*"
@@ -99,13 +128,17 @@ fi
 
 # The wire cases again on the reqwest transport (the default is tablekit's
 # own hyper transport; reqwest is the optional `reqwest` feature, chosen here
-# through the suite's TABLEKIT_TRANSPORT switch): every case that talks to
-# Azurite, none of those that run on the embedded store or never send a
-# request (they do not depend on the transport).
-HTTP_CASES='not (test(/::embedded$/) | test(/::embedded_file$/) | test(/^derive_/) | test(/^filter_macros::/) | test(/^durable::/) | test(/^readme::/))'
+# through the suite's TABLEKIT_TRANSPORT switch, read when the tests run):
+# every case that talks to Azurite, none of those that run on the embedded
+# store or never send a request (they do not depend on the transport).
+# `--workspace` and a filter, not `-p tablekit-tests --test integration`: the
+# same selection of packages as above, so the same features and the binaries
+# already built (with `-p` cargo resolves the features of that package alone
+# and compiles tokio, tablekit and the rest again).
+HTTP_CASES='package(tablekit-tests) & binary(integration) & not (test(/::embedded$/) | test(/::embedded_file$/) | test(/^derive_/) | test(/^filter_macros::/) | test(/^durable::/) | test(/^readme::/))'
 if ((NEXTEST)); then
     stage "the integration tests' wire cases on reqwest (TABLEKIT_TRANSPORT=reqwest)"
-    TABLEKIT_TRANSPORT=reqwest cargo nextest run -p tablekit-tests --test integration -E "$HTTP_CASES" "$@"
+    TABLEKIT_TRANSPORT=reqwest cargo nextest run --workspace -E "$HTTP_CASES" "$@"
 else
     stage "cargo test -p tablekit-tests --test integration (TABLEKIT_TRANSPORT=reqwest)"
     TABLEKIT_TRANSPORT=reqwest cargo test -p tablekit-tests --test integration "$@"
@@ -114,7 +147,8 @@ fi
 # The examples that check what they do, each on the embedded store and on
 # Azurite: built once, then run. They exit non-zero if a step fails.
 stage "the examples, on the embedded store and on Azurite"
-cargo build --quiet --examples
+# (`--workspace`, for the same reason: the dependencies the tests built.)
+cargo build --quiet --workspace --examples
 EXAMPLES_DIR="${CARGO_TARGET_DIR:-target}/debug/examples"
 run_example() {
     local name="$1"

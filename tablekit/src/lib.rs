@@ -122,6 +122,7 @@
 )]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod account;
 mod backend;
 #[cfg(feature = "blob")]
 #[cfg_attr(docsrs, doc(cfg(feature = "blob")))]
@@ -129,6 +130,7 @@ pub mod blob;
 pub mod clock;
 pub mod codec;
 mod columns;
+mod continuation;
 pub mod edm;
 pub mod entity;
 pub mod error;
@@ -142,41 +144,6 @@ pub mod queue;
 pub mod storage;
 pub mod table;
 pub mod validate;
-
-pub mod account {
-    //! Accounts and credentials: where the service lives and how requests prove who sends them.
-    //!
-    //! An [`Account`] is usually parsed from a connection string:
-    //!
-    //! ```
-    //! use tablekit::Account;
-    //!
-    //! let account: Account = "DefaultEndpointsProtocol=https;AccountName=myaccount;\
-    //!     AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
-    //!     .parse()?;
-    //! assert_eq!(account.table_endpoint(), Some("https://myaccount.table.core.windows.net"));
-    //!
-    //! // The emulator (Azurite) shortcut.
-    //! let dev = Account::from_connection_string("UseDevelopmentStorage=true")?;
-    //! assert_eq!(dev.table_endpoint(), Some("http://127.0.0.1:10002/devstoreaccount1"));
-    //! # Ok::<(), tablekit::Error>(())
-    //! ```
-    //!
-    //! No secret ever appears in the `Debug` output of these types, nor in the message of a
-    //! connection-string error.
-    //!
-    //! [`TableSas`], [`QueueSas`] and [`BlobSas`] sign shared access signatures
-    //! for one table, queue, container or blob with the account key.
-
-    // A facade: the connection-string parser and the SAS signer live in the
-    // HTTP backend (they import each other's vocabulary only one way), and
-    // both are public here under one name.
-    pub use crate::backend::http::account::*;
-    pub use crate::backend::http::auth::{
-        BlobSas, BlobSasPermissions, QueueSas, QueueSasPermissions, SasProtocol, TableSas,
-        TableSasPermissions,
-    };
-}
 
 pub mod transport {
     //! The transport seam: the HTTP client under every service client.
@@ -196,9 +163,9 @@ pub mod transport {
 // errors and filters. Everything else has one path, in its module.
 pub use account::{Account, Credential};
 pub use backend::http::API_VERSION;
-pub use backend::Continuation;
 #[cfg(feature = "blob")]
 pub use blob::{BlobClient, BlobServiceClient, ContainerClient};
+pub use continuation::Continuation;
 pub use edm::EdmValue;
 pub use entity::{
     DynamicEntity, ETag, EntityKey, IfMatch, IfNoneMatch, Properties, TableEntity, UpdateMode,
@@ -214,28 +181,11 @@ pub use table::{TableClient, TableServiceClient};
 #[cfg(test)]
 pub(crate) use error::ErrorKind;
 
-// Still named at the root by `tablekit-patterns/src/inter_index.rs` and the
-// doctests of `backend/http/{account,auth}.rs`, which are being rewritten
-// elsewhere; to go once they name the module paths.
-#[doc(hidden)]
-pub use account::{AccountKey, SasToken, TokenCredential};
-#[doc(hidden)]
-pub use codec::{entity_from_json, entity_to_json, to_dynamic};
-#[doc(hidden)]
-pub use entity::RawEntity;
-#[doc(hidden)]
-pub use error::DecodeError;
-#[doc(hidden)]
-pub use filter::Column;
-#[doc(hidden)]
-#[cfg(feature = "queue")]
-pub use queue::SentMessage;
-
 /// `#[derive(TableEntity)]`: a plain struct becomes an entity type.
 ///
 /// The derive implements [`TableEntity`] (encoding straight to the wire JSON,
 /// decoding straight from it, and the property-bag form) and [`EntityColumns`](crate::filter::EntityColumns)
-/// (a generated `{Name}Columns` struct of typed [`Column`] handles), and adds key
+/// (a generated `{Name}Columns` struct of typed [`Column`](crate::filter::Column) handles), and adds key
 /// builders to the type. From then on no property name, `@odata.type`
 /// annotation, key string or ETag is written by hand.
 ///

@@ -222,8 +222,18 @@ async fn an_export_to_a_blob_stopped_at_each_step_is_recovered(s: Services) {
             .drain()
             .await
             .unwrap();
-        assert_eq!(report.failed, 2);
-        assert_eq!(stops.load(Ordering::SeqCst), 2);
+        // Each message stops at the boundary at least once. On Azurite a drain
+        // slower than the visibility timeout (a loaded machine) meets a stopped
+        // message again and stops it again: more stops, the same recovery.
+        assert!(report.failed >= 2, "boundary {boundary}: {report:?}");
+        assert_eq!(report.succeeded, 0, "boundary {boundary}");
+        assert_eq!(stops.load(Ordering::SeqCst) as u64, report.failed);
+        if s.clock.is_some() {
+            assert_eq!(
+                report.failed, 2,
+                "the embedded clock does not move by itself"
+            );
+        }
 
         match &s.clock {
             Some(c) => c.advance(s.visibility + Duration::from_secs(1)),

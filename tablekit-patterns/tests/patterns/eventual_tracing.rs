@@ -3,69 +3,9 @@
 //! step, the success, the failure and the poisoning. Backend-independent, so
 //! it runs on the embedded store only.
 
-use std::sync::{Arc, Mutex};
-
 use tablekit::{DynamicEntity, QueueServiceClient, TableServiceClient};
 use tablekit_patterns::eventual::{Archive, Eventual, Worker};
-use tracing::field::{Field, Visit};
-use tracing::span::{Attributes, Id, Record};
-use tracing::{Event, Metadata, Subscriber};
-
-/// A span's or event's `(field, value)` pairs.
-type FieldList = Vec<(String, String)>;
-/// A span's name and fields.
-type SpanRecord = (String, FieldList);
-
-#[derive(Default, Clone)]
-struct Recorder {
-    spans: Arc<Mutex<Vec<SpanRecord>>>,
-    events: Arc<Mutex<Vec<FieldList>>>,
-}
-
-struct Fields<'a>(&'a mut Vec<(String, String)>);
-
-impl Visit for Fields<'_> {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.push((field.name().to_owned(), format!("{value:?}")));
-    }
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.push((field.name().to_owned(), value.to_owned()));
-    }
-}
-
-impl Subscriber for Recorder {
-    fn enabled(&self, _: &Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, attrs: &Attributes<'_>) -> Id {
-        let mut spans = self.spans.lock().unwrap();
-        let mut fields = Vec::new();
-        attrs.record(&mut Fields(&mut fields));
-        spans.push((attrs.metadata().name().to_owned(), fields));
-        Id::from_u64(spans.len() as u64)
-    }
-    fn record(&self, id: &Id, values: &Record<'_>) {
-        let mut spans = self.spans.lock().unwrap();
-        if let Some((_, fields)) = spans.get_mut(id.into_u64() as usize - 1) {
-            values.record(&mut Fields(fields));
-        }
-    }
-    fn record_follows_from(&self, _: &Id, _: &Id) {}
-    fn event(&self, event: &Event<'_>) {
-        let mut fields = vec![("level".to_owned(), event.metadata().level().to_string())];
-        event.record(&mut Fields(&mut fields));
-        self.events.lock().unwrap().push(fields);
-    }
-    fn enter(&self, _: &Id) {}
-    fn exit(&self, _: &Id) {}
-}
-
-fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    fields
-        .iter()
-        .find(|(n, _)| n == name)
-        .map(|(_, v)| v.as_str())
-}
+use tablekit_test_support::{field, FieldList, Recorder, SpanRecord};
 
 #[test]
 fn each_message_is_a_span_with_its_id_dequeue_count_and_kind() {
@@ -116,7 +56,7 @@ fn each_message_is_a_span_with_its_id_dequeue_count_and_kind() {
             })
         });
 
-    let spans = recorder.spans.lock().unwrap().clone();
+    let spans = recorder.spans();
     let message_spans: Vec<&SpanRecord> = spans
         .iter()
         .filter(|(name, _)| name == "eventual.message")
@@ -138,7 +78,7 @@ fn each_message_is_a_span_with_its_id_dequeue_count_and_kind() {
         .iter()
         .any(|(_, f)| field(f, "message_id") == Some(poisoned_id.as_str())));
 
-    let events = recorder.events.lock().unwrap().clone();
+    let events = recorder.events();
     let messages: Vec<&str> = events.iter().filter_map(|f| field(f, "message")).collect();
     assert!(messages.contains(&"step done"), "{messages:?}");
     assert!(

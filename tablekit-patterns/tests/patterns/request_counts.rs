@@ -97,27 +97,61 @@ fn row(op: &str, ours: &Traffic, hand: &Traffic) {
     );
 }
 
+/// An employee table reached through a counting proxy, with the two indexes
+/// of the secondary-index cases: by email and by last name.
+struct Directory {
+    proxy: CountingProxy,
+    table: TableClient<Employee>,
+    raw: TableClient<DynamicEntity>,
+    email: Index<Employee, Employee>,
+    dir: IndexedTable<Employee>,
+}
+
+impl Directory {
+    /// A fresh table named `prefix` + a unique suffix, or `None` (a failure
+    /// with `CI=true`) without Azurite.
+    async fn new(prefix: &str) -> Option<Directory> {
+        let svc = common::service()?;
+        let conn = std::env::var(common::CONNECTION_STRING_VAR).unwrap();
+        let proxy = CountingProxy::start(&conn).await;
+        let name = common::fresh_table::<Employee>(&svc, prefix)
+            .await
+            .name()
+            .to_owned();
+        let table = proxy.service().table::<Employee>(&name).unwrap();
+        let raw = table.with_type::<DynamicEntity>();
+        let email = Index::new("email", "email_", |e: &Employee| e.email.clone());
+        let lastname = Index::new("lastname", "name_", |e: &Employee| {
+            format!("{}_{:06}", e.last_name, e.employee_id)
+        });
+        let dir = IndexedTable::new(table.clone())
+            .unwrap()
+            .with_index(&email)
+            .unwrap()
+            .with_index(&lastname)
+            .unwrap();
+        Some(Directory {
+            proxy,
+            table,
+            raw,
+            email,
+            dir,
+        })
+    }
+}
+
 #[tokio::test]
 async fn the_secondary_index_makes_the_requests_of_the_hand_written_code() {
-    let Some(svc) = common::service() else { return };
-    let conn = std::env::var(common::CONNECTION_STRING_VAR).unwrap();
-    let proxy = CountingProxy::start(&conn).await;
-    let name = common::fresh_table::<Employee>(&svc, "Count")
-        .await
-        .name()
-        .to_owned();
-    let table = proxy.service().table::<Employee>(&name).unwrap();
-    let raw = table.with_type::<DynamicEntity>();
-    let email = Index::new("email", "email_", |e: &Employee| e.email.clone());
-    let lastname = Index::new("lastname", "name_", |e: &Employee| {
-        format!("{}_{:06}", e.last_name, e.employee_id)
-    });
-    let dir = IndexedTable::new(table.clone())
-        .unwrap()
-        .with_index(&email)
-        .unwrap()
-        .with_index(&lastname)
-        .unwrap();
+    let Some(Directory {
+        proxy,
+        table,
+        raw,
+        email,
+        dir,
+    }) = Directory::new("Count").await
+    else {
+        return;
+    };
     println!("| operation (2 indexes) | combinator | hand-written |\n|---|---|---|");
     proxy.take();
 
@@ -259,25 +293,16 @@ struct Department {
 /// where hand-written code reads it once.
 #[tokio::test]
 async fn a_composed_transaction_is_the_hand_written_transaction() {
-    let Some(svc) = common::service() else { return };
-    let conn = std::env::var(common::CONNECTION_STRING_VAR).unwrap();
-    let proxy = CountingProxy::start(&conn).await;
-    let name = common::fresh_table::<Employee>(&svc, "CountCompose")
-        .await
-        .name()
-        .to_owned();
-    let table = proxy.service().table::<Employee>(&name).unwrap();
-    let raw = table.with_type::<DynamicEntity>();
-    let email = Index::new("email", "email_", |e: &Employee| e.email.clone());
-    let lastname = Index::new("lastname", "name_", |e: &Employee| {
-        format!("{}_{:06}", e.last_name, e.employee_id)
-    });
-    let dir = IndexedTable::new(table.clone())
-        .unwrap()
-        .with_index(&email)
-        .unwrap()
-        .with_index(&lastname)
-        .unwrap();
+    let Some(Directory {
+        proxy,
+        table,
+        raw,
+        dir,
+        ..
+    }) = Directory::new("CountCompose").await
+    else {
+        return;
+    };
     let counted = CountedPartition::new(table.clone(), "Department", "EmployeeCount");
     let manager = Denormalized::new(table.clone(), "Department", "ManagerId", |e: &Employee| {
         (

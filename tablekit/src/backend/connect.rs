@@ -11,7 +11,6 @@ use super::embedded::blobs::Blobs;
 use super::embedded::queues::Queues;
 #[cfg(feature = "embedded")]
 use super::embedded::EmbeddedBackend;
-use super::http::account::Account;
 #[cfg(feature = "blob")]
 use super::http::blob::HttpBlobBackend;
 #[cfg(feature = "queue")]
@@ -20,6 +19,7 @@ use super::http::HttpBackend;
 #[cfg(feature = "queue")]
 use super::queue::QueueBackend;
 use super::Backend;
+use crate::account::Account;
 #[cfg(all(feature = "embedded", any(feature = "queue", feature = "blob")))]
 use crate::clock::Clock;
 use crate::error::Result;

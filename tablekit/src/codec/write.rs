@@ -537,7 +537,7 @@ mod tests {
                 out.int32("B", 2)?;
                 out.int32("A", 3)
             }
-            fn decode(_: &crate::RawEntity<'_>) -> Result<Self> {
+            fn decode(_: &crate::entity::RawEntity<'_>) -> Result<Self> {
                 Ok(Twice)
             }
         }

@@ -7,9 +7,9 @@ use futures::stream::{self, BoxStream, Stream, StreamExt, TryStreamExt};
 
 pub use super::handle::ScanPolicy;
 use super::handle::TableHandle;
-pub use crate::backend::Continuation;
 use crate::backend::{Operation, Response};
 use crate::columns::EntityColumns;
+use crate::continuation::Continuation;
 use crate::entity::{EntityKey, TableEntity};
 use crate::error::{Error, Result, ValidationError};
 use crate::filter::{self, Filter, QueryPlan, RawFilter, MAX_COMPARISONS};

@@ -202,9 +202,10 @@ mod tests {
     //! answered with the service's status and code, and leaves the store unchanged.
 
     use super::*;
-    use crate::backend::{BatchOp, Continuation, EntityBody};
+    use crate::backend::{BatchOp, EntityBody};
     use crate::entity::IfMatch;
     use crate::error::ErrorCode;
+    use crate::Continuation;
     use bytes::Bytes;
 
     fn store_with_table() -> EmbeddedBackend {

@@ -12,12 +12,12 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode};
 use percent_encoding::utf8_percent_encode;
 
-use super::account::Account;
 use super::pipeline::{Outgoing, Pipeline};
 use super::signer::Service;
 use super::transport::Incoming;
 use super::wire::{header_str, header_string, header_value, names, parse_retry_after, COMPONENT};
 use super::{error_answer, HttpOptions};
+use crate::account::Account;
 use crate::backend::blob::{
     BlobBackend, BlobHeaders, BlobOp, BlobProperties, BlobResponse, Conditions,
 };

@@ -8,20 +8,19 @@ use bytes::Bytes;
 use http::header::HeaderValue;
 use http::Method;
 
-use self::account::Account;
 use self::pipeline::{Outgoing, Pipeline};
 use self::signer::Service;
 use self::transport::Incoming;
 use self::wire::{
     entity_resource, header_str, header_string, header_value, names, prefix_bounds, service_error,
 };
-use crate::backend::{Backend, Continuation, Operation, Payload, Response, Written};
+use crate::account::Account;
+use crate::backend::{Backend, Operation, Payload, Response, Written};
+use crate::continuation::Continuation;
 use crate::entity::{ETag, UpdateMode};
 use crate::error::{Error, Result};
 pub(crate) use crate::options::{HttpOptions, Metadata};
 
-pub mod account;
-pub(crate) mod auth;
 pub(crate) mod batch;
 #[cfg(feature = "blob")]
 pub(crate) mod blob;

@@ -13,11 +13,10 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::Method;
 use tracing::Instrument;
 
-use super::account::Account;
-use super::auth;
 use super::signer::{self, Attempt, RequestSigner, Service};
-use super::transport::{HttpTransport, Incoming};
+use super::transport::{HttpTransport, Incoming, Origin};
 use super::wire::{header_value, names, QueryString};
+use crate::account::Account;
 use crate::backend::Repeat;
 use crate::error::{Error, Result};
 use crate::options::{full_jitter, HttpOptions, RetryPolicy};
@@ -43,17 +42,23 @@ impl RetryPolicy {
     }
 }
 
-/// Parses a service endpoint once: an `http(s)` URL without a query. Returns
-/// it with its path, percent-encoded and without a trailing `/`.
-pub(crate) fn parse_endpoint(endpoint: &str, service: &str) -> Result<(url::Url, String)> {
-    let base = url::Url::parse(endpoint)
+/// Parses a service endpoint once: an `http(s)` URL without a query (an
+/// [`Account`] has checked it further). Returns it normalised (its origin as
+/// [`Origin::of`] gives it, then its path, `/` at least) with its path
+/// without a trailing `/`.
+pub(crate) fn parse_endpoint(endpoint: &str, service: &str) -> Result<(http::Uri, String)> {
+    let raw: http::Uri = endpoint
+        .parse()
         .map_err(|_| Error::config(format!("the {service} endpoint is not a valid URL")))?;
-    if base.cannot_be_a_base() || base.query().is_some() {
+    if raw.scheme().is_none() || raw.authority().is_none() || raw.query().is_some() {
         return Err(Error::config(format!(
             "the {service} endpoint must be an http(s) URL without a query"
         )));
     }
-    let path = base.path().trim_end_matches('/').to_owned();
+    let origin = Origin::of(&raw)?;
+    let base = http::Uri::try_from(format!("{}{}", origin.prefix, raw.path()))
+        .map_err(|_| Error::config(format!("the {service} endpoint is not a valid URL")))?;
+    let path = raw.path().trim_end_matches('/').to_owned();
     Ok((base, path))
 }
 
@@ -281,7 +286,7 @@ impl Pipeline {
         for (name, value) in &req.headers {
             headers.insert(name.clone(), value.clone());
         }
-        headers.insert(names::X_MS_DATE, auth::x_ms_date());
+        headers.insert(names::X_MS_DATE, signer::x_ms_date());
         headers.insert(
             names::X_MS_CLIENT_REQUEST_ID,
             header_value(client_request_id)?,

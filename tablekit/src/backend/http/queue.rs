@@ -10,12 +10,12 @@ use chrono::{DateTime, Datelike as _, Utc};
 use http::header::HeaderValue;
 use http::Method;
 
-use super::account::Account;
 use super::pipeline::{Outgoing, Pipeline};
 use super::signer::Service;
 use super::transport::Incoming;
 use super::wire::{header_str, header_string, names, parse_retry_after};
 use super::{error_answer, HttpOptions};
+use crate::account::Account;
 use crate::backend::queue::{QueueBackend, QueueOp, QueueResponse, RawMessage};
 use crate::error::{Error, Result};
 

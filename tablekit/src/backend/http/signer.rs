@@ -2,8 +2,8 @@
 //! into the one [`Pipeline`](super::pipeline::Pipeline) that sends every request.
 //!
 //! Shared Key signs a different string per service. The Table service's form
-//! (verb, type, date and the resource with `comp`) is in [`auth`](super::auth);
-//! the Blob and Queue services' form is here. Theirs names eleven
+//! ([`table_shared_key`]) names the verb, type, date and the resource with
+//! `comp`; the Blob and Queue services' form ([`shared_key`]) names eleven
 //! standard headers, then every `x-ms-` header, then the resource with every
 //! query parameter:
 //!
@@ -25,11 +25,14 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::Method;
 
-use super::account::{Account, AccountKey, Credential, SasToken, TokenCredential};
-#[cfg(any(feature = "queue", feature = "blob"))]
-use super::auth::authorization;
-use super::auth::{self, StringToSign};
+use std::fmt::Write as _;
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use chrono::{DateTime, Datelike as _, Timelike as _, Utc};
+
 use super::wire::{header_value, names};
+use crate::account::{Account, AccountKey, Credential, SasToken, TokenCredential};
 use crate::error::{Error, Result};
 
 /// The service a request goes to: it decides the form of a Shared Key signature.
@@ -165,9 +168,9 @@ impl RequestSigner for TableSharedKey {
             comp,
         };
         let value = if self.lite {
-            auth::shared_key_lite(&self.account, &self.key, &input)
+            table_shared_key_lite(&self.account, &self.key, &input)
         } else {
-            auth::shared_key(&self.account, &self.key, &input)
+            table_shared_key(&self.account, &self.key, &input)
         };
         attempt
             .headers
@@ -378,8 +381,166 @@ pub(crate) fn shared_key(account: &str, key: &AccountKey, request: &StorageReque
     authorization("SharedKey", account, key, &request.string_to_sign(account))
 }
 
+/// What a Shared Key signature covers, taken from the request as it will be sent.
+pub(crate) struct StringToSign<'a> {
+    /// The HTTP verb, upper case.
+    pub method: &'a str,
+    /// The `Content-MD5` header, or `""`.
+    pub content_md5: &'a str,
+    /// The `Content-Type` header, or `""`.
+    pub content_type: &'a str,
+    /// The `x-ms-date` header ([`rfc1123`]).
+    pub date: &'a str,
+    /// The request URI's path exactly as sent: percent-encoded, starting with `/`. For a
+    /// path-style (emulator) URL it starts with the account: `/devstoreaccount1/Tables`.
+    pub path: &'a str,
+    /// The value of the `comp` query parameter, if the request has one.
+    pub comp: Option<&'a str>,
+}
+
+impl StringToSign<'_> {
+    /// Appends `CanonicalizedResource`: `/{account}{path}[?comp={comp}]`.
+    fn push_canonicalized_resource(&self, out: &mut String, account: &str) {
+        out.push('/');
+        out.push_str(account);
+        out.push_str(self.path);
+        if let Some(comp) = self.comp {
+            out.push_str("?comp=");
+            out.push_str(comp);
+        }
+    }
+
+    fn resource_len(&self, account: &str) -> usize {
+        1 + account.len() + self.path.len() + self.comp.map_or(0, |c| 6 + c.len())
+    }
+}
+
+/// The `Authorization` header value for Shared Key:
+/// `SharedKey {account}:{base64(HMAC-SHA256(key, string-to-sign))}`, where the Table
+/// service's string-to-sign is `VERB\nContent-MD5\nContent-Type\nDate\nCanonicalizedResource`.
+pub(crate) fn table_shared_key(
+    account: &str,
+    key: &AccountKey,
+    input: &StringToSign<'_>,
+) -> String {
+    let mut s = String::with_capacity(
+        input.method.len()
+            + input.content_md5.len()
+            + input.content_type.len()
+            + input.date.len()
+            + input.resource_len(account)
+            + 4,
+    );
+    for part in [
+        input.method,
+        input.content_md5,
+        input.content_type,
+        input.date,
+    ] {
+        s.push_str(part);
+        s.push('\n');
+    }
+    input.push_canonicalized_resource(&mut s, account);
+    authorization("SharedKey", account, key, &s)
+}
+
+/// The `Authorization` header value for Shared Key Lite:
+/// `SharedKeyLite {account}:{signature}` over `Date\nCanonicalizedResource`.
+pub(crate) fn table_shared_key_lite(
+    account: &str,
+    key: &AccountKey,
+    input: &StringToSign<'_>,
+) -> String {
+    let mut s = String::with_capacity(input.date.len() + 1 + input.resource_len(account));
+    s.push_str(input.date);
+    s.push('\n');
+    input.push_canonicalized_resource(&mut s, account);
+    authorization("SharedKeyLite", account, key, &s)
+}
+
+/// `{scheme} {account}:{base64(HMAC-SHA256(key, string_to_sign))}`.
+pub(crate) fn authorization(
+    scheme: &str,
+    account: &str,
+    key: &AccountKey,
+    string_to_sign: &str,
+) -> String {
+    // 44 characters of base64 for a 32-byte HMAC-SHA256.
+    let mut header = String::with_capacity(scheme.len() + account.len() + 46);
+    header.push_str(scheme);
+    header.push(' ');
+    header.push_str(account);
+    header.push(':');
+    BASE64.encode_string(key.hmac_sha256(string_to_sign), &mut header);
+    header
+}
+
+const DAY_NAMES: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
+const MONTH_NAMES: [&str; 12] = [
+    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+];
+
+/// Formats a time for `x-ms-date`: RFC 1123 in GMT with English names, e.g.
+/// `Sun, 22 Nov 2026 15:26:34 GMT`. One allocation, no locale.
+pub(crate) fn rfc1123(now: DateTime<Utc>) -> String {
+    let mut out = String::with_capacity(29);
+    // Writing to a String cannot fail.
+    let _ = write!(
+        out,
+        "{}, {:02} {} {:04} {:02}:{:02}:{:02} GMT",
+        DAY_NAMES[now.weekday().num_days_from_sunday() as usize],
+        now.day(),
+        MONTH_NAMES[now.month0() as usize],
+        now.year(),
+        now.hour(),
+        now.minute(),
+        now.second(),
+    );
+    out
+}
+
+/// The `x-ms-date` value of one second, formatted once per second per
+/// thread: requests of the same second share it.
+#[derive(Debug, Default)]
+pub(crate) struct DateCache {
+    second: Option<i64>,
+    value: Option<HeaderValue>,
+    /// How many times a value was formatted (the cache's whole point).
+    formatted: u64,
+}
+
+impl DateCache {
+    /// The header value for `now`: the cached one while the second is the same.
+    pub(crate) fn at(&mut self, now: DateTime<Utc>) -> HeaderValue {
+        let second = now.timestamp();
+        match &self.value {
+            Some(v) if self.second == Some(second) => v.clone(),
+            _ => {
+                // RFC 1123 text is ASCII: always a valid header value.
+                let v = HeaderValue::from_str(&rfc1123(now))
+                    .unwrap_or_else(|_| HeaderValue::from_static(""));
+                self.second = Some(second);
+                self.value = Some(v.clone());
+                self.formatted += 1;
+                v
+            }
+        }
+    }
+}
+
+thread_local! {
+    static DATE: std::cell::RefCell<DateCache> = std::cell::RefCell::new(DateCache::default());
+}
+
+/// The `x-ms-date` header value for now, from this thread's [`DateCache`].
+pub(crate) fn x_ms_date() -> HeaderValue {
+    DATE.with(|c| c.borrow_mut().at(Utc::now()))
+}
+
 #[cfg(test)]
 mod tests {
+    use chrono::TimeZone as _;
+
     use super::*;
 
     const DEV_KEY: &str =
@@ -447,4 +608,147 @@ mod tests {
     }
 
     const EXPECTED_SIGNATURE: &str = "NJW6dqEvKML3a97fAAYzQcCDo8+qr6a2dwYgXXiByPg=";
+
+    /// The emulator's published key; every expected signature below was computed with it.
+    const KEY: &str =
+        "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+    const DATE: &str = "Sun, 22 Nov 2026 15:26:34 GMT";
+
+    fn key() -> AccountKey {
+        AccountKey::from_base64(KEY).expect("the test key is valid base64")
+    }
+
+    #[test]
+    fn the_date_header_is_formatted_once_per_second() {
+        let mut cache = DateCache::default();
+        let t = Utc.with_ymd_and_hms(2026, 11, 22, 15, 26, 34).unwrap();
+        let first = cache.at(t);
+        assert_eq!(first, DATE);
+        let later = cache.at(t + chrono::Duration::milliseconds(999));
+        assert_eq!(later, DATE);
+        assert_eq!(cache.formatted, 1, "the same second is not formatted again");
+        let next = cache.at(t + chrono::Duration::seconds(1));
+        assert_eq!(next, "Sun, 22 Nov 2026 15:26:35 GMT");
+        assert_eq!(cache.formatted, 2);
+        // A clock that steps back gets its own (correct) value too.
+        assert_eq!(cache.at(t), DATE);
+        assert_eq!(x_ms_date().len(), DATE.len());
+    }
+
+    #[test]
+    fn a_cloned_key_signs_like_the_original() {
+        let k = key();
+        let copy = k.clone();
+        assert_eq!(
+            authorization("SharedKey", "a", &k, "text"),
+            authorization("SharedKey", "a", &copy, "text")
+        );
+        // Each signature starts from the bare key: signing twice gives the same result.
+        assert_eq!(
+            authorization("SharedKey", "a", &k, "text"),
+            authorization("SharedKey", "a", &k, "text")
+        );
+    }
+
+    fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32, s: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(y, mo, d, h, mi, s)
+            .single()
+            .expect("a valid test date")
+    }
+
+    fn input<'a>(
+        method: &'a str,
+        content_type: &'a str,
+        path: &'a str,
+        comp: Option<&'a str>,
+    ) -> StringToSign<'a> {
+        StringToSign {
+            method,
+            content_md5: "",
+            content_type,
+            date: DATE,
+            path,
+            comp,
+        }
+    }
+
+    // Expected values: python3 -c 'import hmac,hashlib,base64;
+    //   print(base64.b64encode(hmac.new(base64.b64decode(KEY), STRING_TO_SIGN.encode(),
+    //   hashlib.sha256).digest()).decode())'
+    // with STRING_TO_SIGN written out in each test's comment.
+
+    #[test]
+    fn shared_key_signs_verb_type_date_and_resource() {
+        // "PUT\n\napplication/json\nSun, 22 Nov 2026 15:26:34 GMT\n/myaccount/mytable(PartitionKey='a%20b',RowKey='1')"
+        let header = table_shared_key(
+            "myaccount",
+            &key(),
+            &input(
+                "PUT",
+                "application/json",
+                "/mytable(PartitionKey='a%20b',RowKey='1')",
+                None,
+            ),
+        );
+        assert_eq!(
+            header,
+            "SharedKey myaccount:0H/Q2f0hZrCrsvjP4ZsEueo07253QYs/yJ6H/2GjJPc="
+        );
+    }
+
+    #[test]
+    fn shared_key_appends_comp_to_the_resource() {
+        // "GET\n\n\nSun, 22 Nov 2026 15:26:34 GMT\n/myaccount/?comp=properties"
+        let header = table_shared_key(
+            "myaccount",
+            &key(),
+            &input("GET", "", "/", Some("properties")),
+        );
+        assert_eq!(
+            header,
+            "SharedKey myaccount:8UzkFx0hOuGjR6DpjeqcDl2I/7T/ixKQiOccOwiLFmw="
+        );
+    }
+
+    #[test]
+    fn shared_key_lite_on_a_path_style_url_repeats_the_account() {
+        // "Sun, 22 Nov 2026 15:26:34 GMT\n/devstoreaccount1/devstoreaccount1/Tables"
+        let header = table_shared_key_lite(
+            "devstoreaccount1",
+            &key(),
+            &input("POST", "application/json", "/devstoreaccount1/Tables", None),
+        );
+        assert_eq!(
+            header,
+            "SharedKeyLite devstoreaccount1:gJ+3La8I11pupdmUFkhGh2XYfB5c47w/UuQEscFeg8Q="
+        );
+    }
+
+    #[test]
+    fn shared_key_lite_appends_comp_to_the_resource() {
+        // "Sun, 22 Nov 2026 15:26:34 GMT\n/myaccount/mytable?comp=acl"
+        let header = table_shared_key_lite(
+            "myaccount",
+            &key(),
+            &input("GET", "", "/mytable", Some("acl")),
+        );
+        assert_eq!(
+            header,
+            "SharedKeyLite myaccount:Rc6pdnIzyf/D9Iu4Eeb+3aJcl2HbwvGRSVbzEbhsh9E="
+        );
+    }
+
+    #[test]
+    fn rfc1123_uses_english_names_and_gmt() {
+        // Expected values from python3 email.utils.format_datetime(d, usegmt=True).
+        assert_eq!(rfc1123(utc(2026, 11, 22, 15, 26, 34)), DATE);
+        assert_eq!(
+            rfc1123(utc(2009, 4, 30, 20, 45, 13)),
+            "Thu, 30 Apr 2009 20:45:13 GMT"
+        );
+        assert_eq!(
+            rfc1123(utc(2024, 2, 29, 0, 0, 5)),
+            "Thu, 29 Feb 2024 00:00:05 GMT"
+        );
+    }
 }

@@ -40,30 +40,60 @@ pub(crate) struct Origin {
 }
 
 impl Origin {
-    pub(crate) fn of(endpoint: &url::Url) -> Result<Origin> {
-        let https = match endpoint.scheme() {
-            "https" => true,
-            "http" => false,
+    /// The origin of `endpoint`, an absolute `http(s)` URI. The host is kept
+    /// in lower case (an IPv6 literal in its canonical form) and the port
+    /// only when it is not the scheme's default, as URL parsers normalise
+    /// them.
+    pub(crate) fn of(endpoint: &http::Uri) -> Result<Origin> {
+        let https = match endpoint.scheme_str() {
+            Some("https") => true,
+            Some("http") => false,
             _ => return Err(Error::config("the endpoint must be an http(s) URL")),
         };
-        let (host, shown) = match endpoint.host() {
-            Some(url::Host::Ipv6(a)) => (a.to_string(), format!("[{a}]")),
-            Some(url::Host::Ipv4(a)) => (a.to_string(), a.to_string()),
-            Some(url::Host::Domain(d)) => (d.to_owned(), d.to_owned()),
-            None => return Err(Error::config("the endpoint has no host")),
+        let authority = endpoint
+            .authority()
+            .map(http::uri::Authority::as_str)
+            .ok_or_else(|| Error::config("the endpoint has no host"))?;
+        let host = endpoint
+            .host()
+            .filter(|h| !h.is_empty())
+            .ok_or_else(|| Error::config("the endpoint has no host"))?;
+        let (host, shown) = match host.strip_prefix('[') {
+            Some(inner) => {
+                let address: std::net::Ipv6Addr = inner
+                    .trim_end_matches(']')
+                    .parse()
+                    .map_err(|_| Error::config("the endpoint's IPv6 address is not valid"))?;
+                (address.to_string(), format!("[{address}]"))
+            }
+            None => {
+                let name = host.to_ascii_lowercase();
+                (name.clone(), name)
+            }
         };
-        let authority = match endpoint.port() {
-            Some(p) => format!("{shown}:{p}"),
-            None => shown,
+        // The text after the host's `:`, which `http::Uri` reads leniently
+        // (a port out of range is no port, `+1` is 1).
+        let after_userinfo = &authority[authority.rfind('@').map_or(0, |i| i + 1)..];
+        let after_host = &after_userinfo[after_userinfo.rfind(']').map_or(0, |i| i + 1)..];
+        let default = if https { 443 } else { 80 };
+        let port = match after_host.rsplit_once(':').map(|(_, p)| p) {
+            None | Some("") => default,
+            Some(p) if p.bytes().all(|b| b.is_ascii_digit()) => p
+                .parse::<u16>()
+                .map_err(|_| Error::config("the endpoint's port is not valid"))?,
+            Some(_) => return Err(Error::config("the endpoint's port is not valid")),
         };
-        let port = endpoint
-            .port_or_known_default()
-            .unwrap_or(if https { 443 } else { 80 });
+        let authority = if port == default {
+            shown
+        } else {
+            format!("{shown}:{port}")
+        };
+        let scheme = if https { "https" } else { "http" };
         Ok(Origin {
             https,
             host,
             port,
-            prefix: format!("{}://{authority}", endpoint.scheme()),
+            prefix: format!("{scheme}://{authority}"),
             authority: http::HeaderValue::from_str(&authority)
                 .map_err(|_| Error::config("the endpoint's host is not a valid header value"))?,
         })

@@ -50,14 +50,14 @@ pub(crate) struct HyperTransport {
 }
 
 impl HyperTransport {
-    pub(crate) fn new(endpoint: &url::Url, options: &HttpOptions) -> Result<Self> {
+    pub(crate) fn new(endpoint: &http::Uri, options: &HttpOptions) -> Result<Self> {
         Self::with_roots(endpoint, options, &[])
     }
 
     /// As [`HyperTransport::new`], also trusting `extra_roots` (DER) for TLS:
     /// the hook of the tests' own certificate authority.
     pub(crate) fn with_roots(
-        endpoint: &url::Url,
+        endpoint: &http::Uri,
         options: &HttpOptions,
         extra_roots: &[Vec<u8>],
     ) -> Result<Self> {
@@ -431,7 +431,7 @@ mod tests {
     }
 
     struct Server {
-        endpoint: url::Url,
+        endpoint: http::Uri,
         accepted: Arc<AtomicUsize>,
         /// Connections the server has closed.
         closed: Arc<AtomicUsize>,
@@ -453,11 +453,9 @@ mod tests {
 
     async fn server(script: Script) -> Server {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let endpoint = url::Url::parse(&format!(
-            "http://{}/devstoreaccount1",
-            listener.local_addr().unwrap()
-        ))
-        .unwrap();
+        let endpoint = format!("http://{}/devstoreaccount1", listener.local_addr().unwrap())
+            .parse::<http::Uri>()
+            .unwrap();
         let accepted = Arc::new(AtomicUsize::new(0));
         let closed = Arc::new(AtomicUsize::new(0));
         let requests = Arc::new(AtomicUsize::new(0));
@@ -526,7 +524,7 @@ mod tests {
         }
     }
 
-    fn transport(endpoint: &url::Url, f: impl FnOnce(&mut HttpOptions)) -> HyperTransport {
+    fn transport(endpoint: &http::Uri, f: impl FnOnce(&mut HttpOptions)) -> HyperTransport {
         let mut options = HttpOptions::default();
         f(&mut options);
         HyperTransport::new(endpoint, &options).unwrap()
@@ -654,7 +652,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         drop(listener);
-        let endpoint = url::Url::parse(&format!("http://{addr}/a")).unwrap();
+        let endpoint = format!("http://{addr}/a").parse::<http::Uri>().unwrap();
         let t = transport(&endpoint, |_| {});
         let Err(e) = t.send(get()).await else {
             panic!("a closed port answered")
@@ -679,7 +677,7 @@ mod tests {
             }
             assert!(held.len() < 64, "the listen queue never filled");
         }
-        let endpoint = url::Url::parse(&format!("http://{addr}/a")).unwrap();
+        let endpoint = format!("http://{addr}/a").parse::<http::Uri>().unwrap();
         let t = transport(&endpoint, |o| {
             o.connect_timeout = Duration::from_millis(200)
         });
@@ -753,7 +751,9 @@ mod tests {
     #[tokio::test]
     async fn https_checks_the_certificate_sends_sni_and_offers_only_http11() {
         let (port, mut seen) = tls_server("127.0.0.1:0").await;
-        let endpoint = url::Url::parse(&format!("https://localhost:{port}/acc")).unwrap();
+        let endpoint = format!("https://localhost:{port}/acc")
+            .parse::<http::Uri>()
+            .unwrap();
         let ca = include_bytes!("testdata/ca.der").to_vec();
         let t = HyperTransport::with_roots(&endpoint, &HttpOptions::default(), &[ca]).unwrap();
         for _ in 0..2 {
@@ -822,7 +822,9 @@ mod tests {
     async fn https_goes_through_a_connect_tunnel_of_the_proxy() {
         let (port, mut handshakes) = tls_server("127.0.0.1:0").await;
         let (proxy_port, mut lines) = loopback_proxy().await;
-        let endpoint = url::Url::parse(&format!("https://localhost:{port}/acc")).unwrap();
+        let endpoint = format!("https://localhost:{port}/acc")
+            .parse::<http::Uri>()
+            .unwrap();
         let ca = include_bytes!("testdata/ca.der").to_vec();
         let options = HttpOptions {
             proxy: Some(
@@ -847,7 +849,7 @@ mod tests {
     #[tokio::test]
     async fn http_goes_to_the_proxy_in_absolute_form_and_no_proxy_hosts_do_not() {
         let server = server(Script::Answer(3)).await;
-        let port = server.endpoint.port().unwrap();
+        let port = server.endpoint.port_u16().unwrap();
         let (proxy_port, mut lines) = loopback_proxy().await;
         let proxy = format!("http://127.0.0.1:{proxy_port}");
         let endpoint = server.endpoint.clone();
@@ -880,7 +882,9 @@ mod tests {
     async fn an_untrusted_certificate_is_a_tls_failure_not_an_unknown_outcome() {
         let (port, _seen) = tls_server("127.0.0.1:0").await;
         // The test CA is not among the webpki roots.
-        let endpoint = url::Url::parse(&format!("https://localhost:{port}/acc")).unwrap();
+        let endpoint = format!("https://localhost:{port}/acc")
+            .parse::<http::Uri>()
+            .unwrap();
         let t = HyperTransport::new(&endpoint, &HttpOptions::default()).unwrap();
         let Err(e) = t.send(get()).await else {
             panic!("an untrusted certificate was accepted")
@@ -894,7 +898,9 @@ mod tests {
         // CA: a server on 127.0.0.2 (loopback) shows the one for 127.0.0.1.
         let (port, _seen) = tls_server("127.0.0.2:0").await;
         let ca = include_bytes!("testdata/ca.der").to_vec();
-        let endpoint = url::Url::parse(&format!("https://127.0.0.2:{port}/acc")).unwrap();
+        let endpoint = format!("https://127.0.0.2:{port}/acc")
+            .parse::<http::Uri>()
+            .unwrap();
         let t = HyperTransport::with_roots(&endpoint, &HttpOptions::default(), &[ca]).unwrap();
         let Err(e) = t.send(get()).await else {
             panic!("a certificate for another name was accepted")

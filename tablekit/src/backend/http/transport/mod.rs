@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use self::common::Origin;
+pub(crate) use self::common::Origin;
 #[cfg(test)]
 pub(crate) use self::common::USER_AGENT;
 pub use self::proxy::Proxy;
@@ -53,15 +53,11 @@ impl std::fmt::Debug for HttpTransport {
 
 impl HttpTransport {
     /// The connections to `endpoint` (an `http(s)` URL without a query).
-    pub(crate) fn new(endpoint: &url::Url, options: &HttpOptions) -> Result<Self> {
+    pub(crate) fn new(endpoint: &http::Uri, options: &HttpOptions) -> Result<Self> {
         let prefix = Origin::of(endpoint)?.prefix;
         if let Some(connector) = &options.connector {
-            let uri: http::Uri = endpoint
-                .as_str()
-                .parse()
-                .map_err(|_| Error::config("the endpoint is not a valid URI"))?;
             return Ok(HttpTransport {
-                service: connector.connect(&uri)?,
+                service: connector.connect(endpoint)?,
                 prefix: Some(prefix),
                 hooks: options.hooks.clone(),
             });
@@ -129,10 +125,8 @@ impl HyperConnector {
 
 impl HttpConnector for HyperConnector {
     fn connect(&self, endpoint: &http::Uri) -> Result<Arc<dyn HttpService>> {
-        let url = url::Url::parse(&endpoint.to_string())
-            .map_err(|_| Error::config("the endpoint is not a valid URL"))?;
         Ok(Arc::new(self::hyper::HyperTransport::new(
-            &url,
+            endpoint,
             &self.options,
         )?))
     }
@@ -147,19 +141,18 @@ mod tests {
 
     #[test]
     fn origins_keep_explicit_ports_and_bracket_ipv6() {
-        let o = Origin::of(&url::Url::parse("http://127.0.0.1:10002/devstoreaccount1").unwrap())
-            .unwrap();
+        let uri = |s: &str| s.parse::<http::Uri>().unwrap();
+        let o = Origin::of(&uri("http://127.0.0.1:10002/devstoreaccount1")).unwrap();
         assert_eq!(
             (o.host.as_str(), o.port, o.https),
             ("127.0.0.1", 10002, false)
         );
         assert_eq!(o.authority, "127.0.0.1:10002");
         assert_eq!(o.prefix, "http://127.0.0.1:10002");
-        let o =
-            Origin::of(&url::Url::parse("https://acc.table.core.windows.net/").unwrap()).unwrap();
+        let o = Origin::of(&uri("https://acc.table.core.windows.net/")).unwrap();
         assert_eq!((o.port, o.https), (443, true));
         assert_eq!(o.authority, "acc.table.core.windows.net");
-        let o = Origin::of(&url::Url::parse("http://[::1]:8080/a").unwrap()).unwrap();
+        let o = Origin::of(&uri("http://[::1]:8080/a")).unwrap();
         assert_eq!(o.host, "::1");
         assert_eq!(o.authority, "[::1]:8080");
     }

@@ -110,13 +110,9 @@ impl Proxy {
     }
 
     /// The proxy of `endpoint`, if it goes through one.
-    pub(crate) fn route(&self, endpoint: &url::Url) -> Result<Option<Route>> {
-        let uri: http::Uri = endpoint
-            .as_str()
-            .parse()
-            .map_err(|_| Error::config("the endpoint is not a valid URI"))?;
+    pub(crate) fn route(&self, uri: &http::Uri) -> Result<Option<Route>> {
         let intercept = match &self.env {
-            Some(m) => m.intercept(&uri),
+            Some(m) => m.intercept(uri),
             None => {
                 let mut b = Matcher::builder();
                 if let Some(a) = &self.all {
@@ -128,7 +124,7 @@ impl Proxy {
                 if let Some(h) = &self.https {
                     b = b.https(h.clone());
                 }
-                b.no(self.no.clone()).build().intercept(&uri)
+                b.no(self.no.clone()).build().intercept(uri)
             }
         };
         let Some(intercept) = intercept else {

@@ -16,13 +16,15 @@ pub(crate) struct ReqwestTransport {
 }
 
 impl ReqwestTransport {
-    pub(crate) fn new(endpoint: &url::Url, options: &HttpOptions) -> Result<Self> {
+    pub(crate) fn new(endpoint: &http::Uri, options: &HttpOptions) -> Result<Self> {
         let mut builder = reqwest::Client::builder();
         builder = match options.proxy.clone() {
             // As on the built-in transport: no environment variable is read.
             None => builder.no_proxy(),
             Some(proxy) => builder.proxy(reqwest::Proxy::custom(move |url| {
-                let route = proxy.route(url).ok().flatten()?;
+                // reqwest hands its own `Url`; the route is found on an `http::Uri`.
+                let uri: http::Uri = url.as_str().parse().ok()?;
+                let route = proxy.route(&uri).ok().flatten()?;
                 let host = if route.host.contains(':') {
                     format!("[{}]", route.host)
                 } else {

@@ -1,4 +1,5 @@
-//! [`Continuation`]: where a paged read resumes, as every backend reports it.
+//! [`Continuation`]: where a paged read resumes, as every backend reports it
+//! (public as `tablekit::Continuation`).
 
 use std::fmt;
 use std::str::FromStr;

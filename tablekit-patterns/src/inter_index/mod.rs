@@ -1,0 +1,543 @@
+//! The inter-partition secondary index pattern (design guide §3.2): each
+//! entity is stored once under a primary partition (`empid_Sales` / `000223`)
+//! and once more per index under a partition of its own (`email_Sales` /
+//! `jonesj@contoso.com`), in the same table or in another. Lookups by any
+//! index are point or range reads of one partition, and the load is spread
+//! over several partitions instead of one.
+//!
+//! No transaction spans two partitions, so the copies are kept eventually
+//! consistent through a queue ([`eventual`](crate::eventual)): a change is
+//! one message, and a [`Worker`](crate::eventual::Worker) applies it.
+//!
+//! # Unique and non-unique indexes
+//!
+//! Every [`InterIndex`] says in its declaration which it is:
+//!
+//! * [`InterIndex::unique`] (an email): one entity per value and partition.
+//!   The copy's RowKey is the value (`jonesj@contoso.com`), read with
+//!   [`lookup`](InterPartitionIndex::lookup) (`Option`). A change that would
+//!   take a value another entity holds is **refused** (below).
+//! * [`InterIndex::non_unique`] (a last name): any number of entities per
+//!   value. The copy's RowKey is the value, a space ([`VALUE_SEPARATOR`]) and
+//!   the primary's RowKey (`jones 000223`), so two Joneses have two copies;
+//!   read with [`lookup_all`](InterPartitionIndex::lookup_all) (`Vec`).
+//!   A space or `!` inside a value is written `!!` / `!"` in the RowKey, so
+//!   no value holds the separator and RowKeys sort as their values do:
+//!   [`list`](InterPartitionIndex::list) takes ranges **of values**
+//!   (`KeyRange::prefix("jo")`, `KeyRange::inclusive("a", "k")`) on either
+//!   kind and turns them into RowKey ranges. `lookup` on a non-unique index
+//!   is refused before any request.
+//!
+//! | operation | requests |
+//! |---|---|
+//! | [`put`](InterPartitionIndex::put), [`remove`](InterPartitionIndex::remove) (client) | 1 message sent |
+//! | the worker, for a put | read primary; per unique index: read the copy under the new value (refused here, before any write, if another entity holds one); per unique index: insert a claim if there is none, or restamp this entity's copy (refused if another entity took it meanwhile: each claim of this change given back); per copy whose value changed: read it, delete it under its ETag if this entity's and older; replace the primary under the ETag read (insert if absent); write each copy (unique: replace the claim under its ETag; non-unique: insert-or-replace); per changed value again: read the old copy, delete it if older; read the primary again (+1 conditional write or delete per copy if a newer change got in) |
+//! | the worker, for a stale put (a newer change is stored) | read primary; read each copy under this change's values (+1 conditional delete or rewrite of each one this change wrote) |
+//! | the worker, for a remove | read primary (newer or this remove: done); per copy: read, delete if this entity's and older; replace the primary by a tombstone under the ETag read (insert if absent); per copy again: read, delete if older |
+//! | [`get`](InterPartitionIndex::get), [`lookup`](InterPartitionIndex::lookup) | 1 point read |
+//! | [`lookup_all`](InterPartitionIndex::lookup_all), [`list`](InterPartitionIndex::list), [`list_primary`](InterPartitionIndex::list_primary) | 1 range query (a request per page) |
+//! | [`lookup_verified`](InterPartitionIndex::lookup_verified) | 2 point reads (+1 conditional delete to repair) |
+//! | [`list_verified`](InterPartitionIndex::list_verified) | 1 range query, 1 point read per copy (+1 conditional delete per repair) |
+//! | [`purge_tombstones`](InterPartitionIndex::purge_tombstones) | 1 query over the primary partitions (a request per page), 1 conditional delete per old tombstone |
+//!
+//! A primary write that finds the primary changed since its read (412, or
+//! 409 on an insert) starts again from the read, after a jittered pause, at
+//! most [`MAX_REREADS`](crate::eventual::MAX_REREADS) times; then the message fails and is retried later.
+//!
+//! # What is atomic, and what a reader sees
+//!
+//! **Nothing across partitions is atomic.** Each request the worker sends
+//! writes one entity; the primary and each copy change at different times.
+//! What holds:
+//!
+//! * Once the queue is drained, every primary and its copies agree, and each
+//!   unique value has at most one entity (eventual consistency).
+//! * In between, a reader can see the primary changed and a copy not yet,
+//!   or a lookup by the old value find nothing while the new copy is not yet
+//!   written, or a copy with the entity's previous content. A copy a reader
+//!   sees never points at a missing primary (it is written after the
+//!   primary and deleted before it), but [`lookup`](InterPartitionIndex::lookup)
+//!   and [`list`](InterPartitionIndex::list) do not check: use the
+//!   `_verified` reads to get the primary as stored, at one more read each.
+//! * A **claim** (a unique copy marked [`PENDING`]) is written before its
+//!   primary; readers never see it.
+//!
+//! # The order of the writes, and unique values
+//!
+//! The message is sent first and the worker writes everything, so a change
+//! the client was told about is never lost, whatever crashes after. For a
+//! put the worker:
+//!
+//! 1. **claims each unique value** before anything else. It first reads the
+//!    copy under every new unique value: one that names another entity
+//!    refuses the change before any write. Then it inserts each copy marked
+//!    [`PENDING`] (or, if this entity already holds the value, rewrites its
+//!    copy with this change's stamp, so an older change racing this one
+//!    leaves it). Two changes of two entities that want one value both try
+//!    the insert; one gets 409 and is refused. A claim of a *newer* change
+//!    of the same entity still being applied makes this attempt fail and
+//!    retry later (by then the newer change has gone through, and this one
+//!    is stale, or was refused and gave the claim back). On a **refusal**
+//!    the claims this change made are given back (deleted, or put back,
+//!    under their ETags), a `tracing::warn!` event
+//!    names the index, the value and both entities, and the message fails
+//!    with [`Error::constraint`](tablekit::Error::constraint)`(index, (copy pk, copy rk), Some((pk, holder rk)))`.
+//!    **A refused change writes nothing**: the primary and its copies never
+//!    disagree about a unique value. The worker retries a failed message
+//!    after its retry delay (the holder may give the value up in a change
+//!    still in the queue: delivery is not in order), and after
+//!    [`max_dequeue_count`](crate::eventual::WorkerBuilder::max_dequeue_count)
+//!    attempts moves it to the poison queue, whose
+//!    [`PoisonedMessage::error`](crate::eventual::PoisonedMessage) holds the
+//!    constraint text. The [`Report`](crate::eventual::Report) of the run
+//!    counts it as failed, then poisoned.
+//! 2. deletes this entity's copies under its old values (before the primary
+//!    changes, because the old values are known only from the primary as
+//!    stored);
+//! 3. writes the primary, under the ETag of its read;
+//! 4. writes the copies (a claim becomes a plain copy; if another change of
+//!    this entity rewrote it meanwhile, it is read and written again);
+//! 5. deletes old copies again and reads the primary again (below).
+//!
+//! **No copy is rewritten or deleted except on behalf of the entity it
+//! names** ([`PRIMARY_ROW_KEY`]): every delete and rewrite of a copy, by the
+//! worker or by a verified read's repair, first reads the copy, checks that
+//! it names this entity, and then writes under the ETag of that read. So a
+//! change never removes another entity's copy, whatever the order of
+//! delivery.
+//!
+//! Every step is idempotent, so a worker that stops anywhere is followed by
+//! one that redoes the whole change.
+//!
+//! # Change stamps: out-of-order delivery and racing workers
+//!
+//! Delivery is at least once, and not in order: a message can run again
+//! after a newer change of the same entity (after a crash, a failed step, a
+//! lost delete), and two workers can apply two changes of one entity at the
+//! same time. So each message carries a **stamp** (required): microseconds
+//! since the Unix epoch by the sending client's clock, made strictly
+//! increasing per [`InterPartitionIndex`] value (and its clones). The
+//! primary, each copy and each tombstone store the stamp of the change that
+//! wrote them in [`CHANGE_STAMP`] (Int64). The worker:
+//!
+//! * applies a put only over an older primary (or none): a primary with a
+//!   stamp as new or newer means the message is stale. It then writes
+//!   nothing new, but brings in line what an earlier attempt of *this*
+//!   message may have left: a copy (or claim) of this entity under its
+//!   values that holds its stamp is deleted (or, if the current primary
+//!   still has that value, rewritten from it), under the copy's ETag. An
+//!   equal stamp with the same entity is this message's own earlier
+//!   attempt, which then goes on with the copies. A stale message is never
+//!   refused.
+//! * writes the primary under the ETag of its read, so of two racing workers
+//!   one restarts from a fresh read and finds the other's stamp.
+//! * deletes a copy under an old value only if it names this entity and an
+//!   older change wrote it (its stamp is lower), before the primary write
+//!   and once more after it: an older change that read the primary earlier
+//!   can write its copy late.
+//! * reads the primary again after writing the copies: if a newer change got
+//!   in, each copy just written is deleted (or, if the newer primary has the
+//!   same value, rewritten from it), under the ETag this worker's write
+//!   returned, so a newer worker's own write of that copy wins.
+//! * leaves a **tombstone** for a remove: the primary is replaced by an
+//!   entity with only its keys, [`CHANGE_STAMP`] and [`REMOVED`]` = true`.
+//!   A put older than the remove, delivered late, sees the newer stamp and
+//!   does nothing, so a removed entity does not come back; a newer put
+//!   replaces the tombstone. Every read skips tombstones (on the client:
+//!   a `$filter` on `Removed` would drop every entity without it).
+//!   [`purge_tombstones`](InterPartitionIndex::purge_tombstones) deletes
+//!   old ones once no older message can still be delivered.
+//!
+//! What remains:
+//!
+//! * Stamps of **different clients** compare by their clocks: last writer
+//!   wins by client clock, so of two changes of one entity made on two
+//!   machines within their clock skew, the one with the later clock wins,
+//!   which need not be the one made later. Equal stamps from two clients
+//!   (the same microsecond): the change stored first wins. Send the changes
+//!   of one entity from one [`InterPartitionIndex`] value (or keep clocks
+//!   synchronised) if that matters.
+//! * Which of two entities gets a contested unique value is decided by
+//!   which change claims it first, not by stamps: with out-of-order
+//!   delivery, a later change can win over an earlier one that is refused.
+//! * Between step 2 and step 3 of a put that moves off a unique value, the
+//!   value is free while the old primary still shows it: another entity can
+//!   claim it then, and for that moment two primaries show one value (only
+//!   one copy exists). When the change is applied, the old primary moves on.
+//! * A worker that crashes between its primary write and its second
+//!   delete of old copies, while an older change racing it writes a copy
+//!   under the old value, leaves that copy: on redelivery the old value is
+//!   no longer known. Such a copy has an older stamp than its primary;
+//!   [`lookup_verified`](InterPartitionIndex::lookup_verified) and
+//!   [`list_verified`](InterPartitionIndex::list_verified) repair it (a
+//!   delete conditional on the copy's ETag) when they find it. A claim
+//!   left by a message that never runs again (it crashed after claiming and
+//!   was poisoned) holds its value until deleted by hand.
+//! * A put older than a purged tombstone would bring the entity back: purge
+//!   only past the queue's message time-to-live.
+//! * A put that finds a newer put of the same entity claiming a unique
+//!   value fails its attempt and is retried; if the newer put is itself
+//!   retried (refused for another value) through all of this put's
+//!   attempts, this put ends in the poison queue with that reason, never
+//!   applied silently.
+//!
+//! # Keys
+//!
+//! The entity type's own keys (its derive, say `{department}` /
+//! `{employee_id:06}`) are stored with a PartitionKey prefix: the primary
+//! under `empid_Sales` / `000223`, a copy under `email_Sales` /
+//! `jonesj@contoso.com` with the property [`PRIMARY_ROW_KEY`] holding the
+//! primary RowKey. An entity type with a property named [`PRIMARY_ROW_KEY`],
+//! [`CHANGE_STAMP`], [`REMOVED`] or [`PENDING`] is refused. Normalise
+//! indexed values in the key function (lower case), as RowKeys compare
+//! ordinally; a value must be a valid RowKey (no `/ \ # ?`). An entity
+//! travels in its message, so it must fit one (about 48 KiB of JSON); a
+//! larger one is refused before any request.
+//!
+//! ```
+//! use tablekit::{QueueServiceClient, TableEntity, TableServiceClient};
+//! use tablekit_patterns::eventual::Worker;
+//! use tablekit_patterns::inter_index::{InterIndex, InterPartitionIndex};
+//! use tablekit_patterns::range::KeyRange;
+//!
+//! #[derive(TableEntity, Debug, Clone)]
+//! #[tablekit(partition_key = "{department}", row_key = "{employee_id:06}")]
+//! struct Employee { department: String, employee_id: u32, last_name: String, email: String }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+//! let tables = TableServiceClient::embedded(); // or ::from_connection_string(..)
+//! let queues = QueueServiceClient::embedded();
+//! let (jobs, poison) = (queues.queue("employee-index")?, queues.queue("employee-index-poison")?);
+//! # jobs.create_queue().await?;
+//! # poison.create_queue().await?;
+//! let table = tables.table::<Employee>("Employees")?;
+//! table.create_table().await?;
+//!
+//! let by_email = InterIndex::unique("email", "email_", |e: &Employee| e.email.to_lowercase());
+//! let by_name = InterIndex::non_unique("name", "lastname_", |e: &Employee| e.last_name.to_lowercase());
+//! let employees = InterPartitionIndex::new(table, "empid_", jobs.clone())
+//!     .with_index(&by_email)?
+//!     .with_index(&by_name)?;
+//!
+//! // The client: one message per change.
+//! let jones = |id, email: &str| Employee {
+//!     department: "Sales".into(), employee_id: id, last_name: "Jones".into(), email: email.into(),
+//! };
+//! employees.put(&jones(223, "jonesj@contoso.com")).await?;
+//! employees.put(&jones(224, "jonesk@contoso.com")).await?;
+//!
+//! // The worker: claims email_Sales/jonesj@contoso.com, writes
+//! // empid_Sales/000223, then the copies; the same for 224.
+//! let worker = employees.attach(Worker::builder(jobs, tables)).poison_queue(poison).build()?;
+//! worker.drain().await?;
+//!
+//! let found = employees.lookup(&by_email, "Sales", "jonesj@contoso.com").await?;
+//! assert_eq!(found.map(|e| e.employee_id), Some(223));
+//! let joneses = employees.lookup_all(&by_name, "Sales", "jones").await?;
+//! assert_eq!(joneses.iter().map(|e| e.employee_id).collect::<Vec<_>>(), [223, 224]);
+//! let a_to_b = employees.list(&by_email, "Sales", KeyRange::prefix("a")).await?;
+//! assert!(a_to_b.is_empty()); // "jonesj" is not in 'a'..'b'
+//!
+//! // 224 wants 223's email: refused, nothing written.
+//! employees.put(&jones(224, "jonesj@contoso.com")).await?;
+//! let report = worker.drain().await?;
+//! assert_eq!(report.failed, 1);
+//! let found = employees.lookup(&by_email, "Sales", "jonesj@contoso.com").await?;
+//! assert_eq!(found.map(|e| e.employee_id), Some(223));
+//! # Ok(()) }
+//! ```
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
+use tablekit::codec::{entity_to_json, to_dynamic};
+use tablekit::error::DecodeError;
+use tablekit::queue::SentMessage;
+use tablekit::{DynamicEntity, EntityKey, QueueClient, Result, TableClient, TableEntity};
+
+use crate::error::refused;
+use crate::eventual::{Eventual, StepContext, WorkerBuilder};
+
+mod change;
+mod index;
+mod reads;
+mod step;
+use change::{next_stamp, now_micros, Change};
+use index::IndexDef;
+pub use index::InterIndex;
+
+/// The property of an index copy that holds the RowKey of its primary.
+pub const PRIMARY_ROW_KEY: &str = crate::index::PRIMARY_ROW_KEY;
+
+/// The Int64 property of a primary, a copy and a tombstone that holds the
+/// stamp of the change that wrote it (microseconds since the Unix epoch).
+pub const CHANGE_STAMP: &str = "ChangeStamp";
+
+/// The Boolean property (`true`) that marks a primary as a tombstone: the
+/// entity was removed by the change of its [`CHANGE_STAMP`].
+pub const REMOVED: &str = "Removed";
+
+/// The Boolean property (`true`) that marks a copy of a unique index as a
+/// **claim**: written before its primary, it reserves the value for that
+/// primary while the change is applied. Reads skip claims; the worker turns
+/// a claim into a plain copy once the primary is written.
+pub const PENDING: &str = "Pending";
+
+/// What separates the (escaped) value from the primary RowKey in the RowKey
+/// of a non-unique index's copy: `jones` + ` ` + `000223`. A space sorts
+/// before every character a value can hold once escaped, so the copies of
+/// one value are contiguous and in value order.
+pub const VALUE_SEPARATOR: char = ' ';
+
+/// An entity type stored under a primary PartitionKey prefix with any number
+/// of [`InterIndex`]es, kept in step through a queue. Cheap to clone. See the
+/// [module docs](self).
+pub struct InterPartitionIndex<T> {
+    inner: Arc<Inner<T>>,
+}
+
+struct Inner<T> {
+    primary: TableClient<DynamicEntity>,
+    prefix: String,
+    indexes: Vec<Arc<IndexDef<T>>>,
+    queue: Eventual,
+    kind: String,
+    last_stamp: Arc<AtomicI64>,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for InterPartitionIndex<T> {
+    fn clone(&self) -> Self {
+        InterPartitionIndex {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<T> fmt::Debug for InterPartitionIndex<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InterPartitionIndex")
+            .field("table", &self.inner.primary.name())
+            .field("prefix", &self.inner.prefix)
+            .field(
+                "indexes",
+                &self
+                    .inner
+                    .indexes
+                    .iter()
+                    .map(|d| d.prefix.as_str())
+                    .collect::<Vec<_>>(),
+            )
+            .field("queue", &self.inner.queue.queue().name())
+            .field("kind", &self.inner.kind)
+            .finish()
+    }
+}
+
+fn strip<'a>(prefix: &str, key: &'a str) -> Result<&'a str> {
+    key.strip_prefix(prefix).ok_or_else(|| {
+        DecodeError::new(format!(
+            "PartitionKey {key:?} does not start with the prefix {prefix:?}"
+        ))
+        .into()
+    })
+}
+
+impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
+    /// Entities of `table` with primary PartitionKeys `prefix` + their own
+    /// (`empid_` + `Sales`), changed through messages on `queue`.
+    pub fn new(table: TableClient<T>, prefix: impl Into<String>, queue: QueueClient) -> Self {
+        let primary = table.with_type::<DynamicEntity>();
+        let kind = format!("tablekit.inter_index.{}", primary.name());
+        InterPartitionIndex {
+            inner: Arc::new(Inner {
+                primary,
+                prefix: prefix.into(),
+                indexes: Vec::new(),
+                queue: Eventual::new(queue),
+                kind,
+                last_stamp: Arc::new(AtomicI64::new(0)),
+                _t: PhantomData,
+            }),
+        }
+    }
+
+    /// Adds an index. Refused (before any request) if its name is taken, or
+    /// if its prefix is empty, or, in the same table, is a prefix of another's
+    /// (or the primary's) or has one of them as a prefix, which would mix
+    /// their partitions.
+    pub fn with_index(self, index: &InterIndex<T>) -> Result<Self> {
+        let def = &index.def;
+        if def.prefix.is_empty() {
+            return Err(refused(
+                "inter_index",
+                format!("index {:?} needs a PartitionKey prefix", def.name),
+            ));
+        }
+        let table_of = |d: &IndexDef<T>| {
+            d.table
+                .as_ref()
+                .map_or(self.inner.primary.name(), |t| t.name())
+                .to_owned()
+        };
+        let overlaps = |a: &str, b: &str| a.starts_with(b) || b.starts_with(a);
+        if table_of(def) == self.inner.primary.name() && overlaps(&def.prefix, &self.inner.prefix) {
+            return Err(refused(
+                "inter_index",
+                format!(
+                    "index prefix {:?} overlaps the primary prefix {:?} in table {}",
+                    def.prefix,
+                    self.inner.prefix,
+                    self.inner.primary.name()
+                ),
+            ));
+        }
+        for other in &self.inner.indexes {
+            if other.name == def.name {
+                return Err(refused(
+                    "inter_index",
+                    format!("two indexes named {:?}", def.name),
+                ));
+            }
+            if table_of(other) == table_of(def) && overlaps(&other.prefix, &def.prefix) {
+                return Err(refused(
+                    "inter_index",
+                    format!(
+                        "index prefixes {:?} and {:?} overlap in table {}",
+                        other.prefix,
+                        def.prefix,
+                        table_of(def)
+                    ),
+                ));
+            }
+        }
+        let mut indexes = self.inner.indexes.clone();
+        indexes.push(def.clone());
+        Ok(InterPartitionIndex {
+            inner: Arc::new(Inner {
+                primary: self.inner.primary.clone(),
+                prefix: self.inner.prefix.clone(),
+                indexes,
+                queue: self.inner.queue.clone(),
+                kind: self.inner.kind.clone(),
+                last_stamp: self.inner.last_stamp.clone(),
+                _t: PhantomData,
+            }),
+        })
+    }
+
+    /// The `kind` of this index's messages: `tablekit.inter_index.<table>`.
+    pub fn kind(&self) -> &str {
+        &self.inner.kind
+    }
+
+    /// The primary PartitionKey of the entities of partition `partition_key`.
+    pub fn primary_partition_key(&self, partition_key: &str) -> String {
+        format!("{}{partition_key}", self.inner.prefix)
+    }
+
+    /// Registers this index's changes with a worker builder.
+    pub fn attach(&self, builder: WorkerBuilder) -> WorkerBuilder {
+        let this = self.clone();
+        builder.handle(&self.inner.kind, move |change: Change, ctx: StepContext| {
+            let this = this.clone();
+            async move { this.apply(change, &ctx).await }
+        })
+    }
+
+    fn table_of(&self, def: &IndexDef<T>) -> TableClient<DynamicEntity> {
+        def.table
+            .clone()
+            .unwrap_or_else(|| self.inner.primary.clone())
+    }
+
+    /// The stored primary of `entity`, and each index's copy, stamped `stamp`.
+    fn stored(&self, entity: &T, stamp: i64) -> Result<(DynamicEntity, Vec<DynamicEntity>)> {
+        let mut own = to_dynamic(entity)?;
+        for reserved in [PRIMARY_ROW_KEY, CHANGE_STAMP, REMOVED, PENDING] {
+            if own.get(reserved).is_some() {
+                return Err(refused(
+                    "inter_index",
+                    format!("the entity has a property {reserved}, which the index uses"),
+                ));
+            }
+        }
+        own.set(CHANGE_STAMP, stamp);
+        let mut primary = own.clone();
+        primary.partition_key = self.primary_partition_key(&own.partition_key);
+        EntityKey::new(&primary.partition_key, &primary.row_key).validate()?;
+        let mut copies = Vec::new();
+        for def in &self.inner.indexes {
+            let mut copy = own.clone();
+            copy.partition_key = format!("{}{}", def.prefix, own.partition_key);
+            copy.row_key = def.copy_row_key(&(def.key)(entity), &own.row_key);
+            copy.set(PRIMARY_ROW_KEY, own.row_key.clone());
+            EntityKey::new(&copy.partition_key, &copy.row_key).validate()?;
+            copies.push(copy);
+        }
+        Ok((primary, copies))
+    }
+
+    /// The next stamp of this index value: strictly increasing.
+    fn stamp(&self) -> i64 {
+        let now = now_micros();
+        let mut last = self.inner.last_stamp.load(Ordering::SeqCst);
+        loop {
+            let next = next_stamp(last, now);
+            match self.inner.last_stamp.compare_exchange_weak(
+                last,
+                next,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return next,
+                Err(seen) => last = seen,
+            }
+        }
+    }
+
+    /// Sends the message that stores `entity` (a new one, or a new version)
+    /// and its index copies, stamped with this client's clock. The entity and
+    /// its keys are checked first; an entity too large for one message is
+    /// refused before any request. Whether a unique value is free is known
+    /// only when the worker applies the change (see the [module docs](self)).
+    pub async fn put(&self, entity: &T) -> Result<SentMessage> {
+        self.stored(entity, 0)?;
+        let json = entity_to_json(entity)?;
+        let value: serde_json::Value = serde_json::from_slice(&json).map_err(|e| {
+            refused(
+                "inter_index",
+                format!("the entity's JSON does not read back: {e}"),
+            )
+        })?;
+        let change = Change::Put {
+            entity: value,
+            stamp: self.stamp(),
+        };
+        self.inner
+            .queue
+            .enqueue_kind(&self.inner.kind, &change)
+            .await
+    }
+
+    /// Sends the message that removes the entity `key` (its own keys, say
+    /// `("Sales", "000223")`) and its copies, stamped with this client's
+    /// clock. The worker leaves a tombstone in place of the primary.
+    pub async fn remove(&self, key: impl Into<EntityKey>) -> Result<SentMessage> {
+        let key = key.into();
+        key.validate()?;
+        EntityKey::new(self.primary_partition_key(&key.partition_key), &key.row_key).validate()?;
+        let change = Change::Remove {
+            partition_key: key.partition_key,
+            row_key: key.row_key,
+            stamp: self.stamp(),
+        };
+        self.inner
+            .queue
+            .enqueue_kind(&self.inner.kind, &change)
+            .await
+    }
+}

@@ -1,0 +1,269 @@
+//! The worker step: applying a put or a remove to the primary and the
+//! copies of every index.
+
+use tablekit::codec::{entity_from_json, entity_to_json};
+use tablekit::{DynamicEntity, ETag, EntityKey, TableClient, TableEntity};
+
+use crate::eventual::{Guarded, OpResult, StepContext, MAX_REREADS};
+
+use super::change::{
+    backoff, is_pending, is_tombstone, named_primary, newer_claim, stamp_of, Change, Current, Slot,
+};
+use super::{InterPartitionIndex, CHANGE_STAMP, REMOVED};
+
+impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
+    pub(super) async fn apply(&self, change: Change, ctx: &StepContext) -> OpResult {
+        match change {
+            Change::Put { entity, stamp } => {
+                let json = serde_json::to_vec(&entity)?;
+                let entity: T = entity_from_json(&json)?;
+                self.apply_put(&entity, stamp, ctx).await
+            }
+            Change::Remove {
+                partition_key,
+                row_key,
+                stamp,
+            } => {
+                self.apply_remove(&partition_key, &row_key, stamp, ctx)
+                    .await
+            }
+        }
+    }
+
+    /// Reads the primary `key` as a step.
+    pub(super) async fn read_primary(
+        &self,
+        ctx: &StepContext,
+        key: &EntityKey,
+    ) -> OpResult<Current<T>> {
+        Ok(match ctx.read(&self.inner.primary, key.clone()).await? {
+            None => Current::Absent,
+            Some((d, etag)) if is_tombstone(&d) => Current::Tombstone {
+                stamp: stamp_of(&d),
+                etag,
+            },
+            Some((d, etag)) => Current::Live {
+                stamp: stamp_of(&d),
+                entity: self.decode_primary(d)?,
+                etag,
+            },
+        })
+    }
+
+    /// Writes `entity` over the primary as read (`current`): replace under
+    /// its ETag, or insert if there was none. `false`: someone wrote it
+    /// meanwhile, read again.
+    async fn write_primary(
+        &self,
+        ctx: &StepContext,
+        entity: &DynamicEntity,
+        current: &Current<T>,
+    ) -> OpResult<bool> {
+        if let Some(etag) = current.etag() {
+            let outcome = ctx
+                .replace_if_unchanged(&self.inner.primary, entity, etag)
+                .await?;
+            return Ok(matches!(outcome, Guarded::Done(_)));
+        }
+        let written = match self.inner.primary.insert(entity).await {
+            Ok(_) => true,
+            Err(e) if e.is_conflict() => false,
+            Err(e) => return Err(e.into()),
+        };
+        ctx.step(&format!("insert {}", self.inner.primary.name()))
+            .await?;
+        Ok(written)
+    }
+
+    async fn apply_put(&self, entity: &T, stamp: i64, ctx: &StepContext) -> OpResult {
+        let (primary, copies) = self.stored(entity, stamp)?;
+        let key = EntityKey::new(&primary.partition_key, &primary.row_key);
+        let own = primary.row_key.as_str();
+        for attempt in 1..=MAX_REREADS {
+            if attempt > 1 {
+                tokio::time::sleep(backoff(attempt)).await;
+            }
+            let current = self.read_primary(ctx, &key).await?;
+            if let Some(stored) = current.stamp().filter(|s| *s >= stamp) {
+                let resumed = match &current {
+                    Current::Live { entity: c, .. } if stored == stamp => {
+                        entity_to_json(c)? == entity_to_json(entity)?
+                    }
+                    _ => false,
+                };
+                if resumed {
+                    // An earlier attempt of this message wrote the primary
+                    // (after claiming its unique values).
+                    let slots = self.claim_all(ctx, &copies, stamp, false).await?;
+                    let etags = self.write_copies(ctx, &copies, &slots).await?;
+                    return self.recheck(ctx, &key, &copies, &etags, stamp).await;
+                }
+                // A newer change (or, on a tie, the one stored) wins; undo
+                // what an earlier attempt of this one may have left (a claim,
+                // or a copy written after the newer change's).
+                for (i, (def, copy)) in self.inner.indexes.iter().zip(&copies).enumerate() {
+                    let copy_key = EntityKey::new(&copy.partition_key, &copy.row_key);
+                    if let Some((found, etag)) = ctx.read(&self.table_of(def), copy_key).await? {
+                        if named_primary(&found) == Some(own) && stamp_of(&found) == stamp {
+                            self.settle_copy(ctx, i, copy, &etag, &current).await?;
+                        }
+                    }
+                }
+                return Ok(());
+            }
+            // Claim the unique values first: a refused change writes nothing.
+            let slots = self.claim_all(ctx, &copies, stamp, true).await?;
+            let old_copies = self.old_copies(&current, &copies);
+            for (i, old) in &old_copies {
+                self.delete_older_copy(ctx, &self.inner.indexes[*i], old.clone(), own, stamp)
+                    .await?;
+            }
+            if !self.write_primary(ctx, &primary, &current).await? {
+                continue;
+            }
+            let etags = self.write_copies(ctx, &copies, &slots).await?;
+            // Again after the primary write: a change older than this one
+            // that read the primary before it may have written a copy under
+            // the old value since (its own re-read came too early to see
+            // this change).
+            for (i, old) in &old_copies {
+                self.delete_older_copy(ctx, &self.inner.indexes[*i], old.clone(), own, stamp)
+                    .await?;
+            }
+            return self.recheck(ctx, &key, &copies, &etags, stamp).await;
+        }
+        Err(format!("the primary {key} kept changing; will retry later").into())
+    }
+
+    /// Writes each copy as its slot allows; the ETag of each one written.
+    async fn write_copies(
+        &self,
+        ctx: &StepContext,
+        copies: &[DynamicEntity],
+        slots: &[Slot],
+    ) -> OpResult<Vec<Option<ETag>>> {
+        let mut etags = Vec::with_capacity(copies.len());
+        for ((def, copy), slot) in self.inner.indexes.iter().zip(copies).zip(slots) {
+            let table = self.table_of(def);
+            etags.push(match slot {
+                Slot::Own => Some(ctx.insert_or_replace(&table, copy).await?),
+                Slot::Held { etag, .. } => self.replace_own_copy(ctx, &table, copy, etag).await?,
+                Slot::Newer => None,
+            });
+        }
+        Ok(etags)
+    }
+
+    /// Replaces this primary's unique copy `copy` (its ETag as last seen:
+    /// `etag`) once the primary is written. If another change of this
+    /// primary rewrote it meanwhile with a stamp no newer (a refused one
+    /// putting back what it found), it is read again and replaced all the
+    /// same. A newer change's copy is left (`None`); a newer change's claim
+    /// still in flight fails the attempt, to retry later. `None` also if the
+    /// copy is gone (a newer change of this primary moved off the value) or
+    /// another primary's.
+    async fn replace_own_copy(
+        &self,
+        ctx: &StepContext,
+        table: &TableClient<DynamicEntity>,
+        copy: &DynamicEntity,
+        etag: &ETag,
+    ) -> OpResult<Option<ETag>> {
+        let key = EntityKey::new(&copy.partition_key, &copy.row_key);
+        let mut etag = etag.clone();
+        for _ in 0..MAX_REREADS {
+            match ctx.replace_if_unchanged(table, copy, &etag).await? {
+                Guarded::Done(written) => return Ok(written),
+                Guarded::Gone => return Ok(None),
+                Guarded::Changed => match ctx.read(table, key.clone()).await? {
+                    Some((found, _)) if named_primary(&found) != named_primary(copy) => {
+                        return Ok(None)
+                    }
+                    Some((found, _)) if stamp_of(&found) > stamp_of(copy) => {
+                        if is_pending(&found) {
+                            return Err(newer_claim(&key));
+                        }
+                        return Ok(None);
+                    }
+                    Some((_, fresh)) => etag = fresh,
+                    None => return Ok(None),
+                },
+            }
+        }
+        Err(format!("the index copy {key} kept changing; will retry later").into())
+    }
+
+    /// Reads the primary again after the copies were written: if a newer
+    /// change replaced it meanwhile, the copies just written may be stale.
+    async fn recheck(
+        &self,
+        ctx: &StepContext,
+        key: &EntityKey,
+        copies: &[DynamicEntity],
+        etags: &[Option<ETag>],
+        stamp: i64,
+    ) -> OpResult {
+        let current = self.read_primary(ctx, key).await?;
+        if let Current::Live { stamp: s, .. } = &current {
+            if *s == stamp {
+                return Ok(());
+            }
+        }
+        for (i, (copy, etag)) in copies.iter().zip(etags).enumerate() {
+            if let Some(etag) = etag {
+                self.settle_copy(ctx, i, copy, etag, &current).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn apply_remove(
+        &self,
+        partition_key: &str,
+        row_key: &str,
+        stamp: i64,
+        ctx: &StepContext,
+    ) -> OpResult {
+        let key = EntityKey::new(self.primary_partition_key(partition_key), row_key);
+        key.validate()?;
+        let tombstone = DynamicEntity::new(&key.partition_key, &key.row_key)
+            .with(CHANGE_STAMP, stamp)
+            .with(REMOVED, true);
+        for attempt in 1..=MAX_REREADS {
+            if attempt > 1 {
+                tokio::time::sleep(backoff(attempt)).await;
+            }
+            let current = self.read_primary(ctx, &key).await?;
+            if current.stamp().is_some_and(|s| s >= stamp) {
+                // A newer change, or this one's earlier attempt (a tie: the
+                // change stored wins).
+                return Ok(());
+            }
+            let old_copies: Vec<(usize, EntityKey)> = match &current {
+                Current::Live { entity: old, .. } => {
+                    let (_, old_copies) = self.stored(old, 0)?;
+                    old_copies
+                        .into_iter()
+                        .enumerate()
+                        .map(|(i, c)| (i, EntityKey::new(c.partition_key, c.row_key)))
+                        .collect()
+                }
+                _ => Vec::new(),
+            };
+            for (i, old) in &old_copies {
+                self.delete_older_copy(ctx, &self.inner.indexes[*i], old.clone(), row_key, stamp)
+                    .await?;
+            }
+            if !self.write_primary(ctx, &tombstone, &current).await? {
+                continue;
+            }
+            // As for a put: an older change's late copy write.
+            for (i, old) in &old_copies {
+                self.delete_older_copy(ctx, &self.inner.indexes[*i], old.clone(), row_key, stamp)
+                    .await?;
+            }
+            return Ok(());
+        }
+        Err(format!("the primary {key} kept changing; will retry later").into())
+    }
+}

@@ -1,0 +1,303 @@
+//! The table half of the seam: what a table client asks of a backend
+//! ([`Operation`]) and what it gets back ([`Response`]).
+//!
+//! Clients validate and encode before building an [`Operation`]; a backend only
+//! carries it out. The entity of a single write travels as an [`EntityBody`]: the
+//! service's JSON for HTTP, the checked property bag for a backend that stores
+//! bags; transaction bodies are always JSON. Reads come back as a [`Payload`]:
+//! JSON from the HTTP backend, stored property bags from the embedded one.
+
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::stored::{self, Selection, StoredEntity};
+use super::Repeat;
+use crate::codec::read::{decode_entity, decode_page};
+use crate::codec::write::entity_to_json;
+use crate::continuation::Continuation;
+use crate::entity::{DynamicEntity, ETag, EntityKey, IfMatch, TableEntity, UpdateMode};
+use crate::error::Result;
+
+/// One request to a backend.
+#[derive(Debug)]
+pub(crate) enum Operation<'a> {
+    CreateTable {
+        table: &'a str,
+    },
+    DeleteTable {
+        table: &'a str,
+    },
+    ListTables {
+        /// Only names starting with this.
+        prefix: Option<&'a str>,
+        next_table_name: Option<&'a str>,
+        top: Option<usize>,
+    },
+    Insert {
+        table: &'a str,
+        body: EntityBody,
+    },
+    /// Update (with a condition) or upsert (without one).
+    Write {
+        table: &'a str,
+        key: &'a EntityKey,
+        body: EntityBody,
+        mode: UpdateMode,
+        if_match: Option<&'a IfMatch>,
+    },
+    Delete {
+        table: &'a str,
+        key: &'a EntityKey,
+        if_match: &'a IfMatch,
+    },
+    Get {
+        table: &'a str,
+        key: &'a EntityKey,
+        select: Option<&'a str>,
+        /// Whether the reader needs the service's type annotations.
+        annotations: bool,
+    },
+    Query {
+        table: &'a str,
+        filter: Option<&'a str>,
+        select: Option<&'a str>,
+        top: Option<usize>,
+        continuation: Option<&'a Continuation>,
+        annotations: bool,
+    },
+    Transaction {
+        table: &'a str,
+        /// Owned, so a backend that stores bags can keep them without a copy.
+        ops: Vec<BatchOp>,
+    },
+}
+
+impl Operation<'_> {
+    /// A short name for logs.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Operation::CreateTable { .. } => "create_table",
+            Operation::DeleteTable { .. } => "delete_table",
+            Operation::ListTables { .. } => "list_tables",
+            Operation::Insert { .. } => "insert",
+            Operation::Write { if_match: None, .. } => "upsert",
+            Operation::Write { .. } => "update",
+            Operation::Delete { .. } => "delete",
+            Operation::Get { .. } => "get",
+            Operation::Query { .. } => "query",
+            Operation::Transaction { .. } => "transaction",
+        }
+    }
+
+    /// The table the operation is about, if one.
+    pub(crate) fn table(&self) -> Option<&str> {
+        match self {
+            Operation::ListTables { .. } => None,
+            Operation::CreateTable { table }
+            | Operation::DeleteTable { table }
+            | Operation::Insert { table, .. }
+            | Operation::Write { table, .. }
+            | Operation::Delete { table, .. }
+            | Operation::Get { table, .. }
+            | Operation::Query { table, .. }
+            | Operation::Transaction { table, .. } => Some(table),
+        }
+    }
+
+    /// How the operation may be repeated after a failed attempt.
+    pub(crate) fn repeat(&self) -> Repeat {
+        match self {
+            Operation::ListTables { .. } | Operation::Get { .. } | Operation::Query { .. } => {
+                Repeat::Read
+            }
+            // An unconditional write (upsert, or `If-Match: *`) leaves the same
+            // entity however often it is applied.
+            Operation::Write { if_match, .. } => match if_match {
+                Some(IfMatch::ETag(_)) => Repeat::Detected,
+                _ => Repeat::Idempotent,
+            },
+            Operation::Transaction { ops, .. } => {
+                let unconditional = |op: &BatchOp| {
+                    matches!(
+                        op.kind,
+                        BatchKind::Upsert(_) | BatchKind::Update(_, IfMatch::Any)
+                    )
+                };
+                if ops.iter().all(unconditional) {
+                    Repeat::Idempotent
+                } else {
+                    Repeat::Detected
+                }
+            }
+            // Applied once, each is refused the second time: 409 for a create
+            // or an insert, 412 for a stale ETag, 404 for a delete.
+            Operation::Insert { .. }
+            | Operation::Delete { .. }
+            | Operation::CreateTable { .. }
+            | Operation::DeleteTable { .. } => Repeat::Detected,
+        }
+    }
+}
+
+/// The entity of a single write, encoded and validated by the client.
+#[derive(Debug)]
+pub(crate) enum EntityBody {
+    /// The service's JSON.
+    Json(Bytes),
+    /// The property bag, for a backend that stores bags
+    /// ([`Backend::stores_property_bags`]).
+    Bag(Box<DynamicEntity>),
+}
+
+impl EntityBody {
+    /// The JSON of the entity (encoded here if it came as a bag).
+    pub(crate) fn json(&self) -> Result<Bytes> {
+        match self {
+            EntityBody::Json(b) => Ok(b.clone()),
+            EntityBody::Bag(e) => Ok(entity_to_json(e.as_ref())?.into()),
+        }
+    }
+}
+
+/// One operation of an entity group transaction, encoded and validated.
+#[derive(Debug, Clone)]
+pub(crate) struct BatchOp {
+    pub(crate) kind: BatchKind,
+    pub(crate) key: EntityKey,
+    /// The entity's JSON, for every kind but delete. It is what the 4 MiB limit
+    /// is measured on, whatever the backend.
+    pub(crate) body: Option<Vec<u8>>,
+    /// The same entity as a checked property bag, for a backend that stores
+    /// bags ([`Backend::stores_property_bags`]), which then need not parse `body`.
+    // Read only by the embedded store.
+    #[cfg_attr(not(feature = "embedded"), allow(dead_code))]
+    pub(crate) bag: Option<Box<DynamicEntity>>,
+}
+
+/// What a transaction operation does.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum BatchKind {
+    Insert,
+    Upsert(UpdateMode),
+    Update(UpdateMode, IfMatch),
+    Delete(IfMatch),
+}
+
+/// What a backend answers.
+#[derive(Debug)]
+pub(crate) enum Response {
+    Done,
+    Written(Written),
+    Entity(Option<Payload>),
+    Page {
+        payload: Payload,
+        continuation: Option<Continuation>,
+    },
+    Tables {
+        names: Vec<String>,
+        next_table_name: Option<String>,
+    },
+    Transaction(Vec<Option<ETag>>),
+}
+
+/// The outcome of a successful write: the entity's new ETag and Timestamp.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written {
+    pub(crate) etag: ETag,
+    pub(crate) timestamp: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+impl Written {
+    /// Builds the outcome from the ETag the service returned.
+    pub(crate) fn from_etag(etag: ETag) -> Self {
+        Written {
+            timestamp: etag.timestamp(),
+            etag,
+        }
+    }
+
+    /// The entity's new ETag: pass it as [`IfMatch::ETag`] to make the next write conditional.
+    pub fn etag(&self) -> &ETag {
+        &self.etag
+    }
+
+    /// The entity's new Timestamp, when the service's ETag carries it (Azure and Azurite do).
+    pub fn timestamp(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        self.timestamp
+    }
+
+    /// Stores the new ETag and Timestamp in an entity that keeps them.
+    pub fn apply_to<T: TableEntity>(&self, entity: &mut T) {
+        entity.set_etag(self.etag.clone());
+        if let Some(t) = self.timestamp {
+            entity.set_timestamp(t);
+        }
+    }
+}
+
+/// Entities as a backend returns them, decoded into the caller's type on demand.
+pub(crate) enum Payload {
+    /// A JSON body; `etag` is the response's ETag header, for single entities.
+    Json { body: Bytes, etag: Option<String> },
+    /// Entities held in process (the embedded backend): shared, immutable
+    /// versions, viewed through `$select` and decoded straight from their
+    /// property bags, never turned into JSON.
+    #[cfg_attr(not(feature = "embedded"), allow(dead_code))]
+    Stored {
+        entities: Vec<Arc<StoredEntity>>,
+        select: Option<Selection>,
+    },
+}
+
+impl fmt::Debug for Payload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Payload::Json { body, .. } => write!(f, "Payload::Json({} bytes)", body.len()),
+            Payload::Stored { entities, .. } => {
+                write!(f, "Payload::Stored({} entities)", entities.len())
+            }
+        }
+    }
+}
+
+impl Payload {
+    /// The ETag of a single-entity answer.
+    pub(crate) fn etag(&self) -> Option<&str> {
+        match self {
+            Payload::Json { etag, .. } => etag.as_deref(),
+            Payload::Stored { entities, .. } => entities.first().and_then(|e| e.etag()),
+        }
+    }
+
+    pub(crate) fn decode_one<T: TableEntity>(&self) -> Result<T> {
+        match self {
+            Payload::Json { body, etag } => decode_entity(body, etag.as_deref()),
+            Payload::Stored { entities, select } => match entities.first() {
+                Some(e) => stored::decode_one(e, select.as_ref()),
+                None => Err(crate::error::Error::decode("an empty single-entity answer")),
+            },
+        }
+    }
+
+    pub(crate) fn decode_into<T: TableEntity>(&self, out: &mut Vec<T>) -> Result<()> {
+        match self {
+            Payload::Json { body, .. } => decode_page(body, out),
+            Payload::Stored { entities, select } => {
+                stored::decode_page(entities, select.as_ref(), out)
+            }
+        }
+    }
+}
+
+/// Something that carries out operations: the HTTP client, or the embedded store.
+#[async_trait::async_trait]
+pub(crate) trait Backend: Send + Sync + fmt::Debug {
+    async fn execute(&self, op: Operation<'_>) -> Result<Response>;
+
+    /// Whether single writes should come as [`EntityBody::Bag`] rather than JSON.
+    fn stores_property_bags(&self) -> bool {
+        false
+    }
+}

@@ -1,0 +1,325 @@
+//! [`TableServiceClient`]: the account's tables, and their listing.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::stream::{self, BoxStream, Stream, StreamExt, TryStreamExt};
+
+use crate::account::Account;
+use crate::backend::{self, Backend, Operation, Response};
+use crate::entity::TableEntity;
+use crate::error::{Error, ErrorCode, Result, ValidationError};
+use crate::options::ClientOptions;
+use crate::table::handle::AmbiguousWrites;
+use crate::table::handle::TableHandle;
+use crate::table::query::ScanPolicy;
+use crate::validate;
+
+use super::TableClient;
+
+/// A client for the tables of one storage account. Cheap to clone; clones share
+/// one connection pool.
+///
+/// ```no_run
+/// # async fn run() -> tablekit::Result<()> {
+/// use tablekit::{DynamicEntity, TableServiceClient};
+///
+/// let service = TableServiceClient::from_connection_string("UseDevelopmentStorage=true")?;
+/// let blogs = service.table::<DynamicEntity>("Blogs")?;
+/// blogs.create_table_if_not_exists().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct TableServiceClient {
+    backend: Arc<dyn Backend>,
+}
+
+impl fmt::Debug for TableServiceClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TableServiceClient")
+            .field("backend", &self.backend)
+            .finish()
+    }
+}
+
+impl TableServiceClient {
+    /// A client for this account over HTTP, with default options.
+    pub fn new(account: Account) -> Result<Self> {
+        Self::with_options(account, ClientOptions::default())
+    }
+
+    /// A client for this account over HTTP.
+    pub fn with_options(account: Account, options: ClientOptions) -> Result<Self> {
+        Ok(TableServiceClient {
+            backend: backend::connect(account, &options)?,
+        })
+    }
+
+    /// A client for a fresh, empty, in-memory account: the embedded backend.
+    ///
+    /// It carries out the same operations as Azure Table Storage, with the
+    /// service's rules (key order, ETags and conditions, transactions, paging,
+    /// limits, error codes), inside this process: for examples, and for unit
+    /// tests of code written on tablekit, with no emulator to run. Each call
+    /// makes a new, isolated store; clones of the client share it. Nothing is
+    /// persisted.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tablekit::Result<()> {
+    /// use tablekit::{DynamicEntity, TableServiceClient};
+    ///
+    /// let service = TableServiceClient::embedded();
+    /// let blogs = service.table::<DynamicEntity>("Blogs")?;
+    /// blogs.create_table().await?;
+    /// blogs.insert(&DynamicEntity::new("Channel9", "Oct-29").with("Rating", 3)).await?;
+    /// let read = blogs.get(("Channel9", "Oct-29")).await?.expect("stored");
+    /// assert_eq!(read.get("Rating"), Some(&tablekit::EdmValue::Int32(3)));
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "embedded")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "embedded")))]
+    pub fn embedded() -> Self {
+        TableServiceClient {
+            backend: backend::embedded(),
+        }
+    }
+
+    /// A client for the embedded store kept durably in the file at `path`,
+    /// which is created if it does not exist (with any missing folders above
+    /// it, as `std::fs::create_dir_all` makes them) and loaded if it does.
+    ///
+    /// The same store as [`embedded`](TableServiceClient::embedded), with the
+    /// same rules, except that every write (and every transaction, as a whole)
+    /// is on disk before it is acknowledged: what an `await` returned survives
+    /// a crash or a power loss. One process at a time: opening a file that is
+    /// open (in this process or another) is an error, as is a file written by a
+    /// newer tablekit. Clones of the client share the open file; it is closed
+    /// when the last clone is dropped. The whole store is held in memory, and
+    /// each write blocks its thread for one `fsync`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tablekit::Result<()> {
+    /// use tablekit::{DynamicEntity, TableServiceClient};
+    ///
+    /// let path = std::env::temp_dir().join(format!("tablekit-doc-{}.redb", std::process::id()));
+    /// # let _ = std::fs::remove_file(&path);
+    /// {
+    ///     let service = TableServiceClient::embedded_at(&path)?;
+    ///     let blogs = service.table::<DynamicEntity>("Blogs")?;
+    ///     blogs.create_table().await?;
+    ///     blogs.insert(&DynamicEntity::new("Channel9", "Oct-29").with("Rating", 3)).await?;
+    /// } // the file is closed with the last clone of the client
+    /// let service = TableServiceClient::embedded_at(&path)?;
+    /// let read = service.table::<DynamicEntity>("Blogs")?.get(("Channel9", "Oct-29")).await?;
+    /// assert_eq!(read.expect("kept").get("Rating"), Some(&tablekit::EdmValue::Int32(3)));
+    /// # drop(service); std::fs::remove_file(&path).unwrap();
+    /// # Ok(()) }
+    /// ```
+    #[cfg(feature = "durable")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "durable")))]
+    pub fn embedded_at(path: impl AsRef<std::path::Path>) -> Result<Self> {
+        Ok(TableServiceClient {
+            backend: backend::embedded_at(path.as_ref())?,
+        })
+    }
+
+    /// A client from a connection string (see [`Account::from_connection_string`]).
+    ///
+    /// `UseEmbeddedStorage=true;Path=<file>` is the embedded store kept in that
+    /// file, as [`embedded_at`](TableServiceClient::embedded_at): moving an
+    /// application between its local file and Azure Table Storage changes only
+    /// its connection string. (The path cannot contain `;`.)
+    pub fn from_connection_string(s: &str) -> Result<Self> {
+        if let Some(path) = backend::embedded_connection(s) {
+            #[cfg(feature = "durable")]
+            return Self::embedded_at(path?);
+            #[cfg(not(feature = "durable"))]
+            return Err(crate::backend::needs_durable(path));
+        }
+        Self::new(Account::from_connection_string(s)?)
+    }
+
+    /// Whether this client works on an in-process embedded store
+    /// ([`embedded`](TableServiceClient::embedded)) rather than a service over HTTP.
+    ///
+    /// ```
+    /// assert!(tablekit::TableServiceClient::embedded().is_embedded());
+    /// ```
+    pub fn is_embedded(&self) -> bool {
+        // Only the embedded store keeps property bags.
+        self.backend.stores_property_bags()
+    }
+
+    /// A client for the entities of one table, typed as `T`. The name is checked here.
+    pub fn table<T: TableEntity>(&self, name: &str) -> Result<TableClient<T>> {
+        validate::table_name(name)?;
+        Ok(TableClient {
+            handle: TableHandle {
+                backend: self.backend.clone(),
+                name: Arc::from(name),
+                scan_policy: ScanPolicy::default(),
+                ambiguous_writes: AmbiguousWrites::default(),
+            },
+            _t: PhantomData,
+        })
+    }
+
+    /// Creates a table; fails with a conflict ([`Error::is_conflict`]) if it exists.
+    pub async fn create_table(&self, name: &str) -> Result<()> {
+        validate::table_name(name)?;
+        self.backend
+            .execute(Operation::CreateTable { table: name })
+            .await?;
+        Ok(())
+    }
+
+    /// Creates a table unless it exists; returns whether it was created.
+    pub async fn create_table_if_not_exists(&self, name: &str) -> Result<bool> {
+        match self.create_table(name).await {
+            Ok(()) => Ok(true),
+            Err(e) if e.is_conflict() && e.code() != Some(&ErrorCode::TableBeingDeleted) => {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes a table and all its entities; fails with not-found if there is none.
+    pub async fn delete_table(&self, name: &str) -> Result<()> {
+        validate::table_name(name)?;
+        self.backend
+            .execute(Operation::DeleteTable { table: name })
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes a table if it exists; returns whether it did.
+    pub async fn delete_table_if_exists(&self, name: &str) -> Result<bool> {
+        match self.delete_table(name).await {
+            Ok(()) => Ok(true),
+            Err(e) if e.is_not_found() => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Lists the account's tables, following continuation tokens.
+    pub fn list_tables(&self) -> ListTables {
+        ListTables {
+            backend: self.backend.clone(),
+            prefix: None,
+            page_size: None,
+        }
+    }
+}
+
+/// A listing of tables; see [`TableServiceClient::list_tables`].
+#[must_use = "a listing does nothing until streamed or collected"]
+pub struct ListTables {
+    backend: Arc<dyn Backend>,
+    prefix: Option<String>,
+    page_size: Option<usize>,
+}
+
+impl fmt::Debug for ListTables {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ListTables")
+            .field("prefix", &self.prefix)
+            .field("page_size", &self.page_size)
+            .finish()
+    }
+}
+
+impl ListTables {
+    /// Only tables whose name starts with `prefix` (case-sensitive).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// At most `n` (1 to 1000) names per request.
+    pub fn page_size(mut self, n: usize) -> Self {
+        self.page_size = Some(n);
+        self
+    }
+
+    /// The names, across as many requests as needed.
+    pub fn stream(self) -> TableNames {
+        struct State {
+            backend: Arc<dyn Backend>,
+            prefix: Option<String>,
+            top: Option<usize>,
+            next: Option<String>,
+            done: bool,
+        }
+        if let Some(n) = self.page_size {
+            if !(1..=validate::MAX_PAGE_SIZE).contains(&n) {
+                let err = Error::invalid(ValidationError::PageSize {
+                    value: n,
+                    max: validate::MAX_PAGE_SIZE,
+                });
+                return TableNames(stream::once(async move { Err(err) }).boxed());
+            }
+        }
+        let state = State {
+            backend: self.backend,
+            prefix: self.prefix,
+            top: self.page_size,
+            next: None,
+            done: false,
+        };
+        TableNames(
+            stream::try_unfold(state, |mut s| async move {
+                if s.done {
+                    return Ok(None);
+                }
+                let resp = s
+                    .backend
+                    .execute(Operation::ListTables {
+                        prefix: s.prefix.as_deref(),
+                        next_table_name: s.next.as_deref(),
+                        top: s.top,
+                    })
+                    .await?;
+                let Response::Tables {
+                    names,
+                    next_table_name,
+                } = resp
+                else {
+                    return Err(Error::decode("unexpected answer to a table listing"));
+                };
+                s.done = next_table_name.is_none();
+                s.next = next_table_name;
+                Ok(Some((stream::iter(names.into_iter().map(Ok)), s)))
+            })
+            .try_flatten()
+            .boxed(),
+        )
+    }
+
+    /// All the names.
+    pub async fn fetch_all(self) -> Result<Vec<String>> {
+        self.stream().try_collect().await
+    }
+}
+
+/// The table names of a listing; a [`Stream`] of `Result<String>`, from
+/// [`ListTables::stream`].
+pub struct TableNames(BoxStream<'static, Result<String>>);
+
+impl fmt::Debug for TableNames {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TableNames")
+    }
+}
+
+impl Stream for TableNames {
+    type Item = Result<String>;
+    fn poll_next(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.0.as_mut().poll_next(cx)
+    }
+}

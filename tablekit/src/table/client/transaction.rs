@@ -1,0 +1,378 @@
+//! Entity group transactions: [`Transaction`], its operations and its result.
+
+use std::collections::HashSet;
+use std::fmt;
+
+use crate::backend::{BatchKind, BatchOp, Operation, Response};
+use crate::entity::{ETag, EntityKey, IfMatch, TableEntity, UpdateMode};
+use crate::error::{Error, Result, ValidationError};
+use crate::table::handle::AmbiguousWrites;
+use crate::table::outcome;
+use crate::validate::{MAX_BATCH_BYTES, MAX_BATCH_OPERATIONS};
+
+use super::{encode, TableClient};
+
+/// An entity group transaction being built; see [`TableClient::transaction`].
+///
+/// Each operation is checked as it is added (keys, properties, one partition,
+/// one operation per RowKey, at most 100 operations and 4 MiB), so a rule broken
+/// by the third operation is reported by the call that added it, with its index.
+///
+/// ```no_run
+/// # async fn run(table: tablekit::TableClient<tablekit::DynamicEntity>) -> tablekit::Result<()> {
+/// use tablekit::{DynamicEntity, IfMatch};
+/// let mut tx = table.transaction();
+/// tx.insert(&DynamicEntity::new("p1", "a").with("N", 1))?;
+/// tx.delete(("p1", "b"), IfMatch::Any)?;
+/// let result = tx.send().await?;
+/// assert!(result.etag(0).is_some());
+/// # Ok(()) }
+/// ```
+#[must_use = "a transaction does nothing until sent"]
+pub struct Transaction<T> {
+    pub(super) table: TableClient<T>,
+    pub(super) ops: Vec<BatchOp>,
+    pub(super) row_keys: HashSet<String>,
+    pub(super) size: usize,
+}
+
+impl<T> fmt::Debug for Transaction<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Transaction")
+            .field("table", &self.table.handle.name)
+            .field("operations", &self.ops.len())
+            .finish()
+    }
+}
+
+/// Framing bytes one operation adds to a transaction payload, beyond its body
+/// (part headers, request line with the URL): an upper estimate.
+const OP_OVERHEAD: usize = 600;
+
+impl<T: TableEntity> Transaction<T> {
+    fn push_op(
+        &mut self,
+        kind: BatchKind,
+        key: EntityKey,
+        body: Option<Vec<u8>>,
+        bag: Option<Box<crate::DynamicEntity>>,
+    ) -> Result<&mut Self> {
+        let index = self.ops.len();
+        let fail = |reason: String| {
+            Err(Error::invalid(ValidationError::Batch {
+                index: Some(index),
+                reason,
+            }))
+        };
+        if index >= MAX_BATCH_OPERATIONS {
+            return fail(format!(
+                "a transaction holds at most {MAX_BATCH_OPERATIONS} operations"
+            ));
+        }
+        // Keys were validated by the caller: the encoder for entities, `delete` for keys.
+        if let Some(first) = self.ops.first() {
+            if first.key.partition_key != key.partition_key {
+                return fail(format!(
+                    "PartitionKey {:?} differs from the transaction's {:?}; a transaction spans one partition",
+                    key.partition_key, first.key.partition_key
+                ));
+            }
+        }
+        if self.row_keys.contains(&key.row_key) {
+            return fail(format!(
+                "RowKey {:?} already has an operation; a transaction holds one operation per entity",
+                key.row_key
+            ));
+        }
+        let size = self.size
+            + body.as_ref().map_or(0, Vec::len)
+            + key.partition_key.len() * 3
+            + key.row_key.len() * 3
+            + OP_OVERHEAD;
+        if size > MAX_BATCH_BYTES {
+            return fail(format!("the payload would exceed {MAX_BATCH_BYTES} bytes"));
+        }
+        self.size = size;
+        self.row_keys.insert(key.row_key.clone());
+        self.ops.push(BatchOp {
+            kind,
+            key,
+            body,
+            bag,
+        });
+        Ok(self)
+    }
+
+    fn push_entity<E: TableEntity>(&mut self, kind: BatchKind, entity: &E) -> Result<&mut Self> {
+        let index = self.ops.len();
+        let at_index = |e: Error| match e.validation() {
+            Some(v) => Error::invalid(ValidationError::Batch {
+                index: Some(index),
+                reason: v.to_string(),
+            }),
+            None => e,
+        };
+        let (key, body) = encode(entity).map_err(at_index)?;
+        // The JSON is kept either way: the payload limit is measured on it. A
+        // backend that stores bags also gets the bag, and parses nothing.
+        let bag = if self.table.handle.backend.stores_property_bags() {
+            Some(Box::new(
+                crate::codec::bag::to_bag(entity, true).map_err(at_index)?,
+            ))
+        } else {
+            None
+        };
+        self.push_op(kind, key, Some(body), bag)
+    }
+
+    /// Adds an insert.
+    pub fn insert(&mut self, entity: &T) -> Result<&mut Self> {
+        self.push_entity(BatchKind::Insert, entity)
+    }
+
+    /// Adds an upsert (insert or merge/replace, unconditionally).
+    pub fn upsert(&mut self, entity: &T, mode: UpdateMode) -> Result<&mut Self> {
+        self.push_entity(BatchKind::Upsert(mode), entity)
+    }
+
+    /// Adds an update of an existing entity under a condition.
+    pub fn update(
+        &mut self,
+        entity: &T,
+        mode: UpdateMode,
+        if_match: impl Into<IfMatch>,
+    ) -> Result<&mut Self> {
+        self.push_entity(BatchKind::Update(mode, if_match.into()), entity)
+    }
+
+    /// Adds a delete.
+    pub fn delete(
+        &mut self,
+        key: impl Into<EntityKey>,
+        if_match: impl Into<IfMatch>,
+    ) -> Result<&mut Self> {
+        let key = key.into();
+        if let Err(v) = key.validate() {
+            return Err(Error::invalid(ValidationError::Batch {
+                index: Some(self.ops.len()),
+                reason: v.to_string(),
+            }));
+        }
+        self.push_op(BatchKind::Delete(if_match.into()), key, None, None)
+    }
+
+    /// Adds an operation built apart from this transaction: a
+    /// [`TransactionOp`] of any entity type, such as those a design pattern
+    /// plans, checked like the operations added by the other methods.
+    /// Returns the operation's index in the transaction (for
+    /// [`TransactionResult::etag`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> tablekit::Result<()> {
+    /// use tablekit::{DynamicEntity, IfMatch, TableServiceClient, UpdateMode, table::TransactionOp};
+    ///
+    /// let service = TableServiceClient::embedded();
+    /// let table = service.table::<DynamicEntity>("Employees")?;
+    /// table.create_table().await?;
+    /// let mut tx = table.transaction();
+    /// tx.insert(&DynamicEntity::new("Sales", "empid_000223").with("LastName", "Jones"))?;
+    /// let department = DynamicEntity::new("Sales", "Department").with("ManagerId", "000223");
+    /// let at = tx.push(TransactionOp::upsert(&department, UpdateMode::Merge)?)?;
+    /// assert_eq!(at, 1);
+    /// // The rules hold for pushed operations too: one operation per entity.
+    /// let again = TransactionOp::delete(("Sales", "Department"), IfMatch::Any)?;
+    /// assert!(tx.push(again).unwrap_err().is_invalid_input());
+    /// let result = tx.send().await?;
+    /// assert!(result.etag(1).is_some());
+    /// # Ok(()) }
+    /// ```
+    pub fn push(&mut self, op: TransactionOp) -> Result<usize> {
+        let index = self.ops.len();
+        match &op {
+            TransactionOp::Insert(e) => self.push_entity(BatchKind::Insert, e),
+            TransactionOp::Upsert(e, mode) => self.push_entity(BatchKind::Upsert(*mode), e),
+            TransactionOp::Update(e, mode, if_match) => {
+                self.push_entity(BatchKind::Update(*mode, if_match.clone()), e)
+            }
+            TransactionOp::Delete(key, if_match) => self.delete(key.clone(), if_match.clone()),
+        }?;
+        Ok(index)
+    }
+
+    /// Adds each operation in order, as [`push`](Self::push) does; returns
+    /// the indexes they took. The first one refused stops the call, with
+    /// its index in the error; those before it stay added.
+    pub fn extend(
+        &mut self,
+        ops: impl IntoIterator<Item = TransactionOp>,
+    ) -> Result<std::ops::Range<usize>> {
+        let start = self.ops.len();
+        for op in ops {
+            self.push(op)?;
+        }
+        Ok(start..self.ops.len())
+    }
+
+    /// The number of operations added.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether no operation was added.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Sends the transaction. On failure nothing was applied, and the error's
+    /// [`Error::batch_index`] names the operation the service rejected.
+    ///
+    /// A transaction whose answer is lost (a dropped or reset connection, a
+    /// timeout, a 500) may have been applied. It is resent like any write: a
+    /// batch that holds an insert or a conditional operation is refused as a
+    /// whole the second time, and one of upserts only leaves the same entities.
+    /// If the call then fails, its outcome is settled by reading every entity
+    /// back (see [`AmbiguousWrites`]): all of them as the transaction left
+    /// them means it was applied, and the call succeeds with their ETags;
+    /// anything else is an [ambiguous](Error::is_ambiguous) error with the
+    /// entities found ([`Error::read_back`]), since the service applies a
+    /// transaction whole or not at all and another writer may have changed
+    /// some of them since.
+    pub async fn send(self) -> Result<TransactionResult> {
+        if self.ops.is_empty() {
+            return Err(Error::invalid(ValidationError::Batch {
+                index: None,
+                reason: "a transaction needs at least one operation".into(),
+            }));
+        }
+        let handle = &self.table.handle;
+        // What each operation sent, kept for a read-back. A backend that stores
+        // bags answers every write for certain, so nothing is kept for it.
+        let sent: Option<Vec<outcome::SentOp>> = (handle.ambiguous_writes
+            == AmbiguousWrites::ReadBack
+            && !handle.backend.stores_property_bags())
+        .then(|| self.ops.iter().map(outcome::SentOp::of).collect());
+        let result = handle
+            .backend
+            .execute(Operation::Transaction {
+                table: &handle.name,
+                ops: self.ops,
+            })
+            .await;
+        match result {
+            Ok(Response::Transaction(etags)) => Ok(TransactionResult { etags }),
+            Ok(_) => Err(Error::decode("unexpected answer to a transaction")),
+            Err(e) if e.is_ambiguous() && sent.is_some() => {
+                let intents = sent
+                    .iter()
+                    .flatten()
+                    .map(outcome::SentOp::intent)
+                    .collect::<Result<Vec<_>>>()?;
+                let written = outcome::resolve(handle, "transaction", intents, e).await?;
+                Ok(TransactionResult {
+                    etags: written.into_iter().map(|w| w.map(|w| w.etag)).collect(),
+                })
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// One write of an entity group transaction, built without a client, for
+/// any entity type: what a design pattern plans, and what code that composes
+/// writes of several types hands to [`Transaction::push`]. The entity is
+/// held as its property bag ([`DynamicEntity`](crate::DynamicEntity)), with
+/// its keys and typed values checked when it is built; its ETag is not kept
+/// (say the condition with [`IfMatch`]).
+///
+/// ```
+/// use tablekit::{DynamicEntity, IfMatch, UpdateMode, table::TransactionOp};
+///
+/// let op = TransactionOp::update(
+///     &DynamicEntity::new("Sales", "Department").with("EmployeeCount", 3),
+///     UpdateMode::Merge,
+///     IfMatch::Any,
+/// )?;
+/// assert_eq!(op.key().row_key, "Department");
+/// assert!(TransactionOp::insert(&DynamicEntity::new("Sales", "a/b")).is_err());
+/// # Ok::<(), tablekit::Error>(())
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum TransactionOp {
+    /// Insert the entity; the transaction fails if it exists (409).
+    Insert(crate::DynamicEntity),
+    /// Insert the entity, or merge it into / replace the stored one.
+    Upsert(crate::DynamicEntity, UpdateMode),
+    /// Merge into or replace the stored entity under the condition.
+    Update(crate::DynamicEntity, UpdateMode, IfMatch),
+    /// Delete the entity under the condition.
+    Delete(EntityKey, IfMatch),
+}
+
+impl TransactionOp {
+    pub(super) fn bag<E: TableEntity>(entity: &E) -> Result<crate::DynamicEntity> {
+        let mut bag = crate::codec::to_dynamic(entity)?;
+        bag.etag = None;
+        bag.timestamp = None;
+        Ok(bag)
+    }
+
+    /// An insert of `entity`.
+    pub fn insert<E: TableEntity>(entity: &E) -> Result<Self> {
+        Ok(TransactionOp::Insert(Self::bag(entity)?))
+    }
+
+    /// An upsert of `entity`.
+    pub fn upsert<E: TableEntity>(entity: &E, mode: UpdateMode) -> Result<Self> {
+        Ok(TransactionOp::Upsert(Self::bag(entity)?, mode))
+    }
+
+    /// An update of `entity` under `if_match`.
+    pub fn update<E: TableEntity>(
+        entity: &E,
+        mode: UpdateMode,
+        if_match: impl Into<IfMatch>,
+    ) -> Result<Self> {
+        Ok(TransactionOp::Update(
+            Self::bag(entity)?,
+            mode,
+            if_match.into(),
+        ))
+    }
+
+    /// A delete of the entity `key` under `if_match`.
+    pub fn delete(key: impl Into<EntityKey>, if_match: impl Into<IfMatch>) -> Result<Self> {
+        let key = key.into();
+        key.validate()?;
+        Ok(TransactionOp::Delete(key, if_match.into()))
+    }
+
+    /// The key of the entity the operation writes.
+    pub fn key(&self) -> EntityKey {
+        match self {
+            TransactionOp::Insert(e)
+            | TransactionOp::Upsert(e, _)
+            | TransactionOp::Update(e, ..) => EntityKey::new(&e.partition_key, &e.row_key),
+            TransactionOp::Delete(key, _) => key.clone(),
+        }
+    }
+}
+
+/// The outcome of a successful transaction.
+#[derive(Debug, Clone)]
+pub struct TransactionResult {
+    etags: Vec<Option<ETag>>,
+}
+
+impl TransactionResult {
+    /// The new ETag written by operation `index` (`None` for deletes).
+    pub fn etag(&self, index: usize) -> Option<&ETag> {
+        self.etags.get(index).and_then(Option::as_ref)
+    }
+
+    /// The ETags of all operations, in order.
+    pub fn etags(&self) -> &[Option<ETag>] {
+        &self.etags
+    }
+}
