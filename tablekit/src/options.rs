@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use crate::backend::http::limits::AnswerLimits;
 use crate::backend::http::transport::proxy::Proxy;
 use crate::backend::http::transport::service::{HttpConnector, RequestHook};
 
@@ -126,6 +127,9 @@ pub struct HttpOptions {
     /// just before it goes to the transport (built-in or
     /// [`connector`](HttpOptions::connector)): add a header, record, fail on purpose.
     pub hooks: Vec<Arc<dyn RequestHook>>,
+    /// How much of each kind of answer is read at most (its head, an entity,
+    /// a query page, ...): see [`AnswerLimits`] for each default and why.
+    pub limits: AnswerLimits,
 }
 
 /// The built-in HTTP client under a service client ([`HttpOptions::transport`]).
@@ -169,6 +173,7 @@ impl Default for HttpOptions {
             connector: None,
             proxy: None,
             hooks: Vec::new(),
+            limits: AnswerLimits::default(),
         }
     }
 }

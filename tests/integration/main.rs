@@ -26,6 +26,8 @@ mod differential;
 mod durable;
 mod errors;
 mod filter_macros;
+mod lost_answers;
+mod lying_server;
 mod metadata;
 mod modify;
 mod outcomes;

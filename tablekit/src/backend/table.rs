@@ -207,6 +207,7 @@ pub(crate) enum Response {
 pub struct Written {
     pub(crate) etag: ETag,
     pub(crate) timestamp: Option<chrono::DateTime<chrono::Utc>>,
+    pub(crate) confirmed_by_read_back: bool,
 }
 
 impl Written {
@@ -215,7 +216,20 @@ impl Written {
         Written {
             timestamp: etag.timestamp(),
             etag,
+            confirmed_by_read_back: false,
         }
+    }
+
+    /// Whether the write's own answer was lost and its success was confirmed
+    /// by reading the entity back instead: an attempt failed in a way that
+    /// left its outcome unknown (a connection cut, a timeout, a 500), the
+    /// retry met the 409, 412 or 404 that attempt provoked, and the entity
+    /// read back held exactly what the write sent (see
+    /// [`AmbiguousWrites`](crate::table::AmbiguousWrites)). The ETag and
+    /// Timestamp are then the ones read back. `false` for a write the
+    /// service acknowledged. Count these to watch how often answers are lost.
+    pub fn confirmed_by_read_back(&self) -> bool {
+        self.confirmed_by_read_back
     }
 
     /// The entity's new ETag: pass it as [`IfMatch::ETag`] to make the next write conditional.
@@ -271,9 +285,14 @@ impl Payload {
         }
     }
 
-    pub(crate) fn decode_one<T: TableEntity>(&self) -> Result<T> {
+    /// The entity of a point read of `key`: one under another key is refused.
+    pub(crate) fn decode_one<T: TableEntity>(&self, key: &crate::entity::EntityKey) -> Result<T> {
         match self {
-            Payload::Json { body, etag } => decode_entity(body, etag.as_deref()),
+            Payload::Json { body, etag } => decode_entity(
+                body,
+                etag.as_deref(),
+                Some((&key.partition_key, &key.row_key)),
+            ),
             Payload::Stored { entities, select } => match entities.first() {
                 Some(e) => stored::decode_one(e, select.as_ref()),
                 None => Err(crate::error::Error::decode("an empty single-entity answer")),

@@ -72,7 +72,8 @@ impl ContainerClient {
     pub async fn create_container_if_not_exists(&self) -> Result<bool> {
         match self.create_container().await {
             Ok(()) => Ok(true),
-            Err(e) if e.code() == Some(&ErrorCode::ContainerAlreadyExists) => Ok(false),
+            // After a lost answer, the retry's 409 is most likely our own container.
+            Err(e) if e.code() == Some(&ErrorCode::ContainerAlreadyExists) => Ok(e.is_ambiguous()),
             Err(e) => Err(e),
         }
     }
@@ -111,7 +112,8 @@ impl ContainerClient {
     pub async fn delete_container_if_exists(&self) -> Result<bool> {
         match self.delete_container().await {
             Ok(()) => Ok(true),
-            Err(e) if e.code() == Some(&ErrorCode::ContainerNotFound) => Ok(false),
+            // After a lost answer, the retry's 404 is most likely our own deletion.
+            Err(e) if e.code() == Some(&ErrorCode::ContainerNotFound) => Ok(e.is_ambiguous()),
             Err(e) => Err(e),
         }
     }
@@ -260,6 +262,11 @@ impl ListBlobs {
                 let BlobResponse::Listing { blobs, next_marker } = resp else {
                     return Err(unexpected("a blob listing"));
                 };
+                if next_marker.is_some() && next_marker == s.marker {
+                    return Err(crate::error::Error::decode(
+                        "the service answered a blob listing with the marker it was sent",
+                    ));
+                }
                 s.done = next_marker.is_none();
                 s.marker = next_marker;
                 Ok(Some((stream::iter(blobs.into_iter().map(Ok)), s)))

@@ -342,7 +342,8 @@ impl BlobClient {
         .map(drop)
     }
 
-    /// Deletes the blob if it exists; returns whether it did. Safe to repeat.
+    /// Deletes the blob if it exists; returns whether it did (`true` when an
+    /// attempt's answer was lost and the retry found none). Safe to repeat.
     ///
     /// ```
     /// # async fn run() -> tablekit::Result<()> {
@@ -358,7 +359,8 @@ impl BlobClient {
     pub async fn delete_if_exists(&self) -> Result<bool> {
         match self.delete(IfMatch::Any).await {
             Ok(()) => Ok(true),
-            Err(e) if e.code() == Some(&ErrorCode::BlobNotFound) => Ok(false),
+            // After a lost answer, the retry's 404 is most likely our own deletion.
+            Err(e) if e.code() == Some(&ErrorCode::BlobNotFound) => Ok(e.is_ambiguous()),
             Err(e) => Err(e),
         }
     }

@@ -98,6 +98,8 @@ struct EntitySeed<'s, 'de, T> {
     scratch: &'s mut Vec<(Cow<'de, str>, Slot<'de>)>,
     failure: &'s mut Option<Error>,
     etag: Option<&'s str>,
+    /// The key a point read asked for: an entity under another is refused.
+    key: Option<(&'s str, &'s str)>,
     _t: PhantomData<T>,
 }
 
@@ -123,18 +125,21 @@ impl<'de, T: TableEntity> Visitor<'de> for EntitySeed<'_, 'de, T> {
         };
         raw.props.clear();
         let mut annotations: Vec<(Cow<'de, str>, EdmType)> = Vec::new();
-        let (mut has_pk, mut has_rk) = (false, false);
+        let (mut has_pk, mut has_rk, mut has_ts) = (false, false, false);
         while let Some(CowStr(key)) = map.next_key::<CowStr<'de>>()? {
             match key.as_ref() {
-                "PartitionKey" => {
-                    raw.partition_key = map.next_value::<CowStr<'de>>()?.0;
-                    has_pk = true;
+                "PartitionKey" | "RowKey" | "Timestamp" => {
+                    let CowStr(v) = map.next_value::<CowStr<'de>>()?;
+                    let (slot, seen) = match key.as_ref() {
+                        "PartitionKey" => (&mut raw.partition_key, &mut has_pk),
+                        "RowKey" => (&mut raw.row_key, &mut has_rk),
+                        _ => (raw.timestamp.get_or_insert_default(), &mut has_ts),
+                    };
+                    if std::mem::replace(seen, true) {
+                        return Err(refuse(self.failure, twice(&key)));
+                    }
+                    *slot = v;
                 }
-                "RowKey" => {
-                    raw.row_key = map.next_value::<CowStr<'de>>()?.0;
-                    has_rk = true;
-                }
-                "Timestamp" => raw.timestamp = Some(map.next_value::<CowStr<'de>>()?.0),
                 "odata.etag" => {
                     let etag = map.next_value::<CowStr<'de>>()?.0;
                     if raw.etag.is_none() {
@@ -173,6 +178,18 @@ impl<'de, T: TableEntity> Visitor<'de> for EntitySeed<'_, 'de, T> {
                 "an entity without PartitionKey or RowKey",
             ));
         }
+        if let Some(name) = repeated(&raw.props).or_else(|| repeated(&annotations)) {
+            return Err(refuse(self.failure, twice(name)));
+        }
+        if let Some((pk, rk)) = self.key {
+            if raw.partition_key != pk || raw.row_key != rk {
+                let e = Error::decode(format!(
+                    "the answer to a point read of ({pk:?}, {rk:?}) holds the entity ({:?}, {:?})",
+                    raw.partition_key, raw.row_key
+                ));
+                return Err(refuse(self.failure, e));
+            }
+        }
         for (name, edm) in annotations {
             if let Some((_, Slot::Json(_, t))) = raw.props.iter_mut().find(|(n, _)| *n == name) {
                 *t = Some(edm);
@@ -185,6 +202,43 @@ impl<'de, T: TableEntity> Visitor<'de> for EntitySeed<'_, 'de, T> {
             de::Error::custom("entity decode failed")
         })
     }
+}
+
+/// What the error of a property held twice says (after its name).
+const TWICE: &str = "appears twice in one entity";
+
+/// The error of a property that an entity holds twice.
+fn twice(name: &str) -> Error {
+    Error::decode_property(name, TWICE)
+}
+
+/// The property `e` found twice in an entity, if that is what it is about.
+#[cfg_attr(not(feature = "embedded"), allow(dead_code))]
+pub(crate) fn duplicated_property(e: &Error) -> Option<&str> {
+    match e.kind() {
+        crate::error::ErrorKind::Decode(d) if d.message == TWICE => d.property.as_deref(),
+        _ => None,
+    }
+}
+
+/// Keeps `e` as the decode's error and stops the deserializer.
+fn refuse<E: de::Error>(failure: &mut Option<Error>, e: Error) -> E {
+    let stop = E::custom(&e);
+    *failure = Some(e);
+    stop
+}
+
+/// A name that `items` holds twice, if any: a scan for the few properties of
+/// most entities, a sort for many.
+fn repeated<'a, V>(items: &'a [(Cow<'_, str>, V)]) -> Option<&'a str> {
+    if items.len() <= 16 {
+        return (1..items.len())
+            .find(|&i| items[..i].iter().any(|(n, _)| *n == items[i].0))
+            .map(|i| items[i].0.as_ref());
+    }
+    let mut sorted: Vec<&str> = items.iter().map(|(n, _)| n.as_ref()).collect();
+    sorted.sort_unstable();
+    sorted.windows(2).find(|w| w[0] == w[1]).map(|w| w[0])
 }
 
 /// Decodes the `value` array of a query response.
@@ -206,15 +260,28 @@ impl<'de, T: TableEntity> Visitor<'de> for PageSeed<'_, T> {
         f.write_str("an array of entities")
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        use crate::validate::MAX_PAGE_SIZE;
         let mut scratch = Vec::new();
         if let Some(n) = seq.size_hint() {
-            self.out.reserve(n);
+            self.out.reserve(n.min(MAX_PAGE_SIZE));
         }
+        let first = self.out.len();
         loop {
+            if self.out.len() - first == MAX_PAGE_SIZE {
+                // Stop decoding: a page never holds more.
+                if seq.next_element::<IgnoredAny>()?.is_some() {
+                    let e = Error::decode(format!(
+                        "a query page of more than {MAX_PAGE_SIZE} entities: the service sends at most {MAX_PAGE_SIZE}"
+                    ));
+                    return Err(refuse(self.failure, e));
+                }
+                return Ok(());
+            }
             let seed = EntitySeed::<T> {
                 scratch: &mut scratch,
                 failure: self.failure,
                 etag: None,
+                key: None,
                 _t: PhantomData,
             };
             match seq.next_element_seed(seed)? {
@@ -284,12 +351,18 @@ pub(crate) fn decode_page<T: TableEntity>(body: &[u8], out: &mut Vec<T>) -> Resu
 /// # Ok::<(), tablekit::Error>(())
 /// ```
 pub fn entity_from_json<T: TableEntity>(json: &[u8]) -> Result<T> {
-    decode_entity(json, None)
+    decode_entity(json, None, None)
 }
 
 /// Decodes a single entity body; `etag` is the response's ETag header, which
 /// takes precedence over `odata.etag` in the body.
-pub(crate) fn decode_entity<T: TableEntity>(body: &[u8], etag: Option<&str>) -> Result<T> {
+///
+/// With `key` (a point read's), an entity under another key is refused.
+pub(crate) fn decode_entity<T: TableEntity>(
+    body: &[u8],
+    etag: Option<&str>,
+    key: Option<(&str, &str)>,
+) -> Result<T> {
     let mut failure = None;
     let mut scratch = Vec::new();
     let mut de = serde_json::Deserializer::from_slice(body);
@@ -297,6 +370,7 @@ pub(crate) fn decode_entity<T: TableEntity>(body: &[u8], etag: Option<&str>) -> 
         scratch: &mut scratch,
         failure: &mut failure,
         etag,
+        key,
         _t: PhantomData,
     };
     let r = seed.deserialize(&mut de);
@@ -377,13 +451,13 @@ mod tests {
                 Ok(Probe)
             }
         }
-        decode_entity::<Probe>(body, None).unwrap();
+        decode_entity::<Probe>(body, None, None).unwrap();
     }
 
     #[test]
     fn declared_type_mismatch_names_the_property() {
         let body = br#"{"PartitionKey":"p","RowKey":"r","L@odata.type":"Edm.Int64","L":"1"}"#;
-        let e: DynamicEntity = decode_entity(body, Some("W/\"x\"")).unwrap();
+        let e: DynamicEntity = decode_entity(body, Some("W/\"x\""), None).unwrap();
         assert_eq!(e.etag.as_ref().map(ETag::as_str), Some("W/\"x\""));
         let raw = RawEntity::from_dynamic(&e);
         let err = raw.required("L").unwrap().to_i32().unwrap_err();
@@ -396,9 +470,9 @@ mod tests {
     #[test]
     fn unsupported_annotation_and_bad_json_are_decode_errors() {
         let body = br#"{"PartitionKey":"p","RowKey":"r","X@odata.type":"Edm.Decimal","X":"1"}"#;
-        assert!(decode_entity::<DynamicEntity>(body, None).is_err());
-        assert!(decode_entity::<DynamicEntity>(b"{", None).is_err());
-        assert!(decode_entity::<DynamicEntity>(br#"{"RowKey":"r"}"#, None).is_err());
+        assert!(decode_entity::<DynamicEntity>(body, None, None).is_err());
+        assert!(decode_entity::<DynamicEntity>(b"{", None, None).is_err());
+        assert!(decode_entity::<DynamicEntity>(br#"{"RowKey":"r"}"#, None, None).is_err());
     }
 
     /// The underlying error a decode error keeps as its `source()`.
@@ -417,7 +491,7 @@ mod tests {
         let body = format!(
             r#"{{"PartitionKey":"p","RowKey":"r","{property}@odata.type":"Edm.{edm}","{property}":{json_value}}}"#
         );
-        let err = decode_entity::<DynamicEntity>(body.as_bytes(), None).unwrap_err();
+        let err = decode_entity::<DynamicEntity>(body.as_bytes(), None, None).unwrap_err();
         match err.kind() {
             crate::error::ErrorKind::Decode(d) => assert_eq!(d.property.as_deref(), Some(property)),
             other => panic!("{other:?}"),
@@ -458,7 +532,8 @@ mod tests {
 
     #[test]
     fn malformed_json_keeps_serdes_error_as_source() {
-        let err = decode_entity::<DynamicEntity>(br#"{"PartitionKey":"p","#, None).unwrap_err();
+        let err =
+            decode_entity::<DynamicEntity>(br#"{"PartitionKey":"p","#, None, None).unwrap_err();
         assert!(cause::<serde_json::Error>(&err).is_eof());
         assert!(err.to_string().contains("line 1, column 20"), "{err}");
         let err = decode_table_names(b"[1]").unwrap_err();
@@ -469,5 +544,79 @@ mod tests {
     fn table_names_decode() {
         let body = br#"{"odata.metadata":"m","value":[{"TableName":"a1"},{"TableName":"b2"}]}"#;
         assert_eq!(decode_table_names(body).unwrap(), vec!["a1", "b2"]);
+    }
+
+    fn decoded(body: &str) -> Result<DynamicEntity> {
+        decode_entity::<DynamicEntity>(body.as_bytes(), None, None)
+    }
+
+    #[test]
+    fn an_entity_with_a_property_twice_is_refused() {
+        for body in [
+            r#"{"PartitionKey":"p","RowKey":"r","a":1,"a":2}"#,
+            r#"{"PartitionKey":"p","RowKey":"r","a":1,"b":true,"a":"x"}"#,
+            r#"{"PartitionKey":"p","PartitionKey":"q","RowKey":"r"}"#,
+            r#"{"PartitionKey":"p","RowKey":"r","RowKey":"r"}"#,
+            r#"{"PartitionKey":"p","RowKey":"r","Timestamp":"2024-01-01T00:00:00Z","Timestamp":"2024-01-01T00:00:00Z"}"#,
+            r#"{"PartitionKey":"p","RowKey":"r","a@odata.type":"Edm.Int64","a@odata.type":"Edm.Guid","a":"1"}"#,
+        ] {
+            let e = decoded(body).unwrap_err();
+            assert!(e.to_string().contains("appears twice"), "{body}: {e}");
+        }
+        // Many properties (the sorting path), one of them twice.
+        let mut many: String = (0..40).map(|i| format!(r#""p{i}":{i},"#)).collect();
+        many.push_str(r#""p17":1"#);
+        let e = decoded(&format!(r#"{{"PartitionKey":"p","RowKey":"r",{many}}}"#)).unwrap_err();
+        assert!(e.to_string().contains(r#""p17": appears twice"#), "{e}");
+        assert_eq!(duplicated_property(&e), Some("p17"));
+        // Distinct names, few or many, decode.
+        let distinct: String = (0..40).map(|i| format!(r#","p{i}":{i}"#)).collect();
+        let e = decoded(&format!(r#"{{"PartitionKey":"p","RowKey":"r"{distinct}}}"#)).unwrap();
+        assert_eq!(e.get("p39"), Some(&EdmValue::Int32(39)));
+        decoded(r#"{"PartitionKey":"p","RowKey":"r","a":1,"b":2}"#).unwrap();
+        // A page refuses it too.
+        let mut out: Vec<DynamicEntity> = Vec::new();
+        let e = decode_page(
+            br#"{"value":[{"PartitionKey":"p","RowKey":"r","a":1,"a":1}]}"#,
+            &mut out,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("appears twice"), "{e}");
+    }
+
+    #[test]
+    fn a_point_read_answered_with_another_entity_is_refused() {
+        let body = br#"{"PartitionKey":"p","RowKey":"other"}"#;
+        let e = decode_entity::<DynamicEntity>(body, None, Some(("p", "r"))).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains(r#"point read of ("p", "r") holds the entity ("p", "other")"#),
+            "{e}"
+        );
+        let e = decode_entity::<DynamicEntity>(body, None, Some(("q", "other"))).unwrap_err();
+        assert!(
+            matches!(e.kind(), crate::error::ErrorKind::Decode(_)),
+            "{e}"
+        );
+        decode_entity::<DynamicEntity>(body, None, Some(("p", "other"))).unwrap();
+    }
+
+    #[test]
+    fn a_page_stops_decoding_past_1000_entities() {
+        let page = |n: usize| {
+            let v: Vec<String> = (0..n)
+                .map(|i| format!(r#"{{"PartitionKey":"p","RowKey":"{i}"}}"#))
+                .collect();
+            format!(r#"{{"value":[{}]}}"#, v.join(","))
+        };
+        let mut out: Vec<DynamicEntity> = Vec::new();
+        decode_page(page(1000).as_bytes(), &mut out).unwrap();
+        assert_eq!(out.len(), 1000);
+        for n in [1001, 100_000] {
+            let mut out: Vec<DynamicEntity> = Vec::new();
+            let e = decode_page(page(n).as_bytes(), &mut out).unwrap_err();
+            assert!(e.to_string().contains("more than 1000 entities"), "{e}");
+            assert!(out.len() <= 1000, "decoding stopped at the limit");
+        }
     }
 }

@@ -122,6 +122,9 @@ pub(crate) enum TransportKind {
     Tls,
     /// The request could not be built or sent for a reason a retry cannot fix.
     Request,
+    /// The answer broke a limit of [`AnswerLimits`](crate::options::AnswerLimits):
+    /// it was sent, and a retry would bring the same answer.
+    TooLarge,
 }
 
 impl fmt::Display for TransportError {

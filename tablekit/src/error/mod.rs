@@ -188,7 +188,10 @@ impl Error {
     pub(crate) fn outcome_unknown(&self) -> bool {
         match &self.inner.kind {
             ErrorKind::Transport(t) => {
-                matches!(t.kind, TransportKind::Timeout | TransportKind::Interrupted)
+                matches!(
+                    t.kind,
+                    TransportKind::Timeout | TransportKind::Interrupted | TransportKind::TooLarge
+                )
             }
             ErrorKind::Service(e) => matches!(e.status, 500 | 502 | 504),
             _ => false,
@@ -285,6 +288,15 @@ impl Error {
     /// The failure happened in the transport: no answer was received.
     pub fn is_transport(&self) -> bool {
         matches!(&self.inner.kind, ErrorKind::Transport(_))
+    }
+
+    /// An answer broke one of the limits of
+    /// [`AnswerLimits`](crate::options::AnswerLimits) (its head, or its body
+    /// for its kind): it was not read further. Not retried; a write that met
+    /// it has an unknown outcome, as with a connection cut in its answer.
+    /// Also a [transport](Error::is_transport) error.
+    pub fn is_answer_too_large(&self) -> bool {
+        matches!(&self.inner.kind, ErrorKind::Transport(t) if t.kind == TransportKind::TooLarge)
     }
 
     /// A transient failure that is safe to retry for an idempotent operation.
@@ -512,7 +524,7 @@ fn retryable(kind: &ErrorKind) -> bool {
             | TransportKind::ConnectTimeout
             | TransportKind::Connect
             | TransportKind::Interrupted => true,
-            TransportKind::Tls | TransportKind::Request => false,
+            TransportKind::Tls | TransportKind::Request | TransportKind::TooLarge => false,
         },
         ErrorKind::Service(e) => retryable_status(e.status),
         ErrorKind::Invalid(_)

@@ -193,7 +193,9 @@ impl QueueClient {
             .map(drop)
     }
 
-    /// Deletes the queue if it exists; returns whether it did.
+    /// Deletes the queue if it exists; returns whether it did (`true` when an
+    /// attempt's answer was lost and the retry found no queue: the lost
+    /// attempt most likely deleted it).
     ///
     /// ```
     /// # async fn run() -> tablekit::Result<()> {
@@ -207,7 +209,8 @@ impl QueueClient {
     pub async fn delete_queue_if_exists(&self) -> Result<bool> {
         match self.delete_queue().await {
             Ok(()) => Ok(true),
-            Err(e) if e.code() == Some(&ErrorCode::QueueNotFound) => Ok(false),
+            // After a lost answer, the retry's 404 is most likely our own deletion.
+            Err(e) if e.code() == Some(&ErrorCode::QueueNotFound) => Ok(e.is_ambiguous()),
             Err(e) => Err(e),
         }
     }

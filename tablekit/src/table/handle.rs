@@ -48,7 +48,7 @@ impl TableHandle {
             .await;
         match resp {
             Ok(Response::Entity(Some(payload))) => {
-                let mut entity: T = payload.decode_one()?;
+                let mut entity: T = payload.decode_one(key)?;
                 let etag = payload.etag().map(ETag::new);
                 if let Some(e) = &etag {
                     entity.set_etag(e.clone());

@@ -16,6 +16,7 @@ use futures::{StreamExt, TryStreamExt};
 use super::handle::TableHandle;
 use crate::backend::{BatchKind, BatchOp, EntityBody, Written};
 use crate::codec::read::decode_entity;
+use crate::edm::EdmValue;
 use crate::entity::{DynamicEntity, ETag, EntityKey, UpdateMode};
 use crate::error::{Error, Result};
 
@@ -33,7 +34,7 @@ impl Intent {
     /// The intent of a single write whose body was `body`.
     pub(crate) fn of_body(body: &EntityBody, mode: UpdateMode) -> Result<Self> {
         let entity = match body {
-            EntityBody::Json(json) => decode_entity::<DynamicEntity>(json, None)?,
+            EntityBody::Json(json) => decode_entity::<DynamicEntity>(json, None, None)?,
             EntityBody::Bag(bag) => (**bag).clone(),
         };
         Ok(Intent::Holds {
@@ -58,12 +59,38 @@ impl Intent {
             (Intent::Holds { .. }, None) => false,
             (Intent::Holds { entity, exact }, Some(stored)) => {
                 (!exact || stored.properties.len() == entity.properties.len())
-                    && entity
-                        .properties
-                        .iter()
-                        .all(|(name, value)| stored.properties.get(name) == Some(value))
+                    && entity.properties.iter().all(|(name, value)| {
+                        stored
+                            .properties
+                            .get(name)
+                            .is_some_and(|s| same_as_stored(value, s))
+                    })
             }
         }
+    }
+}
+
+/// Whether `stored` (read back) is `sent` as the service stores it: a Double
+/// by its bits (any NaN is the service's one NaN; -0.0 is not 0.0), a
+/// DateTime to its 100 ns tick (a later nanosecond is cut when written), a
+/// Guid by its 16 bytes, the rest by value; and always of the same type.
+fn same_as_stored(sent: &EdmValue, stored: &EdmValue) -> bool {
+    match (sent, stored) {
+        (EdmValue::Double(a), EdmValue::Double(b)) => {
+            (a.is_nan() && b.is_nan()) || a.to_bits() == b.to_bits()
+        }
+        (EdmValue::DateTime(a), EdmValue::DateTime(b)) => {
+            // As `edm::write_datetime`: a leap second folds into the last tick.
+            let tick = |t: &chrono::DateTime<chrono::Utc>| {
+                (
+                    t.timestamp(),
+                    t.timestamp_subsec_nanos().min(999_999_999) / 100,
+                )
+            };
+            tick(a) == tick(b)
+        }
+        (EdmValue::Guid(a), EdmValue::Guid(b)) => a.as_bytes() == b.as_bytes(),
+        (a, b) => a == b,
     }
 }
 
@@ -97,7 +124,7 @@ impl SentOp {
             .as_deref()
             .ok_or_else(|| Error::decode("a transaction write without a body"))?;
         Ok(Intent::Holds {
-            entity: decode_entity::<DynamicEntity>(json, None)?,
+            entity: decode_entity::<DynamicEntity>(json, None, None)?,
             exact: mode == UpdateMode::Replace,
         })
     }
@@ -214,6 +241,7 @@ pub(crate) async fn resolve(
                 (Intent::Absent(_), _) => None,
                 (Intent::Holds { .. }, Some((entity, Some(etag)))) => {
                     let mut w = Written::from_etag(etag);
+                    w.confirmed_by_read_back = true;
                     if entity.timestamp.is_some() {
                         w.timestamp = entity.timestamp;
                     }
@@ -236,7 +264,6 @@ pub(crate) async fn resolve(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::EdmValue;
 
     fn holds(entity: DynamicEntity, exact: bool) -> Intent {
         Intent::Holds { entity, exact }
@@ -306,5 +333,80 @@ mod tests {
         let text = format!("{rb:?}");
         assert!(!text.contains("hunter2"), "{text}");
         assert!(text.contains("true"), "{text}");
+    }
+
+    /// Whether an entity holding `sent` under `name` is met by one holding `stored`.
+    fn meets(sent: EdmValue, stored: EdmValue) -> bool {
+        holds(DynamicEntity::new("p", "r").with("V", sent), true)
+            .is_met_by(Some(&DynamicEntity::new("p", "r").with("V", stored)))
+    }
+
+    #[test]
+    fn doubles_are_compared_by_their_bits_and_nan_meets_nan() {
+        use EdmValue::Double;
+        assert!(meets(Double(f64::NAN), Double(f64::NAN)));
+        // Another NaN payload: the service keeps only "NaN".
+        assert!(meets(
+            Double(f64::from_bits(0x7ff8_0000_0000_0001)),
+            Double(f64::NAN)
+        ));
+        assert!(meets(Double(-f64::NAN), Double(f64::NAN)));
+        assert!(!meets(Double(f64::NAN), Double(0.0)));
+        assert!(meets(Double(-0.0), Double(-0.0)));
+        assert!(
+            !meets(Double(-0.0), Double(0.0)),
+            "-0.0 is not 0.0 as stored"
+        );
+        assert!(meets(Double(f64::INFINITY), Double(f64::INFINITY)));
+        assert!(meets(Double(f64::NEG_INFINITY), Double(f64::NEG_INFINITY)));
+        assert!(!meets(Double(f64::INFINITY), Double(f64::NEG_INFINITY)));
+        assert!(!meets(Double(f64::INFINITY), Double(f64::MAX)));
+        assert!(meets(Double(0.1 + 0.2), Double(0.1 + 0.2)));
+        assert!(!meets(Double(0.1 + 0.2), Double(0.3)));
+        assert!(meets(
+            Double(f64::MIN_POSITIVE / 2.0),
+            Double(f64::MIN_POSITIVE / 2.0)
+        ));
+    }
+
+    #[test]
+    fn datetimes_are_compared_to_the_100_ns_tick_the_service_keeps() {
+        use chrono::{TimeZone as _, Utc};
+        let at = |nanos: u32| EdmValue::DateTime(Utc.timestamp_opt(1_700_000_000, nanos).unwrap());
+        assert!(meets(at(123_456_789), at(123_456_700)), "cut to the tick");
+        assert!(meets(at(123_456_700), at(123_456_700)));
+        assert!(!meets(at(123_456_789), at(123_456_800)), "cut, not rounded");
+        assert!(!meets(at(123_456_700), at(123_456_600)));
+        assert!(meets(at(0), at(99)));
+        // A leap second is written as the last tick of its second.
+        let in_59th =
+            |nanos: u32| EdmValue::DateTime(Utc.timestamp_opt(1_700_000_039, nanos).unwrap());
+        assert!(meets(in_59th(1_500_000_000), in_59th(999_999_900)));
+        let other_second = EdmValue::DateTime(Utc.timestamp_opt(1_700_000_001, 0).unwrap());
+        assert!(!meets(at(0), other_second));
+    }
+
+    #[test]
+    fn guids_are_compared_by_their_bytes() {
+        let g = uuid::Uuid::parse_str("3F2504E0-4F89-11D3-9A0C-0305E82C3301").unwrap();
+        let same = uuid::Uuid::parse_str("3f2504e0-4f89-11d3-9a0c-0305e82c3301").unwrap();
+        assert!(meets(EdmValue::Guid(g), EdmValue::Guid(same)));
+        assert!(!meets(EdmValue::Guid(g), EdmValue::Guid(uuid::Uuid::nil())));
+        assert!(!meets(EdmValue::Guid(g), EdmValue::String(g.to_string())));
+    }
+
+    #[test]
+    fn the_other_types_are_compared_by_value_and_type() {
+        use EdmValue::*;
+        assert!(meets(String("a".into()), String("a".into())));
+        assert!(!meets(String("a".into()), String("A".into())));
+        assert!(meets(Binary(vec![0, 1]), Binary(vec![0, 1])));
+        assert!(!meets(Binary(vec![0, 1]), Binary(vec![0])));
+        assert!(meets(Boolean(true), Boolean(true)));
+        assert!(!meets(Boolean(true), Boolean(false)));
+        assert!(meets(Int32(i32::MIN), Int32(i32::MIN)));
+        assert!(!meets(Int32(1), Int64(1)));
+        assert!(meets(Int64(i64::MAX), Int64(i64::MAX)));
+        assert!(!meets(Int64(1), Double(1.0)));
     }
 }

@@ -15,6 +15,10 @@ use crate::error::{Error, Result, ValidationError};
 use crate::filter::{self, Filter, QueryPlan, RawFilter, MAX_COMPARISONS};
 use crate::validate::{self, MAX_PAGE_SIZE};
 
+/// Empty pages in a row, each with a continuation, after which a query gives
+/// up (see [`Query::pages`]).
+const MAX_EMPTY_PAGES: usize = 10_000;
+
 /// One page of a query: its entities and where the next page starts.
 ///
 /// A page may hold fewer entities than asked for, even none, and still have a
@@ -285,6 +289,7 @@ impl<T: TableEntity> Query<T> {
             (None, Some(w)) => Some(w.min(MAX_PAGE_SIZE)),
             (None, None) => None,
         };
+        let sent = continuation;
         let resp = self
             .table
             .backend()
@@ -304,6 +309,12 @@ impl<T: TableEntity> Query<T> {
         else {
             return Err(Error::decode("unexpected answer to a query"));
         };
+        if continuation.is_some() && continuation.as_ref() == sent {
+            // Following it would ask for this very page again, forever.
+            return Err(Error::decode(
+                "the service answered a query page with the continuation it was sent",
+            ));
+        }
         let mut items = Vec::new();
         payload.decode_into(&mut items)?;
         Ok(Page {
@@ -327,6 +338,13 @@ impl<T: TableEntity> Query<T> {
 
     /// The pages, following continuation tokens until the results (or `take`) end.
     /// Empty pages that carry a continuation are yielded too.
+    ///
+    /// A server that never lets a query end is stopped with an error: when a
+    /// page carries the very continuation that asked for it (following it
+    /// would bring the same page forever; [`Query::next_page`] refuses it
+    /// too), or after 10,000 empty pages in a row. The service does answer
+    /// empty pages with a continuation (each query step runs for at most five
+    /// seconds), but 10,000 in a row are over 13 hours of fruitless scanning.
     pub fn pages(self) -> PageStream<T> {
         let resolved = match self.check() {
             Ok(r) => r,
@@ -338,12 +356,15 @@ impl<T: TableEntity> Query<T> {
             next: Option<Continuation>,
             remaining: Option<usize>,
             done: bool,
+            /// Empty pages in a row, each with a continuation.
+            empty_run: usize,
         }
         let state = State {
             resolved,
             next: self.continuation.clone(),
             remaining: self.take,
             done: self.take == Some(0),
+            empty_run: 0,
             query: self,
         };
         PageStream(
@@ -365,6 +386,16 @@ impl<T: TableEntity> Query<T> {
                 s.next = page.continuation.clone();
                 if s.next.is_none() {
                     s.done = true;
+                } else if page.items.is_empty() {
+                    s.empty_run += 1;
+                    if s.empty_run >= MAX_EMPTY_PAGES {
+                        return Err(Error::decode(format!(
+                            "{MAX_EMPTY_PAGES} empty query pages in a row, each with a continuation: \
+                             given up (see Query::pages)"
+                        )));
+                    }
+                } else {
+                    s.empty_run = 0;
                 }
                 Ok(Some((page, s)))
             })

@@ -72,6 +72,34 @@ impl FaultProxy {
     /// Starts a proxy in front of the table endpoint of `conn` (a connection
     /// string naming a loopback `TableEndpoint`), drawing fates from `seed`.
     pub async fn start(conn: &str, faults: Faults, seed: u64) -> FaultProxy {
+        let rng = Mutex::new(fastrand::Rng::with_seed(seed));
+        Self::dealing(conn, faults, move || draw(faults, &rng)).await
+    }
+
+    /// A proxy that deals `fates` to the requests in the order they arrive,
+    /// then forwards every later one intact: a fault exactly where a test
+    /// wants it (delays last one second).
+    pub async fn scripted(conn: &str, fates: Vec<Fate>) -> FaultProxy {
+        let script = Mutex::new(std::collections::VecDeque::from(fates));
+        let faults = Faults {
+            delay: Duration::from_secs(1),
+            ..Faults::standard(Duration::ZERO)
+        };
+        Self::dealing(conn, faults, move || {
+            script
+                .lock()
+                .unwrap()
+                .pop_front()
+                .unwrap_or(Fate::Forwarded)
+        })
+        .await
+    }
+
+    async fn dealing(
+        conn: &str,
+        faults: Faults,
+        deal: impl Fn() -> Fate + Send + Sync + 'static,
+    ) -> FaultProxy {
         let endpoint = conn
             .split(';')
             .find_map(|p| p.trim().strip_prefix("TableEndpoint="))
@@ -86,15 +114,15 @@ impl FaultProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let local = listener.local_addr().unwrap();
         let fates = Arc::new(Mutex::new(Vec::new()));
-        let rng = Arc::new(Mutex::new(fastrand::Rng::with_seed(seed)));
+        let deal = Arc::new(deal);
         let kept = fates.clone();
         tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let upstream = upstream.clone();
-                let rng = rng.clone();
+                let deal = deal.clone();
                 let kept = kept.clone();
                 tokio::spawn(async move {
-                    if let Some(fate) = serve(client, &upstream, faults, &rng).await {
+                    if let Some(fate) = serve(client, &upstream, faults, &*deal).await {
                         kept.lock().unwrap().push(fate);
                     }
                 });
@@ -142,10 +170,10 @@ async fn serve(
     mut client: TcpStream,
     upstream: &str,
     faults: Faults,
-    rng: &Mutex<fastrand::Rng>,
+    deal: &(dyn Fn() -> Fate + Send + Sync),
 ) -> Option<Fate> {
     let request = read_request(&mut client).await?;
-    let fate = draw(faults, rng);
+    let fate = deal();
     match fate {
         Fate::DroppedBefore => return Some(fate),
         Fate::Busy503 | Fate::Error500 => {

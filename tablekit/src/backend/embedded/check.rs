@@ -5,10 +5,10 @@
 //! code on both backends), so these checks answer only requests that bypass
 //! them; they answer as the service does, with its status and error code.
 
-use crate::codec::read::decode_entity;
+use crate::codec::read::{decode_entity, duplicated_property};
 use crate::codec::write::EntityChecker;
 use crate::entity::{DynamicEntity, TableEntity};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, ValidationError};
 
 use super::errors;
 use crate::backend::EntityBody;
@@ -44,8 +44,14 @@ pub(crate) fn entity_of(body: EntityBody) -> Result<DynamicEntity> {
 /// Parses a write's JSON body (a transaction's operation, or a single write
 /// that came as JSON) into the entity to store, and checks it.
 pub(crate) fn entity_from_body(body: &[u8]) -> Result<DynamicEntity> {
-    let mut entity: DynamicEntity = decode_entity(body, None).map_err(|e| {
-        errors::invalid_input(&format!("One of the request inputs is not valid. ({e})"))
+    let mut entity: DynamicEntity = decode_entity(body, None, None).map_err(|e| {
+        match duplicated_property(&e) {
+            // As the service answers it.
+            Some(name) => errors::from_validation(&ValidationError::duplicate_property(name)),
+            None => {
+                errors::invalid_input(&format!("One of the request inputs is not valid. ({e})"))
+            }
+        }
     })?;
     // Timestamp is the service's to set; a sent one is ignored, as the service does.
     entity.timestamp = None;

@@ -317,6 +317,7 @@ fn written_of(stored: &StoredEntity) -> Written {
             .clone()
             .expect("a stored version has an ETag"),
         timestamp: stored.entity.timestamp,
+        confirmed_by_read_back: false,
     }
 }
 

@@ -12,6 +12,7 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode};
 use percent_encoding::utf8_percent_encode;
 
+use super::limits::{bounded_stream, declared_length, AnswerLimits, Kind};
 use super::pipeline::{Outgoing, Pipeline};
 use super::signer::Service;
 use super::transport::Incoming;
@@ -260,7 +261,7 @@ impl HttpBlobBackend {
     async fn interpret(&self, op: &BlobOp<'_>, resp: Incoming) -> Result<BlobResponse> {
         let status = resp.status();
         if !status.is_success() {
-            return Err(error_of(resp).await);
+            return Err(error_of(resp, self.pipeline.limits()).await);
         }
         Ok(match op {
             BlobOp::CreateContainer { .. } => BlobResponse::Created(true),
@@ -278,11 +279,14 @@ impl HttpBlobBackend {
             }
             BlobOp::Get { blob, .. } => {
                 let properties = properties_of(blob, resp.headers(), status)?;
-                let chunks = resp.into_stream();
+                // Never more than the answer says it holds: its length, or
+                // else the blob's size.
+                let declared = declared_length(resp.headers()).unwrap_or(properties.size);
+                let chunks = bounded_stream(resp.into_stream(), declared);
                 BlobResponse::Body { properties, chunks }
             }
             BlobOp::List { .. } => {
-                let body = resp.bytes().await?;
+                let body = self.pipeline.limits().read(resp, Kind::Listing).await?;
                 parse_listing(&body)?
             }
         })
@@ -291,14 +295,14 @@ impl HttpBlobBackend {
 
 /// The error of a failed answer. A HEAD answer has no body, so the code comes
 /// from `x-ms-error-code`, which every Blob service error carries.
-async fn error_of(resp: Incoming) -> Error {
+async fn error_of(resp: Incoming, limits: &AnswerLimits) -> Error {
     let status = resp.status();
     let request_id = header_string(resp.headers(), &names::X_MS_REQUEST_ID);
     let header_code = header_string(resp.headers(), &names::X_MS_ERROR_CODE);
     let retry_after = header_str(resp.headers(), &names::RETRY_AFTER)
         .and_then(|v| parse_retry_after(v, Utc::now()));
     // A body cut short loses only the code and message: the status stands.
-    let err = error_answer(resp, status, request_id, retry_after).await;
+    let err = error_answer(resp, status, request_id, retry_after, limits).await;
     match (err.kind(), header_code) {
         (ErrorKind::Service(s), Some(code)) if s.code.is_none() => {
             let mut s = s.clone();

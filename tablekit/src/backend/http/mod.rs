@@ -8,6 +8,7 @@ use bytes::Bytes;
 use http::header::HeaderValue;
 use http::Method;
 
+use self::limits::Kind;
 use self::pipeline::{Outgoing, Pipeline};
 use self::signer::Service;
 use self::transport::Incoming;
@@ -24,6 +25,7 @@ pub(crate) use crate::options::{HttpOptions, Metadata};
 pub(crate) mod batch;
 #[cfg(feature = "blob")]
 pub(crate) mod blob;
+pub(crate) mod limits;
 pub(crate) mod pipeline;
 #[cfg(feature = "queue")]
 pub(crate) mod queue;
@@ -253,9 +255,17 @@ impl HttpBackend {
         if !status.is_success() {
             let retry_after = header_str(resp.headers(), &names::RETRY_AFTER)
                 .and_then(|v| wire::parse_retry_after(v, chrono::Utc::now()));
-            return Err(error_answer(resp, status, request_id, retry_after).await);
+            return Err(error_answer(
+                resp,
+                status,
+                request_id,
+                retry_after,
+                self.pipeline.limits(),
+            )
+            .await);
         }
         let etag = header_string(resp.headers(), &http::header::ETAG);
+        let limits = self.pipeline.limits();
         Ok(match op {
             Operation::CreateTable { .. }
             | Operation::DeleteTable { .. }
@@ -266,7 +276,7 @@ impl HttpBackend {
                 Response::Written(Written::from_etag(ETag::new(etag)))
             }
             Operation::Get { .. } => {
-                let body = resp.bytes().await?;
+                let body = limits.read(resp, Kind::Entity).await?;
                 Response::Entity(Some(Payload::Json { body, etag }))
             }
             Operation::Query { .. } => {
@@ -277,7 +287,7 @@ impl HttpBackend {
                             next_row_key: header_string(resp.headers(), &names::NEXT_ROW_KEY),
                         }
                     });
-                let body = resp.bytes().await?;
+                let body = limits.read(resp, Kind::QueryPage).await?;
                 Response::Page {
                     payload: Payload::Json { body, etag: None },
                     continuation,
@@ -285,7 +295,7 @@ impl HttpBackend {
             }
             Operation::ListTables { .. } => {
                 let next_table_name = header_string(resp.headers(), &names::NEXT_TABLE_NAME);
-                let body = resp.bytes().await?;
+                let body = limits.read(resp, Kind::Listing).await?;
                 Response::Tables {
                     names: crate::codec::read::decode_table_names(&body)?,
                     next_table_name,
@@ -294,7 +304,7 @@ impl HttpBackend {
             Operation::Transaction { ops, .. } => {
                 let content_type =
                     header_string(resp.headers(), &http::header::CONTENT_TYPE).unwrap_or_default();
-                let body = resp.bytes().await?;
+                let body = limits.read(resp, Kind::Batch).await?;
                 Response::Transaction(batch::parse_response(
                     &content_type,
                     &body,
@@ -327,8 +337,9 @@ pub(crate) async fn error_answer(
     status: http::StatusCode,
     request_id: Option<String>,
     retry_after: Option<Duration>,
+    limits: &limits::AnswerLimits,
 ) -> Error {
-    match resp.bytes().await {
+    match limits.read(resp, limits::Kind::Error).await {
         Ok(body) => service_error(status, request_id, retry_after, &body),
         Err(e) => {
             tracing::debug!(status = status.as_u16(), error = %e, "an error answer's body was cut short");

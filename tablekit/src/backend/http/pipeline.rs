@@ -13,6 +13,7 @@ use http::header::{HeaderMap, HeaderName, HeaderValue};
 use http::Method;
 use tracing::Instrument;
 
+use super::limits::AnswerLimits;
 use super::signer::{self, Attempt, RequestSigner, Service};
 use super::transport::{HttpTransport, Incoming, Origin};
 use super::wire::{header_value, names, QueryString};
@@ -183,6 +184,7 @@ pub(crate) struct Pipeline {
     /// The endpoint's path (percent-encoded, no trailing `/`).
     base_path: String,
     retry: RetryPolicy,
+    limits: AnswerLimits,
 }
 
 impl fmt::Debug for Pipeline {
@@ -208,7 +210,13 @@ impl Pipeline {
             transport: HttpTransport::new(&base, options)?,
             base_path,
             retry: options.retry.clone(),
+            limits: options.limits,
         })
+    }
+
+    /// The limits answers are read under.
+    pub(crate) fn limits(&self) -> &AnswerLimits {
+        &self.limits
     }
 
     /// The `tablekit.request` span of one call: its fields are filled as the
@@ -309,7 +317,9 @@ impl Pipeline {
             attempt.headers,
             attempt.body.clone(),
         )?;
-        self.transport.send(request).await
+        let resp = self.transport.send(request).await?;
+        self.limits.check_head(resp.headers())?;
+        Ok(resp)
     }
 }
 

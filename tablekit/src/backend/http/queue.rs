@@ -10,6 +10,7 @@ use chrono::{DateTime, Datelike as _, Utc};
 use http::header::HeaderValue;
 use http::Method;
 
+use super::limits::Kind;
 use super::pipeline::{Outgoing, Pipeline};
 use super::signer::Service;
 use super::transport::Incoming;
@@ -151,7 +152,14 @@ impl HttpQueueBackend {
         if !status.is_success() {
             let retry_after = header_str(resp.headers(), &names::RETRY_AFTER)
                 .and_then(|v| parse_retry_after(v, Utc::now()));
-            return Err(error_answer(resp, status, request_id, retry_after).await);
+            return Err(error_answer(
+                resp,
+                status,
+                request_id,
+                retry_after,
+                self.pipeline.limits(),
+            )
+            .await);
         }
         Ok(match op {
             QueueOp::Create { .. } => QueueResponse::Created(status.as_u16() == 201),
@@ -181,7 +189,7 @@ impl HttpQueueBackend {
                 }
             }
             QueueOp::Send { .. } => {
-                let body = resp.bytes().await?;
+                let body = self.pipeline.limits().read(resp, Kind::Messages).await?;
                 let sent = parse_messages(&body)?
                     .into_iter()
                     .next()
@@ -189,7 +197,7 @@ impl HttpQueueBackend {
                 QueueResponse::Sent(sent)
             }
             QueueOp::Receive { .. } | QueueOp::Peek { .. } => {
-                let body = resp.bytes().await?;
+                let body = self.pipeline.limits().read(resp, Kind::Messages).await?;
                 QueueResponse::Messages(parse_messages(&body)?)
             }
         })

@@ -141,12 +141,18 @@ impl<T: TableEntity> TableClient<T> {
             .map(drop)
     }
 
-    /// Creates the table unless it exists; returns whether it was created.
+    /// Creates the table unless it exists; returns whether it was created
+    /// (`true` when a lost answer's retry finds it: see
+    /// [`TableServiceClient::create_table_if_not_exists`]).
     pub async fn create_table_if_not_exists(&self) -> Result<bool> {
         match self.create_table().await {
             Ok(()) => Ok(true),
-            Err(e) if e.is_conflict() && e.code() != Some(&ErrorCode::TableBeingDeleted) => {
-                Ok(false)
+            // Ambiguous: the conflict met by a retry after a lost answer is
+            // most likely this call's own table. Either way the table exists.
+            Err(e)
+                if e.status() == Some(409) && e.code() != Some(&ErrorCode::TableBeingDeleted) =>
+            {
+                Ok(e.is_ambiguous())
             }
             Err(e) => Err(e),
         }
@@ -163,11 +169,15 @@ impl<T: TableEntity> TableClient<T> {
             .map(drop)
     }
 
-    /// Deletes the table if it exists; returns whether it did.
+    /// Deletes the table if it exists; returns whether it did (`true` when a
+    /// lost answer's retry finds none: see
+    /// [`TableServiceClient::delete_table_if_exists`]).
     pub async fn delete_table_if_exists(&self) -> Result<bool> {
         match self.delete_table().await {
             Ok(()) => Ok(true),
-            Err(e) if e.is_not_found() => Ok(false),
+            // Ambiguous: a lost answer's retry finding nothing most likely
+            // found this call's own deletion. Either way the table is gone.
+            Err(e) if e.status() == Some(404) => Ok(e.is_ambiguous()),
             Err(e) => Err(e),
         }
     }
@@ -291,7 +301,10 @@ impl<T: TableEntity> TableClient<T> {
     }
 
     /// Deletes an entity if it exists; returns whether it did. A missing entity is
-    /// not an error, which makes the call safe to repeat.
+    /// not an error, which makes the call safe to repeat. When an attempt's
+    /// answer was lost and the retry finds no entity, it returns `true` (the
+    /// lost attempt most likely deleted it), also with
+    /// [`AmbiguousWrites::Report`].
     pub async fn delete_if_exists(
         &self,
         key: impl Into<EntityKey>,
@@ -300,6 +313,9 @@ impl<T: TableEntity> TableClient<T> {
         match self.delete(key, if_match).await {
             Ok(()) => Ok(true),
             Err(e) if is_missing_entity(&e) => Ok(false),
+            Err(e) if e.status() == Some(404) && e.code() != Some(&ErrorCode::TableNotFound) => {
+                Ok(e.is_ambiguous())
+            }
             Err(e) => Err(e),
         }
     }

@@ -176,11 +176,19 @@ impl TableServiceClient {
     }
 
     /// Creates a table unless it exists; returns whether it was created.
+    ///
+    /// When an attempt's answer was lost and its retry finds the table
+    /// existing, the call succeeds and returns `true`: the table is most
+    /// likely the lost attempt's, and it exists either way.
     pub async fn create_table_if_not_exists(&self, name: &str) -> Result<bool> {
         match self.create_table(name).await {
             Ok(()) => Ok(true),
-            Err(e) if e.is_conflict() && e.code() != Some(&ErrorCode::TableBeingDeleted) => {
-                Ok(false)
+            // Ambiguous: the conflict met by a retry after a lost answer is
+            // most likely this call's own table. Either way the table exists.
+            Err(e)
+                if e.status() == Some(409) && e.code() != Some(&ErrorCode::TableBeingDeleted) =>
+            {
+                Ok(e.is_ambiguous())
             }
             Err(e) => Err(e),
         }
@@ -196,10 +204,16 @@ impl TableServiceClient {
     }
 
     /// Deletes a table if it exists; returns whether it did.
+    ///
+    /// When an attempt's answer was lost and its retry finds no table, the
+    /// call succeeds and returns `true`: the lost attempt most likely deleted
+    /// it, and it is gone either way.
     pub async fn delete_table_if_exists(&self, name: &str) -> Result<bool> {
         match self.delete_table(name).await {
             Ok(()) => Ok(true),
-            Err(e) if e.is_not_found() => Ok(false),
+            // Ambiguous: a lost answer's retry finding nothing most likely
+            // found this call's own deletion. Either way the table is gone.
+            Err(e) if e.status() == Some(404) => Ok(e.is_ambiguous()),
             Err(e) => Err(e),
         }
     }
@@ -289,6 +303,11 @@ impl ListTables {
                 else {
                     return Err(Error::decode("unexpected answer to a table listing"));
                 };
+                if next_table_name.is_some() && next_table_name == s.next {
+                    return Err(Error::decode(
+                        "the service answered a table listing with the continuation it was sent",
+                    ));
+                }
                 s.done = next_table_name.is_none();
                 s.next = next_table_name;
                 Ok(Some((stream::iter(names.into_iter().map(Ok)), s)))

@@ -260,7 +260,10 @@ impl<T: TableEntity> Transaction<T> {
             })
             .await;
         match result {
-            Ok(Response::Transaction(etags)) => Ok(TransactionResult { etags }),
+            Ok(Response::Transaction(etags)) => Ok(TransactionResult {
+                etags,
+                confirmed_by_read_back: false,
+            }),
             Ok(_) => Err(Error::decode("unexpected answer to a transaction")),
             Err(e) if e.is_ambiguous() && sent.is_some() => {
                 let intents = sent
@@ -271,6 +274,7 @@ impl<T: TableEntity> Transaction<T> {
                 let written = outcome::resolve(handle, "transaction", intents, e).await?;
                 Ok(TransactionResult {
                     etags: written.into_iter().map(|w| w.map(|w| w.etag)).collect(),
+                    confirmed_by_read_back: true,
                 })
             }
             Err(e) => Err(e),
@@ -363,9 +367,17 @@ impl TransactionOp {
 #[derive(Debug, Clone)]
 pub struct TransactionResult {
     etags: Vec<Option<ETag>>,
+    confirmed_by_read_back: bool,
 }
 
 impl TransactionResult {
+    /// Whether the transaction's own answer was lost and its success was
+    /// confirmed by reading every entity back instead (as
+    /// [`Written::confirmed_by_read_back`](crate::table::Written::confirmed_by_read_back)).
+    pub fn confirmed_by_read_back(&self) -> bool {
+        self.confirmed_by_read_back
+    }
+
     /// The new ETag written by operation `index` (`None` for deletes).
     pub fn etag(&self, index: usize) -> Option<&ETag> {
         self.etags.get(index).and_then(Option::as_ref)

@@ -38,6 +38,9 @@ use super::tls::{Stream, Tls};
 use crate::error::{Result, TransportKind};
 use crate::options::HttpOptions;
 
+/// hyper's default read buffer limit (`8192 + 4096 * 100`).
+const HYPER_MAX_BUF_SIZE: usize = 8192 + 4096 * 100;
+
 /// The inline transport of one endpoint.
 pub(crate) struct HyperTransport {
     origin: Origin,
@@ -47,6 +50,8 @@ pub(crate) struct HyperTransport {
     connect_timeout: Duration,
     /// The proxy the endpoint is reached through, if any.
     proxy: Option<Route>,
+    /// hyper's read buffer, which bounds an answer's head.
+    max_buf_size: usize,
 }
 
 impl HyperTransport {
@@ -78,6 +83,12 @@ impl HyperTransport {
             pool: Arc::new(Pool::new(options.pool_max_idle_per_host)),
             timeout: options.timeout,
             connect_timeout: options.connect_timeout,
+            // hyper's default (which also bounds the head), or more when the
+            // head limit asks for more: the limit itself is checked above.
+            max_buf_size: usize::try_from(options.limits.head)
+                .unwrap_or(usize::MAX)
+                .saturating_add(8192)
+                .max(HYPER_MAX_BUF_SIZE),
         })
     }
 
@@ -159,6 +170,14 @@ impl HyperTransport {
                             Some(e.error()),
                         ))
                     }
+                    // hyper's `is_parse_too_large` needs its server feature.
+                    None if e.error().is_parse() && e.error().to_string().contains("too large") => {
+                        return Err(transport_failure(
+                            TransportKind::TooLarge,
+                            "the answer's head is too large (AnswerLimits::head)",
+                            Some(&e.into_error()),
+                        ))
+                    }
                     None => {
                         return Err(transport_failure(
                             TransportKind::Interrupted,
@@ -211,9 +230,13 @@ impl HyperTransport {
                 transport_failure(TransportKind::Tls, "the TLS handshake failed", Some(&e))
             })?,
         };
-        let (sender, conn) = http1::handshake(TokioIo::new(stream)).await.map_err(|e| {
-            transport_failure(TransportKind::Connect, "could not connect", Some(&e))
-        })?;
+        let (sender, conn) = http1::Builder::new()
+            .max_buf_size(self.max_buf_size)
+            .handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| {
+                transport_failure(TransportKind::Connect, "could not connect", Some(&e))
+            })?;
         Ok(Connection::new(sender, conn))
     }
 }
@@ -351,7 +374,9 @@ impl HyperBody {
                 None => first = Some(chunk),
                 Some(f) => {
                     if rest.is_empty() {
-                        let hint = self.body.size_hint().lower() as usize;
+                        // Never room by the declared length: a lying
+                        // Content-Length of a terabyte would abort the process.
+                        let hint = self.body.size_hint().lower().min(256 * 1024) as usize;
                         rest.reserve(f.len() + chunk.len() + hint);
                         rest.extend_from_slice(f);
                     }
@@ -428,6 +453,8 @@ mod tests {
         HalfBody(usize),
         /// Holds every answer until this many requests are in.
         Gather(usize),
+        /// Declares a body of this many bytes, sends that many, then closes.
+        Declares(u64, usize),
     }
 
     struct Server {
@@ -481,6 +508,15 @@ mod tests {
                             Script::Hang => {
                                 std::future::pending::<()>().await;
                                 unreachable!()
+                            }
+                            Script::Declares(declared, sent) => {
+                                let mut r = format!(
+                                    "HTTP/1.1 200 OK\r\nContent-Length: {declared}\r\n\r\n"
+                                )
+                                .into_bytes();
+                                r.resize(r.len() + sent, b'x');
+                                let _ = sock.write_all(&r).await;
+                                break;
                             }
                             Script::HalfBody(len) => {
                                 let mut r = head(len, "").into_bytes();
@@ -645,6 +681,16 @@ mod tests {
         let e = body.collect().await.unwrap_err();
         assert_eq!(transport_kind(&e), TransportKind::Timeout);
         assert_eq!(t.pool().idle_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_declared_terabyte_is_never_reserved() {
+        // Several chunks arrive (the path that gives room for the rest), then
+        // the connection closes: an error, not an allocation of a terabyte.
+        let s = server(Script::Declares(1 << 40, 256 * 1024)).await;
+        let t = transport(&s.endpoint, |_| {});
+        let e = get_all(&t).await.unwrap_err();
+        assert_eq!(transport_kind(&e), TransportKind::Interrupted, "{e}");
     }
 
     #[tokio::test]

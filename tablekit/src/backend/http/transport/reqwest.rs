@@ -112,6 +112,7 @@ pub(crate) fn transport_error(e: &reqwest::Error) -> Error {
         TransportKind::Interrupted if e.is_body() || e.is_decode() => {
             "the response body was cut short"
         }
+        TransportKind::TooLarge => "the answer's head is too large (AnswerLimits::head)",
         TransportKind::Interrupted | TransportKind::Request => "the request failed",
     };
     transport_failure(kind, what, std::error::Error::source(e))
@@ -129,10 +130,26 @@ fn transport_kind(e: &reqwest::Error) -> TransportKind {
         TransportKind::Connect
     } else if e.is_builder() || e.is_redirect() || e.is_status() {
         TransportKind::Request
+    } else if head_too_large(e) {
+        TransportKind::TooLarge
     } else {
         // Sending or receiving broke off: reset, closed, cut short.
         TransportKind::Interrupted
     }
+}
+
+/// hyper (under reqwest) refused an answer's head as too large: its read
+/// buffer filled before the head ended (`is_parse_too_large` needs hyper's
+/// server feature, hence the message).
+fn head_too_large(e: &reqwest::Error) -> bool {
+    let mut src: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(s) = src {
+        if let Some(h) = s.downcast_ref::<hyper::Error>() {
+            return h.is_parse() && h.to_string().contains("too large");
+        }
+        src = s.source();
+    }
+    false
 }
 
 /// rustls reports a refused certificate or a peer that does not speak TLS as

@@ -199,7 +199,8 @@ impl HttpResponse {
         &self.headers
     }
 
-    /// The whole body.
+    /// The whole body, however long: tablekit itself reads answers under
+    /// [`HttpOptions::limits`](crate::options::HttpOptions::limits).
     pub async fn bytes(self) -> Result<Bytes> {
         self.body.collect().await
     }
