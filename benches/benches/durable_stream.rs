@@ -12,10 +12,10 @@
 //! stream), so one's peak does not hide the other's. The stream child prints,
 //! from `/proc/self/status`, the resident set (VmRSS) and its peak (VmHWM)
 //! after the reopen and after the stream: the stream's own cost is the growth
-//! of the peak while streaming, which stays flat in N. The resident set after
-//! the reopen is not flat: the store keeps every entity in memory (the file
-//! is its journal; see `backend/embedded/durable.rs`), and the figures show
-//! that cost per entity too. One JSON line per N on stdout.
+//! of the peak while streaming, which stays flat in N. The store reads its
+//! entities from the file through a bounded cache (see
+//! `backend/embedded/durable.rs`), so the resident set after the reopen is
+//! flat in N too. One JSON line per N on stdout.
 
 use std::process::Command;
 use std::time::Instant;

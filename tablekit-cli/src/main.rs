@@ -9,7 +9,14 @@
 //! tablekit-cli <store> query <table> [--filter <odata>] [--top <n>] [--json]
 //! tablekit-cli <store> export <table> > table.jsonl
 //! tablekit-cli <store> import <table> < table.jsonl
+//! tablekit-cli <file> check
+//! tablekit-cli <file> compact
 //! ```
+//!
+//! `check` verifies an embedded store file without changing it (every page's
+//! checksum, every entity decoded and in order) and prints each table's
+//! entity count; `compact` gives the space of deleted entities back to the
+//! file system. Both need the file closed (no program has it open).
 //!
 //! `<store>` is a connection string if it contains `=` (Azure, Azurite, or
 //! `UseEmbeddedStorage=true;Path=<file>`), else the path of an embedded store
@@ -44,6 +51,8 @@ usage: tablekit-cli <store> tables
        tablekit-cli <store> query <table> [--filter <odata>] [--top <n>] [--json]
        tablekit-cli <store> export <table>
        tablekit-cli <store> import <table>       (JSON lines on standard input)
+       tablekit-cli <file> check                 (verify an embedded store file)
+       tablekit-cli <file> compact               (give deleted entities' space back)
        tablekit-cli --help
 <store>: a connection string (contains '=') or the path of an embedded store file";
 
@@ -86,6 +95,8 @@ enum Command {
     },
     Export(String),
     Import(String),
+    Check,
+    Compact,
 }
 
 fn parse(args: &[String]) -> Result<(String, Command), String> {
@@ -100,6 +111,8 @@ fn parse(args: &[String]) -> Result<(String, Command), String> {
     };
     let command = match rest {
         [c] if c == "tables" => Command::Tables,
+        [c] if c == "check" => Command::Check,
+        [c] if c == "compact" => Command::Compact,
         [c, table] if c == "export" => Command::Export(table.clone()),
         [c, table] if c == "import" => Command::Import(table.clone()),
         [c, table, options @ ..] if c == "query" => {
@@ -146,6 +159,46 @@ fn open(store: &str, create: bool) -> Result<TableServiceClient, String> {
         return Err(format!("no store file at {store}"));
     }
     TableServiceClient::embedded_at(store).map_err(|e| e.to_string())
+}
+
+/// `check` and `compact`, on the store file named by `store` (a path, or
+/// `UseEmbeddedStorage=true;Path=<file>`), which must be closed.
+fn file_command(store: &str, command: &Command, out: &mut impl Write) -> Result<(), String> {
+    let path = if store.contains('=') {
+        match store
+            .split(';')
+            .filter_map(|s| s.split_once('='))
+            .find(|(k, _)| k.trim().eq_ignore_ascii_case("Path"))
+        {
+            Some((_, p)) if store.to_ascii_lowercase().contains("useembeddedstorage") => {
+                std::path::PathBuf::from(p.trim())
+            }
+            _ => return Err("check and compact work on an embedded store file".into()),
+        }
+    } else {
+        std::path::PathBuf::from(store)
+    };
+    let err = |e: tablekit::Error| e.to_string();
+    let w = |r: std::io::Result<()>| r.map_err(|e| e.to_string());
+    if *command == Command::Compact {
+        let (before, after) = tablekit::storage::compact_file(&path).map_err(err)?;
+        return w(writeln!(
+            out,
+            "compacted {}: {before} bytes before, {after} after",
+            path.display()
+        ));
+    }
+    let report = tablekit::storage::check_file(&path).map_err(err)?;
+    for (name, count) in &report.tables {
+        w(writeln!(out, "{name}: {count} entities"))?;
+    }
+    w(writeln!(
+        out,
+        "{}: ok ({} tables, {} bytes)",
+        path.display(),
+        report.tables.len(),
+        report.file_bytes
+    ))
 }
 
 /// Prints entities as a table: the keys, the Timestamp, then every property
@@ -217,10 +270,14 @@ async fn run(
     if command == Command::Help {
         return writeln!(out, "{USAGE}\n{HELP}").map_err(|e| e.to_string());
     }
+    if matches!(command, Command::Check | Command::Compact) {
+        return file_command(&store, &command, out);
+    }
     let svc = open(&store, matches!(command, Command::Import(_)))?;
     let table = |name: &str| svc.table::<DynamicEntity>(name).map_err(|e| e.to_string());
     match command {
-        Command::Help => {} // answered before the store is opened
+        // Answered before the store is opened.
+        Command::Help | Command::Check | Command::Compact => {}
         Command::Tables => {
             for name in svc
                 .list_tables()
@@ -352,6 +409,78 @@ mod tests {
     fn temp() -> TempFile {
         let id = uuid::Uuid::new_v4().simple();
         TempFile(std::env::temp_dir().join(format!("tablekit-cli-{id}.redb")))
+    }
+
+    #[tokio::test]
+    async fn check_verifies_a_closed_file_and_compact_gives_deleted_space_back() {
+        let file = temp();
+        let path = file.0.to_str().unwrap();
+        let missing = cli(&[path, "check"], "").await.unwrap_err();
+        assert!(missing.contains("no such file"), "{missing}");
+        {
+            let svc = TableServiceClient::embedded_at(&file.0).unwrap();
+            let t = svc.table::<DynamicEntity>("Orders").unwrap();
+            t.create_table().await.unwrap();
+            svc.create_table("Empty").await.unwrap();
+            // Ten partitions of 200, in transactions of 100.
+            for p in 0..10 {
+                for half in 0..2 {
+                    let mut tx = t.transaction();
+                    for k in 0..100 {
+                        let i = p + 10 * (half * 100 + k);
+                        let e = DynamicEntity::new(format!("p{p}"), format!("r{i:05}"))
+                            .with("Note", "x".repeat(400));
+                        tx.insert(&e).unwrap();
+                    }
+                    tx.send().await.unwrap();
+                }
+            }
+            let in_use = cli(&[path, "check"], "").await.unwrap_err();
+            assert!(in_use.contains("in use"), "{in_use}");
+            // All but the last 200 rows (r01800..), in transactions.
+            for p in 0..10 {
+                for chunk in (0..180).collect::<Vec<_>>().chunks(90) {
+                    let mut tx = t.transaction();
+                    for k in chunk {
+                        let i = p + 10 * k;
+                        tx.delete(
+                            (format!("p{p}").as_str(), format!("r{i:05}").as_str()),
+                            tablekit::IfMatch::Any,
+                        )
+                        .unwrap();
+                    }
+                    tx.send().await.unwrap();
+                }
+            }
+        }
+        let checked = cli(&[path, "check"], "").await.unwrap();
+        assert!(checked.contains("Orders: 200 entities"), "{checked}");
+        assert!(checked.contains("Empty: 0 entities"), "{checked}");
+        assert!(checked.contains(": ok (2 tables"), "{checked}");
+        let before = std::fs::metadata(&file.0).unwrap().len();
+        let compacted = cli(&[path, "compact"], "").await.unwrap();
+        let after = std::fs::metadata(&file.0).unwrap().len();
+        assert!(
+            compacted.contains(&format!("{before} bytes before, {after} after")),
+            "{compacted}"
+        );
+        assert!(after < before / 2, "{before} -> {after}");
+        let checked = cli(&[path, "check"], "").await.unwrap();
+        assert!(checked.contains("Orders: 200 entities"), "{checked}");
+        let shown = cli(&[path, "query", "Orders", "--top", "1"], "")
+            .await
+            .unwrap();
+        assert!(shown.contains("r01800"), "{shown}");
+        // A damaged file is named, with what is wrong.
+        let mut bytes = std::fs::read(&file.0).unwrap();
+        let half = bytes.len() / 2;
+        bytes.truncate(half);
+        std::fs::write(&file.0, &bytes).unwrap();
+        let damaged = cli(&[path, "check"], "").await.unwrap_err();
+        assert!(
+            damaged.contains(path) && damaged.contains("damaged"),
+            "{damaged}"
+        );
     }
 
     #[test]

@@ -177,3 +177,82 @@ impl Default for HttpOptions {
         }
     }
 }
+
+/// How an embedded store file is opened ([`Storage::embedded_at_with`](crate::Storage::embedded_at_with)).
+///
+/// # Memory
+///
+/// The entities, messages' and blobs' data stay in the file; the store reads
+/// them through a cache of the file's pages, which holds at most
+/// [`cache_bytes`](FileOptions::cache_bytes) (64 MiB unless set). What else
+/// the store holds is small and bounded: the names of the tables, queues and
+/// containers, the page of a query being read (at most 1,000 entities), and
+/// the writes being committed. (The queue and blob stores keep their
+/// messages and blob metadata in memory too, as they always have.)
+#[cfg(feature = "durable")]
+#[cfg_attr(docsrs, doc(cfg(feature = "durable")))]
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct FileOptions {
+    pub(crate) cache_bytes: usize,
+    pub(crate) durability: Durability,
+}
+
+/// When a write to an embedded store file is on disk
+/// ([`FileOptions::durability`]).
+#[cfg(feature = "durable")]
+#[cfg_attr(docsrs, doc(cfg(feature = "durable")))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Durability {
+    /// Every commit is synced (`fsync`) before its writes are acknowledged:
+    /// what an `await` returned survives a crash of the process or the
+    /// machine. Concurrent writers share commits (group commit), so they
+    /// share the syncs too. The default.
+    #[default]
+    Immediate,
+    /// Table writes are synced at most once per the given interval: a write
+    /// is acknowledged once committed, and the commits of the interval are
+    /// synced together by the first commit after it ends, or by a background
+    /// sync at its end. The loss window: a crash of the process or the
+    /// machine may lose the table writes acknowledged in the last interval
+    /// (plus the time of one sync); the file is never left inconsistent, and
+    /// a transaction is lost whole or kept whole. A clean close syncs
+    /// everything. Queue and blob writes are always synced.
+    Periodic(std::time::Duration),
+}
+
+#[cfg(feature = "durable")]
+impl FileOptions {
+    /// The default cache size, 64 MiB.
+    pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;
+
+    /// The defaults: a cache of [`FileOptions::DEFAULT_CACHE_BYTES`].
+    pub fn new() -> Self {
+        FileOptions {
+            cache_bytes: Self::DEFAULT_CACHE_BYTES,
+            durability: Durability::Immediate,
+        }
+    }
+
+    /// When table writes are on disk: [`Durability::Immediate`] (every
+    /// commit synced, the default) or [`Durability::Periodic`].
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// The most of the file kept in memory, in bytes. Reads of pages not
+    /// cached go to the file (and the operating system's cache of it).
+    pub fn cache_bytes(mut self, bytes: usize) -> Self {
+        self.cache_bytes = bytes;
+        self
+    }
+}
+
+#[cfg(feature = "durable")]
+impl Default for FileOptions {
+    fn default() -> Self {
+        FileOptions::new()
+    }
+}

@@ -10,6 +10,8 @@ use crate::account::Account;
 use crate::blob::{BlobServiceClient, ContainerClient};
 use crate::entity::TableEntity;
 use crate::error::{Error, Result};
+#[cfg(feature = "durable")]
+use crate::options::FileOptions;
 #[cfg(feature = "queue")]
 use crate::queue::{QueueClient, QueueServiceClient};
 use crate::table::{TableClient, TableServiceClient};
@@ -86,6 +88,56 @@ pub struct Storage {
     blobs: Service<BlobServiceClient>,
     kind: StorageKind,
     description: Arc<str>,
+}
+
+/// What [`check_file`] found in a store file that passed.
+#[cfg(feature = "durable")]
+#[cfg_attr(docsrs, doc(cfg(feature = "durable")))]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FileReport {
+    /// Each table's name (as created) and how many entities it holds, in
+    /// the order of the names' lower-cased forms.
+    pub tables: Vec<(String, u64)>,
+    /// The file's size in bytes.
+    pub file_bytes: u64,
+}
+
+/// Checks the embedded store file at `path` without changing it: the
+/// checksum of every page (redb's integrity check, which every open runs
+/// too), and every entity of every table read, decoded, and found in key
+/// order. The file must not be open (in this process or another).
+///
+/// # Errors
+///
+/// A configuration error naming the file and what is wrong with it: missing,
+/// in use, damaged (the page or entity found), of another format, or not a
+/// store.
+#[cfg(feature = "durable")]
+#[cfg_attr(docsrs, doc(cfg(feature = "durable")))]
+pub fn check_file(path: impl AsRef<Path>) -> Result<FileReport> {
+    let path = path.as_ref();
+    let tables = crate::backend::check_store_file(path)?;
+    Ok(FileReport {
+        tables,
+        file_bytes: std::fs::metadata(path).map_or(0, |m| m.len()),
+    })
+}
+
+/// Compacts the embedded store file at `path`: the space of deleted
+/// entities (and of the old versions of updated ones), which a store reuses
+/// for its later writes but does not give back, is returned to the file
+/// system. The file must not be open (in this process or another). The
+/// file's size in bytes before and after.
+///
+/// # Errors
+///
+/// As [`check_file`], and a configuration error if the compaction fails
+/// (the file is then as it was, or compacted in part: whole either way).
+#[cfg(feature = "durable")]
+#[cfg_attr(docsrs, doc(cfg(feature = "durable")))]
+pub fn compact_file(path: impl AsRef<Path>) -> Result<(u64, u64)> {
+    crate::backend::compact_store_file(path.as_ref())
 }
 
 /// Where a [`Storage`] keeps its data: what [`Storage::kind`] answers, for a
@@ -364,6 +416,36 @@ impl Storage {
             kind: StorageKind::File,
             description: format!("the embedded store file {}", path.display()).into(),
         })
+    }
+
+    /// [`Storage::embedded_at`] with options for the file: how much of it
+    /// is cached in memory ([`FileOptions::cache_bytes`]) and when writes
+    /// are synced ([`FileOptions::durability`](crate::options::FileOptions::durability)). The options are
+    /// the file's while it is open in this process: an open of a file that
+    /// this process has open already is refused.
+    ///
+    /// ```
+    /// use tablekit::{options::FileOptions, Storage};
+    ///
+    /// let path = std::env::temp_dir().join(format!("doc-options-{}.redb", std::process::id()));
+    /// # let _ = std::fs::remove_file(&path);
+    /// let account = Storage::embedded_at_with(&path, FileOptions::new().cache_bytes(8 << 20))?;
+    /// # drop(account); std::fs::remove_file(&path).unwrap();
+    /// # Ok::<(), tablekit::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Storage::embedded_at`], and a configuration error if this
+    /// process has the file open already.
+    #[cfg(feature = "durable")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "durable")))]
+    pub fn embedded_at_with(path: impl AsRef<Path>, options: FileOptions) -> Result<Storage> {
+        let path = path.as_ref();
+        // The file opened with the options first: the services below find
+        // it open and share it.
+        let _held = crate::backend::hold_store_file(path, &options)?;
+        Storage::embedded_at(path)
     }
 
     /// A fresh, isolated, in-memory account: each service an empty embedded

@@ -2,7 +2,9 @@
 
 use crate::error::{KeyKind, ValidationError};
 
-/// The longest PartitionKey or RowKey, in characters.
+/// The longest PartitionKey or RowKey, in characters as the service counts
+/// them: UTF-16 code units, so a character outside the Basic Multilingual
+/// Plane (an emoji) counts two.
 pub const MAX_KEY_CHARS: usize = 1024;
 /// The most custom properties in one entity (255 with PartitionKey, RowKey, Timestamp).
 pub const MAX_PROPERTIES: usize = 252;
@@ -125,8 +127,9 @@ pub fn blob_name(name: &str) -> Result<(), ValidationError> {
     Ok(())
 }
 
-/// Checks a PartitionKey or RowKey value: at most 1024 characters, none of
-/// `/ \ # ?`, U+0000–U+001F or U+007F–U+009F.
+/// Checks a PartitionKey or RowKey value: at most 1024 UTF-16 code units (the
+/// service's count of characters; [`ValidationError::KeyTooLong`] reports
+/// that count), none of `/ \ # ?`, U+0000–U+001F or U+007F–U+009F.
 pub fn key(kind: KeyKind, value: &str) -> Result<(), ValidationError> {
     // Fast path: ASCII keys (the common case) need one byte scan.
     if value.is_ascii() {
@@ -155,7 +158,7 @@ pub fn key(kind: KeyKind, value: &str) -> Result<(), ValidationError> {
                 index,
             });
         }
-        count += 1;
+        count += ch.len_utf16();
     }
     if count > MAX_KEY_CHARS {
         return Err(ValidationError::KeyTooLong {
@@ -328,6 +331,22 @@ mod tests {
         assert!(key(KeyKind::RowKey, &"x".repeat(1024)).is_ok());
         assert!(key(KeyKind::RowKey, &"é".repeat(1024)).is_ok());
         assert!(key(KeyKind::RowKey, &"é".repeat(1025)).is_err());
+        // The service counts UTF-16 code units: a character outside the
+        // Basic Multilingual Plane counts two.
+        assert!(key(KeyKind::RowKey, &"\u{1F600}".repeat(512)).is_ok());
+        assert_eq!(
+            key(KeyKind::RowKey, &"\u{1F600}".repeat(513)),
+            Err(ValidationError::KeyTooLong {
+                key: KeyKind::RowKey,
+                len: 1026,
+                max: 1024
+            })
+        );
+        assert!(key(
+            KeyKind::PartitionKey,
+            &format!("{}\u{1F600}", "x".repeat(1023))
+        )
+        .is_err());
         assert_eq!(
             key(KeyKind::RowKey, &"x".repeat(1025)),
             Err(ValidationError::KeyTooLong {

@@ -286,3 +286,24 @@ crate::both! {
         common::drop_table(&t).await;
     }
 }
+
+crate::both! {
+    /// A transaction on a table that does not exist fails at its first
+    /// operation (index 0), as the service's answer says, on every backend.
+    async fn a_transaction_on_a_missing_table_fails_at_operation_0(svc, backend) {
+        let t = svc
+            .table::<DynamicEntity>(&common::unique_name("Missing"))
+            .unwrap();
+        let mut tx = t.transaction();
+        tx.insert(&row("a")).unwrap();
+        tx.insert(&row("b")).unwrap();
+        let err = tx.send().await.unwrap_err();
+        assert!(err.is_not_found(), "{err:?}");
+        assert_eq!(
+            err.code(),
+            Some(&tablekit::error::ErrorCode::TableNotFound),
+            "{err:?}"
+        );
+        assert_eq!(err.batch_index(), Some(0), "{err:?}");
+    }
+}

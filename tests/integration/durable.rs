@@ -1004,3 +1004,113 @@ async fn a_storage_open_that_fails_claims_nothing() {
     drop((tables, queues));
     tablekit::Storage::embedded_at(file.path()).unwrap();
 }
+
+/// The embedded stores answer in their own name: the store (and its file),
+/// never "the service answered ... (request id ...)".
+#[tokio::test]
+async fn errors_of_the_embedded_stores_name_the_store_and_its_file() {
+    let file = TempStore::new();
+    let path = file.path().display().to_string();
+    for (svc, named) in [
+        (file.open(), format!("the embedded store file {path}")),
+        (
+            TableServiceClient::embedded(),
+            "the embedded store (in memory)".to_owned(),
+        ),
+    ] {
+        let missing = svc.table::<DynamicEntity>("Missing").unwrap();
+        let t = svc.table::<DynamicEntity>("Present").unwrap();
+        t.create_table().await.unwrap();
+        t.insert(&DynamicEntity::new("p", "r")).await.unwrap();
+        let errors = [
+            missing
+                .insert(&DynamicEntity::new("p", "r"))
+                .await
+                .unwrap_err(),
+            t.insert(&DynamicEntity::new("p", "r")).await.unwrap_err(),
+            t.delete(("p", "absent"), IfMatch::Any).await.unwrap_err(),
+            svc.create_table("Present").await.unwrap_err(),
+        ];
+        for err in errors {
+            assert!(err.status().is_some(), "{err:?}");
+            let message = err.to_string();
+            assert!(
+                message.starts_with(&format!("{named} answered ")),
+                "{message}"
+            );
+            assert!(!message.contains("service"), "{message}");
+            assert!(!message.contains("request id"), "{message}");
+        }
+    }
+    // Queues and blobs in the same file answer in its name too.
+    let queues = tablekit::QueueServiceClient::embedded_at(file.path()).unwrap();
+    let blobs = tablekit::BlobServiceClient::embedded_at(file.path()).unwrap();
+    let errors = [
+        queues
+            .queue("missing")
+            .unwrap()
+            .send("x")
+            .await
+            .unwrap_err(),
+        blobs
+            .container("missing")
+            .unwrap()
+            .blob("b")
+            .unwrap()
+            .properties()
+            .await
+            .unwrap_err(),
+    ];
+    for err in errors {
+        assert!(err.status().is_some(), "{err:?}");
+        let message = err.to_string();
+        let named = format!("the embedded store file {path} answered ");
+        assert!(message.starts_with(&named), "{message}");
+        assert!(!message.contains("request id"), "{message}");
+    }
+}
+
+/// `Storage::embedded_at_with` opens the file with its options, the three
+/// services share it, and a second open with options while it is open is
+/// refused (the options are the first open's).
+#[tokio::test]
+async fn a_file_opened_with_options_is_shared_and_its_options_are_the_first_opens() {
+    use tablekit::{options::FileOptions, Storage};
+    let file = TempStore::new();
+    let options = FileOptions::new().cache_bytes(1 << 20);
+    let account = Storage::embedded_at_with(file.path(), options.clone()).unwrap();
+    let t = account.table::<DynamicEntity>("Small").unwrap();
+    t.create_table().await.unwrap();
+    for i in 0..2_000 {
+        t.insert(
+            &DynamicEntity::new(format!("p{}", i % 10), format!("r{i:05}"))
+                .with("S", "x".repeat(300)),
+        )
+        .await
+        .unwrap();
+    }
+    let q = account.queue("jobs").unwrap();
+    q.create_queue().await.unwrap();
+    let err = Storage::embedded_at_with(file.path(), options.clone()).unwrap_err();
+    assert!(
+        err.to_string().contains("open in this process already"),
+        "{err}"
+    );
+    // Everything reads back through the small cache, in order.
+    let all = all(account.tables().unwrap(), "Small").await;
+    assert_eq!(all.len(), 2_000);
+    let keys: Vec<_> = all
+        .iter()
+        .map(|e| (e.partition_key.clone(), e.row_key.clone()))
+        .collect();
+    let mut sorted = keys.clone();
+    sorted.sort();
+    assert_eq!(keys, sorted);
+    drop((t, q, account));
+    let again = Storage::embedded_at_with(file.path(), options).unwrap();
+    assert_eq!(all_len(&again).await, 2_000);
+}
+
+async fn all_len(account: &tablekit::Storage) -> usize {
+    all(account.tables().unwrap(), "Small").await.len()
+}

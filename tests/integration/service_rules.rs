@@ -301,6 +301,11 @@ crate::both! {
         let refused = [
             t.insert(&DynamicEntity::new("a/b", "r")).await.unwrap_err(),
             t.insert(&DynamicEntity::new("p", "k".repeat(1025))).await.unwrap_err(),
+            // 513 characters, 1,026 UTF-16 code units: the service counts the units.
+            t.insert(&DynamicEntity::new("p", "\u{1F600}".repeat(513))).await.unwrap_err(),
+            t.insert(&DynamicEntity::new("\u{1F600}".repeat(513), "r")).await.unwrap_err(),
+            t.get(("p", "\u{1F600}".repeat(513).as_str())).await.unwrap_err(),
+            t.delete(("p", "\u{1F600}".repeat(513).as_str()), IfMatch::Any).await.unwrap_err(),
             t.insert(&wide).await.unwrap_err(),
             t.insert(&huge).await.unwrap_err(),
             t.insert(&DynamicEntity::new("p", "s").with("S", "x".repeat(32 * 1024 + 1)))
@@ -327,6 +332,8 @@ crate::both! {
         ];
         let messages: Vec<String> = refused.iter().map(common::assert_invalid).collect();
         assert!(messages[0].contains("PartitionKey"), "{messages:?}");
+        assert!(messages[2].contains("RowKey is 1026"), "{messages:?}");
+        assert!(messages[3].contains("PartitionKey is 1026"), "{messages:?}");
         let mut tx = t.transaction();
         tx.insert(&DynamicEntity::new("p", "a")).unwrap();
         let err = tx.insert(&DynamicEntity::new("q", "b")).unwrap_err();

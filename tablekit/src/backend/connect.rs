@@ -66,6 +66,28 @@ pub(crate) fn target(s: &str) -> Result<Target> {
     }
 }
 
+/// Opens the store file at `path` with `options` and holds it open while the
+/// handle lives, so that the services opened meanwhile share it.
+#[cfg(feature = "durable")]
+pub(crate) fn hold_store_file(
+    path: &std::path::Path,
+    options: &crate::options::FileOptions,
+) -> Result<impl Sized> {
+    super::embedded::hold_file(path, options)
+}
+
+/// Checks the store file at `path` (see `embedded::durable::check_file`).
+#[cfg(feature = "durable")]
+pub(crate) fn check_store_file(path: &std::path::Path) -> Result<Vec<(String, u64)>> {
+    super::embedded::check_file(path)
+}
+
+/// Compacts the store file at `path`: its sizes before and after.
+#[cfg(feature = "durable")]
+pub(crate) fn compact_store_file(path: &std::path::Path) -> Result<(u64, u64)> {
+    super::embedded::compact_file(path)
+}
+
 /// The store file of an embedded connection string,
 /// `UseEmbeddedStorage=true;Path=<file>` (settings in any order and case,
 /// surrounding blanks ignored), or `None` if the string does not ask for

@@ -70,7 +70,15 @@ pub struct ServiceError {
 
 impl fmt::Display for ServiceError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "the service answered {}", self.status)?;
+        f.write_str("the service answered ")?;
+        self.fmt_answer(f)
+    }
+}
+
+impl ServiceError {
+    /// The answer without who gave it: status, code, index, message, request id.
+    pub(crate) fn fmt_answer(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.status)?;
         if let Some(code) = &self.code {
             write!(f, " {code}")?;
         }

@@ -40,6 +40,9 @@ struct Inner {
     /// [`ReadBack`](crate::table::ReadBack)); kept as `Any` so that this vocabulary
     /// module needs no entity type.
     read_back: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    /// Who answered a [`ErrorKind::Service`] error when it was not the
+    /// service: an embedded store, named with its file.
+    answered_by: Option<Box<str>>,
 }
 
 /// What went wrong, by category.
@@ -211,6 +214,17 @@ impl Error {
     /// What a read-back found, as attached by [`Error::with_read_back`].
     pub(crate) fn read_back_state(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
         self.inner.read_back.as_deref()
+    }
+
+    /// Names who gave a service answer in place of the service (an embedded
+    /// store: "the embedded store file /data/app.redb"); `Display` then says
+    /// "{who} answered ...". Errors of other kinds are returned unchanged.
+    #[cfg_attr(not(feature = "embedded"), allow(dead_code))]
+    pub(crate) fn answered_by(mut self, who: impl Into<Box<str>>) -> Self {
+        if matches!(self.inner.kind, ErrorKind::Service(_)) {
+            self.inner.answered_by = Some(who.into());
+        }
+        self
     }
 
     /// Records the client request id of the call that failed.
@@ -436,6 +450,7 @@ impl From<ErrorKind> for Error {
                 ambiguous: false,
                 client_request_id: None,
                 read_back: None,
+                answered_by: None,
             }),
         }
     }
@@ -468,7 +483,13 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.inner.kind {
             ErrorKind::Invalid(v) => write!(f, "invalid input: {v}"),
-            ErrorKind::Service(e) => fmt::Display::fmt(e, f),
+            ErrorKind::Service(e) => match &self.inner.answered_by {
+                Some(who) => {
+                    write!(f, "{who} answered ")?;
+                    e.fmt_answer(f)
+                }
+                None => fmt::Display::fmt(e, f),
+            },
             ErrorKind::Transport(e) => fmt::Display::fmt(e, f),
             ErrorKind::Decode(e) => fmt::Display::fmt(e, f),
             ErrorKind::Config(e) => fmt::Display::fmt(e, f),

@@ -22,7 +22,7 @@ use bytes::Bytes;
 use chrono::{DateTime, SubsecRound as _, Utc};
 use futures::stream::{self, StreamExt};
 #[cfg(feature = "durable")]
-use redb::{ReadableTable, TableDefinition};
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 #[cfg(feature = "durable")]
 use serde::{Deserialize, Serialize};
 
@@ -551,10 +551,22 @@ impl Blobs {
     }
 }
 
+impl Blobs {
+    /// The store's file, if it has one (for the name its errors carry).
+    fn path(&self) -> Option<&std::path::Path> {
+        #[cfg(feature = "durable")]
+        if let Some(claim) = &self.file {
+            return Some(claim.path());
+        }
+        None
+    }
+}
+
 #[async_trait::async_trait]
 impl BlobBackend for Blobs {
     async fn blob(&self, op: BlobOp<'_>) -> Result<BlobResponse> {
         self.apply(op)
+            .map_err(|e| e.answered_by(super::errors::store_name(self.path())))
     }
 }
 

@@ -1,6 +1,8 @@
 //! The service's error answers, as the embedded store gives them: the same
 //! status, code and message text (with the failing operation's index for a
-//! transaction) that Azure Table Storage sends.
+//! transaction) that Azure Table Storage sends. The answers name the store
+//! that gave them, not the service ([`store_name`], attached by each
+//! embedded backend), and carry no request id: no request was made.
 
 use crate::error::{Error, ErrorCode, ErrorKind, ServiceError, ValidationError};
 
@@ -9,12 +11,20 @@ pub(crate) fn service(status: u16, code: ErrorCode, message: &str) -> Error {
         status,
         code: Some(code),
         message: Some(message.to_owned()),
-        // The service names every answer; so does the store, for logs that expect one.
-        request_id: Some(uuid::Uuid::new_v4().to_string()),
+        request_id: None,
         batch_index: None,
         retry_after: None,
     })
     .into()
+}
+
+/// How an embedded store names itself in its errors: with its file, if it
+/// has one ("the embedded store file /data/app.redb answered 404 ...").
+pub(crate) fn store_name(file: Option<&std::path::Path>) -> String {
+    match file {
+        Some(path) => format!("the embedded store file {}", path.display()),
+        None => "the embedded store (in memory)".to_owned(),
+    }
 }
 
 /// The same error, attributed to operation `index` of a transaction.

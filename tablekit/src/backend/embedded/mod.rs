@@ -51,6 +51,9 @@ mod store;
 
 use std::sync::Arc;
 
+#[cfg(feature = "durable")]
+pub(crate) use durable::{check_file, compact_file, hold as hold_file};
+
 use super::{Backend, BatchKind, Operation, Payload, Response, Selection};
 use crate::entity::EntityKey;
 use crate::error::Result;
@@ -137,7 +140,7 @@ impl EmbeddedBackend {
                 table, key, select, ..
             } => {
                 let t = store.table(table)?;
-                Response::Entity(t.get(key).map(|e| Payload::Stored {
+                Response::Entity(t.get(store, key)?.map(|e| Payload::Stored {
                     entities: vec![e],
                     select: select.map(Selection::parse),
                 }))
@@ -156,7 +159,8 @@ impl EmbeddedBackend {
                         "One of the query parameter values is not valid. ({e})"
                     ))
                 })?;
-                let (entities, continuation) = t.query(filter.as_ref(), top, continuation);
+                let (entities, continuation) =
+                    t.query(store, filter.as_ref(), top, continuation)?;
                 Response::Page {
                     payload: Payload::Stored {
                         entities,
@@ -166,7 +170,9 @@ impl EmbeddedBackend {
                 }
             }
             Operation::Transaction { table, ops } => {
-                let t = store.table(table)?;
+                // The service names the first operation (index 0) when the
+                // table is missing, as for any failure of the whole request.
+                let t = store.table(table).map_err(|e| errors::at_index(e, 0))?;
                 Response::Transaction(t.transaction(store, ops)?)
             }
         })
@@ -181,7 +187,7 @@ fn written(w: Option<super::Written>) -> Result<Response> {
 #[async_trait::async_trait]
 impl Backend for EmbeddedBackend {
     async fn execute(&self, op: Operation<'_>) -> Result<Response> {
-        self.run(op)
+        self.run(op).map_err(|e| e.answered_by(self.store.name()))
     }
 
     fn stores_property_bags(&self) -> bool {

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 #[cfg(feature = "durable")]
-use redb::{ReadableTable, TableDefinition};
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 #[cfg(feature = "durable")]
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -528,10 +528,22 @@ impl Queues {
     }
 }
 
+impl Queues {
+    /// The store's file, if it has one (for the name its errors carry).
+    fn path(&self) -> Option<&std::path::Path> {
+        #[cfg(feature = "durable")]
+        if let Some(claim) = &self.file {
+            return Some(claim.path());
+        }
+        None
+    }
+}
+
 #[async_trait::async_trait]
 impl QueueBackend for Queues {
     async fn queue(&self, op: QueueOp<'_>) -> Result<QueueResponse> {
         self.apply(op)
+            .map_err(|e| e.answered_by(super::errors::store_name(self.path())))
     }
 }
 

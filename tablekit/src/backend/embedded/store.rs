@@ -73,6 +73,9 @@ pub(crate) struct Table {
     /// The table's id in the store's file (0 in memory).
     #[cfg_attr(not(feature = "durable"), allow(dead_code))]
     id: u64,
+    /// The entities of a store in memory. A store with a file keeps none
+    /// here: its entities are read from the file (through its cache) and
+    /// written to it, under the file's partition locks.
     partitions: RwLock<BTreeMap<Key, Arc<RwLock<Partition>>>>,
 }
 
@@ -81,47 +84,44 @@ fn lower(name: &str) -> Key {
 }
 
 impl Store {
-    /// The store kept in the file at `path`, with everything the file holds.
+    /// The store kept in the file at `path`: its entities stay in the file.
     #[cfg(feature = "durable")]
     pub(crate) fn open(path: &std::path::Path) -> Result<Store> {
         let (durable, loaded) = Durable::open(path)?;
         Ok(Store::with_file(durable, loaded))
     }
 
-    /// The store of an open file and the tables read from it.
+    /// The store of an open file, with the tables it names.
     #[cfg(feature = "durable")]
-    pub(crate) fn with_file(durable: Durable, loaded: Vec<super::durable::LoadedTable>) -> Store {
+    pub(crate) fn with_file(durable: Durable, loaded: super::durable::Loaded) -> Store {
         let clock = Clock::default();
-        let mut tables = BTreeMap::new();
-        for t in loaded {
-            let mut partitions: BTreeMap<Key, Partition> = BTreeMap::new();
-            for e in t.entities {
-                if let Some(ts) = &e.entity.timestamp {
-                    clock.advance_past(super::clock::ticks_of(ts));
-                }
-                partitions
-                    .entry(Key::new(&e.entity.partition_key))
-                    .or_default()
-                    .insert(Key::new(&e.entity.row_key), Arc::new(e));
-            }
-            let partitions = partitions
-                .into_iter()
-                .map(|(k, p)| (k, Arc::new(RwLock::new(p))))
-                .collect();
-            tables.insert(
-                lower(&t.name),
-                Arc::new(Table {
+        clock.advance_past(loaded.last_version);
+        let tables = loaded
+            .tables
+            .into_iter()
+            .map(|t| {
+                let table = Table {
                     name: t.name,
                     id: t.id,
-                    partitions: RwLock::new(partitions),
-                }),
-            );
-        }
+                    partitions: RwLock::default(),
+                };
+                (lower(&table.name), Arc::new(table))
+            })
+            .collect();
         Store {
             tables: RwLock::new(tables),
             clock,
             durable: Some(durable),
         }
+    }
+
+    /// How the store names itself in its errors (see [`errors::store_name`]).
+    pub(crate) fn name(&self) -> String {
+        #[cfg(feature = "durable")]
+        if let Some(d) = &self.durable {
+            return errors::store_name(Some(d.path()));
+        }
+        errors::store_name(None)
     }
 
     pub(crate) fn create_table(&self, name: &str) -> Result<()> {
@@ -203,9 +203,9 @@ enum Change {
 
 /// The entity must exist and, for `IfMatch::ETag`, still have that ETag.
 fn condition<'a>(
-    current: Option<&'a Arc<StoredEntity>>,
+    current: Option<&'a StoredEntity>,
     if_match: &IfMatch,
-) -> Result<&'a Arc<StoredEntity>> {
+) -> Result<&'a StoredEntity> {
     let current = current.ok_or_else(errors::resource_not_found)?;
     if let IfMatch::ETag(e) = if_match {
         if current.etag() != Some(e.as_str()) {
@@ -261,7 +261,7 @@ fn merged(current: &StoredEntity, new: DynamicEntity) -> Result<DynamicEntity> {
 
 /// Decides what `kind` does given the stored entity (if any).
 fn decide(
-    current: Option<&Arc<StoredEntity>>,
+    current: Option<&StoredEntity>,
     kind: &BatchKind,
     new: Option<DynamicEntity>,
 ) -> Result<Change> {
@@ -308,19 +308,24 @@ fn versioned(change: Change, clock: &Clock) -> Option<Arc<StoredEntity>> {
     }
 }
 
+/// The version a write gave.
+fn written_of(stored: &StoredEntity) -> Written {
+    Written {
+        etag: stored
+            .entity
+            .etag
+            .clone()
+            .expect("a stored version has an ETag"),
+        timestamp: stored.entity.timestamp,
+        confirmed_by_read_back: false,
+    }
+}
+
 /// Applies a versioned change to the partition.
 fn apply(part: &mut Partition, rk: Key, stored: Option<Arc<StoredEntity>>) -> Option<Written> {
     match stored {
         Some(stored) => {
-            let written = Written {
-                etag: stored
-                    .entity
-                    .etag
-                    .clone()
-                    .expect("a stored version has an ETag"),
-                timestamp: stored.entity.timestamp,
-                confirmed_by_read_back: false,
-            };
+            let written = written_of(&stored);
             part.insert(rk, stored);
             Some(written)
         }
@@ -344,39 +349,6 @@ impl Table {
         Some(write(&self.partitions).entry(key).or_default().clone())
     }
 
-    /// Commits versioned changes of partition `pk` to the store's file, if it
-    /// has one: all or nothing, before anything is applied in memory.
-    #[cfg(feature = "durable")]
-    fn commit(
-        &self,
-        store: &Store,
-        pk: &str,
-        changes: &[(Key, Option<Arc<StoredEntity>>)],
-    ) -> Result<()> {
-        let Some(durable) = &store.durable else {
-            return Ok(());
-        };
-        let puts: Vec<Put<'_>> = changes
-            .iter()
-            .map(|(rk, e)| Put {
-                row_key: &rk.0,
-                entity: e.as_deref(),
-            })
-            .collect();
-        durable.write(&lower(&self.name).0, self.id, pk, &puts)
-    }
-
-    /// Without the `durable` feature no store has a file: nothing to commit.
-    #[cfg(not(feature = "durable"))]
-    fn commit(
-        &self,
-        _store: &Store,
-        _pk: &str,
-        _changes: &[(Key, Option<Arc<StoredEntity>>)],
-    ) -> Result<()> {
-        Ok(())
-    }
-
     /// One write or delete of one entity.
     pub(crate) fn write_one(
         &self,
@@ -385,23 +357,47 @@ impl Table {
         kind: &BatchKind,
         entity: Option<DynamicEntity>,
     ) -> Result<Option<Written>> {
+        #[cfg(feature = "durable")]
+        if let Some(file) = &store.durable {
+            let (pk, rk) = (&key.partition_key, &key.row_key);
+            let _partition = file.lock_partition(self.id, pk);
+            let current = file.snapshot(self.id)?.get(pk, rk)?;
+            let change = decide(current.as_ref(), kind, entity)?;
+            let stored = versioned(change, &store.clock);
+            let put = Put {
+                row_key: rk,
+                entity: stored.as_deref(),
+            };
+            file.write(&lower(&self.name).0, self.id, pk, &[put])?;
+            return Ok(stored.as_deref().map(written_of));
+        }
         let create = matches!(kind, BatchKind::Insert | BatchKind::Upsert(_));
         let Some(part) = self.partition(&key.partition_key, create) else {
             return Err(errors::resource_not_found());
         };
         let mut part = write(&part);
         let rk = Key::new(&key.row_key);
-        let change = decide(part.get(&rk), kind, entity)?;
-        let change = [(rk, versioned(change, &store.clock))];
-        self.commit(store, &key.partition_key, &change)?;
-        let [(rk, stored)] = change;
+        let change = decide(part.get(&rk).map(|e| &**e), kind, entity)?;
+        let stored = versioned(change, &store.clock);
         Ok(apply(&mut part, rk, stored))
     }
 
-    pub(crate) fn get(&self, key: &EntityKey) -> Option<Arc<StoredEntity>> {
-        let part = self.partition(&key.partition_key, false)?;
-
-        read(&part).get(&Key::new(&key.row_key)).cloned()
+    pub(crate) fn get(
+        &self,
+        #[cfg_attr(not(feature = "durable"), allow(unused_variables))] store: &Store,
+        key: &EntityKey,
+    ) -> Result<Option<Arc<StoredEntity>>> {
+        #[cfg(feature = "durable")]
+        if let Some(file) = &store.durable {
+            let found = file
+                .snapshot(self.id)?
+                .get(&key.partition_key, &key.row_key)?;
+            return Ok(found.map(Arc::new));
+        }
+        let Some(part) = self.partition(&key.partition_key, false) else {
+            return Ok(None);
+        };
+        Ok(read(&part).get(&Key::new(&key.row_key)).cloned())
     }
 
     /// An entity group transaction: every operation is decided against the
@@ -491,21 +487,50 @@ impl Table {
             }
             entities.push(entity);
         }
+        #[cfg(feature = "durable")]
+        if let Some(file) = &store.durable {
+            let _partition = file.lock_partition(self.id, pk);
+            let snapshot = file.snapshot(self.id)?;
+            let mut changes = Vec::with_capacity(ops.len());
+            for (i, (op, entity)) in ops.iter_mut().zip(entities).enumerate() {
+                let rk = std::mem::take(&mut op.key.row_key);
+                let current = snapshot.get(pk, &rk)?;
+                let change = decide(current.as_ref(), &op.kind, entity)
+                    .map_err(|e| errors::at_index(e, i))?;
+                changes.push((rk, change));
+            }
+            drop(snapshot);
+            let changes: Vec<_> = changes
+                .into_iter()
+                .map(|(rk, change)| (rk, versioned(change, &store.clock)))
+                .collect();
+            let puts: Vec<Put<'_>> = changes
+                .iter()
+                .map(|(rk, stored)| Put {
+                    row_key: rk,
+                    entity: stored.as_deref(),
+                })
+                .collect();
+            file.write(&lower(&self.name).0, self.id, pk, &puts)?;
+            return Ok(changes
+                .iter()
+                .map(|(_, stored)| stored.as_deref().map(|s| written_of(s).etag))
+                .collect());
+        }
         let part = self.partition(pk, true).expect("created on demand");
         let mut part = write(&part);
         let mut changes = Vec::with_capacity(ops.len());
         for (i, (op, entity)) in ops.iter_mut().zip(entities).enumerate() {
             // The operations are ours: their keys move into the partition.
             let rk = Key(std::mem::take(&mut op.key.row_key));
-            let change =
-                decide(part.get(&rk), &op.kind, entity).map_err(|e| errors::at_index(e, i))?;
+            let change = decide(part.get(&rk).map(|e| &**e), &op.kind, entity)
+                .map_err(|e| errors::at_index(e, i))?;
             changes.push((rk, change));
         }
         let changes: Vec<_> = changes
             .into_iter()
             .map(|(rk, change)| (rk, versioned(change, &store.clock)))
             .collect();
-        self.commit(store, pk, &changes)?;
         Ok(changes
             .into_iter()
             .map(|(rk, stored)| apply(&mut part, rk, stored).map(|w| w.etag))
@@ -518,12 +543,27 @@ impl Table {
     /// before it are not returned, entities from it on are, as the service does).
     pub(crate) fn query(
         &self,
+        #[cfg_attr(not(feature = "durable"), allow(unused_variables))] store: &Store,
         filter: Option<&Expr>,
         top: Option<usize>,
         from: Option<&Continuation>,
-    ) -> (Vec<Arc<StoredEntity>>, Option<Continuation>) {
+    ) -> Result<(Vec<Arc<StoredEntity>>, Option<Continuation>)> {
         let top = top.unwrap_or(MAX_PAGE_SIZE).clamp(1, MAX_PAGE_SIZE);
         let (lo, hi) = partition_bounds(filter);
+        #[cfg(feature = "durable")]
+        if let Some(file) = &store.durable {
+            return file_query(file, self.id, filter, top, (lo, hi), from);
+        }
+        Ok(self.memory_query(filter, top, (lo, hi), from))
+    }
+
+    fn memory_query(
+        &self,
+        filter: Option<&Expr>,
+        top: usize,
+        (lo, hi): (Bound<Key>, Bound<Key>),
+        from: Option<&Continuation>,
+    ) -> (Vec<Arc<StoredEntity>>, Option<Continuation>) {
         let from_pk = from.map(|c| Key::new(&c.next_partition_key));
         let from_rk = from.and_then(|c| c.next_row_key.as_deref()).map(Key::new);
         let lo = match (lo, &from_pk) {
@@ -562,6 +602,60 @@ impl Table {
         }
         (out, None)
     }
+}
+
+/// One page of a query of a table kept in a file: a scan of the on-disk keys
+/// (which are in the service's order) from where the page starts, over the
+/// PartitionKey range the filter confines itself to, decoding each entity the
+/// filter then decides on. The page is read from one snapshot.
+#[cfg(feature = "durable")]
+fn file_query(
+    file: &Durable,
+    id: u64,
+    filter: Option<&Expr>,
+    top: usize,
+    (lo, hi): (Bound<Key>, Bound<Key>),
+    from: Option<&Continuation>,
+) -> Result<(Vec<Arc<StoredEntity>>, Option<Continuation>)> {
+    use super::key::{decode_entity_key, entity_key, partition_range};
+    let mut start = match &lo {
+        Bound::Included(k) | Bound::Excluded(k) => partition_range(&k.0).0,
+        Bound::Unbounded => Vec::new(),
+    };
+    if let Some(c) = from {
+        let resume = match &c.next_row_key {
+            Some(rk) => entity_key(&c.next_partition_key, rk),
+            None => partition_range(&c.next_partition_key).0,
+        };
+        start = start.max(resume);
+    }
+    let end = match &hi {
+        Bound::Included(k) | Bound::Excluded(k) => Some(partition_range(&k.0).1),
+        Bound::Unbounded => None,
+    };
+    if end.as_ref().is_some_and(|e| &start >= e) {
+        return Ok((Vec::new(), None));
+    }
+    let mut out = Vec::new();
+    let mut next = None;
+    file.snapshot(id)?
+        .scan(&start, end.as_deref(), |key, value| {
+            if out.len() == top {
+                let (pk, rk) = decode_entity_key(key)
+                    .ok_or_else(|| super::durable::read_error("an entity key is unreadable"))?;
+                next = Some(Continuation {
+                    next_partition_key: pk,
+                    next_row_key: Some(rk),
+                });
+                return Ok(false);
+            }
+            let e = super::durable::decode_row(key, value)?;
+            if filter.is_none_or(|f| matches(f, &e.entity)) {
+                out.push(Arc::new(e));
+            }
+            Ok(true)
+        })?;
+    Ok((out, next))
 }
 
 /// The PartitionKey range a filter confines itself to, from the comparisons of

@@ -1,0 +1,510 @@
+//! The file-backed embedded store as a database (issue 26): memory, file
+//! size, reads and write throughput with 1 and 32 writers, for N entities
+//! (100,000 unless `DURABLE_STORE_N` says otherwise) of the workload's shape.
+//!
+//! ```text
+//! cargo bench -p tablekit-benches --bench durable_store
+//! ```
+//!
+//! Each phase runs in a child process of this binary, so one's peak memory
+//! does not hide another's; each prints one JSON line:
+//!
+//! - `fill`: a fresh file filled with transactions of 100 (one partition at a
+//!   time), then its size; the same N in the in-memory store (`memory`) for
+//!   the resident-memory ratio.
+//! - `read`: the file reopened (its open time and resident memory), 10,000
+//!   point reads of random keys, 100 range queries of 1,000 entities, and the
+//!   whole table streamed (the peak's growth while streaming).
+//! - `writers`: single-entity inserts into the filled file, by one writer
+//!   (one at a time: one commit each) and by 32 concurrent writers on a
+//!   multi-thread runtime (sharing commits), in entities per second.
+//!
+//! - `compact`: 90% of the N entities deleted (transactions of 100), the
+//!   file's size before the deletes, after them, and after
+//!   `storage::compact_file`.
+//!
+//! - `sqlite_*`: the same operations on SQLite (rusqlite, bundled), the
+//!   anchor a user would otherwise pick: a table keyed (PartitionKey,
+//!   RowKey), the properties as a JSON column (the service's JSON form),
+//!   WAL with `synchronous=FULL`, one connection (shared behind a mutex by
+//!   the 32 writers), a read first of the row a write replaces as the store
+//!   does, and `VACUUM` to compact.
+//!
+//! Resident memory is VmRSS / VmHWM from `/proc/self/status`.
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::TryStreamExt as _;
+use tablekit::{options::FileOptions, Storage};
+use tablekit::{DynamicEntity, TableServiceClient};
+
+const PHASE: &str = "DURABLE_STORE_PHASE";
+const FILE: &str = "DURABLE_STORE_FILE";
+const COUNT: &str = "DURABLE_STORE_COUNT";
+const TABLE: &str = "Measured";
+const PARTITIONS: usize = 100;
+
+/// Entity `i`, with the shape of the workload's entity (WORKLOAD.md).
+fn entity(i: usize) -> DynamicEntity {
+    DynamicEntity::new(format!("p{:03}", i % PARTITIONS), format!("{i:08}"))
+        .with("FirstName", format!("First-{i:08}-abcdef"))
+        .with("LastName", format!("Last-{i:08}-ghijklm"))
+        .with("Email", format!("user{i:08}@example.com"))
+        .with("Age", 18 + ((7 * i + i / 100) % 50) as i32)
+        .with("Salary", 30000.37 + i as f64)
+        .with("EmployeeId", 9_000_000_000 + i as i64)
+        .with("Active", !i.is_multiple_of(3))
+        .with(
+            "Photo",
+            (0..64).map(|j| ((i + j) & 0xFF) as u8).collect::<Vec<u8>>(),
+        )
+}
+
+/// A field of `/proc/self/status` in KiB.
+fn status_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/self/status"))
+}
+
+fn runtime(threads: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+/// Fills `svc` with `n` entities, 100 per transaction; seconds taken.
+async fn fill_service(svc: &TableServiceClient, n: usize) -> f64 {
+    let t = svc.table::<DynamicEntity>(TABLE).expect("a valid name");
+    t.create_table().await.expect("create the table");
+    let started = Instant::now();
+    for p in 0..PARTITIONS {
+        let rows: Vec<usize> = (p..n).step_by(PARTITIONS).collect();
+        for chunk in rows.chunks(100) {
+            let mut tx = t.transaction();
+            for &i in chunk {
+                tx.insert(&entity(i)).expect("a valid entity");
+            }
+            tx.send().await.expect("the transaction commits");
+        }
+    }
+    started.elapsed().as_secs_f64()
+}
+
+fn fill(path: &str, n: usize) {
+    runtime(1).block_on(async {
+        let svc = TableServiceClient::embedded_at(path).expect("the store file opens");
+        let fill_s = fill_service(&svc, n).await;
+        drop(svc);
+        println!(
+            "{{\"phase\":\"fill\",\"n\":{n},\"fill_s\":{fill_s:.3},\"file_bytes\":{},\"peak_rss_kib\":{},\"rss_kib\":{}}}",
+            std::fs::metadata(path).map_or(0, |m| m.len()),
+            status_kib("VmHWM"),
+            status_kib("VmRSS"),
+        );
+    });
+}
+
+fn memory(n: usize) {
+    runtime(1).block_on(async {
+        let svc = TableServiceClient::embedded();
+        let fill_s = fill_service(&svc, n).await;
+        println!(
+            "{{\"phase\":\"memory\",\"n\":{n},\"fill_s\":{fill_s:.3},\"peak_rss_kib\":{},\"rss_kib\":{}}}",
+            status_kib("VmHWM"),
+            status_kib("VmRSS"),
+        );
+        drop(svc);
+    });
+}
+
+fn read(path: &str, n: usize) {
+    let started = Instant::now();
+    let account = Storage::embedded_at_with(path, FileOptions::new()).expect("the file opens");
+    let open_s = started.elapsed().as_secs_f64();
+    let open_rss = status_kib("VmRSS");
+    let t = account.table::<DynamicEntity>(TABLE).expect("a valid name");
+    let line = runtime(1).block_on(async {
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let started = Instant::now();
+        for _ in 0..10_000 {
+            let i = (next() % n as u64) as usize;
+            let key = (format!("p{:03}", i % PARTITIONS), format!("{i:08}"));
+            assert!(t.get((key.0.as_str(), key.1.as_str())).await.unwrap().is_some());
+        }
+        let point_us = started.elapsed().as_secs_f64() * 1e6 / 10_000.0;
+        let started = Instant::now();
+        let ranges = 100;
+        for r in 0..ranges {
+            let p = format!("p{:03}", r % PARTITIONS);
+            let got = t
+                .query()
+                .filter_raw(format!("PartitionKey eq '{p}'"))
+                .page_size(1000)
+                .fetch_all()
+                .await
+                .unwrap();
+            assert_eq!(got.len(), n / PARTITIONS);
+        }
+        let range_ms = started.elapsed().as_secs_f64() * 1e3 / ranges as f64;
+        let before_scan_hwm = status_kib("VmHWM");
+        let started = Instant::now();
+        let mut s = t.query().page_size(1000).stream();
+        let mut count = 0;
+        while s.try_next().await.expect("the stream reads").is_some() {
+            count += 1;
+        }
+        assert_eq!(count, n);
+        let scan_s = started.elapsed().as_secs_f64();
+        format!(
+            "{{\"phase\":\"read\",\"n\":{n},\"open_s\":{open_s:.4},\"after_open_rss_kib\":{open_rss},\
+             \"point_read_us\":{point_us:.1},\"range_1000_ms\":{range_ms:.2},\"scan_s\":{scan_s:.3},\
+             \"scan_hwm_growth_kib\":{},\"end_rss_kib\":{}}}",
+            status_kib("VmHWM").saturating_sub(before_scan_hwm),
+            status_kib("VmRSS")
+        )
+    });
+    println!("{line}");
+}
+
+fn writers(path: &str, n: usize) {
+    let rt = runtime(4);
+    let svc = TableServiceClient::embedded_at(path).expect("the store file opens");
+    let t = Arc::new(svc.table::<DynamicEntity>(TABLE).expect("a valid name"));
+    let per_writer = |writers: usize| if writers == 1 { 500 } else { 100 };
+    let mut rates = Vec::new();
+    for (round, writers) in [1usize, 32].into_iter().enumerate() {
+        let each = per_writer(writers);
+        let started = Instant::now();
+        rt.block_on(async {
+            let tasks: Vec<_> = (0..writers)
+                .map(|w| {
+                    let t = t.clone();
+                    tokio::spawn(async move {
+                        for k in 0..each {
+                            let i = n + round * 1_000_000 + w * 10_000 + k;
+                            t.insert(&entity(i)).await.expect("the insert commits");
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.unwrap();
+            }
+        });
+        rates.push((writers * each) as f64 / started.elapsed().as_secs_f64());
+    }
+    println!(
+        "{{\"phase\":\"writers\",\"n\":{n},\"one_writer_per_s\":{:.0},\"32_writers_per_s\":{:.0},\"ratio\":{:.1},\"peak_rss_kib\":{}}}",
+        rates[0],
+        rates[1],
+        rates[1] / rates[0],
+        status_kib("VmHWM")
+    );
+}
+
+fn compact(path: &str, n: usize) {
+    let size = || std::fs::metadata(path).map_or(0, |m| m.len());
+    let before = size();
+    let started = Instant::now();
+    runtime(1).block_on(async {
+        let svc = TableServiceClient::embedded_at(path).expect("the store file opens");
+        let t = svc.table::<DynamicEntity>(TABLE).expect("a valid name");
+        for p in 0..PARTITIONS {
+            let rows: Vec<usize> = (p..n).step_by(PARTITIONS).filter(|i| i % 10 != 0).collect();
+            for chunk in rows.chunks(100) {
+                let mut tx = t.transaction();
+                for &i in chunk {
+                    let (pk, rk) = (format!("p{:03}", i % PARTITIONS), format!("{i:08}"));
+                    tx.delete((pk.as_str(), rk.as_str()), tablekit::IfMatch::Any)
+                        .expect("a valid key");
+                }
+                tx.send().await.expect("the deletes commit");
+            }
+        }
+    });
+    let delete_s = started.elapsed().as_secs_f64();
+    let after_delete = size();
+    let started = Instant::now();
+    let (_, after) = tablekit::storage::compact_file(path).expect("the file compacts");
+    println!(
+        "{{\"phase\":\"compact\",\"n\":{n},\"bytes_before\":{before},\"bytes_after_delete_90pct\":{after_delete},\
+         \"bytes_after_compact\":{after},\"delete_s\":{delete_s:.3},\"compact_s\":{:.3}}}",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+mod sqlite {
+    use super::*;
+    use rusqlite::{params, Connection, OptionalExtension as _};
+
+    pub(super) fn open(path: &str) -> Connection {
+        let c = Connection::open(path).expect("sqlite opens");
+        c.pragma_update(None, "journal_mode", "WAL").unwrap();
+        c.pragma_update(None, "synchronous", "FULL").unwrap();
+        c.execute_batch(
+            "CREATE TABLE IF NOT EXISTS entities (pk TEXT NOT NULL, rk TEXT NOT NULL, \
+             body BLOB NOT NULL, PRIMARY KEY (pk, rk)) WITHOUT ROWID",
+        )
+        .unwrap();
+        c
+    }
+
+    fn body(i: usize) -> Vec<u8> {
+        tablekit::codec::entity_to_json(&entity(i)).expect("an entity encodes")
+    }
+
+    /// An insert as the store does it: is the key free, then write.
+    fn insert(c: &Connection, i: usize) {
+        let (pk, rk) = (format!("p{:03}", i % PARTITIONS), format!("{i:08}"));
+        let found: Option<i32> = c
+            .query_row(
+                "SELECT 1 FROM entities WHERE pk = ?1 AND rk = ?2",
+                params![pk, rk],
+                |r| r.get(0),
+            )
+            .optional()
+            .unwrap();
+        assert!(found.is_none());
+        c.execute(
+            "INSERT INTO entities (pk, rk, body) VALUES (?1, ?2, ?3)",
+            params![pk, rk, body(i)],
+        )
+        .unwrap();
+    }
+
+    pub(super) fn fill(path: &str, n: usize) {
+        let c = open(path);
+        let started = Instant::now();
+        for p in 0..PARTITIONS {
+            let rows: Vec<usize> = (p..n).step_by(PARTITIONS).collect();
+            for chunk in rows.chunks(100) {
+                c.execute_batch("BEGIN").unwrap();
+                for &i in chunk {
+                    insert(&c, i);
+                }
+                c.execute_batch("COMMIT").unwrap();
+            }
+        }
+        let fill_s = started.elapsed().as_secs_f64();
+        drop(c);
+        println!(
+            "{{\"phase\":\"sqlite_fill\",\"n\":{n},\"fill_s\":{fill_s:.3},\"file_bytes\":{},\"peak_rss_kib\":{},\"rss_kib\":{}}}",
+            std::fs::metadata(path).map_or(0, |m| m.len()),
+            status_kib("VmHWM"),
+            status_kib("VmRSS"),
+        );
+    }
+
+    pub(super) fn read(path: &str, n: usize) {
+        let started = Instant::now();
+        let c = open(path);
+        let open_s = started.elapsed().as_secs_f64();
+        let open_rss = status_kib("VmRSS");
+        let decode = |b: Vec<u8>| -> DynamicEntity {
+            tablekit::codec::entity_from_json(&b).expect("a stored entity decodes")
+        };
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let started = Instant::now();
+        let mut get = c
+            .prepare("SELECT body FROM entities WHERE pk = ?1 AND rk = ?2")
+            .unwrap();
+        for _ in 0..10_000 {
+            let i = (next() % n as u64) as usize;
+            let b: Vec<u8> = get
+                .query_row(
+                    params![format!("p{:03}", i % PARTITIONS), format!("{i:08}")],
+                    |r| r.get(0),
+                )
+                .unwrap();
+            decode(b);
+        }
+        let point_us = started.elapsed().as_secs_f64() * 1e6 / 10_000.0;
+        let started = Instant::now();
+        let ranges = 100;
+        let mut range = c
+            .prepare("SELECT body FROM entities WHERE pk = ?1 ORDER BY pk, rk LIMIT 1000")
+            .unwrap();
+        for r in 0..ranges {
+            let got: Vec<DynamicEntity> = range
+                .query_map(params![format!("p{:03}", r % PARTITIONS)], |row| row.get(0))
+                .unwrap()
+                .map(|b| decode(b.unwrap()))
+                .collect();
+            assert_eq!(got.len(), n / PARTITIONS);
+        }
+        let range_ms = started.elapsed().as_secs_f64() * 1e3 / ranges as f64;
+        let before_scan_hwm = status_kib("VmHWM");
+        let started = Instant::now();
+        let mut scan = c
+            .prepare("SELECT body FROM entities ORDER BY pk, rk")
+            .unwrap();
+        let mut count = 0;
+        for b in scan.query_map([], |row| row.get::<_, Vec<u8>>(0)).unwrap() {
+            // Each row decoded, as the store decodes each entity it streams.
+            let e = decode(b.unwrap());
+            count += usize::from(!e.partition_key.is_empty());
+        }
+        assert_eq!(count, n);
+        let scan_s = started.elapsed().as_secs_f64();
+        println!(
+            "{{\"phase\":\"sqlite_read\",\"n\":{n},\"open_s\":{open_s:.4},\"after_open_rss_kib\":{open_rss},\
+             \"point_read_us\":{point_us:.1},\"range_1000_ms\":{range_ms:.2},\"scan_s\":{scan_s:.3},\
+             \"scan_hwm_growth_kib\":{},\"end_rss_kib\":{}}}",
+            status_kib("VmHWM").saturating_sub(before_scan_hwm),
+            status_kib("VmRSS")
+        );
+    }
+
+    pub(super) fn writers(path: &str, n: usize) {
+        let c = Arc::new(std::sync::Mutex::new(open(path)));
+        let mut rates = Vec::new();
+        for (round, writers) in [1usize, 32].into_iter().enumerate() {
+            let each = if writers == 1 { 500 } else { 100 };
+            let started = Instant::now();
+            let threads: Vec<_> = (0..writers)
+                .map(|w| {
+                    let c = c.clone();
+                    std::thread::spawn(move || {
+                        for k in 0..each {
+                            let i = n + round * 1_000_000 + w * 10_000 + k;
+                            let c = c.lock().unwrap();
+                            insert(&c, i);
+                        }
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap();
+            }
+            rates.push((writers * each) as f64 / started.elapsed().as_secs_f64());
+        }
+        println!(
+            "{{\"phase\":\"sqlite_writers\",\"n\":{n},\"one_writer_per_s\":{:.0},\"32_writers_per_s\":{:.0},\"ratio\":{:.1},\"peak_rss_kib\":{}}}",
+            rates[0],
+            rates[1],
+            rates[1] / rates[0],
+            status_kib("VmHWM")
+        );
+    }
+
+    pub(super) fn compact(path: &str, n: usize) {
+        let size = || std::fs::metadata(path).map_or(0, |m| m.len());
+        let c = open(path);
+        c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
+        let before = size();
+        let started = Instant::now();
+        let mut del = c
+            .prepare("DELETE FROM entities WHERE pk = ?1 AND rk = ?2")
+            .unwrap();
+        for p in 0..PARTITIONS {
+            let rows: Vec<usize> = (p..n).step_by(PARTITIONS).filter(|i| i % 10 != 0).collect();
+            for chunk in rows.chunks(100) {
+                c.execute_batch("BEGIN").unwrap();
+                for &i in chunk {
+                    del.execute(params![
+                        format!("p{:03}", i % PARTITIONS),
+                        format!("{i:08}")
+                    ])
+                    .unwrap();
+                }
+                c.execute_batch("COMMIT").unwrap();
+            }
+        }
+        c.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)").unwrap();
+        let delete_s = started.elapsed().as_secs_f64();
+        let after_delete = size();
+        let started = Instant::now();
+        c.execute_batch("VACUUM; PRAGMA wal_checkpoint(TRUNCATE)")
+            .unwrap();
+        println!(
+            "{{\"phase\":\"sqlite_compact\",\"n\":{n},\"bytes_before\":{before},\"bytes_after_delete_90pct\":{after_delete},\
+             \"bytes_after_compact\":{},\"delete_s\":{delete_s:.3},\"compact_s\":{:.3}}}",
+            size(),
+            started.elapsed().as_secs_f64()
+        );
+    }
+}
+
+/// Runs this binary as the child `phase`; its stdout.
+fn child(phase: &str, path: &std::path::Path, n: usize) -> String {
+    let out = Command::new(std::env::current_exe().expect("this binary"))
+        .arg("--bench")
+        .env(PHASE, phase)
+        .env(FILE, path)
+        .env(COUNT, n.to_string())
+        .output()
+        .expect("the child runs");
+    if !out.status.success() {
+        eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+        eprintln!("durable_store: the {phase} child failed");
+        std::process::exit(1);
+    }
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+fn main() {
+    if let Ok(phase) = std::env::var(PHASE) {
+        let path = std::env::var(FILE).expect("the child is given a file");
+        let n: usize = std::env::var(COUNT)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .expect("the child is given N");
+        match phase.as_str() {
+            "fill" => fill(&path, n),
+            "memory" => memory(n),
+            "read" => read(&path, n),
+            "compact" => compact(&path, n),
+            "writers" => writers(&path, n),
+            "sqlite_fill" => sqlite::fill(&format!("{path}.sqlite"), n),
+            "sqlite_read" => sqlite::read(&format!("{path}.sqlite"), n),
+            "sqlite_writers" => sqlite::writers(&format!("{path}.sqlite"), n),
+            _ => sqlite::compact(&format!("{path}.sqlite"), n),
+        }
+        return;
+    }
+    // `cargo test --benches` runs bench binaries without --bench: skip there.
+    if !std::env::args().skip(1).any(|a| a == "--bench") {
+        eprintln!("durable_store: run it with `cargo bench --bench durable_store`; skipped");
+        return;
+    }
+    let n: usize = std::env::var("DURABLE_STORE_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(100_000);
+    let path = std::env::temp_dir().join(format!(
+        "tablekit-durable-store-{}.redb",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&path);
+    let phases = std::env::var("DURABLE_STORE_PHASES").unwrap_or_else(|_| {
+        "fill,memory,read,writers,compact,sqlite_fill,sqlite_read,sqlite_writers,sqlite_compact"
+            .into()
+    });
+    for phase in phases.split(',') {
+        println!("{}", child(phase.trim(), &path, n));
+    }
+    let _ = std::fs::remove_file(&path);
+    for tail in [".sqlite", ".sqlite-wal", ".sqlite-shm"] {
+        let _ = std::fs::remove_file(format!("{}{tail}", path.display()));
+    }
+}
