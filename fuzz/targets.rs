@@ -85,8 +85,8 @@ pub fn filter(data: &[u8]) {
 
 /// OData literals (`datetime'..'`, `guid'..'`, `X'..'`, `12L`, `1.5e3`, `'..'`,
 /// `true`), as the right-hand side of a comparison: a literal that parses
-/// prints as one that parses back to the same value. Also the wire forms of
-/// DateTime and Edm type names.
+/// prints as one that parses back to the same value. Also the wire form of
+/// DateTime (printed at 100 ns, it reads back as printed) and Edm type names.
 pub fn odata_literal(data: &[u8]) {
     let text = text(data);
     if let Ok(expr) = parse(&format!("P eq {text}")) {
@@ -97,11 +97,13 @@ pub fn odata_literal(data: &[u8]) {
         assert_eq!(again.to_string(), printed);
     }
     if let Ok(t) = tablekit::edm::parse_datetime(&text) {
+        // Printing keeps 100 ns (finer digits are truncated, a leap second
+        // folds into the second before): what it prints parses back to itself.
         let printed = tablekit::edm::format_datetime(&t);
         let back = tablekit::edm::parse_datetime(&printed).unwrap_or_else(|e| {
             panic!("{text:?} printed as {printed:?}, which does not parse: {e}")
         });
-        assert_eq!(back, t);
+        assert_eq!(tablekit::edm::format_datetime(&back), printed);
     }
     let _ = tablekit::edm::EdmType::from_wire(&text);
 }
@@ -355,7 +357,8 @@ pub fn continuation(data: &[u8]) {
 static NEXT_FILE: AtomicU64 = AtomicU64::new(0);
 
 /// The durable store opened from arbitrary bytes (a temporary file): opening
-/// it, listing its tables and reading each one gives data or an error.
+/// its tables, listing and reading them, and opening its queues and blobs give
+/// data or an error.
 pub fn durable_store(data: &[u8]) {
     let n = NEXT_FILE.fetch_add(1, Ordering::Relaxed);
     let path = std::env::temp_dir().join(format!("tablekit-fuzz-{}-{n}.redb", std::process::id()));
@@ -376,5 +379,9 @@ pub fn durable_store(data: &[u8]) {
         });
         drop(svc);
     }
+    // The queues and the blobs of the same file load on their own open.
+    let queues = tablekit::QueueServiceClient::embedded_at(&path);
+    let blobs = tablekit::BlobServiceClient::embedded_at(&path);
+    drop((queues, blobs));
     let _ = std::fs::remove_file(&path);
 }

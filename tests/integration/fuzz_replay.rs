@@ -156,4 +156,35 @@ mod regressions {
         replay("odata_literal", "negative-year-datetime");
         assert!(tablekit::filter::parse("P eq datetime'-070-07-23T21:20:4'").is_err());
     }
+
+    /// A DateTime with nanoseconds prints at 100 ns (documented truncation):
+    /// the target asked the printed text to read back as the exact instant.
+    /// A bug of the target's property, fixed there (what prints reads back
+    /// as printed); kept so the input stays covered.
+    #[test]
+    fn odata_literal_sub_100ns_datetime() {
+        replay("odata_literal", "sub-100ns-datetime");
+    }
+
+    /// A damaged store file (1.5 MB, mostly zeros: git keeps it in a few KB)
+    /// on which redb 2.2 reaches an `unreachable!` in a B-tree lookup while
+    /// the open checks the format version: the panic escaped the open, which
+    /// caught redb's panics only in `Database::create`. The whole open (format
+    /// check and load, for tables, queues and blobs) now turns a panic into a
+    /// "damaged" error.
+    #[test]
+    fn durable_store_btree_unreachable_at_open() {
+        replay("durable_store", "btree-unreachable-at-open");
+        let path = std::env::temp_dir().join(format!(
+            "tablekit-fuzz-regression-{}.redb",
+            std::process::id()
+        ));
+        let data =
+            std::fs::read(fuzz_dir().join("regressions/durable_store/btree-unreachable-at-open"))
+                .unwrap();
+        std::fs::write(&path, data).unwrap();
+        let err = tablekit::TableServiceClient::embedded_at(&path).unwrap_err();
+        std::fs::remove_file(&path).unwrap();
+        assert!(err.to_string().contains("damaged"), "{err}");
+    }
 }

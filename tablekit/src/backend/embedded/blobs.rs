@@ -27,7 +27,7 @@ use redb::{ReadableTable, TableDefinition};
 use serde::{Deserialize, Serialize};
 
 #[cfg(feature = "durable")]
-use super::durable::{commit, open_error, write_error, Claim, Service, META};
+use super::durable::{commit, open_error, refuse_damage, write_error, Claim, Service, META};
 
 use crate::backend::blob::{
     BlobBackend, BlobHeaders, BlobOp, BlobProperties, BlobResponse, Conditions,
@@ -231,7 +231,9 @@ impl Blobs {
     /// every container, blob and uncommitted block the file holds.
     #[cfg(feature = "durable")]
     pub(crate) fn open(path: &std::path::Path, clock: Clock) -> Result<Self> {
-        Blobs::from_claim(Claim::open(path, Service::Blobs)?, clock)
+        refuse_damage(path, || {
+            Blobs::from_claim(Claim::open(path, Service::Blobs)?, clock)
+        })
     }
 
     /// The blobs of a claimed store file, read.

@@ -363,6 +363,15 @@ pub(crate) fn write_error(what: impl std::fmt::Display) -> Error {
 /// entities with it).
 const FILE_CACHE_BYTES: usize = 16 << 20;
 
+/// Runs an open that reads the file through redb (the format check, the load
+/// of every table): redb 2.2 panics on some damaged files beyond those its own
+/// open catches (an `unreachable!` in a B-tree lookup, found by the
+/// `durable_store` fuzz target), and a damaged file is an error, not a crash.
+pub(crate) fn refuse_damage<T>(path: &Path, open: impl FnOnce() -> Result<T>) -> Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(open))
+        .unwrap_or_else(|_| Err(open_error(path, "it is damaged (truncated or corrupted)")))
+}
+
 /// Opens (or creates) the redb database at `path`, refusing what is not one.
 fn open_db(path: &Path) -> Result<Database> {
     refuse_foreign_file(path)?;
@@ -422,7 +431,9 @@ fn check_format(db: &Database, path: &Path) -> Result<()> {
 impl Durable {
     /// Opens (or creates) the file at `path` and reads every table in it.
     pub(crate) fn open(path: &Path) -> Result<(Durable, Vec<LoadedTable>)> {
-        Durable::from_claim(Claim::open(path, Service::Tables)?)
+        refuse_damage(path, || {
+            Durable::from_claim(Claim::open(path, Service::Tables)?)
+        })
     }
 
     /// The tables of a claimed file, read.

@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 #[cfg(feature = "durable")]
-use super::durable::{commit, open_error, write_error, Claim, Service};
+use super::durable::{commit, open_error, refuse_damage, write_error, Claim, Service};
 
 use crate::backend::queue::{QueueBackend, QueueOp, QueueResponse, RawMessage};
 use crate::clock::Clock;
@@ -253,7 +253,9 @@ impl Queues {
     /// every message the file holds that has not expired by `clock`.
     #[cfg(feature = "durable")]
     pub(crate) fn open(path: &std::path::Path, clock: Clock) -> Result<Self> {
-        Queues::from_claim(Claim::open(path, Service::Queues)?, clock)
+        refuse_damage(path, || {
+            Queues::from_claim(Claim::open(path, Service::Queues)?, clock)
+        })
     }
 
     /// The queues of a claimed store file, read.
