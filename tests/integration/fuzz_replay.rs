@@ -187,4 +187,12 @@ mod regressions {
         std::fs::remove_file(&path).unwrap();
         assert!(err.to_string().contains("damaged"), "{err}");
     }
+
+    /// Fifty-one bare `not`s parsed (one level each) and printed as
+    /// fifty-one `not (`, counted as two levels each: past the limit of 100,
+    /// the printed filter did not parse. `not (…)` now counts one level.
+    #[test]
+    fn filter_not_chain_prints_deeper() {
+        replay("filter", "not-chain-prints-deeper");
+    }
 }
