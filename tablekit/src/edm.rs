@@ -364,8 +364,18 @@ pub(crate) fn parse_datetime_text(
     }
     DateTime::parse_from_rfc3339(s)
         .map(|d| d.with_timezone(&Utc))
-        .or_else(|_| {
+        .or_else(|e| {
             // Some writers omit the zone; the service treats such values as UTC.
+            // The year has four digits, as in RFC 3339: chrono's `%Y` also takes
+            // a sign and any width (`-070-…`), which prints back (`-0070-…`) as
+            // text no parser here reads.
+            let four_digit_year = s
+                .as_bytes()
+                .get(..5)
+                .is_some_and(|b| b[..4].iter().all(u8::is_ascii_digit) && b[4] == b'-');
+            if !four_digit_year {
+                return Err(e);
+            }
             chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f").map(|d| d.and_utc())
         })
 }
@@ -412,6 +422,22 @@ fn parse_service_datetime(b: &[u8]) -> Option<DateTime<Utc>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the `odata_literal` fuzz target
+    /// (fuzz/regressions/odata_literal/negative-year-datetime).
+    #[test]
+    fn a_zoneless_datetime_needs_a_four_digit_year() {
+        for refused in [
+            "-070-07-23T21:20:4",
+            "070-07-23T21:20:04",
+            "+2020-07-23T21:20:04",
+            "12020-07-23T21:20:04",
+        ] {
+            assert!(parse_datetime(refused).is_err(), "{refused}");
+        }
+        let t = parse_datetime("2020-07-23T21:20:4").unwrap();
+        assert_eq!(parse_datetime(&format_datetime(&t)).unwrap(), t);
+    }
 
     #[test]
     fn display_is_the_odata_literal_of_every_type() {

@@ -122,6 +122,9 @@
 )]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod __fuzz;
 pub mod account;
 mod backend;
 #[cfg(feature = "blob")]

@@ -356,7 +356,7 @@ fn properties_of(name: &str, headers: &HeaderMap, status: StatusCode) -> Result<
 }
 
 /// Reads an `EnumerationResults` answer of a blob listing.
-fn parse_listing(body: &[u8]) -> Result<BlobResponse> {
+pub(crate) fn parse_listing(body: &[u8]) -> Result<BlobResponse> {
     #[derive(serde::Deserialize)]
     #[serde(rename_all = "PascalCase")]
     struct Results {

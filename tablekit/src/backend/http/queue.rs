@@ -225,7 +225,7 @@ fn parse_http_date(text: &str) -> Option<DateTime<Utc>> {
 }
 
 /// Reads a `QueueMessagesList` answer (send, receive, peek).
-fn parse_messages(body: &[u8]) -> Result<Vec<RawMessage>> {
+pub(crate) fn parse_messages(body: &[u8]) -> Result<Vec<RawMessage>> {
     #[derive(serde::Deserialize)]
     struct List {
         #[serde(rename = "QueueMessage", default)]

@@ -189,7 +189,9 @@ impl<'a> Parser<'a> {
     fn parse_not_operand(&mut self, depth: usize) -> Result<Expr, ParseError> {
         let t = self.peek()?;
         match t.tok {
-            Tok::LParen => self.parse_group(depth),
+            // `not (…)` is one level, not two: it is how every `not` prints,
+            // so a tree parsed within the limit prints as text within it.
+            Tok::LParen => self.parse_group(depth - 1),
             Tok::Ident("not") => self.parse_unary(depth),
             Tok::Ident(name) if !is_reserved(name) => {
                 self.next()?;

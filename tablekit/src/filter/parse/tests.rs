@@ -438,6 +438,13 @@ fn refused_with_offset_and_reason() {
     err_at(&deep, MAX_DEPTH, "nest deeper");
     let nots = format!("{}(A eq 1)", "not ".repeat(10_000));
     assert!(err(&nots).1.contains("nest deeper"));
+    // `not (…)` is one level: MAX_DEPTH bare `not`s print as that many
+    // `not (`, which parse back (found by the `filter` fuzz target).
+    let nots = format!("{}A", "not ".repeat(MAX_DEPTH));
+    let printed = ok(&nots).to_string();
+    assert_eq!(ok(&printed).to_string(), printed);
+    let nots = format!("{}A", "not ".repeat(MAX_DEPTH + 1));
+    assert!(err(&nots).1.contains("nest deeper"));
     // Nesting well inside the limit is fine.
     let ok_deep = format!("{}A eq 1{}", "(".repeat(50), ")".repeat(50));
     assert_eq!(ok(&ok_deep), eq("A", 1));
