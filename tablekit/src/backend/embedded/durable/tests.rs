@@ -1,0 +1,253 @@
+use super::full_disk::{entities, TempFile};
+use super::*;
+use crate::error::ErrorKind;
+
+#[track_caller]
+fn open_message(path: &Path) -> String {
+    let err = Durable::open(path).map(|_| ()).unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::Config(_)), "{err:?}");
+    err.to_string()
+}
+
+#[test]
+fn every_edm_value_reads_back_bit_for_bit() {
+    let nan = f64::from_bits(0x7ff8_0000_dead_beef);
+    let when = DateTime::from_timestamp(1_700_000_000, 123_456_700).unwrap();
+    let values = [
+        EdmValue::String("a\u{1F600}\"\\\u{0}é".into()),
+        EdmValue::String(String::new()),
+        EdmValue::Binary(vec![0, 255, 1, 2]),
+        EdmValue::Binary(Vec::new()),
+        EdmValue::Boolean(true),
+        EdmValue::DateTime(when),
+        EdmValue::DateTime(DateTime::from_timestamp(-11_644_473_600, 0).unwrap()),
+        EdmValue::Double(-0.0),
+        EdmValue::Double(nan),
+        EdmValue::Double(f64::INFINITY),
+        EdmValue::Double(f64::MIN_POSITIVE / 3.0),
+        EdmValue::Double(0.1 + 0.2),
+        EdmValue::Guid(uuid::Uuid::from_u128(u128::MAX - 7)),
+        EdmValue::Int32(i32::MIN),
+        EdmValue::Int64(i64::MAX),
+    ];
+    let mut entity = DynamicEntity::new("p\u{1F600}", "r'1");
+    for (i, v) in values.iter().enumerate() {
+        entity
+            .properties
+            .push_unchecked(format!("P{}", 20 - i), v.clone());
+    }
+    let version = Version::at(17_000_000_001_234_567);
+    entity.timestamp = Some(version.timestamp);
+    entity.etag = Some(version.etag.clone());
+    let stored = StoredEntity {
+        entity,
+        timestamp_text: version.text,
+    };
+    let mut bytes = Vec::new();
+    encode(&stored, &mut bytes);
+    let back = decode("p\u{1F600}", "r'1", &bytes).unwrap();
+    assert_eq!(back.entity.etag, stored.entity.etag);
+    assert_eq!(back.entity.timestamp, stored.entity.timestamp);
+    assert_eq!(back.timestamp_text, stored.timestamp_text);
+    assert_eq!(back.entity.partition_key, "p\u{1F600}");
+    let names = |e: &StoredEntity| {
+        e.entity
+            .properties
+            .iter()
+            .map(|(n, _)| n.to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names(&back), names(&stored), "order is kept");
+    for ((_, a), b) in back.entity.properties.iter().zip(&values) {
+        match (a, b) {
+            (EdmValue::Double(x), EdmValue::Double(y)) => assert_eq!(x.to_bits(), y.to_bits()),
+            _ => assert_eq!(a, b),
+        }
+    }
+}
+
+#[test]
+fn a_file_of_a_newer_format_version_is_refused() {
+    let file = TempFile::new();
+    drop(Durable::open(&file.0).unwrap());
+    let db = Database::create(&file.0).unwrap();
+    let txn = db.begin_write().unwrap();
+    txn.open_table(META)
+        .unwrap()
+        .insert("format", FORMAT_VERSION + 1)
+        .unwrap();
+    txn.commit().unwrap();
+    drop(db);
+    let message = open_message(&file.0);
+    assert!(message.contains("format version is 3"), "{message}");
+    assert!(message.contains("reads only version 2"), "{message}");
+}
+
+#[test]
+fn a_second_open_of_a_file_in_use_is_refused_until_it_is_closed() {
+    let file = TempFile::new();
+    let (first, _) = Durable::open(&file.0).unwrap();
+    first.create_table("t1x", "T1x").unwrap();
+    let message = open_message(&file.0);
+    assert!(
+        message.contains("in use by another open store"),
+        "{message}"
+    );
+    // The first open goes on working, and the file is whole once it closes.
+    first.create_table("t2x", "T2x").unwrap();
+    drop(first);
+    let (_, loaded) = Durable::open(&file.0).unwrap();
+    let names: Vec<_> = loaded.tables.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["T1x", "T2x"]);
+}
+
+/// One entity as read back: table, PartitionKey, RowKey, string length.
+type Row = (String, String, String, usize);
+
+/// A store of two tables and 300 entities over many pages, closed: its
+/// bytes, and what it holds.
+fn sample_store(path: &Path) -> (Vec<u8>, Vec<Row>) {
+    {
+        let (d, _) = Durable::open(path).unwrap();
+        for (lower, name) in [("t1x", "T1x"), ("t2x", "T2x")] {
+            let id = d.create_table(lower, name).unwrap();
+            for i in 0..150 {
+                let (pk, rk) = (format!("p{}", i % 7), format!("r{i:04}"));
+                let mut e = DynamicEntity::new(pk.as_str(), rk.as_str());
+                e.properties
+                    .push_unchecked("S".into(), EdmValue::String("x".repeat(200 + i * 13)));
+                let v = Version::at(1 + i as i64);
+                e.timestamp = Some(v.timestamp);
+                e.etag = Some(v.etag);
+                let stored = StoredEntity {
+                    entity: e,
+                    timestamp_text: v.text,
+                };
+                let put = Put {
+                    row_key: &rk,
+                    entity: Some(&stored),
+                };
+                d.write(lower, id, &pk, &[put]).unwrap();
+            }
+        }
+    }
+    let bytes = std::fs::read(path).unwrap();
+    let content = read_all(path).unwrap();
+    assert_eq!(content.len(), 300);
+    (bytes, content)
+}
+
+/// Everything the store at `path` holds, read through an open.
+fn read_all(path: &Path) -> Result<Vec<Row>> {
+    let (durable, loaded) = Durable::open(path)?;
+    Ok(entities(&durable, &loaded)
+        .into_iter()
+        .map(|(table, e)| {
+            let len = match e.entity.properties.iter().next() {
+                Some((_, EdmValue::String(s))) => s.len(),
+                _ => 0,
+            };
+            (table, e.entity.partition_key, e.entity.row_key, len)
+        })
+        .collect())
+}
+
+#[test]
+fn damaged_files_are_errors_naming_the_file_never_panics() {
+    let file = TempFile::new();
+    let (whole, content) = sample_store(&file.0);
+    let shown = file.0.display().to_string();
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut garbage = |n: usize| -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed as u8
+            })
+            .collect()
+    };
+    let mut cases: Vec<(String, Vec<u8>)> = Vec::new();
+    for page in 0..whole.len().div_ceil(4096) {
+        let mut bytes = whole.clone();
+        let end = (page * 4096 + 4096).min(bytes.len());
+        let g = garbage(end - page * 4096);
+        bytes[page * 4096..end].copy_from_slice(&g);
+        cases.push((format!("page {page} overwritten"), bytes));
+    }
+    for len in [
+        1,
+        9,
+        100,
+        512,
+        4095,
+        4096,
+        8192,
+        whole.len() / 2,
+        whole.len() - 1,
+    ] {
+        cases.push((format!("cut to {len} bytes"), whole[..len].to_vec()));
+    }
+    let mut bytes = whole.clone();
+    bytes[0] = b'R';
+    cases.push(("wrong magic".into(), bytes));
+    cases.push(("zero length".into(), Vec::new()));
+    for (what, bytes) in cases {
+        std::fs::write(&file.0, &bytes).unwrap();
+        // Unwinding is caught only to name the case; the store itself
+        // catches nothing, so this holds with `panic = "abort"` too.
+        let outcome = std::panic::catch_unwind(|| read_all(&file.0))
+            .unwrap_or_else(|_| panic!("{what}: the open panicked"));
+        match outcome {
+            // A page that held nothing live may be overwritten harmlessly:
+            // then the store reads back whole, never partly.
+            Ok(c) => assert!(c == content, "{what}: read back different data"),
+            Err(e) => {
+                assert!(matches!(e.kind(), ErrorKind::Config(_)), "{what}: {e:?}");
+                let message = e.to_string();
+                assert!(message.contains(&shown), "{what}: {message}");
+                assert!(
+                    ["it is damaged", "not a tablekit store", "it is empty"]
+                        .iter()
+                        .any(|w| message.contains(w)),
+                    "{what}: {message}"
+                );
+                assert!(
+                    std::fs::read(&file.0).unwrap() == bytes,
+                    "{what}: a refused file is left as it was"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_file_that_is_not_a_tablekit_store_is_refused() {
+    let file = TempFile::new();
+    let db = Database::create(&file.0).unwrap();
+    let other: TableDefinition<&str, u64> = TableDefinition::new("something");
+    let txn = db.begin_write().unwrap();
+    txn.open_table(other).unwrap().insert("x", 1).unwrap();
+    txn.commit().unwrap();
+    drop(db);
+    let message = open_message(&file.0);
+    assert!(message.contains("not a tablekit store"), "{message}");
+
+    std::fs::write(
+        &file.0,
+        b"not a database at all, just some text".repeat(200),
+    )
+    .unwrap();
+    let message = open_message(&file.0);
+    assert!(message.contains("left untouched"), "{message}");
+    assert_eq!(
+        std::fs::read(&file.0).unwrap(),
+        b"not a database at all, just some text".repeat(200),
+        "a file that is not a store is left as it was"
+    );
+
+    let dir = std::env::temp_dir();
+    let message = open_message(&dir);
+    assert!(message.contains("it is a directory"), "{message}");
+}
