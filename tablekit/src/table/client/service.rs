@@ -96,8 +96,11 @@ impl TableServiceClient {
     /// a crash or a power loss. One process at a time: opening a file that is
     /// open (in this process or another) is an error, as is a file written by a
     /// newer tablekit. Clones of the client share the open file; it is closed
-    /// when the last clone is dropped. The whole store is held in memory, and
-    /// each write blocks its thread for one `fsync`.
+    /// when the last clone is dropped. The entities stay in the file and are
+    /// read through a page cache of bounded size
+    /// ([`FileOptions::cache_bytes`](crate::options::FileOptions::cache_bytes));
+    /// a write blocks its thread until the `fsync` that covers it, and
+    /// concurrent writes share one commit.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tablekit::Result<()> {
