@@ -32,9 +32,12 @@
 //!
 //! Resident memory is VmRSS / VmHWM from `/proc/self/status`.
 
+mod support;
+
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
+use support::{entity, status_kib, PARTITIONS};
 
 use futures::TryStreamExt as _;
 use tablekit::{options::FileOptions, Storage};
@@ -44,33 +47,6 @@ const PHASE: &str = "DURABLE_STORE_PHASE";
 const FILE: &str = "DURABLE_STORE_FILE";
 const COUNT: &str = "DURABLE_STORE_COUNT";
 const TABLE: &str = "Measured";
-const PARTITIONS: usize = 100;
-
-/// Entity `i`, with the shape of the workload's entity (WORKLOAD.md).
-fn entity(i: usize) -> DynamicEntity {
-    DynamicEntity::new(format!("p{:03}", i % PARTITIONS), format!("{i:08}"))
-        .with("FirstName", format!("First-{i:08}-abcdef"))
-        .with("LastName", format!("Last-{i:08}-ghijklm"))
-        .with("Email", format!("user{i:08}@example.com"))
-        .with("Age", 18 + ((7 * i + i / 100) % 50) as i32)
-        .with("Salary", 30000.37 + i as f64)
-        .with("EmployeeId", 9_000_000_000 + i as i64)
-        .with("Active", !i.is_multiple_of(3))
-        .with(
-            "Photo",
-            (0..64).map(|j| ((i + j) & 0xFF) as u8).collect::<Vec<u8>>(),
-        )
-}
-
-/// A field of `/proc/self/status` in KiB.
-fn status_kib(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {field} in /proc/self/status"))
-}
 
 fn runtime(threads: usize) -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
