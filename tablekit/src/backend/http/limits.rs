@@ -6,10 +6,11 @@
 //! A body is never given room by the length it declares: it grows as its bytes
 //! arrive, and a declared length over the cap is refused before a byte is read.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::TryStreamExt as _;
 use http::HeaderMap;
 
+use super::transport::common::join_chunks;
 use super::transport::service::HttpResponse as Incoming;
 use crate::error::{Error, ErrorKind, Result, TransportError, TransportKind};
 
@@ -185,40 +186,22 @@ pub(crate) fn declared_length(headers: &HeaderMap) -> Option<u64> {
         .ok()
 }
 
-/// Room given ahead of a body: never more than this, whatever it declares.
-const MAX_RESERVE: u64 = 256 * KIB;
-
 async fn read_capped(resp: Incoming, limit: u64, kind: Kind) -> Result<Bytes> {
     let declared = declared_length(resp.headers());
     if let Some(n) = declared.filter(|n| *n > limit) {
         return Err(over(kind, limit, Some(n)));
     }
-    let mut chunks = resp.into_stream();
-    let mut first: Option<Bytes> = None;
-    let mut rest = BytesMut::new();
     let mut total: u64 = 0;
-    while let Some(chunk) = chunks.try_next().await? {
+    let capped = resp.into_stream().and_then(move |chunk| {
         total = total.saturating_add(chunk.len() as u64);
-        if total > limit {
-            return Err(over(kind, limit, None));
-        }
-        match &first {
-            None => first = Some(chunk),
-            Some(f) => {
-                if rest.is_empty() {
-                    let hint = declared.unwrap_or(0).clamp(total, MAX_RESERVE.max(total));
-                    rest.reserve(hint as usize);
-                    rest.extend_from_slice(f);
-                }
-                rest.extend_from_slice(&chunk);
-            }
-        }
-    }
-    Ok(if rest.is_empty() {
-        first.unwrap_or_default()
-    } else {
-        rest.freeze()
-    })
+        let checked = if total > limit {
+            Err(over(kind, limit, None))
+        } else {
+            Ok(chunk)
+        };
+        std::future::ready(checked)
+    });
+    join_chunks(capped, declared.unwrap_or(0)).await
 }
 
 /// A download's chunks, cut off with an error once they run past `declared`

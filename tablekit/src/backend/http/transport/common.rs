@@ -3,6 +3,9 @@
 
 use std::time::Duration;
 
+use bytes::{Bytes, BytesMut};
+use futures::{Stream, TryStreamExt as _};
+
 use crate::error::{Error, ErrorKind, Result, TransportError, TransportKind};
 
 /// The `User-Agent` of every request.
@@ -103,4 +106,42 @@ impl Origin {
 /// The deadline of an attempt begun now.
 pub(super) fn deadline_after(timeout: Duration) -> tokio::time::Instant {
     tokio::time::Instant::now() + timeout
+}
+
+/// Room given ahead of a body while it is joined: never more than this,
+/// whatever the answer declares (a lying Content-Length of a terabyte would
+/// otherwise abort the process).
+pub(crate) const MAX_RESERVE: u64 = 256 * 1024;
+
+/// Joins a body's chunks into one buffer. A body of one chunk is returned as
+/// it came, without a copy; for more, room for `hint` bytes (the declared or
+/// expected length) is given ahead, capped by [`MAX_RESERVE`]. Limits are the
+/// stream's business: it ends with an error where the caller stops reading.
+pub(crate) async fn join_chunks(
+    chunks: impl Stream<Item = Result<Bytes>>,
+    hint: u64,
+) -> Result<Bytes> {
+    let mut chunks = std::pin::pin!(chunks);
+    let mut first: Option<Bytes> = None;
+    let mut rest = BytesMut::new();
+    let mut total: u64 = 0;
+    while let Some(chunk) = chunks.try_next().await? {
+        total = total.saturating_add(chunk.len() as u64);
+        match &first {
+            None => first = Some(chunk),
+            Some(f) => {
+                if rest.is_empty() {
+                    let room = hint.clamp(total, MAX_RESERVE.max(total));
+                    rest.reserve(room as usize);
+                    rest.extend_from_slice(f);
+                }
+                rest.extend_from_slice(&chunk);
+            }
+        }
+    }
+    Ok(if rest.is_empty() {
+        first.unwrap_or_default()
+    } else {
+        rest.freeze()
+    })
 }

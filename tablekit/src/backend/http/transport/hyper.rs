@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http::header::{ACCEPT, HOST, PROXY_AUTHORIZATION, USER_AGENT as USER_AGENT_HEADER};
 use http::{HeaderMap, HeaderValue};
 use http_body::Body as _;
@@ -30,7 +30,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::common::{deadline_after, transport_failure, Origin, USER_AGENT};
+use super::common::{deadline_after, join_chunks, transport_failure, Origin, USER_AGENT};
 use super::pool::{Connection, Pool};
 use super::proxy::Route;
 use super::service::{BodySource, HttpResponse, HttpService};
@@ -365,30 +365,9 @@ impl HyperBody {
     }
 
     /// The whole body.
-    pub(super) async fn collect(mut self) -> Result<Bytes> {
-        let mut first: Option<Bytes> = None;
-        let mut rest = BytesMut::new();
-        while let Some(chunk) = poll_fn(|cx| self.poll_chunk(cx)).await {
-            let chunk = chunk?;
-            match &first {
-                None => first = Some(chunk),
-                Some(f) => {
-                    if rest.is_empty() {
-                        // Never room by the declared length: a lying
-                        // Content-Length of a terabyte would abort the process.
-                        let hint = self.body.size_hint().lower().min(256 * 1024) as usize;
-                        rest.reserve(f.len() + chunk.len() + hint);
-                        rest.extend_from_slice(f);
-                    }
-                    rest.extend_from_slice(&chunk);
-                }
-            }
-        }
-        Ok(if rest.is_empty() {
-            first.unwrap_or_default()
-        } else {
-            rest.freeze()
-        })
+    pub(super) async fn collect(self) -> Result<Bytes> {
+        let hint = self.body.size_hint().lower();
+        join_chunks(self.into_stream(), hint).await
     }
 
     /// The body as a stream of chunks.
