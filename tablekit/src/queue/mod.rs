@@ -42,9 +42,11 @@ use base64::Engine as _;
 use crate::backend::queue::{QueueBackend, QueueOp, QueueResponse, RawMessage};
 use crate::error::{Error, ErrorCode, Result, ValidationError};
 
+mod manage;
 mod receive;
 mod send;
 mod service;
+pub use manage::{ListQueues, QueueItem, QueueItems, QueueProperties, MAX_QUEUES_PER_PAGE};
 pub use receive::{QueueMessage, ReceiveMessages};
 pub use send::{SendMessage, SentMessage};
 pub use service::QueueServiceClient;
