@@ -35,6 +35,7 @@ mod outcomes;
 mod query;
 mod query_dsl;
 mod queue;
+mod queue_interop;
 mod readme;
 mod retry;
 mod service_rules;

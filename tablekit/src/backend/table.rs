@@ -32,6 +32,9 @@ pub(crate) enum Operation<'a> {
     ListTables {
         /// Only names starting with this.
         prefix: Option<&'a str>,
+        /// Only names this OData filter (over `TableName`) holds for; checked
+        /// by the client.
+        filter: Option<&'a str>,
         next_table_name: Option<&'a str>,
         top: Option<usize>,
     },

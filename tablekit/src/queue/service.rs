@@ -159,3 +159,10 @@ impl QueueServiceClient {
         })
     }
 }
+
+impl QueueServiceClient {
+    /// The backend, for the management calls of sibling modules.
+    pub(super) fn backend(&self) -> &Arc<dyn QueueBackend> {
+        &self.backend
+    }
+}

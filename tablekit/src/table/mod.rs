@@ -8,8 +8,8 @@ mod query;
 
 pub use crate::backend::Written;
 pub use client::{
-    Get, ListTables, Modified, Modify, ModifyStep, TableClient, TableNames, TableServiceClient,
-    Transaction, TransactionOp, TransactionResult, WriteTarget,
+    Get, ListTables, Modified, Modify, ModifyStep, TableClient, TableItem, TableNames,
+    TableServiceClient, Transaction, TransactionOp, TransactionResult, WriteTarget,
 };
 pub use handle::AmbiguousWrites;
 pub use outcome::ReadBack;

@@ -93,10 +93,17 @@ impl EmbeddedBackend {
             }
             Operation::ListTables {
                 prefix,
+                filter,
                 next_table_name,
                 top,
             } => {
-                let (names, next_table_name) = store.list_tables(prefix, next_table_name, top);
+                let filter = filter.map(crate::filter::parse).transpose().map_err(|e| {
+                    errors::invalid_input(&format!(
+                        "One of the query parameter values is not valid. ({e})"
+                    ))
+                })?;
+                let (names, next_table_name) =
+                    store.list_tables(prefix, filter.as_ref(), next_table_name, top);
                 Response::Tables {
                     names,
                     next_table_name,

@@ -109,21 +109,27 @@ impl HttpBackend {
             Operation::DeleteTable { table } => (Method::DELETE, format!("Tables('{table}')")),
             Operation::ListTables {
                 prefix,
+                filter,
                 next_table_name,
                 top,
             } => {
-                if let Some(p) = prefix {
+                let range = prefix.map(|p| {
                     // The prefix range: names >= p and < p with its last character bumped.
                     let (lo, hi) = prefix_bounds(p);
-                    let filter = match hi {
+                    match hi {
                         Some(hi) => format!(
                             "TableName ge '{}' and TableName lt '{}'",
                             lo.replace('\'', "''"),
                             hi.replace('\'', "''")
                         ),
                         None => format!("TableName ge '{}'", lo.replace('\'', "''")),
-                    };
-                    query.push(("$filter", filter));
+                    }
+                });
+                match (range, filter) {
+                    (Some(r), Some(f)) => query.push(("$filter", format!("{r} and ({f})"))),
+                    (Some(r), None) => query.push(("$filter", r)),
+                    (None, Some(f)) => query.push(("$filter", (*f).to_owned())),
+                    (None, None) => {}
                 }
                 if let Some(t) = top {
                     query.push(("$top", itoa::Buffer::new().format(*t).to_owned()));

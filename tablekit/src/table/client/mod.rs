@@ -21,7 +21,7 @@ mod modify;
 mod service;
 mod transaction;
 pub use modify::{Modified, Modify, ModifyStep};
-pub use service::{ListTables, TableNames, TableServiceClient};
+pub use service::{ListTables, TableItem, TableNames, TableServiceClient};
 pub use transaction::{Transaction, TransactionOp, TransactionResult};
 
 /// What a write takes: `&entity`, or `&mut entity` to have the entity's ETag
