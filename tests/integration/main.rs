@@ -10,6 +10,7 @@
 
 mod common;
 
+mod acl;
 mod auth;
 mod batch;
 mod blob;
@@ -37,6 +38,8 @@ mod query_dsl;
 mod queue;
 mod readme;
 mod retry;
+mod sas_account;
+mod service_properties;
 mod service_rules;
 mod tables;
 mod tracing;
