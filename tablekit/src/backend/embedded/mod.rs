@@ -30,6 +30,7 @@
 //! | a table name in another case than created (`MYTABLE` for `MyTable`) for entity operations | the same table (names are case-insensitive, case-preserving) | 404 `TableNotFound` | data model §3.1 |
 //! | transaction of more than 100 operations (bypassing the client's check) | 400 `InvalidInput`, index 99 | 400 `InvalidInput`, index 0 | the service's answer (`99:The batch request operation exceeds ...`) |
 //! | transaction over several partitions (bypassing the client's check) | 400 `CommandsInBatchActOnDifferentPartitions`, with the index | accepted | a transaction is atomic within one partition only |
+//! | a table's stored access policy without a start, an expiry or permissions | stored: the SAS tied to it supplies the rest | 400 with an empty body (its queue and container policies may leave parts out) | the REST reference makes each part optional |
 //!
 //! Not modelled: the ~30 s during which a deleted table's name cannot be reused
 //! (`TableBeingDeleted`), throttling, and the 5 s query time limit; pages are cut
