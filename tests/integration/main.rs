@@ -10,6 +10,7 @@
 
 mod common;
 
+mod acl;
 mod auth;
 mod batch;
 mod blob;
@@ -38,6 +39,8 @@ mod queue;
 mod queue_interop;
 mod readme;
 mod retry;
+mod sas_account;
+mod service_properties;
 mod service_rules;
 mod tables;
 mod tracing;

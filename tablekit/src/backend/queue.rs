@@ -173,4 +173,10 @@ pub(crate) enum QueueResponse {
 #[async_trait::async_trait]
 pub(crate) trait QueueBackend: Send + Sync + fmt::Debug {
     async fn queue(&self, op: QueueOp<'_>) -> Result<QueueResponse>;
+
+    /// Queue ACLs and the Queue service's properties.
+    async fn admin(
+        &self,
+        op: crate::backend::admin::AdminOp<'_>,
+    ) -> Result<crate::backend::admin::AdminResponse>;
 }

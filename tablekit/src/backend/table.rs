@@ -318,6 +318,9 @@ impl Payload {
 pub(crate) trait Backend: Send + Sync + fmt::Debug {
     async fn execute(&self, op: Operation<'_>) -> Result<Response>;
 
+    /// Table ACLs, the Table service's properties and stats.
+    async fn admin(&self, op: super::admin::AdminOp<'_>) -> Result<super::admin::AdminResponse>;
+
     /// Whether single writes should come as [`EntityBody::Bag`] rather than JSON.
     fn stores_property_bags(&self) -> bool {
         false

@@ -41,6 +41,7 @@ use crate::backend::blob::{BlobHeaders, BlobOp, BlobResponse, Conditions};
 use crate::entity::IfMatch;
 use crate::error::{Error, ErrorCode, Result, ValidationError};
 
+mod admin;
 mod container;
 mod download;
 mod service;

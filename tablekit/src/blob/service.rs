@@ -20,7 +20,7 @@ use super::container::ContainerClient;
 /// store). Cheap to clone; clones share one connection pool or store.
 #[derive(Clone)]
 pub struct BlobServiceClient {
-    backend: Arc<dyn BlobBackend>,
+    pub(super) backend: Arc<dyn BlobBackend>,
 }
 
 impl fmt::Debug for BlobServiceClient {

@@ -22,7 +22,7 @@ use super::{MessageEncoding, QueueClient};
 /// Cheap to clone; clones share one connection pool or store.
 #[derive(Clone)]
 pub struct QueueServiceClient {
-    backend: Arc<dyn QueueBackend>,
+    pub(super) backend: Arc<dyn QueueBackend>,
 }
 
 impl fmt::Debug for QueueServiceClient {

@@ -82,6 +82,8 @@ impl Message {
 #[derive(Debug, Default)]
 pub(crate) struct Queues {
     clock: Clock,
+    /// Queue ACLs and the service's settings (kept in memory only).
+    admin: super::admin::AdminState,
     queues: Mutex<HashMap<String, Vec<Message>>>,
     /// Each queue's metadata (names lower case, sorted), when it has any;
     /// locked after `queues`, never alone for a change.
@@ -344,6 +346,7 @@ impl Queues {
         }
         Ok(Queues {
             clock,
+            admin: Default::default(),
             queues: Mutex::new(queues),
             metadata: Mutex::new(metadata),
             next_seq: next_seq.into(),
@@ -698,7 +701,36 @@ impl Queues {
 #[async_trait::async_trait]
 impl QueueBackend for Queues {
     async fn queue(&self, op: QueueOp<'_>) -> Result<QueueResponse> {
-        self.apply(op)
+        // A queue deleted or created anew has no policy.
+        let renewed = match op {
+            QueueOp::Create { queue } | QueueOp::Delete { queue } => Some(queue.to_owned()),
+            _ => None,
+        };
+        let answer = self
+            .apply(op)
+            .map_err(|e| e.answered_by(super::errors::store_name(self.path())))?;
+        if let (Some(queue), QueueResponse::Done | QueueResponse::Created(true)) =
+            (renewed, &answer)
+        {
+            self.admin.forget(&queue);
+        }
+        Ok(answer)
+    }
+
+    async fn admin(
+        &self,
+        op: crate::backend::admin::AdminOp<'_>,
+    ) -> Result<crate::backend::admin::AdminResponse> {
+        let queue_key = |name: &str| {
+            let all = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+            if all.contains_key(name) {
+                Ok(name.to_owned())
+            } else {
+                Err(queue_not_found())
+            }
+        };
+        self.admin
+            .run(op, queue_key, self.clock.now())
             .map_err(|e| e.answered_by(super::errors::store_name(self.path())))
     }
 }

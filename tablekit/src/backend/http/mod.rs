@@ -22,6 +22,7 @@ use crate::entity::{ETag, UpdateMode};
 use crate::error::{Error, Result};
 pub(crate) use crate::options::{HttpOptions, Metadata};
 
+pub(crate) mod admin;
 pub(crate) mod batch;
 #[cfg(feature = "blob")]
 pub(crate) mod blob;
@@ -53,6 +54,8 @@ pub(crate) struct HttpBackend {
     pipeline: Pipeline,
     account: Account,
     metadata: Option<Metadata>,
+    /// The secondary location, for stats.
+    secondary: admin::Secondary,
 }
 
 impl fmt::Debug for HttpBackend {
@@ -72,6 +75,7 @@ impl HttpBackend {
         })?;
         Ok(HttpBackend {
             pipeline: Pipeline::new(Service::Table, &account, endpoint, options)?,
+            secondary: admin::Secondary::new(Service::Table, &account, options),
             account,
             metadata: options.metadata,
         })
@@ -332,6 +336,17 @@ impl Backend for HttpBackend {
                 self.interpret(&op, resp)
             })
             .await
+    }
+
+    async fn admin(
+        &self,
+        op: crate::backend::admin::AdminOp<'_>,
+    ) -> Result<crate::backend::admin::AdminResponse> {
+        if let crate::backend::admin::AdminOp::Stats = op {
+            let primary = self.account.table_endpoint().unwrap_or_default();
+            return self.secondary.call(primary, op).await;
+        }
+        admin::call(&self.pipeline, Service::Table, op).await
     }
 }
 

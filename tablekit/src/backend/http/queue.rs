@@ -268,6 +268,13 @@ impl QueueBackend for HttpQueueBackend {
             })
             .await
     }
+
+    async fn admin(
+        &self,
+        op: crate::backend::admin::AdminOp<'_>,
+    ) -> Result<crate::backend::admin::AdminResponse> {
+        super::admin::call(&self.pipeline, Service::Queue, op).await
+    }
 }
 
 /// An RFC 1123 date as the Queue service writes them; year 9999 means "never".

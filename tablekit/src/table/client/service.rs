@@ -34,7 +34,7 @@ use super::TableClient;
 /// ```
 #[derive(Clone)]
 pub struct TableServiceClient {
-    backend: Arc<dyn Backend>,
+    pub(super) backend: Arc<dyn Backend>,
 }
 
 impl fmt::Debug for TableServiceClient {
