@@ -38,6 +38,10 @@
 //! same Timestamp is not documented, so the store does not assume it.
 
 #[cfg(feature = "blob")]
+mod blob_lease;
+#[cfg(feature = "blob")]
+mod blob_manage;
+#[cfg(feature = "blob")]
 pub(crate) mod blobs;
 mod check;
 mod clock;

@@ -25,6 +25,8 @@ pub(crate) use crate::options::{HttpOptions, Metadata};
 pub(crate) mod batch;
 #[cfg(feature = "blob")]
 pub(crate) mod blob;
+#[cfg(feature = "blob")]
+mod blob_xml;
 pub(crate) mod limits;
 pub(crate) mod pipeline;
 #[cfg(feature = "queue")]
