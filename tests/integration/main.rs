@@ -14,6 +14,7 @@ mod acl;
 mod auth;
 mod batch;
 mod blob;
+mod blob_manage;
 mod crud;
 mod derive_crate_path;
 mod derive_flatten_names;

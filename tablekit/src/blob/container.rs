@@ -93,6 +93,7 @@ impl ContainerClient {
         self.backend
             .blob(BlobOp::DeleteContainer {
                 container: &self.name,
+                lease_id: None,
             })
             .await
             .map(drop)
@@ -169,9 +170,9 @@ impl ContainerClient {
 #[derive(Debug)]
 #[must_use = "a listing does nothing until streamed or collected"]
 pub struct ListBlobs {
-    container: ContainerClient,
-    prefix: Option<String>,
-    page_size: Option<u32>,
+    pub(super) container: ContainerClient,
+    pub(super) prefix: Option<String>,
+    pub(super) page_size: Option<u32>,
 }
 
 impl ListBlobs {
@@ -255,11 +256,15 @@ impl ListBlobs {
                     .blob(BlobOp::List {
                         container: &s.list.container.name,
                         prefix: s.list.prefix.as_deref(),
+                        delimiter: None,
                         marker: s.marker.as_deref(),
                         max: s.list.page_size,
                     })
                     .await?;
-                let BlobResponse::Listing { blobs, next_marker } = resp else {
+                let BlobResponse::Listing {
+                    blobs, next_marker, ..
+                } = resp
+                else {
                     return Err(unexpected("a blob listing"));
                 };
                 if next_marker.is_some() && next_marker == s.marker {

@@ -36,18 +36,31 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use futures::stream::{self, BoxStream, Stream, StreamExt, TryStreamExt};
 
-pub use crate::backend::blob::BlobProperties;
 use crate::backend::blob::{BlobHeaders, BlobOp, BlobResponse, Conditions};
+pub use crate::backend::blob::{
+    BlobHttpHeaders, BlobProperties, ContainerProperties, CopyInfo, CopyStatus, LeaseInfo,
+    LeaseState,
+};
 use crate::entity::IfMatch;
 use crate::error::{Error, ErrorCode, Result, ValidationError};
 
 mod admin;
 mod container;
+mod copy;
 mod download;
+mod lease;
+mod listing;
+mod properties;
 mod service;
 mod upload;
 pub use container::{BlobListing, ContainerClient, ListBlobs};
+pub use copy::StartCopy;
 pub use download::{Download, DownloadRequest};
+pub use lease::{Lease, LeaseDuration, LeaseId};
+pub use listing::{
+    BlobEntry, ContainerListing, HierarchicalListing, ListBlobsByDelimiter, ListContainers,
+};
+pub use properties::{SetContainerMetadata, SetHttpHeaders, SetMetadata};
 pub use service::BlobServiceClient;
 pub use upload::{BlobWritten, Upload};
 
@@ -69,6 +82,59 @@ fn invalid(reason: impl Into<String>) -> Error {
 
 fn unexpected(op: &str) -> Error {
     Error::decode(format!("unexpected answer to {op}"))
+}
+
+/// Metadata names travel in header names, values as header values.
+fn check_metadata(metadata: &[(String, String)]) -> Result<()> {
+    for (name, value) in metadata {
+        let ok = name
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !ok {
+            return Err(invalid(format!(
+                "metadata name {name:?} must be an identifier (ASCII letters, digits, _)"
+            )));
+        }
+        if !value.chars().all(|c| c.is_ascii() && !c.is_ascii_control()) {
+            return Err(invalid(format!(
+                "metadata {name:?}: values travel as HTTP headers and must be printable ASCII"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// HTTP header values are printable ASCII; an MD5 is 16 bytes.
+fn check_http_headers(h: &BlobHttpHeaders) -> Result<()> {
+    for (name, value) in [
+        ("content type", &h.content_type),
+        ("content encoding", &h.content_encoding),
+        ("content language", &h.content_language),
+        ("content disposition", &h.content_disposition),
+        ("cache control", &h.cache_control),
+    ] {
+        if let Some(v) = value {
+            if !v
+                .chars()
+                .all(|c| c == '\t' || (c.is_ascii() && !c.is_ascii_control()))
+            {
+                return Err(invalid(format!(
+                    "the {name} {v:?} travels as an HTTP header and must be printable ASCII"
+                )));
+            }
+        }
+    }
+    if let Some(md5) = &h.content_md5 {
+        if md5.len() != 16 {
+            return Err(invalid(format!(
+                "an MD5 hash is 16 bytes, not {}",
+                md5.len()
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A client for one block blob. Cheap to clone.
@@ -332,7 +398,7 @@ impl BlobClient {
     pub async fn delete(&self, if_match: impl Into<IfMatch>) -> Result<()> {
         let conditions = Conditions {
             if_match: if_match.into().into_etag(),
-            if_none_match_any: false,
+            ..Conditions::default()
         };
         self.run(BlobOp::Delete {
             container: &self.container.name,

@@ -106,6 +106,20 @@ impl BlobServiceClient {
         })
     }
 
+    /// The embedded blob store kept in the file at `path`, whose time (for
+    /// Last-Modified and leases) is `clock`; see
+    /// [`embedded_at`](BlobServiceClient::embedded_at).
+    #[cfg(feature = "durable")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "durable")))]
+    pub fn embedded_at_with_clock(
+        path: impl AsRef<std::path::Path>,
+        clock: ManualClock,
+    ) -> Result<Self> {
+        Ok(BlobServiceClient {
+            backend: crate::backend::embedded_blobs_at(path.as_ref(), Clock::Manual(clock))?,
+        })
+    }
+
     /// A fresh, isolated, in-memory blob store with the Blob service's semantics.
     /// It keeps every blob's bytes in memory.
     #[cfg(feature = "embedded")]
@@ -116,7 +130,8 @@ impl BlobServiceClient {
         }
     }
 
-    /// A fresh in-memory blob store whose time (Last-Modified) is `clock`.
+    /// A fresh in-memory blob store whose time (Last-Modified, and when
+    /// leases end) is `clock`.
     #[cfg(feature = "embedded")]
     #[cfg_attr(docsrs, doc(cfg(feature = "embedded")))]
     pub fn embedded_with_clock(clock: ManualClock) -> Self {

@@ -15,7 +15,11 @@ use crate::backend::blob::{BlobHeaders, BlobOp, BlobResponse, Conditions};
 use crate::entity::{ETag, IfMatch, IfNoneMatch};
 use crate::error::Result;
 
-use super::{invalid, unexpected, BlobClient, Source, MAX_BLOCKS};
+use super::lease::LeaseId;
+use super::{
+    check_http_headers, check_metadata, invalid, unexpected, BlobClient, Source, MAX_BLOCKS,
+};
+use crate::backend::blob::BlobHttpHeaders;
 
 /// What a successful upload stored.
 ///
@@ -32,8 +36,8 @@ use super::{invalid, unexpected, BlobClient, Source, MAX_BLOCKS};
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BlobWritten {
-    etag: ETag,
-    last_modified: DateTime<Utc>,
+    pub(super) etag: ETag,
+    pub(super) last_modified: DateTime<Utc>,
 }
 
 impl BlobWritten {
@@ -81,7 +85,7 @@ impl Upload {
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
     /// ```
     pub fn content_type(mut self, content_type: impl Into<String>) -> Self {
-        self.headers.content_type = Some(content_type.into());
+        self.headers.http.content_type = Some(content_type.into());
         self
     }
 
@@ -148,25 +152,46 @@ impl Upload {
         self
     }
 
+    /// The blob's other HTTP headers (encoding, language, disposition, cache
+    /// control, MD5), and its content type if `headers` has one.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// # let photos = tablekit::BlobServiceClient::embedded().container("photos")?;
+    /// # photos.create_container().await?;
+    /// use tablekit::blob::BlobHttpHeaders;
+    /// let report = photos.blob("report.csv.gz")?;
+    /// let headers = BlobHttpHeaders::new().content_type("text/csv").content_encoding("gzip");
+    /// report.upload(vec![0x1f, 0x8b]).http_headers(headers).await?;
+    /// let p = report.properties().await?;
+    /// assert_eq!(p.http_headers().get_content_encoding(), Some("gzip"));
+    /// assert_eq!(p.content_type(), Some("text/csv"));
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
+    pub fn http_headers(mut self, headers: BlobHttpHeaders) -> Self {
+        let content_type = headers
+            .content_type
+            .clone()
+            .or(self.headers.http.content_type.take());
+        self.headers.http = headers;
+        self.headers.http.content_type = content_type;
+        self
+    }
+
+    /// Write under this lease: a blob with a lease held takes writes only
+    /// with its id ([`Error::is_lease_held`](crate::Error::is_lease_held)
+    /// otherwise), and a lease id given for a blob with none fails
+    /// ([`Error::is_lease_lost`](crate::Error::is_lease_lost)).
+    /// See [`BlobClient::acquire_lease`].
+    pub fn lease(mut self, lease: impl Into<LeaseId>) -> Self {
+        self.conditions.lease_id = Some(lease.into().0);
+        self
+    }
+
     fn check(&self) -> Result<()> {
-        for (name, value) in &self.headers.metadata {
-            let ok = name
-                .chars()
-                .next()
-                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if !ok {
-                return Err(invalid(format!(
-                    "metadata name {name:?} must be an identifier (ASCII letters, digits, _)"
-                )));
-            }
-            if !value.chars().all(|c| c.is_ascii() && !c.is_ascii_control()) {
-                return Err(invalid(format!(
-                    "metadata {name:?}: values travel as HTTP headers and must be printable ASCII"
-                )));
-            }
-        }
-        Ok(())
+        check_metadata(&self.headers.metadata)?;
+        check_http_headers(&self.headers.http)
     }
 
     /// Uploads.
@@ -276,10 +301,12 @@ async fn put_blocks(
     let container = blob.container.name.clone();
     let name = blob.name.clone();
     let backend = blob.container.backend.clone();
+    let lease_id: Option<std::sync::Arc<str>> = conditions.lease_id.as_deref().map(Into::into);
     let mut done: Vec<(usize, String)> = blocks
         .enumerate()
         .map(|(i, block)| {
             let (container, name, backend) = (container.clone(), name.clone(), backend.clone());
+            let lease_id = lease_id.clone();
             async move {
                 if i >= MAX_BLOCKS {
                     return Err(invalid(format!(
@@ -293,6 +320,7 @@ async fn put_blocks(
                         blob: &name,
                         block_id: &id,
                         body: block?,
+                        lease_id: lease_id.as_deref(),
                     })
                     .await?;
                 Ok((i, id))

@@ -154,6 +154,33 @@ error_codes! {
     InvalidBlockList,
     /// A range is outside the blob.
     InvalidRange,
+    // Blob and container leases: see `Error::is_lease_held` and `Error::is_lease_lost`.
+    /// An acquire met a lease held by somebody else.
+    LeaseAlreadyPresent,
+    /// A write named no lease, but one is held.
+    LeaseIdMissing,
+    /// A blob write named a lease other than the one held.
+    LeaseIdMismatchWithBlobOperation,
+    /// A container call named a lease other than the one held.
+    LeaseIdMismatchWithContainerOperation,
+    /// A renew, change or release named a lease other than the one held (or none is).
+    LeaseIdMismatchWithLeaseOperation,
+    /// An acquire met a lease being broken.
+    LeaseIsBreakingAndCannotBeAcquired,
+    /// A change met its lease being broken.
+    LeaseIsBreakingAndCannotBeChanged,
+    /// A renew met its lease broken.
+    LeaseIsBrokenAndCannotBeRenewed,
+    /// The lease named has expired.
+    LeaseLost,
+    /// A blob write named a lease, but none is held.
+    LeaseNotPresentWithBlobOperation,
+    /// A container call named a lease, but none is held.
+    LeaseNotPresentWithContainerOperation,
+    /// A change or break met no lease.
+    LeaseNotPresentWithLeaseOperation,
+    /// The service could not read a copy's source.
+    CannotVerifyCopySource,
 }
 
 impl fmt::Display for ErrorCode {

@@ -145,6 +145,44 @@ impl Error {
         self.status() == Some(412) && !self.inner.ambiguous
     }
 
+    /// A blob or container has a lease held by somebody else: a write or
+    /// delete named no lease, or an acquire met one (the codes
+    /// `LeaseIdMissing`, `LeaseAlreadyPresent`,
+    /// `LeaseIsBreakingAndCannotBeAcquired`). Wait, or
+    /// [break](crate::BlobClient::break_lease) it.
+    pub fn is_lease_held(&self) -> bool {
+        matches!(
+            self.code(),
+            Some(
+                ErrorCode::LeaseIdMissing
+                    | ErrorCode::LeaseAlreadyPresent
+                    | ErrorCode::LeaseIsBreakingAndCannotBeAcquired
+            )
+        )
+    }
+
+    /// The lease a call named is no longer held by it: it expired, was
+    /// released, broken or changed, or another lease took its place (the
+    /// codes `LeaseLost`, `LeaseNotPresentWith*Operation`,
+    /// `LeaseIdMismatchWith*Operation`, `LeaseIsBrokenAndCannotBeRenewed`,
+    /// `LeaseIsBreakingAndCannotBeChanged`). Acquire a new lease.
+    pub fn is_lease_lost(&self) -> bool {
+        matches!(
+            self.code(),
+            Some(
+                ErrorCode::LeaseLost
+                    | ErrorCode::LeaseNotPresentWithBlobOperation
+                    | ErrorCode::LeaseNotPresentWithContainerOperation
+                    | ErrorCode::LeaseNotPresentWithLeaseOperation
+                    | ErrorCode::LeaseIdMismatchWithBlobOperation
+                    | ErrorCode::LeaseIdMismatchWithContainerOperation
+                    | ErrorCode::LeaseIdMismatchWithLeaseOperation
+                    | ErrorCode::LeaseIsBrokenAndCannotBeRenewed
+                    | ErrorCode::LeaseIsBreakingAndCannotBeChanged
+            )
+        )
+    }
+
     /// The service asked the client to slow down (503 `ServerBusy`, or 429).
     pub fn is_throttled(&self) -> bool {
         matches!(self.status(), Some(503) | Some(429))

@@ -6,9 +6,11 @@
 //! after its checks pass and before it is applied and answered, as for tables
 //! (see the `durable` module). The file holds:
 //!
-//! - `containers`: the container name → 0.
-//! - `blobs`: (container, blob) → the blob's ETag, Last-Modified, content type
-//!   and metadata as JSON; `blob_data`: (container, blob) → its bytes.
+//! - `containers`: the container name → 0; `container_props`: the name →
+//!   its ETag, Last-Modified, metadata and lease as JSON (absent in files
+//!   written before containers had them).
+//! - `blobs`: (container, blob) → the blob's ETag, Last-Modified, HTTP
+//!   headers, metadata, lease and last copy as JSON; `blob_data`: (container, blob) → its bytes.
 //! - `blob_blocks`: (container, blob, block id) → a block put but not yet
 //!   committed by a block list.
 //! - `meta`: `blob_etag` → the last ETag number handed out, so a reopened
@@ -29,8 +31,10 @@ use serde::{Deserialize, Serialize};
 #[cfg(feature = "durable")]
 use super::durable::{commit, open_error, write_error, Claim, Service, META};
 
+use super::blob_lease::{Guarded, Lease};
 use crate::backend::blob::{
-    BlobBackend, BlobHeaders, BlobOp, BlobProperties, BlobResponse, Conditions,
+    BlobBackend, BlobHeaders, BlobHttpHeaders, BlobOp, BlobProperties, BlobResponse, Conditions,
+    CopyInfo,
 };
 use crate::clock::Clock;
 use crate::entity::ETag;
@@ -43,28 +47,53 @@ const CHUNK: usize = 1 << 20;
 const DEFAULT_LIST_MAX: usize = 5000;
 
 #[derive(Debug, Clone)]
-struct Blob {
-    data: Bytes,
-    etag: ETag,
-    last_modified: DateTime<Utc>,
-    headers: BlobHeaders,
+pub(super) struct Blob {
+    pub(super) data: Bytes,
+    pub(super) etag: ETag,
+    pub(super) last_modified: DateTime<Utc>,
+    pub(super) headers: BlobHeaders,
+    pub(super) lease: Lease,
+    /// The last copy into it, until a put or block list replaces it.
+    pub(super) copy: Option<CopyInfo>,
+}
+
+/// A container's own properties.
+#[derive(Debug, Clone)]
+pub(super) struct ContainerMeta {
+    pub(super) etag: ETag,
+    pub(super) last_modified: DateTime<Utc>,
+    pub(super) metadata: Vec<(String, String)>,
+    pub(super) lease: Lease,
+}
+
+impl Default for ContainerMeta {
+    /// A container from a file written before containers had properties.
+    fn default() -> Self {
+        ContainerMeta {
+            etag: ETag::new("\"0x8DC0000000000000\""),
+            last_modified: DateTime::UNIX_EPOCH,
+            metadata: Vec::new(),
+            lease: Lease::default(),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
-struct Container {
-    blobs: BTreeMap<String, Blob>,
+pub(super) struct Container {
+    pub(super) meta: ContainerMeta,
+    pub(super) blobs: BTreeMap<String, Blob>,
     /// Blocks put but not yet committed, per blob name.
-    uncommitted: HashMap<String, HashMap<String, Bytes>>,
+    pub(super) uncommitted: HashMap<String, HashMap<String, Bytes>>,
 }
 
 /// Every container of one embedded store.
 #[derive(Debug, Default)]
 pub(crate) struct Blobs {
-    clock: Clock,
+    pub(super) clock: Clock,
     /// Container ACLs and the service's settings (kept in memory only).
     admin: super::admin::AdminState,
     next_etag: AtomicU64,
-    containers: Mutex<HashMap<String, Container>>,
+    pub(super) containers: Mutex<HashMap<String, Container>>,
     /// The file every change is committed to first, if any.
     #[cfg(feature = "durable")]
     file: Option<Claim>,
@@ -78,8 +107,11 @@ const BLOBS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("blobs"
 const DATA: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("blob_data");
 #[cfg(feature = "durable")]
 const BLOCKS: TableDefinition<(&str, &str, &str), &[u8]> = TableDefinition::new("blob_blocks");
+#[cfg(feature = "durable")]
+const CONTAINER_PROPS: TableDefinition<&str, &[u8]> = TableDefinition::new("container_props");
 
-/// A blob's properties as the store file holds them.
+/// A blob's properties as the store file holds them. The fields after
+/// `metadata` came with issue 24; older files lack them.
 #[cfg(feature = "durable")]
 #[derive(Serialize, Deserialize)]
 struct Record {
@@ -88,15 +120,116 @@ struct Record {
     modified: i64,
     content_type: Option<String>,
     metadata: Vec<(String, String)>,
+    #[serde(default)]
+    http: HttpRecord,
+    #[serde(default)]
+    lease: Lease,
+    #[serde(default)]
+    copy: Option<CopyRecord>,
+}
+
+/// The HTTP headers besides the content type.
+#[cfg(feature = "durable")]
+#[derive(Serialize, Deserialize, Default)]
+struct HttpRecord {
+    encoding: Option<String>,
+    language: Option<String>,
+    disposition: Option<String>,
+    cache_control: Option<String>,
+    md5: Option<Vec<u8>>,
+}
+
+#[cfg(feature = "durable")]
+#[derive(Serialize, Deserialize)]
+struct CopyRecord {
+    id: String,
+    source: Option<String>,
+    size: u64,
+    /// Seconds since the Unix epoch.
+    completed: i64,
+}
+
+/// A container's properties as the store file holds them.
+#[cfg(feature = "durable")]
+#[derive(Serialize, Deserialize)]
+struct ContainerRecord {
+    etag: String,
+    modified: i64,
+    metadata: Vec<(String, String)>,
+    lease: Lease,
+}
+
+#[cfg(feature = "durable")]
+impl Record {
+    fn of(blob: &Blob) -> Record {
+        let h = &blob.headers.http;
+        Record {
+            etag: blob.etag.as_str().to_owned(),
+            modified: blob.last_modified.timestamp(),
+            content_type: h.content_type.clone(),
+            metadata: blob.headers.metadata.clone(),
+            http: HttpRecord {
+                encoding: h.content_encoding.clone(),
+                language: h.content_language.clone(),
+                disposition: h.content_disposition.clone(),
+                cache_control: h.cache_control.clone(),
+                md5: h.content_md5.clone(),
+            },
+            lease: blob.lease.clone(),
+            copy: blob.copy.as_ref().map(|c| CopyRecord {
+                id: c.id.clone(),
+                source: c.source.clone(),
+                size: c.progress.map_or(0, |p| p.1),
+                completed: c.completed_on.map_or(0, |t| t.timestamp()),
+            }),
+        }
+    }
+
+    /// The blob, with its bytes; `None` if a time is out of range.
+    fn into_blob(self, data: Bytes) -> Option<Blob> {
+        Some(Blob {
+            data,
+            etag: ETag::new(self.etag),
+            last_modified: DateTime::from_timestamp(self.modified, 0)?,
+            headers: BlobHeaders {
+                http: BlobHttpHeaders {
+                    content_type: self.content_type,
+                    content_encoding: self.http.encoding,
+                    content_language: self.http.language,
+                    content_disposition: self.http.disposition,
+                    cache_control: self.http.cache_control,
+                    content_md5: self.http.md5,
+                },
+                metadata: self.metadata,
+            },
+            lease: self.lease,
+            copy: match self.copy {
+                Some(c) => Some(CopyInfo {
+                    id: c.id,
+                    status: crate::backend::blob::CopyStatus::Success,
+                    source: c.source,
+                    progress: Some((c.size, c.size)),
+                    completed_on: Some(DateTime::from_timestamp(c.completed, 0)?),
+                    status_description: None,
+                }),
+                None => None,
+            },
+        })
+    }
 }
 
 /// One change to commit to the store file.
 #[cfg_attr(not(feature = "durable"), allow(dead_code))]
-enum Change<'a> {
-    Container(&'a str, bool),
+pub(super) enum Change<'a> {
+    /// A container created or changed (`Some`), or deleted, with the last
+    /// ETag number handed out if this change took one.
+    Container(&'a str, Option<&'a ContainerMeta>, Option<u64>),
     /// A blob written (`Some`) or deleted, with the uncommitted blocks it drops.
     Blob(&'a str, &'a str, Option<(&'a Blob, u64)>, Vec<&'a str>),
     Block(&'a str, &'a str, &'a str, &'a [u8]),
+    /// A blob's properties changed, not its bytes (metadata, headers, a
+    /// lease), with the ETag number if this change took one.
+    Properties(&'a str, &'a str, &'a Blob, Option<u64>),
 }
 
 #[cfg(feature = "durable")]
@@ -107,12 +240,36 @@ fn commit_change(claim: &Claim, change: Change<'_>) -> Result<()> {
         let mut blobs = txn.open_table(BLOBS).map_err(write_error)?;
         let mut data = txn.open_table(DATA).map_err(write_error)?;
         let mut blocks = txn.open_table(BLOCKS).map_err(write_error)?;
+        let mut props = txn.open_table(CONTAINER_PROPS).map_err(write_error)?;
         match change {
-            Change::Container(name, true) => {
+            Change::Container(name, Some(meta), etag_number) => {
                 containers.insert(name, 0).map_err(write_error)?;
+                let record = ContainerRecord {
+                    etag: meta.etag.as_str().to_owned(),
+                    modified: meta.last_modified.timestamp(),
+                    metadata: meta.metadata.clone(),
+                    lease: meta.lease.clone(),
+                };
+                props
+                    .insert(name, to_json(&record)?.as_slice())
+                    .map_err(write_error)?;
+                if let Some(n) = etag_number {
+                    let mut meta = txn.open_table(META).map_err(write_error)?;
+                    meta.insert("blob_etag", n).map_err(write_error)?;
+                }
             }
-            Change::Container(name, false) => {
+            Change::Container(name, None, _) => {
                 containers.remove(name).map_err(write_error)?;
+                props.remove(name).map_err(write_error)?;
+            }
+            Change::Properties(c, b, blob, etag_number) => {
+                blobs
+                    .insert((c, b), to_json(&Record::of(blob))?.as_slice())
+                    .map_err(write_error)?;
+                if let Some(n) = etag_number {
+                    let mut meta = txn.open_table(META).map_err(write_error)?;
+                    meta.insert("blob_etag", n).map_err(write_error)?;
+                }
             }
             Change::Blob(c, b, written, dropped) => {
                 for id in dropped {
@@ -120,14 +277,7 @@ fn commit_change(claim: &Claim, change: Change<'_>) -> Result<()> {
                 }
                 match written {
                     Some((blob, etag_number)) => {
-                        let record = Record {
-                            etag: blob.etag.as_str().to_owned(),
-                            modified: blob.last_modified.timestamp(),
-                            content_type: blob.headers.content_type.clone(),
-                            metadata: blob.headers.metadata.clone(),
-                        };
-                        let bytes = serde_json::to_vec(&record)
-                            .map_err(|e| Error::decode(e.to_string()))?;
+                        let bytes = to_json(&Record::of(blob))?;
                         blobs
                             .insert((c, b), bytes.as_slice())
                             .map_err(write_error)?;
@@ -150,7 +300,12 @@ fn commit_change(claim: &Claim, change: Change<'_>) -> Result<()> {
     commit(txn)
 }
 
-fn container_not_found() -> Error {
+#[cfg(feature = "durable")]
+fn to_json<T: Serialize>(record: &T) -> Result<Vec<u8>> {
+    serde_json::to_vec(record).map_err(|e| Error::decode(e.to_string()))
+}
+
+pub(super) fn container_not_found() -> Error {
     Error::service(
         404,
         ErrorCode::ContainerNotFound,
@@ -158,7 +313,7 @@ fn container_not_found() -> Error {
     )
 }
 
-fn blob_not_found() -> Error {
+pub(super) fn blob_not_found() -> Error {
     Error::service(
         404,
         ErrorCode::BlobNotFound,
@@ -174,30 +329,32 @@ fn condition_not_met() -> Error {
     )
 }
 
-fn properties(name: &str, blob: &Blob) -> BlobProperties {
+/// As the service answers metadata: names in lower case, in name order.
+pub(super) fn answered_metadata(metadata: &[(String, String)]) -> Vec<(String, String)> {
+    let mut m: Vec<(String, String)> = metadata
+        .iter()
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+        .collect();
+    m.sort();
+    m
+}
+
+pub(super) fn properties(name: &str, blob: &Blob, now: DateTime<Utc>) -> BlobProperties {
     BlobProperties {
         name: name.to_owned(),
         size: blob.data.len() as u64,
         etag: blob.etag.clone(),
         last_modified: blob.last_modified,
-        content_type: blob.headers.content_type.clone(),
-        metadata: {
-            // As the service answers: names in lower case, in name order.
-            let mut m: Vec<(String, String)> = blob
-                .headers
-                .metadata
-                .iter()
-                .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
-                .collect();
-            m.sort();
-            m
-        },
+        http: blob.headers.http.clone(),
+        metadata: answered_metadata(&blob.headers.metadata),
+        lease: blob.lease.info(now),
+        copy: blob.copy.clone(),
     }
 }
 
 /// The service's order of checks: `If-None-Match: *` on an existing blob is a
 /// conflict; an `If-Match` that names another version (or no blob) fails.
-fn check(conditions: &Conditions, current: Option<&Blob>) -> Result<()> {
+pub(super) fn check(conditions: &Conditions, current: Option<&Blob>) -> Result<()> {
     if conditions.if_none_match_any && current.is_some() {
         return Err(Error::service(
             409,
@@ -214,7 +371,7 @@ fn check(conditions: &Conditions, current: Option<&Blob>) -> Result<()> {
 }
 
 /// The uncommitted blocks of `blob`, which a write or delete of it drops.
-fn dropped_blocks<'a>(c: &'a Container, blob: &str) -> Vec<&'a str> {
+pub(super) fn dropped_blocks<'a>(c: &'a Container, blob: &str) -> Vec<&'a str> {
     c.uncommitted
         .get(blob)
         .map(|b| b.keys().map(String::as_str).collect())
@@ -267,6 +424,21 @@ impl Blobs {
             rows!(CONTAINERS, |k, _v| {
                 all.insert(k.value().to_owned(), Container::default());
             });
+            rows!(CONTAINER_PROPS, |k, v| {
+                let name = k.value();
+                let unreadable = || fail(&format_args!("the container {name:?} is unreadable"));
+                let r: ContainerRecord =
+                    serde_json::from_slice(v.value()).map_err(|_| unreadable())?;
+                if let Some(container) = all.get_mut(name) {
+                    container.meta = ContainerMeta {
+                        etag: ETag::new(r.etag),
+                        last_modified: DateTime::from_timestamp(r.modified, 0)
+                            .ok_or_else(unreadable)?,
+                        metadata: r.metadata,
+                        lease: r.lease,
+                    };
+                }
+            });
             let data_table = match txn.open_table(DATA) {
                 Ok(t) => Some(t),
                 Err(redb::TableError::TableDoesNotExist(_)) => None,
@@ -281,16 +453,9 @@ impl Blobs {
                     None => None,
                 }
                 .ok_or_else(unreadable)?;
-                let blob = Blob {
-                    data: Bytes::copy_from_slice(bytes.value()),
-                    etag: ETag::new(record.etag),
-                    last_modified: DateTime::from_timestamp(record.modified, 0)
-                        .ok_or_else(unreadable)?,
-                    headers: BlobHeaders {
-                        content_type: record.content_type,
-                        metadata: record.metadata,
-                    },
-                };
+                let blob = record
+                    .into_blob(Bytes::copy_from_slice(bytes.value()))
+                    .ok_or_else(unreadable)?;
                 if let Some(container) = all.get_mut(c) {
                     container.blobs.insert(b.to_owned(), blob);
                 }
@@ -316,7 +481,7 @@ impl Blobs {
     }
 
     /// Commits `change` to the store file, if there is one.
-    fn persist(&self, change: Change<'_>) -> Result<()> {
+    pub(super) fn persist(&self, change: Change<'_>) -> Result<()> {
         #[cfg(feature = "durable")]
         if let Some(claim) = &self.file {
             return commit_change(claim, change);
@@ -325,9 +490,10 @@ impl Blobs {
         Ok(())
     }
 
-    /// Stores a whole blob (a Put Blob, or a committed block list): the file
-    /// first, then memory; its uncommitted blocks are dropped.
-    fn commit_blob(
+    /// Stores a whole blob (a Put Blob, a committed block list, a copy):
+    /// the file first, then memory; its uncommitted blocks are dropped, its
+    /// lease kept.
+    pub(super) fn commit_blob(
         &self,
         c: &mut Container,
         container: &str,
@@ -336,12 +502,35 @@ impl Blobs {
         headers: BlobHeaders,
         (etag, last_modified, n): (ETag, DateTime<Utc>, u64),
     ) -> Result<BlobResponse> {
-        let new = Blob {
-            data,
-            etag: etag.clone(),
-            last_modified,
-            headers,
-        };
+        self.commit_new(
+            c,
+            container,
+            blob,
+            Blob {
+                data,
+                etag,
+                last_modified,
+                headers,
+                lease: Lease::default(),
+                copy: None,
+            },
+            n,
+        )
+    }
+
+    /// [`commit_blob`](Blobs::commit_blob) of a blob built by the caller.
+    pub(super) fn commit_new(
+        &self,
+        c: &mut Container,
+        container: &str,
+        blob: &str,
+        mut new: Blob,
+        n: u64,
+    ) -> Result<BlobResponse> {
+        let (etag, last_modified) = (new.etag.clone(), new.last_modified);
+        if let Some(old) = c.blobs.get(blob) {
+            new.lease = old.lease.after_write(self.clock.now());
+        }
         self.persist(Change::Blob(
             container,
             blob,
@@ -356,7 +545,7 @@ impl Blobs {
         })
     }
 
-    fn stamp(&self) -> (ETag, DateTime<Utc>, u64) {
+    pub(super) fn stamp(&self) -> (ETag, DateTime<Utc>, u64) {
         let n = self.next_etag.fetch_add(1, Ordering::Relaxed) + 1;
         // HTTP dates carry whole seconds; keep what a reader over HTTP would see.
         let now = self.clock.now().trunc_subsecs(0);
@@ -374,14 +563,28 @@ impl Blobs {
                         "The specified container already exists.",
                     ));
                 }
-                self.persist(Change::Container(container, true))?;
-                all.insert(container.to_owned(), Container::default());
+                let (etag, last_modified, n) = self.stamp();
+                let meta = ContainerMeta {
+                    etag,
+                    last_modified,
+                    ..ContainerMeta::default()
+                };
+                self.persist(Change::Container(container, Some(&meta), Some(n)))?;
+                let c = Container {
+                    meta,
+                    ..Container::default()
+                };
+                all.insert(container.to_owned(), c);
                 Ok(BlobResponse::Created(true))
             }
-            BlobOp::DeleteContainer { container } => {
-                // Read only to commit the deletion to a store file.
-                #[cfg_attr(not(feature = "durable"), allow(unused_variables))]
+            BlobOp::DeleteContainer {
+                container,
+                lease_id,
+            } => {
                 let c = all.get(container).ok_or_else(container_not_found)?;
+                c.meta
+                    .lease
+                    .check_write(self.clock.now(), lease_id, Guarded::Container)?;
                 #[cfg(feature = "durable")]
                 if let Some(claim) = &self.file {
                     // One transaction: the container, its blobs and blocks.
@@ -391,7 +594,9 @@ impl Blobs {
                         let mut blobs = txn.open_table(BLOBS).map_err(write_error)?;
                         let mut data = txn.open_table(DATA).map_err(write_error)?;
                         let mut blocks = txn.open_table(BLOCKS).map_err(write_error)?;
+                        let mut props = txn.open_table(CONTAINER_PROPS).map_err(write_error)?;
                         containers.remove(container).map_err(write_error)?;
+                        props.remove(container).map_err(write_error)?;
                         for b in c.blobs.keys() {
                             blobs.remove((container, b.as_str())).map_err(write_error)?;
                             data.remove((container, b.as_str())).map_err(write_error)?;
@@ -412,21 +617,20 @@ impl Blobs {
             BlobOp::List {
                 container,
                 prefix,
+                delimiter,
                 marker,
                 max,
             } => {
                 let c = all.get(container).ok_or_else(container_not_found)?;
                 let max = max.map_or(DEFAULT_LIST_MAX, |m| m as usize);
-                let prefix = prefix.unwrap_or("");
-                let start = marker.unwrap_or(prefix);
-                let mut page = c
-                    .blobs
-                    .range(start.to_owned()..)
-                    .take_while(|(name, _)| name.starts_with(prefix))
-                    .map(|(name, b)| properties(name, b));
-                let blobs: Vec<BlobProperties> = page.by_ref().take(max).collect();
-                let next_marker = page.next().map(|p| p.name);
-                Ok(BlobResponse::Listing { blobs, next_marker })
+                Ok(self.list_page(
+                    c,
+                    prefix.unwrap_or(""),
+                    delimiter.filter(|d| !d.is_empty()),
+                    marker,
+                    max,
+                    self.clock.now(),
+                ))
             }
             BlobOp::Put {
                 container,
@@ -437,6 +641,7 @@ impl Blobs {
             } => {
                 let stamp = self.stamp();
                 let c = all.get_mut(container).ok_or_else(container_not_found)?;
+                self.check_blob_lease(c, blob, conditions.lease_id.as_deref())?;
                 check(conditions, c.blobs.get(blob))?;
                 self.commit_blob(c, container, blob, body, headers.clone(), stamp)
             }
@@ -445,8 +650,10 @@ impl Blobs {
                 blob,
                 block_id,
                 body,
+                lease_id,
             } => {
                 let c = all.get_mut(container).ok_or_else(container_not_found)?;
+                self.check_blob_lease(c, blob, lease_id)?;
                 self.persist(Change::Block(container, blob, block_id, &body))?;
                 c.uncommitted
                     .entry(blob.to_owned())
@@ -463,6 +670,7 @@ impl Blobs {
             } => {
                 let stamp = self.stamp();
                 let c = all.get_mut(container).ok_or_else(container_not_found)?;
+                self.check_blob_lease(c, blob, conditions.lease_id.as_deref())?;
                 check(conditions, c.blobs.get(blob))?;
                 let blocks = c.uncommitted.get(blob);
                 let mut size = 0;
@@ -522,14 +730,18 @@ impl Blobs {
                     .map(|i| Ok(data.slice(i..(i + CHUNK).min(data.len()))))
                     .collect();
                 Ok(BlobResponse::Body {
-                    properties: properties(blob, b),
+                    properties: properties(blob, b, self.clock.now()),
                     chunks: stream::iter(chunks).boxed(),
                 })
             }
             BlobOp::Properties { container, blob } => {
                 let c = all.get(container).ok_or_else(container_not_found)?;
                 let b = c.blobs.get(blob).ok_or_else(blob_not_found)?;
-                Ok(BlobResponse::Properties(properties(blob, b)))
+                Ok(BlobResponse::Properties(properties(
+                    blob,
+                    b,
+                    self.clock.now(),
+                )))
             }
             BlobOp::Delete {
                 container,
@@ -544,13 +756,32 @@ impl Blobs {
                     None if conditions.if_match.is_some() => return Err(condition_not_met()),
                     None => return Err(blob_not_found()),
                 };
+                b.lease.check_write(
+                    self.clock.now(),
+                    conditions.lease_id.as_deref(),
+                    Guarded::Blob,
+                )?;
                 check(conditions, Some(b))?;
                 self.persist(Change::Blob(container, blob, None, dropped_blocks(c, blob)))?;
                 c.blobs.remove(blob);
                 c.uncommitted.remove(blob);
                 Ok(BlobResponse::Done)
             }
+            op => self.manage(&mut all, op),
         }
+    }
+
+    /// A write to `blob` names `given` as its lease: the blob's lease (none
+    /// if there is no blob) must agree.
+    pub(super) fn check_blob_lease(
+        &self,
+        c: &Container,
+        blob: &str,
+        given: Option<&str>,
+    ) -> Result<()> {
+        let none = Lease::default();
+        let lease = c.blobs.get(blob).map_or(&none, |b| &b.lease);
+        lease.check_write(self.clock.now(), given, Guarded::Blob)
     }
 }
 
@@ -630,6 +861,7 @@ mod full_disk {
             blob: name,
             block_id: id,
             body: Bytes::copy_from_slice(body),
+            lease_id: None,
         })
     }
 

@@ -40,6 +40,10 @@
 
 mod admin;
 #[cfg(feature = "blob")]
+mod blob_lease;
+#[cfg(feature = "blob")]
+mod blob_manage;
+#[cfg(feature = "blob")]
 pub(crate) mod blobs;
 mod check;
 mod clock;

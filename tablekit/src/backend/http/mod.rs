@@ -26,6 +26,8 @@ pub(crate) mod admin;
 pub(crate) mod batch;
 #[cfg(feature = "blob")]
 pub(crate) mod blob;
+#[cfg(feature = "blob")]
+mod blob_xml;
 pub(crate) mod limits;
 pub(crate) mod pipeline;
 #[cfg(feature = "queue")]
