@@ -420,3 +420,26 @@ proptest! {
         prop_assert_eq!(stored, model);
     }
 }
+
+#[tokio::test]
+async fn an_input_of_many_partitions_keeps_the_state_held_bounded() {
+    let svc = TableServiceClient::embedded();
+    let table = common::fresh_table::<DynamicEntity>(&svc, "BulkWide").await;
+    let held = Arc::new(Mutex::new(0usize));
+    let kept = held.clone();
+    // Every entity in a partition of its own: 20,000 transactions of one.
+    let report = table
+        .bulk()
+        .buffer(100)
+        .account_rate(f64::INFINITY)
+        .on_progress(move |p| {
+            let mut held = kept.lock().unwrap();
+            *held = (*held).max(p.partitions);
+        })
+        .insert_all(stream::iter((0..20_000).map(|i| entity(i, 20_000))))
+        .await
+        .unwrap();
+    assert_eq!(report.written, 20_000);
+    let held = *held.lock().unwrap();
+    assert!(held <= 100 + 1024 + 256 + 8, "{held} partitions held");
+}

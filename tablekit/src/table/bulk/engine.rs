@@ -115,7 +115,14 @@ pub(crate) struct Engine<'a, T> {
     last_key: Option<EntityKey>,
     progress: BulkProgress,
     start: Instant,
+    /// Transactions ended, for the periodic sweep of idle partitions.
+    ended: u64,
 }
+
+/// Past this many partitions held, idle ones are swept every [`SWEEP_EVERY`]
+/// transactions, so that an input of many partitions keeps memory flat.
+const SWEEP_ABOVE: usize = 1024;
+const SWEEP_EVERY: u64 = 256;
 
 impl<'a, T: TableEntity + Send + 'static> Engine<'a, T> {
     pub(crate) fn new(
@@ -146,6 +153,7 @@ impl<'a, T: TableEntity + Send + 'static> Engine<'a, T> {
                 ..BulkProgress::default()
             },
             start,
+            ended: 0,
         }
     }
 
@@ -218,6 +226,7 @@ impl<'a, T: TableEntity + Send + 'static> Engine<'a, T> {
 
     fn snapshot(&self) -> BulkProgress {
         BulkProgress {
+            partitions: self.parts.len(),
             elapsed: self.start.elapsed(),
             account_rate: self.account.rate(),
             ..self.progress.clone()
@@ -557,6 +566,13 @@ impl<'a, T: TableEntity + Send + 'static> Engine<'a, T> {
         }
         self.record_settled(&pairs)?;
         self.forget_if_idle(&partition, now);
+        self.ended += 1;
+        if self.parts.len() > SWEEP_ABOVE && self.ended.is_multiple_of(SWEEP_EVERY) {
+            self.parts.retain(|_, p| {
+                p.busy || p.open.is_some() || !p.queued.is_empty() || !p.bucket.is_idle(now)
+            });
+        }
+        self.progress.partitions = self.parts.len();
         if let Some(f) = self.on_progress.as_mut() {
             let p = BulkProgress {
                 elapsed: self.start.elapsed(),

@@ -67,10 +67,10 @@ impl Bucket {
         self.rate
     }
 
-    /// Whether the bucket is back at its ceiling and idle at `now`: nothing
-    /// is lost by forgetting it.
+    /// Whether nothing waits for the bucket at `now`: forgetting it loses
+    /// only a rate lowered by throttling, which the next 503 teaches again.
     pub(crate) fn is_idle(&self, now: Instant) -> bool {
-        self.rate >= self.ceiling && self.next <= now
+        self.next <= now
     }
 }
 

@@ -103,6 +103,10 @@ pub struct BulkProgress {
     /// The account-wide rate limit now, in entities per second (lowered by
     /// throttling, raised back by successes).
     pub account_rate: f64,
+    /// Partitions the writer holds state for now (their waiting entities
+    /// and rate); idle ones are forgotten, so this stays bounded by the
+    /// buffer, not by the number of partitions in the input.
+    pub partitions: usize,
 }
 
 impl BulkProgress {
