@@ -15,6 +15,7 @@ mod auth;
 mod batch;
 mod blob;
 mod blob_manage;
+mod bulk;
 mod crud;
 mod derive_crate_path;
 mod derive_flatten_names;

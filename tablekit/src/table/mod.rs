@@ -1,6 +1,7 @@
 //! The table clients: [`TableServiceClient`] for an account's tables,
 //! [`TableClient`] for the entities of one table, [`Query`] and [`Transaction`].
 
+pub mod bulk;
 mod client;
 mod handle;
 mod outcome;

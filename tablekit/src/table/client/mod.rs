@@ -116,6 +116,11 @@ impl<T> TableClient<T> {
     pub fn ambiguous_writes(&self) -> AmbiguousWrites {
         self.handle.ambiguous_writes
     }
+
+    /// The table on its backend, untyped (for the bulk writer's read-backs).
+    pub(crate) fn handle(&self) -> &TableHandle {
+        &self.handle
+    }
 }
 
 impl<T: TableEntity> TableClient<T> {
