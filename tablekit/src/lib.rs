@@ -144,6 +144,9 @@ pub mod options;
 #[cfg(feature = "queue")]
 #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
 pub mod queue;
+#[cfg(feature = "embedded")]
+#[cfg_attr(docsrs, doc(cfg(feature = "embedded")))]
+pub mod simulation;
 pub mod storage;
 pub mod table;
 pub mod validate;

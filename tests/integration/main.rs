@@ -38,6 +38,8 @@ mod queue;
 mod readme;
 mod retry;
 mod service_rules;
+mod simulated_limits;
+mod stats;
 mod tables;
 mod tracing;
 mod transport;

@@ -32,7 +32,8 @@
 //! | transaction over several partitions (bypassing the client's check) | 400 `CommandsInBatchActOnDifferentPartitions`, with the index | accepted | a transaction is atomic within one partition only |
 //!
 //! Not modelled: the ~30 s during which a deleted table's name cannot be reused
-//! (`TableBeingDeleted`), throttling, and the 5 s query time limit; pages are cut
+//! (`TableBeingDeleted`), throttling (unless asked for: see
+//! [`Simulation`](crate::simulation::Simulation)), and the 5 s query time limit; pages are cut
 //! only at `$top` / 1,000 entities. Each entity a transaction writes gets its own
 //! (increasing) Timestamp and ETag: whether the service gives all of one batch the
 //! same Timestamp is not documented, so the store does not assume it.
@@ -47,6 +48,7 @@ mod errors;
 mod key;
 #[cfg(feature = "queue")]
 pub(crate) mod queues;
+mod simulate;
 mod store;
 
 use std::sync::Arc;
@@ -57,6 +59,7 @@ pub(crate) use durable::{check_file, compact_file, hold as hold_file};
 use super::{Backend, BatchKind, Operation, Payload, Response, Selection};
 use crate::entity::EntityKey;
 use crate::error::Result;
+pub(crate) use simulate::Simulated;
 use store::Store;
 
 /// The in-process backend. Clones share one store.
@@ -78,6 +81,11 @@ impl EmbeddedBackend {
         Ok(EmbeddedBackend {
             store: Arc::new(Store::open(path)?),
         })
+    }
+
+    /// How the store names itself in its errors.
+    pub(crate) fn name(&self) -> String {
+        self.store.name()
     }
 
     fn run(&self, op: Operation<'_>) -> Result<Response> {

@@ -115,6 +115,13 @@ impl<T> TableClient<T> {
     pub fn ambiguous_writes(&self) -> AmbiguousWrites {
         self.handle.ambiguous_writes
     }
+
+    /// What the requests to this table cost so far, from every client of
+    /// it made by the same [`TableServiceClient`] (see
+    /// [`Stats`](crate::table::Stats)).
+    pub fn stats(&self) -> crate::table::Stats {
+        self.handle.stats.stats(Some(&self.handle.name))
+    }
 }
 
 impl<T: TableEntity> TableClient<T> {
