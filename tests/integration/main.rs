@@ -27,6 +27,7 @@ mod durable;
 mod errors;
 mod filter_macros;
 mod fuzz_replay;
+mod infer;
 mod lost_answers;
 mod lying_server;
 mod metadata;
