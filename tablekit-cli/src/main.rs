@@ -10,6 +10,7 @@
 //! tablekit-cli <store> export <table> [--out <file>] > table.jsonl
 //! tablekit-cli <store> import <table> [--checkpoint <file>] < table.jsonl
 //! tablekit-cli copy <source> <dest> [<table>] [--filter <odata>] [--checkpoint <dir>]
+//! tablekit-cli <store> infer <table> [--sample <n>] > entity.rs
 //! tablekit-cli <file> check
 //! tablekit-cli <file> compact
 //! ```
@@ -39,6 +40,7 @@
 mod copy;
 mod export;
 mod import;
+mod infer;
 mod literal_types;
 mod progress;
 
@@ -53,6 +55,7 @@ usage: tablekit-cli <store> tables
        tablekit-cli <store> export <table> [--out <file>]
        tablekit-cli <store> import <table> [--checkpoint <file>]   (JSON lines on standard input)
        tablekit-cli copy <source> <dest> [<table>] [--filter <odata>] [--checkpoint <dir>]
+       tablekit-cli <store> infer <table> [--sample <n>]   (a #[derive(TableEntity)] type)
        tablekit-cli <file> check                 (verify an embedded store file)
        tablekit-cli <file> compact               (give deleted entities' space back)
        tablekit-cli --help
@@ -91,7 +94,17 @@ copy streams every entity of <table> (or of every table, without one; --filter
 selects) from <source> to <dest>, upserting, with the bulk writer, a progress
 line on standard error and a summary per table. With --checkpoint <dir>, an
 interrupted copy run again with the same directory resumes after what it
-settled. Types (Int64, Guid, Binary, DateTime to 100 ns) are copied exactly.";
+settled. Types (Int64, Guid, Binary, DateTime to 100 ns) are copied exactly.
+
+infer reads the first --sample entities (1,000 by default) and prints a
+#[derive(TableEntity)] struct for them (an enum of structs when an EntityType,
+Kind or Type property, or a RowKey prefix such as EMPLOYEE_, tells several
+entity types apart): Rust types from the stored Edm types, Option for
+properties some entities lack, key templates it recognises (a prefix, then a
+fixed-width number), and comments with the counts behind each choice.";
+
+/// How many entities `infer` reads unless told.
+const INFER_SAMPLE: usize = 1_000;
 
 /// How many entities a query that found nothing reads to learn the
 /// properties' types (one request).
@@ -117,6 +130,10 @@ enum Command {
         checkpoint: Option<std::path::PathBuf>,
     },
     Copy(copy::CopyArgs),
+    Infer {
+        table: String,
+        sample: usize,
+    },
     Check,
     Compact,
 }
@@ -155,6 +172,18 @@ fn parse(args: &[String]) -> Result<(String, Command), String> {
         [c, table, o, file] if c == "import" && o == "--checkpoint" => Command::Import {
             table: table.clone(),
             checkpoint: Some(file.into()),
+        },
+        [c, table] if c == "infer" => Command::Infer {
+            table: table.clone(),
+            sample: INFER_SAMPLE,
+        },
+        [c, table, o, n] if c == "infer" && o == "--sample" => Command::Infer {
+            table: table.clone(),
+            sample: n
+                .parse()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| format!("--sample needs a positive number, not {n:?}"))?,
         },
         [c, table, options @ ..] if c == "query" => {
             let (mut filter, mut top, mut json) = (None, None, false);
@@ -376,6 +405,18 @@ async fn run(
                 print_table(&found, out).map_err(|e| e.to_string())?;
             }
         }
+        Command::Infer {
+            table: name,
+            sample,
+        } => {
+            let entities = table(&name)?
+                .query()
+                .take(sample)
+                .fetch_all()
+                .await
+                .map_err(|e| e.to_string())?;
+            write!(out, "{}", infer::infer(&name, &entities)).map_err(|e| e.to_string())?;
+        }
         Command::Export {
             table: name,
             out: file,
@@ -445,6 +486,45 @@ mod tests {
     fn temp() -> TempFile {
         let id = uuid::Uuid::new_v4().simple();
         TempFile(std::env::temp_dir().join(format!("tablekit-cli-{id}.redb")))
+    }
+
+    #[tokio::test]
+    async fn infer_prints_a_type_for_a_sample_of_the_table() {
+        let file = temp();
+        let path = file.0.to_str().unwrap();
+        {
+            let svc = TableServiceClient::embedded_at(&file.0).unwrap();
+            let t = svc.table::<DynamicEntity>("Employees").unwrap();
+            t.create_table().await.unwrap();
+            for (id, age) in [(223, Some(34)), (224, None), (225, Some(29))] {
+                let mut e =
+                    DynamicEntity::new("Sales", format!("empid_{id:06}")).with("FirstName", "Jo");
+                if let Some(age) = age {
+                    e = e.with("Age", age);
+                }
+                t.insert(&e).await.unwrap();
+            }
+        }
+        let src = cli(&[path, "infer", "Employees", "--sample", "2"], "")
+            .await
+            .unwrap();
+        assert!(src.contains("from 2 entities"), "{src}");
+        assert!(
+            src.contains("#[tablekit(row_key = \"empid_{row:06}\")]"),
+            "{src}"
+        );
+        assert!(src.contains("pub first_name: String,"), "{src}");
+        assert!(
+            src.contains("// Age: Int32 x1 in 1 of 2 entities, so optional"),
+            "{src}"
+        );
+        assert!(src.contains("pub age: Option<i32>,"), "{src}");
+        let all = cli(&[path, "infer", "Employees"], "").await.unwrap();
+        assert!(all.contains("from 3 entities"), "{all}");
+        let bad = cli(&[path, "infer", "Employees", "--sample", "0"], "")
+            .await
+            .unwrap_err();
+        assert!(bad.contains("--sample needs a positive number"), "{bad}");
     }
 
     #[tokio::test]

@@ -146,6 +146,9 @@ pub mod options;
 #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
 pub mod queue;
 pub mod service_properties;
+#[cfg(feature = "embedded")]
+#[cfg_attr(docsrs, doc(cfg(feature = "embedded")))]
+pub mod simulation;
 pub mod storage;
 pub mod table;
 pub mod validate;

@@ -465,6 +465,34 @@ impl Storage {
         }
     }
 
+    /// A fresh, in-memory account like [`Storage::embedded`] whose Table
+    /// service simulates the service's limits as `sim` describes (see
+    /// [`TableServiceClient::embedded_simulated`]). The queues and blobs are
+    /// plain embedded stores, on `sim`'s manual clock if it has one.
+    #[cfg(feature = "embedded")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "embedded")))]
+    pub fn embedded_simulated(sim: crate::simulation::Simulation) -> Storage {
+        #[cfg(any(feature = "queue", feature = "blob"))]
+        let clock = sim.manual_clock().cloned();
+        Storage {
+            #[cfg(feature = "queue")]
+            queues: Ok(match &clock {
+                Some(c) => QueueServiceClient::embedded_with_clock(c.clone()),
+                None => QueueServiceClient::embedded(),
+            }),
+            #[cfg(feature = "blob")]
+            blobs: Ok(match &clock {
+                Some(c) => BlobServiceClient::embedded_with_clock(c.clone()),
+                None => BlobServiceClient::embedded(),
+            }),
+            tables: Ok(TableServiceClient::embedded_simulated(sim)),
+            kind: StorageKind::Memory,
+            description:
+                "the embedded store in memory (this process only), simulating the service's limits"
+                    .into(),
+        }
+    }
+
     /// The Table service.
     ///
     /// # Errors

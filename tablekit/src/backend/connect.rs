@@ -36,6 +36,12 @@ pub(crate) fn embedded() -> Arc<dyn Backend> {
     Arc::new(EmbeddedBackend::new())
 }
 
+/// A fresh, empty, in-process table store behind the simulated limits of `sim`.
+#[cfg(feature = "embedded")]
+pub(crate) fn embedded_simulated(sim: crate::simulation::Simulation) -> Arc<dyn Backend> {
+    Arc::new(super::embedded::Simulated::new(EmbeddedBackend::new(), sim))
+}
+
 /// The in-process table store kept in the file at `path` (created if missing).
 #[cfg(feature = "durable")]
 pub(crate) fn embedded_at(path: &std::path::Path) -> Result<Arc<dyn Backend>> {

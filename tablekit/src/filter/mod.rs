@@ -15,7 +15,7 @@ pub use crate::error::ParseError;
 pub use eval::matches;
 pub use expr::{CmpOp, Expr};
 pub use parse::parse;
-pub(crate) use plan::plan_with_residual;
+pub(crate) use plan::{keys_only, plan_with_residual};
 pub use plan::{plan, QueryPlan};
 pub use raw::RawFilter;
 pub use typed::{prefix_successor, DynBool, Filter, FilterValue, IntoFilterValue, MAX_COMPARISONS};

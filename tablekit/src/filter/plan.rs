@@ -98,6 +98,18 @@ fn key_range(parts: &[&Expr], key: &str) -> bool {
     })
 }
 
+/// Whether a filter compares only the keys (`PartitionKey`, `RowKey`) with
+/// strings, joined by `and`: every entity in its key range matches, so a
+/// query's pages fill up and its request count can be foreseen.
+pub(crate) fn keys_only(filter: &Expr) -> bool {
+    let mut parts = Vec::new();
+    conjuncts(filter, &mut parts);
+    parts.iter().all(|e| {
+        matches!(e, Expr::Cmp { property, value: EdmValue::String(_), .. }
+            if property == "PartitionKey" || property == "RowKey")
+    })
+}
+
 /// Classifies a filter; `None` (no filter) is a table scan.
 pub fn plan(filter: Option<&Expr>) -> QueryPlan {
     plan_with_residual(filter).0
@@ -185,6 +197,19 @@ mod tests {
             plan(Some(&Expr::cmp("PartitionKey", CmpOp::Eq, 3))),
             QueryPlan::TableScan
         );
+    }
+
+    #[test]
+    fn key_only_filters_are_told_from_filters_on_properties() {
+        let pk = s("PartitionKey", CmpOp::Eq, "p");
+        assert!(keys_only(&pk.clone().and(s("RowKey", CmpOp::Ge, "a"))));
+        assert!(!keys_only(&pk.clone().and(Expr::cmp("Age", CmpOp::Gt, 3))));
+        assert!(!keys_only(&pk.clone().or(s(
+            "PartitionKey",
+            CmpOp::Eq,
+            "q"
+        ))));
+        assert!(!keys_only(&Expr::cmp("RowKey", CmpOp::Eq, 3)));
     }
 
     #[test]

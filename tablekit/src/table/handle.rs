@@ -12,6 +12,8 @@ use crate::error::{Error, ErrorCode, Result};
 #[derive(Clone)]
 pub(crate) struct TableHandle {
     pub(crate) backend: Arc<dyn Backend>,
+    /// The counters of the service client the table came from.
+    pub(crate) stats: Arc<super::stats::Recorder>,
     pub(crate) name: Arc<str>,
     pub(crate) scan_policy: ScanPolicy,
     pub(crate) ambiguous_writes: AmbiguousWrites,

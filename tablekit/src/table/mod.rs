@@ -6,6 +6,7 @@ mod client;
 mod handle;
 mod outcome;
 mod query;
+pub mod stats;
 
 pub use crate::backend::Written;
 pub use client::{
@@ -15,3 +16,4 @@ pub use client::{
 pub use handle::AmbiguousWrites;
 pub use outcome::ReadBack;
 pub use query::{EntityStream, Page, PageStream, Query, ScanPolicy};
+pub use stats::{PartitionStats, RequestKind, Stats};

@@ -141,6 +141,53 @@ impl<T: TableEntity> Query<T> {
         Ok(self.resolve()?.plan)
     }
 
+    /// How many requests this query is expected to take, where that can be
+    /// said before running it: 1 for a point read (a filter of exactly
+    /// `PartitionKey eq` and `RowKey eq`), and for a query bounded by
+    /// [`take`](Query::take) whose filter has no condition beyond the keys
+    /// (no filter, or key ranges only) the pages that `take` fills at the
+    /// page size ([`page_size`](Query::page_size), else 1,000), fewer if
+    /// the table holds fewer entities. `None` otherwise: how many entities
+    /// a filter on other properties skips, and how many pages the service
+    /// cuts across its partition servers, is known only by running it.
+    ///
+    /// ```
+    /// use tablekit::{DynamicEntity, TableServiceClient};
+    /// let t = TableServiceClient::embedded().table::<DynamicEntity>("Plans")?;
+    /// let point = t.query().filter_raw("PartitionKey eq 'p' and RowKey eq 'r'");
+    /// assert_eq!(point.plan()?.name(), "point");
+    /// assert_eq!(point.expected_requests()?, Some(1));
+    /// let range = t.query().filter_raw("PartitionKey eq 'p' and RowKey ge 'a'");
+    /// assert_eq!(range.page_size(100).take(250).expected_requests()?, Some(3));
+    /// let scan = t.query().filter_raw("Age gt 30");
+    /// assert_eq!(scan.take(10).expected_requests()?, None);
+    /// # Ok::<(), tablekit::Error>(())
+    /// ```
+    pub fn expected_requests(&self) -> Result<Option<u64>> {
+        let resolved = self.resolve()?;
+        if resolved.point.is_some() {
+            return Ok(Some(1));
+        }
+        let keys_only = match &self.filter {
+            None => true,
+            Some(_) => resolved
+                .text
+                .as_deref()
+                .map(filter::parse)
+                .transpose()
+                .map_err(Error::from)?
+                .is_some_and(|e| filter::keys_only(&e)),
+        };
+        Ok(match (self.take, keys_only) {
+            (Some(0), _) => Some(0),
+            (Some(n), true) => {
+                let page = self.top.unwrap_or(MAX_PAGE_SIZE).max(1);
+                Some(n.div_ceil(page) as u64)
+            }
+            _ => None,
+        })
+    }
+
     /// The `$filter` text this query sends, if any.
     pub fn filter_text(&self) -> Result<Option<String>> {
         Ok(self.resolve()?.text)
@@ -240,6 +287,9 @@ impl<T: TableEntity> Query<T> {
             validate_select(s)?;
         }
         let resolved = self.resolve()?;
+        self.table
+            .stats
+            .query_planned(self.table.name(), &resolved.plan, resolved.text.as_deref());
         if resolved.plan == QueryPlan::TableScan {
             match self.table.scan_policy() {
                 ScanPolicy::Allow => {}
@@ -317,6 +367,15 @@ impl<T: TableEntity> Query<T> {
         }
         let mut items = Vec::new();
         payload.decode_into(&mut items)?;
+        let partition = match &resolved.plan {
+            QueryPlan::Point { partition_key, .. }
+            | QueryPlan::PartitionRange { partition_key }
+            | QueryPlan::PartitionScan { partition_key } => Some(partition_key.as_str()),
+            _ => None,
+        };
+        self.table
+            .stats
+            .page_read(self.table.name(), partition, items.len());
         Ok(Page {
             items,
             continuation,

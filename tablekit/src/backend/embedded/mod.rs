@@ -33,7 +33,8 @@
 //! | a table's stored access policy without a start, an expiry or permissions | stored: the SAS tied to it supplies the rest | 400 with an empty body (its queue and container policies may leave parts out) | the REST reference makes each part optional |
 //!
 //! Not modelled: the ~30 s during which a deleted table's name cannot be reused
-//! (`TableBeingDeleted`), throttling, and the 5 s query time limit; pages are cut
+//! (`TableBeingDeleted`), throttling (unless asked for: see
+//! [`Simulation`](crate::simulation::Simulation)), and the 5 s query time limit; pages are cut
 //! only at `$top` / 1,000 entities. Each entity a transaction writes gets its own
 //! (increasing) Timestamp and ETag: whether the service gives all of one batch the
 //! same Timestamp is not documented, so the store does not assume it.
@@ -53,6 +54,7 @@ mod errors;
 mod key;
 #[cfg(feature = "queue")]
 pub(crate) mod queues;
+mod simulate;
 mod store;
 
 use std::sync::Arc;
@@ -63,6 +65,7 @@ pub(crate) use durable::{check_file, compact_file, hold as hold_file};
 use super::{Backend, BatchKind, Operation, Payload, Response, Selection};
 use crate::entity::EntityKey;
 use crate::error::Result;
+pub(crate) use simulate::Simulated;
 use store::Store;
 
 /// The in-process backend. Clones share one store.
@@ -96,6 +99,11 @@ impl EmbeddedBackend {
             store: Arc::new(Store::open(path)?),
             admin: Arc::default(),
         })
+    }
+
+    /// How the store names itself in its errors.
+    pub(crate) fn name(&self) -> String {
+        self.store.name()
     }
 
     fn run(&self, op: Operation<'_>) -> Result<Response> {

@@ -34,7 +34,7 @@ pub(crate) mod pipeline;
 pub(crate) mod queue;
 pub(crate) mod signer;
 pub(crate) mod transport;
-mod wire;
+pub(crate) mod wire;
 
 pub use self::pipeline::API_VERSION;
 

@@ -121,6 +121,13 @@ impl<T> TableClient<T> {
     pub(crate) fn handle(&self) -> &TableHandle {
         &self.handle
     }
+
+    /// What the requests to this table cost so far, from every client of
+    /// it made by the same [`TableServiceClient`] (see
+    /// [`Stats`](crate::table::Stats)).
+    pub fn stats(&self) -> crate::table::Stats {
+        self.handle.stats.stats(Some(&self.handle.name))
+    }
 }
 
 impl<T: TableEntity> TableClient<T> {

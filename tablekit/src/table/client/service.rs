@@ -16,6 +16,7 @@ use crate::options::ClientOptions;
 use crate::table::handle::AmbiguousWrites;
 use crate::table::handle::TableHandle;
 use crate::table::query::ScanPolicy;
+use crate::table::stats::{Counted, Recorder, Stats};
 use crate::validate;
 
 use super::TableClient;
@@ -35,6 +36,7 @@ use super::TableClient;
 #[derive(Clone)]
 pub struct TableServiceClient {
     pub(super) backend: Arc<dyn Backend>,
+    stats: Arc<Recorder>,
 }
 
 impl fmt::Debug for TableServiceClient {
@@ -53,9 +55,11 @@ impl TableServiceClient {
 
     /// A client for this account over HTTP.
     pub fn with_options(account: Account, options: ClientOptions) -> Result<Self> {
-        Ok(TableServiceClient {
-            backend: backend::connect(account, &options)?,
-        })
+        Ok(TableServiceClient::counted(
+            backend::connect(account, &options)?,
+            None,
+            crate::table::stats::PARTITION_TARGET,
+        ))
     }
 
     /// A client for a fresh, empty, in-memory account: the embedded backend.
@@ -82,9 +86,25 @@ impl TableServiceClient {
     #[cfg(feature = "embedded")]
     #[cfg_attr(docsrs, doc(cfg(feature = "embedded")))]
     pub fn embedded() -> Self {
-        TableServiceClient {
-            backend: backend::embedded(),
-        }
+        TableServiceClient::counted(
+            backend::embedded(),
+            None,
+            crate::table::stats::PARTITION_TARGET,
+        )
+    }
+
+    /// A client for a fresh, in-memory embedded store that behaves like the
+    /// service under load, as `sim` describes: per-partition and per-account
+    /// throughput targets answered with 503 `ServerBusy` when exceeded (and
+    /// retried by the simulation's retry policy, as over HTTP), and a latency
+    /// per operation, on the system clock or a
+    /// [`ManualClock`](crate::clock::ManualClock). See
+    /// [`Simulation`](crate::simulation::Simulation).
+    #[cfg(feature = "embedded")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "embedded")))]
+    pub fn embedded_simulated(sim: crate::simulation::Simulation) -> Self {
+        let (clock, target) = (sim.manual_clock().cloned(), sim.partition_target_value());
+        TableServiceClient::counted(backend::embedded_simulated(sim), clock, target)
     }
 
     /// A client for the embedded store kept durably in the file at `path`,
@@ -124,9 +144,11 @@ impl TableServiceClient {
     #[cfg(feature = "durable")]
     #[cfg_attr(docsrs, doc(cfg(feature = "durable")))]
     pub fn embedded_at(path: impl AsRef<std::path::Path>) -> Result<Self> {
-        Ok(TableServiceClient {
-            backend: backend::embedded_at(path.as_ref())?,
-        })
+        Ok(TableServiceClient::counted(
+            backend::embedded_at(path.as_ref())?,
+            None,
+            crate::table::stats::PARTITION_TARGET,
+        ))
     }
 
     /// A client from a connection string (see [`Account::from_connection_string`]).
@@ -141,6 +163,30 @@ impl TableServiceClient {
             crate::backend::Target::File(path) => Self::embedded_at(path),
             crate::backend::Target::Account(account) => Self::new(account),
         }
+    }
+
+    /// Counts the requests sent to `backend` (see [`Stats`]); heat is
+    /// measured on `clock` against `partition_target`.
+    fn counted(
+        backend: Arc<dyn Backend>,
+        clock: Option<crate::clock::ManualClock>,
+        partition_target: u32,
+    ) -> Self {
+        let stats = Arc::new(Recorder::new(clock, partition_target));
+        TableServiceClient {
+            backend: Arc::new(Counted {
+                inner: backend,
+                recorder: stats.clone(),
+            }),
+            stats,
+        }
+    }
+
+    /// What this client's requests (and those of every
+    /// [`TableClient`] made from it) cost so far, all tables together:
+    /// billable transactions by kind, entities, bytes, and per partition.
+    pub fn stats(&self) -> Stats {
+        self.stats.stats(None)
     }
 
     /// Whether this client works on an in-process embedded store
@@ -160,6 +206,7 @@ impl TableServiceClient {
         Ok(TableClient {
             handle: TableHandle {
                 backend: self.backend.clone(),
+                stats: self.stats.clone(),
                 name: Arc::from(name),
                 scan_policy: ScanPolicy::default(),
                 ambiguous_writes: AmbiguousWrites::default(),
