@@ -13,6 +13,7 @@ mod common;
 mod auth;
 mod batch;
 mod blob;
+mod cosmos;
 mod crud;
 mod derive_crate_path;
 mod derive_flatten_names;

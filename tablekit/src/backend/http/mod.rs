@@ -25,6 +25,7 @@ pub(crate) use crate::options::{HttpOptions, Metadata};
 pub(crate) mod batch;
 #[cfg(feature = "blob")]
 pub(crate) mod blob;
+mod cosmos;
 pub(crate) mod limits;
 pub(crate) mod pipeline;
 #[cfg(feature = "queue")]
@@ -53,6 +54,8 @@ pub(crate) struct HttpBackend {
     pipeline: Pipeline,
     account: Account,
     metadata: Option<Metadata>,
+    /// The account is a Cosmos DB Table API one: its own limits are checked too.
+    cosmos: bool,
 }
 
 impl fmt::Debug for HttpBackend {
@@ -72,6 +75,7 @@ impl HttpBackend {
         })?;
         Ok(HttpBackend {
             pipeline: Pipeline::new(Service::Table, &account, endpoint, options)?,
+            cosmos: account.target() == crate::account::Target::CosmosDb,
             account,
             metadata: options.metadata,
         })
@@ -320,7 +324,11 @@ impl HttpBackend {
 impl Backend for HttpBackend {
     async fn execute(&self, op: Operation<'_>) -> Result<Response> {
         let span = Pipeline::span(op.name(), Some(op.table().unwrap_or("")));
-        let req = self.build(&op)?;
+        let mut req = self.build(&op)?;
+        if self.cosmos {
+            cosmos::tunnel_merge(&mut req);
+            cosmos::check(&op, &req)?;
+        }
         self.pipeline
             .call(&req, op.name(), op.repeat(), span, |resp| {
                 self.interpret(&op, resp)
