@@ -21,6 +21,7 @@ SETS=(
     "--no-default-features --features queue"
     "--no-default-features --features blob"
     "--no-default-features --features embedded,queue,blob"
+    "--no-default-features --features derive,entra"
 )
 
 failed=0
@@ -43,8 +44,9 @@ crates() {
     # shellcheck disable=SC2086
     cargo tree -e normal --prefix none -p tablekit $1 | sed 's/ (\*)//' | sort -u | wc -l
 }
-printf '\ncrates (tablekit included): default %s, tables only (derive) %s\n' \
-    "$(crates "")" "$(crates "--no-default-features --features derive")"
+printf '\ncrates (tablekit included): default %s, tables only (derive) %s, default + entra %s\n' \
+    "$(crates "")" "$(crates "--no-default-features --features derive")" \
+    "$(crates "--features entra")"
 
 if [[ $failed -ne 0 ]]; then
     echo "check-features: FAILED" >&2

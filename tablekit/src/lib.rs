@@ -163,7 +163,7 @@ pub mod transport {
     //! pass the connector in [`HttpOptions::connector`](crate::options::HttpOptions::connector).
     pub use crate::backend::http::transport::{
         failure, Failure, HttpConnector, HttpResponse, HttpService, HyperConnector, Proxy,
-        RequestHook,
+        RequestHook, RootCertificate,
     };
 }
 

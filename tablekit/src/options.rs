@@ -130,6 +130,10 @@ pub struct HttpOptions {
     /// How much of each kind of answer is read at most (its head, an entity,
     /// a query page, ...): see [`AnswerLimits`] for each default and why.
     pub limits: AnswerLimits,
+    /// Certificate authorities trusted besides the webpki roots, by both
+    /// built-in transports (a private CA, an emulator's self-signed
+    /// certificate). Default: none.
+    pub root_certificates: Vec<crate::transport::RootCertificate>,
 }
 
 /// The built-in HTTP client under a service client ([`HttpOptions::transport`]).
@@ -174,6 +178,7 @@ impl Default for HttpOptions {
             proxy: None,
             hooks: Vec::new(),
             limits: AnswerLimits::default(),
+            root_certificates: Vec::new(),
         }
     }
 }

@@ -306,6 +306,7 @@ impl<'a> ConnectionString<'a> {
             queue_endpoint,
             blob_endpoint,
             credential,
+            target: None,
         }))
     }
 

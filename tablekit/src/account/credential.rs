@@ -7,6 +7,7 @@ use base64::Engine as _;
 use hmac::{Hmac, Mac as _};
 use sha2::Sha256;
 
+use super::entra::{EntraCredential, TokenCredential};
 use crate::error::{Error, Result};
 
 /// How requests to an account are authorized.
@@ -22,14 +23,23 @@ pub enum Credential {
     SharedKeyLite(AccountKey),
     /// A shared access signature, appended to every request's query string.
     Sas(SasToken),
-    /// An OAuth bearer token from Microsoft Entra ID, fetched per request from the
-    /// [`TokenCredential`].
-    Bearer(Arc<dyn TokenCredential>),
+    /// An OAuth bearer token from Microsoft Entra ID (`Authorization: Bearer …`),
+    /// from a [`TokenCredential`](super::TokenCredential) behind tablekit's
+    /// token cache. Make one with [`Credential::bearer`] or, with the `entra`
+    /// feature, [`Credential::entra`].
+    Bearer(EntraCredential),
     /// No authorization: only useful for public resources or proxies that add it.
     Anonymous,
 }
 
 impl Credential {
+    /// Microsoft Entra ID tokens from `credential`, cached and refreshed by
+    /// tablekit ([`EntraCredential`]); the scope follows the target (Azure
+    /// Storage or the Cosmos DB Table API).
+    pub fn bearer(credential: impl TokenCredential + 'static) -> Self {
+        Credential::Bearer(EntraCredential::new(credential))
+    }
+
     /// The account key, for the two credentials that hold one.
     pub(crate) fn account_key(&self) -> Option<&AccountKey> {
         match self {
@@ -180,44 +190,6 @@ impl fmt::Debug for SasToken {
     }
 }
 
-/// A source of OAuth bearer tokens (Microsoft Entra ID), for [`Credential::Bearer`].
-///
-/// tablekit calls [`bearer_token`](TokenCredential::bearer_token) before every request
-/// and sends `Authorization: Bearer <token>`, so the implementation is expected to cache
-/// the token and refresh it shortly before it expires, rather than fetch one per call.
-/// The token must be for the `https://storage.azure.com/.default` scope.
-///
-/// tablekit never prints a `TokenCredential` (its `Debug` is required only so that
-/// containing types can derive `Debug`); still, do not put the token in it.
-///
-/// ```
-/// use tablekit::account::TokenCredential;
-/// use tablekit::{Account, Credential};
-/// use std::sync::Arc;
-///
-/// #[derive(Debug)]
-/// struct Fixed;
-///
-/// #[async_trait::async_trait]
-/// impl TokenCredential for Fixed {
-///     async fn bearer_token(&self) -> tablekit::Result<String> {
-///         Ok("eyJ0eXAi...".to_owned())
-///     }
-/// }
-///
-/// let account = Account::new(
-///     "myaccount",
-///     "https://myaccount.table.core.windows.net",
-///     Credential::Bearer(Arc::new(Fixed)),
-/// )?;
-/// # Ok::<(), tablekit::Error>(())
-/// ```
-#[async_trait::async_trait]
-pub trait TokenCredential: Send + Sync + std::fmt::Debug {
-    /// A currently valid access token, without the `Bearer ` prefix.
-    async fn bearer_token(&self) -> Result<String>;
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,8 +207,14 @@ mod tests {
 
     #[async_trait::async_trait]
     impl TokenCredential for LeakyTokens {
-        async fn bearer_token(&self) -> Result<String> {
-            Ok(self.token.to_owned())
+        async fn get_token(
+            &self,
+            _: &crate::account::TokenRequest,
+        ) -> Result<crate::account::AccessToken> {
+            Ok(crate::account::AccessToken::new(
+                self.token,
+                chrono::Utc::now(),
+            ))
         }
     }
 
@@ -250,7 +228,7 @@ mod tests {
             Credential::SharedKey(key.clone()),
             Credential::SharedKeyLite(key),
             Credential::Sas(sas),
-            Credential::Bearer(Arc::new(LeakyTokens { token: "SECRETSIG" })),
+            Credential::bearer(LeakyTokens { token: "SECRETSIG" }),
             Credential::Anonymous,
         ];
         for credential in credentials {

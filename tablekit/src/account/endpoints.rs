@@ -58,6 +58,48 @@ pub(super) struct AccountInner {
     pub(super) queue_endpoint: Option<String>,
     pub(super) blob_endpoint: Option<String>,
     pub(super) credential: Credential,
+    /// The service behind the table endpoint, when said explicitly.
+    pub(super) target: Option<Target>,
+}
+
+/// The service behind an account's table endpoint: Azure Table Storage (and
+/// Azurite), or the Azure Cosmos DB Table API, whose limits and features differ
+/// (guide chapter 6). It decides which limits the client enforces before any
+/// I/O and which Microsoft Entra ID scope a bearer token is asked for.
+///
+/// [`Account::target`] recognises Cosmos DB endpoints
+/// (`https://{account}.table.cosmos.azure.com`, `….table.cosmosdb.azure.com`,
+/// and the same under other clouds' domains); say it explicitly with
+/// [`Account::with_target`] for anything else (the Cosmos DB emulator, a proxy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Target {
+    /// Azure Table Storage, or an emulator of it (Azurite).
+    AzureStorage,
+    /// The Azure Cosmos DB Table API.
+    CosmosDb,
+}
+
+impl Target {
+    /// The target an endpoint's host implies: Cosmos DB for
+    /// `*.table.cosmos.*` and `*.table.cosmosdb.*` (the test the Python SDK
+    /// makes), Azure Storage otherwise.
+    pub(super) fn of_host(host: &str) -> Target {
+        let host = host.to_ascii_lowercase();
+        if host.contains(".table.cosmos.") || host.contains(".table.cosmosdb.") {
+            Target::CosmosDb
+        } else {
+            Target::AzureStorage
+        }
+    }
+
+    /// The Entra ID scope of a token for this target.
+    pub fn token_scope(self) -> &'static str {
+        match self {
+            Target::AzureStorage => super::entra::STORAGE_SCOPE,
+            Target::CosmosDb => super::entra::COSMOS_SCOPE,
+        }
+    }
 }
 
 impl Account {
@@ -86,6 +128,7 @@ impl Account {
             queue_endpoint: Some(queue),
             blob_endpoint: Some(blob),
             credential: Credential::SharedKey(AccountKey::from_bytes(&DEV_KEY)),
+            target: None,
         })
     }
 
@@ -116,6 +159,7 @@ impl Account {
             queue_endpoint: None,
             blob_endpoint: None,
             credential,
+            target: None,
         }))
     }
 
@@ -166,6 +210,41 @@ impl Account {
         Arc::make_mut(&mut self.inner).credential = credential;
         self
     }
+
+    /// The service behind the table endpoint: as set with
+    /// [`with_target`](Account::with_target), else recognised from the
+    /// endpoint's host (see [`Target`]).
+    ///
+    /// ```
+    /// use tablekit::account::Target;
+    /// use tablekit::{Account, Credential};
+    ///
+    /// let cosmos = Account::new("acc", "https://acc.table.cosmos.azure.com:443/", Credential::Anonymous)?;
+    /// assert_eq!(cosmos.target(), Target::CosmosDb);
+    /// assert_eq!(Account::development().target(), Target::AzureStorage);
+    /// // The Cosmos DB emulator answers on localhost: say so.
+    /// let emulator = Account::new("localhost", "https://localhost:8902", Credential::Anonymous)?
+    ///     .with_target(Target::CosmosDb);
+    /// assert_eq!(emulator.target(), Target::CosmosDb);
+    /// # Ok::<(), tablekit::Error>(())
+    /// ```
+    pub fn target(&self) -> Target {
+        if let Some(target) = self.inner.target {
+            return target;
+        }
+        self.inner
+            .table_endpoint
+            .as_deref()
+            .and_then(|e| Endpoint::parse(e).ok())
+            .map_or(Target::AzureStorage, |e| Target::of_host(&e.host))
+    }
+
+    /// The same account with its table endpoint's service said explicitly.
+    #[must_use]
+    pub fn with_target(mut self, target: Target) -> Self {
+        Arc::make_mut(&mut self.inner).target = Some(target);
+        self
+    }
 }
 
 impl fmt::Debug for Account {
@@ -177,6 +256,7 @@ impl fmt::Debug for Account {
             .field("queue_endpoint", &inner.queue_endpoint)
             .field("blob_endpoint", &inner.blob_endpoint)
             .field("credential", &inner.credential)
+            .field("target", &self.target())
             .finish()
     }
 }

@@ -27,13 +27,20 @@
 // One room per job: the account and its endpoints, the connection-string
 // parser, the credentials, the SAS builders. How a request is signed with a
 // credential is the HTTP backend's business (`backend/http/signer.rs`).
+#[cfg(feature = "entra")]
+mod azure_identity;
 mod connection_string;
 mod credential;
 mod endpoints;
+mod entra;
 mod sas;
 
-pub use credential::{AccountKey, Credential, SasToken, TokenCredential};
-pub use endpoints::Account;
+pub use credential::{AccountKey, Credential, SasToken};
+pub use endpoints::{Account, Target};
+pub(crate) use entra::TokenCache;
+pub use entra::{
+    AccessToken, EntraCredential, TokenCredential, TokenRequest, COSMOS_SCOPE, STORAGE_SCOPE,
+};
 pub(crate) use sas::{check_policy_id, MAX_POLICY_ID_CHARS};
 pub use sas::{
     AccountSas, AccountSasPermissions, AccountSasResourceTypes, AccountSasServices, BlobSas,

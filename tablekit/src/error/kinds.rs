@@ -229,3 +229,18 @@ impl fmt::Display for ConfigError {
         write!(f, "configuration error: {}", self.message)
     }
 }
+
+/// A token credential (Microsoft Entra ID) could not give a token, or the
+/// service refused the one it gave.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct CredentialError {
+    /// What went wrong; never contains a token or a secret.
+    pub message: String,
+}
+
+impl fmt::Display for CredentialError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "credential error: {}", self.message)
+    }
+}

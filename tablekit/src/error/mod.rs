@@ -13,7 +13,9 @@ mod kinds;
 mod validation;
 pub use codes::ErrorCode;
 pub(crate) use kinds::TransportKind;
-pub use kinds::{ConfigError, ConstraintError, DecodeError, ServiceError, TransportError};
+pub use kinds::{
+    ConfigError, ConstraintError, CredentialError, DecodeError, ServiceError, TransportError,
+};
 pub use validation::{KeyKind, ParseError, ValidationError};
 
 /// The result type of tablekit operations.
@@ -66,6 +68,8 @@ pub enum ErrorKind {
     /// owns, such as a value of a unique index held by another entity (built
     /// by pattern crates with [`Error::constraint`]).
     Constraint(ConstraintError),
+    /// A token credential could not give a bearer token (Microsoft Entra ID).
+    Credential(CredentialError),
 }
 
 impl Error {
@@ -472,6 +476,48 @@ impl Error {
         .into()
     }
 
+    /// An error of a [`TokenCredential`](crate::account::TokenCredential):
+    /// the token could not be had. The message must not contain a secret.
+    ///
+    /// ```
+    /// let e = tablekit::Error::credential("the managed identity endpoint did not answer");
+    /// assert!(e.is_credential_error());
+    /// assert_eq!(e.to_string(), "credential error: the managed identity endpoint did not answer");
+    /// ```
+    pub fn credential(message: impl Into<String>) -> Self {
+        ErrorKind::Credential(CredentialError {
+            message: message.into(),
+        })
+        .into()
+    }
+
+    /// Whether a token credential failed ([`ErrorKind::Credential`]).
+    pub fn is_credential_error(&self) -> bool {
+        matches!(self.inner.kind, ErrorKind::Credential(_))
+    }
+
+    /// A service error with `note` added to the first line of its message
+    /// (what the client knows about why the service refused the request);
+    /// other errors unchanged.
+    pub(crate) fn with_service_note(mut self, note: &str) -> Self {
+        if let ErrorKind::Service(e) = &mut self.inner.kind {
+            let message = e.message.take().unwrap_or_default();
+            let (first, rest) = message.split_once('\n').unwrap_or((&message, ""));
+            let mut noted = String::with_capacity(message.len() + note.len() + 3);
+            noted.push_str(first);
+            if !first.is_empty() {
+                noted.push(' ');
+            }
+            noted.push_str(note);
+            if !rest.is_empty() {
+                noted.push('\n');
+                noted.push_str(rest);
+            }
+            e.message = Some(noted);
+        }
+        self
+    }
+
     pub(crate) fn config(message: impl Into<String>) -> Self {
         ErrorKind::Config(ConfigError {
             message: message.into(),
@@ -533,6 +579,7 @@ impl fmt::Display for Error {
             ErrorKind::Config(e) => fmt::Display::fmt(e, f),
             ErrorKind::NoEntity(table) => write!(f, "no entity of table {table} matched the query"),
             ErrorKind::Constraint(c) => fmt::Display::fmt(c, f),
+            ErrorKind::Credential(c) => fmt::Display::fmt(c, f),
         }?;
         if self.inner.ambiguous {
             f.write_str("; the outcome is unknown: an attempt may have been applied")?;
@@ -569,7 +616,8 @@ fn retryable(kind: &ErrorKind) -> bool {
         | ErrorKind::Decode(_)
         | ErrorKind::Config(_)
         | ErrorKind::NoEntity(_)
-        | ErrorKind::Constraint(_) => false,
+        | ErrorKind::Constraint(_)
+        | ErrorKind::Credential(_) => false,
     }
 }
 

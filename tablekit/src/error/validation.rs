@@ -219,6 +219,14 @@ pub enum ValidationError {
         /// Which rule it breaks.
         reason: String,
     },
+    /// A limit or rule of the Azure Cosmos DB Table API that Azure Storage
+    /// does not have: the account's [`Target`](crate::account::Target) is Cosmos DB.
+    #[error("the Cosmos DB Table API would refuse this: {reason}")]
+    #[non_exhaustive]
+    CosmosDb {
+        /// Which rule, and by how much.
+        reason: String,
+    },
     /// A continuation token string could not be parsed.
     #[error("continuation token is malformed: {reason}")]
     #[non_exhaustive]

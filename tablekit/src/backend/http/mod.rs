@@ -28,6 +28,7 @@ pub(crate) mod batch;
 pub(crate) mod blob;
 #[cfg(feature = "blob")]
 mod blob_xml;
+mod cosmos;
 pub(crate) mod limits;
 pub(crate) mod pipeline;
 #[cfg(feature = "queue")]
@@ -58,6 +59,8 @@ pub(crate) struct HttpBackend {
     metadata: Option<Metadata>,
     /// The secondary location, for stats.
     secondary: admin::Secondary,
+    /// The account is a Cosmos DB Table API one: its own limits are checked too.
+    cosmos: bool,
 }
 
 impl fmt::Debug for HttpBackend {
@@ -78,6 +81,7 @@ impl HttpBackend {
         Ok(HttpBackend {
             pipeline: Pipeline::new(Service::Table, &account, endpoint, options)?,
             secondary: admin::Secondary::new(Service::Table, &account, options),
+            cosmos: account.target() == crate::account::Target::CosmosDb,
             account,
             metadata: options.metadata,
         })
@@ -332,7 +336,11 @@ impl HttpBackend {
 impl Backend for HttpBackend {
     async fn execute(&self, op: Operation<'_>) -> Result<Response> {
         let span = Pipeline::span(op.name(), Some(op.table().unwrap_or("")));
-        let req = self.build(&op)?;
+        let mut req = self.build(&op)?;
+        if self.cosmos {
+            cosmos::tunnel_merge(&mut req);
+            cosmos::check(&op, &req)?;
+        }
         self.pipeline
             .call(&req, op.name(), op.repeat(), span, |resp| {
                 self.interpret(&op, resp)

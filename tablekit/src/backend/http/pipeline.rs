@@ -276,6 +276,7 @@ impl Pipeline {
         .instrument(span.clone())
         .await;
         span.record("duration_us", start.elapsed().as_micros() as u64);
+        let result = result.map_err(|e| self.signer.explain(e));
         if let Err(e) = &result {
             span.in_scope(|| tracing::debug!(error = %e, "request failed"));
         }
@@ -308,7 +309,16 @@ impl Pipeline {
             headers,
             body: &req.body,
         };
+        // A bearer signer may want the request once more after a 401 (a
+        // challenge): keep what it needs to sign again.
+        let again = self
+            .signer
+            .reads_challenges()
+            .then(|| attempt.headers.clone());
         self.signer.sign(&mut attempt).await?;
+        let sent = again
+            .as_ref()
+            .and(attempt.headers.get(http::header::AUTHORIZATION).cloned());
         let request = http_request(
             attempt.method,
             attempt.path,
@@ -317,7 +327,31 @@ impl Pipeline {
             attempt.headers,
             attempt.body.clone(),
         )?;
-        let resp = self.transport.send(request).await?;
+        let mut resp = self.transport.send(request).await?;
+        if let Some(headers) = again {
+            if resp.status() == http::StatusCode::UNAUTHORIZED
+                && self.signer.unauthorized(sent.as_ref(), resp.headers())
+            {
+                let mut attempt = Attempt {
+                    method: &req.method,
+                    path,
+                    query: &req.query,
+                    encoded_query: encoded_query.to_owned(),
+                    headers,
+                    body: &req.body,
+                };
+                self.signer.sign(&mut attempt).await?;
+                let request = http_request(
+                    attempt.method,
+                    attempt.path,
+                    &attempt.encoded_query,
+                    None,
+                    attempt.headers,
+                    attempt.body.clone(),
+                )?;
+                resp = self.transport.send(request).await?;
+            }
+        }
         self.limits.check_head(resp.headers())?;
         Ok(resp)
     }

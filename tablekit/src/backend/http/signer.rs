@@ -32,7 +32,7 @@ use base64::Engine as _;
 use chrono::{DateTime, Datelike as _, Timelike as _, Utc};
 
 use super::wire::{header_value, names};
-use crate::account::{Account, AccountKey, Credential, SasToken, TokenCredential};
+use crate::account::{Account, AccountKey, Credential, SasToken, TokenCache};
 use crate::error::{Error, Result};
 
 /// The service a request goes to: it decides the form of a Shared Key signature.
@@ -94,6 +94,24 @@ impl Attempt<'_> {
 pub(crate) trait RequestSigner: Send + Sync + fmt::Debug {
     /// Signs `attempt` in place: an `Authorization` header or a query.
     async fn sign(&self, attempt: &mut Attempt<'_>) -> Result<()>;
+
+    /// Whether a `401` answer means something to this signer (bearer tokens),
+    /// so that the pipeline keeps the `Authorization` it sent.
+    fn reads_challenges(&self) -> bool {
+        false
+    }
+
+    /// The service answered `401` (headers `answer`) to an attempt that sent
+    /// `Authorization: sent`. `true`: sign the request again and send it once more.
+    fn unauthorized(&self, _sent: Option<&HeaderValue>, _answer: &HeaderMap) -> bool {
+        false
+    }
+
+    /// The error of a call signed by this signer, with what the signer knows
+    /// about why the service refused it.
+    fn explain(&self, error: Error) -> Error {
+        error
+    }
 }
 
 /// The signer of `account`'s credential for `service`.
@@ -122,7 +140,22 @@ pub(crate) fn for_account(service: Service, account: &Account) -> Result<Arc<dyn
             )))
         }
         Credential::Sas(token) => Arc::new(Sas(token.clone())),
-        Credential::Bearer(tokens) => Arc::new(Bearer(tokens.clone())),
+        Credential::Bearer(entra) => {
+            let endpoint = match service {
+                Service::Table => account.table_endpoint(),
+                #[cfg(feature = "queue")]
+                Service::Queue => account.queue_endpoint(),
+                #[cfg(feature = "blob")]
+                Service::Blob => account.blob_endpoint(),
+            };
+            refuse_plain_http(service, endpoint.unwrap_or(""))?;
+            let scope = match service {
+                Service::Table => account.target().token_scope(),
+                #[cfg(any(feature = "queue", feature = "blob"))]
+                _ => crate::account::STORAGE_SCOPE,
+            };
+            Arc::new(Bearer(entra.cache(scope)))
+        }
         _ => Arc::new(Anonymous),
     })
 }
@@ -245,8 +278,37 @@ impl RequestSigner for Sas {
     }
 }
 
-/// A bearer token, fetched for each attempt.
-struct Bearer(Arc<dyn TokenCredential>);
+/// A bearer token must not travel in clear text: refused over `http://`
+/// (as the Azure SDKs do), except to a loopback address, where scripted test
+/// servers listen.
+fn refuse_plain_http(service: Service, endpoint: &str) -> Result<()> {
+    let Ok(uri) = endpoint.parse::<http::Uri>() else {
+        return Ok(());
+    };
+    if uri
+        .scheme_str()
+        .is_some_and(|s| s.eq_ignore_ascii_case("https"))
+    {
+        return Ok(());
+    }
+    let host = uri.host().unwrap_or("");
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if loopback {
+        return Ok(());
+    }
+    Err(Error::config(format!(
+        "the {} endpoint is http://: bearer tokens (Microsoft Entra ID) are sent only over https",
+        service.name()
+    )))
+}
+
+/// A bearer token from the account's token cache for the service's scope.
+struct Bearer(Arc<TokenCache>);
 
 impl fmt::Debug for Bearer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -257,12 +319,52 @@ impl fmt::Debug for Bearer {
 #[async_trait::async_trait]
 impl RequestSigner for Bearer {
     async fn sign(&self, attempt: &mut Attempt<'_>) -> Result<()> {
-        let token = self.0.bearer_token().await?;
-        attempt.headers.insert(
-            header::AUTHORIZATION,
-            sensitive(&format!("Bearer {token}"))?,
-        );
+        let token = self.0.token().await?;
+        let mut value = String::with_capacity(7 + token.len());
+        value.push_str("Bearer ");
+        value.push_str(&token);
+        let value = sensitive(&value).map_err(|_| {
+            Error::credential(format!(
+                "the token for {} is not valid in an HTTP header",
+                self.0.scope()
+            ))
+        })?;
+        attempt.headers.insert(header::AUTHORIZATION, value);
         Ok(())
+    }
+
+    fn reads_challenges(&self) -> bool {
+        true
+    }
+
+    fn explain(&self, error: Error) -> Error {
+        use crate::error::ErrorCode;
+        let refused = matches!(error.status(), Some(401 | 403))
+            && matches!(
+                error.code(),
+                Some(ErrorCode::AuthenticationFailed | ErrorCode::InvalidAuthenticationInfo)
+            );
+        if !refused {
+            return error;
+        }
+        let note = format!(
+            "[the bearer token for scope {} was refused: check that the scope (audience) \
+             matches the target, the token's tenant and expiry, and that the identity holds \
+             a data role on the account]",
+            self.0.scope()
+        );
+        error.with_service_note(&note)
+    }
+
+    fn unauthorized(&self, sent: Option<&HeaderValue>, answer: &HeaderMap) -> bool {
+        let sent = sent
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        let challenge = answer
+            .get(header::WWW_AUTHENTICATE)
+            .and_then(|v| v.to_str().ok());
+        self.0.unauthorized(sent, challenge)
     }
 }
 

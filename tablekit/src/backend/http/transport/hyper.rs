@@ -68,7 +68,11 @@ impl HyperTransport {
     ) -> Result<Self> {
         let origin = Origin::of(endpoint)?;
         let tls = if origin.https {
-            Some(Tls::new(&origin.host, extra_roots)?)
+            Some(Tls::new(
+                &origin.host,
+                &options.root_certificates,
+                extra_roots,
+            )?)
         } else {
             None
         };

@@ -29,6 +29,7 @@ pub(crate) use self::common::Origin;
 pub(crate) use self::common::USER_AGENT;
 pub use self::proxy::Proxy;
 pub use self::service::{failure, Failure, HttpConnector, HttpResponse, HttpService, RequestHook};
+pub use self::tls::RootCertificate;
 use crate::error::{Error, Result};
 use crate::options::HttpOptions;
 #[cfg(feature = "reqwest")]

@@ -18,6 +18,12 @@ pub(crate) struct ReqwestTransport {
 impl ReqwestTransport {
     pub(crate) fn new(endpoint: &http::Uri, options: &HttpOptions) -> Result<Self> {
         let mut builder = reqwest::Client::builder();
+        for root in &options.root_certificates {
+            let certificate = reqwest::Certificate::from_der(root.der()).map_err(|_| {
+                Error::config("a root certificate of the HTTP options is not usable")
+            })?;
+            builder = builder.add_root_certificate(certificate);
+        }
         builder = match options.proxy.clone() {
             // As on the built-in transport: no environment variable is read.
             None => builder.no_proxy(),

@@ -1,0 +1,260 @@
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::*;
+use crate::error::Error;
+
+const T0: &str = "2026-11-26T10:00:00Z";
+
+/// A credential that numbers its tokens (`t1`, `t2`, ...), each valid for
+/// `lifetime` from the clock's time, yields a few times inside `get_token` so
+/// that concurrent callers overlap, and fails while `failing` is set.
+#[derive(Debug)]
+struct Numbered {
+    clock: ManualClock,
+    lifetime: chrono::Duration,
+    calls: AtomicUsize,
+    failing: Mutex<bool>,
+    requests: Mutex<Vec<TokenRequest>>,
+}
+
+impl Numbered {
+    fn new(clock: &ManualClock, lifetime: chrono::Duration) -> Arc<Self> {
+        Arc::new(Numbered {
+            clock: clock.clone(),
+            lifetime,
+            calls: AtomicUsize::new(0),
+            failing: Mutex::new(false),
+            requests: Mutex::default(),
+        })
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait::async_trait]
+impl TokenCredential for Numbered {
+    async fn get_token(&self, request: &TokenRequest) -> Result<AccessToken> {
+        for _ in 0..3 {
+            tokio::task::yield_now().await;
+        }
+        lock(&self.requests).push(request.clone());
+        if *lock(&self.failing) {
+            return Err(Error::credential("the token endpoint is down"));
+        }
+        let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        Ok(AccessToken::new(
+            format!("t{n}"),
+            self.clock.now() + self.lifetime,
+        ))
+    }
+}
+
+fn setup(lifetime_minutes: i64) -> (ManualClock, Arc<Numbered>, Arc<TokenCache>) {
+    let clock = ManualClock::new(T0.parse().unwrap());
+    let credential = Numbered::new(&clock, chrono::Duration::minutes(lifetime_minutes));
+    let entra = EntraCredential::from_arc(credential.clone()).with_clock(clock.clone());
+    let cache = entra.cache(STORAGE_SCOPE);
+    (clock, credential, cache)
+}
+
+fn minutes(m: u64) -> Duration {
+    Duration::from_secs(m * 60)
+}
+
+#[tokio::test]
+async fn a_token_is_reused_until_five_minutes_before_it_expires() {
+    let (clock, credential, cache) = setup(60);
+    assert_eq!(&*cache.token().await.unwrap(), "t1");
+    assert_eq!(&*cache.token().await.unwrap(), "t1");
+    clock.advance(minutes(54));
+    assert_eq!(&*cache.token().await.unwrap(), "t1");
+    assert_eq!(credential.calls(), 1);
+    clock.advance(minutes(2));
+    assert_eq!(&*cache.token().await.unwrap(), "t2", "refreshed early");
+    assert_eq!(credential.calls(), 2);
+    let asked = lock(&credential.requests);
+    assert_eq!(asked[0].scopes, [STORAGE_SCOPE]);
+    assert_eq!(asked[0].tenant_id, None);
+}
+
+#[tokio::test]
+async fn a_short_lived_token_is_refreshed_at_half_its_life() {
+    let (clock, credential, cache) = setup(4);
+    assert_eq!(&*cache.token().await.unwrap(), "t1");
+    clock.advance(Duration::from_secs(119));
+    assert_eq!(&*cache.token().await.unwrap(), "t1");
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(&*cache.token().await.unwrap(), "t2");
+    assert_eq!(credential.calls(), 2);
+}
+
+#[tokio::test]
+async fn an_expired_token_is_never_sent() {
+    let (clock, credential, cache) = setup(60);
+    assert_eq!(&*cache.token().await.unwrap(), "t1");
+    clock.advance(minutes(120));
+    assert_eq!(&*cache.token().await.unwrap(), "t2");
+    assert_eq!(credential.calls(), 2);
+}
+
+#[tokio::test]
+async fn callers_without_a_valid_token_share_one_fetch() {
+    let (clock, credential, cache) = setup(60);
+    let tokens = futures::future::join_all((0..16).map(|_| cache.token())).await;
+    assert!(tokens.iter().all(|t| t.as_deref().ok() == Some("t1")));
+    assert_eq!(credential.calls(), 1, "one fetch for sixteen callers");
+
+    clock.advance(minutes(90));
+    let tokens = futures::future::join_all((0..16).map(|_| cache.token())).await;
+    assert!(tokens.iter().all(|t| t.as_deref().ok() == Some("t2")));
+    assert_eq!(credential.calls(), 2);
+}
+
+#[tokio::test]
+async fn during_a_refresh_the_other_callers_keep_the_valid_token() {
+    let (clock, credential, cache) = setup(60);
+    cache.token().await.unwrap();
+    clock.advance(minutes(57));
+    let tokens: Vec<String> = futures::future::join_all((0..8).map(|_| cache.token()))
+        .await
+        .into_iter()
+        .map(|t| t.unwrap().to_string())
+        .collect();
+    assert_eq!(credential.calls(), 2, "one refresh");
+    assert_eq!(
+        tokens.iter().filter(|t| *t == "t2").count(),
+        1,
+        "{tokens:?}"
+    );
+    assert_eq!(
+        tokens.iter().filter(|t| *t == "t1").count(),
+        7,
+        "{tokens:?}"
+    );
+    assert_eq!(&*cache.token().await.unwrap(), "t2");
+}
+
+#[tokio::test]
+async fn a_failed_refresh_keeps_the_valid_token_and_waits_before_trying_again() {
+    let (clock, credential, cache) = setup(60);
+    cache.token().await.unwrap();
+    clock.advance(minutes(56));
+    *lock(&credential.failing) = true;
+    assert_eq!(
+        &*cache.token().await.unwrap(),
+        "t1",
+        "the old token still works"
+    );
+    let tries = lock(&credential.requests).len();
+    clock.advance(Duration::from_secs(20));
+    assert_eq!(&*cache.token().await.unwrap(), "t1");
+    assert_eq!(
+        lock(&credential.requests).len(),
+        tries,
+        "no retry within 30 s"
+    );
+    clock.advance(Duration::from_secs(11));
+    assert_eq!(&*cache.token().await.unwrap(), "t1");
+    assert_eq!(
+        lock(&credential.requests).len(),
+        tries + 1,
+        "retried after 30 s"
+    );
+    clock.advance(minutes(5));
+    let e = cache.token().await.unwrap_err();
+    assert!(e.is_credential_error(), "{e}");
+    assert!(e.to_string().contains("the token endpoint is down"), "{e}");
+    *lock(&credential.failing) = false;
+    assert_eq!(&*cache.token().await.unwrap(), "t2");
+}
+
+#[tokio::test]
+async fn a_401_drops_the_token_that_was_sent_and_only_that_one() {
+    let (_clock, credential, cache) = setup(60);
+    cache.token().await.unwrap();
+    // A stale 401 (for a token already replaced) leaves the current one alone.
+    assert!(!cache.unauthorized("t0", None));
+    assert_eq!(&*cache.token().await.unwrap(), "t1");
+    // A 401 without a challenge: dropped, not retried.
+    assert!(!cache.unauthorized("t1", None));
+    assert_eq!(&*cache.token().await.unwrap(), "t2");
+    assert_eq!(credential.calls(), 2);
+}
+
+#[tokio::test]
+async fn a_challenge_naming_a_tenant_switches_every_scope_to_it() {
+    let clock = ManualClock::new(T0.parse().unwrap());
+    let credential = Numbered::new(&clock, chrono::Duration::minutes(60));
+    let entra = EntraCredential::from_arc(credential.clone()).with_clock(clock);
+    let storage = entra.cache(STORAGE_SCOPE);
+    let cosmos = entra.cache(COSMOS_SCOPE);
+    assert!(Arc::ptr_eq(&storage, &entra.clone().cache(STORAGE_SCOPE)));
+    storage.token().await.unwrap();
+    cosmos.token().await.unwrap();
+    let challenge = "Bearer authorization_uri=https://login.microsoftonline.com/72f988bf-86f1-41af-91ab-2d7cd011db47/oauth2/authorize resource_id=https://storage.azure.com";
+    assert!(storage.unauthorized("t1", Some(challenge)));
+    assert_eq!(
+        entra.tenant().as_deref(),
+        Some("72f988bf-86f1-41af-91ab-2d7cd011db47")
+    );
+    assert_eq!(&*storage.token().await.unwrap(), "t3");
+    assert_eq!(&*cosmos.token().await.unwrap(), "t4", "the other scope too");
+    let asked = lock(&credential.requests);
+    assert_eq!(asked[2].tenant_id.as_deref(), entra.tenant().as_deref());
+    assert_eq!(asked[3].scopes, [COSMOS_SCOPE]);
+}
+
+#[test]
+fn an_explicit_scope_and_tenant_win() {
+    let clock = ManualClock::new(T0.parse().unwrap());
+    let credential = Numbered::new(&clock, chrono::Duration::minutes(60));
+    let entra = EntraCredential::from_arc(credential)
+        .with_tenant("contoso")
+        .with_scope("https://acc.table.core.windows.net/.default");
+    assert_eq!(
+        entra.cache(COSMOS_SCOPE).scope(),
+        "https://acc.table.core.windows.net/.default"
+    );
+    assert_eq!(entra.tenant().as_deref(), Some("contoso"));
+    assert!(!format!("{entra:?}").contains("Numbered"));
+}
+
+#[test]
+fn bearer_challenges_are_read_as_the_sdks_read_them() {
+    let parsed = BearerChallenge::parse(
+        "Bearer authorization_uri=\"https://login.microsoftonline.com/tenant-1/oauth2/authorize\", resource_id=\"https://storage.azure.com\"",
+    )
+    .unwrap();
+    assert_eq!(parsed.tenant.as_deref(), Some("tenant-1"));
+    assert_eq!(
+        parsed.resource.as_deref(),
+        Some("https://storage.azure.com")
+    );
+    let parsed = BearerChallenge::parse(
+        "bearer authorization_uri=https://login.microsoftonline.com/t2/oauth2/authorize",
+    )
+    .unwrap();
+    assert_eq!(parsed.tenant.as_deref(), Some("t2"));
+    assert_eq!(
+        BearerChallenge::parse("Bearer"),
+        Some(BearerChallenge {
+            tenant: None,
+            resource: None
+        })
+    );
+    assert_eq!(BearerChallenge::parse("Basic realm=x"), None);
+    assert_eq!(BearerChallenge::parse("Bearerish x=y"), None);
+    // A tenant with characters no tenant has is not taken.
+    let parsed = BearerChallenge::parse("Bearer authorization_uri=https://x/a%2Fb/oauth2").unwrap();
+    assert_eq!(parsed.tenant, None);
+}
+
+#[test]
+fn debug_never_shows_the_token() {
+    let token = AccessToken::new("SECRET", T0.parse().unwrap());
+    let text = format!("{token:?}");
+    assert!(!text.contains("SECRET"), "{text}");
+    assert!(text.contains("2026-11-26"), "{text}");
+}

@@ -1,0 +1,178 @@
+//! The Azure Cosmos DB Table API's own rules, checked before a request to an
+//! account whose [`Target`](crate::account::Target) is Cosmos DB is sent,
+//! where they are stricter than Azure Storage's (which the clients check for
+//! every target). From "Azure Cosmos DB for Table: frequently asked
+//! questions", *Where is API for Table not identical with Azure Table storage
+//! behavior?*:
+//!
+//! - RowKeys are at most 255 bytes;
+//! - a batch (entity group transaction) is at most 2 MB;
+//! - the property names `id`, `rid`, `etag` and `ResourceId` are reserved.
+//!
+//! One wire difference is special-cased as the Python SDK does for Cosmos DB
+//! endpoints ([`tunnel_merge`]): a merge (`MERGE`, single or inside a batch)
+//! goes as `POST` with `X-HTTP-Method: MERGE`.
+//!
+//! Where Cosmos DB is more permissive (entities up to 2 MB, `$top` above
+//! 1,000), tablekit keeps Azure Storage's limits, so a table's data and code
+//! move between the two unchanged; guide chapter 6 lists every difference and
+//! what tablekit does about it.
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue};
+use http::Method;
+use serde_json::Value;
+
+use super::pipeline::Outgoing;
+use crate::backend::{BatchOp, Operation};
+use crate::error::{Error, Result, ValidationError};
+
+/// The longest RowKey the Cosmos DB Table API stores, in UTF-8 bytes.
+pub(crate) const MAX_ROW_KEY_BYTES: usize = 255;
+/// The largest batch request the Cosmos DB Table API takes, in bytes.
+pub(crate) const MAX_BATCH_BYTES: usize = 2 * 1024 * 1024;
+/// Property names the Cosmos DB Table API reserves (compared without regard to case).
+pub(crate) const RESERVED_PROPERTIES: [&str; 4] = ["id", "rid", "etag", "ResourceId"];
+
+fn refuse(reason: String) -> Error {
+    Error::invalid(ValidationError::CosmosDb { reason })
+}
+
+fn check_row_key(row_key: &str) -> Result<()> {
+    if row_key.len() > MAX_ROW_KEY_BYTES {
+        return Err(refuse(format!(
+            "the RowKey is {} bytes (UTF-8); Cosmos DB takes at most {MAX_ROW_KEY_BYTES}",
+            row_key.len()
+        )));
+    }
+    Ok(())
+}
+
+/// The RowKey and the property names of an entity's JSON.
+fn check_entity_json(body: &[u8]) -> Result<()> {
+    // The client wrote this JSON; what does not parse is not ours to judge.
+    let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(body) else {
+        return Ok(());
+    };
+    for name in map.keys() {
+        let property = name.split('@').next().unwrap_or(name);
+        if let Some(reserved) = RESERVED_PROPERTIES
+            .iter()
+            .find(|r| r.eq_ignore_ascii_case(property))
+        {
+            return Err(refuse(format!(
+                "the property name {property:?} is reserved by Cosmos DB ({reserved:?}; reserved: {})",
+                RESERVED_PROPERTIES.join(", ")
+            )));
+        }
+    }
+    if let Some(Value::String(row_key)) = map.get("RowKey") {
+        check_row_key(row_key)?;
+    }
+    Ok(())
+}
+
+fn check_batch_op(op: &BatchOp) -> Result<()> {
+    check_row_key(&op.key.row_key)?;
+    if let Some(body) = &op.body {
+        check_entity_json(body)?;
+    }
+    Ok(())
+}
+
+/// Refuses `op` (built as `req`) if the Cosmos DB Table API would.
+pub(crate) fn check(op: &Operation<'_>, req: &Outgoing) -> Result<()> {
+    match op {
+        Operation::Insert { .. } => check_entity_json(&req.body),
+        Operation::Write { key, .. } => {
+            check_row_key(&key.row_key)?;
+            check_entity_json(&req.body)
+        }
+        Operation::Delete { key, .. } | Operation::Get { key, .. } => check_row_key(&key.row_key),
+        Operation::Transaction { ops, .. } => {
+            for (index, op) in ops.iter().enumerate() {
+                check_batch_op(op).map_err(|e| match e.validation() {
+                    Some(ValidationError::CosmosDb { reason }) => {
+                        refuse(format!("transaction operation {index}: {reason}"))
+                    }
+                    _ => e,
+                })?;
+            }
+            if req.body.len() > MAX_BATCH_BYTES {
+                return Err(refuse(format!(
+                    "the transaction's request is {} bytes; Cosmos DB takes batches of at most {MAX_BATCH_BYTES}",
+                    req.body.len()
+                )));
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `X-HTTP-Method`, the header that names the verb a `POST` stands for.
+const X_HTTP_METHOD: HeaderName = HeaderName::from_static("x-http-method");
+
+/// Sends merges as `POST` + `X-HTTP-Method: MERGE`, the form the Python SDK
+/// rewrites every merge into for Cosmos DB endpoints: the request itself,
+/// and each merge inside a batch body.
+pub(crate) fn tunnel_merge(req: &mut Outgoing) {
+    if req.method.as_str() == "MERGE" {
+        req.method = Method::POST;
+        req.headers
+            .push((X_HTTP_METHOD, HeaderValue::from_static("MERGE")));
+        return;
+    }
+    if req.resource != "$batch" {
+        return;
+    }
+    // A part's request line follows `Content-Transfer-Encoding: binary` and a
+    // blank line; entity JSON never holds a raw CR LF, so the pattern cannot
+    // occur inside a body.
+    const PART: &[u8] = b"binary\r\n\r\nMERGE ";
+    let body = &req.body;
+    if memchr::memmem::find(body, PART).is_none() {
+        return;
+    }
+    let mut out = Vec::with_capacity(body.len() + 64);
+    let mut rest: &[u8] = body;
+    while let Some(at) = memchr::memmem::find(rest, PART) {
+        let line_start = at + PART.len() - b"MERGE ".len();
+        out.extend_from_slice(&rest[..line_start]);
+        out.extend_from_slice(b"POST ");
+        let after_verb = &rest[at + PART.len()..];
+        let line_end = memchr::memmem::find(after_verb, b"\r\n").unwrap_or(after_verb.len());
+        out.extend_from_slice(&after_verb[..line_end]);
+        out.extend_from_slice(b"\r\nX-HTTP-Method: MERGE");
+        rest = &after_verb[line_end..];
+    }
+    out.extend_from_slice(rest);
+    req.body = Bytes::from(out);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reserved_names_are_found_whatever_their_case_and_annotation() {
+        for body in [
+            r#"{"PartitionKey":"p","RowKey":"r","id":"x"}"#,
+            r#"{"PartitionKey":"p","RowKey":"r","ETag":"x"}"#,
+            r#"{"PartitionKey":"p","RowKey":"r","resourceid@odata.type":"Edm.String","resourceid":"x"}"#,
+        ] {
+            let e = check_entity_json(body.as_bytes()).unwrap_err();
+            assert!(e.to_string().contains("reserved by Cosmos DB"), "{e}");
+        }
+        assert!(check_entity_json(br#"{"PartitionKey":"p","RowKey":"r","Identity":"x"}"#).is_ok());
+    }
+
+    #[test]
+    fn row_keys_are_measured_in_utf8_bytes() {
+        assert!(check_row_key(&"a".repeat(255)).is_ok());
+        assert!(check_row_key(&"a".repeat(256)).is_err());
+        // 128 two-byte characters: 256 bytes.
+        let e = check_row_key(&"\u{e9}".repeat(128)).unwrap_err();
+        assert!(e.to_string().contains("256 bytes"), "{e}");
+    }
+}
