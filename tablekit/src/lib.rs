@@ -24,6 +24,10 @@
 //!   partition, applied all or none.
 //! * Every failure is an [`Error`]; input the service would refuse is refused
 //!   before any request is sent.
+//! * Access: [`account`] signs SAS tokens (account SAS, and service SAS for a
+//!   table, queue, container or blob, optionally tied to one of the stored
+//!   access policies of [`acl`]); [`service_properties`] reads and sets each
+//!   service's logging, metrics and CORS rules.
 //!
 //! # Guide
 //!

@@ -8,7 +8,7 @@
 use chrono::{Duration, Utc};
 use tablekit::account::{
     AccountSas, AccountSasPermissions, AccountSasResourceTypes, AccountSasServices, BlobSas,
-    BlobSasPermissions, QueueSas, QueueSasPermissions, SasProtocol, SasToken, TableSas,
+    BlobSasPermissions, QueueSas, QueueSasPermissions, SasIpRange, SasProtocol, SasToken, TableSas,
     TableSasPermissions,
 };
 use tablekit::acl::StoredAccessPolicy;
@@ -291,8 +291,10 @@ async fn a_queue_sas_tied_to_a_policy_sends_until_the_policy_is_removed() {
             .expiry(expiry)])
         .await
         .unwrap();
+    // The address range is signed too (Azurite checks the signature, not the address).
     let sas = QueueSas::new(&name)
         .policy_id("senders")
+        .ip_range(SasIpRange::single(std::net::Ipv4Addr::LOCALHOST))
         .sign(&account)
         .unwrap();
     let sender =
@@ -364,4 +366,61 @@ async fn a_container_sas_tied_to_a_policy_reads_until_the_policy_is_removed() {
         .unwrap_err();
     assert_eq!(revoked.status(), Some(403), "{revoked}");
     container.delete_container().await.unwrap();
+}
+
+const LIST: AccountSasPermissions = AccountSasPermissions {
+    read: true,
+    write: false,
+    delete: false,
+    list: true,
+    add: false,
+    create: false,
+    update: false,
+    process: false,
+};
+
+/// Azurite does not check the caller's address, but it checks the signature,
+/// which covers `sip`: a wrong string-to-sign would be refused.
+#[tokio::test]
+async fn an_account_sas_with_an_address_range_is_signed_as_the_service_checks() {
+    let Some(account) = test_account() else {
+        return;
+    };
+    let sas = account_sas(TABLES, AccountSasResourceTypes::ALL, LIST)
+        .ip_range(SasIpRange::range(
+            std::net::Ipv4Addr::new(127, 0, 0, 1),
+            std::net::Ipv4Addr::new(127, 0, 0, 9),
+        ))
+        .sign(&account)
+        .unwrap();
+    assert!(sas.as_query().contains("&sip=127.0.0.1-127.0.0.9&"));
+    tables_with(&account, sas)
+        .list_tables()
+        .prefix("Zz")
+        .fetch_all()
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn an_https_only_account_sas_is_refused_over_http() {
+    let Some(account) = test_account() else {
+        return;
+    };
+    let sas = account_sas(TABLES, AccountSasResourceTypes::ALL, LIST)
+        .protocol(SasProtocol::Https)
+        .sign(&account)
+        .unwrap();
+    let refused = tables_with(&account, sas)
+        .list_tables()
+        .fetch_all()
+        .await
+        .unwrap_err();
+    assert_eq!(refused.status(), Some(403), "{refused}");
+    // The signature holds (it covers `spr`); the protocol is what is refused.
+    assert_eq!(
+        refused.code().map(|c| c.as_str()),
+        Some("AuthorizationProtocolMismatch"),
+        "{refused}"
+    );
 }

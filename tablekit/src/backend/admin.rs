@@ -93,6 +93,42 @@ impl AdminResponse {
     }
 }
 
+/// The refusal of a backend that does not carry out `op` (the default of
+/// each service's `admin`, for backends added without it).
+pub(crate) fn unsupported(op: &AdminOp<'_>) -> crate::Error {
+    crate::Error::config(format!("this backend does not support {}", op.name()))
+}
+
 fn unexpected(r: &AdminResponse) -> crate::Error {
     crate::Error::decode(format!("unexpected answer from the backend: {r:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{Backend, Operation, Response};
+
+    /// A backend written before access control: only `execute`.
+    #[derive(Debug)]
+    struct Bare;
+
+    #[async_trait::async_trait]
+    impl Backend for Bare {
+        async fn execute(&self, op: Operation<'_>) -> crate::Result<Response> {
+            Err(crate::Error::config(format!("bare: {}", op.name())))
+        }
+    }
+
+    #[test]
+    fn a_backend_without_access_control_refuses_it_by_name() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let err = rt.block_on(Bare.admin(AdminOp::GetProperties)).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("does not support get_service_properties"),
+            "{err}"
+        );
+    }
 }

@@ -643,9 +643,12 @@ impl fmt::Debug for BlobResponse {
 pub(crate) trait BlobBackend: Send + Sync + fmt::Debug {
     async fn blob(&self, op: BlobOp<'_>) -> Result<BlobResponse>;
 
-    /// Container ACLs and the Blob service's properties.
+    /// Container ACLs and the Blob service's properties. A backend that does
+    /// not carry them out refuses them by default.
     async fn admin(
         &self,
         op: crate::backend::admin::AdminOp<'_>,
-    ) -> Result<crate::backend::admin::AdminResponse>;
+    ) -> Result<crate::backend::admin::AdminResponse> {
+        Err(crate::backend::admin::unsupported(&op))
+    }
 }

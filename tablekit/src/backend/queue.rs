@@ -174,9 +174,12 @@ pub(crate) enum QueueResponse {
 pub(crate) trait QueueBackend: Send + Sync + fmt::Debug {
     async fn queue(&self, op: QueueOp<'_>) -> Result<QueueResponse>;
 
-    /// Queue ACLs and the Queue service's properties.
+    /// Queue ACLs and the Queue service's properties. A backend that does
+    /// not carry them out refuses them by default.
     async fn admin(
         &self,
         op: crate::backend::admin::AdminOp<'_>,
-    ) -> Result<crate::backend::admin::AdminResponse>;
+    ) -> Result<crate::backend::admin::AdminResponse> {
+        Err(crate::backend::admin::unsupported(&op))
+    }
 }

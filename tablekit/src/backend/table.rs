@@ -318,8 +318,11 @@ impl Payload {
 pub(crate) trait Backend: Send + Sync + fmt::Debug {
     async fn execute(&self, op: Operation<'_>) -> Result<Response>;
 
-    /// Table ACLs, the Table service's properties and stats.
-    async fn admin(&self, op: super::admin::AdminOp<'_>) -> Result<super::admin::AdminResponse>;
+    /// Table ACLs, the Table service's properties and stats. A backend that
+    /// does not carry them out refuses them by default.
+    async fn admin(&self, op: super::admin::AdminOp<'_>) -> Result<super::admin::AdminResponse> {
+        Err(super::admin::unsupported(&op))
+    }
 
     /// Whether single writes should come as [`EntityBody::Bag`] rather than JSON.
     fn stores_property_bags(&self) -> bool {

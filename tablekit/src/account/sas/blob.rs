@@ -157,8 +157,9 @@ impl BlobSas {
     ///
     /// A configuration error if the account holds no key, if no permission or no
     /// expiry is set and no stored access policy is named, if the policy id is
-    /// empty or longer than 64 characters, if the IP range is backwards, if the start is not before the expiry, or if a blob SAS asks
-    /// for `list`; a validation error if the container or blob name is invalid.
+    /// empty or longer than 64 characters, if the IP range is backwards, if the
+    /// start is not before the expiry, or if a blob SAS asks for `list`; a
+    /// validation error if the container or blob name is invalid.
     pub fn sign(&self, account: &Account) -> Result<SasToken> {
         let key = signing_key(account)?;
         self.sign_with(account.account_name(), key)

@@ -146,8 +146,9 @@ impl QueueSas {
     ///
     /// A configuration error if the account holds no key, if no permission or no
     /// expiry is set and no stored access policy is named, if the policy id is
-    /// empty or longer than 64 characters, if the IP range is backwards, or if the start is not before the expiry; a validation error
-    /// if the queue name is invalid.
+    /// empty or longer than 64 characters, if the IP range is backwards, or if
+    /// the start is not before the expiry; a validation error if the queue name
+    /// is invalid.
     pub fn sign(&self, account: &Account) -> Result<SasToken> {
         let key = signing_key(account)?;
         self.sign_with(account.account_name(), key)

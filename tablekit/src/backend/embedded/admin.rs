@@ -84,3 +84,56 @@ impl AdminState {
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(id: &str) -> RawPolicy {
+        RawPolicy {
+            id: id.to_owned(),
+            start: None,
+            expiry: None,
+            permission: Some("r".to_owned()),
+        }
+    }
+
+    #[test]
+    fn a_sixth_policy_sent_past_the_client_gets_the_service_answer() {
+        let state = AdminState::default();
+        let six: Vec<_> = (0..6).map(|i| policy(&i.to_string())).collect();
+        let err = state
+            .run(
+                AdminOp::SetAcl {
+                    resource: "t",
+                    policies: &six,
+                },
+                |n| Ok(n.to_owned()),
+                Utc::now(),
+            )
+            .unwrap_err();
+        assert_eq!(err.status(), Some(400));
+        assert_eq!(err.code().map(|c| c.as_str()), Some("InvalidXmlDocument"));
+    }
+
+    #[test]
+    fn policies_are_kept_under_the_key_of_their_resource_until_forgotten() {
+        let state = AdminState::default();
+        let key = |n: &str| Ok(n.to_ascii_lowercase());
+        let set = AdminOp::SetAcl {
+            resource: "Orders",
+            policies: &[policy("p")],
+        };
+        state.run(set, key, Utc::now()).unwrap();
+        let read = |name| {
+            state
+                .run(AdminOp::GetAcl { resource: name }, key, Utc::now())
+                .unwrap()
+                .into_acl()
+                .unwrap()
+        };
+        assert_eq!(read("ORDERS"), [policy("p")]);
+        state.forget("orders");
+        assert!(read("Orders").is_empty());
+    }
+}
