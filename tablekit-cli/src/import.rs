@@ -1,8 +1,104 @@
 //! What is wrong with an import line that did not decode, said in the terms
 //! of the input (its JSON values and columns), not of a service response.
 
+use std::io::{BufRead, Write};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
 use serde_json::Value;
+use tablekit::codec::entity_from_json;
 use tablekit::edm::EdmType;
+use tablekit::table::bulk::{BulkResult, Checkpoint};
+use tablekit::{DynamicEntity, TableClient, UpdateMode};
+
+use crate::progress::{summary, Progress};
+
+/// Upserts the entities of `input` (JSON lines) into `table` with the bulk
+/// writer; with `checkpoint`, resumes a run that stopped (the entities the
+/// checkpoint settled are skipped). A bad line ends the input: what came
+/// before it is written, then the line is reported.
+pub(crate) async fn import(
+    table: &TableClient<DynamicEntity>,
+    name: &str,
+    input: impl BufRead + Send,
+    checkpoint: Option<&Path>,
+    out: &mut impl Write,
+    warnings: &mut impl Write,
+) -> Result<(), String> {
+    let checkpoint = checkpoint
+        .map(Checkpoint::open)
+        .transpose()
+        .map_err(|e| e.to_string())?;
+    let skip = checkpoint.as_ref().map_or(0, Checkpoint::position);
+    let bad: Arc<Mutex<Option<String>>> = Arc::default();
+    let kept = bad.clone();
+    let mut entity = 0u64;
+    let entities = input
+        .lines()
+        .enumerate()
+        .filter(|(_, line)| line.as_ref().map_or(true, |l| !l.trim().is_empty()))
+        .filter(move |_| {
+            entity += 1;
+            entity > skip
+        })
+        .map_while(move |(i, line)| {
+            let decoded = line.map_err(|e| e.to_string()).and_then(|line| {
+                entity_from_json::<DynamicEntity>(line.as_bytes()).map_err(|e| {
+                    explain(&line).unwrap_or_else(|| {
+                        // The decoder's words are a response's: say "line".
+                        e.to_string().replace("cannot decode response: ", "")
+                    })
+                })
+            });
+            match decoded {
+                Ok(e) => Some(e),
+                Err(why) => {
+                    *kept.lock().unwrap() = Some(format!("line {}: {why}", i + 1));
+                    None
+                }
+            }
+        });
+    let bar = Progress::new(&format!("import {name}"));
+    let refusals: Arc<Mutex<Vec<String>>> = Arc::default();
+    let refused = refusals.clone();
+    let mut writer = table
+        .bulk()
+        .on_progress(|p| bar.bulk(p))
+        .on_outcome(move |o| {
+            let mut refused = refused.lock().unwrap();
+            if refused.len() < 10 {
+                if let BulkResult::Refused(e) | BulkResult::Ambiguous(e) = &o.result {
+                    refused.push(format!("entity {} ({}): {e}", o.position + 1, o.key));
+                }
+            }
+        });
+    if let Some(cp) = checkpoint {
+        writer = writer.checkpoint(cp);
+    }
+    let report = writer
+        .upsert_all(futures::stream::iter(entities), UpdateMode::Replace)
+        .await;
+    bar.finish();
+    let report = report.map_err(|e| e.to_string())?;
+    let w = |r: std::io::Result<()>| r.map_err(|e| e.to_string());
+    w(writeln!(
+        out,
+        "imported {} entities into {name}",
+        report.written
+    ))?;
+    w(writeln!(out, "{}", summary("imported", name, &report)))?;
+    for r in refusals.lock().unwrap().iter() {
+        w(writeln!(warnings, "tablekit-cli: not imported: {r}"))?;
+    }
+    if let Some(bad) = bad.lock().unwrap().take() {
+        return Err(bad);
+    }
+    let failed = report.refused + report.ambiguous;
+    if failed > 0 {
+        return Err(format!("{failed} entities were not imported (see above)"));
+    }
+    Ok(())
+}
 
 /// Why `line` is not an entity in the service's JSON form, or `None` when
 /// nothing here sees a fault (the caller then reports the decoder's own

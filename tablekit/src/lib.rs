@@ -126,6 +126,7 @@
 #[doc(hidden)]
 pub mod __fuzz;
 pub mod account;
+pub mod acl;
 mod backend;
 #[cfg(feature = "blob")]
 #[cfg_attr(docsrs, doc(cfg(feature = "blob")))]
@@ -144,6 +145,7 @@ pub mod options;
 #[cfg(feature = "queue")]
 #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
 pub mod queue;
+pub mod service_properties;
 pub mod storage;
 pub mod table;
 pub mod validate;

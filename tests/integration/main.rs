@@ -10,10 +10,12 @@
 
 mod common;
 
+mod acl;
 mod auth;
 mod batch;
 mod blob;
 mod blob_manage;
+mod bulk;
 mod crud;
 mod derive_crate_path;
 mod derive_flatten_names;
@@ -36,8 +38,11 @@ mod outcomes;
 mod query;
 mod query_dsl;
 mod queue;
+mod queue_interop;
 mod readme;
 mod retry;
+mod sas_account;
+mod service_properties;
 mod service_rules;
 mod tables;
 mod tracing;

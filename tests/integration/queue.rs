@@ -89,6 +89,8 @@ crate::on_both_with!(
     the_64_kib_limit_is_exact_on_the_wire,
     text_mode_round_trips_markup_and_multibyte_text,
     peek_leaves_the_dequeue_count_alone,
+    metadata_is_set_read_in_lower_case_replaced_and_cleared,
+    queues_are_listed_by_prefix_in_name_order_across_pages_with_metadata,
 );
 
 const SECOND: Duration = Duration::from_secs(1);
@@ -214,7 +216,10 @@ async fn receive_takes_up_to_max_in_order_and_peek_has_no_receipt(env: Env) {
 }
 
 async fn any_bytes_travel_base64_and_limits_are_checked_before_sending(env: Env) {
-    let q = env.fresh_queue().await;
+    let q = env
+        .fresh_queue()
+        .await
+        .with_encoding(MessageEncoding::Base64);
     let bytes: Vec<u8> = (0..=255).collect();
     q.send(&bytes).await.unwrap();
     assert_eq!(q.receive().await.unwrap()[0].body(), &bytes[..]);
@@ -454,7 +459,10 @@ async fn every_operation_on_a_missing_queue_is_queue_not_found(env: Env) {
 }
 
 async fn the_64_kib_limit_is_exact_on_the_wire(env: Env) {
-    let q = env.fresh_queue().await;
+    let q = env
+        .fresh_queue()
+        .await
+        .with_encoding(MessageEncoding::Base64);
     // Base64: 48 KiB of bytes is exactly 65,536 characters, which the service takes.
     let largest: Vec<u8> = (0..48 * 1024).map(|i| (i % 251) as u8).collect();
     q.send(&largest).await.unwrap();
@@ -512,15 +520,19 @@ async fn text_mode_round_trips_markup_and_multibyte_text(env: Env) {
     let err = q.send(over.as_str()).await.unwrap_err();
     assert!(err.is_invalid_input(), "{err}");
 
-    // A Text-mode message is not Base64: reading it as Base64 is a clear error.
+    // A Text-mode message that is not Base64 cannot have been Base64-encoded:
+    // a Base64 receiver takes it as the text it is, and says so.
     q.send("not base64!").await.unwrap();
-    let err = q
+    let m = q
         .clone()
         .with_encoding(MessageEncoding::Base64)
         .receive()
         .await
-        .unwrap_err();
-    assert!(err.to_string().contains("not Base64"), "{err}");
+        .unwrap()
+        .pop()
+        .unwrap();
+    assert_eq!(m.text().unwrap(), "not base64!");
+    assert_eq!(m.encoding(), MessageEncoding::Text);
 }
 
 async fn peek_leaves_the_dequeue_count_alone(env: Env) {
@@ -630,4 +642,159 @@ async fn a_send_whose_answer_was_lost_is_not_resent_and_is_ambiguous() {
     let (endpoint, _) = fake_server(vec![Answer::Drop]).await;
     let err = client(&endpoint).peek(1).await.unwrap_err();
     assert!(err.is_transport() && !err.is_ambiguous(), "{err:?}");
+}
+
+fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
+    p.iter()
+        .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+async fn metadata_is_set_read_in_lower_case_replaced_and_cleared(env: Env) {
+    let q = env.fresh_queue().await;
+    let p = q.properties().await.unwrap();
+    assert!(p.metadata().is_empty());
+    assert_eq!(p.approximate_message_count(), 0);
+
+    q.set_metadata([("Owner", "billing & ops"), ("tier", "gold")])
+        .await
+        .unwrap();
+    q.send("one").await.unwrap();
+    let p = q.properties().await.unwrap();
+    assert_eq!(
+        p.metadata(),
+        pairs(&[("owner", "billing & ops"), ("tier", "gold")])
+    );
+    assert_eq!(p.metadata_value("OWNER"), Some("billing & ops"));
+    assert_eq!(p.approximate_message_count(), 1);
+
+    // Replaced as a whole, not merged.
+    q.set_metadata([("tier", "silver")]).await.unwrap();
+    assert_eq!(
+        q.properties().await.unwrap().metadata(),
+        pairs(&[("tier", "silver")])
+    );
+
+    // A queue with metadata differs from one created without: the service's 409.
+    let err = q.create_queue_if_not_exists().await.unwrap_err();
+    assert_eq!(err.code(), Some(&ErrorCode::QueueAlreadyExists), "{err}");
+    q.create_queue().await.unwrap();
+
+    q.set_metadata(Vec::<(String, String)>::new())
+        .await
+        .unwrap();
+    assert!(q.properties().await.unwrap().metadata().is_empty());
+    assert!(!q.create_queue_if_not_exists().await.unwrap());
+
+    // Checked before any request.
+    for bad in [("a-b", "x"), ("ok", "caf\u{e9}"), ("ok", "trailing ")] {
+        let err = q.set_metadata([bad]).await.unwrap_err();
+        assert!(err.is_invalid_input(), "{bad:?}: {err}");
+    }
+
+    q.delete_queue().await.unwrap();
+    let err = q.set_metadata([("owner", "x")]).await.unwrap_err();
+    assert_eq!(err.code(), Some(&ErrorCode::QueueNotFound), "{err}");
+    let err = q.properties().await.unwrap_err();
+    assert_eq!(err.code(), Some(&ErrorCode::QueueNotFound), "{err}");
+    // A queue made again under the name starts with no metadata.
+    assert!(q.create_queue_if_not_exists().await.unwrap());
+    assert!(q.properties().await.unwrap().metadata().is_empty());
+    q.delete_queue().await.unwrap();
+}
+
+async fn queues_are_listed_by_prefix_in_name_order_across_pages_with_metadata(env: Env) {
+    let prefix = format!("lq{}-", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+    // Created in name order: Azurite's listing marker is its internal row id
+    // (NextMarker `199`), and with queues created out of name order its pages
+    // repeat and skip names (Python's SDK gets the same wrong listing from it:
+    // e,a,c,b,d created list as a,b,b,c,d). The service's marker is a name.
+    let names: Vec<String> = ["a", "b", "c", "d", "e"]
+        .iter()
+        .map(|s| format!("{prefix}{s}"))
+        .collect();
+    for n in &names {
+        env.queues.queue(n).unwrap().create_queue().await.unwrap();
+    }
+    let b = env.queues.queue(&format!("{prefix}b")).unwrap();
+    b.set_metadata([("Owner", "billing")]).await.unwrap();
+    // A neighbour outside the prefix.
+    let outside = env
+        .queues
+        .queue(&format!("{}x", &prefix[..prefix.len() - 1]))
+        .unwrap();
+    outside.create_queue().await.unwrap();
+
+    let listed = env
+        .queues
+        .list_queues()
+        .prefix(prefix.as_str())
+        .page_size(2)
+        .include_metadata()
+        .fetch_all()
+        .await
+        .unwrap();
+    let got: Vec<&str> = listed.iter().map(|q| q.name()).collect();
+    assert_eq!(got, names);
+    assert_eq!(listed[1].metadata(), pairs(&[("owner", "billing")]));
+    assert!(listed[0].metadata().is_empty());
+
+    // Without include_metadata, names only.
+    let plain = env
+        .queues
+        .list_queues()
+        .prefix(prefix.as_str())
+        .fetch_all()
+        .await
+        .unwrap();
+    assert_eq!(plain.len(), 5);
+    assert!(plain.iter().all(|q| q.metadata().is_empty()));
+
+    for n in [0, 5001] {
+        let err = env
+            .queues
+            .list_queues()
+            .page_size(n)
+            .fetch_all()
+            .await
+            .unwrap_err();
+        assert!(err.is_invalid_input(), "{n}: {err}");
+    }
+    for n in &names {
+        env.queues.queue(n).unwrap().delete_queue().await.unwrap();
+    }
+    outside.delete_queue().await.unwrap();
+}
+
+/// Queue metadata is kept in the store file: a reopen gives it back, for the
+/// properties and the listing; a deleted queue's metadata is gone with it.
+#[tokio::test]
+async fn queue_metadata_survives_a_reopen_of_the_store_file_and_dies_with_its_queue() {
+    let file = common::TempStore::new();
+    {
+        let queues = QueueServiceClient::embedded_at(file.path()).unwrap();
+        for n in ["jobs", "mail"] {
+            let q = queues.queue(n).unwrap();
+            q.create_queue().await.unwrap();
+            q.set_metadata([("owner", n)]).await.unwrap();
+        }
+        queues.queue("mail").unwrap().delete_queue().await.unwrap();
+    }
+    let queues = QueueServiceClient::embedded_at(file.path()).unwrap();
+    let jobs = queues.queue("jobs").unwrap();
+    assert_eq!(
+        jobs.properties().await.unwrap().metadata(),
+        pairs(&[("owner", "jobs")])
+    );
+    let listed = queues
+        .list_queues()
+        .include_metadata()
+        .fetch_all()
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].metadata(), pairs(&[("owner", "jobs")]));
+    let mail = queues.queue("mail").unwrap();
+    assert!(mail.create_queue_if_not_exists().await.unwrap());
+    assert!(mail.properties().await.unwrap().metadata().is_empty());
 }

@@ -1,5 +1,5 @@
-//! Table management against Azurite: create, delete, list with prefix and paging,
-//! and table-name validation before any I/O.
+//! Table management against Azurite: create, delete, list with prefix, filter
+//! and paging, and table-name validation before any I/O.
 
 use crate::common;
 
@@ -245,4 +245,101 @@ crate::both! {
         }
         svc.delete_table(&name).await.unwrap();
     }
+}
+
+crate::both! {
+    async fn list_tables_with_a_typed_filter_a_raw_filter_and_a_prefix_together(svc, backend) {
+        use tablekit::table::TableItem;
+        let (prefix, names, outsider) = prefixed_tables(&svc).await;
+        let [a, b, c] = [&names[0], &names[1], &names[2]];
+
+        // A range of names, typed: the outsider sorts after C, so `gt A` alone
+        // would take it; with the prefix it does not.
+        let mut listed = svc
+            .list_tables()
+            .filter(TableItem::NAME.gt(a.as_str()))
+            .prefix(&prefix)
+            .fetch_all()
+            .await
+            .unwrap();
+        listed.sort();
+        assert_eq!(listed, [b.clone(), c.clone()]);
+
+        // Equalities joined with `or`, not a range: the typed `is_in`.
+        let mut listed = svc
+            .list_tables()
+            .filter(TableItem::NAME.is_in([a.as_str(), outsider.as_str()]))
+            .fetch_all()
+            .await
+            .unwrap();
+        listed.sort();
+        let mut expected = vec![a.clone(), outsider.clone()];
+        expected.sort();
+        assert_eq!(listed, expected);
+
+        // The raw escape hatch, combined with a typed filter: both hold.
+        let raw = format!("TableName eq '{b}' or TableName eq '{c}' or TableName eq '{outsider}'");
+        let mut listed = svc
+            .list_tables()
+            .filter_raw(raw.as_str())
+            .filter(!TableItem::NAME.eq(c.as_str()))
+            .page_size(1)
+            .fetch_all()
+            .await
+            .unwrap();
+        listed.sort();
+        let mut expected = vec![b.clone(), outsider.clone()];
+        expected.sort();
+        assert_eq!(listed, expected, "across pages of one name");
+
+        // A filter that no name meets lists nothing.
+        let none = svc
+            .list_tables()
+            .filter(TableItem::NAME.eq(format!("{prefix}Nothing")))
+            .fetch_all()
+            .await
+            .unwrap();
+        assert!(none.is_empty(), "{none:?}");
+
+        for n in names.iter().chain([&outsider]) {
+            svc.delete_table(n).await.unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn list_tables_filters_are_checked_before_io() {
+    use tablekit::table::TableItem;
+    let svc = common::offline_service();
+    for raw in ["", "TableName eq", "TableName eq 'a' and"] {
+        let err = svc
+            .list_tables()
+            .filter_raw(raw)
+            .fetch_all()
+            .await
+            .unwrap_err();
+        common::assert_invalid(&err);
+    }
+    // 14 comparisons and the prefix's two are over the service's 15.
+    let names: Vec<String> = (0..14).map(|i| format!("T{i}")).collect();
+    let many = TableItem::NAME.is_in(names.iter().map(String::as_str));
+    let err = svc
+        .list_tables()
+        .filter(many.clone())
+        .fetch_all()
+        .await
+        .unwrap_err();
+    assert!(
+        !err.is_invalid_input(),
+        "14 pass the checks (then offline fails): {err}"
+    );
+    let err = svc
+        .list_tables()
+        .filter(many)
+        .prefix("T")
+        .fetch_all()
+        .await
+        .unwrap_err();
+    let msg = common::assert_invalid(&err);
+    assert!(msg.contains("16 comparisons"), "{msg}");
 }

@@ -195,8 +195,13 @@ impl Paused {
         let (r, g) = (reached.clone(), release.clone());
         let pause = Arc::new(pause);
         let paused = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // A paused run holds its message for as long as the case needs: on
+        // Azurite the cases' 2 s visibility can run out while the machine is
+        // loaded (a heartbeat late), and the message would then be received
+        // a second time by the run the case expects to see only the other.
         let worker = env
             .worker()
+            .visibility_timeout(Duration::from_secs(60))
             .concurrency(1)
             .step_hook(move |event| {
                 let (r, g) = (r.clone(), g.clone());

@@ -20,7 +20,9 @@
 //! connection-string error.
 //!
 //! [`TableSas`], [`QueueSas`] and [`BlobSas`] sign shared access signatures
-//! for one table, queue, container or blob with the account key.
+//! for one table, queue, container or blob with the account key, optionally
+//! tied to a stored access policy of that resource (see [`crate::acl`]);
+//! [`AccountSas`] signs one for whole services and their service-level calls.
 
 // One room per job: the account and its endpoints, the connection-string
 // parser, the credentials, the SAS builders. How a request is signed with a
@@ -32,7 +34,9 @@ mod sas;
 
 pub use credential::{AccountKey, Credential, SasToken, TokenCredential};
 pub use endpoints::Account;
+pub(crate) use sas::{check_policy_id, MAX_POLICY_ID_CHARS};
 pub use sas::{
-    BlobSas, BlobSasPermissions, QueueSas, QueueSasPermissions, SasProtocol, TableSas,
+    AccountSas, AccountSasPermissions, AccountSasResourceTypes, AccountSasServices, BlobSas,
+    BlobSasPermissions, QueueSas, QueueSasPermissions, SasIpRange, SasProtocol, TableSas,
     TableSasPermissions,
 };

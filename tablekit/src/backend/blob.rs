@@ -642,4 +642,10 @@ impl fmt::Debug for BlobResponse {
 #[async_trait::async_trait]
 pub(crate) trait BlobBackend: Send + Sync + fmt::Debug {
     async fn blob(&self, op: BlobOp<'_>) -> Result<BlobResponse>;
+
+    /// Container ACLs and the Blob service's properties.
+    async fn admin(
+        &self,
+        op: crate::backend::admin::AdminOp<'_>,
+    ) -> Result<crate::backend::admin::AdminResponse>;
 }

@@ -53,6 +53,22 @@ pub(crate) enum QueueOp<'a> {
     Count {
         queue: &'a str,
     },
+    /// The queue's metadata and message count (`GET ?comp=metadata`).
+    Properties {
+        queue: &'a str,
+    },
+    /// Replaces the queue's metadata; names are lower case and checked.
+    SetMetadata {
+        queue: &'a str,
+        metadata: &'a [(String, String)],
+    },
+    /// One page of the account's queues, by name.
+    List {
+        prefix: Option<&'a str>,
+        marker: Option<&'a str>,
+        max: Option<usize>,
+        metadata: bool,
+    },
 }
 
 impl QueueOp<'_> {
@@ -68,6 +84,9 @@ impl QueueOp<'_> {
             QueueOp::DeleteMessage { .. } => "delete_message",
             QueueOp::Clear { .. } => "clear_messages",
             QueueOp::Count { .. } => "queue_properties",
+            QueueOp::Properties { .. } => "get_queue_metadata",
+            QueueOp::SetMetadata { .. } => "set_queue_metadata",
+            QueueOp::List { .. } => "list_queues",
         }
     }
 
@@ -85,10 +104,15 @@ impl QueueOp<'_> {
     pub(crate) fn repeat(&self) -> Repeat {
         match self {
             QueueOp::Send { .. } => Repeat::Never,
-            QueueOp::Peek { .. } | QueueOp::Count { .. } => Repeat::Read,
-            QueueOp::Receive { .. } | QueueOp::Clear { .. } | QueueOp::Create { .. } => {
-                Repeat::Idempotent
-            }
+            QueueOp::Peek { .. }
+            | QueueOp::Count { .. }
+            | QueueOp::Properties { .. }
+            | QueueOp::List { .. } => Repeat::Read,
+            // Setting the same metadata twice leaves the same metadata.
+            QueueOp::Receive { .. }
+            | QueueOp::Clear { .. }
+            | QueueOp::Create { .. }
+            | QueueOp::SetMetadata { .. } => Repeat::Idempotent,
             QueueOp::Update { .. } | QueueOp::DeleteMessage { .. } | QueueOp::Delete { .. } => {
                 Repeat::Detected
             }
@@ -133,10 +157,26 @@ pub(crate) enum QueueResponse {
         next_visible_on: DateTime<Utc>,
     },
     Count(u64),
+    /// The queue's metadata (names lower case, sorted) and message count.
+    Properties {
+        count: u64,
+        metadata: Vec<(String, String)>,
+    },
+    /// A page of a queue listing: each queue's name and (when asked) metadata.
+    Queues {
+        queues: Vec<(String, Vec<(String, String)>)>,
+        next_marker: Option<String>,
+    },
 }
 
 /// Something that carries out queue requests: the HTTP client, or the embedded store.
 #[async_trait::async_trait]
 pub(crate) trait QueueBackend: Send + Sync + fmt::Debug {
     async fn queue(&self, op: QueueOp<'_>) -> Result<QueueResponse>;
+
+    /// Queue ACLs and the Queue service's properties.
+    async fn admin(
+        &self,
+        op: crate::backend::admin::AdminOp<'_>,
+    ) -> Result<crate::backend::admin::AdminResponse>;
 }

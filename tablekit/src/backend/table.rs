@@ -32,6 +32,9 @@ pub(crate) enum Operation<'a> {
     ListTables {
         /// Only names starting with this.
         prefix: Option<&'a str>,
+        /// Only names this OData filter (over `TableName`) holds for; checked
+        /// by the client.
+        filter: Option<&'a str>,
         next_table_name: Option<&'a str>,
         top: Option<usize>,
     },
@@ -314,6 +317,9 @@ impl Payload {
 #[async_trait::async_trait]
 pub(crate) trait Backend: Send + Sync + fmt::Debug {
     async fn execute(&self, op: Operation<'_>) -> Result<Response>;
+
+    /// Table ACLs, the Table service's properties and stats.
+    async fn admin(&self, op: super::admin::AdminOp<'_>) -> Result<super::admin::AdminResponse>;
 
     /// Whether single writes should come as [`EntityBody::Bag`] rather than JSON.
     fn stores_property_bags(&self) -> bool {

@@ -44,6 +44,7 @@ pub use crate::backend::blob::{
 use crate::entity::IfMatch;
 use crate::error::{Error, ErrorCode, Result, ValidationError};
 
+mod admin;
 mod container;
 mod copy;
 mod download;

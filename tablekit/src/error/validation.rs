@@ -207,6 +207,18 @@ pub enum ValidationError {
         /// Which rule it breaks.
         reason: String,
     },
+    /// Stored access policies or service properties the service would refuse
+    /// (more than five policies or CORS rules, a policy id that is empty,
+    /// longer than 64 characters or given twice, a retention outside 1 to 365
+    /// days): see [`crate::acl`] and [`crate::service_properties`].
+    #[error("{what}: {reason}")]
+    #[non_exhaustive]
+    Settings {
+        /// What was refused (`stored access policies`, `service properties`).
+        what: &'static str,
+        /// Which rule it breaks.
+        reason: String,
+    },
     /// A continuation token string could not be parsed.
     #[error("continuation token is malformed: {reason}")]
     #[non_exhaustive]

@@ -42,15 +42,18 @@ use base64::Engine as _;
 use crate::backend::queue::{QueueBackend, QueueOp, QueueResponse, RawMessage};
 use crate::error::{Error, ErrorCode, Result, ValidationError};
 
+mod admin;
+mod manage;
 mod receive;
 mod send;
 mod service;
+pub use manage::{ListQueues, QueueItem, QueueItems, QueueProperties, MAX_QUEUES_PER_PAGE};
 pub use receive::{QueueMessage, ReceiveMessages};
 pub use send::{SendMessage, SentMessage};
 pub use service::QueueServiceClient;
 
 /// The largest message text the service stores: 64 KiB, counted on the text as
-/// sent (after Base64 encoding, which makes 48 KiB of bytes into 64 KiB).
+/// sent: its UTF-8 bytes, or its Base64 (which makes 48 KiB of bytes into 64 KiB).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 
 /// The most messages one receive or peek returns.
@@ -59,17 +62,60 @@ pub const MAX_MESSAGES_PER_REQUEST: usize = 32;
 /// The longest visibility timeout or delay: 7 days.
 pub const MAX_VISIBILITY: Duration = Duration::from_secs(7 * 24 * 3600);
 
-/// How message bodies are written as the service's message text.
+/// How message bodies are written as the service's message text, and read back.
+///
+/// The default is [`Text`](MessageEncoding::Text), as in the official SDKs a
+/// porting user comes from: Python's `azure-storage-queue` 12.x
+/// (`NoEncodePolicy`), .NET's `Azure.Storage.Queues` 12.x
+/// (`QueueMessageEncoding.None`) and JavaScript's `@azure/storage-queue` 12.x
+/// write the text as is and hand the text back as is. Base64 was the default of
+/// the older SDKs (.NET `WindowsAzure.Storage`, Python 2.x) and is what Azure
+/// Functions' queue trigger expects by default.
+///
+/// Both readings are tried where the text leaves no doubt:
+///
+/// - A [`Base64`](MessageEncoding::Base64) receiver decodes a text that is
+///   canonical, padded, standard Base64 (what every Base64 encoder writes); any
+///   other text cannot come from a Base64 sender, so it is taken as is
+///   ([`QueueMessage::encoding`](crate::queue::QueueMessage::encoding) says
+///   `Text`). A plain text that happens to be valid Base64 (`"abcd"`, `"true"`)
+///   is decoded: that case is ambiguous, and the receiver's choice decides.
+/// - A [`Text`](MessageEncoding::Text) receiver never guesses: any Base64 text
+///   is also a valid text, so it gets the text as sent.
+/// - [`QueueMessage::json`](crate::queue::QueueMessage::json) reads the body
+///   as the receiver's encoding gives it; only when that is not JSON does it
+///   try the other reading (the text's Base64 decoding, or the text as is), so a
+///   JSON message is read whichever way it was sent.
+///
+/// ```
+/// # async fn run() -> tablekit::Result<()> {
+/// use tablekit::queue::MessageEncoding;
+/// let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
+/// jobs.create_queue().await?;
+/// let legacy = jobs.clone().with_encoding(MessageEncoding::Base64);
+/// jobs.send("sent as text, as Python's default does").await?;
+/// legacy.send("sent as Base64").await?;
+/// let got = legacy.receive().max_messages(2).await?;
+/// // Not Base64 (spaces, a comma): taken as the text it must be.
+/// assert_eq!(got[0].text()?, "sent as text, as Python's default does");
+/// assert_eq!(got[0].encoding(), MessageEncoding::Text);
+/// assert_eq!(got[1].text()?, "sent as Base64");
+/// assert_eq!(got[1].encoding(), MessageEncoding::Base64);
+/// # Ok(()) }
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum MessageEncoding {
-    /// Base64 of the bytes, as the official SDKs write by default: any bytes and
-    /// any JSON travel safely, at 4/3 of the size.
+    /// The text as is (the default): readable in other tools and by the
+    /// official SDKs' defaults. The body must be UTF-8 with no control
+    /// characters other than tab, CR and LF (the service stores XML text);
+    /// bytes that are not need [`Base64`](MessageEncoding::Base64).
     #[default]
-    Base64,
-    /// The text as is: readable in other tools, but it must be valid UTF-8 with
-    /// no control characters other than tab, CR and LF (the service stores XML text).
     Text,
+    /// Base64 of the bytes, as the older SDKs wrote by default: any bytes travel
+    /// safely, at 4/3 of the size.
+    Base64,
 }
 
 /// A client for the messages of one queue. Cheap to clone.
@@ -108,8 +154,8 @@ impl QueueClient {
         &self.name
     }
 
-    /// The same queue with bodies encoded another way (Base64 by default).
-    /// Sender and receiver must agree.
+    /// The same queue with bodies encoded another way (as text by default;
+    /// see [`MessageEncoding`] for what a receiver of either kind accepts).
     ///
     /// ```
     /// # async fn run() -> tablekit::Result<()> {
@@ -254,19 +300,12 @@ impl QueueClient {
     }
 
     fn decode(&self, raw: RawMessage) -> Result<QueueMessage> {
-        let body = match self.encoding {
-            MessageEncoding::Base64 => BASE64.decode(raw.text.as_bytes()).map_err(|e| {
-                Error::decode_caused_by(
-                    format!(
-                        "message {} is not Base64; was it sent with MessageEncoding::Text?",
-                        raw.id
-                    ),
-                    e,
-                )
-            })?,
-            MessageEncoding::Text => raw.text.clone().into_bytes(),
-        };
-        Ok(QueueMessage { raw, body })
+        let (body, encoding) = read_text(&raw.text, self.encoding);
+        Ok(QueueMessage {
+            raw,
+            body,
+            encoding,
+        })
     }
 
     /// Sends a message; await the returned builder, after setting a delay or a
@@ -286,7 +325,10 @@ impl QueueClient {
     /// let sent = jobs.send("archive order 456").time_to_live(Duration::from_secs(3600)).await?;
     /// assert!(sent.expires_on().is_some());
     /// // Too large to store: refused before any request.
-    /// assert!(jobs.send(vec![0u8; 64 * 1024]).await.unwrap_err().is_invalid_input());
+    /// assert!(jobs.send("x".repeat(64 * 1024 + 1)).await.unwrap_err().is_invalid_input());
+    /// // Bytes that are not text need Base64.
+    /// let err = jobs.send([0xff_u8, 0x00]).await.unwrap_err();
+    /// assert!(err.to_string().contains("MessageEncoding::Base64"), "{err}");
     /// # Ok(()) }
     /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
     /// ```
@@ -453,6 +495,7 @@ impl QueueClient {
                 if let (Some(b), Some(t)) = (body, text) {
                     message.body = b.to_vec();
                     message.raw.text = t;
+                    message.encoding = self.encoding;
                 }
                 Ok(())
             }
@@ -528,6 +571,19 @@ impl QueueClient {
             QueueResponse::Count(n) => Ok(n),
             _ => Err(unexpected("a queue properties read")),
         }
+    }
+}
+
+/// The body of a message text read as `encoding` asks, and how it was read:
+/// a Base64 reading falls back to the text as is when the text is not
+/// canonical padded Base64 (no Base64 encoder writes such a text).
+pub(super) fn read_text(text: &str, encoding: MessageEncoding) -> (Vec<u8>, MessageEncoding) {
+    match encoding {
+        MessageEncoding::Base64 => match BASE64.decode(text.as_bytes()) {
+            Ok(bytes) => (bytes, MessageEncoding::Base64),
+            Err(_) => (text.as_bytes().to_vec(), MessageEncoding::Text),
+        },
+        MessageEncoding::Text => (text.as_bytes().to_vec(), MessageEncoding::Text),
     }
 }
 

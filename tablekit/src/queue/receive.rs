@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use crate::backend::queue::{QueueOp, QueueResponse, RawMessage};
 use crate::error::{Error, Result, ValidationError};
 
-use super::{check_count, check_visibility, unexpected, QueueClient};
+use super::{check_count, check_visibility, read_text, unexpected, MessageEncoding, QueueClient};
 
 /// A receive being prepared; await it for `Result<Vec<QueueMessage>>`.
 #[derive(Debug)]
@@ -143,6 +143,8 @@ impl IntoFuture for ReceiveMessages {
 pub struct QueueMessage {
     pub(super) raw: RawMessage,
     pub(super) body: Vec<u8>,
+    /// How the text was read into `body`.
+    pub(super) encoding: MessageEncoding,
 }
 
 impl fmt::Debug for QueueMessage {
@@ -211,13 +213,50 @@ impl QueueMessage {
         })
     }
 
-    /// The body read as JSON.
+    /// How the message text was read into [`body`](QueueMessage::body): as
+    /// Base64 (decoded), or as the text itself. A
+    /// [`Base64`](MessageEncoding::Base64) receiver reports `Text` for a
+    /// message whose text is not Base64, so could not have been encoded.
+    pub fn encoding(&self) -> MessageEncoding {
+        self.encoding
+    }
+
+    /// The body read as JSON. When the body is not JSON, the message text's
+    /// other reading is tried before failing: its Base64 decoding for a
+    /// message read as text, the text itself for one read as Base64. A
+    /// message is read as JSON whichever encoding its sender used; where both
+    /// readings are JSON (a text like `"1234"` is also Base64), the
+    /// receiver's encoding decides.
+    ///
+    /// ```
+    /// # async fn run() -> tablekit::Result<()> {
+    /// use tablekit::queue::MessageEncoding;
+    /// let jobs = tablekit::QueueServiceClient::embedded().queue("jobs")?;
+    /// jobs.create_queue().await?;
+    /// // An older sender that wrote Base64 (eyJvcmRlciI6NDU2fQ==).
+    /// jobs.clone().with_encoding(MessageEncoding::Base64).send_json(&serde_json::json!({"order": 456})).await?;
+    /// let m = jobs.receive().await?.pop().expect("a message");
+    /// assert_eq!(m.text()?, "eyJvcmRlciI6NDU2fQ==", "a text receiver gets the text");
+    /// assert_eq!(m.json::<serde_json::Value>()?["order"], 456, "and JSON finds the other reading");
+    /// # Ok(()) }
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(run()).unwrap();
+    /// ```
     pub fn json<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
-        serde_json::from_slice(&self.body).map_err(|e| {
-            Error::decode_caused_by(
-                format!("message {} is not the expected JSON", self.raw.id),
-                e,
-            )
+        serde_json::from_slice(&self.body).or_else(|e| {
+            let other = match self.encoding {
+                MessageEncoding::Text => MessageEncoding::Base64,
+                MessageEncoding::Base64 => MessageEncoding::Text,
+            };
+            match read_text(&self.raw.text, other) {
+                (bytes, read) if read == other => serde_json::from_slice(&bytes).ok(),
+                _ => None,
+            }
+            .ok_or_else(|| {
+                Error::decode_caused_by(
+                    format!("message {} is not the expected JSON", self.raw.id),
+                    e,
+                )
+            })
         })
     }
 }

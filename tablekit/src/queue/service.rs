@@ -22,7 +22,7 @@ use super::{MessageEncoding, QueueClient};
 /// Cheap to clone; clones share one connection pool or store.
 #[derive(Clone)]
 pub struct QueueServiceClient {
-    backend: Arc<dyn QueueBackend>,
+    pub(super) backend: Arc<dyn QueueBackend>,
 }
 
 impl fmt::Debug for QueueServiceClient {
@@ -157,5 +157,12 @@ impl QueueServiceClient {
             name: Arc::from(name),
             encoding: MessageEncoding::default(),
         })
+    }
+}
+
+impl QueueServiceClient {
+    /// The backend, for the management calls of sibling modules.
+    pub(super) fn backend(&self) -> &Arc<dyn QueueBackend> {
+        &self.backend
     }
 }

@@ -1,6 +1,7 @@
 //! The table clients: [`TableServiceClient`] for an account's tables,
 //! [`TableClient`] for the entities of one table, [`Query`] and [`Transaction`].
 
+pub mod bulk;
 mod client;
 mod handle;
 mod outcome;
@@ -8,8 +9,8 @@ mod query;
 
 pub use crate::backend::Written;
 pub use client::{
-    Get, ListTables, Modified, Modify, ModifyStep, TableClient, TableNames, TableServiceClient,
-    Transaction, TransactionOp, TransactionResult, WriteTarget,
+    Get, ListTables, Modified, Modify, ModifyStep, TableClient, TableItem, TableNames,
+    TableServiceClient, Transaction, TransactionOp, TransactionResult, WriteTarget,
 };
 pub use handle::AmbiguousWrites;
 pub use outcome::ReadBack;

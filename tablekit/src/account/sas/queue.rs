@@ -3,7 +3,8 @@
 use chrono::{DateTime, Utc};
 
 use super::{
-    letters, sign_service_sas, signing_key, SasPermissions, SasProtocol, SasWindow, ServiceSas,
+    letters, sign_service_sas, signing_key, SasIpRange, SasPermissions, SasProtocol, SasWindow,
+    ServiceSas,
 };
 use crate::account::{Account, AccountKey, SasToken};
 use crate::error::Result;
@@ -47,7 +48,7 @@ impl QueueSasPermissions {
     };
 
     /// The `sp` value, in the order the service requires (`raup`).
-    fn to_sp(self) -> String {
+    pub(crate) fn to_sp(self) -> String {
         letters(&[
             (self.read, 'r'),
             (self.add, 'a'),
@@ -110,7 +111,8 @@ impl QueueSas {
         self
     }
 
-    /// When the SAS stops working (`se`). Required. Truncated to whole seconds.
+    /// When the SAS stops working (`se`). Required unless a stored access policy
+    /// ([`policy_id`](Self::policy_id)) sets it. Truncated to whole seconds.
     pub fn expiry(mut self, expiry: DateTime<Utc>) -> Self {
         self.window.expiry = Some(expiry);
         self
@@ -122,12 +124,29 @@ impl QueueSas {
         self
     }
 
+    /// Restricts the SAS to requests from these addresses (`sip`).
+    pub fn ip_range(mut self, range: SasIpRange) -> Self {
+        self.window.ip = Some(range);
+        self
+    }
+
+    /// Ties the SAS to the stored access policy `id` of the resource (`si`; see
+    /// [`crate::acl`]). The policy may set the permissions, the start and the
+    /// expiry: leave out of the SAS what the policy sets (the service refuses
+    /// a field set in both). Removing or changing the policy revokes or changes
+    /// every SAS tied to it, without touching the account key.
+    pub fn policy_id(mut self, id: impl Into<String>) -> Self {
+        self.window.policy_id = Some(id.into());
+        self
+    }
+
     /// Signs the SAS with the account's key.
     ///
     /// # Errors
     ///
     /// A configuration error if the account holds no key, if no permission or no
-    /// expiry is set, or if the start is not before the expiry; a validation error
+    /// expiry is set and no stored access policy is named, if the policy id is
+    /// empty or longer than 64 characters, if the IP range is backwards, or if the start is not before the expiry; a validation error
     /// if the queue name is invalid.
     pub fn sign(&self, account: &Account) -> Result<SasToken> {
         let key = signing_key(account)?;

@@ -3,7 +3,8 @@
 use chrono::{DateTime, Utc};
 
 use super::{
-    letters, sign_service_sas, signing_key, SasPermissions, SasProtocol, SasWindow, ServiceSas,
+    letters, sign_service_sas, signing_key, SasIpRange, SasPermissions, SasProtocol, SasWindow,
+    ServiceSas,
 };
 use crate::account::{Account, AccountKey, SasToken};
 use crate::error::{Error, KeyKind, Result};
@@ -47,7 +48,7 @@ impl TableSasPermissions {
     };
 
     /// The `sp` value, in the order the service requires (`raud`).
-    fn to_sp(self) -> String {
+    pub(crate) fn to_sp(self) -> String {
         letters(&[
             (self.read, 'r'),
             (self.add, 'a'),
@@ -119,7 +120,8 @@ impl TableSas {
         self
     }
 
-    /// When the SAS stops working (`se`). Required. Truncated to whole seconds.
+    /// When the SAS stops working (`se`). Required unless a stored access policy
+    /// ([`policy_id`](Self::policy_id)) sets it. Truncated to whole seconds.
     pub fn expiry(mut self, expiry: DateTime<Utc>) -> Self {
         self.window.expiry = Some(expiry);
         self
@@ -149,16 +151,33 @@ impl TableSas {
         self
     }
 
+    /// Restricts the SAS to requests from these addresses (`sip`).
+    pub fn ip_range(mut self, range: SasIpRange) -> Self {
+        self.window.ip = Some(range);
+        self
+    }
+
+    /// Ties the SAS to the stored access policy `id` of the resource (`si`; see
+    /// [`crate::acl`]). The policy may set the permissions, the start and the
+    /// expiry: leave out of the SAS what the policy sets (the service refuses
+    /// a field set in both). Removing or changing the policy revokes or changes
+    /// every SAS tied to it, without touching the account key.
+    pub fn policy_id(mut self, id: impl Into<String>) -> Self {
+        self.window.policy_id = Some(id.into());
+        self
+    }
+
     /// Signs the SAS with the account's key.
     ///
     /// # Errors
     ///
     /// A configuration error if the account's credential is not
     /// [`SharedKey`](crate::account::Credential::SharedKey) or
-    /// [`SharedKeyLite`](crate::account::Credential::SharedKeyLite), if no permission or no expiry
-    /// is set, if the start is not before the expiry, or if a row key bound has no
-    /// partition key bound on its side; a validation error if the table name or a key
-    /// bound is invalid.
+    /// [`SharedKeyLite`](crate::account::Credential::SharedKeyLite), if no permission or
+    /// no expiry is set and no stored access policy is named, if the policy id is
+    /// empty or longer than 64 characters, if the start is not before the expiry, if
+    /// the IP range is backwards, or if a row key bound has no partition key bound on
+    /// its side; a validation error if the table name or a key bound is invalid.
     pub fn sign(&self, account: &Account) -> Result<SasToken> {
         let key = signing_key(account)?;
         self.sign_with(account.account_name(), key)

@@ -90,6 +90,8 @@ pub(super) struct Container {
 #[derive(Debug, Default)]
 pub(crate) struct Blobs {
     pub(super) clock: Clock,
+    /// Container ACLs and the service's settings (kept in memory only).
+    admin: super::admin::AdminState,
     next_etag: AtomicU64,
     pub(super) containers: Mutex<HashMap<String, Container>>,
     /// The file every change is committed to first, if any.
@@ -471,6 +473,7 @@ impl Blobs {
         }
         Ok(Blobs {
             clock,
+            admin: Default::default(),
             next_etag: next_etag.into(),
             containers: Mutex::new(all),
             file: Some(claim),
@@ -796,7 +799,36 @@ impl Blobs {
 #[async_trait::async_trait]
 impl BlobBackend for Blobs {
     async fn blob(&self, op: BlobOp<'_>) -> Result<BlobResponse> {
-        self.apply(op)
+        // A container deleted or created anew has no policy.
+        let renewed = match op {
+            BlobOp::CreateContainer { container } | BlobOp::DeleteContainer { container } => {
+                Some(container.to_owned())
+            }
+            _ => None,
+        };
+        let answer = self
+            .apply(op)
+            .map_err(|e| e.answered_by(super::errors::store_name(self.path())))?;
+        if let Some(container) = renewed {
+            self.admin.forget(&container);
+        }
+        Ok(answer)
+    }
+
+    async fn admin(
+        &self,
+        op: crate::backend::admin::AdminOp<'_>,
+    ) -> Result<crate::backend::admin::AdminResponse> {
+        let container_key = |name: &str| {
+            let all = self.containers.lock().unwrap_or_else(|e| e.into_inner());
+            if all.contains_key(name) {
+                Ok(name.to_owned())
+            } else {
+                Err(container_not_found())
+            }
+        };
+        self.admin
+            .run(op, container_key, self.clock.now())
             .map_err(|e| e.answered_by(super::errors::store_name(self.path())))
     }
 }

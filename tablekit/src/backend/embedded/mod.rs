@@ -30,6 +30,7 @@
 //! | a table name in another case than created (`MYTABLE` for `MyTable`) for entity operations | the same table (names are case-insensitive, case-preserving) | 404 `TableNotFound` | data model §3.1 |
 //! | transaction of more than 100 operations (bypassing the client's check) | 400 `InvalidInput`, index 99 | 400 `InvalidInput`, index 0 | the service's answer (`99:The batch request operation exceeds ...`) |
 //! | transaction over several partitions (bypassing the client's check) | 400 `CommandsInBatchActOnDifferentPartitions`, with the index | accepted | a transaction is atomic within one partition only |
+//! | a table's stored access policy without a start, an expiry or permissions | stored: the SAS tied to it supplies the rest | 400 with an empty body (its queue and container policies may leave parts out) | the REST reference makes each part optional |
 //!
 //! Not modelled: the ~30 s during which a deleted table's name cannot be reused
 //! (`TableBeingDeleted`), throttling, and the 5 s query time limit; pages are cut
@@ -37,6 +38,7 @@
 //! (increasing) Timestamp and ETag: whether the service gives all of one batch the
 //! same Timestamp is not documented, so the store does not assume it.
 
+mod admin;
 #[cfg(feature = "blob")]
 mod blob_lease;
 #[cfg(feature = "blob")]
@@ -64,9 +66,20 @@ use crate::error::Result;
 use store::Store;
 
 /// The in-process backend. Clones share one store.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub(crate) struct EmbeddedBackend {
     store: Arc<Store>,
+    /// Table ACLs and the service's settings (kept in memory only).
+    admin: Arc<admin::AdminState>,
+}
+
+impl std::fmt::Debug for EmbeddedBackend {
+    /// The store's name and size only: no entity, no policy.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedBackend")
+            .field("store", &self.store)
+            .finish()
+    }
 }
 
 impl EmbeddedBackend {
@@ -81,6 +94,7 @@ impl EmbeddedBackend {
     pub(crate) fn open(path: &std::path::Path) -> Result<Self> {
         Ok(EmbeddedBackend {
             store: Arc::new(Store::open(path)?),
+            admin: Arc::default(),
         })
     }
 
@@ -89,18 +103,27 @@ impl EmbeddedBackend {
         Ok(match op {
             Operation::CreateTable { table } => {
                 store.create_table(table)?;
+                self.admin.forget(&table.to_ascii_lowercase());
                 Response::Done
             }
             Operation::DeleteTable { table } => {
                 store.delete_table(table)?;
+                self.admin.forget(&table.to_ascii_lowercase());
                 Response::Done
             }
             Operation::ListTables {
                 prefix,
+                filter,
                 next_table_name,
                 top,
             } => {
-                let (names, next_table_name) = store.list_tables(prefix, next_table_name, top);
+                let filter = filter.map(crate::filter::parse).transpose().map_err(|e| {
+                    errors::invalid_input(&format!(
+                        "One of the query parameter values is not valid. ({e})"
+                    ))
+                })?;
+                let (names, next_table_name) =
+                    store.list_tables(prefix, filter.as_ref(), next_table_name, top);
                 Response::Tables {
                     names,
                     next_table_name,
@@ -196,6 +219,18 @@ impl Backend for EmbeddedBackend {
 
     fn stores_property_bags(&self) -> bool {
         true
+    }
+
+    async fn admin(&self, op: super::admin::AdminOp<'_>) -> Result<super::admin::AdminResponse> {
+        // Table names are case-insensitive: policies are kept under the
+        // lower-cased name of a table that exists.
+        let table_key = |name: &str| {
+            self.store.table(name)?;
+            Ok(name.to_ascii_lowercase())
+        };
+        self.admin
+            .run(op, table_key, chrono::Utc::now())
+            .map_err(|e| e.answered_by(self.store.name()))
     }
 }
 

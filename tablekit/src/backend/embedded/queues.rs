@@ -18,6 +18,8 @@
 //!   times, and a receipt issued before the reopen still deletes its message.
 //!   The sequence number is the sending order, which is the order of equally
 //!   visible messages.
+//! - `queue_metadata`: the queue name → its metadata as JSON pairs, for queues
+//!   that have any.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -80,7 +82,12 @@ impl Message {
 #[derive(Debug, Default)]
 pub(crate) struct Queues {
     clock: Clock,
+    /// Queue ACLs and the service's settings (kept in memory only).
+    admin: super::admin::AdminState,
     queues: Mutex<HashMap<String, Vec<Message>>>,
+    /// Each queue's metadata (names lower case, sorted), when it has any;
+    /// locked after `queues`, never alone for a change.
+    metadata: Mutex<HashMap<String, Vec<(String, String)>>>,
     /// The next message's sequence number (changed under `queues`' lock).
     next_seq: std::sync::atomic::AtomicU64,
     /// The file every change is committed to first, if any.
@@ -92,6 +99,10 @@ pub(crate) struct Queues {
 const QUEUES: TableDefinition<&str, u64> = TableDefinition::new("queues");
 #[cfg(feature = "durable")]
 const MESSAGES: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("messages");
+/// The queue name → its metadata as JSON pairs; only queues that have any.
+/// (A file written before queue metadata has no such table.)
+#[cfg(feature = "durable")]
+const QUEUE_METADATA: TableDefinition<&str, &[u8]> = TableDefinition::new("queue_metadata");
 
 /// A time as seconds and nanoseconds since the Unix epoch.
 #[cfg(feature = "durable")]
@@ -227,8 +238,8 @@ fn visible_order(messages: &[Message], now: DateTime<Utc>, max: u8) -> Vec<usize
     visible
 }
 
-fn queue_name<'a>(op: &QueueOp<'a>) -> &'a str {
-    match op {
+fn queue_name<'a>(op: &QueueOp<'a>) -> Option<&'a str> {
+    Some(match op {
         QueueOp::Send { queue, .. }
         | QueueOp::Receive { queue, .. }
         | QueueOp::Peek { queue, .. }
@@ -237,8 +248,11 @@ fn queue_name<'a>(op: &QueueOp<'a>) -> &'a str {
         | QueueOp::Clear { queue }
         | QueueOp::Count { queue }
         | QueueOp::Create { queue }
-        | QueueOp::Delete { queue } => queue,
-    }
+        | QueueOp::Delete { queue }
+        | QueueOp::Properties { queue }
+        | QueueOp::SetMetadata { queue, .. } => queue,
+        QueueOp::List { .. } => return None,
+    })
 }
 
 impl Queues {
@@ -263,6 +277,7 @@ impl Queues {
         let fail = |e: &dyn std::fmt::Display| open_error(&path, e);
         let now = clock.now();
         let mut queues: HashMap<String, Vec<Message>> = HashMap::new();
+        let mut metadata: HashMap<String, Vec<(String, String)>> = HashMap::new();
         let mut expired = Vec::new();
         let mut next_seq = 0;
         {
@@ -299,6 +314,25 @@ impl Queues {
                 Err(redb::TableError::TableDoesNotExist(_)) => {}
                 Err(e) => return Err(fail(&e)),
             }
+            match txn.open_table(QUEUE_METADATA) {
+                Ok(t) => {
+                    for row in t.iter().map_err(|e| fail(&e))? {
+                        let (k, v) = row.map_err(|e| fail(&e))?;
+                        let pairs: Vec<(String, String)> = serde_json::from_slice(v.value())
+                            .map_err(|_| {
+                                fail(&format_args!(
+                                    "the metadata of queue {:?} is unreadable",
+                                    k.value()
+                                ))
+                            })?;
+                        if queues.contains_key(k.value()) {
+                            metadata.insert(k.value().to_owned(), pairs);
+                        }
+                    }
+                }
+                Err(redb::TableError::TableDoesNotExist(_)) => {}
+                Err(e) => return Err(fail(&e)),
+            }
         }
         if !expired.is_empty() {
             let txn = claim.db().begin_write().map_err(|e| fail(&e))?;
@@ -312,7 +346,9 @@ impl Queues {
         }
         Ok(Queues {
             clock,
+            admin: Default::default(),
             queues: Mutex::new(queues),
+            metadata: Mutex::new(metadata),
             next_seq: next_seq.into(),
             file: Some(claim),
         })
@@ -334,6 +370,10 @@ impl Queues {
                     for m in gone {
                         messages.remove((name, m.seq)).map_err(write_error)?;
                     }
+                    txn.open_table(QUEUE_METADATA)
+                        .map_err(write_error)?
+                        .remove(name)
+                        .map_err(write_error)?;
                 }
             }
         }
@@ -361,6 +401,27 @@ impl Queues {
     }
 
     fn apply(&self, op: QueueOp<'_>) -> Result<QueueResponse> {
+        match op {
+            QueueOp::List {
+                prefix,
+                marker,
+                max,
+                metadata,
+            } => return Ok(self.list(prefix, marker, max, metadata)),
+            QueueOp::Properties { queue } => {
+                let QueueResponse::Count(count) = self.apply(QueueOp::Count { queue })? else {
+                    unreachable!("a count answers a count")
+                };
+                let metadata = lock(&self.metadata).get(queue).cloned().unwrap_or_default();
+                return Ok(QueueResponse::Properties { count, metadata });
+            }
+            QueueOp::SetMetadata { queue, metadata } => {
+                return self
+                    .set_metadata(queue, metadata)
+                    .map(|()| QueueResponse::Done)
+            }
+            _ => {}
+        }
         let now = self.clock.now();
         let mut all = self.queues.lock().unwrap_or_else(|e| e.into_inner());
         #[cfg(feature = "durable")]
@@ -379,7 +440,9 @@ impl Queues {
         op: QueueOp<'_>,
         now: DateTime<Utc>,
     ) -> Result<QueueResponse> {
-        let name = queue_name(&op);
+        let Some(name) = queue_name(&op) else {
+            return self.run(all, op, now);
+        };
         match op {
             QueueOp::Create { .. } => {
                 if !all.contains_key(name) {
@@ -420,18 +483,32 @@ impl Queues {
         now: DateTime<Utc>,
     ) -> Result<QueueResponse> {
         if let QueueOp::Create { queue } = op {
-            // Creating an existing queue (with the same, here empty, metadata) succeeds.
+            // Creating an existing queue with the same (here empty) metadata
+            // succeeds; with other metadata it is a conflict, as in the service.
+            if lock(&self.metadata)
+                .get(queue)
+                .is_some_and(|m| !m.is_empty())
+            {
+                return Err(Error::service(
+                    409,
+                    ErrorCode::QueueAlreadyExists,
+                    "The specified queue already exists.",
+                ));
+            }
             let created = !all.contains_key(queue);
             all.entry(queue.to_owned()).or_default();
             return Ok(QueueResponse::Created(created));
         }
         if let QueueOp::Delete { queue } = op {
             return match all.remove(queue) {
-                Some(_) => Ok(QueueResponse::Done),
+                Some(_) => {
+                    lock(&self.metadata).remove(queue);
+                    Ok(QueueResponse::Done)
+                }
                 None => Err(queue_not_found()),
             };
         }
-        let name = queue_name(&op);
+        let name = queue_name(&op).expect("every other operation names its queue");
         let messages = all.get_mut(name).ok_or_else(queue_not_found)?;
         messages.retain(|m| !m.expired(now));
         match op {
@@ -523,8 +600,90 @@ impl Queues {
                 Ok(QueueResponse::Done)
             }
             QueueOp::Count { .. } => Ok(QueueResponse::Count(messages.len() as u64)),
-            QueueOp::Create { .. } | QueueOp::Delete { .. } => unreachable!("handled above"),
+            QueueOp::Create { .. }
+            | QueueOp::Delete { .. }
+            | QueueOp::Properties { .. }
+            | QueueOp::SetMetadata { .. }
+            | QueueOp::List { .. } => unreachable!("handled above"),
         }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The most queues one listing page holds, as the service.
+const MAX_LIST: usize = 5000;
+
+impl Queues {
+    /// One page of the queues by name (the service's order: names are lower
+    /// case ASCII, so byte order), from `marker` (the first name of the page).
+    fn list(
+        &self,
+        prefix: Option<&str>,
+        marker: Option<&str>,
+        max: Option<usize>,
+        with_metadata: bool,
+    ) -> QueueResponse {
+        let all = lock(&self.queues);
+        let metadata = lock(&self.metadata);
+        let mut names: Vec<&String> = all
+            .keys()
+            .filter(|n| prefix.is_none_or(|p| n.starts_with(p)))
+            .filter(|n| marker.is_none_or(|m| n.as_str() >= m))
+            .collect();
+        names.sort();
+        let max = max.unwrap_or(MAX_LIST).clamp(1, MAX_LIST);
+        let next_marker = names.get(max).map(|n| (*n).clone());
+        names.truncate(max);
+        let queues = names
+            .into_iter()
+            .map(|n| {
+                let m = if with_metadata {
+                    metadata.get(n).cloned().unwrap_or_default()
+                } else {
+                    Vec::new()
+                };
+                (n.clone(), m)
+            })
+            .collect();
+        QueueResponse::Queues {
+            queues,
+            next_marker,
+        }
+    }
+
+    /// Replaces a queue's metadata (committed to the file first, if any).
+    fn set_metadata(&self, queue: &str, metadata: &[(String, String)]) -> Result<()> {
+        let all = lock(&self.queues);
+        if !all.contains_key(queue) {
+            return Err(queue_not_found());
+        }
+        let mut pairs = metadata.to_vec();
+        pairs.sort();
+        #[cfg(feature = "durable")]
+        if let Some(claim) = &self.file {
+            let txn = claim.db().begin_write().map_err(write_error)?;
+            {
+                let mut t = txn.open_table(QUEUE_METADATA).map_err(write_error)?;
+                if pairs.is_empty() {
+                    t.remove(queue).map_err(write_error)?;
+                } else {
+                    let bytes =
+                        serde_json::to_vec(&pairs).map_err(|e| Error::decode(e.to_string()))?;
+                    t.insert(queue, bytes.as_slice()).map_err(write_error)?;
+                }
+            }
+            commit(txn)?;
+        }
+        let mut md = lock(&self.metadata);
+        if pairs.is_empty() {
+            md.remove(queue);
+        } else {
+            md.insert(queue.to_owned(), pairs);
+        }
+        Ok(())
     }
 }
 
@@ -542,7 +701,36 @@ impl Queues {
 #[async_trait::async_trait]
 impl QueueBackend for Queues {
     async fn queue(&self, op: QueueOp<'_>) -> Result<QueueResponse> {
-        self.apply(op)
+        // A queue deleted or created anew has no policy.
+        let renewed = match op {
+            QueueOp::Create { queue } | QueueOp::Delete { queue } => Some(queue.to_owned()),
+            _ => None,
+        };
+        let answer = self
+            .apply(op)
+            .map_err(|e| e.answered_by(super::errors::store_name(self.path())))?;
+        if let (Some(queue), QueueResponse::Done | QueueResponse::Created(true)) =
+            (renewed, &answer)
+        {
+            self.admin.forget(&queue);
+        }
+        Ok(answer)
+    }
+
+    async fn admin(
+        &self,
+        op: crate::backend::admin::AdminOp<'_>,
+    ) -> Result<crate::backend::admin::AdminResponse> {
+        let queue_key = |name: &str| {
+            let all = self.queues.lock().unwrap_or_else(|e| e.into_inner());
+            if all.contains_key(name) {
+                Ok(name.to_owned())
+            } else {
+                Err(queue_not_found())
+            }
+        };
+        self.admin
+            .run(op, queue_key, self.clock.now())
             .map_err(|e| e.answered_by(super::errors::store_name(self.path())))
     }
 }

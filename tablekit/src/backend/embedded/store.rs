@@ -167,6 +167,7 @@ impl Store {
     pub(crate) fn list_tables(
         &self,
         prefix: Option<&str>,
+        filter: Option<&crate::filter::Expr>,
         next: Option<&str>,
         top: Option<usize>,
     ) -> (Vec<String>, Option<String>) {
@@ -176,6 +177,14 @@ impl Store {
         let mut names = Vec::new();
         for t in tables.range((start, Bound::Unbounded)).map(|(_, t)| t) {
             if prefix.is_some_and(|p| !t.name.starts_with(p)) {
+                continue;
+            }
+            // A listing's filter is over one property, the table's name.
+            if filter.is_some_and(|f| {
+                let row =
+                    crate::entity::DynamicEntity::new("", "").with("TableName", t.name.as_str());
+                !crate::filter::matches(f, &row)
+            }) {
                 continue;
             }
             if names.len() == top {

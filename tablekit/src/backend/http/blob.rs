@@ -627,6 +627,13 @@ impl BlobBackend for HttpBlobBackend {
             })
             .await
     }
+
+    async fn admin(
+        &self,
+        op: crate::backend::admin::AdminOp<'_>,
+    ) -> Result<crate::backend::admin::AdminResponse> {
+        super::admin::call(&self.pipeline, super::signer::Service::Blob, op).await
+    }
 }
 
 #[cfg(test)]

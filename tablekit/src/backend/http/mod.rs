@@ -22,6 +22,7 @@ use crate::entity::{ETag, UpdateMode};
 use crate::error::{Error, Result};
 pub(crate) use crate::options::{HttpOptions, Metadata};
 
+pub(crate) mod admin;
 pub(crate) mod batch;
 #[cfg(feature = "blob")]
 pub(crate) mod blob;
@@ -55,6 +56,8 @@ pub(crate) struct HttpBackend {
     pipeline: Pipeline,
     account: Account,
     metadata: Option<Metadata>,
+    /// The secondary location, for stats.
+    secondary: admin::Secondary,
 }
 
 impl fmt::Debug for HttpBackend {
@@ -74,6 +77,7 @@ impl HttpBackend {
         })?;
         Ok(HttpBackend {
             pipeline: Pipeline::new(Service::Table, &account, endpoint, options)?,
+            secondary: admin::Secondary::new(Service::Table, &account, options),
             account,
             metadata: options.metadata,
         })
@@ -111,21 +115,27 @@ impl HttpBackend {
             Operation::DeleteTable { table } => (Method::DELETE, format!("Tables('{table}')")),
             Operation::ListTables {
                 prefix,
+                filter,
                 next_table_name,
                 top,
             } => {
-                if let Some(p) = prefix {
+                let range = prefix.map(|p| {
                     // The prefix range: names >= p and < p with its last character bumped.
                     let (lo, hi) = prefix_bounds(p);
-                    let filter = match hi {
+                    match hi {
                         Some(hi) => format!(
                             "TableName ge '{}' and TableName lt '{}'",
                             lo.replace('\'', "''"),
                             hi.replace('\'', "''")
                         ),
                         None => format!("TableName ge '{}'", lo.replace('\'', "''")),
-                    };
-                    query.push(("$filter", filter));
+                    }
+                });
+                match (range, filter) {
+                    (Some(r), Some(f)) => query.push(("$filter", format!("{r} and ({f})"))),
+                    (Some(r), None) => query.push(("$filter", r)),
+                    (None, Some(f)) => query.push(("$filter", (*f).to_owned())),
+                    (None, None) => {}
                 }
                 if let Some(t) = top {
                     query.push(("$top", itoa::Buffer::new().format(*t).to_owned()));
@@ -328,6 +338,17 @@ impl Backend for HttpBackend {
                 self.interpret(&op, resp)
             })
             .await
+    }
+
+    async fn admin(
+        &self,
+        op: crate::backend::admin::AdminOp<'_>,
+    ) -> Result<crate::backend::admin::AdminResponse> {
+        if let crate::backend::admin::AdminOp::Stats = op {
+            let primary = self.account.table_endpoint().unwrap_or_default();
+            return self.secondary.call(primary, op).await;
+        }
+        admin::call(&self.pipeline, Service::Table, op).await
     }
 }
 

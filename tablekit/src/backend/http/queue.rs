@@ -51,6 +51,7 @@ impl HttpQueueBackend {
     /// `jobs/messages`, `jobs/messages/{id}`), decoded query parameters, an XML body.
     fn build(&self, op: &QueueOp<'_>) -> Outgoing {
         let secs = |d: Duration| d.as_secs().to_string();
+        let mut headers = Vec::new();
         let (method, resource, query, text) = match op {
             QueueOp::Create { queue } => (Method::PUT, queue.to_string(), vec![], None),
             QueueOp::Delete { queue } => (Method::DELETE, queue.to_string(), vec![], None),
@@ -116,12 +117,52 @@ impl HttpQueueBackend {
                 None,
             ),
             QueueOp::Clear { queue } => (Method::DELETE, format!("{queue}/messages"), vec![], None),
-            QueueOp::Count { queue } => (
+            QueueOp::Count { queue } | QueueOp::Properties { queue } => (
                 Method::GET,
                 queue.to_string(),
                 vec![("comp", "metadata".to_owned())],
                 None,
             ),
+            QueueOp::SetMetadata { queue, metadata } => {
+                for (name, value) in metadata.iter() {
+                    // Checked by the client: identifiers, printable ASCII.
+                    if let (Ok(n), Ok(v)) = (
+                        http::header::HeaderName::from_bytes(
+                            format!("x-ms-meta-{name}").as_bytes(),
+                        ),
+                        HeaderValue::from_str(value),
+                    ) {
+                        headers.push((n, v));
+                    }
+                }
+                (
+                    Method::PUT,
+                    queue.to_string(),
+                    vec![("comp", "metadata".to_owned())],
+                    None,
+                )
+            }
+            QueueOp::List {
+                prefix,
+                marker,
+                max,
+                metadata,
+            } => {
+                let mut q = vec![("comp", "list".to_owned())];
+                if let Some(p) = prefix {
+                    q.push(("prefix", p.to_string()));
+                }
+                if let Some(m) = marker {
+                    q.push(("marker", m.to_string()));
+                }
+                if let Some(n) = max {
+                    q.push(("maxresults", n.to_string()));
+                }
+                if *metadata {
+                    q.push(("include", "metadata".to_owned()));
+                }
+                (Method::GET, String::new(), q, None)
+            }
         };
         let body = match text {
             Some(t) => Bytes::from(format!(
@@ -130,7 +171,6 @@ impl HttpQueueBackend {
             )),
             None => Bytes::new(),
         };
-        let mut headers = Vec::new();
         if !body.is_empty() {
             headers.push((
                 http::header::CONTENT_TYPE,
@@ -173,6 +213,19 @@ impl HttpQueueBackend {
                         Error::decode("the queue's properties carry no message count")
                     })?,
             ),
+            QueueOp::Properties { .. } => QueueResponse::Properties {
+                count: header_str(resp.headers(), &names::APPROXIMATE_MESSAGES_COUNT)
+                    .and_then(|n| n.parse().ok())
+                    .ok_or_else(|| {
+                        Error::decode("the queue's properties carry no message count")
+                    })?,
+                metadata: metadata_of(resp.headers()),
+            },
+            QueueOp::SetMetadata { .. } => QueueResponse::Done,
+            QueueOp::List { .. } => {
+                let body = self.pipeline.limits().read(resp, Kind::Listing).await?;
+                parse_queue_listing(&body)?
+            }
             QueueOp::Update { .. } => {
                 let pop_receipt =
                     header_string(resp.headers(), &names::POPRECEIPT).ok_or_else(|| {
@@ -215,6 +268,13 @@ impl QueueBackend for HttpQueueBackend {
             })
             .await
     }
+
+    async fn admin(
+        &self,
+        op: crate::backend::admin::AdminOp<'_>,
+    ) -> Result<crate::backend::admin::AdminResponse> {
+        super::admin::call(&self.pipeline, Service::Queue, op).await
+    }
 }
 
 /// An RFC 1123 date as the Queue service writes them; year 9999 means "never".
@@ -222,6 +282,66 @@ fn parse_http_date(text: &str) -> Option<DateTime<Utc>> {
     DateTime::parse_from_rfc2822(text)
         .ok()
         .map(|t| t.with_timezone(&Utc))
+}
+
+/// The `x-ms-meta-*` headers of an answer: names lower case (as HTTP/1.1
+/// header names arrive), sorted.
+fn metadata_of(headers: &http::HeaderMap) -> Vec<(String, String)> {
+    let mut metadata: Vec<(String, String)> = headers
+        .iter()
+        .filter_map(|(n, v)| {
+            let name = n.as_str().strip_prefix("x-ms-meta-")?;
+            Some((name.to_ascii_lowercase(), v.to_str().ok()?.to_owned()))
+        })
+        .collect();
+    metadata.sort();
+    metadata
+}
+
+/// Reads an `EnumerationResults` answer of a queue listing.
+pub(crate) fn parse_queue_listing(body: &[u8]) -> Result<QueueResponse> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct Results {
+        #[serde(default)]
+        queues: Queues,
+        next_marker: Option<String>,
+    }
+    #[derive(serde::Deserialize, Default)]
+    struct Queues {
+        #[serde(rename = "Queue", default)]
+        items: Vec<Item>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct Item {
+        name: String,
+        /// `<Metadata><name>value</name>...</Metadata>`: element names are the keys.
+        #[serde(default)]
+        metadata: std::collections::BTreeMap<String, String>,
+    }
+    let text = std::str::from_utf8(body)
+        .map_err(|e| Error::decode_caused_by("a queue listing is not UTF-8", e))?;
+    let results: Results = quick_xml::de::from_str(text)
+        .map_err(|e| Error::decode_caused_by("a queue listing is not the expected XML", e))?;
+    let queues = results
+        .queues
+        .items
+        .into_iter()
+        .map(|q| {
+            let mut metadata: Vec<(String, String)> = q
+                .metadata
+                .into_iter()
+                .map(|(k, v)| (k.to_ascii_lowercase(), v))
+                .collect();
+            metadata.sort();
+            (q.name, metadata)
+        })
+        .collect();
+    Ok(QueueResponse::Queues {
+        queues,
+        next_marker: results.next_marker.filter(|m| !m.is_empty()),
+    })
 }
 
 /// Reads a `QueueMessagesList` answer (send, receive, peek).
@@ -288,6 +408,62 @@ mod tests {
             m[0].next_visible_on.unwrap().to_rfc3339(),
             "2014-07-31T18:00:30+00:00"
         );
+    }
+
+    #[test]
+    fn queue_listings_are_read_with_metadata_names_in_lower_case() {
+        let xml = br#"<?xml version="1.0" encoding="utf-8"?><EnumerationResults ServiceEndpoint="https://myaccount.queue.core.windows.net/"><Prefix>jo</Prefix><MaxResults>2</MaxResults><Queues><Queue><Name>jobs</Name><Metadata><Owner>ops &amp; co</Owner><color>red</color></Metadata></Queue><Queue><Name>jobs-2</Name><Metadata /></Queue></Queues><NextMarker>/myaccount/jobs-3</NextMarker></EnumerationResults>"#;
+        let QueueResponse::Queues {
+            queues,
+            next_marker,
+        } = parse_queue_listing(xml).unwrap()
+        else {
+            panic!("a listing")
+        };
+        assert_eq!(
+            queues,
+            [
+                (
+                    "jobs".to_owned(),
+                    vec![
+                        ("color".to_owned(), "red".to_owned()),
+                        ("owner".to_owned(), "ops & co".to_owned())
+                    ]
+                ),
+                ("jobs-2".to_owned(), vec![]),
+            ]
+        );
+        assert_eq!(next_marker.as_deref(), Some("/myaccount/jobs-3"));
+        let QueueResponse::Queues {
+            queues,
+            next_marker,
+        } = parse_queue_listing(
+            br#"<EnumerationResults><Queues /><NextMarker /></EnumerationResults>"#,
+        )
+        .unwrap()
+        else {
+            panic!("a listing")
+        };
+        assert!(queues.is_empty() && next_marker.is_none());
+    }
+
+    #[test]
+    fn set_metadata_sends_each_entry_as_a_header() {
+        let backend = HttpQueueBackend::new(
+            Account::from_connection_string("UseDevelopmentStorage=true").unwrap(),
+            &HttpOptions::default(),
+        )
+        .unwrap();
+        let metadata = [("owner".to_owned(), "ops".to_owned())];
+        let req = backend.build(&QueueOp::SetMetadata {
+            queue: "jobs",
+            metadata: &metadata,
+        });
+        assert_eq!(req.method, Method::PUT);
+        assert_eq!(req.query, [("comp", "metadata".to_owned())]);
+        assert_eq!(req.headers.len(), 1);
+        assert_eq!(req.headers[0].0.as_str(), "x-ms-meta-owner");
+        assert_eq!(req.headers[0].1, "ops");
     }
 
     #[test]

@@ -17,11 +17,12 @@ use crate::codec::write::write_entity_json;
 use crate::entity::{EntityKey, IfMatch, TableEntity, UpdateMode};
 use crate::error::{Error, ErrorCode, Result};
 
+mod admin;
 mod modify;
 mod service;
 mod transaction;
 pub use modify::{Modified, Modify, ModifyStep};
-pub use service::{ListTables, TableNames, TableServiceClient};
+pub use service::{ListTables, TableItem, TableNames, TableServiceClient};
 pub use transaction::{Transaction, TransactionOp, TransactionResult};
 
 /// What a write takes: `&entity`, or `&mut entity` to have the entity's ETag
@@ -114,6 +115,11 @@ impl<T> TableClient<T> {
     /// The policy for writes whose outcome is unknown.
     pub fn ambiguous_writes(&self) -> AmbiguousWrites {
         self.handle.ambiguous_writes
+    }
+
+    /// The table on its backend, untyped (for the bulk writer's read-backs).
+    pub(crate) fn handle(&self) -> &TableHandle {
+        &self.handle
     }
 }
 

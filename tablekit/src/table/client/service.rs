@@ -11,6 +11,7 @@ use crate::account::Account;
 use crate::backend::{self, Backend, Operation, Response};
 use crate::entity::TableEntity;
 use crate::error::{Error, ErrorCode, Result, ValidationError};
+use crate::filter::{Column, Filter, RawFilter, MAX_COMPARISONS};
 use crate::options::ClientOptions;
 use crate::table::handle::AmbiguousWrites;
 use crate::table::handle::TableHandle;
@@ -33,7 +34,7 @@ use super::TableClient;
 /// ```
 #[derive(Clone)]
 pub struct TableServiceClient {
-    backend: Arc<dyn Backend>,
+    pub(super) backend: Arc<dyn Backend>,
 }
 
 impl fmt::Debug for TableServiceClient {
@@ -219,14 +220,51 @@ impl TableServiceClient {
         }
     }
 
-    /// Lists the account's tables, following continuation tokens.
+    /// Lists the account's tables, following continuation tokens: all of
+    /// them, or those of a [`prefix`](ListTables::prefix) or an OData
+    /// [`filter`](ListTables::filter) over the name.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tablekit::Result<()> {
+    /// use tablekit::table::TableItem;
+    ///
+    /// let service = tablekit::TableServiceClient::embedded();
+    /// for name in ["Logs2023", "Logs2024", "Logs2025", "Orders"] {
+    ///     service.create_table(name).await?;
+    /// }
+    /// let recent = service.list_tables().filter(TableItem::NAME.between("Logs2024", "Logs2099")).fetch_all().await?;
+    /// assert_eq!(recent, ["Logs2024", "Logs2025"]);
+    /// let two = service.list_tables().filter_raw("TableName eq 'Orders' or TableName eq 'Logs2023'").fetch_all().await?;
+    /// assert_eq!(two, ["Logs2023", "Orders"]);
+    /// # Ok(()) }
+    /// ```
     pub fn list_tables(&self) -> ListTables {
         ListTables {
             backend: self.backend.clone(),
             prefix: None,
             page_size: None,
+            filters: Vec::new(),
         }
     }
+}
+
+/// What a table listing holds, for the typed filters of
+/// [`ListTables::filter`]: one property, the table's name (`TableName`).
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct TableItem;
+
+impl TableItem {
+    /// The table's name, the listing's one property: `TableItem::NAME.ge("Logs2024")`.
+    /// Names compare as the service compares strings (ordinal, case-sensitive).
+    pub const NAME: Column<TableItem, String> = Column::new("TableName");
+}
+
+/// A listing's filter as given.
+#[derive(Debug, Clone)]
+enum ListFilter {
+    Typed(Filter<TableItem>),
+    Raw(RawFilter),
 }
 
 /// A listing of tables; see [`TableServiceClient::list_tables`].
@@ -235,6 +273,7 @@ pub struct ListTables {
     backend: Arc<dyn Backend>,
     prefix: Option<String>,
     page_size: Option<usize>,
+    filters: Vec<ListFilter>,
 }
 
 impl fmt::Debug for ListTables {
@@ -242,8 +281,51 @@ impl fmt::Debug for ListTables {
         f.debug_struct("ListTables")
             .field("prefix", &self.prefix)
             .field("page_size", &self.page_size)
+            .field("filters", &self.filters)
             .finish()
     }
+}
+
+/// The OData text of a listing's filters, all of them holding, checked as a
+/// query's filter is (syntax, at most 15 comparisons with the prefix's range).
+fn filter_text(filters: &[ListFilter], prefix: Option<&str>) -> Result<Option<String>> {
+    let invalid = |reason: String| Error::invalid(ValidationError::Query { reason });
+    let mut texts = Vec::with_capacity(filters.len());
+    let mut comparisons = match prefix {
+        Some(p) if crate::filter::prefix_successor(p).is_some() => 2,
+        Some(_) => 1,
+        None => 0,
+    };
+    for f in filters {
+        let expr = match f {
+            ListFilter::Typed(f) => f.expr()?.clone(),
+            ListFilter::Raw(raw) => {
+                let text = raw.text().map_err(|r| invalid(r.to_owned()))?;
+                if text.trim().is_empty() {
+                    return Err(invalid("the filter is empty".into()));
+                }
+                crate::filter::parse(text).map_err(Error::from)?
+            }
+        };
+        comparisons += expr.comparisons();
+        texts.push(expr.to_string());
+    }
+    if comparisons > MAX_COMPARISONS {
+        return Err(invalid(format!(
+            "the listing's filter has {comparisons} comparisons (its prefix counts too); the service allows at most {MAX_COMPARISONS}"
+        )));
+    }
+    Ok(match texts.len() {
+        0 => None,
+        1 => texts.pop(),
+        _ => Some(
+            texts
+                .iter()
+                .map(|t| format!("({t})"))
+                .collect::<Vec<_>>()
+                .join(" and "),
+        ),
+    })
 }
 
 impl ListTables {
@@ -259,11 +341,36 @@ impl ListTables {
         self
     }
 
+    /// Only tables whose name this typed filter holds for (with a prefix and
+    /// other filters, all must hold). Written over [`TableItem::NAME`]; values
+    /// are escaped, as in every typed filter.
+    ///
+    /// ```
+    /// use tablekit::table::TableItem;
+    /// let service = tablekit::TableServiceClient::embedded();
+    /// let listing = service.list_tables().filter(TableItem::NAME.ge("Logs2024") & TableItem::NAME.ne("Logs2024Old"));
+    /// # drop(listing);
+    /// ```
+    pub fn filter(mut self, filter: impl Into<Filter<TableItem>>) -> Self {
+        self.filters.push(ListFilter::Typed(filter.into()));
+        self
+    }
+
+    /// Only tables whose name this OData filter holds for: the escape hatch
+    /// for a filter written as text (`TableName` is the one property; string
+    /// literals need their `'` doubled, or use `tablekit::odata!`). Parsed
+    /// before any request, as [`Query::filter_raw`](crate::table::Query::filter_raw).
+    pub fn filter_raw(mut self, odata: impl Into<RawFilter>) -> Self {
+        self.filters.push(ListFilter::Raw(odata.into()));
+        self
+    }
+
     /// The names, across as many requests as needed.
     pub fn stream(self) -> TableNames {
         struct State {
             backend: Arc<dyn Backend>,
             prefix: Option<String>,
+            filter: Option<String>,
             top: Option<usize>,
             next: Option<String>,
             done: bool,
@@ -277,9 +384,14 @@ impl ListTables {
                 return TableNames(stream::once(async move { Err(err) }).boxed());
             }
         }
+        let filter = match filter_text(&self.filters, self.prefix.as_deref()) {
+            Ok(f) => f,
+            Err(err) => return TableNames(stream::once(async move { Err(err) }).boxed()),
+        };
         let state = State {
             backend: self.backend,
             prefix: self.prefix,
+            filter,
             top: self.page_size,
             next: None,
             done: false,
@@ -293,6 +405,7 @@ impl ListTables {
                     .backend
                     .execute(Operation::ListTables {
                         prefix: s.prefix.as_deref(),
+                        filter: s.filter.as_deref(),
                         next_table_name: s.next.as_deref(),
                         top: s.top,
                     })

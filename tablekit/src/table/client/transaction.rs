@@ -282,6 +282,50 @@ impl<T: TableEntity> Transaction<T> {
     }
 }
 
+impl<T> Transaction<T> {
+    /// A copy holding the operations whose indexes `keep` accepts, in order:
+    /// what the bulk writer resends after a refusal or a throttling answer.
+    pub(crate) fn copy_keeping(&self, keep: impl Fn(usize) -> bool) -> Self {
+        let ops: Vec<BatchOp> = self
+            .ops
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| keep(*i))
+            .map(|(_, op)| op.clone())
+            .collect();
+        let size = ops
+            .iter()
+            .map(|op| {
+                op.body.as_ref().map_or(0, Vec::len)
+                    + op.key.partition_key.len() * 3
+                    + op.key.row_key.len() * 3
+                    + OP_OVERHEAD
+            })
+            .sum();
+        Transaction {
+            table: self.table.clone(),
+            row_keys: ops.iter().map(|op| op.key.row_key.clone()).collect(),
+            ops,
+            size,
+        }
+    }
+
+    /// Whether an operation on the entity of `row_key` was added.
+    pub(crate) fn has_row_key(&self, row_key: &str) -> bool {
+        self.row_keys.contains(row_key)
+    }
+
+    /// What operation `index` sends, for working out its intent.
+    pub(crate) fn sent_op(&self, index: usize) -> Option<outcome::SentOp> {
+        self.ops.get(index).map(outcome::SentOp::of)
+    }
+
+    /// The table the transaction writes.
+    pub(crate) fn table(&self) -> &TableClient<T> {
+        &self.table
+    }
+}
+
 /// One write of an entity group transaction, built without a client, for
 /// any entity type: what a design pattern plans, and what code that composes
 /// writes of several types hands to [`Transaction::push`]. The entity is
