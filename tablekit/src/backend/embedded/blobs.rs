@@ -801,7 +801,7 @@ impl BlobBackend for Blobs {
     async fn blob(&self, op: BlobOp<'_>) -> Result<BlobResponse> {
         // A container deleted or created anew has no policy.
         let renewed = match op {
-            BlobOp::CreateContainer { container } | BlobOp::DeleteContainer { container } => {
+            BlobOp::CreateContainer { container } | BlobOp::DeleteContainer { container, .. } => {
                 Some(container.to_owned())
             }
             _ => None,
