@@ -28,13 +28,14 @@ pub(crate) fn build(service: Service, op: &AdminOp<'_>) -> Outgoing {
     let service_query =
         |comp: &str| vec![("restype", "service".to_owned()), ("comp", comp.to_owned())];
     let acl_query = || {
-        let mut q = Vec::new();
         #[cfg(feature = "blob")]
         if matches!(service, Service::Blob) {
-            q.push(("restype", "container".to_owned()));
+            return vec![
+                ("restype", "container".to_owned()),
+                ("comp", "acl".to_owned()),
+            ];
         }
-        q.push(("comp", "acl".to_owned()));
-        q
+        vec![("comp", "acl".to_owned())]
     };
     let (method, resource, query, body) = match op {
         AdminOp::GetAcl { resource } => (Method::GET, resource.to_string(), acl_query(), None),
