@@ -860,3 +860,156 @@ async fn a_store_file_keeps_metadata_headers_leases_and_copies() {
     );
     a.upload("libre").await.unwrap();
 }
+
+/// What the scripted copy server saw.
+#[derive(Default)]
+struct CopyTraffic {
+    /// The `x-ms-copy-source` and `x-ms-lease-id` of each Copy Blob.
+    copies: Vec<(String, Option<String>)>,
+    heads: usize,
+}
+
+/// A loopback Blob endpoint that answers Copy Blob with `pending`, then the
+/// destination's properties with `pending` for `pending_heads` reads, then
+/// with `last` (and its description): the polling of a long copy, which
+/// Azurite and the embedded store never show (they copy at once).
+async fn copy_server(
+    pending_heads: usize,
+    last: &'static str,
+) -> (String, std::sync::Arc<std::sync::Mutex<CopyTraffic>>) {
+    use std::sync::{Arc, Mutex};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let traffic: Arc<Mutex<CopyTraffic>> = Arc::default();
+    let shared = traffic.clone();
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let traffic = shared.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = vec![0u8; 16 * 1024];
+                loop {
+                    let end = loop {
+                        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break end;
+                        }
+                        match sock.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buf[..end]).to_string();
+                    let header = |name: &str| {
+                        head.lines().find_map(|l| {
+                            let (k, v) = l.split_once(':')?;
+                            k.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+                        })
+                    };
+                    let len: usize = header("content-length")
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0);
+                    while buf.len() < end + 4 + len {
+                        match sock.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    buf.drain(..end + 4 + len);
+                    let common =
+                        "ETag: \"0x8D2\"\r\nLast-Modified: Thu, 31 Jul 2014 18:00:00 GMT\r\n\
+                                  x-ms-request-id: scripted\r\nx-ms-copy-id: copy-1\r\n";
+                    let reply = if head.starts_with("PUT ") {
+                        traffic.lock().unwrap().copies.push((
+                            header("x-ms-copy-source").unwrap_or_default(),
+                            header("x-ms-lease-id"),
+                        ));
+                        format!("HTTP/1.1 202 Accepted\r\n{common}x-ms-copy-status: pending\r\nContent-Length: 0\r\n\r\n")
+                    } else {
+                        let heads = {
+                            let mut t = traffic.lock().unwrap();
+                            t.heads += 1;
+                            t.heads
+                        };
+                        let status = if heads <= pending_heads {
+                            "x-ms-copy-status: pending\r\nx-ms-copy-progress: 40/100\r\n".to_owned()
+                        } else {
+                            format!(
+                                "x-ms-copy-status: {last}\r\nx-ms-copy-progress: 100/100\r\n\
+                                 x-ms-copy-completion-time: Thu, 31 Jul 2014 18:01:00 GMT\r\n\
+                                 x-ms-copy-status-description: scripted {last}\r\n"
+                            )
+                        };
+                        format!(
+                            "HTTP/1.1 200 OK\r\n{common}{status}x-ms-copy-source: http://elsewhere/a\r\n\
+                             Content-Type: image/jpeg\r\nContent-Length: 100\r\n\r\n"
+                        )
+                    };
+                    if sock.write_all(reply.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (format!("http://{addr}/devstoreaccount1"), traffic)
+}
+
+fn scripted_blobs(endpoint: &str) -> BlobServiceClient {
+    let conn = format!(
+        "AccountName=devstoreaccount1;AccountKey={};BlobEndpoint={endpoint}",
+        common::EMULATOR_KEY
+    );
+    common::blobs(&conn).unwrap()
+}
+
+#[tokio::test]
+async fn a_pending_copy_is_polled_until_it_ends() {
+    let (endpoint, traffic) = copy_server(3, "success").await;
+    let c = scripted_blobs(&endpoint).container("photos").unwrap();
+    let source = c.blob("a b/000456.jpg").unwrap();
+    let dest = c.blob("backup.jpg").unwrap();
+    let lease = "6f3c1d8e-9a0b-4c2d-8e1f-0a1b2c3d4e5f";
+    let started = dest.start_copy_from(&source).lease(lease).await.unwrap();
+    assert_eq!(
+        (started.id(), started.status()),
+        ("copy-1", CopyStatus::Pending)
+    );
+    let pending = dest.properties().await.unwrap();
+    assert_eq!(pending.copy().unwrap().progress(), Some((40, 100)));
+
+    let done = dest.wait_for_copy(Duration::ZERO).await.unwrap();
+    assert_eq!(done.status(), CopyStatus::Success);
+    assert_eq!(done.progress(), Some((100, 100)));
+    assert_eq!(done.source(), Some("http://elsewhere/a"));
+    assert_eq!(
+        done.completed_on().map(|t| t.to_rfc3339()).as_deref(),
+        Some("2014-07-31T18:01:00+00:00")
+    );
+    let t = traffic.lock().unwrap();
+    assert_eq!(t.heads, 4, "one read, then pending twice more and done");
+    assert_eq!(
+        t.copies,
+        [(
+            format!("{endpoint}/photos/a%20b/000456.jpg"),
+            Some(lease.to_owned())
+        )],
+        "the source's URL on the account's endpoint, and the destination's lease"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_copy_ends_the_polling_with_its_reason() {
+    let (endpoint, _) = copy_server(1, "failed").await;
+    let dest = scripted_blobs(&endpoint)
+        .container("photos")
+        .unwrap()
+        .blob("backup.jpg")
+        .unwrap();
+    dest.start_copy_from_url("http://elsewhere/a")
+        .await
+        .unwrap();
+    let ended = dest.wait_for_copy(Duration::ZERO).await.unwrap();
+    assert_eq!(ended.status(), CopyStatus::Failed);
+    assert_eq!(ended.status_description(), Some("scripted failed"));
+}

@@ -193,7 +193,7 @@ impl Record {
             etag: ETag::new(self.etag),
             last_modified: DateTime::from_timestamp(self.modified, 0)?,
             headers: BlobHeaders {
-                http: BlobHttpHeaders {
+                http: crate::backend::blob::BlobHttpHeaders {
                     content_type: self.content_type,
                     content_encoding: self.http.encoding,
                     content_language: self.http.language,
@@ -946,5 +946,30 @@ mod full_disk {
             ],
             "the reopened store is usable"
         );
+    }
+}
+
+#[cfg(all(test, feature = "durable"))]
+mod records {
+    use super::*;
+
+    #[test]
+    fn a_blob_record_written_before_leases_and_headers_still_reads() {
+        // The record of a blob as files written before issue 24 hold it.
+        let old = r#"{"etag":"\"0x8DC0000000000001\"","modified":1406829600,"content_type":"image/jpeg","metadata":[["employee","456"]]}"#;
+        let record: Record = serde_json::from_str(old).unwrap();
+        let blob = record.into_blob(Bytes::from_static(b"jpeg")).unwrap();
+        assert_eq!(
+            blob.headers.http.content_type.as_deref(),
+            Some("image/jpeg")
+        );
+        assert_eq!(blob.headers.http.cache_control, None);
+        assert_eq!(blob.lease, Lease::default());
+        assert_eq!(blob.copy, None);
+        // And what is written now reads back whole.
+        let again: Record = serde_json::from_slice(&to_json(&Record::of(&blob)).unwrap()).unwrap();
+        let back = again.into_blob(blob.data.clone()).unwrap();
+        assert_eq!(back.headers, blob.headers);
+        assert_eq!(back.etag, blob.etag);
     }
 }
