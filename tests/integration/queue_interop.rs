@@ -61,12 +61,7 @@ impl Raw {
         let queue = common::queues(&conn).unwrap().queue(&name).unwrap();
         queue.create_queue().await.unwrap();
         let sas = QueueSas::new(&name)
-            .permissions(QueueSasPermissions {
-                read: true,
-                add: true,
-                update: true,
-                process: true,
-            })
+            .permissions(QueueSasPermissions::ALL)
             .expiry(chrono::Utc::now() + chrono::Duration::hours(1))
             .protocol(SasProtocol::HttpsAndHttp)
             .sign(&account)

@@ -44,6 +44,26 @@ impl Unreadable {
     }
 }
 
+/// The envelope of a received message, whichever encoding its sender used:
+/// its body as the queue client read it or, only when that is not JSON, the
+/// message text's other reading (`QueueMessage::json`). An envelope enqueued
+/// as Base64 (the queue client's default before the text as is) still runs.
+pub(super) fn read_message(
+    message: &tablekit::queue::QueueMessage,
+) -> std::result::Result<Envelope, Unreadable> {
+    match read_envelope(message.body()) {
+        Err(Unreadable::Malformed(why))
+            if serde_json::from_slice::<serde::de::IgnoredAny>(message.body()).is_err() =>
+        {
+            match message.json::<serde_json::Value>() {
+                Ok(value) => read_envelope(value.to_string().as_bytes()),
+                Err(_) => Err(Unreadable::Malformed(why)),
+            }
+        }
+        other => other,
+    }
+}
+
 pub(super) fn read_envelope(body: &[u8]) -> std::result::Result<Envelope, Unreadable> {
     let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
         Unreadable::Malformed(format!(

@@ -255,7 +255,8 @@ pub trait Operation: Serialize + DeserializeOwned + Send + Sync + 'static {
 /// The enqueueing side: puts operations on a queue, one message each.
 ///
 /// Each message is checked (size, encoding) before it is sent; an operation
-/// whose JSON is over the queue's 64 KiB (48 KiB of JSON after Base64) is
+/// whose JSON is over the queue's 64 KiB (as the queue client encodes it: the
+/// text as is by default, 48 KiB of JSON with `MessageEncoding::Base64`) is
 /// refused before any request. Carry keys, not large data.
 ///
 /// Messages never expire by default (the Queue service's `messagettl=-1`;

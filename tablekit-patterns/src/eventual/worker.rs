@@ -13,7 +13,7 @@ use tablekit::{queue::QueueMessage, BlobServiceClient, QueueClient, Result, Tabl
 use tracing::Instrument;
 
 use super::context::{ContextInner, Event, Hook, StepContext};
-use super::envelope::{read_envelope, Envelope, Unreadable};
+use super::envelope::{read_message, Envelope, Unreadable};
 use super::{BoxFuture, OpResult, Operation, PoisonedMessage};
 use crate::error::refused;
 
@@ -381,7 +381,7 @@ impl fmt::Debug for Worker {
 
 /// The most of the original body a poison message keeps: its JSON is written
 /// again as a string (escaped) inside the poison message, which must fit the
-/// queue's 64 KiB after Base64.
+/// queue's 64 KiB even when the poison queue encodes it as Base64.
 const POISON_BODY_MAX: usize = 24 * 1024;
 const ERROR_TEXT_MAX: usize = 2 * 1024;
 
@@ -622,7 +622,7 @@ impl WorkerInner {
     }
 
     async fn process_in_span(&self, mut message: QueueMessage, span: tracing::Span) -> Outcome {
-        let envelope = match read_envelope(message.body()) {
+        let envelope = match read_message(&message) {
             Ok(env) => env,
             Err(Unreadable::Newer { why, kind }) => {
                 if let Some(kind) = &kind {

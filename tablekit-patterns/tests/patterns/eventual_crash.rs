@@ -178,7 +178,35 @@ common::on_both_services!(
     an_operation_with_a_time_to_live_of_one_day_is_gone_after_two,
     a_message_from_a_newer_client_waits_for_a_worker_that_knows_it,
     an_unknown_kind_is_poisoned_at_the_dequeue_limit,
+    an_operation_enqueued_as_base64_by_an_older_client_still_runs,
 );
+
+/// A message enqueued before the queue client's default encoding became the
+/// text as is (Base64 then) runs after the upgrade: the worker, reading as
+/// text, finds the envelope in the text's Base64 reading.
+async fn an_operation_enqueued_as_base64_by_an_older_client_still_runs(s: Services) {
+    let env = Env::new(&s).await;
+    env.current.insert(&employee(456)).await.unwrap();
+    let op = Archive::<Employee>::new(env.current.name(), env.archive.name(), ("Sales", "000456"))
+        .unwrap();
+    let older = env
+        .jobs
+        .clone()
+        .with_encoding(tablekit::queue::MessageEncoding::Base64);
+    Eventual::new(older).enqueue(&op).await.unwrap();
+    let peeked = env.jobs.peek(1).await.unwrap().pop().unwrap();
+    assert!(
+        !peeked.text().unwrap().starts_with('{'),
+        "Base64 on the wire"
+    );
+    let report = env.worker().build().unwrap().drain().await.unwrap();
+    assert_eq!(
+        (report.succeeded, report.failed, report.poisoned),
+        (1, 0, 0),
+        "{report:?}"
+    );
+    env.assert_archived(&[456]).await;
+}
 
 async fn the_archive_of_twenty_employees_moves_each_once(s: Services) {
     let env = Env::new(&s).await;

@@ -597,3 +597,64 @@ fn check_count(n: usize) -> Result<u8> {
     }
     Ok(n as u8)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(text: &str, encoding: MessageEncoding) -> QueueMessage {
+        let raw = RawMessage {
+            id: "m1".into(),
+            pop_receipt: None,
+            dequeue_count: 0,
+            inserted_on: chrono::DateTime::UNIX_EPOCH,
+            expires_on: None,
+            next_visible_on: None,
+            text: text.into(),
+        };
+        let (body, encoding) = read_text(&raw.text, encoding);
+        QueueMessage {
+            raw,
+            body,
+            encoding,
+        }
+    }
+
+    #[test]
+    fn a_base64_reading_falls_back_only_for_texts_no_encoder_writes() {
+        use MessageEncoding::{Base64, Text};
+        // Canonical padded Base64: decoded, even a word that is also plain text.
+        assert_eq!(read_text("aGk=", Base64), (b"hi".to_vec(), Base64));
+        assert_eq!(read_text("abcd", Base64), (vec![0x69, 0xb7, 0x1d], Base64));
+        assert_eq!(read_text("", Base64), (vec![], Base64));
+        // No encoder writes these: missing padding, non-zero trailing bits,
+        // the URL-safe alphabet, spaces or line breaks.
+        for text in ["aGk", "aGl=", "a-_b", "aGk= ", "aGVs\nbG8=", "hello world"] {
+            assert_eq!(
+                read_text(text, Base64),
+                (text.as_bytes().to_vec(), Text),
+                "{text:?}"
+            );
+        }
+        // A text receiver never decodes.
+        assert_eq!(read_text("aGk=", Text), (b"aGk=".to_vec(), Text));
+    }
+
+    #[test]
+    fn json_takes_the_receivers_reading_first_and_the_other_only_if_it_is_not_json() {
+        use MessageEncoding::{Base64, Text};
+        // "1234" is JSON and Base64: each receiver's own reading decides.
+        assert_eq!(message("1234", Text).json::<u32>().unwrap(), 1234);
+        let m = message("MTIzNA==", Text); // Base64 of "1234"
+        assert_eq!(
+            m.json::<u32>().unwrap(),
+            1234,
+            "the text is not JSON: its decoding is"
+        );
+        assert_eq!(message("MTIzNA==", Base64).json::<u32>().unwrap(), 1234);
+        assert_eq!(message("[1]", Base64).json::<Vec<u8>>().unwrap(), [1]);
+        // Neither reading is JSON: the error names the message.
+        let err = message("aGk=", Text).json::<u32>().unwrap_err();
+        assert!(err.to_string().contains("m1"), "{err}");
+    }
+}
