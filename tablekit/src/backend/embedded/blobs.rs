@@ -32,8 +32,6 @@ use serde::{Deserialize, Serialize};
 use super::durable::{commit, open_error, write_error, Claim, Service, META};
 
 use super::blob_lease::{Guarded, Lease};
-#[cfg(feature = "durable")]
-use crate::backend::blob::BlobHttpHeaders;
 use crate::backend::blob::{
     BlobBackend, BlobHeaders, BlobOp, BlobProperties, BlobResponse, Conditions, CopyInfo,
 };
