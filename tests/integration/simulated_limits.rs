@@ -190,3 +190,35 @@ fn without_a_simulation_nothing_is_throttled() {
         t.insert(&DynamicEntity::new("hot", "more")).await.unwrap();
     });
 }
+
+#[test]
+fn the_file_store_is_simulated_too() {
+    rt().block_on(async {
+        let file = crate::common::TempStore::new();
+        let clock = ManualClock::starting_now();
+        let sim = || {
+            Simulation::new()
+                .partition_target(100)
+                .retry(RetryPolicy::none())
+                .clock(clock.clone())
+        };
+        {
+            let svc = TableServiceClient::embedded_at_simulated(file.path(), sim()).unwrap();
+            let t = table(&svc, "Kept").await;
+            fill(&t, "p", 0, 100).await;
+            let refused = t
+                .insert(&DynamicEntity::new("p", "over"))
+                .await
+                .unwrap_err();
+            assert!(refused.is_throttled(), "{refused:?}");
+            assert!(
+                refused.to_string().contains("embedded store file"),
+                "{refused}"
+            );
+        }
+        // Reopened: the data is kept, the buckets start full.
+        let svc = TableServiceClient::embedded_at_simulated(file.path(), sim()).unwrap();
+        let t = svc.table::<DynamicEntity>("Kept").unwrap();
+        assert_eq!(t.query().fetch_all().await.unwrap().len(), 100);
+    });
+}

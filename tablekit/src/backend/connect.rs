@@ -42,6 +42,18 @@ pub(crate) fn embedded_simulated(sim: crate::simulation::Simulation) -> Arc<dyn 
     Arc::new(super::embedded::Simulated::new(EmbeddedBackend::new(), sim))
 }
 
+/// The table store kept in the file at `path` behind the simulated limits of `sim`.
+#[cfg(feature = "durable")]
+pub(crate) fn embedded_at_simulated(
+    path: &std::path::Path,
+    sim: crate::simulation::Simulation,
+) -> Result<Arc<dyn Backend>> {
+    Ok(Arc::new(super::embedded::Simulated::new(
+        EmbeddedBackend::open(path)?,
+        sim,
+    )))
+}
+
 /// The in-process table store kept in the file at `path` (created if missing).
 #[cfg(feature = "durable")]
 pub(crate) fn embedded_at(path: &std::path::Path) -> Result<Arc<dyn Backend>> {

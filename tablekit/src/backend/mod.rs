@@ -20,8 +20,6 @@ mod table;
 pub(crate) use connect::connect_blobs;
 #[cfg(feature = "queue")]
 pub(crate) use connect::connect_queues;
-#[cfg(feature = "durable")]
-pub(crate) use connect::embedded_at;
 #[cfg(all(feature = "embedded", feature = "blob"))]
 pub(crate) use connect::embedded_blobs;
 #[cfg(all(feature = "durable", feature = "blob"))]
@@ -35,6 +33,8 @@ pub(crate) use connect::{check_store_file, compact_store_file, hold_store_file};
 pub(crate) use connect::{connect, target, Target};
 #[cfg(feature = "embedded")]
 pub(crate) use connect::{embedded, embedded_simulated};
+#[cfg(feature = "durable")]
+pub(crate) use connect::{embedded_at, embedded_at_simulated};
 #[cfg(feature = "embedded")]
 pub(crate) use stored::{Selection, StoredEntity};
 pub use table::Written;

@@ -6,7 +6,7 @@ mod client;
 mod handle;
 mod outcome;
 mod query;
-pub mod stats;
+pub(crate) mod stats;
 
 pub use crate::backend::Written;
 pub use client::{
@@ -16,4 +16,7 @@ pub use client::{
 pub use handle::AmbiguousWrites;
 pub use outcome::ReadBack;
 pub use query::{EntityStream, Page, PageStream, Query, ScanPolicy};
-pub use stats::{PartitionStats, RequestKind, Stats};
+pub use stats::{
+    PartitionStats, RequestKind, Stats, ACCOUNT_TARGET, HEAT_SHARE, PARTITION_TARGET,
+    WARNING_INTERVAL,
+};

@@ -151,6 +151,25 @@ impl TableServiceClient {
         ))
     }
 
+    /// The embedded store kept in the file at `path` (as
+    /// [`embedded_at`](TableServiceClient::embedded_at)) behind the service's
+    /// limits as `sim` simulates them (as
+    /// [`embedded_simulated`](TableServiceClient::embedded_simulated)): a
+    /// partition design or a load tested against data kept between runs.
+    #[cfg(feature = "durable")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "durable")))]
+    pub fn embedded_at_simulated(
+        path: impl AsRef<std::path::Path>,
+        sim: crate::simulation::Simulation,
+    ) -> Result<Self> {
+        let (clock, target) = (sim.manual_clock().cloned(), sim.partition_target_value());
+        Ok(TableServiceClient::counted(
+            backend::embedded_at_simulated(path.as_ref(), sim)?,
+            clock,
+            target,
+        ))
+    }
+
     /// A client from a connection string (see [`Account::from_connection_string`]).
     ///
     /// `UseEmbeddedStorage=true;Path=<file>` is the embedded store kept in that
