@@ -432,11 +432,18 @@ impl TokenCredential for Minted {
     }
 }
 
+/// One Azurite for the three cases (starting one takes seconds of CPU).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn azurite_in_oauth_mode_takes_entra_tokens_for_tables_queues_and_blobs() {
+async fn azurite_in_oauth_mode() {
     let Some(azurite) = OAuthAzurite::start() else {
         return;
     };
+    takes_entra_tokens_for_tables_queues_and_blobs(&azurite).await;
+    refuses_an_expired_token_and_the_cache_refreshes_it(&azurite).await;
+    refuses_a_token_for_the_wrong_audience_with_a_clear_error(&azurite).await;
+}
+
+async fn takes_entra_tokens_for_tables_queues_and_blobs(azurite: &OAuthAzurite) {
     let minted = Minted::new("https://storage.azure.com");
     let account = azurite.account(Credential::Bearer(EntraCredential::from_arc(
         minted.clone(),
@@ -474,11 +481,7 @@ async fn azurite_in_oauth_mode_takes_entra_tokens_for_tables_queues_and_blobs() 
     assert_eq!(minted.calls.load(Ordering::SeqCst), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn azurite_refuses_an_expired_token_and_the_cache_refreshes_it() {
-    let Some(azurite) = OAuthAzurite::start() else {
-        return;
-    };
+async fn refuses_an_expired_token_and_the_cache_refreshes_it(azurite: &OAuthAzurite) {
     let clock = ManualClock::starting_now();
     let minted = Minted::new("https://storage.azure.com");
     // The first token has already expired for the service, while the
@@ -504,11 +507,7 @@ async fn azurite_refuses_an_expired_token_and_the_cache_refreshes_it() {
     assert_eq!(minted.calls.load(Ordering::SeqCst), 2);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn azurite_refuses_a_token_for_the_wrong_audience_with_a_clear_error() {
-    let Some(azurite) = OAuthAzurite::start() else {
-        return;
-    };
+async fn refuses_a_token_for_the_wrong_audience_with_a_clear_error(azurite: &OAuthAzurite) {
     // A Cosmos DB token sent to a storage account.
     let minted = Minted::new("https://cosmos.azure.com");
     let account = azurite.account(Credential::Bearer(EntraCredential::from_arc(minted)));
