@@ -42,6 +42,10 @@ struct Tokens {
 #[async_trait::async_trait]
 impl TokenCredential for Tokens {
     async fn get_token(&self, request: &TokenRequest) -> tablekit::Result<AccessToken> {
+        // A token endpoint takes a while: concurrent callers overlap.
+        for _ in 0..3 {
+            tokio::task::yield_now().await;
+        }
         self.asked.lock().unwrap().push(request.clone());
         let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
         let tenant = request.tenant_id.as_deref().unwrap_or("home");
@@ -127,6 +131,34 @@ async fn a_401_without_a_challenge_is_not_sent_again_but_its_token_is_dropped() 
         authorization(&seen),
         ["Bearer tok1-home", "Bearer tok2-home"]
     );
+}
+
+#[tokio::test]
+async fn concurrent_first_requests_share_one_token() {
+    let (endpoint, seen) = scripted::serve(Arc::new(|_, _| {
+        answer(
+            "404 Not Found",
+            &[],
+            r#"{"odata.error":{"code":"ResourceNotFound","message":{"lang":"en-US","value":"none"}}}"#,
+        )
+    }))
+    .await;
+    let tokens = Arc::new(Tokens::default());
+    let table = TableServiceClient::with_options(bearer_account(&endpoint, &tokens), options())
+        .unwrap()
+        .table::<DynamicEntity>("Herd")
+        .unwrap();
+    let reads =
+        futures::future::join_all((0..20).map(|i| table.get(("p", format!("r{i}"))).send())).await;
+    assert!(reads.iter().all(|r| matches!(r, Ok(None))), "{reads:?}");
+    assert_eq!(
+        tokens.calls.load(Ordering::SeqCst),
+        1,
+        "one token for twenty requests"
+    );
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 20);
+    assert!(authorization(&seen).iter().all(|a| a == "Bearer tok1-home"));
 }
 
 #[tokio::test]
