@@ -134,6 +134,29 @@ async fn a_401_without_a_challenge_is_not_sent_again_but_its_token_is_dropped() 
 }
 
 #[tokio::test]
+async fn a_claims_challenge_is_answered_once_with_a_token_asked_with_its_claims() {
+    const CAE: &str = "Bearer realm=\"\", authorization_uri=\"https://login.microsoftonline.com/common/oauth2/authorize\", error=\"insufficient_claims\", claims=\"eyJhY2Nlc3NfdG9rZW4iOnsibmJmIjp7ImVzc2VudGlhbCI6dHJ1ZSwidmFsdWUiOiIxNzI2MDc3NTk1In19fQ==\"";
+    let (endpoint, seen) = scripted::serve(Arc::new(|n, _| match n {
+        0 => answer("401 Unauthorized", &[("WWW-Authenticate", CAE)], ""),
+        _ => answer("204 No Content", &[], ""),
+    }))
+    .await;
+    let tokens = Arc::new(Tokens::default());
+    let svc =
+        TableServiceClient::with_options(bearer_account(&endpoint, &tokens), options()).unwrap();
+    svc.create_table("Revoked").await.unwrap();
+    assert_eq!(
+        authorization(&seen.lock().unwrap()),
+        ["Bearer tok1-home", "Bearer tok2-home"]
+    );
+    let asked = tokens.asked.lock().unwrap();
+    assert_eq!(
+        asked[1].claims.as_deref(),
+        Some(r#"{"access_token":{"nbf":{"essential":true,"value":"1726077595"}}}"#)
+    );
+}
+
+#[tokio::test]
 async fn concurrent_first_requests_share_one_token() {
     let (endpoint, seen) = scripted::serve(Arc::new(|_, _| {
         answer(
