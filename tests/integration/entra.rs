@@ -42,6 +42,10 @@ struct Tokens {
 #[async_trait::async_trait]
 impl TokenCredential for Tokens {
     async fn get_token(&self, request: &TokenRequest) -> tablekit::Result<AccessToken> {
+        // A token endpoint takes a while: concurrent callers overlap.
+        for _ in 0..3 {
+            tokio::task::yield_now().await;
+        }
         self.asked.lock().unwrap().push(request.clone());
         let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
         let tenant = request.tenant_id.as_deref().unwrap_or("home");
@@ -127,6 +131,57 @@ async fn a_401_without_a_challenge_is_not_sent_again_but_its_token_is_dropped() 
         authorization(&seen),
         ["Bearer tok1-home", "Bearer tok2-home"]
     );
+}
+
+#[tokio::test]
+async fn a_claims_challenge_is_answered_once_with_a_token_asked_with_its_claims() {
+    const CAE: &str = "Bearer realm=\"\", authorization_uri=\"https://login.microsoftonline.com/common/oauth2/authorize\", error=\"insufficient_claims\", claims=\"eyJhY2Nlc3NfdG9rZW4iOnsibmJmIjp7ImVzc2VudGlhbCI6dHJ1ZSwidmFsdWUiOiIxNzI2MDc3NTk1In19fQ==\"";
+    let (endpoint, seen) = scripted::serve(Arc::new(|n, _| match n {
+        0 => answer("401 Unauthorized", &[("WWW-Authenticate", CAE)], ""),
+        _ => answer("204 No Content", &[], ""),
+    }))
+    .await;
+    let tokens = Arc::new(Tokens::default());
+    let svc =
+        TableServiceClient::with_options(bearer_account(&endpoint, &tokens), options()).unwrap();
+    svc.create_table("Revoked").await.unwrap();
+    assert_eq!(
+        authorization(&seen.lock().unwrap()),
+        ["Bearer tok1-home", "Bearer tok2-home"]
+    );
+    let asked = tokens.asked.lock().unwrap();
+    assert_eq!(
+        asked[1].claims.as_deref(),
+        Some(r#"{"access_token":{"nbf":{"essential":true,"value":"1726077595"}}}"#)
+    );
+}
+
+#[tokio::test]
+async fn concurrent_first_requests_share_one_token() {
+    let (endpoint, seen) = scripted::serve(Arc::new(|_, _| {
+        answer(
+            "404 Not Found",
+            &[],
+            r#"{"odata.error":{"code":"ResourceNotFound","message":{"lang":"en-US","value":"none"}}}"#,
+        )
+    }))
+    .await;
+    let tokens = Arc::new(Tokens::default());
+    let table = TableServiceClient::with_options(bearer_account(&endpoint, &tokens), options())
+        .unwrap()
+        .table::<DynamicEntity>("Herd")
+        .unwrap();
+    let reads =
+        futures::future::join_all((0..20).map(|i| table.get(("p", format!("r{i}"))).send())).await;
+    assert!(reads.iter().all(|r| matches!(r, Ok(None))), "{reads:?}");
+    assert_eq!(
+        tokens.calls.load(Ordering::SeqCst),
+        1,
+        "one token for twenty requests"
+    );
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 20);
+    assert!(authorization(&seen).iter().all(|a| a == "Bearer tok1-home"));
 }
 
 #[tokio::test]
@@ -432,11 +487,18 @@ impl TokenCredential for Minted {
     }
 }
 
+/// One Azurite for the three cases (starting one takes seconds of CPU).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn azurite_in_oauth_mode_takes_entra_tokens_for_tables_queues_and_blobs() {
+async fn azurite_in_oauth_mode() {
     let Some(azurite) = OAuthAzurite::start() else {
         return;
     };
+    takes_entra_tokens_for_tables_queues_and_blobs(&azurite).await;
+    refuses_an_expired_token_and_the_cache_refreshes_it(&azurite).await;
+    refuses_a_token_for_the_wrong_audience_with_a_clear_error(&azurite).await;
+}
+
+async fn takes_entra_tokens_for_tables_queues_and_blobs(azurite: &OAuthAzurite) {
     let minted = Minted::new("https://storage.azure.com");
     let account = azurite.account(Credential::Bearer(EntraCredential::from_arc(
         minted.clone(),
@@ -474,11 +536,7 @@ async fn azurite_in_oauth_mode_takes_entra_tokens_for_tables_queues_and_blobs() 
     assert_eq!(minted.calls.load(Ordering::SeqCst), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn azurite_refuses_an_expired_token_and_the_cache_refreshes_it() {
-    let Some(azurite) = OAuthAzurite::start() else {
-        return;
-    };
+async fn refuses_an_expired_token_and_the_cache_refreshes_it(azurite: &OAuthAzurite) {
     let clock = ManualClock::starting_now();
     let minted = Minted::new("https://storage.azure.com");
     // The first token has already expired for the service, while the
@@ -504,11 +562,7 @@ async fn azurite_refuses_an_expired_token_and_the_cache_refreshes_it() {
     assert_eq!(minted.calls.load(Ordering::SeqCst), 2);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn azurite_refuses_a_token_for_the_wrong_audience_with_a_clear_error() {
-    let Some(azurite) = OAuthAzurite::start() else {
-        return;
-    };
+async fn refuses_a_token_for_the_wrong_audience_with_a_clear_error(azurite: &OAuthAzurite) {
     // A Cosmos DB token sent to a storage account.
     let minted = Minted::new("https://cosmos.azure.com");
     let account = azurite.account(Credential::Bearer(EntraCredential::from_arc(minted)));

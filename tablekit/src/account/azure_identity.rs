@@ -51,17 +51,18 @@ impl Credential {
     /// Microsoft Entra ID through a credential of the official identity crate
     /// `azure_identity` (feature `entra`), cached and refreshed by tablekit.
     ///
-    /// ```no_run
-    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// ```
+    /// use std::sync::Arc;
     /// use tablekit::{Account, Credential};
-    /// // let identity = azure_identity::ManagedIdentityCredential::new(None)?;
-    /// # let identity: std::sync::Arc<dyn azure_core::credentials::TokenCredential> = unimplemented!();
-    /// let account = Account::new(
-    ///     "myaccount",
-    ///     "https://myaccount.table.core.windows.net",
-    ///     Credential::entra(identity),
-    /// )?;
-    /// # Ok(()) }
+    ///
+    /// // `identity` is e.g. `azure_identity::ManagedIdentityCredential::new(None)?`.
+    /// fn account(identity: Arc<dyn azure_core::credentials::TokenCredential>) -> tablekit::Result<Account> {
+    ///     Account::new(
+    ///         "myaccount",
+    ///         "https://myaccount.table.core.windows.net",
+    ///         Credential::entra(identity),
+    ///     )
+    /// }
     /// ```
     ///
     /// The scope follows the target ([`Target`](crate::account::Target)):

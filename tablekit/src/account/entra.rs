@@ -15,7 +15,11 @@
 //! - a `401` answer drops the token that was sent; when it carries a
 //!   `WWW-Authenticate: Bearer authorization_uri=…/{tenant}/…` challenge, the
 //!   tenant it names is used from then on and the request is sent once more
-//!   with a token of that tenant (the Storage SDKs' tenant discovery).
+//!   with a token of that tenant (the Storage SDKs' tenant discovery); when it
+//!   is a Continuous Access Evaluation challenge (`error="insufficient_claims"`,
+//!   `claims="…"`), the next token is asked with those claims
+//!   ([`TokenRequest::claims`]) and the request is sent once more, as the
+//!   Azure core libraries do.
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -87,6 +91,10 @@ pub struct TokenRequest {
     pub scopes: Vec<String>,
     /// The Entra tenant to ask, if not the credential's own.
     pub tenant_id: Option<String>,
+    /// Claims the service demanded in a Continuous Access Evaluation challenge
+    /// (`error="insufficient_claims"`, the JSON decoded from its `claims`):
+    /// a token without them will be refused again.
+    pub claims: Option<String>,
 }
 
 impl TokenRequest {
@@ -95,6 +103,7 @@ impl TokenRequest {
         TokenRequest {
             scopes: vec![scope.into()],
             tenant_id: None,
+            claims: None,
         }
     }
 }
@@ -245,6 +254,7 @@ impl EntraCredential {
             clock: self.clock.clone(),
             shared: self.shared.clone(),
             state: Mutex::default(),
+            claims: Mutex::default(),
             fetch: tokio::sync::Mutex::new(()),
         });
         caches.push(cache.clone());
@@ -264,6 +274,8 @@ pub(crate) struct TokenCache {
     clock: Option<ManualClock>,
     shared: Arc<Shared>,
     state: Mutex<Option<Cached>>,
+    /// Claims a challenge demanded, for the next fetch.
+    claims: Mutex<Option<String>>,
     /// Held by the one caller fetching a token.
     fetch: tokio::sync::Mutex<()>,
 }
@@ -359,8 +371,13 @@ impl TokenCache {
         let request = TokenRequest {
             scopes: vec![self.scope.clone()],
             tenant_id: lock(&self.shared.tenant).clone(),
+            claims: lock(&self.claims).clone(),
         };
         let token = self.credential.get_token(&request).await?;
+        // Claims are asked for once: the token that carries them answers them.
+        if request.claims.is_some() {
+            *lock(&self.claims) = None;
+        }
         let lifetime = (token.expires_on - now).to_std().unwrap_or_default();
         let early = REFRESH_BEFORE.min(lifetime / 2);
         let refresh_at = token.expires_on - chrono::Duration::from_std(early).unwrap_or_default();
@@ -383,6 +400,11 @@ impl TokenCache {
         let Some(challenge) = www_authenticate.and_then(BearerChallenge::parse) else {
             return false;
         };
+        if let Some(claims) = challenge.claims {
+            // A claims challenge is about the token, not the tenant.
+            *lock(&self.claims) = Some(claims);
+            return true;
+        }
         if let Some(tenant) = challenge.tenant {
             let mut current = lock(&self.shared.tenant);
             if current.as_deref() != Some(tenant.as_str()) {
@@ -406,6 +428,8 @@ pub(crate) struct BearerChallenge {
     pub(crate) tenant: Option<String>,
     /// `resource_id`, the audience the service expects.
     pub(crate) resource: Option<String>,
+    /// The claims of an `error="insufficient_claims"` challenge, decoded from base64.
+    pub(crate) claims: Option<String>,
 }
 
 impl BearerChallenge {
@@ -421,7 +445,10 @@ impl BearerChallenge {
         let mut challenge = BearerChallenge {
             tenant: None,
             resource: None,
+            claims: None,
         };
+        let mut insufficient_claims = false;
+        let mut claims = None;
         let mut rest = rest.trim_start_matches([' ', ',']);
         while let Some(eq) = rest.find('=') {
             let name = rest[..eq].trim().to_ascii_lowercase();
@@ -438,12 +465,32 @@ impl BearerChallenge {
                     challenge.tenant = tenant_of(value);
                 }
                 "resource_id" | "resource" => challenge.resource = Some(value.to_owned()),
+                "error" => insufficient_claims = value == "insufficient_claims",
+                "claims" => claims = Some(value.to_owned()),
                 _ => {}
             }
             rest = next.trim_start_matches([' ', ',']);
         }
+        if insufficient_claims {
+            challenge.claims = claims.map(|c| decode_claims(&c));
+        }
         Some(challenge)
     }
+}
+
+/// The claims JSON of a challenge's base64 (padded or not, either alphabet);
+/// the text itself if it is not base64.
+fn decode_claims(text: &str) -> String {
+    use base64::Engine as _;
+    let trimmed = text.trim_end_matches('=');
+    [
+        base64::engine::general_purpose::STANDARD_NO_PAD,
+        base64::engine::general_purpose::URL_SAFE_NO_PAD,
+    ]
+    .iter()
+    .find_map(|engine| engine.decode(trimmed).ok())
+    .and_then(|bytes| String::from_utf8(bytes).ok())
+    .unwrap_or_else(|| text.to_owned())
 }
 
 fn find_ignore_case(haystack: &str, needle: &str) -> Option<usize> {
@@ -458,6 +505,13 @@ fn tenant_of(uri: &str) -> Option<String> {
     let after_scheme = uri.split_once("://").map_or(uri, |(_, rest)| rest);
     let path = after_scheme.split_once('/')?.1;
     let tenant = path.split('/').next()?;
+    // The multi-tenant aliases name no tenant.
+    if ["common", "organizations", "consumers"]
+        .iter()
+        .any(|alias| alias.eq_ignore_ascii_case(tenant))
+    {
+        return None;
+    }
     let ok = !tenant.is_empty()
         && tenant
             .bytes()

@@ -241,7 +241,8 @@ fn bearer_challenges_are_read_as_the_sdks_read_them() {
         BearerChallenge::parse("Bearer"),
         Some(BearerChallenge {
             tenant: None,
-            resource: None
+            resource: None,
+            claims: None,
         })
     );
     assert_eq!(BearerChallenge::parse("Basic realm=x"), None);
@@ -257,4 +258,37 @@ fn debug_never_shows_the_token() {
     let text = format!("{token:?}");
     assert!(!text.contains("SECRET"), "{text}");
     assert!(text.contains("2026-11-26"), "{text}");
+}
+
+/// A Continuous Access Evaluation challenge, as Microsoft's documentation
+/// shows one (claims: `{"access_token":{"nbf":{"essential":true,"value":"1726077595"}}}`).
+const CAE: &str = "Bearer realm=\"\", authorization_uri=\"https://login.microsoftonline.com/common/oauth2/authorize\", error=\"insufficient_claims\", claims=\"eyJhY2Nlc3NfdG9rZW4iOnsibmJmIjp7ImVzc2VudGlhbCI6dHJ1ZSwidmFsdWUiOiIxNzI2MDc3NTk1In19fQ==\"";
+
+#[tokio::test]
+async fn a_claims_challenge_asks_the_next_token_with_its_claims_once() {
+    let (_clock, credential, cache) = setup(60);
+    cache.token().await.unwrap();
+    assert!(cache.unauthorized("t1", Some(CAE)));
+    assert_eq!(&*cache.token().await.unwrap(), "t2");
+    cache.unauthorized("t2", None);
+    assert_eq!(&*cache.token().await.unwrap(), "t3");
+    let asked = lock(&credential.requests);
+    assert_eq!(asked[0].claims, None);
+    assert_eq!(
+        asked[1].claims.as_deref(),
+        Some(r#"{"access_token":{"nbf":{"essential":true,"value":"1726077595"}}}"#)
+    );
+    assert_eq!(asked[2].claims, None, "claims are asked for once");
+    assert!(
+        asked.iter().all(|r| r.tenant_id.is_none()),
+        "`common` is no tenant"
+    );
+}
+
+#[test]
+fn claims_count_only_in_an_insufficient_claims_challenge() {
+    let parsed = BearerChallenge::parse("Bearer error=\"invalid_token\", claims=\"e30=\"").unwrap();
+    assert_eq!(parsed.claims, None);
+    let parsed = BearerChallenge::parse(CAE).unwrap();
+    assert!(parsed.claims.unwrap().starts_with("{\"access_token\""));
 }
