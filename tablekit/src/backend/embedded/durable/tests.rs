@@ -476,3 +476,73 @@ fn a_file_mostly_freed_by_deletes_is_compacted_when_it_closes() {
         .iter()
         .all(|(_, e)| e.entity.row_key.as_str() >= "r0090"));
 }
+
+/// Writes (`Some` text) or deletes (`None`) the entities `r{i}` of `rows`
+/// in partition `p` of table 1 (`t1x`), in commits of 100.
+fn put_many(d: &Durable, rows: &[usize], text: Option<&str>) {
+    for chunk in rows.chunks(100) {
+        let keys: Vec<String> = chunk.iter().map(|i| format!("r{i:05}")).collect();
+        let stored: Vec<Option<StoredEntity>> = keys
+            .iter()
+            .map(|rk| {
+                text.map(|t| {
+                    let mut e = DynamicEntity::new("p", rk.as_str());
+                    e.properties
+                        .push_unchecked("S".into(), EdmValue::String(t.to_owned()));
+                    let v = Version::at(1);
+                    e.timestamp = Some(v.timestamp);
+                    e.etag = Some(v.etag);
+                    StoredEntity {
+                        entity: e,
+                        timestamp_text: v.text,
+                    }
+                })
+            })
+            .collect();
+        let puts: Vec<Put<'_>> = keys
+            .iter()
+            .zip(&stored)
+            .map(|(rk, s)| Put {
+                row_key: rk,
+                entity: s.as_ref(),
+            })
+            .collect();
+        d.write("t1x", 1, "p", &puts).unwrap();
+    }
+}
+
+#[test]
+fn compaction_leaves_a_file_as_dense_as_a_fresh_one() {
+    let text = "y".repeat(300);
+    let all: Vec<usize> = (0..5000).collect();
+    let kept: Vec<usize> = all.iter().copied().filter(|i| i % 10 == 0).collect();
+    let gone: Vec<usize> = all.iter().copied().filter(|i| i % 10 != 0).collect();
+    // 90% deleted from every page of the table...
+    let sparse = TempFile::new();
+    {
+        let (d, _) = Durable::open(&sparse.0).unwrap();
+        assert_eq!(d.create_table("t1x", "T1x").unwrap(), 1);
+        put_many(&d, &all, Some(&text));
+        put_many(&d, &gone, None);
+    }
+    // ...and the same 10% written to a fresh file.
+    let fresh = TempFile::new();
+    {
+        let (d, _) = Durable::open(&fresh.0).unwrap();
+        d.create_table("t1x", "T1x").unwrap();
+        put_many(&d, &kept, Some(&text));
+    }
+    let (_, fresh_len) = compact_file(&fresh.0).unwrap();
+    let (before, after) = compact_file(&sparse.0).unwrap();
+    assert!(
+        after <= fresh_len + fresh_len / 4,
+        "{before} -> {after}, a fresh file {fresh_len}"
+    );
+    let (d, loaded) = Durable::open(&sparse.0).unwrap();
+    let rows: Vec<String> = entities(&d, &loaded)
+        .into_iter()
+        .map(|(_, e)| e.entity.row_key)
+        .collect();
+    let expected: Vec<String> = kept.iter().map(|i| format!("r{i:05}")).collect();
+    assert_eq!(rows, expected);
+}
