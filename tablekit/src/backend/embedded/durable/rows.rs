@@ -187,6 +187,6 @@ pub(crate) fn fill<'a>(
     };
     let version = Version::at(t);
     raw.timestamp = timestamp.then(|| Cow::Owned(version.text.into_string()));
-    raw.etag = Some(Cow::Owned(version.etag.as_str().to_owned()));
+    raw.etag = Some(Cow::Owned(version.etag.into_string()));
     true
 }
