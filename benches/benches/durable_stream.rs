@@ -158,5 +158,6 @@ fn main() {
         eprintln!("durable_stream: N = {n}: {filled}");
         println!("{}", child("stream", &path, n));
         let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(format!("{}.seal", path.display()));
     }
 }

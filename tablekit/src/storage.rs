@@ -103,10 +103,14 @@ pub struct FileReport {
     pub file_bytes: u64,
 }
 
-/// Checks the embedded store file at `path` without changing it: the
-/// checksum of every page (redb's integrity check, which every open runs
-/// too), and every entity of every table read, decoded, and found in key
-/// order. The file must not be open (in this process or another).
+/// Checks the embedded store file at `path` without changing its data: the
+/// checksum of every page (redb's integrity check, which an open runs too
+/// unless the file is as its last clean close left it), and every entity of
+/// every table read, decoded, and found in key order. The file must not be
+/// open (in this process or another). A file that passes is sealed as a
+/// clean close seals it (`<file>.seal`, see
+/// [`TableServiceClient::embedded_at`](crate::TableServiceClient::embedded_at)),
+/// so its next open skips the check of every page.
 ///
 /// # Errors
 ///
@@ -128,7 +132,9 @@ pub fn check_file(path: impl AsRef<Path>) -> Result<FileReport> {
 /// entities (and of the old versions of updated ones), which a store reuses
 /// for its later writes but does not give back, is returned to the file
 /// system. The file must not be open (in this process or another). The
-/// file's size in bytes before and after.
+/// file's size in bytes before and after. A store also compacts its file
+/// when it closes if the entities deleted since its last compaction took at
+/// least 1 MiB and a quarter of the file's size.
 ///
 /// # Errors
 ///

@@ -82,6 +82,31 @@ pub(crate) fn decode_one<T: TableEntity>(
     T::decode(&raw)
 }
 
+/// Decodes a page read from a store file as `T`, with one property buffer
+/// for all: each string is copied once, into `T`.
+#[cfg(feature = "durable")]
+pub(crate) fn decode_rows<T: TableEntity>(
+    rows: &crate::backend::embedded::durable::rows::Rows,
+    select: Option<&Selection>,
+    out: &mut Vec<T>,
+) -> Result<()> {
+    out.reserve(rows.len());
+    let mut raw = RawEntity::default();
+    let keep = |n: &str| select.is_none_or(|s| s.keeps(n));
+    let timestamp = select.is_none_or(|s| s.timestamp);
+    for (key, record) in rows.iter() {
+        if !crate::backend::embedded::durable::rows::fill(&mut raw, key, record, keep, timestamp) {
+            return Err(crate::error::Error::service(
+                500,
+                crate::error::ErrorCode::InternalError,
+                "the file could not be read: an entity is unreadable",
+            ));
+        }
+        out.push(T::decode(&raw)?);
+    }
+    Ok(())
+}
+
 /// Decodes a page of stored entities as `T`, with one property buffer for all.
 pub(crate) fn decode_page<T: TableEntity>(
     entities: &[Arc<StoredEntity>],

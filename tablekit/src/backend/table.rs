@@ -266,6 +266,13 @@ pub(crate) enum Payload {
         entities: Vec<Arc<StoredEntity>>,
         select: Option<Selection>,
     },
+    /// A page read from an embedded store file: the entities' on-disk keys
+    /// and records, decoded straight into the caller's type.
+    #[cfg(feature = "durable")]
+    Records {
+        rows: crate::backend::embedded::durable::rows::Rows,
+        select: Option<Selection>,
+    },
 }
 
 impl fmt::Debug for Payload {
@@ -275,6 +282,8 @@ impl fmt::Debug for Payload {
             Payload::Stored { entities, .. } => {
                 write!(f, "Payload::Stored({} entities)", entities.len())
             }
+            #[cfg(feature = "durable")]
+            Payload::Records { rows, .. } => write!(f, "Payload::Records({} entities)", rows.len()),
         }
     }
 }
@@ -285,6 +294,9 @@ impl Payload {
         match self {
             Payload::Json { etag, .. } => etag.as_deref(),
             Payload::Stored { entities, .. } => entities.first().and_then(|e| e.etag()),
+            // Pages of queries only, which have no single ETag.
+            #[cfg(feature = "durable")]
+            Payload::Records { .. } => None,
         }
     }
 
@@ -300,6 +312,13 @@ impl Payload {
                 Some(e) => stored::decode_one(e, select.as_ref()),
                 None => Err(crate::error::Error::decode("an empty single-entity answer")),
             },
+            #[cfg(feature = "durable")]
+            Payload::Records { rows, select } => {
+                let mut one = Vec::with_capacity(1);
+                stored::decode_rows(rows, select.as_ref(), &mut one)?;
+                one.pop()
+                    .ok_or_else(|| crate::error::Error::decode("an empty single-entity answer"))
+            }
         }
     }
 
@@ -309,6 +328,8 @@ impl Payload {
             Payload::Stored { entities, select } => {
                 stored::decode_page(entities, select.as_ref(), out)
             }
+            #[cfg(feature = "durable")]
+            Payload::Records { rows, select } => stored::decode_rows(rows, select.as_ref(), out),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! Keys ordered the way the service orders them: ordinal UTF-16 code units.
 
+use std::borrow::Cow;
 use std::cmp::Ordering;
 
 /// A PartitionKey or RowKey (or table name) ordered by UTF-16 code units, as
@@ -85,18 +86,48 @@ pub(crate) fn partition_range(pk: &str) -> (Vec<u8>, Vec<u8>) {
 #[cfg_attr(not(feature = "durable"), allow(dead_code))]
 pub(crate) fn decode_entity_key(bytes: &[u8]) -> Option<(String, String)> {
     let split = bytes.iter().position(|&b| b == 0)?;
-    let decode = |part: &[u8]| {
-        let utf8: Vec<u8> = part
-            .iter()
-            .map(|&b| match b {
-                0xF5 => 0xEE,
-                0xF6 => 0xEF,
-                b => b,
-            })
-            .collect();
-        String::from_utf8(utf8).ok()
-    };
-    Some((decode(&bytes[..split])?, decode(&bytes[split + 1..])?))
+    Some((
+        decode_str(&bytes[..split])?,
+        decode_str(&bytes[split + 1..])?,
+    ))
+}
+
+/// The keys of an on-disk entity key, borrowed from it unless a key has
+/// characters of U+E000..=U+FFFF, or `None` if it is not one.
+#[cfg_attr(not(feature = "durable"), allow(dead_code))]
+pub(crate) fn split_entity_key(bytes: &[u8]) -> Option<(Cow<'_, str>, Cow<'_, str>)> {
+    let split = bytes.iter().position(|&b| b == 0)?;
+    Some((
+        borrowed_str(&bytes[..split])?,
+        borrowed_str(&bytes[split + 1..])?,
+    ))
+}
+
+/// A key from its on-disk form, borrowed if it has no character of
+/// U+E000..=U+FFFF.
+fn borrowed_str(part: &[u8]) -> Option<Cow<'_, str>> {
+    if part.iter().any(|&b| b == 0xF5 || b == 0xF6) {
+        decode_str(part).map(Cow::Owned)
+    } else {
+        std::str::from_utf8(part).ok().map(Cow::Borrowed)
+    }
+}
+
+/// A key from its on-disk form (see `encode_str`): one allocation, and the
+/// bytes copied as they are unless the key has characters of
+/// U+E000..=U+FFFF.
+fn decode_str(part: &[u8]) -> Option<String> {
+    let mut utf8 = part.to_vec();
+    if !part.is_ascii() {
+        for b in &mut utf8 {
+            match *b {
+                0xF5 => *b = 0xEE,
+                0xF6 => *b = 0xEF,
+                _ => {}
+            }
+        }
+    }
+    String::from_utf8(utf8).ok()
 }
 
 #[cfg(test)]
@@ -140,6 +171,7 @@ mod tests {
         for &(p1, r1) in &pairs {
             let k1 = entity_key(p1, r1);
             assert_eq!(decode_entity_key(&k1), Some((p1.to_owned(), r1.to_owned())));
+            assert_eq!(split_entity_key(&k1), Some((p1.into(), r1.into())));
             let (start, end) = partition_range(p1);
             assert!(start <= k1 && k1 < end, "{p1:?} {r1:?}");
             for &(p2, r2) in &pairs {

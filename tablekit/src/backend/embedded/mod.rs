@@ -49,7 +49,7 @@ pub(crate) mod blobs;
 mod check;
 mod clock;
 #[cfg(feature = "durable")]
-mod durable;
+pub(crate) mod durable;
 mod errors;
 mod key;
 #[cfg(feature = "queue")]
@@ -194,13 +194,15 @@ impl EmbeddedBackend {
                         "One of the query parameter values is not valid. ({e})"
                     ))
                 })?;
-                let (entities, continuation) =
-                    t.query(store, filter.as_ref(), top, continuation)?;
+                let (page, continuation) = t.query(store, filter.as_ref(), top, continuation)?;
+                let select = select.map(Selection::parse);
+                let payload = match page {
+                    store::Page::Shared(entities) => Payload::Stored { entities, select },
+                    #[cfg(feature = "durable")]
+                    store::Page::Records(rows) => Payload::Records { rows, select },
+                };
                 Response::Page {
-                    payload: Payload::Stored {
-                        entities,
-                        select: select.map(Selection::parse),
-                    },
+                    payload,
                     continuation,
                 }
             }

@@ -67,6 +67,14 @@ impl std::fmt::Debug for Store {
 
 /// One table.
 #[derive(Debug)]
+/// One page of a query's entities: shared versions (the in-memory store),
+/// or records read from a store file.
+pub(crate) enum Page {
+    Shared(Vec<Arc<StoredEntity>>),
+    #[cfg(feature = "durable")]
+    Records(super::durable::rows::Rows),
+}
+
 pub(crate) struct Table {
     /// The name as created.
     name: String,
@@ -556,14 +564,15 @@ impl Table {
         filter: Option<&Expr>,
         top: Option<usize>,
         from: Option<&Continuation>,
-    ) -> Result<(Vec<Arc<StoredEntity>>, Option<Continuation>)> {
+    ) -> Result<(Page, Option<Continuation>)> {
         let top = top.unwrap_or(MAX_PAGE_SIZE).clamp(1, MAX_PAGE_SIZE);
         let (lo, hi) = partition_bounds(filter);
         #[cfg(feature = "durable")]
         if let Some(file) = &store.durable {
             return file_query(file, self.id, filter, top, (lo, hi), from);
         }
-        Ok(self.memory_query(filter, top, (lo, hi), from))
+        let (entities, next) = self.memory_query(filter, top, (lo, hi), from);
+        Ok((Page::Shared(entities), next))
     }
 
     fn memory_query(
@@ -615,8 +624,10 @@ impl Table {
 
 /// One page of a query of a table kept in a file: a scan of the on-disk keys
 /// (which are in the service's order) from where the page starts, over the
-/// PartitionKey range the filter confines itself to, decoding each entity the
-/// filter then decides on. The page is read from one snapshot.
+/// PartitionKey range the filter confines itself to. The filter decides on
+/// each entity: on its keys alone if it names no other property, else on the
+/// entity decoded. The page keeps the matching entities' records, which the
+/// reader decodes straight into its type. The page is read from one snapshot.
 #[cfg(feature = "durable")]
 fn file_query(
     file: &Durable,
@@ -625,8 +636,8 @@ fn file_query(
     top: usize,
     (lo, hi): (Bound<Key>, Bound<Key>),
     from: Option<&Continuation>,
-) -> Result<(Vec<Arc<StoredEntity>>, Option<Continuation>)> {
-    use super::key::{decode_entity_key, entity_key, partition_range};
+) -> Result<(Page, Option<Continuation>)> {
+    use super::key::{decode_entity_key, entity_key, partition_range, split_entity_key};
     let mut start = match &lo {
         Bound::Included(k) | Bound::Excluded(k) => partition_range(&k.0).0,
         Bound::Unbounded => Vec::new(),
@@ -642,29 +653,48 @@ fn file_query(
         Bound::Included(k) | Bound::Excluded(k) => Some(partition_range(&k.0).1),
         Bound::Unbounded => None,
     };
+    let mut rows = super::durable::rows::Rows::default();
     if end.as_ref().is_some_and(|e| &start >= e) {
-        return Ok((Vec::new(), None));
+        return Ok((Page::Records(rows), None));
     }
-    let mut out = Vec::new();
+    let keys_only = filter.is_none_or(names_only_keys);
+    let unreadable = || super::durable::read_error("an entity key is unreadable");
     let mut next = None;
     file.snapshot(id)?
         .scan(&start, end.as_deref(), |key, value| {
-            if out.len() == top {
-                let (pk, rk) = decode_entity_key(key)
-                    .ok_or_else(|| super::durable::read_error("an entity key is unreadable"))?;
+            if rows.len() == top {
+                let (pk, rk) = decode_entity_key(key).ok_or_else(unreadable)?;
                 next = Some(Continuation {
                     next_partition_key: pk,
                     next_row_key: Some(rk),
                 });
                 return Ok(false);
             }
-            let e = super::durable::decode_row(key, value)?;
-            if filter.is_none_or(|f| matches(f, &e.entity)) {
-                out.push(Arc::new(e));
+            let keep = match filter {
+                None => true,
+                Some(f) if keys_only => {
+                    let (pk, rk) = split_entity_key(key).ok_or_else(unreadable)?;
+                    matches(f, &DynamicEntity::new(pk, rk))
+                }
+                Some(f) => matches(f, &super::durable::decode_row(key, value)?.entity),
+            };
+            if keep {
+                super::durable::push_row(&mut rows, key, value)?;
             }
             Ok(true)
         })?;
-    Ok((out, next))
+    Ok((Page::Records(rows), next))
+}
+
+/// Whether a filter names no property but the keys (so it decides on an
+/// entity's keys alone).
+#[cfg(feature = "durable")]
+fn names_only_keys(e: &Expr) -> bool {
+    match e {
+        Expr::Cmp { property, .. } => property == "PartitionKey" || property == "RowKey",
+        Expr::And(a, b) | Expr::Or(a, b) => names_only_keys(a) && names_only_keys(b),
+        Expr::Not(a) => names_only_keys(a),
+    }
 }
 
 /// The PartitionKey range a filter confines itself to, from the comparisons of

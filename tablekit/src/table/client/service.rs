@@ -123,6 +123,15 @@ impl TableServiceClient {
     /// a write blocks its thread until the `fsync` that covers it, and
     /// concurrent writes share one commit.
     ///
+    /// A damaged file is an error naming it, never a panic. The close of the
+    /// file leaves a small `<file>.seal` beside it that records the file as
+    /// the file system describes it (inode, length, modification and change
+    /// times, a hash of its header); an open that finds the file unchanged
+    /// since is quick, any other open checks the checksum of every page
+    /// first, which reads the whole file once. The close also compacts the
+    /// file when the entities deleted since its last compaction took at
+    /// least 1 MiB and a quarter of its size.
+    ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")] async fn main() -> tablekit::Result<()> {
     /// use tablekit::{DynamicEntity, TableServiceClient};

@@ -9,16 +9,33 @@ fn open_existing(path: &Path) -> Result<Database> {
     if !path.exists() {
         return Err(open_error(path, "there is no such file"));
     }
-    let db = open_db(path, &FileOptions::new())?;
+    // Every page checked, whatever the seal says.
+    let (db, _) = open_db(path, &FileOptions::new(), false)?;
     check_format(&db, path)?;
     Ok(db)
 }
 
 /// Checks the store file at `path`: redb's integrity check of every page
-/// (as every open does) and every entity of every table read and decoded.
-/// The tables' names and entity counts, in name order.
+/// and every entity of every table read and decoded. The tables' names and
+/// entity counts, in name order. A file that passes is sealed (`seal.rs`):
+/// its next open skips the check of every page.
 pub(crate) fn check_file(path: &Path) -> Result<Vec<(String, u64)>> {
     let db = open_existing(path)?;
+    let tables = check_tables(&db, path)?;
+    close_and_seal(db, path);
+    Ok(tables)
+}
+
+/// Closes a database opened by an offline task, sealing its file if the
+/// close is clean.
+fn close_and_seal(db: Database, path: &Path) {
+    if db.close().is_ok() {
+        seal::write(path);
+    }
+}
+
+/// Every entity of every table of `db` read and decoded, in key order.
+fn check_tables(db: &Database, path: &Path) -> Result<Vec<(String, u64)>> {
     let fail = |e: &dyn std::fmt::Display| open_error(path, e);
     let txn = db.begin_read().map_err(|e| fail(&e))?;
     let registry = match txn.open_table(TABLES) {
@@ -60,19 +77,51 @@ pub(crate) fn compact_file(path: &Path) -> Result<(u64, u64)> {
     let size = || std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
     let before = size();
     let mut db = open_existing(path)?;
+    compact(&mut db)
+        .map_err(|e| open_error(path, format_args!("it could not be compacted: {e}")))?;
+    close_and_seal(db, path);
+    Ok((before, size()))
+}
+
+/// The `meta` key of the bytes of entities deleted since the file was last
+/// compacted (keys and records: what the deletes gave back to redb's free
+/// space).
+pub(super) const FREED: &str = "freed";
+
+/// The least [`FREED`] that makes a compaction at close worthwhile, with a
+/// quarter of the file's size.
+pub(super) const COMPACT_AT_CLOSE_BYTES: u64 = 1 << 20;
+
+/// Moves the file's pages towards its start until nothing moves, shrinking
+/// the file, and resets [`FREED`]. (redb merges the pages deletes leave
+/// sparse as it goes: a compacted file is as dense as a fresh one, see
+/// `compaction_leaves_a_file_as_dense_as_a_fresh_one`.)
+fn compact(db: &mut Database) -> std::result::Result<(), redb::Error> {
     // Each pass moves what it can towards the start; a few suffice.
     for _ in 0..16 {
-        match db.compact() {
-            Ok(true) => {}
-            Ok(false) => break,
-            Err(e) => {
-                return Err(open_error(
-                    path,
-                    format_args!("it could not be compacted: {e}"),
-                ))
-            }
+        if !db.compact()? {
+            break;
         }
     }
-    drop(db);
-    Ok((before, size()))
+    let txn = db.begin_write()?;
+    txn.open_table(META)?.insert(FREED, 0)?;
+    txn.commit()?;
+    Ok(())
+}
+
+/// Compacts the file of `db`, closing, if deletes since its last compaction
+/// freed at least [`COMPACT_AT_CLOSE_BYTES`] and a quarter of its size. A
+/// failure leaves the file as it was (a compaction is a series of commits)
+/// and the close goes on.
+pub(super) fn compact_at_close(db: &mut Database, path: &Path) {
+    let freed = (|| -> std::result::Result<u64, redb::Error> {
+        let txn = db.begin_read()?;
+        let meta = txn.open_table(META)?;
+        Ok(meta.get(FREED)?.map_or(0, |v| v.value()))
+    })()
+    .unwrap_or(0);
+    let len = std::fs::metadata(path).map_or(0, |m| m.len());
+    if freed >= COMPACT_AT_CLOSE_BYTES && freed >= len / 4 {
+        let _ = compact(db);
+    }
 }

@@ -17,7 +17,7 @@ use crate::backend::embedded::{EmbeddedBackend, Store};
 use crate::backend::{BatchKind, BatchOp, EntityBody, Operation, Response};
 use crate::entity::EntityKey;
 
-/// A path in the temporary directory, removed when dropped.
+/// A path in the temporary directory, removed (with its seal) when dropped.
 pub(crate) struct TempFile(pub(crate) PathBuf);
 
 impl TempFile {
@@ -32,6 +32,7 @@ impl TempFile {
 impl Drop for TempFile {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
+        super::seal::remove(&self.0);
     }
 }
 
@@ -348,7 +349,16 @@ fn insert(b: &EmbeddedBackend, rk: &str) -> Result<Response> {
 fn rows(b: &EmbeddedBackend) -> Vec<String> {
     let t = b.store.table("Notes").unwrap();
     let (page, _) = t.query(&b.store, None, None, None).unwrap();
-    page.iter().map(|e| e.entity.row_key.clone()).collect()
+    let crate::backend::embedded::store::Page::Records(rows) = page else {
+        panic!("a file's page is its records")
+    };
+    rows.iter()
+        .map(|(k, _)| {
+            crate::backend::embedded::key::decode_entity_key(k)
+                .unwrap()
+                .1
+        })
+        .collect()
 }
 
 #[test]

@@ -57,16 +57,33 @@
 //!   with a clear error, never guessed at. `next_table` → the next table id.
 //! - `tables`: the lower-cased name → (id, the name as created).
 //! - `meta`: `clock` → the newest version given, so a reopened store's
-//!   versions go on after it without reading its entities.
+//!   versions go on after it without reading its entities. `freed` → the
+//!   bytes of the entities deleted since the last compaction.
 //! - `entities/{id}`: the on-disk key (PartitionKey, RowKey in the service's
 //!   order) → the stored entity (below). Each table has its own database
 //!   table, so deleting a table is one step and a write racing a delete
 //!   cannot land in a later table of the same name.
 //!
-//! An entity is stored as compact JSON: the version (100 ns ticks; the
-//! Timestamp and ETag are derived from it) and the properties in order, each
-//! with its Edm type; a Double as its IEEE bits and a DateTime as seconds and
-//! nanoseconds, so every value reads back bit for bit (`-0.0`, NaN, 100 ns).
+//! An entity is stored as a compact binary record (`record.rs`): the version
+//! (100 ns ticks; the Timestamp and ETag are derived from it) and the
+//! properties in order, each with its Edm type; a Double as its IEEE bits, a
+//! DateTime as seconds and nanoseconds and a Binary as its bytes, so every
+//! value reads back bit for bit (`-0.0`, NaN, 100 ns). Files of format 2
+//! kept compact JSON records; they read as they are, and are marked format
+//! 3 at their first open (older builds then refuse them by their version).
+//!
+//! # Space
+//!
+//! redb reuses the pages of deleted entities for later writes but does not
+//! shrink the file by itself. Each commit adds the size of the entities it
+//! deletes to `meta`'s `freed`; when the file closes (its last store is
+//! dropped) and `freed` is at least 1 MiB and a quarter of the file's size,
+//! the file is compacted there (`files::compact_at_close`: its pages moved
+//! towards the start and the file cut), and `freed` starts again from 0. At
+//! the close nothing reads or writes, so nothing waits for it but the close
+//! itself (and other opens in this process, which the registry's lock holds
+//! meanwhile). `storage::compact_file` does it on demand. Queue messages and
+//! blobs do not count towards `freed`.
 //!
 //! # When things go wrong
 //!
@@ -74,9 +91,11 @@
 //!   refused and left untouched (redb would initialise a new database in it).
 //! - A damaged file (cut short, a page overwritten, a broken header) is
 //!   refused at open with an error naming the file and the damage: the open
-//!   verifies the checksum of every page of the committed trees
-//!   (redb's integrity check), which reads the whole file once. Without it
-//!   redb trusts a cleanly closed file and panics on a damaged page it later
+//!   verifies the checksum of every page of the committed trees (redb's
+//!   integrity check), which reads the whole file once, unless the file is
+//!   as its last clean close left it, which the seal written at that close
+//!   tells without reading the file (`seal.rs`). Without the check redb
+//!   trusts a cleanly closed file and panics on a damaged page it later
 //!   reads; with it nothing is caught or unwound, so this holds with
 //!   `panic = "abort"` too.
 //! - A write the disk refuses (full, read-only, failing) answers 500
@@ -119,15 +138,23 @@ mod files;
 pub(crate) mod full_disk;
 mod group;
 mod record;
+pub(crate) mod rows;
+mod seal;
 #[cfg(test)]
 mod tests;
 
+use files::FREED;
 pub(crate) use files::{check_file, compact_file};
 use group::*;
 use record::{decode, encode};
 
 /// The version of the file's layout this code writes and reads.
-pub(crate) const FORMAT_VERSION: u64 = 2;
+pub(crate) const FORMAT_VERSION: u64 = 3;
+
+/// The older version this code reads too (entity records as JSON, see
+/// `record.rs`): its files are marked [`FORMAT_VERSION`] when opened, since
+/// the entities written from then on are binary.
+const FORMAT_JSON_RECORDS: u64 = 2;
 
 pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const TABLES: TableDefinition<&str, (u64, &str)> = TableDefinition::new("tables");
@@ -156,6 +183,9 @@ pub(crate) struct File {
     claimed: Mutex<[bool; 3]>,
     /// When table writes are synced.
     durability: Durability,
+    /// Whether the open checked every page (the file had no matching seal).
+    #[cfg_attr(not(test), allow(dead_code))]
+    checked_whole: bool,
 }
 
 impl File {
@@ -183,7 +213,13 @@ impl Drop for File {
                 map.remove(key);
             }
         }
-        drop(self.db.take());
+        if let Some(mut db) = self.db.take() {
+            files::compact_at_close(&mut db, &self.path);
+            // A clean close of a file this process opened by its path seals it.
+            if db.close().is_ok() && self.key.is_some() {
+                seal::write(&self.path);
+            }
+        }
     }
 }
 
@@ -263,7 +299,7 @@ fn open_file(path: &Path, options: &FileOptions) -> Result<Arc<File>> {
     if let Some(file) = map.get(&key).and_then(Weak::upgrade) {
         return Ok(file);
     }
-    let db = open_db(path, options)?;
+    let (db, checked_whole) = open_db(path, options, true)?;
     // Checked before it becomes a `File`, whose drop takes the registry's
     // lock (held here).
     check_format(&db, path)?;
@@ -273,6 +309,7 @@ fn open_file(path: &Path, options: &FileOptions) -> Result<Arc<File>> {
         key: Some(key.clone()),
         claimed: Mutex::new([false; 3]),
         durability: options.durability,
+        checked_whole,
     });
     map.insert(key, Arc::downgrade(&file));
     Ok(file)
@@ -315,6 +352,7 @@ impl Claim {
             key: None,
             claimed: Mutex::new([false; 3]),
             durability,
+            checked_whole: false,
         });
         Claim::take(file, service)
     }
@@ -390,7 +428,9 @@ impl Snapshot {
         };
         let key = super::key::entity_key(pk, rk);
         match table.get(key.as_slice()).map_err(read_error)? {
-            Some(v) => decode(pk, rk, v.value()).map(Some).map_err(read_error),
+            Some(v) => decode(pk.to_owned(), rk.to_owned(), v.value())
+                .map(Some)
+                .map_err(read_error),
             None => Ok(None),
         }
     }
@@ -425,7 +465,25 @@ impl Snapshot {
 pub(crate) fn decode_row(key: &[u8], value: &[u8]) -> Result<StoredEntity> {
     let (pk, rk) = super::key::decode_entity_key(key)
         .ok_or_else(|| read_error("an entity key is unreadable"))?;
-    decode(&pk, &rk, value).map_err(read_error)
+    decode(pk, rk, value).map_err(read_error)
+}
+
+/// Adds the entity of an on-disk key and record to a page's `rows`: checked
+/// whole, and in the binary form (a format 2 record is converted).
+pub(crate) fn push_row(rows: &mut rows::Rows, key: &[u8], record: &[u8]) -> Result<()> {
+    if rows::parse(record, |_, _| {}).is_some() {
+        if super::key::split_entity_key(key).is_none() {
+            return Err(read_error("an entity key is unreadable"));
+        }
+        rows.push(key, record);
+    } else {
+        // Format 2's JSON, or damage (which this decode reports).
+        let e = decode_row(key, record)?;
+        let mut binary = Vec::new();
+        encode(&e, &mut binary);
+        rows.push(key, &binary);
+    }
+    Ok(())
 }
 
 /// A failure to read the file: 500, nothing was changed.
@@ -515,14 +573,18 @@ pub(crate) fn write_error(what: impl std::fmt::Display) -> Error {
     )
 }
 
-/// Opens (or creates) the redb database at `path`, refusing what is not one.
-fn open_db(path: &Path, options: &FileOptions) -> Result<Database> {
+/// Opens (or creates) the redb database at `path`, refusing what is not one,
+/// and whether the open checked every page: unless `trust_seal` and the file
+/// is as its seal recorded it (see `seal.rs`).
+fn open_db(path: &Path, options: &FileOptions, trust_seal: bool) -> Result<(Database, bool)> {
     refuse_foreign_file(path)?;
+    let sealed = seal::take(path);
+    let check_whole = !(trust_seal && sealed);
     let opened = Database::builder()
         .set_cache_size(options.cache_bytes)
-        .set_check_integrity_on_open(true)
+        .set_check_integrity_on_open(check_whole)
         .create(path);
-    opened.map_err(|e| match e {
+    opened.map(|db| (db, check_whole)).map_err(|e| match e {
         DatabaseError::DatabaseAlreadyOpen => open_error(
             path,
             "it is in use by another open store (in this or another process)",
@@ -549,15 +611,33 @@ fn open_db(path: &Path, options: &FileOptions) -> Result<Database> {
 /// version, or a redb file that is not a tablekit store.
 fn check_format(db: &Database, path: &Path) -> Result<()> {
     let fail = |e: &dyn std::fmt::Display| open_error(path, e);
+    // A file of this version is read, not written: no commit, no `fsync`.
+    let current = (|| -> std::result::Result<bool, redb::Error> {
+        let txn = db.begin_read()?;
+        let found = match txn.open_table(META) {
+            Ok(meta) => meta.get("format")?.map(|v| v.value()),
+            Err(redb::TableError::TableDoesNotExist(_)) => None,
+            Err(e) => return Err(e.into()),
+        };
+        Ok(found == Some(FORMAT_VERSION))
+    })()
+    .map_err(|e| fail(&e))?;
+    if current {
+        return Ok(());
+    }
     let txn = db.begin_write().map_err(|e| fail(&e))?;
     {
         let mut meta = txn.open_table(META).map_err(|e| fail(&e))?;
         let found = meta.get("format").map_err(|e| fail(&e))?.map(|v| v.value());
         match found {
             Some(FORMAT_VERSION) => {}
+            Some(FORMAT_JSON_RECORDS) => {
+                meta.insert("format", FORMAT_VERSION)
+                    .map_err(|e| fail(&e))?;
+            }
             Some(v) => {
                 return Err(fail(&format_args!(
-                    "its format version is {v}, and this version of tablekit reads only version {FORMAT_VERSION}"
+                    "its format version is {v}, and this version of tablekit reads versions {FORMAT_JSON_RECORDS} and {FORMAT_VERSION}"
                 )))
             }
             None => {
@@ -780,6 +860,7 @@ impl Durable {
         let applied = (|| -> std::result::Result<Vec<_>, redb::Error> {
             let mut outcomes = Vec::with_capacity(batch.len());
             let mut newest = None;
+            let mut freed = 0u64;
             let tables = txn.open_table(TABLES)?;
             for (ticket, job) in &batch {
                 let current = tables.get(job.lower.as_str())?.map(|v| v.value().0);
@@ -795,12 +876,19 @@ impl Durable {
                             entities.insert(key.as_slice(), v.as_slice())?;
                         }
                         None => {
-                            entities.remove(key.as_slice())?;
+                            if let Some(old) = entities.remove(key.as_slice())? {
+                                freed += (key.len() + old.value().len()) as u64;
+                            }
                         }
                     }
                 }
                 newest = newest.max(job.newest);
                 outcomes.push((*ticket, Ok(())));
+            }
+            if freed > 0 {
+                let mut meta = txn.open_table(META)?;
+                let before = meta.get(FREED)?.map_or(0, |v| v.value());
+                meta.insert(FREED, before.saturating_add(freed))?;
             }
             if let Some(t) = newest {
                 // The clock of the next open starts after every version given.

@@ -43,9 +43,18 @@ fn every_edm_value_reads_back_bit_for_bit() {
         entity,
         timestamp_text: version.text,
     };
-    let mut bytes = Vec::new();
-    encode(&stored, &mut bytes);
-    let back = decode("p\u{1F600}", "r'1", &bytes).unwrap();
+    let mut binary = Vec::new();
+    encode(&stored, &mut binary);
+    let mut json = Vec::new();
+    record::encode_json(&stored, &mut json);
+    // Format 3's binary records, and format 2's JSON records (old files).
+    for bytes in [binary, json] {
+        let back = decode("p\u{1F600}".into(), "r'1".into(), &bytes).unwrap();
+        same_entity(&back, &stored, &values);
+    }
+}
+
+fn same_entity(back: &StoredEntity, stored: &StoredEntity, values: &[EdmValue]) {
     assert_eq!(back.entity.etag, stored.entity.etag);
     assert_eq!(back.entity.timestamp, stored.entity.timestamp);
     assert_eq!(back.timestamp_text, stored.timestamp_text);
@@ -57,8 +66,8 @@ fn every_edm_value_reads_back_bit_for_bit() {
             .map(|(n, _)| n.to_owned())
             .collect::<Vec<_>>()
     };
-    assert_eq!(names(&back), names(&stored), "order is kept");
-    for ((_, a), b) in back.entity.properties.iter().zip(&values) {
+    assert_eq!(names(back), names(stored), "order is kept");
+    for ((_, a), b) in back.entity.properties.iter().zip(values) {
         match (a, b) {
             (EdmValue::Double(x), EdmValue::Double(y)) => assert_eq!(x.to_bits(), y.to_bits()),
             _ => assert_eq!(a, b),
@@ -79,8 +88,8 @@ fn a_file_of_a_newer_format_version_is_refused() {
     txn.commit().unwrap();
     drop(db);
     let message = open_message(&file.0);
-    assert!(message.contains("format version is 3"), "{message}");
-    assert!(message.contains("reads only version 2"), "{message}");
+    assert!(message.contains("format version is 4"), "{message}");
+    assert!(message.contains("reads versions 2 and 3"), "{message}");
 }
 
 #[test]
@@ -194,6 +203,11 @@ fn damaged_files_are_errors_naming_the_file_never_panics() {
     cases.push(("wrong magic".into(), bytes));
     cases.push(("zero length".into(), Vec::new()));
     for (what, bytes) in cases {
+        // Sealed whole, as a clean close leaves it, then damaged: the seal
+        // no longer matches, and the open checks every page.
+        std::fs::write(&file.0, &whole).unwrap();
+        seal::write(&file.0);
+        assert!(seal::exists(&file.0));
         std::fs::write(&file.0, &bytes).unwrap();
         // Unwinding is caught only to name the case; the store itself
         // catches nothing, so this holds with `panic = "abort"` too.
@@ -250,4 +264,285 @@ fn a_file_that_is_not_a_tablekit_store_is_refused() {
     let dir = std::env::temp_dir();
     let message = open_message(&dir);
     assert!(message.contains("it is a directory"), "{message}");
+}
+
+#[test]
+fn a_damaged_record_is_an_error_never_a_panic() {
+    let mut e = DynamicEntity::new("p", "r");
+    for (n, v) in [
+        ("S", EdmValue::String("text".into())),
+        ("B", EdmValue::Binary(vec![1, 2, 3])),
+        ("O", EdmValue::Boolean(true)),
+        (
+            "D",
+            EdmValue::DateTime(DateTime::from_timestamp(1, 2).unwrap()),
+        ),
+        ("F", EdmValue::Double(1.5)),
+        ("G", EdmValue::Guid(uuid::Uuid::from_u128(7))),
+        ("I", EdmValue::Int32(-1)),
+        ("L", EdmValue::Int64(-2)),
+    ] {
+        e.properties.push_unchecked(n.into(), v);
+    }
+    let v = Version::at(5);
+    e.timestamp = Some(v.timestamp);
+    let stored = StoredEntity {
+        entity: e,
+        timestamp_text: v.text,
+    };
+    let mut bytes = Vec::new();
+    encode(&stored, &mut bytes);
+    let read = |b: &[u8]| decode("p".into(), "r".into(), b);
+    assert!(read(&bytes).is_ok());
+    for cut in 0..bytes.len() {
+        let err = read(&bytes[..cut]).map(|_| ()).unwrap_err();
+        assert!(err.contains("(\"p\", \"r\") is unreadable"), "{err}");
+    }
+    assert!(
+        read(&[bytes.as_slice(), &[0]].concat()).is_err(),
+        "trailing bytes"
+    );
+    for at in 0..bytes.len() {
+        for flip in [0x01, 0x80, 0xFF] {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= flip;
+            let _ = read(&damaged);
+        }
+    }
+    // A count or length far beyond the record reserves nothing of its size.
+    let mut huge = vec![0x01];
+    huge.extend_from_slice(&0i64.to_le_bytes());
+    huge.extend_from_slice(&[0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F]);
+    assert!(read(&huge).is_err());
+}
+
+#[test]
+fn a_format_2_file_with_json_records_reads_back_and_is_marked_format_3() {
+    let file = TempFile::new();
+    let (bytes, content) = sample_store(&file.0);
+    drop(bytes);
+    // Rewrite it as a format 2 file: every record as JSON.
+    {
+        let db = Database::create(&file.0).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(META)
+            .unwrap()
+            .insert("format", FORMAT_JSON_RECORDS)
+            .unwrap();
+        for id in [1, 2] {
+            let name = entities_name(id);
+            let mut t = txn.open_table(entities_def(&name)).unwrap();
+            let rows: Vec<(Vec<u8>, Vec<u8>)> = t
+                .iter()
+                .unwrap()
+                .map(|r| {
+                    let (k, v) = r.unwrap();
+                    let e = decode_row(k.value(), v.value()).unwrap();
+                    let mut json = Vec::new();
+                    record::encode_json(&e, &mut json);
+                    (k.value().to_vec(), json)
+                })
+                .collect();
+            for (k, v) in rows {
+                assert_eq!(v[0], b'{');
+                t.insert(k.as_slice(), v.as_slice()).unwrap();
+            }
+        }
+        txn.commit().unwrap();
+    }
+    assert_eq!(read_all(&file.0).unwrap(), content);
+    let db = Database::create(&file.0).unwrap();
+    let txn = db.begin_read().unwrap();
+    let format = txn
+        .open_table(META)
+        .unwrap()
+        .get("format")
+        .unwrap()
+        .unwrap()
+        .value();
+    assert_eq!(format, FORMAT_VERSION);
+}
+
+/// Whether an open of the file at `path` checked every page.
+fn opens_with_whole_check(path: &Path) -> bool {
+    let (d, _) = Durable::open(path).unwrap();
+    d.claim.file.checked_whole
+}
+
+#[test]
+fn a_cleanly_closed_untouched_file_opens_without_reading_every_page() {
+    let file = TempFile::new();
+    let (_, content) = sample_store(&file.0);
+    assert!(seal::exists(&file.0), "a clean close seals the file");
+    {
+        let (d, _) = Durable::open(&file.0).unwrap();
+        assert!(
+            !d.claim.file.checked_whole,
+            "the seal matches: no whole check"
+        );
+        assert!(!seal::exists(&file.0), "the seal is removed while open");
+    }
+    assert_eq!(read_all(&file.0).unwrap(), content);
+
+    // The same bytes written over it: the file changed on the file system's
+    // account, so the next open checks every page (and seals it again).
+    let bytes = std::fs::read(&file.0).unwrap();
+    std::fs::write(&file.0, &bytes).unwrap();
+    assert!(opens_with_whole_check(&file.0));
+    assert!(!opens_with_whole_check(&file.0));
+
+    // A copy with a copy of the seal is another file: checked.
+    let copy = TempFile::new();
+    std::fs::copy(&file.0, &copy.0).unwrap();
+    let seal = |p: &Path| PathBuf::from(format!("{}.seal", p.display()));
+    std::fs::copy(seal(&file.0), seal(&copy.0)).unwrap();
+    assert!(opens_with_whole_check(&copy.0));
+
+    // A seal of other content is not trusted, and removed.
+    std::fs::write(seal(&file.0), "tablekit store seal 1\nsomething else\n").unwrap();
+    assert!(opens_with_whole_check(&file.0));
+
+    // An offline check that passes seals the file; a damaged page found by
+    // the whole check is an error, as before the seal.
+    std::fs::write(&file.0, &bytes).unwrap();
+    check_file(&file.0).unwrap();
+    assert!(seal::exists(&file.0));
+    assert!(!opens_with_whole_check(&file.0));
+}
+
+/// Writes (or with `None`, deletes) entity `r{i}` of partition `p` of table `id`.
+fn put(d: &Durable, lower: &str, id: u64, i: usize, text: Option<&str>) {
+    let rk = format!("r{i:04}");
+    let stored = text.map(|t| {
+        let mut e = DynamicEntity::new("p", rk.as_str());
+        e.properties
+            .push_unchecked("S".into(), EdmValue::String(t.to_owned()));
+        let v = Version::at(1 + i as i64);
+        e.timestamp = Some(v.timestamp);
+        e.etag = Some(v.etag);
+        StoredEntity {
+            entity: e,
+            timestamp_text: v.text,
+        }
+    });
+    let put = Put {
+        row_key: &rk,
+        entity: stored.as_ref(),
+    };
+    d.write(lower, id, "p", &[put]).unwrap();
+}
+
+fn freed(path: &Path) -> u64 {
+    let db = Database::create(path).unwrap();
+    let txn = db.begin_read().unwrap();
+    let meta = txn.open_table(META).unwrap();
+    meta.get(FREED).unwrap().map_or(0, |v| v.value())
+}
+
+#[test]
+fn a_file_mostly_freed_by_deletes_is_compacted_when_it_closes() {
+    let file = TempFile::new();
+    let len = || std::fs::metadata(&file.0).unwrap().len();
+    let text = "x".repeat(30_000);
+    {
+        let (d, _) = Durable::open(&file.0).unwrap();
+        let id = d.create_table("t1x", "T1x").unwrap();
+        for i in 0..100 {
+            put(&d, "t1x", id, i, Some(&text));
+        }
+        // One delete: far below the threshold.
+        put(&d, "t1x", id, 0, None);
+    }
+    let full = len();
+    assert!(full > 3_000_000, "{full}");
+    let one = freed(&file.0);
+    assert!(one > 30_000 && one < 31_000, "{one}");
+    assert_eq!(len(), full, "not compacted for one delete");
+    {
+        let (d, _) = Durable::open(&file.0).unwrap();
+        for i in 1..90 {
+            put(&d, "t1x", 1, i, None);
+        }
+        assert_eq!(len(), full, "deletes alone do not shrink the file");
+    }
+    // 90 of 100 deleted: compacted at the close.
+    let compacted = len();
+    assert!(compacted < full / 3, "{full} -> {compacted}");
+    assert_eq!(freed(&file.0), 0, "the count starts again");
+    let (d, loaded) = Durable::open(&file.0).unwrap();
+    let left = entities(&d, &loaded);
+    assert_eq!(left.len(), 10);
+    assert!(left
+        .iter()
+        .all(|(_, e)| e.entity.row_key.as_str() >= "r0090"));
+}
+
+/// Writes (`Some` text) or deletes (`None`) the entities `r{i}` of `rows`
+/// in partition `p` of table 1 (`t1x`), in commits of 100.
+fn put_many(d: &Durable, rows: &[usize], text: Option<&str>) {
+    for chunk in rows.chunks(100) {
+        let keys: Vec<String> = chunk.iter().map(|i| format!("r{i:05}")).collect();
+        let stored: Vec<Option<StoredEntity>> = keys
+            .iter()
+            .map(|rk| {
+                text.map(|t| {
+                    let mut e = DynamicEntity::new("p", rk.as_str());
+                    e.properties
+                        .push_unchecked("S".into(), EdmValue::String(t.to_owned()));
+                    let v = Version::at(1);
+                    e.timestamp = Some(v.timestamp);
+                    e.etag = Some(v.etag);
+                    StoredEntity {
+                        entity: e,
+                        timestamp_text: v.text,
+                    }
+                })
+            })
+            .collect();
+        let puts: Vec<Put<'_>> = keys
+            .iter()
+            .zip(&stored)
+            .map(|(rk, s)| Put {
+                row_key: rk,
+                entity: s.as_ref(),
+            })
+            .collect();
+        d.write("t1x", 1, "p", &puts).unwrap();
+    }
+}
+
+#[test]
+fn compaction_leaves_a_file_as_dense_as_a_fresh_one() {
+    let text = "y".repeat(300);
+    let all: Vec<usize> = (0..5000).collect();
+    let kept: Vec<usize> = all.iter().copied().filter(|i| i % 10 == 0).collect();
+    let gone: Vec<usize> = all.iter().copied().filter(|i| i % 10 != 0).collect();
+    // 90% deleted from every page of the table...
+    let sparse = TempFile::new();
+    {
+        let (d, _) = Durable::open(&sparse.0).unwrap();
+        assert_eq!(d.create_table("t1x", "T1x").unwrap(), 1);
+        put_many(&d, &all, Some(&text));
+        put_many(&d, &gone, None);
+    }
+    // ...and the same 10% written to a fresh file.
+    let fresh = TempFile::new();
+    {
+        let (d, _) = Durable::open(&fresh.0).unwrap();
+        d.create_table("t1x", "T1x").unwrap();
+        put_many(&d, &kept, Some(&text));
+    }
+    let (_, fresh_len) = compact_file(&fresh.0).unwrap();
+    let (before, after) = compact_file(&sparse.0).unwrap();
+    assert!(
+        after <= fresh_len + fresh_len / 4,
+        "{before} -> {after}, a fresh file {fresh_len}"
+    );
+    let (d, loaded) = Durable::open(&sparse.0).unwrap();
+    let rows: Vec<String> = entities(&d, &loaded)
+        .into_iter()
+        .map(|(_, e)| e.entity.row_key)
+        .collect();
+    let expected: Vec<String> = kept.iter().map(|i| format!("r{i:05}")).collect();
+    assert_eq!(rows, expected);
 }

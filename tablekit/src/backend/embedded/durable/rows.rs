@@ -1,0 +1,192 @@
+//! A page of entities read from a store file, kept as their on-disk keys and
+//! binary records (`record.rs`) in one buffer, and decoded from there
+//! straight into the caller's type: a string is copied once, into the
+//! caller's value, with no entity built in between.
+//!
+//! This file reads the binary record; `record.rs` writes it (and reads it
+//! into a stored entity through [`parse`]). It imports none of the store's
+//! files, so the payload types can name it.
+
+use std::borrow::Cow;
+
+use crate::edm::{EdmType, EdmValue};
+use crate::entity::{RawEntity, Scalar, Slot};
+
+use crate::backend::embedded::clock::Version;
+use crate::backend::embedded::key::split_entity_key;
+
+/// The first byte of a binary record.
+pub(crate) const BINARY: u8 = 0x01;
+
+/// The Edm type bytes of a binary record.
+pub(crate) mod edm {
+    pub(crate) const STRING: u8 = b's';
+    pub(crate) const BINARY: u8 = b'b';
+    pub(crate) const BOOLEAN: u8 = b'o';
+    pub(crate) const DATETIME: u8 = b'd';
+    pub(crate) const DOUBLE: u8 = b'f';
+    pub(crate) const GUID: u8 = b'g';
+    pub(crate) const INT32: u8 = b'i';
+    pub(crate) const INT64: u8 = b'l';
+}
+
+/// Entities of one page: their on-disk keys and binary records, in order.
+#[derive(Debug, Default)]
+pub(crate) struct Rows {
+    buf: Vec<u8>,
+    /// Where each row's key and record end in `buf`.
+    ends: Vec<(usize, usize)>,
+}
+
+impl Rows {
+    /// Appends a row: an on-disk key and its binary record.
+    pub(crate) fn push(&mut self, key: &[u8], record: &[u8]) {
+        self.buf.extend_from_slice(key);
+        let key_end = self.buf.len();
+        self.buf.extend_from_slice(record);
+        self.ends.push((key_end, self.buf.len()));
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// The rows' (key, record) pairs, in order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        let mut start = 0;
+        self.ends.iter().map(move |&(k, v)| {
+            let row = (&self.buf[start..k], &self.buf[k..v]);
+            start = v;
+            row
+        })
+    }
+}
+
+/// A property value as a record holds it: strings and bytes borrowed.
+pub(crate) enum Field<'a> {
+    Str(&'a str),
+    Bin(&'a [u8]),
+    Value(EdmValue),
+}
+
+/// A reader of a binary record: every read is bounds-checked, so damaged
+/// bytes are an error, never a panic.
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if n > self.bytes.len() {
+            return None;
+        }
+        let (head, rest) = self.bytes.split_at(n);
+        self.bytes = rest;
+        Some(head)
+    }
+
+    fn byte(&mut self) -> Option<u8> {
+        self.take(1)?.first().copied()
+    }
+
+    fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
+        self.take(N)?.try_into().ok()
+    }
+
+    fn len(&mut self) -> Option<usize> {
+        let mut n: u64 = 0;
+        for shift in (0..64).step_by(7) {
+            let b = self.byte()?;
+            n |= u64::from(b & 0x7F) << shift;
+            if b & 0x80 == 0 {
+                return usize::try_from(n).ok();
+            }
+        }
+        None
+    }
+
+    fn bytes(&mut self) -> Option<&'a [u8]> {
+        let n = self.len()?;
+        self.take(n)
+    }
+
+    fn str(&mut self) -> Option<&'a str> {
+        std::str::from_utf8(self.bytes()?).ok()
+    }
+}
+
+/// Reads a binary record: calls `each` with every property's name and
+/// value, in order, and gives the version (100 ns ticks); `None` if it is not
+/// a whole binary record (`each` may have seen a part of it).
+pub(crate) fn parse<'a>(record: &'a [u8], mut each: impl FnMut(&'a str, Field<'a>)) -> Option<i64> {
+    let (&BINARY, rest) = record.split_first()? else {
+        return None;
+    };
+    let mut r = Reader { bytes: rest };
+    let t = i64::from_le_bytes(r.array()?);
+    let count = r.len()?;
+    for _ in 0..count {
+        let name = r.str()?;
+        let v = match r.byte()? {
+            edm::STRING => Field::Str(r.str()?),
+            edm::BINARY => Field::Bin(r.bytes()?),
+            edm::BOOLEAN => match r.byte()? {
+                0 => Field::Value(EdmValue::Boolean(false)),
+                1 => Field::Value(EdmValue::Boolean(true)),
+                _ => return None,
+            },
+            edm::DATETIME => {
+                let s = i64::from_le_bytes(r.array()?);
+                let n = u32::from_le_bytes(r.array()?);
+                Field::Value(EdmValue::DateTime(chrono::DateTime::from_timestamp(s, n)?))
+            }
+            edm::DOUBLE => Field::Value(EdmValue::Double(f64::from_bits(u64::from_le_bytes(
+                r.array()?,
+            )))),
+            edm::GUID => Field::Value(EdmValue::Guid(uuid::Uuid::from_u128(u128::from_le_bytes(
+                r.array()?,
+            )))),
+            edm::INT32 => Field::Value(EdmValue::Int32(i32::from_le_bytes(r.array()?))),
+            edm::INT64 => Field::Value(EdmValue::Int64(i64::from_le_bytes(r.array()?))),
+            _ => return None,
+        };
+        each(name, v);
+    }
+    r.bytes.is_empty().then_some(t)
+}
+
+/// Fills `raw` with a view of the entity of an on-disk key and binary
+/// record: the properties `keep` keeps, and the Timestamp if `timestamp`.
+/// `false` if the key or record is unreadable.
+pub(crate) fn fill<'a>(
+    raw: &mut RawEntity<'a>,
+    key: &'a [u8],
+    record: &'a [u8],
+    keep: impl Fn(&str) -> bool,
+    timestamp: bool,
+) -> bool {
+    let Some((pk, rk)) = split_entity_key(key) else {
+        return false;
+    };
+    raw.partition_key = pk;
+    raw.row_key = rk;
+    raw.props.clear();
+    let props = &mut raw.props;
+    let parsed = parse(record, |name, v| {
+        if keep(name) {
+            let slot = match v {
+                Field::Str(s) => Slot::Json(Scalar::Str(Cow::Borrowed(s)), Some(EdmType::String)),
+                Field::Bin(b) => Slot::Value(Cow::Owned(EdmValue::Binary(b.to_vec()))),
+                Field::Value(v) => Slot::Value(Cow::Owned(v)),
+            };
+            props.push((Cow::Borrowed(name), slot));
+        }
+    });
+    let Some(t) = parsed else {
+        return false;
+    };
+    let version = Version::at(t);
+    raw.timestamp = timestamp.then(|| Cow::Owned(version.text.into_string()));
+    raw.etag = Some(Cow::Owned(version.etag.into_string()));
+    true
+}
