@@ -222,3 +222,40 @@ fn the_file_store_is_simulated_too() {
         assert_eq!(t.query().fetch_all().await.unwrap().len(), 100);
     });
 }
+
+/// A query page costs one unit per entity it returns, on the file store (whose
+/// pages are records read from the file) as in memory: reading a partition's
+/// 100 entities spends its second, and the next write to it is refused.
+#[test]
+fn a_query_page_costs_its_entities_in_memory_and_in_a_file() {
+    rt().block_on(async {
+        let file = crate::common::TempStore::new();
+        for in_file in [false, true] {
+            let clock = ManualClock::starting_now();
+            let sim = Simulation::new()
+                .partition_target(100)
+                .retry(RetryPolicy::none())
+                .clock(clock.clone());
+            let svc = if in_file {
+                TableServiceClient::embedded_at_simulated(file.path(), sim).unwrap()
+            } else {
+                TableServiceClient::embedded_simulated(sim)
+            };
+            let t = table(&svc, "Read").await;
+            fill(&t, "p", 0, 100).await;
+            clock.advance(Duration::from_secs(1));
+            let found = t
+                .query()
+                .filter_raw("PartitionKey eq 'p'")
+                .fetch_all()
+                .await
+                .unwrap();
+            assert_eq!(found.len(), 100, "in file: {in_file}");
+            let refused = t
+                .insert(&DynamicEntity::new("p", "after-the-read"))
+                .await
+                .unwrap_err();
+            assert!(refused.is_throttled(), "in file: {in_file}: {refused:?}");
+        }
+    });
+}

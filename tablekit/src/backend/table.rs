@@ -289,6 +289,18 @@ impl fmt::Debug for Payload {
 }
 
 impl Payload {
+    /// How many entities an embedded store's page holds (`None` for JSON,
+    /// whose entities are only counted by decoding).
+    #[cfg_attr(not(feature = "embedded"), allow(dead_code))]
+    pub(crate) fn stored_len(&self) -> Option<usize> {
+        match self {
+            Payload::Json { .. } => None,
+            Payload::Stored { entities, .. } => Some(entities.len()),
+            #[cfg(feature = "durable")]
+            Payload::Records { rows, .. } => Some(rows.len()),
+        }
+    }
+
     /// The ETag of a single-entity answer.
     pub(crate) fn etag(&self) -> Option<&str> {
         match self {

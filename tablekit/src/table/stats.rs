@@ -451,6 +451,12 @@ fn payload_bytes(p: &Payload) -> u64 {
                     as u64
             })
             .sum(),
+        // A page of an embedded store file: its keys and records as stored.
+        #[cfg(feature = "durable")]
+        Payload::Records { rows, .. } => rows
+            .iter()
+            .map(|(key, record)| (key.len() + record.len()) as u64)
+            .sum(),
     }
 }
 

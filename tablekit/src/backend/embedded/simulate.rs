@@ -21,7 +21,7 @@ use http::StatusCode;
 
 use super::EmbeddedBackend;
 use crate::backend::http::wire::service_error;
-use crate::backend::{Backend, EntityBody, Operation, Payload, Response};
+use crate::backend::{Backend, EntityBody, Operation, Response};
 use crate::error::{Error, Result};
 use crate::filter::QueryPlan;
 use crate::options::full_jitter;
@@ -304,16 +304,12 @@ impl Backend for Simulated {
         drop(charge);
         let resp = self.inner.execute(op).await?;
         if is_query {
-            if let Response::Page {
-                payload: Payload::Stored { entities, .. },
-                ..
-            } = &resp
-            {
-                self.charge_more(
-                    table.as_deref(),
-                    partition.as_deref(),
-                    entities.len().saturating_sub(1),
-                );
+            // A page of the file store (records) costs what one of the
+            // memory store (entities) does.
+            if let Response::Page { payload, .. } = &resp {
+                if let Some(n) = payload.stored_len() {
+                    self.charge_more(table.as_deref(), partition.as_deref(), n.saturating_sub(1));
+                }
             }
         }
         Ok(resp)
