@@ -17,6 +17,12 @@
 //!   `#[derive(TableEntity)]` struct (the `tablekit` lines), on the same
 //!   entities and the same page, alternating, in this one process.
 //!
+//! - `get` and `insert`: in this one process, on one table, rounds of K point
+//!   reads (and K inserts) by tablekit (`TableClient::get`, `insert`, its hyper
+//!   transport) alternating with the same requests by the bare loop: the
+//!   cleanest view of what tablekit adds per request, and (with
+//!   `FLOOR_MODE=pair`, nothing else runs) the run to profile.
+//!
 //! Settings as in `workload.rs`: `TABLEKIT_TEST_CONNECTION_STRING` (or
 //! `TABLEKIT_CONNECTION_STRING`), `TABLEKIT_BENCH_N`, `TABLEKIT_BENCH_RUNTIME`
 //! (`multi_thread`, driven from the main thread as under `#[tokio::main]`, or
@@ -245,21 +251,22 @@ struct PlainPage {
 // ---------------------------------------------------------------------------
 // Measurement, as in workload.rs.
 
-fn client_cpu_s() -> f64 {
+/// User and system CPU seconds of this process, all threads.
+fn client_cpu() -> (f64, f64) {
     let u = getrusage(UsageWho::RUSAGE_SELF).expect("getrusage(RUSAGE_SELF)");
     let s = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 * 1e-6;
-    s(u.user_time()) + s(u.system_time())
+    (s(u.user_time()), s(u.system_time()))
 }
 
 struct Probe {
     wall: Instant,
-    cpu: f64,
+    cpu: (f64, f64),
 }
 
 impl Probe {
     fn start() -> Probe {
         Probe {
-            cpu: client_cpu_s(),
+            cpu: client_cpu(),
             wall: Instant::now(),
         }
     }
@@ -272,7 +279,9 @@ fn round(x: f64, digits: i32) -> f64 {
 
 fn emit(backend: &str, id: &str, what: &str, n: usize, requests: usize, probe: Probe, ok: bool) {
     let wall_s = probe.wall.elapsed().as_secs_f64();
-    let cpu_s = client_cpu_s() - probe.cpu;
+    let (user, sys) = client_cpu();
+    let (user_s, sys_s) = (user - probe.cpu.0, sys - probe.cpu.1);
+    let cpu_s = user_s + sys_s;
     let per = |count: usize| (count > 0).then(|| round(cpu_s * 1e6 / count as f64, 3));
     println!(
         "{}",
@@ -284,6 +293,8 @@ fn emit(backend: &str, id: &str, what: &str, n: usize, requests: usize, probe: P
             "n": n,
             "requests": requests,
             "wall_s": round(wall_s, 6),
+            "cpu_user_s": round(user_s, 6),
+            "cpu_sys_s": round(sys_s, 6),
             "cpu_s": round(cpu_s, 6),
             "ok": ok,
             "cpu_us_per_request": per(requests),
@@ -610,6 +621,7 @@ async fn workloads(ep: &Endpoint, n: usize) -> bool {
     all_ok &= ok;
 
     // W4
+    conn = Conn::open(ep).await; // Azurite closes a connection idle for 5 s
     let mut decoded: Vec<Plain> = Vec::with_capacity(n);
     let mut requests = 0;
     let mut first_page = Bytes::new();
@@ -655,6 +667,7 @@ async fn workloads(ep: &Endpoint, n: usize) -> bool {
     drop(decoded);
 
     // W6
+    conn = Conn::open(ep).await; // Azurite closes a connection idle for 5 s
     let indices: Vec<usize> = (0..k).map(|k| point_index(k, n)).collect();
     let paths: Vec<String> = indices
         .iter()
@@ -678,6 +691,7 @@ async fn workloads(ep: &Endpoint, n: usize) -> bool {
     all_ok &= ok;
 
     // W7
+    conn = Conn::open(ep).await; // Azurite closes a connection idle for 5 s
     let updated: Vec<Employee> = indices
         .iter()
         .map(|&i| {
@@ -720,6 +734,142 @@ async fn workloads(ep: &Endpoint, n: usize) -> bool {
 
 fn memchr_count(hay: &[u8], needle: &[u8]) -> usize {
     hay.windows(needle.len()).filter(|w| *w == needle).count()
+}
+
+/// Point reads and inserts, tablekit and the bare loop alternating, in this process.
+async fn pair(ep: &Endpoint, conn_string: &str, n: usize) -> bool {
+    let mut options = tablekit::options::ClientOptions::default();
+    options.http.transport = tablekit::options::Transport::Hyper;
+    let service = match tablekit::Account::from_connection_string(conn_string)
+        .and_then(|a| tablekit::TableServiceClient::with_options(a, options))
+    {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("floor: tablekit client: {e}");
+            return false;
+        }
+    };
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros());
+    let name = format!("floorpair{stamp}");
+    let table: tablekit::TableClient<Employee> = service.table(&name).expect("a table name");
+    if let Err(e) = table.create_table().await {
+        eprintln!("floor: cannot create {name}: {e}");
+        return false;
+    }
+    let k = K.min(n);
+    let mut ok = true;
+    let rounds = std::env::var("FLOOR_PAIR_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3usize);
+    let fresh = |round: usize, side: usize| -> Vec<Employee> {
+        (0..k)
+            .map(|i| {
+                let mut e = build(i);
+                e.rk = format!("{:08}-{round}-{side}", i);
+                e
+            })
+            .collect()
+    };
+    // `FLOOR_PAIR_SIDE=tablekit` or `floor` runs one side only (to profile it).
+    let side = std::env::var("FLOOR_PAIR_SIDE").unwrap_or_default();
+    let (tk_side, floor_side) = (side != "floor", side != "tablekit");
+    let path = format!("/{name}");
+    for round in 0..rounds {
+        // Each side inserts its own fresh entities, then reads them back.
+        let mine = fresh(round, 0);
+        let bare = fresh(round, 1);
+        if tk_side {
+            let probe = Probe::start();
+            let mut bad = 0;
+            for e in &mine {
+                bad += usize::from(table.insert(e).await.is_err());
+            }
+            emit(
+                "tablekit",
+                "insert",
+                "insert, concurrency 1 (in one process)",
+                k,
+                k,
+                probe,
+                bad == 0,
+            );
+            ok &= bad == 0;
+        }
+        if floor_side {
+            // Azurite closes a connection idle for 5 s: a fresh one per phase.
+            let mut conn = Conn::open(ep).await;
+            let probe = Probe::start();
+            let mut bad = 0;
+            for e in &bare {
+                let mut req = ep.request("POST", &path, Some(("application/json", encode(e))));
+                req.headers_mut()
+                    .insert("prefer", HeaderValue::from_static("return-no-content"));
+                let (status, _, _) = conn.call(req).await;
+                bad += usize::from(status != http::StatusCode::NO_CONTENT);
+            }
+            emit(
+                "floor",
+                "insert",
+                "insert, concurrency 1 (in one process)",
+                k,
+                k,
+                probe,
+                bad == 0,
+            );
+            ok &= bad == 0;
+        }
+        if tk_side {
+            let probe = Probe::start();
+            let mut bad = 0;
+            for e in &mine {
+                let got = table.get((e.pk.as_str(), e.rk.as_str())).await;
+                bad += usize::from(!matches!(got, Ok(Some(_))));
+            }
+            emit(
+                "tablekit",
+                "get",
+                "point get, concurrency 1 (in one process)",
+                k,
+                k,
+                probe,
+                bad == 0,
+            );
+            ok &= bad == 0;
+        }
+        if floor_side {
+            let paths: Vec<String> = bare
+                .iter()
+                .map(|e| entity_path(&name, &e.pk, &e.rk))
+                .collect();
+            let mut conn = Conn::open(ep).await;
+            let probe = Probe::start();
+            let mut bad = 0;
+            for path in &paths {
+                let (status, headers, body) = conn.call(ep.request("GET", path, None)).await;
+                let good = status == http::StatusCode::OK
+                    && headers.contains_key("etag")
+                    && serde_json::from_slice::<Plain>(&body).is_ok();
+                bad += usize::from(!good);
+            }
+            emit(
+                "floor",
+                "get",
+                "point get, concurrency 1 (in one process)",
+                k,
+                k,
+                probe,
+                bad == 0,
+            );
+            ok &= bad == 0;
+        }
+    }
+    if let Err(e) = table.delete_table().await {
+        eprintln!("floor: could not delete {name}: {e}");
+    }
+    ok
 }
 
 /// The codecs alone, per entity, alternating floor and tablekit.
@@ -827,8 +977,19 @@ fn main() {
     };
     let runtime = builder.enable_all().build().expect("a tokio runtime");
     let ep = Endpoint::from_connection_string(&conn);
-    eprintln!("floor: runtime {flavor}, N = {n}");
-    if !runtime.block_on(workloads(&ep, n)) {
+    let mode = std::env::var("FLOOR_MODE").unwrap_or_else(|_| "all".into());
+    eprintln!("floor: runtime {flavor}, N = {n}, mode {mode}");
+    let ok = runtime.block_on(async {
+        match mode.as_str() {
+            "pair" => pair(&ep, &conn, n).await,
+            "all" => workloads(&ep, n).await & pair(&ep, &conn, n).await,
+            other => {
+                eprintln!("floor: FLOOR_MODE is all or pair, not {other:?}");
+                false
+            }
+        }
+    });
+    if !ok {
         std::process::exit(1);
     }
 }
