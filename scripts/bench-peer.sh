@@ -17,7 +17,9 @@
 #               requests (Shared Key signed), bodies by serde_json from plain
 #               structs, answers decoded by serde_json into a plain
 #               #[derive(Deserialize)] struct; and, in memory, the bare
-#               serde_json encoder/decoder next to tablekit's codec (enc, dec).
+#               serde_json encoder/decoder next to tablekit's codec (enc, dec);
+#               and, in one process, K point reads and inserts by tablekit
+#               alternating with the bare loop (get, insert).
 # Figures are client CPU (getrusage of the client process only). Ratios are
 # taken inside each round (tk / floor of the same runtime; tk / the cheapest
 # peer run of the round, over both peer transports and both runtimes), then
@@ -176,6 +178,13 @@ for (const runtime of runtimes) {
     const fl = median(R.map((r) => figs("floor", runtime, r, id, "floor")));
     const q = median(R.map((r) => ratio(figs("floor", runtime, r, id, "tablekit"), figs("floor", runtime, r, id, "floor"))));
     console.log(`  ${id} (${what}): tk ${fmt(tk, 3)}, floor ${fmt(fl, 3)}, tk/floor ${fmt(q, 2)}`);
+  }
+  console.log("one process, tablekit and the bare loop alternating on one table, us per request (floor.rs pair):");
+  for (const id of ["get", "insert"]) {
+    const tk = median(R.map((r) => figs("floor", runtime, r, id, "tablekit")));
+    const fl = median(R.map((r) => figs("floor", runtime, r, id, "floor")));
+    const q = median(R.map((r) => ratio(figs("floor", runtime, r, id, "tablekit"), figs("floor", runtime, r, id, "floor"))));
+    console.log(`  ${id.padEnd(6)}: tk ${fmt(tk, 1)}, floor ${fmt(fl, 1)}, tk/floor ${fmt(q, 2)}`);
   }
 }
 const bad = lines.filter((l) => !l.ok);
