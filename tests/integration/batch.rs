@@ -204,7 +204,20 @@ async fn transaction_with_the_same_row_key_twice_is_rejected_at_the_second() {
 
 #[tokio::test]
 async fn transaction_over_4_mib_is_rejected_at_the_operation_that_crosses_it() {
-    let t = common::offline_table::<DynamicEntity>();
+    over_4_mib_is_rejected_at_the_crossing(common::offline_table::<DynamicEntity>());
+}
+
+/// On the embedded store the JSON is not written, only its length counted
+/// (issue 23): the limit falls at the same operation.
+#[tokio::test]
+async fn transaction_over_4_mib_is_rejected_at_the_operation_that_crosses_it_embedded() {
+    let t = tablekit::TableServiceClient::embedded()
+        .table::<DynamicEntity>("Over4MiB")
+        .unwrap();
+    over_4_mib_is_rejected_at_the_crossing(t);
+}
+
+fn over_4_mib_is_rejected_at_the_crossing(t: TableClient<DynamicEntity>) {
     // Each entity: 15 strings of 32,000 chars = 960,000 bytes as UTF-16 (under the
     // 1 MiB entity limit) and about 480 KB of JSON; the 9th crosses 4 MiB.
     let big = "x".repeat(32_000);

@@ -13,7 +13,11 @@
 //! (`AccountName`, `AccountKey` and a loopback `TableEndpoint`; without one the
 //! emulator's well-known account on 127.0.0.1:10002), `PEER_BENCH_N` (N,
 //! default 10,000), `PEER_RUNTIME` (`current_thread` or `multi_thread`, the
-//! default). `AZURITE_PID` adds the server's CPU time.
+//! default), `PEER_TRANSPORT` (`default`: the SDK's own reqwest client, built
+//! with `pool_max_idle_per_host(0)`, so a new TCP connection per request;
+//! `pooled`: a keep-alive `reqwest::Client` given through `TransportOptions`,
+//! as a user who benchmarks would; the default is `pooled`). `AZURITE_PID`
+//! adds the server's CPU time. Each JSON line names its `"transport"`.
 //!
 //! What is measured matches workload.rs with its typed entity: the entity is
 //! a plain struct built before the clock starts; encoding (serde, with the
@@ -280,6 +284,7 @@ fn emit(id: &str, what: &str, n: usize, requests: usize, cost: &Cost, ok: bool) 
     let per = |count: usize| (count > 0).then(|| round(cpu_s * 1e6 / count as f64, 3));
     let line = json!({
         "backend": "azure_data_tables",
+        "transport": transport_name(),
         "workload": id,
         "entity": "typed",
         "what": what,
@@ -295,6 +300,11 @@ fn emit(id: &str, what: &str, n: usize, requests: usize, cost: &Cost, ok: bool) 
         "cpu_us_per_entity": per(n),
     });
     println!("{line}");
+}
+
+/// `PEER_TRANSPORT`: `default` or `pooled` (checked in `main`).
+fn transport_name() -> String {
+    std::env::var("PEER_TRANSPORT").unwrap_or_else(|_| "pooled".into())
 }
 
 fn fail(id: &str, why: impl std::fmt::Display) -> bool {
@@ -578,9 +588,38 @@ fn service() -> Result<TableServiceClient, String> {
     ]
     .iter()
     .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()));
-    let Some(conn) = conn else {
-        return Ok(azure_data_tables::clients::TableServiceClientBuilder::emulator().build());
+    let pooled = match transport_name().as_str() {
+        "pooled" => true,
+        "default" => false,
+        other => {
+            return Err(format!(
+                "PEER_TRANSPORT is default or pooled, not {other:?}"
+            ))
+        }
     };
+    let builder = match conn {
+        None => azure_data_tables::clients::TableServiceClientBuilder::emulator(),
+        Some(conn) => builder_for(&conn)?,
+    };
+    Ok(if pooled {
+        // reqwest's defaults: idle connections kept per host (keep-alive).
+        let client = reqwest::Client::builder()
+            .build()
+            .map_err(|e| format!("cannot build the reqwest client: {e}"))?;
+        builder
+            .transport(azure_core::TransportOptions::new(std::sync::Arc::new(
+                client,
+            )))
+            .build()
+    } else {
+        builder.build()
+    })
+}
+
+/// The builder of the account a connection string names (a loopback endpoint only).
+fn builder_for(
+    conn: &str,
+) -> Result<azure_data_tables::clients::TableServiceClientBuilder, String> {
     let setting = |name: &str| {
         conn.split(';').find_map(|seg| {
             let (k, v) = seg.split_once('=')?;
@@ -610,8 +649,7 @@ fn service() -> Result<TableServiceClient, String> {
         azure_data_tables::clients::TableServiceClientBuilder::with_location(
             location,
             StorageCredentials::access_key(account, key),
-        )
-        .build(),
+        ),
     )
 }
 
@@ -643,7 +681,10 @@ fn main() {
             std::process::exit(2);
         }
     };
-    eprintln!("peer: azure_data_tables 0.21, runtime {flavor}, N = {n}");
+    eprintln!(
+        "peer: azure_data_tables 0.21, runtime {flavor}, transport {}, N = {n}",
+        transport_name()
+    );
     if !runtime.block_on(workloads(&service, n)) {
         std::process::exit(1);
     }

@@ -318,6 +318,120 @@ pub fn entity_to_json<T: TableEntity>(entity: &T) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// Counts the bytes [`JsonWriter`] would write, checking the properties
+/// exactly as it does, without writing them: the payload size of a
+/// transaction operation for a backend that stores property bags.
+struct JsonLen {
+    len: usize,
+    check: EntityChecker,
+}
+
+/// Counts the bytes written to it.
+struct ByteCount(usize);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl JsonLen {
+    /// `,"name":`
+    fn name(&mut self, name: &str) {
+        self.len += 4 + json_str_body_len(name);
+    }
+
+    /// `,"name@odata.type":"Edm.X",` then the name.
+    fn annotated(&mut self, name: &str, edm: EdmType) {
+        self.len +=
+            2 + json_str_body_len(name) + b"@odata.type\":\"".len() + edm.as_str().len() + 1;
+        self.name(name);
+    }
+}
+
+impl PropertyWriter for JsonLen {
+    fn string(&mut self, name: &str, value: &str) -> Result<()> {
+        self.check.string(name, value)?;
+        self.name(name);
+        self.len += 2 + json_str_body_len(value);
+        Ok(())
+    }
+    fn binary(&mut self, name: &str, value: &[u8]) -> Result<()> {
+        self.check.binary(name, value)?;
+        self.annotated(name, EdmType::Binary);
+        self.len += 2 + base64::encoded_len(value.len(), true).unwrap_or(0);
+        Ok(())
+    }
+    fn boolean(&mut self, name: &str, value: bool) -> Result<()> {
+        self.check.boolean(name, value)?;
+        self.name(name);
+        self.len += if value { 4 } else { 5 };
+        Ok(())
+    }
+    fn datetime(&mut self, name: &str, value: &DateTime<Utc>) -> Result<()> {
+        self.check.datetime(name, value)?;
+        self.annotated(name, EdmType::DateTime);
+        // The checker keeps the year within 1601..=9999: always
+        // `"YYYY-MM-DDTHH:MM:SS.fffffffZ"`.
+        self.len += 2 + 28;
+        Ok(())
+    }
+    fn double(&mut self, name: &str, value: f64) -> Result<()> {
+        self.check.double(name, value)?;
+        self.annotated(name, EdmType::Double);
+        self.len += if value.is_nan() {
+            5
+        } else if value == f64::INFINITY {
+            10
+        } else if value == f64::NEG_INFINITY {
+            11
+        } else {
+            let mut count = ByteCount(0);
+            let _ = serde_json::to_writer(&mut count, &value);
+            count.0
+        };
+        Ok(())
+    }
+    fn guid(&mut self, name: &str, value: &Uuid) -> Result<()> {
+        self.check.guid(name, value)?;
+        self.annotated(name, EdmType::Guid);
+        self.len += 2 + uuid::fmt::Hyphenated::LENGTH;
+        Ok(())
+    }
+    fn int32(&mut self, name: &str, value: i32) -> Result<()> {
+        self.check.int32(name, value)?;
+        self.name(name);
+        self.len += itoa::Buffer::new().format(value).len();
+        Ok(())
+    }
+    fn int64(&mut self, name: &str, value: i64) -> Result<()> {
+        self.check.int64(name, value)?;
+        self.annotated(name, EdmType::Int64);
+        self.len += 2 + itoa::Buffer::new().format(value).len();
+        Ok(())
+    }
+}
+
+/// The length of the JSON [`write_entity_json`] writes for `entity`, with the
+/// same checks (and the same errors), without writing it.
+pub(crate) fn entity_json_len<T: TableEntity>(entity: &T) -> Result<usize> {
+    let pk = entity.partition_key();
+    let rk = entity.row_key();
+    let check = EntityChecker::new(&pk, &rk)?
+        .names_checked(T::property_names_checked())
+        .find_duplicates(!T::unique_property_names());
+    // `{"PartitionKey":` pk `,"RowKey":` rk ... `}`
+    let len = 16 + 2 + json_str_body_len(&pk) + 10 + 2 + json_str_body_len(&rk) + 1;
+    let mut w = JsonLen { len, check };
+    entity.write_properties(&mut w)?;
+    w.check.finish(&pk, &rk)?;
+    Ok(w.len)
+}
+
 fn write_double(out: &mut Vec<u8>, v: f64) {
     if v.is_nan() {
         out.extend_from_slice(b"\"NaN\"");
@@ -378,6 +492,22 @@ fn write_unicode_escape(out: &mut Vec<u8>, unit: u16) {
     ]);
 }
 
+/// The length of what [`write_json_str_body`] writes for `s`.
+fn json_str_body_len(s: &str) -> usize {
+    let bytes = s.as_bytes();
+    if !bytes.iter().any(|&b| NEEDS_ESCAPE[b as usize]) {
+        return bytes.len();
+    }
+    s.chars()
+        .map(|c| match c {
+            '"' | '\\' | '\n' | '\r' | '\t' => 2,
+            c if (c as u32) < 0x20 => 6,
+            c if c.is_ascii() => 1,
+            c => 6 * c.len_utf16(),
+        })
+        .sum()
+}
+
 fn write_json_str_body(out: &mut Vec<u8>, s: &str) {
     let bytes = s.as_bytes();
     let mut start = 0;
@@ -420,6 +550,70 @@ mod tests {
 
     fn json(e: &DynamicEntity) -> String {
         String::from_utf8(entity_to_json(e).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn the_counted_length_is_the_written_length() {
+        let dt = |s: &str| {
+            chrono::DateTime::parse_from_rfc3339(s)
+                .unwrap()
+                .with_timezone(&Utc)
+        };
+        let entities = [
+            DynamicEntity::new("p", "r"),
+            DynamicEntity::new("", ""),
+            DynamicEntity::new("quo\"te é", "中文 😀 ~")
+                .with("S", "plain")
+                .with("Esc", "a\"b\\c\nd\re\tf\u{0}\u{1f}")
+                .with("Wide", "é中😀\u{2028}")
+                .with("Empty", "")
+                .with("B", vec![0u8, 1, 2, 255])
+                .with("B1", vec![7u8])
+                .with("B0", Vec::<u8>::new())
+                .with("T", true)
+                .with("F", false)
+                .with("D0", dt("1601-01-01T00:00:00Z"))
+                .with("D1", dt("9999-12-31T23:59:59.9999999Z"))
+                .with("X", 0.1)
+                .with("X2", -1e300)
+                .with("X3", 5e-324)
+                .with("X4", 3.0)
+                .with("X5", -0.0)
+                .with("Nan", f64::NAN)
+                .with("Inf", f64::INFINITY)
+                .with("NInf", f64::NEG_INFINITY)
+                .with(
+                    "G",
+                    Uuid::from_u128(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef),
+                )
+                .with("I", i32::MIN)
+                .with("I0", 0)
+                .with("L", i64::MIN)
+                .with("L1", i64::MAX)
+                .with("L0", 0_i64),
+        ];
+        for e in &entities {
+            assert_eq!(
+                entity_json_len(e).unwrap(),
+                entity_to_json(e).unwrap().len(),
+                "{}",
+                json(e)
+            );
+        }
+    }
+
+    #[test]
+    fn the_counter_refuses_what_the_writer_refuses() {
+        let too_old = chrono::DateTime::from_timestamp(-20_000_000_000, 0).unwrap();
+        let bad = DynamicEntity::new("p", "r").with("D", too_old);
+        let (written, counted) = (entity_to_json(&bad), entity_json_len(&bad));
+        assert!(written.is_err() && counted.is_err());
+        assert_eq!(
+            written.unwrap_err().to_string(),
+            counted.unwrap_err().to_string()
+        );
+        let bad_key = DynamicEntity::new("a/b", "r");
+        assert!(entity_to_json(&bad_key).is_err() && entity_json_len(&bad_key).is_err());
     }
 
     #[test]

@@ -442,9 +442,17 @@ impl Table {
                 MAX_BATCH_OPERATIONS - 1,
             ));
         }
+        // The JSON's length; for an operation that came as a bag, counted
+        // without writing it (the client checked the bag as it encodes JSON).
         let size: usize = ops
             .iter()
-            .map(|o| o.body.as_ref().map_or(0, Vec::len))
+            .map(|o| match (&o.body, &o.bag) {
+                (Some(body), _) => body.len(),
+                (None, Some(bag)) => {
+                    crate::codec::write::entity_json_len(bag.as_ref()).unwrap_or(0)
+                }
+                (None, None) => 0,
+            })
             .sum();
         // The whole request is refused before its operations are read: no index.
         if size > MAX_BATCH_BYTES {

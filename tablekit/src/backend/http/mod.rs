@@ -267,8 +267,9 @@ impl HttpBackend {
     /// Turns a response into the operation's answer or its error.
     async fn interpret(&self, op: &Operation<'_>, resp: Incoming) -> Result<Response> {
         let status = resp.status();
-        let request_id = header_string(resp.headers(), &names::X_MS_REQUEST_ID);
+        // The service's request id is kept only where an error may carry it.
         if !status.is_success() {
+            let request_id = header_string(resp.headers(), &names::X_MS_REQUEST_ID);
             let retry_after = header_str(resp.headers(), &names::RETRY_AFTER)
                 .and_then(|v| wire::parse_retry_after(v, chrono::Utc::now()));
             return Err(error_answer(
@@ -318,6 +319,7 @@ impl HttpBackend {
                 }
             }
             Operation::Transaction { ops, .. } => {
+                let request_id = header_string(resp.headers(), &names::X_MS_REQUEST_ID);
                 let content_type =
                     header_string(resp.headers(), &http::header::CONTENT_TYPE).unwrap_or_default();
                 let body = limits.read(resp, Kind::Batch).await?;

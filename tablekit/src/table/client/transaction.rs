@@ -55,6 +55,7 @@ impl<T: TableEntity> Transaction<T> {
         kind: BatchKind,
         key: EntityKey,
         body: Option<Vec<u8>>,
+        body_len: usize,
         bag: Option<Box<crate::DynamicEntity>>,
     ) -> Result<&mut Self> {
         let index = self.ops.len();
@@ -85,7 +86,7 @@ impl<T: TableEntity> Transaction<T> {
             ));
         }
         let size = self.size
-            + body.as_ref().map_or(0, Vec::len)
+            + body_len
             + key.partition_key.len() * 3
             + key.row_key.len() * 3
             + OP_OVERHEAD;
@@ -112,17 +113,17 @@ impl<T: TableEntity> Transaction<T> {
             }),
             None => e,
         };
+        // The payload limit is measured on the JSON. A backend that stores
+        // bags gets the bag and parses nothing: for it the JSON's length is
+        // counted (with the encoder's checks), not written.
+        if self.table.handle.backend.stores_property_bags() {
+            let len = crate::codec::write::entity_json_len(entity).map_err(at_index)?;
+            let bag = crate::codec::bag::to_bag(entity, true).map_err(at_index)?;
+            return self.push_op(kind, entity.key(), None, len, Some(Box::new(bag)));
+        }
         let (key, body) = encode(entity).map_err(at_index)?;
-        // The JSON is kept either way: the payload limit is measured on it. A
-        // backend that stores bags also gets the bag, and parses nothing.
-        let bag = if self.table.handle.backend.stores_property_bags() {
-            Some(Box::new(
-                crate::codec::bag::to_bag(entity, true).map_err(at_index)?,
-            ))
-        } else {
-            None
-        };
-        self.push_op(kind, key, Some(body), bag)
+        let len = body.len();
+        self.push_op(kind, key, Some(body), len, None)
     }
 
     /// Adds an insert.
@@ -158,7 +159,7 @@ impl<T: TableEntity> Transaction<T> {
                 reason: v.to_string(),
             }));
         }
-        self.push_op(BatchKind::Delete(if_match.into()), key, None, None)
+        self.push_op(BatchKind::Delete(if_match.into()), key, None, 0, None)
     }
 
     /// Adds an operation built apart from this transaction: a
