@@ -282,3 +282,47 @@ async fn etags_are_opaque_and_go_back_as_they_came() {
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen[1].header("if-match"), Some(ETAG));
 }
+
+/// Stored access policies, service properties and stats are Azure Storage
+/// calls the Cosmos DB Table API does not have: refused before any request
+/// on a Cosmos DB target, each naming the call; sent on Azure Storage.
+#[tokio::test]
+async fn acls_service_properties_and_stats_are_refused_on_cosmos_before_any_request() {
+    use tablekit::service_properties::ServiceProperties;
+    let (endpoint, seen) = accepting().await;
+    let service = |target| TableServiceClient::with_options(account(&endpoint, target), options());
+    let cosmos = service(Target::CosmosDb).unwrap();
+    let t = table(&endpoint, Target::CosmosDb);
+    let refusals = [
+        ("get_access_policies", t.access_policies().await.map(drop)),
+        ("set_access_policies", t.set_access_policies(&[]).await),
+        (
+            "get_service_properties",
+            cosmos.service_properties().await.map(drop),
+        ),
+        (
+            "set_service_properties",
+            cosmos
+                .set_service_properties(&ServiceProperties::default())
+                .await,
+        ),
+        ("get_service_stats", cosmos.service_stats().await.map(drop)),
+    ];
+    for (name, result) in refusals {
+        let e = result.unwrap_err();
+        let text = common::assert_invalid(&e);
+        assert!(text.contains(name) && text.contains("Cosmos DB"), "{text}");
+    }
+    assert_eq!(seen.lock().unwrap().len(), 0, "nothing was sent");
+
+    // The same calls on Azure Storage reach the service (whatever the
+    // scripted answer makes of them).
+    let _ = table(&endpoint, Target::AzureStorage)
+        .access_policies()
+        .await;
+    let _ = service(Target::AzureStorage)
+        .unwrap()
+        .service_properties()
+        .await;
+    assert_eq!(seen.lock().unwrap().len(), 2);
+}

@@ -80,6 +80,21 @@ fn check_batch_op(op: &BatchOp) -> Result<()> {
     Ok(())
 }
 
+/// Refuses every ACL, service-properties and stats call: the Cosmos DB Table
+/// API has no stored access policies, no service properties (no logging,
+/// metrics or CORS settings: "CORS isn't currently supported") and no
+/// secondary stats endpoint. The official SDKs' own suites skip these calls
+/// on Cosmos DB; tablekit says so before sending rather than let the account
+/// answer with an error that does not name the reason.
+pub(crate) fn check_admin(op: &crate::backend::admin::AdminOp<'_>) -> Result<()> {
+    Err(refuse(format!(
+        "{} is an Azure Table Storage call the Cosmos DB Table API does not have \
+         (no stored access policies, service properties or stats there; \
+         Cosmos DB accounts are configured through Azure Resource Manager)",
+        op.name()
+    )))
+}
+
 /// Refuses `op` (built as `req`) if the Cosmos DB Table API would.
 pub(crate) fn check(op: &Operation<'_>, req: &Outgoing) -> Result<()> {
     match op {

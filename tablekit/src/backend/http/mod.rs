@@ -354,6 +354,9 @@ impl Backend for HttpBackend {
         &self,
         op: crate::backend::admin::AdminOp<'_>,
     ) -> Result<crate::backend::admin::AdminResponse> {
+        if self.cosmos {
+            cosmos::check_admin(&op)?;
+        }
         if let crate::backend::admin::AdminOp::Stats = op {
             let primary = self.account.table_endpoint().unwrap_or_default();
             return self.secondary.call(primary, op).await;
