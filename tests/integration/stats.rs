@@ -8,7 +8,7 @@ use std::time::Duration;
 use tablekit::clock::ManualClock;
 use tablekit::options::RetryPolicy;
 use tablekit::simulation::Simulation;
-use tablekit::table::{RequestKind, Stats};
+use tablekit::table::{RequestKind, ScanPolicy, Stats};
 use tablekit::{DynamicEntity, IfMatch, TableClient, TableServiceClient, UpdateMode};
 use tablekit_test_support::{field, Recorder};
 
@@ -221,4 +221,41 @@ fn a_scanning_query_is_warned_about_once_per_interval() {
     assert_eq!(field(&warned[0], "filter"), Some("Name eq 'x'"));
     assert_eq!(field(&warned[1], "plan"), Some("partition scan"));
     assert_eq!(field(&warned[1], "partition"), Some("p"));
+}
+
+/// A table's scan policy speaks for itself: under `Warn` each table scan is
+/// warned about once (by the policy, not a second time by the statistics),
+/// and under `Deny` a refused scan is not reported as a scan that ran.
+#[test]
+fn a_scan_policy_warning_is_not_doubled_and_a_refused_scan_is_not_warned_about() {
+    let recorder = Recorder::default();
+    tracing::subscriber::with_default(recorder.clone(), || {
+        rt().block_on(async {
+            let svc = TableServiceClient::embedded();
+            let t = svc.table::<DynamicEntity>("Policed").unwrap();
+            t.create_table().await.unwrap();
+            fill(&t, "p", 0, 10).await;
+            let denied = t.clone().with_scan_policy(ScanPolicy::Deny);
+            denied
+                .query()
+                .filter_raw("Name eq 'x'")
+                .fetch_all()
+                .await
+                .unwrap_err();
+            let warned = t.clone().with_scan_policy(ScanPolicy::Warn);
+            for _ in 0..2 {
+                warned
+                    .query()
+                    .filter_raw("Name eq 'x'")
+                    .fetch_all()
+                    .await
+                    .unwrap();
+            }
+        })
+    });
+    assert!(warnings(&recorder, "a query scans").is_empty());
+    assert_eq!(
+        warnings(&recorder, "query reads the whole table (table scan)").len(),
+        2
+    );
 }

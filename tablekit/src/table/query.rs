@@ -287,11 +287,9 @@ impl<T: TableEntity> Query<T> {
             validate_select(s)?;
         }
         let resolved = self.resolve()?;
-        self.table
-            .stats
-            .query_planned(self.table.name(), &resolved.plan, resolved.text.as_deref());
+        let policy = self.table.scan_policy();
         if resolved.plan == QueryPlan::TableScan {
-            match self.table.scan_policy() {
+            match policy {
                 ScanPolicy::Allow => {}
                 ScanPolicy::Warn => tracing::warn!(
                     table = self.table.name(),
@@ -308,6 +306,14 @@ impl<T: TableEntity> Query<T> {
                     }))
                 }
             }
+        }
+        // A scan the policy already warns about is not warned about twice.
+        if !(resolved.plan == QueryPlan::TableScan && policy == ScanPolicy::Warn) {
+            self.table.stats.query_planned(
+                self.table.name(),
+                &resolved.plan,
+                resolved.text.as_deref(),
+            );
         }
         Ok(resolved)
     }
