@@ -75,7 +75,7 @@ use crate::table::{TableClient, TableServiceClient};
 /// let pdf = account.container("receipts")?.blob("order-17.pdf")?.download().bytes().await?;
 /// assert_eq!(pdf.as_ref(), b"%PDF");
 /// # drop(account);
-/// # std::fs::remove_file(&path).unwrap();
+/// # tablekit::storage::remove_file(&path).unwrap();
 /// # Ok(())
 /// # }
 /// ```
@@ -144,6 +144,31 @@ pub fn check_file(path: impl AsRef<Path>) -> Result<FileReport> {
 #[cfg_attr(docsrs, doc(cfg(feature = "durable")))]
 pub fn compact_file(path: impl AsRef<Path>) -> Result<(u64, u64)> {
     crate::backend::compact_store_file(path.as_ref())
+}
+
+/// Removes the embedded store file at `path` and the seal a clean close
+/// left beside it (`<file>.seal`, see [`check_file`]): what deleting a store
+/// takes, where `std::fs::remove_file` would leave the seal behind.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")] async fn main() -> tablekit::Result<()> {
+/// let path = std::env::temp_dir().join(format!("tablekit-remove-{}.db", std::process::id()));
+/// let service = tablekit::TableServiceClient::embedded_at(&path)?;
+/// service.create_table("Kept").await?;
+/// drop(service); // closed: sealed
+/// tablekit::storage::remove_file(&path)?;
+/// assert!(!path.exists());
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+///
+/// A configuration error naming the file if a store of this process has it
+/// open, or if the file system refuses (no such file, no permission).
+#[cfg(feature = "durable")]
+#[cfg_attr(docsrs, doc(cfg(feature = "durable")))]
+pub fn remove_file(path: impl AsRef<Path>) -> Result<()> {
+    crate::backend::remove_store_file(path.as_ref())
 }
 
 /// Where a [`Storage`] keeps its data: what [`Storage::kind`] answers, for a
@@ -436,7 +461,7 @@ impl Storage {
     /// let path = std::env::temp_dir().join(format!("doc-options-{}.redb", std::process::id()));
     /// # let _ = std::fs::remove_file(&path);
     /// let account = Storage::embedded_at_with(&path, FileOptions::new().cache_bytes(8 << 20))?;
-    /// # drop(account); std::fs::remove_file(&path).unwrap();
+    /// # drop(account); tablekit::storage::remove_file(&path).unwrap();
     /// # Ok::<(), tablekit::Error>(())
     /// ```
     ///

@@ -100,6 +100,12 @@ pub(crate) fn check_store_file(path: &std::path::Path) -> Result<Vec<(String, u6
     super::embedded::check_file(path)
 }
 
+/// Removes the store file at `path` and its seal.
+#[cfg(feature = "durable")]
+pub(crate) fn remove_store_file(path: &std::path::Path) -> Result<()> {
+    super::embedded::remove_file(path)
+}
+
 /// Compacts the store file at `path`: its sizes before and after.
 #[cfg(feature = "durable")]
 pub(crate) fn compact_store_file(path: &std::path::Path) -> Result<(u64, u64)> {

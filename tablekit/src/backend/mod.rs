@@ -29,7 +29,9 @@ pub(crate) use connect::embedded_queues;
 #[cfg(all(feature = "durable", feature = "queue"))]
 pub(crate) use connect::embedded_queues_at;
 #[cfg(feature = "durable")]
-pub(crate) use connect::{check_store_file, compact_store_file, hold_store_file};
+pub(crate) use connect::{
+    check_store_file, compact_store_file, hold_store_file, remove_store_file,
+};
 pub(crate) use connect::{connect, target, Target};
 #[cfg(feature = "embedded")]
 pub(crate) use connect::{embedded, embedded_simulated};

@@ -94,7 +94,7 @@ impl BlobServiceClient {
     /// let photos = tablekit::BlobServiceClient::embedded_at(&path)?.container("photos")?;
     /// assert_eq!(photos.blob("a.txt")?.download().bytes().await?.as_ref(), b"hello");
     /// # drop(photos);
-    /// # std::fs::remove_file(&path).unwrap();
+    /// # tablekit::storage::remove_file(&path).unwrap();
     /// # Ok(())
     /// # }
     /// ```

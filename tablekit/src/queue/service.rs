@@ -97,7 +97,7 @@ impl QueueServiceClient {
     /// let got = jobs.receive().await?;
     /// assert_eq!(got[0].text()?, "resize photo 17");
     /// # drop(jobs);
-    /// # std::fs::remove_file(&path).unwrap();
+    /// # tablekit::storage::remove_file(&path).unwrap();
     /// # Ok(())
     /// # }
     /// ```

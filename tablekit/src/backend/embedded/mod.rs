@@ -60,7 +60,7 @@ mod store;
 use std::sync::Arc;
 
 #[cfg(feature = "durable")]
-pub(crate) use durable::{check_file, compact_file, hold as hold_file};
+pub(crate) use durable::{check_file, compact_file, hold as hold_file, remove_file};
 
 use super::{Backend, BatchKind, Operation, Payload, Response, Selection};
 use crate::entity::EntityKey;

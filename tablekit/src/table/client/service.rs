@@ -147,7 +147,7 @@ impl TableServiceClient {
     /// let service = TableServiceClient::embedded_at(&path)?;
     /// let read = service.table::<DynamicEntity>("Blogs")?.get(("Channel9", "Oct-29")).await?;
     /// assert_eq!(read.expect("kept").get("Rating"), Some(&tablekit::EdmValue::Int32(3)));
-    /// # drop(service); std::fs::remove_file(&path).unwrap();
+    /// # drop(service); tablekit::storage::remove_file(&path).unwrap();
     /// # Ok(()) }
     /// ```
     #[cfg(feature = "durable")]

@@ -125,3 +125,24 @@ pub(super) fn compact_at_close(db: &mut Database, path: &Path) {
         let _ = compact(db);
     }
 }
+
+/// Removes the store file at `path` and its seal. Refused while a store of
+/// this process has the file open (a store in another process is not seen:
+/// the file system lets the file go and that store keeps writing to it
+/// unnamed).
+pub(crate) fn remove_file(path: &Path) -> Result<()> {
+    let key = registry_key(path);
+    let open = lock(&FILES)
+        .as_ref()
+        .and_then(|files| files.get(&key))
+        .is_some_and(|w| w.strong_count() > 0);
+    if open {
+        return Err(open_error(
+            path,
+            "it is open in this process; drop its clients first",
+        ));
+    }
+    seal::remove(path);
+    std::fs::remove_file(path)
+        .map_err(|e| open_error(path, format_args!("it could not be removed: {e}")))
+}

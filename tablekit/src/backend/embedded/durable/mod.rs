@@ -144,7 +144,7 @@ mod seal;
 mod tests;
 
 use files::FREED;
-pub(crate) use files::{check_file, compact_file};
+pub(crate) use files::{check_file, compact_file, remove_file};
 use group::*;
 use record::{decode, encode};
 

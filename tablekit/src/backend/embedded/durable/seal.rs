@@ -95,7 +95,6 @@ pub(super) fn write(path: &Path) {
 }
 
 /// Removes the seal of the file at `path`, if any.
-#[cfg(test)]
 pub(super) fn remove(path: &Path) {
     let _ = std::fs::remove_file(seal_path(path));
 }

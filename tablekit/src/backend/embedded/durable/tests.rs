@@ -546,3 +546,20 @@ fn compaction_leaves_a_file_as_dense_as_a_fresh_one() {
     let expected: Vec<String> = kept.iter().map(|i| format!("r{i:05}")).collect();
     assert_eq!(rows, expected);
 }
+
+#[test]
+fn remove_file_takes_the_seal_with_the_file_and_refuses_an_open_file() {
+    let file = TempFile::new();
+    sample_store(&file.0);
+    assert!(seal::exists(&file.0), "a clean close seals the file");
+    {
+        let (_d, _) = Durable::open(&file.0).unwrap();
+        let e = remove_file(&file.0).unwrap_err();
+        assert!(e.to_string().contains("open in this process"), "{e}");
+        assert!(file.0.exists());
+    }
+    remove_file(&file.0).unwrap();
+    assert!(!file.0.exists());
+    assert!(!seal::exists(&file.0), "no seal left behind");
+    assert!(remove_file(&file.0).is_err(), "nothing left to remove");
+}
