@@ -1,7 +1,8 @@
 //! Bulk load and copy (issue 25): `N` entities of the workload's shape
 //! (WORKLOAD.md) written with `TableClient::bulk()` into Azurite and into the
 //! durable store file, then each copied back out (query stream into a bulk
-//! write, as `tablekit-cli copy` does) to a fresh store file.
+//! write, as `tablekit-cli copy` does) to a fresh store file; and the Azurite
+//! table read back alone (the read half of a copy).
 //!
 //! ```text
 //! eval "$(bash scripts/azurite.sh start)"     # or any TABLEKIT_CONNECTION_STRING
@@ -116,6 +117,25 @@ fn copy(source: &str, dest: &str, table: &str, step: &str) {
     });
 }
 
+/// Child: reads `table` of `source` back out (the read half of a copy), pages of 1,000.
+fn read(source: &str, table: &str, step: &str) {
+    runtime().block_on(async {
+        let from = store(source)
+            .table::<DynamicEntity>(table)
+            .expect("a valid name");
+        let (started, cpu0) = (Instant::now(), cpu_s());
+        let n = from
+            .query()
+            .stream()
+            .fold(0u64, |n, r| {
+                r.expect("the source reads");
+                futures::future::ready(n + 1)
+            })
+            .await;
+        report(step, n, started, cpu0, "");
+    });
+}
+
 fn main() {
     let n: usize = std::env::var(COUNT)
         .ok()
@@ -129,6 +149,7 @@ fn main() {
         let table = std::env::var(TABLE_VAR).unwrap_or_else(|_| "BulkLoad".into());
         match step.as_str() {
             "load-azurite" | "load-durable" => load(&args[0], &table, n, &step),
+            "read-azurite" => read(&args[0], &table, &step),
             _ => copy(&args[0], &args[1], &table, &step),
         }
         return;
@@ -164,6 +185,7 @@ fn main() {
     };
     run("load-azurite", &[&conn]);
     run("load-durable", &[&durable]);
+    run("read-azurite", &[&conn]);
     run("copy-azurite-to-file", &[&conn, &from_azurite]);
     run("copy-durable-to-file", &[&durable, &from_durable]);
     let _ = std::fs::remove_dir_all(&dir);
