@@ -117,6 +117,28 @@ fn copy(source: &str, dest: &str, table: &str, step: &str) {
     });
 }
 
+/// Child (run alone: `BULK_STEP=load-durable-sorted BULK_N=... bulk_load FILE`):
+/// the load into a store file in partition-major order, as a copy's input
+/// comes, to look at the copy's memory growth without HTTP.
+fn sorted(target: &str, table: &str, n: usize, step: &str) {
+    runtime().block_on(async {
+        let t = store(target)
+            .table::<DynamicEntity>(table)
+            .expect("a valid name");
+        t.create_table_if_not_exists()
+            .await
+            .expect("create the table");
+        let (started, cpu0) = (Instant::now(), cpu_s());
+        let order = (0..100).flat_map(move |p| (p..n).step_by(100));
+        let r = t
+            .bulk()
+            .upsert_all(stream::iter(order.map(entity)), UpdateMode::Replace)
+            .await
+            .expect("the bulk load");
+        report(step, r.written, started, cpu0, "");
+    });
+}
+
 /// Child: reads `table` of `source` back out (the read half of a copy), pages of 1,000.
 fn read(source: &str, table: &str, step: &str) {
     runtime().block_on(async {
@@ -150,6 +172,7 @@ fn main() {
         match step.as_str() {
             "load-azurite" | "load-durable" => load(&args[0], &table, n, &step),
             "read-azurite" => read(&args[0], &table, &step),
+            "load-durable-sorted" => sorted(&args[0], &table, n, &step),
             _ => copy(&args[0], &args[1], &table, &step),
         }
         return;
