@@ -347,7 +347,23 @@ impl<'a, T: TableEntity + Send + 'static> Engine<'a, T> {
         if self.buffered >= self.settings.buffer {
             self.dirty = true;
         }
+        let full = batch.items.len() >= MAX_BATCH_OPERATIONS;
         self.part(&partition).open = Some(batch);
+        // A full transaction goes at once: left open until its partition's
+        // next entity, it would hold the watermark (and the settled
+        // entities after it) back for as long as that takes.
+        if full {
+            self.seal(&partition);
+        }
+        // So does one the input left behind: a partition's last entities.
+        let behind = self.next.saturating_sub(self.settings.buffer as u64);
+        while let Some((&first, p)) = self.open.first_key_value() {
+            if first >= behind {
+                break;
+            }
+            let p = p.clone();
+            self.seal(&p);
+        }
         Ok(())
     }
 
