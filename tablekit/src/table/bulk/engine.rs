@@ -117,6 +117,8 @@ pub(crate) struct Engine<'a, T> {
     start: Instant,
     /// Transactions ended, for the periodic sweep of idle partitions.
     ended: u64,
+    /// Something changed that may let a transaction start.
+    dirty: bool,
 }
 
 /// Past this many partitions held, idle ones are swept every [`SWEEP_EVERY`]
@@ -154,6 +156,7 @@ impl<'a, T: TableEntity + Send + 'static> Engine<'a, T> {
             },
             start,
             ended: 0,
+            dirty: true,
         }
     }
 
@@ -165,18 +168,24 @@ impl<'a, T: TableEntity + Send + 'static> Engine<'a, T> {
         let mut input_done = false;
         let mut sending: FuturesUnordered<Sending<T>> = FuturesUnordered::new();
         let mut fatal: Option<Error> = None;
+        let mut deadline: Option<Instant> = None;
+        let mut timer: Option<Pin<Box<tokio::time::Sleep>>> = None;
         loop {
-            let mut timer = None;
-            if fatal.is_none() {
+            // Looked at again only when something changed: a transaction
+            // queued or ended, a limit's time came, the input ended.
+            if fatal.is_none() && self.dirty {
+                self.dirty = false;
                 if input_done {
                     self.seal_all();
                 }
                 match self.launch(&mut sending) {
-                    Ok(wait) => {
+                    Ok(wait) if wait != deadline => {
+                        deadline = wait;
                         timer = wait.map(|at| {
                             Box::pin(tokio::time::sleep_until(tokio::time::Instant::from_std(at)))
-                        })
+                        });
                     }
+                    Ok(_) => {}
                     Err(e) => fatal = Some(e),
                 }
             }
@@ -206,10 +215,18 @@ impl<'a, T: TableEntity + Send + 'static> Engine<'a, T> {
                 Wake::Input(Some(op)) => self.add(op),
                 Wake::Input(None) => {
                     input_done = true;
+                    self.dirty = true;
                     Ok(())
                 }
-                Wake::Done(done) => self.finish(*done),
-                Wake::Timer => Ok(()),
+                Wake::Done(done) => {
+                    self.dirty = true;
+                    self.finish(*done)
+                }
+                Wake::Timer => {
+                    (deadline, timer) = (None, None);
+                    self.dirty = true;
+                    Ok(())
+                }
             };
             if let Err(e) = step {
                 fatal.get_or_insert(e);
@@ -327,7 +344,26 @@ impl<'a, T: TableEntity + Send + 'static> Engine<'a, T> {
         }
         batch.items.push(item);
         self.buffered += 1;
+        if self.buffered >= self.settings.buffer {
+            self.dirty = true;
+        }
+        let full = batch.items.len() >= MAX_BATCH_OPERATIONS;
         self.part(&partition).open = Some(batch);
+        // A full transaction goes at once: left open until its partition's
+        // next entity, it would hold the watermark (and the settled
+        // entities after it) back for as long as that takes.
+        if full {
+            self.seal(&partition);
+        }
+        // So does one the input left behind: a partition's last entities.
+        let behind = self.next.saturating_sub(self.settings.buffer as u64);
+        while let Some((&first, p)) = self.open.first_key_value() {
+            if first >= behind {
+                break;
+            }
+            let p = p.clone();
+            self.seal(&p);
+        }
         Ok(())
     }
 
@@ -367,6 +403,7 @@ impl<'a, T: TableEntity + Send + 'static> Engine<'a, T> {
                 let at = head.first();
                 part.runnable_at = Some(at);
                 self.runnable.insert(at, partition.to_owned());
+                self.dirty = true;
             }
         }
     }
@@ -396,8 +433,8 @@ impl<'a, T: TableEntity + Send + 'static> Engine<'a, T> {
             }
             let now = Instant::now();
             let mut launched = false;
-            let candidates: Vec<String> = self.runnable.values().cloned().collect();
-            for partition in candidates {
+            let candidates: Vec<u64> = self.runnable.keys().copied().collect();
+            for at in candidates {
                 if sending.len() >= self.settings.in_flight {
                     return Ok(wait);
                 }
@@ -405,13 +442,17 @@ impl<'a, T: TableEntity + Send + 'static> Engine<'a, T> {
                     earliest(self.account.ready_at(), &mut wait);
                     return Ok(wait);
                 }
-                let part = &self.parts[&partition];
+                let Some(partition) = self.runnable.get(&at) else {
+                    continue;
+                };
+                let part = &self.parts[partition.as_str()];
                 let head = part.queued.front().expect("runnable has a queued batch");
                 let ready = part.bucket.ready_at().max(head.not_before.unwrap_or(now));
                 if ready > now {
                     earliest(ready, &mut wait);
                     continue;
                 }
+                let partition = partition.clone();
                 self.send(&partition, now, sending)?;
                 launched = true;
             }
