@@ -111,7 +111,11 @@ pub enum OperationClass {
 ///   503 reach the caller. [`RetryPolicy::none`] lets every 503 through.
 /// - **Latency.** Each operation first waits a draw from its class's
 ///   [`Latency`] distribution.
-/// - **Time.** On the system clock the waits are real (`tokio` sleeps). On
+/// - **Time.** On the system clock the waits are real (`tokio` sleeps) and
+///   the buckets follow tokio's clock, so under a paused tokio runtime
+///   (`#[tokio::test(start_paused = true)]`) the simulation and a
+///   [`BulkWriter`](crate::table::bulk::BulkWriter) share its virtual time
+///   and a run of many simulated seconds takes none. On
 ///   a [`ManualClock`] ([`clock`](Simulation::clock)) nothing sleeps: the
 ///   buckets refill as the test advances the clock, a retry's backoff moves
 ///   the clock forward by its length (the simulation stands in for the
@@ -148,6 +152,10 @@ pub struct Simulation {
     pub(crate) latencies: [Latency; 4],
     pub(crate) retry: RetryPolicy,
     pub(crate) clock: Option<ManualClock>,
+    /// Without a manual clock: the wall time and tokio's instant when it was
+    /// made, so that its time is tokio's (monotonic; a test's paused time
+    /// under `#[tokio::test(start_paused = true)]`).
+    origin: (DateTime<Utc>, tokio::time::Instant),
 }
 
 impl Default for Simulation {
@@ -175,6 +183,7 @@ impl Simulation {
             ],
             retry: RetryPolicy::default(),
             clock: None,
+            origin: (Utc::now(), tokio::time::Instant::now()),
         }
     }
 
@@ -233,7 +242,10 @@ impl Simulation {
     pub(crate) fn now(&self) -> DateTime<Utc> {
         match &self.clock {
             Some(c) => c.now(),
-            None => Utc::now(),
+            None => {
+                let (wall, at) = self.origin;
+                wall + tokio::time::Instant::now().saturating_duration_since(at)
+            }
         }
     }
 

@@ -6,7 +6,9 @@ use std::future::{poll_fn, Future};
 use std::pin::{pin, Pin};
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// tokio's clock: real time, or a test's paused time (`start_paused`).
+use tokio::time::Instant;
 
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt as _, Stream, StreamExt as _};
@@ -181,9 +183,7 @@ impl<'a, T: TableEntity + Send + 'static> Engine<'a, T> {
                 match self.launch(&mut sending) {
                     Ok(wait) if wait != deadline => {
                         deadline = wait;
-                        timer = wait.map(|at| {
-                            Box::pin(tokio::time::sleep_until(tokio::time::Instant::from_std(at)))
-                        });
+                        timer = wait.map(|at| Box::pin(tokio::time::sleep_until(at)));
                     }
                     Ok(_) => {}
                     Err(e) => fatal = Some(e),

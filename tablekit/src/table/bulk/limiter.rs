@@ -3,7 +3,9 @@
 //! answers halve (or cut) and successes raise again (additive increase,
 //! multiplicative decrease).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+// tokio's clock: real time, or a test's paused time (`start_paused`).
+use tokio::time::Instant;
 
 /// The lowest rate a bucket falls to, in entities per second.
 const FLOOR: f64 = 1.0;
