@@ -274,7 +274,12 @@ async fn a_worker_stopped_at_each_step_boundary_is_recovered_by_a_fresh_one(s: S
                 assert!(task.await.unwrap_err().is_cancelled());
             } else {
                 let report = worker.drain().await.unwrap();
-                assert_eq!(report.failed, n as u64, "boundary {boundary}");
+                // Every message failed at the boundary, none went further. On
+                // a loaded machine a drain can outlast Azurite's 2 s retry
+                // delay and receive a failed message again (failing it at the
+                // same boundary): at least n failures, not exactly n.
+                assert_eq!(report.succeeded, 0, "boundary {boundary}: {report:?}");
+                assert!(report.failed >= n as u64, "boundary {boundary}: {report:?}");
             }
             let names = names.lock().unwrap().clone();
             let expected = [
