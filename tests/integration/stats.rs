@@ -259,3 +259,31 @@ fn a_scan_policy_warning_is_not_doubled_and_a_refused_scan_is_not_warned_about()
         2
     );
 }
+
+/// A load over more partitions than `MAX_PARTITIONS` keeps a bounded count
+/// of them: the cold ones are let go, the table's totals keep their counts.
+#[test]
+fn cold_partitions_are_let_go_past_max_partitions() {
+    use tablekit::table::MAX_PARTITIONS;
+    rt().block_on(async {
+        let svc = TableServiceClient::embedded();
+        let t = svc.table::<DynamicEntity>("ManyPartitions").unwrap();
+        t.create_table().await.unwrap();
+        let n = MAX_PARTITIONS + 100;
+        for i in 0..n {
+            t.insert(&DynamicEntity::new(format!("p{i}"), "r"))
+                .await
+                .unwrap();
+        }
+        let stats = t.stats();
+        assert_eq!(
+            stats.entities_written, n as u64,
+            "the totals keep every count"
+        );
+        assert!(
+            stats.partitions.len() <= MAX_PARTITIONS,
+            "{} partitions held",
+            stats.partitions.len()
+        );
+    });
+}

@@ -17,6 +17,6 @@ pub use handle::AmbiguousWrites;
 pub use outcome::ReadBack;
 pub use query::{EntityStream, Page, PageStream, Query, ScanPolicy};
 pub use stats::{
-    PartitionStats, RequestKind, Stats, ACCOUNT_TARGET, HEAT_SHARE, PARTITION_TARGET,
-    WARNING_INTERVAL,
+    PartitionStats, RequestKind, Stats, ACCOUNT_TARGET, HEAT_SHARE, MAX_PARTITIONS,
+    PARTITION_TARGET, WARNING_INTERVAL,
 };

@@ -31,6 +31,13 @@ pub const HEAT_SHARE: f64 = 0.8;
 /// once per 10 seconds.
 pub const WARNING_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Per table, how many partitions are counted one by one before the cold
+/// ones are let go: when a new partition would pass this number, those that
+/// had no request in the last second or took under a tenth of their target
+/// in it leave [`Stats::partitions`] (the table's totals keep their counts).
+/// A load over millions of partitions keeps a bounded memory this way.
+pub const MAX_PARTITIONS: usize = 1_024;
+
 /// The kinds of request counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -323,6 +330,15 @@ impl Recorder {
         }
         let now = self.now_ms();
         let mut map = t.partitions.write().unwrap_or_else(|e| e.into_inner());
+        if map.len() >= MAX_PARTITIONS && !map.contains_key(pk) {
+            // Keep the warm ones; what remains is small, so this runs again
+            // only after as many new partitions.
+            let warm = u64::from(self.partition_target / 10);
+            map.retain(|_, p| {
+                now.saturating_sub(p.window_start.load(Relaxed)) < 1_000
+                    && p.window_entities.load(Relaxed) >= warm
+            });
+        }
         map.entry(pk.into())
             .or_insert_with(|| {
                 Arc::new(PartitionCounter {
