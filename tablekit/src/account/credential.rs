@@ -26,7 +26,7 @@ pub enum Credential {
     /// An OAuth bearer token from Microsoft Entra ID (`Authorization: Bearer …`),
     /// from a [`TokenCredential`](super::TokenCredential) behind tablekit's
     /// token cache. Make one with [`Credential::bearer`] or, with the `entra`
-    /// feature, [`Credential::entra`].
+    /// feature, `Credential::entra`.
     Bearer(EntraCredential),
     /// No authorization: only useful for public resources or proxies that add it.
     Anonymous,

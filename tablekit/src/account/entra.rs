@@ -140,7 +140,14 @@ impl TokenRequest {
 /// ```
 ///
 /// [`Credential::Bearer`]: crate::Credential::Bearer
-/// [`Credential::entra`]: crate::Credential::entra
+#[cfg_attr(
+    feature = "entra",
+    doc = "[`Credential::entra`]: crate::Credential::entra"
+)]
+#[cfg_attr(
+    not(feature = "entra"),
+    doc = "[`Credential::entra`]: crate::Credential (with the `entra` feature)"
+)]
 #[async_trait::async_trait]
 pub trait TokenCredential: Send + Sync + fmt::Debug {
     /// A token for `request`'s scopes (and tenant), with its expiry. Failures
