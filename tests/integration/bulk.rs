@@ -520,3 +520,27 @@ async fn the_writer_reaches_90_percent_of_a_simulated_target_and_recovers_from_5
         assert_eq!(e.row_key, format!("{i:06}"));
     }
 }
+
+/// A plain embedded store never throttles, so the writer does not keep it to
+/// the service's 2,000 entities/s per partition: 10,000 entities of one
+/// partition take no time on tokio's paused clock (at the service's target
+/// they would take five seconds of it). A simulation of the service keeps the
+/// targets (the test above).
+#[tokio::test(start_paused = true)]
+async fn a_plain_embedded_store_is_written_without_the_services_rate_limits() {
+    let svc = TableServiceClient::embedded();
+    let t = svc.table::<DynamicEntity>("Unlimited").unwrap();
+    t.create_table().await.unwrap();
+    let start = tokio::time::Instant::now();
+    let report = t
+        .bulk()
+        .insert_all(stream::iter((0..10_000).map(|i| entity(i, 1))))
+        .await
+        .unwrap();
+    assert_eq!(report.written, 10_000);
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "waited {:?} of virtual time for a rate limit",
+        start.elapsed()
+    );
+}

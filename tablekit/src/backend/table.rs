@@ -361,4 +361,11 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
     fn stores_property_bags(&self) -> bool {
         false
     }
+
+    /// Whether it may throttle (503 ServerBusy, 429): the service and a
+    /// simulation of it do, a plain embedded store never does. The bulk
+    /// writer keeps to the service's targets only where they apply.
+    fn may_throttle(&self) -> bool {
+        true
+    }
 }

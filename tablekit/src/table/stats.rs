@@ -564,6 +564,10 @@ impl Backend for Counted {
     fn stores_property_bags(&self) -> bool {
         self.inner.stores_property_bags()
     }
+
+    fn may_throttle(&self) -> bool {
+        self.inner.may_throttle()
+    }
 }
 
 /// The PartitionKey of tablekit's own entity JSON (its first property), if

@@ -227,6 +227,10 @@ impl Backend for EmbeddedBackend {
         self.run(op).map_err(|e| e.answered_by(self.store.name()))
     }
 
+    fn may_throttle(&self) -> bool {
+        false
+    }
+
     fn stores_property_bags(&self) -> bool {
         true
     }

@@ -97,11 +97,18 @@ impl<T: TableEntity> TableClient<T> {
     /// # Ok(()) }
     /// ```
     pub fn bulk(&self) -> BulkWriter<'static, T> {
+        // A plain embedded store never throttles: its writes go at its own
+        // speed. The service and a simulation of it get their targets.
+        let (partition_rate, account_rate) = if self.handle().backend.may_throttle() {
+            (PARTITION_TARGET, ACCOUNT_TARGET)
+        } else {
+            (f64::INFINITY, f64::INFINITY)
+        };
         BulkWriter {
             table: self.clone(),
             settings: Settings {
-                partition_rate: PARTITION_TARGET,
-                account_rate: ACCOUNT_TARGET,
+                partition_rate,
+                account_rate,
                 in_flight: 8,
                 buffer: 10_000,
                 max_attempts: 20,
@@ -115,14 +122,17 @@ impl<T: TableEntity> TableClient<T> {
 
 impl<'a, T: TableEntity> BulkWriter<'a, T> {
     /// The rate limit of one partition, in entities per second (default
-    /// [`PARTITION_TARGET`]; `f64::INFINITY` for none).
+    /// [`PARTITION_TARGET`] over HTTP and on a simulation of the service,
+    /// none on a plain embedded store, which never throttles;
+    /// `f64::INFINITY` for none).
     pub fn partition_rate(mut self, per_second: f64) -> Self {
         self.settings.partition_rate = per_second;
         self
     }
 
     /// The rate limit of the whole write, in entities per second (default
-    /// [`ACCOUNT_TARGET`]; `f64::INFINITY` for none). Several writers on one
+    /// [`ACCOUNT_TARGET`] over HTTP and on a simulation of the service, none
+    /// on a plain embedded store; `f64::INFINITY` for none). Several writers on one
     /// account share its target: give each its share.
     pub fn account_rate(mut self, per_second: f64) -> Self {
         self.settings.account_rate = per_second;
