@@ -114,7 +114,7 @@ impl TokenRequest {
 /// so an implementation need not cache. With the `entra` feature, every
 /// credential of the official `azure_identity` crate (managed identity,
 /// workload identity, client secret or certificate, the developer tools)
-/// plugs in through [`Credential::entra`].
+/// plugs in through `Credential::entra` (feature `entra`).
 ///
 /// ```
 /// use tablekit::account::{AccessToken, TokenCredential, TokenRequest};
@@ -140,14 +140,6 @@ impl TokenRequest {
 /// ```
 ///
 /// [`Credential::Bearer`]: crate::Credential::Bearer
-#[cfg_attr(
-    feature = "entra",
-    doc = "[`Credential::entra`]: crate::Credential::entra"
-)]
-#[cfg_attr(
-    not(feature = "entra"),
-    doc = "[`Credential::entra`]: crate::Credential (with the `entra` feature)"
-)]
 #[async_trait::async_trait]
 pub trait TokenCredential: Send + Sync + fmt::Debug {
     /// A token for `request`'s scopes (and tenant), with its expiry. Failures
