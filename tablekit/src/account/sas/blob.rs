@@ -115,41 +115,7 @@ impl BlobSas {
         self
     }
 
-    /// When the SAS becomes valid (`st`); `None` (the default) means as soon as it is
-    /// issued. Truncated to whole seconds.
-    pub fn start(mut self, start: impl Into<Option<DateTime<Utc>>>) -> Self {
-        self.window.start = start.into();
-        self
-    }
-
-    /// When the SAS stops working (`se`). Required unless a stored access policy
-    /// ([`policy_id`](Self::policy_id)) sets it. Truncated to whole seconds.
-    pub fn expiry(mut self, expiry: DateTime<Utc>) -> Self {
-        self.window.expiry = Some(expiry);
-        self
-    }
-
-    /// Restricts the protocols the SAS may be used over (`spr`).
-    pub fn protocol(mut self, protocol: SasProtocol) -> Self {
-        self.window.protocol = Some(protocol);
-        self
-    }
-
-    /// Restricts the SAS to requests from these addresses (`sip`).
-    pub fn ip_range(mut self, range: SasIpRange) -> Self {
-        self.window.ip = Some(range);
-        self
-    }
-
-    /// Ties the SAS to the stored access policy `id` of the resource (`si`; see
-    /// [`crate::acl`]). The policy may set the permissions, the start and the
-    /// expiry: leave out of the SAS what the policy sets (the service refuses
-    /// a field set in both). Removing or changing the policy revokes or changes
-    /// every SAS tied to it, without touching the account key.
-    pub fn policy_id(mut self, id: impl Into<String>) -> Self {
-        self.window.policy_id = Some(id.into());
-        self
-    }
+    service_sas_window_setters!();
 
     /// Signs the SAS with the account's key.
     ///
