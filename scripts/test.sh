@@ -144,12 +144,6 @@ else
     TABLEKIT_TRANSPORT=reqwest cargo test -p tablekit-tests --test integration "$@"
 fi
 
-# The `entra` feature's own code (the adapter of the official identity
-# crates) is compiled only with the feature: its unit tests and the token
-# cache's, once more with it on.
-stage "cargo test -p tablekit --lib --features entra account::"
-cargo test -p tablekit --lib --features entra account::
-
 # The examples that check what they do, each on the embedded store and on
 # Azurite: built once, then run. They exit non-zero if a step fails.
 stage "the examples, on the embedded store and on Azurite"
