@@ -1,3 +1,10 @@
-//! Empty: this package holds the trybuild cases of tablekit's macros
-//! (`ui.rs` and `ui/`), apart from the integration tests so that trybuild's
-//! project depends on the few crates the cases name.
+//! The crates tablekit's UI cases (`ui.rs` and `ui/`) name, re-exported.
+//!
+//! The harness in `ui.rs` compiles each case with rustc against the builds
+//! cargo made for this package: this library is how it finds them (the
+//! build of each crate that this library was compiled against).
+
+pub use bytes;
+pub use chrono;
+pub use tablekit;
+pub use uuid;

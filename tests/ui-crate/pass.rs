@@ -1,11 +1,8 @@
 //! The `pass_*` cases of `ui/`: uses of the macros that must compile, and
 //! run. They are built here, with this package's tests (where tablekit is
-//! already built), and not by trybuild: with only `fail_*` cases its project
-//! runs `cargo check`, without generating code for tablekit and all its
-//! dependencies (twice: trybuild builds them once without and once with its
-//! own rustflags).
+//! already built); the `fail_*` cases are `ui.rs`'s.
 
-/// Each case in a module of its own, as trybuild would build it alone, with
+/// Each case in a module of its own, as if it were built alone, with
 /// a test that runs its `main`.
 macro_rules! pass {
     ($($name:ident => $path:literal),* $(,)?) => {
