@@ -270,7 +270,9 @@ impl StepContext {
             .await
         {
             Ok(_) => true,
-            Err(e) if e.code() == Some(&ErrorCode::BlobAlreadyExists) || e.is_conflict() => false,
+            // Only this code says the blob is there: another 409 (the
+            // container being deleted, a lease) says nothing of it.
+            Err(e) if e.code() == Some(&ErrorCode::BlobAlreadyExists) => false,
             Err(e) => return Err(e.into()),
         };
         self.step(&format!("put_blob_if_not_exists {}", blob.name()))

@@ -337,3 +337,25 @@ fn worker_options_the_queue_cannot_honour_are_refused_at_build() {
         common::assert_invalid(&err);
     }
 }
+
+/// Only "the blob already exists" means an earlier attempt wrote it: another
+/// conflict (here the container being deleted, a 409 too) is an error, never
+/// `Ok(false)`, which would let the operation go on as if the blob were there.
+#[tokio::test]
+async fn put_blob_if_not_exists_reports_a_conflict_other_than_an_existing_blob() {
+    let blobs = common::answering_blob_service(409, "ContainerBeingDeleted").await;
+    let ctx = StepContext::detached(TableServiceClient::embedded(), Some(blobs.clone()));
+    let blob = blobs.container("exports").unwrap().blob("a.json").unwrap();
+    let err = ctx
+        .put_blob_if_not_exists(&blob, "v1")
+        .await
+        .expect_err("a container being deleted is not an existing blob");
+    assert!(format!("{err}").contains("ContainerBeingDeleted"), "{err}");
+
+    // The same server answering BlobAlreadyExists: the step reports it as
+    // there, and writes nothing.
+    let blobs = common::answering_blob_service(409, "BlobAlreadyExists").await;
+    let ctx = StepContext::detached(TableServiceClient::embedded(), Some(blobs.clone()));
+    let blob = blobs.container("exports").unwrap().blob("a.json").unwrap();
+    assert!(!ctx.put_blob_if_not_exists(&blob, "v1").await.unwrap());
+}

@@ -277,3 +277,67 @@ pub fn assert_invalid(err: &tablekit::Error) -> String {
 }
 
 pub mod proxy;
+
+/// A loopback HTTP server that answers every request with `status` and the
+/// service error `code` (header `x-ms-error-code` and an XML body), for the
+/// answers Azurite never gives (a container being deleted). Returns a Blob
+/// service client of the emulator's account that talks to it, with no retries.
+pub async fn answering_blob_service(status: u16, code: &str) -> tablekit::BlobServiceClient {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let body = format!(
+        "<?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>{code}</Code>\
+         <Message>answered by the test</Message></Error>"
+    );
+    let answer = format!(
+        "HTTP/1.1 {status} Answer\r\nx-ms-error-code: {code}\r\nx-ms-request-id: test\r\n\
+         Content-Type: application/xml\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                loop {
+                    // One request: its head, then as many body bytes as it says.
+                    let head_end = loop {
+                        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break at + 4;
+                        }
+                        match socket.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    };
+                    let head = String::from_utf8_lossy(&buf[..head_end]).to_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .map_or(0, |v| v.trim().parse().unwrap_or(0));
+                    while buf.len() < head_end + length {
+                        match socket.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        }
+                    }
+                    buf.drain(..head_end + length);
+                    if socket.write_all(answer.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let conn = format!(
+        "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={EMULATOR_KEY};\
+         BlobEndpoint=http://127.0.0.1:{port}/devstoreaccount1"
+    );
+    let account = Account::from_connection_string(&conn).expect("valid connection string");
+    let mut options = ClientOptions::default();
+    options.http.retry = RetryPolicy::none();
+    tablekit::BlobServiceClient::with_options(account, options).expect("client builds")
+}
