@@ -85,6 +85,24 @@
 //! meanwhile). `storage::compact_file` does it on demand. Queue messages and
 //! blobs do not count towards `freed`.
 //!
+//! # Opening: no `fsync`
+//!
+//! redb's open marks the file in use and syncs that mark before it returns;
+//! the open of a store file defers this one sync to the first write after it
+//! (`barrier.rs`: a storage backend over redb's file backend that, only
+//! while the database is being opened, records a sync as pending and
+//! performs it before the next write or length change reaches the file).
+//! Decided sound: every write issued before a sync still reaches the disk
+//! before any write issued after it, and every commit after the open still
+//! ends with its own sync before it is acknowledged; a crash before the
+//! first write finds the file as it was before the open (the mark at most,
+//! which only makes the next open rebuild the free-space map, and the store
+//! checks every page of a file without a seal anyway). The proof is in
+//! `barrier.rs`; `barrier_tests.rs` records the writes and syncs reaching a
+//! simulated disk and reopens every crash image of a session. So a reopen
+//! costs no `fsync`, a session that only reads syncs only at its close (as
+//! redb's close always did), and the first write pays the deferred one.
+//!
 //! # When things go wrong
 //!
 //! - A file that is empty, or has content but is no redb database, is
@@ -120,6 +138,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use base64::Engine as _;
 use chrono::DateTime;
+use redb::backends::FileBackend;
 use redb::{
     Database, DatabaseError, ReadableDatabase, ReadableTable, StorageError, TableDefinition,
     TableHandle,
@@ -133,6 +152,9 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::options::{Durability, FileOptions};
 use crate::EdmValue;
 
+mod barrier;
+#[cfg(test)]
+mod barrier_tests;
 mod files;
 #[cfg(test)]
 pub(crate) mod full_disk;
@@ -580,10 +602,16 @@ fn open_db(path: &Path, options: &FileOptions, trust_seal: bool) -> Result<(Data
     refuse_foreign_file(path)?;
     let sealed = seal::take(path);
     let check_whole = !(trust_seal && sealed);
-    let opened = Database::builder()
-        .set_cache_size(options.cache_bytes)
-        .set_check_integrity_on_open(check_whole)
-        .create(path);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(DatabaseError::from);
+    let opened = file
+        .and_then(FileBackend::new)
+        .and_then(|backend| open_backend(backend, options, check_whole));
     opened.map(|db| (db, check_whole)).map_err(|e| match e {
         DatabaseError::DatabaseAlreadyOpen => open_error(
             path,
@@ -605,6 +633,23 @@ fn open_db(path: &Path, options: &FileOptions, trust_seal: bool) -> Result<(Data
         }
         other => open_error(path, other),
     })
+}
+
+/// Opens (or creates) the redb database on `backend`, checking every page if
+/// `check_whole`; the open's `fsync` is deferred to the first write after it
+/// (`barrier.rs`).
+fn open_backend(
+    backend: impl redb::StorageBackend,
+    options: &FileOptions,
+    check_whole: bool,
+) -> std::result::Result<Database, DatabaseError> {
+    let (backend, opening) = barrier::LazySync::new(backend);
+    let opened = Database::builder()
+        .set_cache_size(options.cache_bytes)
+        .set_check_integrity_on_open(check_whole)
+        .create_with_backend(backend);
+    drop(opening);
+    opened
 }
 
 /// Writes the format version into a new file; refuses a file of another
