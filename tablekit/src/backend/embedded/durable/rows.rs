@@ -52,6 +52,13 @@ impl Rows {
         self.ends.len()
     }
 
+    /// Row `i`'s (key, record).
+    pub(crate) fn get(&self, i: usize) -> Option<(&[u8], &[u8])> {
+        let &(k, v) = self.ends.get(i)?;
+        let start = i.checked_sub(1).map_or(0, |p| self.ends[p].1);
+        Some((&self.buf[start..k], &self.buf[k..v]))
+    }
+
     /// The rows' (key, record) pairs, in order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
         let mut start = 0;
