@@ -78,8 +78,11 @@
 //! shrink the file by itself. Each commit adds the size of the entities it
 //! deletes to `meta`'s `freed`; when the file closes (its last store is
 //! dropped) and `freed` is at least 1 MiB and a quarter of the file's size,
-//! the file is compacted there (`files::compact_at_close`: its pages moved
-//! towards the start and the file cut), and `freed` starts again from 0. At
+//! the file is compacted there (`files::compact_at_close`: each table's
+//! entities copied in key order into a new tree that replaces the old one,
+//! then the pages moved towards the start and the file cut, with no commit
+//! after the moves, which would grow the file again), and `freed` starts
+//! again from 0. At
 //! the close nothing reads or writes, so nothing waits for it but the close
 //! itself (and other opens in this process, which the registry's lock holds
 //! meanwhile). `storage::compact_file` does it on demand. Queue messages and

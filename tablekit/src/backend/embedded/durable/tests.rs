@@ -609,3 +609,28 @@ fn a_compaction_after_single_commits_leaves_the_file_as_dense_as_a_fresh_one() {
     let expected: Vec<String> = kept.iter().map(|i| format!("r{i:05}")).collect();
     assert_eq!(rows, expected);
 }
+
+#[test]
+fn a_compacted_file_ends_near_its_last_used_page() {
+    let text = "y".repeat(230);
+    let all: Vec<usize> = (0..5000).collect();
+    let gone: Vec<usize> = all.iter().copied().filter(|i| i % 10 != 0).collect();
+    let file = TempFile::new();
+    {
+        let (d, _) = Durable::open(&file.0).unwrap();
+        d.create_table("t1x", "T1x").unwrap();
+        put_many(&d, &all, Some(&text));
+        put_many(&d, &gone, None);
+    }
+    let (before, after) = compact_file(&file.0).unwrap();
+    let db = Database::builder().open(&file.0).unwrap();
+    let txn = db.begin_write().unwrap();
+    let stats = txn.stats().unwrap();
+    txn.abort().unwrap();
+    let used = stats.allocated_pages() * stats.page_size() as u64;
+    // No page written after the moves is left alone at the end of the file.
+    assert!(
+        after <= used + used / 4 + 64 * 1024,
+        "{before} -> {after}, {used} bytes of pages in use"
+    );
+}
