@@ -6,7 +6,8 @@
 //! the next open to rebuild the free-space map if this process dies) and
 //! makes that flag durable with an `fsync` before it returns (3.7 ms of a
 //! 4 ms reopen at 1,000,000 entities, 10 ms at 100,000 on this disk; SQLite
-//! reopens in 0.5 ms). The flag only has to be on the disk before anything
+//! reopens in 0.5 ms, and so does the store with the sync deferred). The
+//! flag only has to be on the disk before anything
 //! of this session is: the wrapper records the sync as pending instead of
 //! waiting for it, and performs it before the next `write` or `set_len`
 //! reaches the file (or at the close), whichever comes first. Outside the
