@@ -1114,3 +1114,81 @@ async fn a_file_opened_with_options_is_shared_and_its_options_are_the_first_open
 async fn all_len(account: &tablekit::Storage) -> usize {
     all(account.tables().unwrap(), "Small").await.len()
 }
+
+/// An entity that counts its decodes (see
+/// `a_stream_of_a_store_file_decodes_each_entity_as_it_is_read`).
+struct Counted {
+    pk: String,
+    rk: String,
+    n: i64,
+}
+
+static DECODED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+impl tablekit::TableEntity for Counted {
+    fn partition_key(&self) -> std::borrow::Cow<'_, str> {
+        self.pk.as_str().into()
+    }
+    fn row_key(&self) -> std::borrow::Cow<'_, str> {
+        self.rk.as_str().into()
+    }
+    fn write_properties<W: tablekit::entity::PropertyWriter + ?Sized>(
+        &self,
+        out: &mut W,
+    ) -> tablekit::Result<()> {
+        out.int64("N", self.n)
+    }
+    fn decode(e: &tablekit::entity::RawEntity<'_>) -> tablekit::Result<Self> {
+        DECODED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(Counted {
+            pk: e.partition_key().to_owned(),
+            rk: e.row_key().to_owned(),
+            n: e.get("N").map_or(Ok(0), |v| v.to_i64())?,
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_stream_of_a_store_file_decodes_each_entity_as_it_is_read() {
+    use std::sync::atomic::Ordering;
+    let file = TempStore::new();
+    let t = file.open().table::<Counted>("Lazy").unwrap();
+    t.create_table().await.unwrap();
+    for chunk in (0..250).collect::<Vec<i64>>().chunks(100) {
+        let mut tx = t.transaction();
+        for &n in chunk {
+            tx.insert(&Counted {
+                pk: "p".into(),
+                rk: format!("{n:04}"),
+                n,
+            })
+            .unwrap();
+        }
+        tx.send().await.unwrap();
+    }
+    // A page of 100 read by a stream: decoded one entity at a time, so a
+    // page's entities are not all alive at once.
+    let mut s = t.query().page_size(100).stream();
+    let before = DECODED.load(Ordering::SeqCst);
+    let first = s.try_next().await.unwrap().unwrap();
+    assert_eq!((first.rk.as_str(), first.n), ("0000", 0));
+    assert_eq!(DECODED.load(Ordering::SeqCst) - before, 1, "one decoded");
+    let mut rest = Vec::new();
+    while let Some(e) = s.try_next().await.unwrap() {
+        rest.push(e.n);
+    }
+    assert_eq!(rest, (1..250).collect::<Vec<_>>());
+    // `take` across pages, and the pages themselves, are unchanged.
+    let took: Vec<i64> = t
+        .query()
+        .page_size(100)
+        .take(150)
+        .stream()
+        .map_ok(|e| e.n)
+        .try_collect()
+        .await
+        .unwrap();
+    assert_eq!(took, (0..150).collect::<Vec<_>>());
+    let first_page = t.query().page_size(100).next_page().await.unwrap();
+    assert_eq!(first_page.items.len(), 100);
+}

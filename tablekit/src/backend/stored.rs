@@ -107,6 +107,52 @@ pub(crate) fn decode_rows<T: TableEntity>(
     Ok(())
 }
 
+/// The strings one row's decode leaves for the next (see [`decode_row_at`]).
+#[cfg(feature = "durable")]
+#[derive(Debug, Default)]
+pub(crate) struct Spare {
+    timestamp: Option<String>,
+    etag: Option<String>,
+}
+
+/// Decodes row `i` of a page read from a store file as `T`, as
+/// [`decode_rows`] does, one entity at a time (an entity stream decodes
+/// each as it is read, so its allocations are reused by the next one).
+#[cfg(feature = "durable")]
+pub(crate) fn decode_row_at<T: TableEntity>(
+    rows: &crate::backend::embedded::durable::rows::Rows,
+    i: usize,
+    select: Option<&Selection>,
+    spare: &mut Spare,
+) -> Result<T> {
+    let unreadable = || {
+        crate::error::Error::service(
+            500,
+            crate::error::ErrorCode::InternalError,
+            "the file could not be read: an entity is unreadable",
+        )
+    };
+    let (key, record) = rows.get(i).ok_or_else(unreadable)?;
+    let mut raw = RawEntity {
+        timestamp: spare.timestamp.take().map(Cow::Owned),
+        etag: spare.etag.take().map(Cow::Owned),
+        ..RawEntity::default()
+    };
+    let keep = |n: &str| select.is_none_or(|s| s.keeps(n));
+    let timestamp = select.is_none_or(|s| s.timestamp);
+    if !crate::backend::embedded::durable::rows::fill(&mut raw, key, record, keep, timestamp) {
+        return Err(unreadable());
+    }
+    let decoded = T::decode(&raw);
+    if let Some(Cow::Owned(s)) = raw.timestamp.take() {
+        spare.timestamp = Some(s);
+    }
+    if let Some(Cow::Owned(s)) = raw.etag.take() {
+        spare.etag = Some(s);
+    }
+    decoded
+}
+
 /// Decodes a page of stored entities as `T`, with one property buffer for all.
 pub(crate) fn decode_page<T: TableEntity>(
     entities: &[Arc<StoredEntity>],

@@ -334,6 +334,34 @@ impl Payload {
         }
     }
 
+    /// The first `len` entities of a page, each decoded when it is read (a
+    /// page of records; other pages are decoded at once).
+    #[cfg(feature = "durable")]
+    pub(crate) fn decode_each<T: TableEntity>(
+        self,
+        len: usize,
+    ) -> Box<dyn Iterator<Item = Result<T>> + Send> {
+        match self {
+            Payload::Records { rows, select } => {
+                let mut spare = stored::Spare::default();
+                Box::new(
+                    (0..len.min(rows.len()))
+                        .map(move |i| stored::decode_row_at(&rows, i, select.as_ref(), &mut spare)),
+                )
+            }
+            other => {
+                let mut items = Vec::new();
+                match other.decode_into(&mut items) {
+                    Ok(()) => {
+                        items.truncate(len);
+                        Box::new(items.into_iter().map(Ok))
+                    }
+                    Err(e) => Box::new(std::iter::once(Err(e))),
+                }
+            }
+        }
+    }
+
     pub(crate) fn decode_into<T: TableEntity>(&self, out: &mut Vec<T>) -> Result<()> {
         match self {
             Payload::Json { body, .. } => decode_page(body, out),

@@ -20,12 +20,6 @@ impl ETag {
         &self.0
     }
 
-    /// The value, moved out (the durable store hands it to a reader as text).
-    #[cfg(feature = "durable")]
-    pub(crate) fn into_string(self) -> String {
-        self.0
-    }
-
     /// The Timestamp the service embeds in its ETags
     /// (`W/"datetime'2008-10-01T15%3A27%3A34.4838174Z'"`), when it does.
     pub fn timestamp(&self) -> Option<DateTime<Utc>> {

@@ -92,19 +92,78 @@ pub(super) const FREED: &str = "freed";
 /// quarter of the file's size.
 pub(super) const COMPACT_AT_CLOSE_BYTES: u64 = 1 << 20;
 
-/// Moves the file's pages towards its start until nothing moves, shrinking
-/// the file, and resets [`FREED`]. (redb merges the pages deletes leave
-/// sparse as it goes: a compacted file is as dense as a fresh one, see
-/// `compaction_leaves_a_file_as_dense_as_a_fresh_one`.)
+/// Rebuilds every table's entities and moves the file's pages towards its
+/// start until nothing moves, shrinking the file, and resets [`FREED`].
+///
+/// redb's compaction moves pages but does not merge the leaves deletes left
+/// sparse (a file 90% deleted compacted to 1.5 times a fresh one's size), so
+/// each table's entities are first copied, in key order, into a new tree
+/// that replaces the old one in the same commit (as dense as a fresh fill;
+/// every page of the old tree is freed). A table at a time: the file grows
+/// by at most that table's live entities meanwhile. Nothing is committed
+/// after the moves (see below): the bench's file 90% deleted at 100,000
+/// entities kept 7.2 MB with a commit there, 3.6 MB without. See
+/// `compaction_leaves_a_file_as_dense_as_a_fresh_one`,
+/// `a_compaction_after_single_commits_leaves_the_file_as_dense_as_a_fresh_one`
+/// and `a_compacted_file_ends_near_its_last_used_page`.
 fn compact(db: &mut Database) -> std::result::Result<(), redb::Error> {
+    let ids: Vec<u64> = {
+        let txn = db.begin_read()?;
+        match txn.open_table(TABLES) {
+            Ok(tables) => tables
+                .iter()?
+                .map(|row| row.map(|(_, v)| v.value().0))
+                .collect::<std::result::Result<_, _>>()?,
+            Err(redb::TableError::TableDoesNotExist(_)) => Vec::new(),
+            Err(e) => return Err(e.into()),
+        }
+    };
+    for id in ids {
+        rebuild(db, id)?;
+    }
+    // Reset before the pages move: a commit after them would find no free
+    // page below the file's end yet (those the moves free are released by
+    // the next commit) and grow the file again for its own.
+    let txn = db.begin_write()?;
+    txn.open_table(META)?.insert(FREED, 0)?;
+    txn.commit()?;
     // Each pass moves what it can towards the start; a few suffice.
     for _ in 0..16 {
         if !db.compact()? {
             break;
         }
     }
+    Ok(())
+}
+
+/// Replaces the entities tree of table `id` by a copy of it made in key
+/// order, in one commit (all or nothing).
+fn rebuild(db: &Database, id: u64) -> std::result::Result<(), redb::Error> {
+    let name = entities_name(id);
+    let copy = format!("{name}~");
+    let exists = {
+        let txn = db.begin_read()?;
+        match txn.open_table(entities_def(&name)) {
+            Ok(_) => true,
+            // A table with no entity written yet has no tree.
+            Err(redb::TableError::TableDoesNotExist(_)) => false,
+            Err(e) => return Err(e.into()),
+        }
+    };
+    if !exists {
+        return Ok(());
+    }
     let txn = db.begin_write()?;
-    txn.open_table(META)?.insert(FREED, 0)?;
+    {
+        let old = txn.open_table(entities_def(&name))?;
+        let mut new = txn.open_table(entities_def(&copy))?;
+        for row in old.iter()? {
+            let (k, v) = row?;
+            new.insert(k.value(), v.value())?;
+        }
+    }
+    txn.delete_table(entities_def(&name))?;
+    txn.rename_table(entities_def(&copy), entities_def(&name))?;
     txn.commit()?;
     Ok(())
 }

@@ -78,12 +78,33 @@
 //! shrink the file by itself. Each commit adds the size of the entities it
 //! deletes to `meta`'s `freed`; when the file closes (its last store is
 //! dropped) and `freed` is at least 1 MiB and a quarter of the file's size,
-//! the file is compacted there (`files::compact_at_close`: its pages moved
-//! towards the start and the file cut), and `freed` starts again from 0. At
+//! the file is compacted there (`files::compact_at_close`: each table's
+//! entities copied in key order into a new tree that replaces the old one,
+//! then the pages moved towards the start and the file cut, with no commit
+//! after the moves, which would grow the file again), and `freed` starts
+//! again from 0. At
 //! the close nothing reads or writes, so nothing waits for it but the close
 //! itself (and other opens in this process, which the registry's lock holds
 //! meanwhile). `storage::compact_file` does it on demand. Queue messages and
 //! blobs do not count towards `freed`.
+//!
+//! # Opening: no `fsync`
+//!
+//! redb's open marks the file in use and syncs that mark before it returns;
+//! the open of a store file defers this one sync to the first write after it
+//! (`barrier.rs`: a storage backend over redb's file backend that, only
+//! while the database is being opened, records a sync as pending and
+//! performs it before the next write or length change reaches the file).
+//! Decided sound: every write issued before a sync still reaches the disk
+//! before any write issued after it, and every commit after the open still
+//! ends with its own sync before it is acknowledged; a crash before the
+//! first write finds the file as it was before the open (the mark at most,
+//! which only makes the next open rebuild the free-space map, and the store
+//! checks every page of a file without a seal anyway). The proof is in
+//! `barrier.rs`; `barrier_tests.rs` records the writes and syncs reaching a
+//! simulated disk and reopens every crash image of a session. So a reopen
+//! costs no `fsync`, a session that only reads syncs only at its close (as
+//! redb's close always did), and the first write pays the deferred one.
 //!
 //! # When things go wrong
 //!
@@ -120,6 +141,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use base64::Engine as _;
 use chrono::DateTime;
+use redb::backends::FileBackend;
 use redb::{
     Database, DatabaseError, ReadableDatabase, ReadableTable, StorageError, TableDefinition,
     TableHandle,
@@ -133,6 +155,9 @@ use crate::error::{Error, ErrorCode, Result};
 use crate::options::{Durability, FileOptions};
 use crate::EdmValue;
 
+mod barrier;
+#[cfg(test)]
+mod barrier_tests;
 mod files;
 #[cfg(test)]
 pub(crate) mod full_disk;
@@ -468,13 +493,12 @@ pub(crate) fn decode_row(key: &[u8], value: &[u8]) -> Result<StoredEntity> {
     decode(pk, rk, value).map_err(read_error)
 }
 
-/// Adds the entity of an on-disk key and record to a page's `rows`: checked
-/// whole, and in the binary form (a format 2 record is converted).
+/// Adds the entity of an on-disk key and record to a page's `rows`, in the
+/// binary form (a format 2 record is converted). A binary record is copied
+/// as it is: the page's decode (`rows::fill`) reads it whole, once, and
+/// reports damage there.
 pub(crate) fn push_row(rows: &mut rows::Rows, key: &[u8], record: &[u8]) -> Result<()> {
-    if rows::parse(record, |_, _| {}).is_some() {
-        if super::key::split_entity_key(key).is_none() {
-            return Err(read_error("an entity key is unreadable"));
-        }
+    if record.first() == Some(&rows::BINARY) {
         rows.push(key, record);
     } else {
         // Format 2's JSON, or damage (which this decode reports).
@@ -580,10 +604,16 @@ fn open_db(path: &Path, options: &FileOptions, trust_seal: bool) -> Result<(Data
     refuse_foreign_file(path)?;
     let sealed = seal::take(path);
     let check_whole = !(trust_seal && sealed);
-    let opened = Database::builder()
-        .set_cache_size(options.cache_bytes)
-        .set_check_integrity_on_open(check_whole)
-        .create(path);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(DatabaseError::from);
+    let opened = file
+        .and_then(FileBackend::new)
+        .and_then(|backend| open_backend(backend, options, check_whole));
     opened.map(|db| (db, check_whole)).map_err(|e| match e {
         DatabaseError::DatabaseAlreadyOpen => open_error(
             path,
@@ -605,6 +635,23 @@ fn open_db(path: &Path, options: &FileOptions, trust_seal: bool) -> Result<(Data
         }
         other => open_error(path, other),
     })
+}
+
+/// Opens (or creates) the redb database on `backend`, checking every page if
+/// `check_whole`; the open's `fsync` is deferred to the first write after it
+/// (`barrier.rs`).
+fn open_backend(
+    backend: impl redb::StorageBackend,
+    options: &FileOptions,
+    check_whole: bool,
+) -> std::result::Result<Database, DatabaseError> {
+    let (backend, opening) = barrier::LazySync::new(backend);
+    let opened = Database::builder()
+        .set_cache_size(options.cache_bytes)
+        .set_check_integrity_on_open(check_whole)
+        .create_with_backend(backend);
+    drop(opening);
+    opened
 }
 
 /// Writes the format version into a new file; refuses a file of another

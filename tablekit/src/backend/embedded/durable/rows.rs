@@ -12,6 +12,7 @@ use std::borrow::Cow;
 use crate::edm::{EdmType, EdmValue};
 use crate::entity::{RawEntity, Scalar, Slot};
 
+#[cfg(test)]
 use crate::backend::embedded::clock::Version;
 use crate::backend::embedded::key::split_entity_key;
 
@@ -49,6 +50,13 @@ impl Rows {
 
     pub(crate) fn len(&self) -> usize {
         self.ends.len()
+    }
+
+    /// Row `i`'s (key, record).
+    pub(crate) fn get(&self, i: usize) -> Option<(&[u8], &[u8])> {
+        let &(k, v) = self.ends.get(i)?;
+        let start = i.checked_sub(1).map_or(0, |p| self.ends[p].1);
+        Some((&self.buf[start..k], &self.buf[k..v]))
     }
 
     /// The rows' (key, record) pairs, in order.
@@ -185,8 +193,105 @@ pub(crate) fn fill<'a>(
     let Some(t) = parsed else {
         return false;
     };
-    let version = Version::at(t);
-    raw.timestamp = timestamp.then(|| Cow::Owned(version.text.into_string()));
-    raw.etag = Some(Cow::Owned(version.etag.into_string()));
+    // Written into the strings the previous entity left (one buffer each for
+    // a whole page), as `Version::at` would form them.
+    let mut text = reuse(&mut raw.timestamp);
+    write_timestamp(&mut text, t);
+    let mut etag = reuse(&mut raw.etag);
+    write_etag(&mut etag, &text);
+    raw.etag = Some(Cow::Owned(etag));
+    raw.timestamp = timestamp.then_some(Cow::Owned(text));
     true
+}
+
+/// The owned string `slot` holds, emptied, to write the next entity's in.
+fn reuse(slot: &mut Option<Cow<'_, str>>) -> String {
+    match slot.take() {
+        Some(Cow::Owned(mut s)) => {
+            s.clear();
+            s
+        }
+        _ => String::with_capacity(48),
+    }
+}
+
+std::thread_local! {
+    /// The whole seconds of the last Timestamp written on this thread, and
+    /// its text up to the fraction (`2008-10-01T15:27:34.`): the entities of
+    /// a page mostly share their second.
+    static SECOND: std::cell::RefCell<(i64, String)> =
+        const { std::cell::RefCell::new((i64::MIN, String::new())) };
+}
+
+/// The Timestamp of version `ticks` in the service's form (`Version::text`).
+fn write_timestamp(out: &mut String, ticks: i64) {
+    let (secs, frac) = (ticks.div_euclid(10_000_000), ticks.rem_euclid(10_000_000));
+    SECOND.with_borrow_mut(|(second, head)| {
+        if *second != secs || head.is_empty() {
+            let at = chrono::DateTime::from_timestamp(secs, (frac * 100) as u32)
+                .unwrap_or(chrono::DateTime::UNIX_EPOCH);
+            let mut bytes = Vec::with_capacity(32);
+            crate::edm::write_datetime(&mut bytes, &at);
+            // `write_datetime` writes ASCII only, and ends in `.fffffffZ`.
+            let text = String::from_utf8(bytes).unwrap_or_default();
+            *head = text[..text.len().saturating_sub(8)].to_owned();
+            *second = secs;
+        }
+        out.push_str(head);
+    });
+    let mut digits = [b'0'; 7];
+    let mut f = frac;
+    for d in digits.iter_mut().rev() {
+        *d = b'0' + (f % 10) as u8;
+        f /= 10;
+    }
+    out.extend(digits.iter().map(|&d| char::from(d)));
+    out.push('Z');
+}
+
+/// The ETag of the version whose Timestamp is `text` (`Version::etag`):
+/// `W/"datetime'2008-10-01T15%3A27%3A34.4838174Z'"`.
+fn write_etag(out: &mut String, text: &str) {
+    out.push_str("W/\"datetime'");
+    let mut parts = text.split(':');
+    if let Some(first) = parts.next() {
+        out.push_str(first);
+    }
+    for part in parts {
+        out.push_str("%3A");
+        out.push_str(part);
+    }
+    out.push_str("'\"");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rows_timestamp_and_etag_are_those_of_its_version() {
+        let key = crate::backend::embedded::key::entity_key("p", "r");
+        for ticks in [
+            0_i64,
+            1,
+            17_000_000_001_234_567,
+            17_000_000_009_999_999,
+            17_000_000_010_000_000,
+            -1,
+            -11_644_473_600 * 10_000_000,
+            253_402_300_799 * 10_000_000 + 9_999_999,
+        ] {
+            let mut record = vec![BINARY];
+            record.extend_from_slice(&ticks.to_le_bytes());
+            record.push(0);
+            let v = Version::at(ticks);
+            let mut raw = RawEntity::default();
+            for timestamp in [true, false] {
+                assert!(fill(&mut raw, &key, &record, |_| true, timestamp));
+                assert_eq!(raw.etag.as_deref(), Some(v.etag.as_str()));
+                let text = timestamp.then_some(&*v.text);
+                assert_eq!(raw.timestamp.as_deref(), text, "{ticks}");
+            }
+        }
+    }
 }
