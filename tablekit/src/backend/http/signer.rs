@@ -70,8 +70,8 @@ pub(crate) struct Attempt<'a> {
     pub(crate) path: &'a str,
     /// The query parameters, decoded (what Shared Key signs).
     pub(crate) query: &'a [(&'static str, String)],
-    /// The encoded query as sent; a SAS signer appends to it.
-    pub(crate) encoded_query: String,
+    /// The encoded query as sent (without its `?`); a SAS signer appends to it.
+    pub(crate) encoded_query: std::borrow::Cow<'a, str>,
     /// Every header; a signer adds `Authorization`.
     pub(crate) headers: HeaderMap,
     /// The body.
@@ -270,10 +270,11 @@ struct Sas(SasToken);
 #[async_trait::async_trait]
 impl RequestSigner for Sas {
     async fn sign(&self, attempt: &mut Attempt<'_>) -> Result<()> {
-        if !attempt.encoded_query.is_empty() {
-            attempt.encoded_query.push('&');
+        let query = attempt.encoded_query.to_mut();
+        if !query.is_empty() {
+            query.push('&');
         }
-        attempt.encoded_query.push_str(self.0.as_query());
+        query.push_str(self.0.as_query());
         Ok(())
     }
 }

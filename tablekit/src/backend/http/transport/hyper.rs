@@ -152,7 +152,7 @@ impl HyperTransport {
                 Some(c) => c,
                 None => self.connect(deadline).await?,
             };
-            let sent = tokio::time::timeout_at(deadline, send_on(&mut conn, req)).await;
+            let sent = send_on(&mut conn, req, deadline).await;
             match sent {
                 Err(_) => return Err(transport_failure(TransportKind::Timeout, "timed out", None)),
                 Ok(Ok(resp)) => {
@@ -245,23 +245,35 @@ impl HyperTransport {
     }
 }
 
-/// Sends on `conn`, polling the connection in this task until the answer's head is in.
+/// The answer's head, or a request hyper gave back or failed.
+type Sent = std::result::Result<
+    http::Response<hyper::body::Incoming>,
+    hyper::client::conn::TrySendError<http::Request<super::pool::ReqBody>>,
+>;
+
+/// Sends on `conn`, polling the connection in this task until the answer's
+/// head is in; `Err(Elapsed)` if `deadline` passes first (on the connection's
+/// own timer: no timer is made per request).
 async fn send_on(
     conn: &mut Connection,
     req: http::Request<super::pool::ReqBody>,
-) -> std::result::Result<
-    http::Response<hyper::body::Incoming>,
-    hyper::client::conn::TrySendError<http::Request<super::pool::ReqBody>>,
-> {
+    deadline: Instant,
+) -> std::result::Result<Sent, Elapsed> {
     let mut answer = std::pin::pin!(conn.sender.try_send_request(req));
     poll_fn(|cx| {
         // Whether or not the connection is done, the answer future resolves:
         // hyper fails it when the connection closes.
         let _ = conn.poll_drive(cx);
-        answer.as_mut().poll(cx)
+        if let Poll::Ready(sent) = answer.as_mut().poll(cx) {
+            return Poll::Ready(Ok(sent));
+        }
+        conn.poll_deadline(deadline, cx).map(|()| Err(Elapsed))
     })
     .await
 }
+
+/// The attempt's deadline passed.
+struct Elapsed;
 
 /// The body of an answer on the inline transport, with the connection it
 /// arrives on (which this body drives while it is read).
@@ -351,10 +363,17 @@ impl HyperBody {
                 }
                 Poll::Pending => {
                     let deadline = self.deadline;
-                    let timer = self
-                        .timer
-                        .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-                    if timer.as_mut().poll(cx).is_ready() {
+                    let elapsed = match &mut self.conn {
+                        Some(conn) => conn.poll_deadline(deadline, cx),
+                        // Closed under the body: what remains is in hyper's
+                        // channel; a timer of the body's own, just in case.
+                        None => self
+                            .timer
+                            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)))
+                            .as_mut()
+                            .poll(cx),
+                    };
+                    if elapsed.is_ready() {
                         self.conn = None;
                         return Poll::Ready(Some(Err(transport_failure(
                             TransportKind::Timeout,
@@ -438,6 +457,10 @@ mod tests {
         Gather(usize),
         /// Declares a body of this many bytes, sends that many, then closes.
         Declares(u64, usize),
+        /// The first request of a connection as `Answer`, the next ones as `Hang`.
+        FirstThenHang(usize),
+        /// The first request of a connection as `Answer`, the next ones as `HalfBody`.
+        FirstThenHalfBody(usize),
     }
 
     struct Server {
@@ -476,8 +499,17 @@ mod tests {
                 a.fetch_add(1, Ordering::SeqCst);
                 let (c, requests, gathered) = (c.clone(), requests.clone(), gathered.clone());
                 tokio::spawn(async move {
+                    let mut served = 0;
                     while read_head(&mut sock).await {
                         let n = requests.fetch_add(1, Ordering::SeqCst) + 1;
+                        served += 1;
+                        let script = match script {
+                            Script::FirstThenHang(len) if served == 1 => Script::Answer(len),
+                            Script::FirstThenHalfBody(len) if served == 1 => Script::Answer(len),
+                            Script::FirstThenHang(_) => Script::Hang,
+                            Script::FirstThenHalfBody(len) => Script::HalfBody(len),
+                            other => other,
+                        };
                         let head = |len: usize, extra: &str| {
                             format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\n{extra}\r\n")
                         };
@@ -507,6 +539,9 @@ mod tests {
                                 let _ = sock.write_all(&r).await;
                                 std::future::pending::<()>().await;
                                 unreachable!()
+                            }
+                            Script::FirstThenHang(_) | Script::FirstThenHalfBody(_) => {
+                                unreachable!("resolved above")
                             }
                             Script::Gather(count) => {
                                 if n >= count {
@@ -664,6 +699,59 @@ mod tests {
         let e = body.collect().await.unwrap_err();
         assert_eq!(transport_kind(&e), TransportKind::Timeout);
         assert_eq!(t.pool().idle_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_kept_alive_connection_times_out_each_request_at_its_own_deadline() {
+        // The connection's one timer is moved for every request: a request
+        // that stalls after others on the same connection still times out,
+        // before its head and while its body is read.
+        for script in [Script::FirstThenHang(3), Script::FirstThenHalfBody(1000)] {
+            let s = server(script).await;
+            let t = transport(&s.endpoint, |o| o.timeout = Duration::from_millis(300));
+            let first = match script {
+                Script::FirstThenHang(len) | Script::FirstThenHalfBody(len) => len,
+                _ => unreachable!(),
+            };
+            assert_eq!(get_all(&t).await.unwrap().len(), first);
+            assert_eq!(t.pool().idle_count(), 1);
+            // Past the first request's deadline, so a timer left at it would
+            // have fired already.
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            let e = match t.send(get()).await {
+                Err(e) => e,
+                Ok((_, body)) => body.collect().await.unwrap_err(),
+            };
+            assert_eq!(transport_kind(&e), TransportKind::Timeout, "{e}");
+            assert_eq!(s.accepted.load(Ordering::SeqCst), 1, "the kept-alive one");
+            assert_eq!(t.pool().idle_count(), 0);
+        }
+    }
+
+    #[test]
+    fn a_transport_outlives_the_runtime_it_was_first_used_in() {
+        // The pooled connection (and its timer) belong to the first runtime;
+        // once it is gone, the next runtime's request gets a fresh connection,
+        // not a panic from a timer of a runtime that was shut down.
+        let server_rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let s = server_rt.block_on(server(Script::Answer(3)));
+        let t = transport(&s.endpoint, |_| {});
+        for round in 1..=2 {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                assert_eq!(get_all(&t).await.unwrap().len(), 3);
+                assert_eq!(get_all(&t).await.unwrap().len(), 3);
+            });
+            drop(rt);
+            assert_eq!(s.accepted.load(Ordering::SeqCst), round);
+        }
     }
 
     #[tokio::test]

@@ -38,6 +38,11 @@ pub(super) struct Connection {
     /// Whether it came out of the pool (a request on it may meet a stale close).
     pub(super) reused: bool,
     idle_since: Instant,
+    /// The deadline of the request on it, one timer for the connection's
+    /// whole life: each request moves it later, which tokio does in place
+    /// (no new timer, no wheel lock, no wake-up of the driver's thread).
+    /// Made on the first request (in the runtime the connection belongs to).
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -60,7 +65,29 @@ impl Connection {
             closed: false,
             reused: false,
             idle_since: Instant::now(),
+            timer: None,
         })
+    }
+
+    /// Whether `deadline` has passed; if not, this task is woken when it
+    /// does (or when a later call moves it).
+    pub(super) fn poll_deadline(
+        &mut self,
+        deadline: tokio::time::Instant,
+        cx: &mut Context<'_>,
+    ) -> Poll<()> {
+        let timer = match &mut self.timer {
+            Some(t) => {
+                if t.deadline() != deadline {
+                    t.as_mut().reset(deadline);
+                }
+                t
+            }
+            None => self
+                .timer
+                .insert(Box::pin(tokio::time::sleep_until(deadline))),
+        };
+        timer.as_mut().poll(cx)
     }
 
     /// Drives the connection (reads, writes, keep-alive bookkeeping) until it
