@@ -18,8 +18,8 @@
 #               structs, answers decoded by serde_json into a plain
 #               #[derive(Deserialize)] struct; and, in memory, the bare
 #               serde_json encoder/decoder next to tablekit's codec (enc, dec);
-#               and, in one process, K point reads and inserts by tablekit
-#               alternating with the bare loop (get, insert).
+#               and, in one process, K point reads, inserts and upsert-merges
+#               by tablekit alternating with the bare loop (get, insert, merge).
 # Figures are client CPU (getrusage of the client process only). Ratios are
 # taken inside each round (tk / floor of the same runtime; tk / the cheapest
 # peer run of the round, over both peer transports and both runtimes), then
@@ -180,7 +180,7 @@ for (const runtime of runtimes) {
     console.log(`  ${id} (${what}): tk ${fmt(tk, 3)}, floor ${fmt(fl, 3)}, tk/floor ${fmt(q, 2)}`);
   }
   console.log("one process, tablekit and the bare loop alternating on one table, us per request (floor.rs pair):");
-  for (const id of ["get", "insert"]) {
+  for (const id of ["get", "insert", "merge"]) {
     const tk = median(R.map((r) => figs("floor", runtime, r, id, "tablekit")));
     const fl = median(R.map((r) => figs("floor", runtime, r, id, "floor")));
     const q = median(R.map((r) => ratio(figs("floor", runtime, r, id, "tablekit"), figs("floor", runtime, r, id, "floor"))));

@@ -98,15 +98,30 @@ pub(crate) fn http_request(
 
 /// A fresh `x-ms-client-request-id`: a random v4 UUID, from a fast
 /// non-cryptographic source (it only has to be unique enough to find a
-/// request in logs), as the header's value (formatted in place, no `fmt`).
-pub(crate) fn client_request_id() -> HeaderValue {
+/// request in logs), formatted in place (no `fmt`, no allocation).
+pub(crate) fn client_request_id() -> RequestId {
     let bytes = fastrand::u128(..).to_le_bytes();
     let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
-    let text = uuid::Builder::from_random_bytes(bytes)
+    uuid::Builder::from_random_bytes(bytes)
         .into_uuid()
         .hyphenated()
         .encode_lower(&mut text);
-    HeaderValue::from_str(text).unwrap_or_else(|_| HeaderValue::from_static(""))
+    RequestId(text)
+}
+
+/// A client request id's text (lower-case hex and `-`).
+pub(crate) struct RequestId([u8; uuid::fmt::Hyphenated::LENGTH]);
+
+impl RequestId {
+    /// The id as text.
+    pub(crate) fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).unwrap_or("")
+    }
+
+    /// The id as a header value.
+    fn header(&self) -> HeaderValue {
+        HeaderValue::from_bytes(&self.0).unwrap_or_else(|_| HeaderValue::from_static(""))
+    }
 }
 
 /// Runs `attempt` until it succeeds, fails for good, or the policy's retries run
@@ -255,7 +270,7 @@ impl Pipeline {
         let traced = !span.is_disabled();
         let start = traced.then(Instant::now);
         let id = client_request_id();
-        let id_text = id.to_str().unwrap_or("");
+        let id_text = id.as_str();
         if traced {
             span.record("method", req.method.as_str());
             span.record("client_request_id", id_text);
@@ -321,7 +336,7 @@ impl Pipeline {
             headers.insert(name.clone(), value.clone());
         }
         headers.insert(names::X_MS_DATE, signer::x_ms_date());
-        headers.insert(names::X_MS_CLIENT_REQUEST_ID, call.id.clone());
+        headers.insert(names::X_MS_CLIENT_REQUEST_ID, call.id.header());
         headers.insert(names::X_MS_VERSION, HeaderValue::from_static(API_VERSION));
         let mut attempt = call.attempt(headers);
         // A bearer signer may want the request once more after a 401 (a
@@ -359,7 +374,7 @@ struct Call<'a> {
     /// Path and query as a URI.
     uri: http::Uri,
     /// `x-ms-client-request-id`.
-    id: &'a HeaderValue,
+    id: &'a RequestId,
 }
 
 impl<'a> Call<'a> {
