@@ -33,8 +33,19 @@ impl ETag {
         // The usual value (`2008-10-01T15%3A27%3A34.4838174Z`, 32 bytes) is
         // decoded on the stack: every write's answer carries one.
         let mut buf = [0u8; 48];
-        let mut len = 0;
-        for byte in percent_encoding::percent_decode_str(inner) {
+        let (src, mut len, mut i) = (inner.as_bytes(), 0, 0);
+        while i < src.len() {
+            let hex = |b: u8| char::from(b).to_digit(16);
+            let byte = match (src[i], src.get(i + 1), src.get(i + 2)) {
+                (b'%', Some(&h), Some(&l)) if hex(h).is_some() && hex(l).is_some() => {
+                    i += 3;
+                    (hex(h)? * 16 + hex(l)?) as u8
+                }
+                (b, _, _) => {
+                    i += 1;
+                    b
+                }
+            };
             match buf.get_mut(len) {
                 Some(slot) => *slot = byte,
                 None => {
@@ -146,6 +157,17 @@ mod tests {
             ETag::new("W/\"datetime'2008-10-01T15%3A27%3A34%FFZ'\"").timestamp(),
             None,
             "not UTF-8"
+        );
+        // Lower-case escapes, and a `%` that starts no escape, as percent
+        // decoding reads them.
+        let lower = ETag::new("W/\"datetime'2008-10-01T15%3a27%3a34Z'\"");
+        assert_eq!(
+            lower.timestamp().map(|t| crate::edm::format_datetime(&t)),
+            Some("2008-10-01T15:27:34.0000000Z".to_owned())
+        );
+        assert_eq!(
+            ETag::new("W/\"datetime'2008-10-01T15%3A27%3A34%Z'\"").timestamp(),
+            None
         );
     }
 }

@@ -345,7 +345,7 @@ impl Pipeline {
             .signer
             .reads_challenges()
             .then(|| attempt.headers.clone());
-        self.signer.sign(&mut attempt).await?;
+        sign(&*self.signer, &mut attempt).await?;
         let sent = again
             .as_ref()
             .and(attempt.headers.get(http::header::AUTHORIZATION).cloned());
@@ -355,12 +355,20 @@ impl Pipeline {
                 && self.signer.unauthorized(sent.as_ref(), resp.headers())
             {
                 let mut attempt = call.attempt(headers);
-                self.signer.sign(&mut attempt).await?;
+                sign(&*self.signer, &mut attempt).await?;
                 resp = self.transport.send(call.request(attempt)?).await?;
             }
         }
         self.limits.check_head(resp.headers())?;
         Ok(resp)
+    }
+}
+
+/// Signs `attempt`: at once where the signer can, else through its future.
+async fn sign(signer: &dyn RequestSigner, attempt: &mut Attempt<'_>) -> Result<()> {
+    match signer.sign_now(attempt) {
+        Some(signed) => signed,
+        None => signer.sign(attempt).await,
     }
 }
 
@@ -416,6 +424,53 @@ impl<'a> Call<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn signing_at_once_signs_as_the_signers_future_does() {
+        const KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+        let accounts = [
+            format!("AccountName=devstoreaccount1;AccountKey={KEY};TableEndpoint=http://127.0.0.1:1/devstoreaccount1;QueueEndpoint=http://127.0.0.1:1/devstoreaccount1"),
+            "TableEndpoint=http://127.0.0.1:1/devstoreaccount1;QueueEndpoint=http://127.0.0.1:1/devstoreaccount1;SharedAccessSignature=sv=2019-02-02&sig=abc".to_owned(),
+        ];
+        let query = vec![("$filter", "a eq 'b'".to_owned())];
+        let body = Bytes::from_static(b"{}");
+        let mut signed = 0;
+        for conn in &accounts {
+            let account = Account::from_connection_string(conn).unwrap();
+            for service in [Service::Table, Service::Queue] {
+                let signer = signer::for_account(service, &account).unwrap();
+                let attempt = || {
+                    let mut headers = HeaderMap::new();
+                    headers.insert(
+                        names::X_MS_DATE,
+                        HeaderValue::from_static("Thu, 26 Nov 2026 06:00:00 GMT"),
+                    );
+                    Attempt {
+                        method: &Method::GET,
+                        path: "/devstoreaccount1/T()",
+                        query: &query,
+                        encoded_query: Cow::Borrowed("%24filter=a"),
+                        headers,
+                        body: &body,
+                    }
+                };
+                let (mut now, mut later) = (attempt(), attempt());
+                let Some(result) = signer.sign_now(&mut now) else {
+                    continue;
+                };
+                result.unwrap();
+                signer.sign(&mut later).await.unwrap();
+                assert_eq!(now.headers, later.headers, "{service:?}");
+                assert_eq!(now.encoded_query, later.encoded_query, "{service:?}");
+                assert!(
+                    now.headers.contains_key(http::header::AUTHORIZATION)
+                        || now.encoded_query.contains("sig=abc")
+                );
+                signed += 1;
+            }
+        }
+        assert_eq!(signed, 4, "keys and SAS sign at once");
+    }
 
     #[test]
     fn retry_delay_is_capped() {

@@ -400,12 +400,19 @@ impl HyperBody {
     }
 }
 
-#[async_trait::async_trait]
-impl HttpService for HyperTransport {
-    async fn call(&self, request: http::Request<Bytes>) -> Result<HttpResponse> {
+impl HyperTransport {
+    /// [`HttpService::call`] without its boxed future, for the pipeline.
+    pub(crate) async fn respond(&self, request: http::Request<Bytes>) -> Result<HttpResponse> {
         let (status, mut body) = self.send(request).await?;
         let headers = body.take_headers();
         Ok(HttpResponse::from_source(status, headers, Box::new(body)))
+    }
+}
+
+#[async_trait::async_trait]
+impl HttpService for HyperTransport {
+    async fn call(&self, request: http::Request<Bytes>) -> Result<HttpResponse> {
+        self.respond(request).await
     }
 }
 
