@@ -30,7 +30,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::common::{deadline_after, join_chunks, transport_failure, Origin, USER_AGENT};
+use super::common::{join_chunks, transport_failure, Origin, USER_AGENT};
 use super::pool::{Connection, Pool};
 use super::proxy::Route;
 use super::service::{BodySource, HttpResponse, HttpService};
@@ -108,7 +108,8 @@ impl HyperTransport {
         &self,
         req: http::Request<Bytes>,
     ) -> Result<(http::StatusCode, HyperBody)> {
-        let deadline = deadline_after(self.timeout);
+        let start = Instant::now();
+        let deadline = start + self.timeout;
         let (mut parts, body) = req.into_parts();
         if parts.uri.scheme().is_some() {
             // An absolute URI (from a wrapping transport): hyper writes what
@@ -146,7 +147,7 @@ impl HyperTransport {
             let pooled = if fresh_only {
                 None
             } else {
-                self.pool.checkout()
+                self.pool.checkout(start)
             };
             let mut conn = match pooled {
                 Some(c) => c,
@@ -157,7 +158,8 @@ impl HyperTransport {
                 Err(_) => return Err(transport_failure(TransportKind::Timeout, "timed out", None)),
                 Ok(Ok(resp)) => {
                     let (parts, body) = resp.into_parts();
-                    let body = HyperBody::new(parts.headers, body, conn, &self.pool, deadline);
+                    let body =
+                        HyperBody::new(parts.headers, body, conn, &self.pool, start, deadline);
                     return Ok((parts.status, body));
                 }
                 Ok(Err(mut e)) => match e.take_message() {
@@ -241,7 +243,7 @@ impl HyperTransport {
             .map_err(|e| {
                 transport_failure(TransportKind::Connect, "could not connect", Some(&e))
             })?;
-        Ok(Connection::new(sender, conn))
+        Ok(Connection::new(sender, conn, Instant::now()))
     }
 }
 
@@ -283,6 +285,8 @@ pub(crate) struct HyperBody {
     /// The connection, until the body ends (then pooled) or fails (then dropped).
     conn: Option<Box<Connection>>,
     pool: Arc<Pool>,
+    /// When the request began (the connection's idle time counts from it).
+    start: Instant,
     deadline: Instant,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
@@ -293,6 +297,7 @@ impl HyperBody {
         body: hyper::body::Incoming,
         conn: Box<Connection>,
         pool: &Arc<Pool>,
+        start: Instant,
         deadline: Instant,
     ) -> Self {
         let mut b = HyperBody {
@@ -300,6 +305,7 @@ impl HyperBody {
             body,
             conn: Some(conn),
             pool: pool.clone(),
+            start,
             deadline,
             timer: None,
         };
@@ -322,7 +328,7 @@ impl HyperBody {
         if let Some(mut conn) = self.conn.take() {
             let noop = &mut Context::from_waker(futures::task::noop_waker_ref());
             let _ = conn.poll_drive(cx.unwrap_or(noop));
-            self.pool.checkin(conn);
+            self.pool.checkin(conn, self.start);
         }
     }
 
