@@ -17,8 +17,8 @@
 //!   `#[derive(TableEntity)]` struct (the `tablekit` lines), on the same
 //!   entities and the same page, alternating, in this one process.
 //!
-//! - `get` and `insert`: in this one process, on one table, rounds of K point
-//!   reads (and K inserts) by tablekit (`TableClient::get`, `insert`, its hyper
+//! - `get`, `insert` and `merge`: in this one process, on one table, rounds
+//!   of K point reads (and K inserts, K upsert-merges) by tablekit (`TableClient::get`, `insert`, its hyper
 //!   transport) alternating with the same requests by the bare loop: the
 //!   cleanest view of what tablekit adds per request, and (with
 //!   `FLOOR_MODE=pair`, nothing else runs) the run to profile.
@@ -858,6 +858,63 @@ async fn pair(ep: &Endpoint, conn_string: &str, n: usize) -> bool {
                 "floor",
                 "get",
                 "point get, concurrency 1 (in one process)",
+                k,
+                k,
+                probe,
+                bad == 0,
+            );
+            ok &= bad == 0;
+        }
+        // Upsert-merges of the same entities, Age + 1 and Salary + 1.0 (W7).
+        let bump = |es: &[Employee]| -> Vec<Employee> {
+            es.iter()
+                .map(|e| {
+                    let mut e = e.clone();
+                    e.age += 1;
+                    e.salary += 1.0;
+                    e
+                })
+                .collect()
+        };
+        if tk_side {
+            let merged = bump(&mine);
+            let probe = Probe::start();
+            let mut bad = 0;
+            for e in &merged {
+                let r = table.upsert(e, tablekit::UpdateMode::Merge).await;
+                bad += usize::from(r.is_err());
+            }
+            emit(
+                "tablekit",
+                "merge",
+                "upsert-merge, concurrency 1 (in one process)",
+                k,
+                k,
+                probe,
+                bad == 0,
+            );
+            ok &= bad == 0;
+        }
+        if floor_side {
+            let merged = bump(&bare);
+            let paths: Vec<String> = merged
+                .iter()
+                .map(|e| entity_path(&name, &e.pk, &e.rk))
+                .collect();
+            let mut conn = Conn::open(ep).await;
+            let probe = Probe::start();
+            let mut bad = 0;
+            for (e, path) in merged.iter().zip(&paths) {
+                let req = ep.request("MERGE", path, Some(("application/json", encode(e))));
+                let (status, headers, _) = conn.call(req).await;
+                bad += usize::from(
+                    status != http::StatusCode::NO_CONTENT || headers.get("etag").is_none(),
+                );
+            }
+            emit(
+                "floor",
+                "merge",
+                "upsert-merge, concurrency 1 (in one process)",
                 k,
                 k,
                 probe,

@@ -24,10 +24,34 @@ impl ETag {
     /// (`W/"datetime'2008-10-01T15%3A27%3A34.4838174Z'"`), when it does.
     pub fn timestamp(&self) -> Option<DateTime<Utc>> {
         let inner = self.0.strip_prefix("W/\"datetime'")?.strip_suffix("'\"")?;
-        let decoded = percent_encoding::percent_decode_str(inner)
-            .decode_utf8()
-            .ok()?;
-        crate::edm::parse_datetime(&decoded).ok()
+        // The usual value (`2008-10-01T15%3A27%3A34.4838174Z`, 32 bytes) is
+        // decoded on the stack: every write's answer carries one.
+        let mut buf = [0u8; 48];
+        let (src, mut len, mut i) = (inner.as_bytes(), 0, 0);
+        while i < src.len() {
+            let hex = |b: u8| char::from(b).to_digit(16);
+            let byte = match (src[i], src.get(i + 1), src.get(i + 2)) {
+                (b'%', Some(&h), Some(&l)) if hex(h).is_some() && hex(l).is_some() => {
+                    i += 3;
+                    (hex(h)? * 16 + hex(l)?) as u8
+                }
+                (b, _, _) => {
+                    i += 1;
+                    b
+                }
+            };
+            match buf.get_mut(len) {
+                Some(slot) => *slot = byte,
+                None => {
+                    let decoded = percent_encoding::percent_decode_str(inner)
+                        .decode_utf8()
+                        .ok()?;
+                    return crate::edm::parse_datetime_text(&decoded).ok();
+                }
+            }
+            len += 1;
+        }
+        crate::edm::parse_datetime_text(std::str::from_utf8(&buf[..len]).ok()?).ok()
     }
 }
 
@@ -116,5 +140,28 @@ mod tests {
             Some("2008-10-01T15:27:34.4838174Z".to_owned())
         );
         assert_eq!(ETag::new("\"0x8D\"").timestamp(), None);
+        // Longer than the stack buffer (a fraction of more digits than the
+        // service writes): still read.
+        let long = ETag::new("W/\"datetime'2008-10-01T15%3A27%3A34.48381740000000000000000000Z'\"");
+        assert_eq!(
+            long.timestamp().map(|t| crate::edm::format_datetime(&t)),
+            Some("2008-10-01T15:27:34.4838174Z".to_owned())
+        );
+        assert_eq!(
+            ETag::new("W/\"datetime'2008-10-01T15%3A27%3A34%FFZ'\"").timestamp(),
+            None,
+            "not UTF-8"
+        );
+        // Lower-case escapes, and a `%` that starts no escape, as percent
+        // decoding reads them.
+        let lower = ETag::new("W/\"datetime'2008-10-01T15%3a27%3a34Z'\"");
+        assert_eq!(
+            lower.timestamp().map(|t| crate::edm::format_datetime(&t)),
+            Some("2008-10-01T15:27:34.0000000Z".to_owned())
+        );
+        assert_eq!(
+            ETag::new("W/\"datetime'2008-10-01T15%3A27%3A34%Z'\"").timestamp(),
+            None
+        );
     }
 }

@@ -398,6 +398,7 @@ impl<'a> RawEntity<'a> {
                 .timestamp
                 .map(|t| Cow::Owned(crate::edm::format_datetime(&t))),
             etag: entity.etag.as_ref().map(|e| Cow::Borrowed(e.as_str())),
+            etag_is_json: false,
             props: entity
                 .properties
                 .iter()

@@ -41,6 +41,9 @@ pub struct RawEntity<'a> {
     pub(crate) row_key: Cow<'a, str>,
     pub(crate) timestamp: Option<Cow<'a, str>>,
     pub(crate) etag: Option<Cow<'a, str>>,
+    /// `etag` is still a JSON string literal, quotes and escapes included (as
+    /// a page holds it: `"W/\"datetime'…'\""`): unescaped only if asked for.
+    pub(crate) etag_is_json: bool,
     pub(crate) props: Vec<(Cow<'a, str>, Slot<'a>)>,
 }
 
@@ -64,7 +67,11 @@ impl<'a> RawEntity<'a> {
 
     /// The ETag the entity was read with.
     pub fn etag(&self) -> Option<ETag> {
-        self.etag.as_deref().map(ETag::new)
+        let etag = self.etag.as_deref()?;
+        if self.etag_is_json {
+            return serde_json::from_str::<String>(etag).ok().map(ETag::new);
+        }
+        Some(ETag::new(etag))
     }
 
     /// The number of custom properties.

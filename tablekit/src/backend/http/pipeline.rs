@@ -4,6 +4,7 @@
 //! transport, and the backend reads the answer. Retries, ambiguity, request ids
 //! and the `tablekit.request` span live here, once, for tables, queues and blobs.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,7 +17,7 @@ use tracing::Instrument;
 use super::limits::AnswerLimits;
 use super::signer::{self, Attempt, RequestSigner, Service};
 use super::transport::{HttpTransport, Incoming, Origin};
-use super::wire::{header_value, names, QueryString};
+use super::wire::{names, push_query_pair};
 use crate::account::Account;
 use crate::backend::Repeat;
 use crate::error::{Error, Result};
@@ -97,13 +98,30 @@ pub(crate) fn http_request(
 
 /// A fresh `x-ms-client-request-id`: a random v4 UUID, from a fast
 /// non-cryptographic source (it only has to be unique enough to find a
-/// request in logs).
-pub(crate) fn client_request_id() -> String {
+/// request in logs), formatted in place (no `fmt`, no allocation).
+pub(crate) fn client_request_id() -> RequestId {
     let bytes = fastrand::u128(..).to_le_bytes();
+    let mut text = [0u8; uuid::fmt::Hyphenated::LENGTH];
     uuid::Builder::from_random_bytes(bytes)
         .into_uuid()
         .hyphenated()
-        .to_string()
+        .encode_lower(&mut text);
+    RequestId(text)
+}
+
+/// A client request id's text (lower-case hex and `-`).
+pub(crate) struct RequestId([u8; uuid::fmt::Hyphenated::LENGTH]);
+
+impl RequestId {
+    /// The id as text.
+    pub(crate) fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).unwrap_or("")
+    }
+
+    /// The id as a header value.
+    fn header(&self) -> HeaderValue {
+        HeaderValue::from_bytes(&self.0).unwrap_or_else(|_| HeaderValue::from_static(""))
+    }
 }
 
 /// Runs `attempt` until it succeeds, fails for good, or the policy's retries run
@@ -125,7 +143,6 @@ where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T>>,
 {
-    tracing::Span::current().record("client_request_id", client_request_id);
     let mut retry = 0;
     let mut unknown = false;
     loop {
@@ -251,21 +268,37 @@ impl Pipeline {
         // A disabled span (no subscriber wants it) costs nothing: no clock
         // reads and no header lookups for its fields.
         let traced = !span.is_disabled();
-        span.record("method", req.method.as_str());
         let start = traced.then(Instant::now);
         let id = client_request_id();
-        let mut encoded_query = QueryString::default();
-        for (name, value) in &req.query {
-            encoded_query.push(name, value);
+        let id_text = id.as_str();
+        if traced {
+            span.record("method", req.method.as_str());
+            span.record("client_request_id", id_text);
         }
-        let encoded_query = encoded_query.0;
-        let mut path = String::with_capacity(self.base_path.len() + req.resource.len() + 1);
-        path.push_str(&self.base_path);
-        path.push('/');
-        path.push_str(&req.resource);
+        // The request target (path and encoded query) and its URI, once per
+        // call: every attempt sends a clone (a reference count), unless its
+        // signer changes the query (a SAS).
+        let mut target = String::with_capacity(self.base_path.len() + req.resource.len() + 64);
+        target.push_str(&self.base_path);
+        target.push('/');
+        target.push_str(&req.resource);
+        let path_len = target.len();
+        for (i, (name, value)) in req.query.iter().enumerate() {
+            target.push(if i == 0 { '?' } else { '&' });
+            push_query_pair(&mut target, name, value);
+        }
+        let uri = http::Uri::try_from(target.as_str())
+            .map_err(|_| Error::config("the request path holds characters a URI does not allow"))?;
+        let call = Call {
+            req,
+            path: &target[..path_len],
+            encoded_query: target.get(path_len + 1..).unwrap_or(""),
+            uri,
+            id: &id,
+        };
         let span_ref = &span;
-        let result = with_retries(&self.retry, operation, repeat, &id, || async {
-            let resp = self.send_once(req, &path, &encoded_query, &id).await?;
+        let attempts = with_retries(&self.retry, operation, repeat, id_text, || async {
+            let resp = self.send_once(&call).await?;
             if traced {
                 span_ref.record("status", resp.status().as_u16());
                 if let Some(rid) = resp
@@ -277,9 +310,12 @@ impl Pipeline {
                 }
             }
             interpret(resp).await
-        })
-        .instrument(span.clone())
-        .await;
+        });
+        let result = if traced {
+            attempts.instrument(span.clone()).await
+        } else {
+            attempts.await
+        };
         if let Some(start) = start {
             span.record("duration_us", start.elapsed().as_micros() as u64);
         }
@@ -291,72 +327,36 @@ impl Pipeline {
     }
 
     /// One attempt: the common headers, the signature, the transport.
-    async fn send_once(
-        &self,
-        req: &Outgoing,
-        path: &str,
-        encoded_query: &str,
-        client_request_id: &str,
-    ) -> Result<Incoming> {
-        let mut headers = HeaderMap::with_capacity(req.headers.len() + 5);
+    async fn send_once(&self, call: &Call<'_>) -> Result<Incoming> {
+        let req = call.req;
+        // Room for what the signer and the transport add (date, request id,
+        // version, Authorization, Host, User-Agent, Accept): never regrown.
+        let mut headers = HeaderMap::with_capacity(req.headers.len() + 8);
         for (name, value) in &req.headers {
             headers.insert(name.clone(), value.clone());
         }
         headers.insert(names::X_MS_DATE, signer::x_ms_date());
-        headers.insert(
-            names::X_MS_CLIENT_REQUEST_ID,
-            header_value(client_request_id)?,
-        );
+        headers.insert(names::X_MS_CLIENT_REQUEST_ID, call.id.header());
         headers.insert(names::X_MS_VERSION, HeaderValue::from_static(API_VERSION));
-        let mut attempt = Attempt {
-            method: &req.method,
-            path,
-            query: &req.query,
-            encoded_query: encoded_query.to_owned(),
-            headers,
-            body: &req.body,
-        };
+        let mut attempt = call.attempt(headers);
         // A bearer signer may want the request once more after a 401 (a
         // challenge): keep what it needs to sign again.
         let again = self
             .signer
             .reads_challenges()
             .then(|| attempt.headers.clone());
-        self.signer.sign(&mut attempt).await?;
+        sign(&*self.signer, &mut attempt).await?;
         let sent = again
             .as_ref()
             .and(attempt.headers.get(http::header::AUTHORIZATION).cloned());
-        let request = http_request(
-            attempt.method,
-            attempt.path,
-            &attempt.encoded_query,
-            None,
-            attempt.headers,
-            attempt.body.clone(),
-        )?;
-        let mut resp = self.transport.send(request).await?;
+        let mut resp = self.transport.send(call.request(attempt)?).await?;
         if let Some(headers) = again {
             if resp.status() == http::StatusCode::UNAUTHORIZED
                 && self.signer.unauthorized(sent.as_ref(), resp.headers())
             {
-                let mut attempt = Attempt {
-                    method: &req.method,
-                    path,
-                    query: &req.query,
-                    encoded_query: encoded_query.to_owned(),
-                    headers,
-                    body: &req.body,
-                };
-                self.signer.sign(&mut attempt).await?;
-                let request = http_request(
-                    attempt.method,
-                    attempt.path,
-                    &attempt.encoded_query,
-                    None,
-                    attempt.headers,
-                    attempt.body.clone(),
-                )?;
-                resp = self.transport.send(request).await?;
+                let mut attempt = call.attempt(headers);
+                sign(&*self.signer, &mut attempt).await?;
+                resp = self.transport.send(call.request(attempt)?).await?;
             }
         }
         self.limits.check_head(resp.headers())?;
@@ -364,9 +364,113 @@ impl Pipeline {
     }
 }
 
+/// Signs `attempt`: at once where the signer can, else through its future.
+async fn sign(signer: &dyn RequestSigner, attempt: &mut Attempt<'_>) -> Result<()> {
+    match signer.sign_now(attempt) {
+        Some(signed) => signed,
+        None => signer.sign(attempt).await,
+    }
+}
+
+/// One call's request as every attempt sends it.
+struct Call<'a> {
+    req: &'a Outgoing,
+    /// The path as sent (percent-encoded).
+    path: &'a str,
+    /// The encoded query, without its `?`.
+    encoded_query: &'a str,
+    /// Path and query as a URI.
+    uri: http::Uri,
+    /// `x-ms-client-request-id`.
+    id: &'a RequestId,
+}
+
+impl<'a> Call<'a> {
+    /// An attempt to sign, with `headers`.
+    fn attempt(&self, headers: HeaderMap) -> Attempt<'a> {
+        Attempt {
+            method: &self.req.method,
+            path: self.path,
+            query: &self.req.query,
+            encoded_query: Cow::Borrowed(self.encoded_query),
+            headers,
+            body: &self.req.body,
+        }
+    }
+
+    /// The signed attempt as an `http::Request`: the call's URI, or a new one
+    /// when the signer changed the query.
+    fn request(&self, attempt: Attempt<'_>) -> Result<http::Request<Bytes>> {
+        match attempt.encoded_query {
+            Cow::Borrowed(_) => {
+                let mut request = http::Request::new(attempt.body.clone());
+                *request.method_mut() = attempt.method.clone();
+                *request.uri_mut() = self.uri.clone();
+                *request.headers_mut() = attempt.headers;
+                Ok(request)
+            }
+            Cow::Owned(query) => http_request(
+                attempt.method,
+                attempt.path,
+                &query,
+                None,
+                attempt.headers,
+                attempt.body.clone(),
+            ),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn signing_at_once_signs_as_the_signers_future_does() {
+        const KEY: &str = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+        let accounts = [
+            format!("AccountName=devstoreaccount1;AccountKey={KEY};TableEndpoint=http://127.0.0.1:1/devstoreaccount1;QueueEndpoint=http://127.0.0.1:1/devstoreaccount1"),
+            "TableEndpoint=http://127.0.0.1:1/devstoreaccount1;QueueEndpoint=http://127.0.0.1:1/devstoreaccount1;SharedAccessSignature=sv=2019-02-02&sig=abc".to_owned(),
+        ];
+        let query = vec![("$filter", "a eq 'b'".to_owned())];
+        let body = Bytes::from_static(b"{}");
+        let mut signed = 0;
+        for conn in &accounts {
+            let account = Account::from_connection_string(conn).unwrap();
+            for service in [Service::Table, Service::Queue] {
+                let signer = signer::for_account(service, &account).unwrap();
+                let attempt = || {
+                    let mut headers = HeaderMap::new();
+                    headers.insert(
+                        names::X_MS_DATE,
+                        HeaderValue::from_static("Thu, 26 Nov 2026 06:00:00 GMT"),
+                    );
+                    Attempt {
+                        method: &Method::GET,
+                        path: "/devstoreaccount1/T()",
+                        query: &query,
+                        encoded_query: Cow::Borrowed("%24filter=a"),
+                        headers,
+                        body: &body,
+                    }
+                };
+                let (mut now, mut later) = (attempt(), attempt());
+                let Some(result) = signer.sign_now(&mut now) else {
+                    continue;
+                };
+                result.unwrap();
+                signer.sign(&mut later).await.unwrap();
+                assert_eq!(now.headers, later.headers, "{service:?}");
+                assert_eq!(now.encoded_query, later.encoded_query, "{service:?}");
+                assert!(
+                    now.headers.contains_key(http::header::AUTHORIZATION)
+                        || now.encoded_query.contains("sig=abc")
+                );
+                signed += 1;
+            }
+        }
+        assert_eq!(signed, 4, "keys and SAS sign at once");
+    }
 
     #[test]
     fn retry_delay_is_capped() {

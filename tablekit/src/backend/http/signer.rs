@@ -70,8 +70,8 @@ pub(crate) struct Attempt<'a> {
     pub(crate) path: &'a str,
     /// The query parameters, decoded (what Shared Key signs).
     pub(crate) query: &'a [(&'static str, String)],
-    /// The encoded query as sent; a SAS signer appends to it.
-    pub(crate) encoded_query: String,
+    /// The encoded query as sent (without its `?`); a SAS signer appends to it.
+    pub(crate) encoded_query: std::borrow::Cow<'a, str>,
     /// Every header; a signer adds `Authorization`.
     pub(crate) headers: HeaderMap,
     /// The body.
@@ -94,6 +94,13 @@ impl Attempt<'_> {
 pub(crate) trait RequestSigner: Send + Sync + fmt::Debug {
     /// Signs `attempt` in place: an `Authorization` header or a query.
     async fn sign(&self, attempt: &mut Attempt<'_>) -> Result<()>;
+
+    /// Signs `attempt` at once if this signer never waits (keys, SAS): the
+    /// pipeline then skips [`RequestSigner::sign`]'s boxed future. `None`
+    /// for a signer that may wait (a token fetch).
+    fn sign_now(&self, _attempt: &mut Attempt<'_>) -> Option<Result<()>> {
+        None
+    }
 
     /// Whether a `401` answer means something to this signer (bearer tokens),
     /// so that the pipeline keeps the `Authorization` it sent.
@@ -187,6 +194,16 @@ impl fmt::Debug for TableSharedKey {
 #[async_trait::async_trait]
 impl RequestSigner for TableSharedKey {
     async fn sign(&self, attempt: &mut Attempt<'_>) -> Result<()> {
+        self.sign_table(attempt)
+    }
+
+    fn sign_now(&self, attempt: &mut Attempt<'_>) -> Option<Result<()>> {
+        Some(self.sign_table(attempt))
+    }
+}
+
+impl TableSharedKey {
+    fn sign_table(&self, attempt: &mut Attempt<'_>) -> Result<()> {
         let comp = attempt
             .query
             .iter()
@@ -230,6 +247,17 @@ impl fmt::Debug for StorageSharedKey {
 #[cfg(any(feature = "queue", feature = "blob"))]
 impl RequestSigner for StorageSharedKey {
     async fn sign(&self, attempt: &mut Attempt<'_>) -> Result<()> {
+        self.sign_storage(attempt)
+    }
+
+    fn sign_now(&self, attempt: &mut Attempt<'_>) -> Option<Result<()>> {
+        Some(self.sign_storage(attempt))
+    }
+}
+
+#[cfg(any(feature = "queue", feature = "blob"))]
+impl StorageSharedKey {
+    fn sign_storage(&self, attempt: &mut Attempt<'_>) -> Result<()> {
         let query: Vec<(&str, &str)> = attempt
             .query
             .iter()
@@ -270,11 +298,23 @@ struct Sas(SasToken);
 #[async_trait::async_trait]
 impl RequestSigner for Sas {
     async fn sign(&self, attempt: &mut Attempt<'_>) -> Result<()> {
-        if !attempt.encoded_query.is_empty() {
-            attempt.encoded_query.push('&');
-        }
-        attempt.encoded_query.push_str(self.0.as_query());
+        self.append(attempt);
         Ok(())
+    }
+
+    fn sign_now(&self, attempt: &mut Attempt<'_>) -> Option<Result<()>> {
+        self.append(attempt);
+        Some(Ok(()))
+    }
+}
+
+impl Sas {
+    fn append(&self, attempt: &mut Attempt<'_>) {
+        let query = attempt.encoded_query.to_mut();
+        if !query.is_empty() {
+            query.push('&');
+        }
+        query.push_str(self.0.as_query());
     }
 }
 
@@ -376,6 +416,10 @@ struct Anonymous;
 impl RequestSigner for Anonymous {
     async fn sign(&self, _: &mut Attempt<'_>) -> Result<()> {
         Ok(())
+    }
+
+    fn sign_now(&self, _: &mut Attempt<'_>) -> Option<Result<()>> {
+        Some(Ok(()))
     }
 }
 

@@ -19,18 +19,11 @@ pub(crate) const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'_')
     .remove(b'~');
 
-#[derive(Default)]
-pub(crate) struct QueryString(pub(crate) String);
-
-impl QueryString {
-    pub(crate) fn push(&mut self, name: &str, value: &str) {
-        if !self.0.is_empty() {
-            self.0.push('&');
-        }
-        self.0.push_str(name);
-        self.0.push('=');
-        self.0.extend(utf8_percent_encode(value, COMPONENT));
-    }
+/// `name=value`, the value percent-encoded, appended to a query in `out`.
+pub(crate) fn push_query_pair(out: &mut String, name: &str, value: &str) {
+    out.push_str(name);
+    out.push('=');
+    out.extend(utf8_percent_encode(value, COMPONENT));
 }
 
 /// `Table(PartitionKey='..',RowKey='..')` with each key's `'` doubled, then percent-encoded.

@@ -1,7 +1,5 @@
-//! What both transports share: the endpoint's origin, the `User-Agent`, the
-//! attempt's deadline and the shape of a transport error.
-
-use std::time::Duration;
+//! What both transports share: the endpoint's origin, the `User-Agent` and
+//! the shape of a transport error.
 
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, TryStreamExt as _};
@@ -101,11 +99,6 @@ impl Origin {
                 .map_err(|_| Error::config("the endpoint's host is not a valid header value"))?,
         })
     }
-}
-
-/// The deadline of an attempt begun now.
-pub(super) fn deadline_after(timeout: Duration) -> tokio::time::Instant {
-    tokio::time::Instant::now() + timeout
 }
 
 /// Room given ahead of a body while it is joined: never more than this,

@@ -30,7 +30,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::common::{deadline_after, join_chunks, transport_failure, Origin, USER_AGENT};
+use super::common::{join_chunks, transport_failure, Origin, USER_AGENT};
 use super::pool::{Connection, Pool};
 use super::proxy::Route;
 use super::service::{BodySource, HttpResponse, HttpService};
@@ -108,7 +108,8 @@ impl HyperTransport {
         &self,
         req: http::Request<Bytes>,
     ) -> Result<(http::StatusCode, HyperBody)> {
-        let deadline = deadline_after(self.timeout);
+        let start = Instant::now();
+        let deadline = start + self.timeout;
         let (mut parts, body) = req.into_parts();
         if parts.uri.scheme().is_some() {
             // An absolute URI (from a wrapping transport): hyper writes what
@@ -146,18 +147,19 @@ impl HyperTransport {
             let pooled = if fresh_only {
                 None
             } else {
-                self.pool.checkout()
+                self.pool.checkout(start)
             };
             let mut conn = match pooled {
                 Some(c) => c,
                 None => self.connect(deadline).await?,
             };
-            let sent = tokio::time::timeout_at(deadline, send_on(&mut conn, req)).await;
+            let sent = send_on(&mut conn, req, deadline).await;
             match sent {
                 Err(_) => return Err(transport_failure(TransportKind::Timeout, "timed out", None)),
                 Ok(Ok(resp)) => {
                     let (parts, body) = resp.into_parts();
-                    let body = HyperBody::new(parts.headers, body, conn, &self.pool, deadline);
+                    let body =
+                        HyperBody::new(parts.headers, body, conn, &self.pool, start, deadline);
                     return Ok((parts.status, body));
                 }
                 Ok(Err(mut e)) => match e.take_message() {
@@ -241,27 +243,39 @@ impl HyperTransport {
             .map_err(|e| {
                 transport_failure(TransportKind::Connect, "could not connect", Some(&e))
             })?;
-        Ok(Connection::new(sender, conn))
+        Ok(Connection::new(sender, conn, Instant::now()))
     }
 }
 
-/// Sends on `conn`, polling the connection in this task until the answer's head is in.
+/// The answer's head, or a request hyper gave back or failed.
+type Sent = std::result::Result<
+    http::Response<hyper::body::Incoming>,
+    hyper::client::conn::TrySendError<http::Request<super::pool::ReqBody>>,
+>;
+
+/// Sends on `conn`, polling the connection in this task until the answer's
+/// head is in; `Err(Elapsed)` if `deadline` passes first (on the connection's
+/// own timer: no timer is made per request).
 async fn send_on(
     conn: &mut Connection,
     req: http::Request<super::pool::ReqBody>,
-) -> std::result::Result<
-    http::Response<hyper::body::Incoming>,
-    hyper::client::conn::TrySendError<http::Request<super::pool::ReqBody>>,
-> {
+    deadline: Instant,
+) -> std::result::Result<Sent, Elapsed> {
     let mut answer = std::pin::pin!(conn.sender.try_send_request(req));
     poll_fn(|cx| {
         // Whether or not the connection is done, the answer future resolves:
         // hyper fails it when the connection closes.
         let _ = conn.poll_drive(cx);
-        answer.as_mut().poll(cx)
+        if let Poll::Ready(sent) = answer.as_mut().poll(cx) {
+            return Poll::Ready(Ok(sent));
+        }
+        conn.poll_deadline(deadline, cx).map(|()| Err(Elapsed))
     })
     .await
 }
+
+/// The attempt's deadline passed.
+struct Elapsed;
 
 /// The body of an answer on the inline transport, with the connection it
 /// arrives on (which this body drives while it is read).
@@ -271,6 +285,8 @@ pub(crate) struct HyperBody {
     /// The connection, until the body ends (then pooled) or fails (then dropped).
     conn: Option<Box<Connection>>,
     pool: Arc<Pool>,
+    /// When the request began (the connection's idle time counts from it).
+    start: Instant,
     deadline: Instant,
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
@@ -281,6 +297,7 @@ impl HyperBody {
         body: hyper::body::Incoming,
         conn: Box<Connection>,
         pool: &Arc<Pool>,
+        start: Instant,
         deadline: Instant,
     ) -> Self {
         let mut b = HyperBody {
@@ -288,6 +305,7 @@ impl HyperBody {
             body,
             conn: Some(conn),
             pool: pool.clone(),
+            start,
             deadline,
             timer: None,
         };
@@ -310,7 +328,7 @@ impl HyperBody {
         if let Some(mut conn) = self.conn.take() {
             let noop = &mut Context::from_waker(futures::task::noop_waker_ref());
             let _ = conn.poll_drive(cx.unwrap_or(noop));
-            self.pool.checkin(conn);
+            self.pool.checkin(conn, self.start);
         }
     }
 
@@ -351,10 +369,17 @@ impl HyperBody {
                 }
                 Poll::Pending => {
                     let deadline = self.deadline;
-                    let timer = self
-                        .timer
-                        .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)));
-                    if timer.as_mut().poll(cx).is_ready() {
+                    let elapsed = match &mut self.conn {
+                        Some(conn) => conn.poll_deadline(deadline, cx),
+                        // Closed under the body: what remains is in hyper's
+                        // channel; a timer of the body's own, just in case.
+                        None => self
+                            .timer
+                            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)))
+                            .as_mut()
+                            .poll(cx),
+                    };
+                    if elapsed.is_ready() {
                         self.conn = None;
                         return Poll::Ready(Some(Err(transport_failure(
                             TransportKind::Timeout,
@@ -381,12 +406,19 @@ impl HyperBody {
     }
 }
 
-#[async_trait::async_trait]
-impl HttpService for HyperTransport {
-    async fn call(&self, request: http::Request<Bytes>) -> Result<HttpResponse> {
+impl HyperTransport {
+    /// [`HttpService::call`] without its boxed future, for the pipeline.
+    pub(crate) async fn respond(&self, request: http::Request<Bytes>) -> Result<HttpResponse> {
         let (status, mut body) = self.send(request).await?;
         let headers = body.take_headers();
         Ok(HttpResponse::from_source(status, headers, Box::new(body)))
+    }
+}
+
+#[async_trait::async_trait]
+impl HttpService for HyperTransport {
+    async fn call(&self, request: http::Request<Bytes>) -> Result<HttpResponse> {
+        self.respond(request).await
     }
 }
 
@@ -438,6 +470,10 @@ mod tests {
         Gather(usize),
         /// Declares a body of this many bytes, sends that many, then closes.
         Declares(u64, usize),
+        /// The first request of a connection as `Answer`, the next ones as `Hang`.
+        FirstThenHang(usize),
+        /// The first request of a connection as `Answer`, the next ones as `HalfBody`.
+        FirstThenHalfBody(usize),
     }
 
     struct Server {
@@ -476,8 +512,17 @@ mod tests {
                 a.fetch_add(1, Ordering::SeqCst);
                 let (c, requests, gathered) = (c.clone(), requests.clone(), gathered.clone());
                 tokio::spawn(async move {
+                    let mut served = 0;
                     while read_head(&mut sock).await {
                         let n = requests.fetch_add(1, Ordering::SeqCst) + 1;
+                        served += 1;
+                        let script = match script {
+                            Script::FirstThenHang(len) if served == 1 => Script::Answer(len),
+                            Script::FirstThenHalfBody(len) if served == 1 => Script::Answer(len),
+                            Script::FirstThenHang(_) => Script::Hang,
+                            Script::FirstThenHalfBody(len) => Script::HalfBody(len),
+                            other => other,
+                        };
                         let head = |len: usize, extra: &str| {
                             format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\n{extra}\r\n")
                         };
@@ -507,6 +552,9 @@ mod tests {
                                 let _ = sock.write_all(&r).await;
                                 std::future::pending::<()>().await;
                                 unreachable!()
+                            }
+                            Script::FirstThenHang(_) | Script::FirstThenHalfBody(_) => {
+                                unreachable!("resolved above")
                             }
                             Script::Gather(count) => {
                                 if n >= count {
@@ -664,6 +712,59 @@ mod tests {
         let e = body.collect().await.unwrap_err();
         assert_eq!(transport_kind(&e), TransportKind::Timeout);
         assert_eq!(t.pool().idle_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_kept_alive_connection_times_out_each_request_at_its_own_deadline() {
+        // The connection's one timer is moved for every request: a request
+        // that stalls after others on the same connection still times out,
+        // before its head and while its body is read.
+        for script in [Script::FirstThenHang(3), Script::FirstThenHalfBody(1000)] {
+            let s = server(script).await;
+            let t = transport(&s.endpoint, |o| o.timeout = Duration::from_millis(300));
+            let first = match script {
+                Script::FirstThenHang(len) | Script::FirstThenHalfBody(len) => len,
+                _ => unreachable!(),
+            };
+            assert_eq!(get_all(&t).await.unwrap().len(), first);
+            assert_eq!(t.pool().idle_count(), 1);
+            // Past the first request's deadline, so a timer left at it would
+            // have fired already.
+            tokio::time::sleep(Duration::from_millis(400)).await;
+            let e = match t.send(get()).await {
+                Err(e) => e,
+                Ok((_, body)) => body.collect().await.unwrap_err(),
+            };
+            assert_eq!(transport_kind(&e), TransportKind::Timeout, "{e}");
+            assert_eq!(s.accepted.load(Ordering::SeqCst), 1, "the kept-alive one");
+            assert_eq!(t.pool().idle_count(), 0);
+        }
+    }
+
+    #[test]
+    fn a_transport_outlives_the_runtime_it_was_first_used_in() {
+        // The pooled connection (and its timer) belong to the first runtime;
+        // once it is gone, the next runtime's request gets a fresh connection,
+        // not a panic from a timer of a runtime that was shut down.
+        let server_rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let s = server_rt.block_on(server(Script::Answer(3)));
+        let t = transport(&s.endpoint, |_| {});
+        for round in 1..=2 {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                assert_eq!(get_all(&t).await.unwrap().len(), 3);
+                assert_eq!(get_all(&t).await.unwrap().len(), 3);
+            });
+            drop(rt);
+            assert_eq!(s.accepted.load(Ordering::SeqCst), round);
+        }
     }
 
     #[tokio::test]

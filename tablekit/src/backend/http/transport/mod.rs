@@ -39,6 +39,8 @@ use crate::options::Transport;
 /// built-in one the options chose.
 pub(crate) struct HttpTransport {
     service: Arc<dyn HttpService>,
+    /// The built-in transport, called directly (no boxed future per request).
+    inline: Option<Arc<self::hyper::HyperTransport>>,
     /// `scheme://authority` of the endpoint, for absolute URIs; `None` for the
     /// built-in hyper transport, which takes origin-form URIs as they are.
     prefix: Option<String>,
@@ -59,6 +61,7 @@ impl HttpTransport {
         if let Some(connector) = &options.connector {
             return Ok(HttpTransport {
                 service: connector.connect(endpoint)?,
+                inline: None,
                 prefix: Some(prefix),
                 hooks: options.hooks.clone(),
             });
@@ -67,12 +70,15 @@ impl HttpTransport {
         if options.transport == Transport::Reqwest {
             return Ok(HttpTransport {
                 service: Arc::new(self::reqwest::ReqwestTransport::new(endpoint, options)?),
+                inline: None,
                 prefix: Some(prefix),
                 hooks: options.hooks.clone(),
             });
         }
+        let hyper = Arc::new(self::hyper::HyperTransport::new(endpoint, options)?);
         Ok(HttpTransport {
-            service: Arc::new(self::hyper::HyperTransport::new(endpoint, options)?),
+            service: hyper.clone(),
+            inline: Some(hyper),
             prefix: None,
             hooks: options.hooks.clone(),
         })
@@ -92,7 +98,10 @@ impl HttpTransport {
         for hook in &self.hooks {
             hook.on_request(&mut req)?;
         }
-        self.service.call(req).await
+        match &self.inline {
+            Some(hyper) => hyper.respond(req).await,
+            None => self.service.call(req).await,
+        }
     }
 }
 

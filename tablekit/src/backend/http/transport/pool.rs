@@ -10,7 +10,9 @@ use std::future::Future as _;
 use std::pin::Pin;
 use std::sync::Mutex;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -38,6 +40,11 @@ pub(super) struct Connection {
     /// Whether it came out of the pool (a request on it may meet a stale close).
     pub(super) reused: bool,
     idle_since: Instant,
+    /// The deadline of the request on it, one timer for the connection's
+    /// whole life: each request moves it later, which tokio does in place
+    /// (no new timer, no wheel lock, no wake-up of the driver's thread).
+    /// Made on the first request (in the runtime the connection belongs to).
+    timer: Option<Pin<Box<tokio::time::Sleep>>>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -53,14 +60,33 @@ impl Connection {
     pub(super) fn new(
         sender: http1::SendRequest<ReqBody>,
         conn: http1::Connection<TokioIo<Stream>, ReqBody>,
+        now: Instant,
     ) -> Box<Self> {
         Box::new(Connection {
             sender,
             conn,
             closed: false,
             reused: false,
-            idle_since: Instant::now(),
+            idle_since: now,
+            timer: None,
         })
+    }
+
+    /// Whether `deadline` has passed; if not, this task is woken when it
+    /// does (or when a later call moves it).
+    pub(super) fn poll_deadline(&mut self, deadline: Instant, cx: &mut Context<'_>) -> Poll<()> {
+        let timer = match &mut self.timer {
+            Some(t) => {
+                if t.deadline() != deadline {
+                    t.as_mut().reset(deadline);
+                }
+                t
+            }
+            None => self
+                .timer
+                .insert(Box::pin(tokio::time::sleep_until(deadline))),
+        };
+        timer.as_mut().poll(cx)
     }
 
     /// Drives the connection (reads, writes, keep-alive bookkeeping) until it
@@ -114,11 +140,12 @@ impl Pool {
     }
 
     /// The newest idle connection that is still open, if any; closed and
-    /// expired ones met on the way are dropped.
-    pub(super) fn checkout(&self) -> Option<Box<Connection>> {
+    /// expired ones met on the way are dropped. `now` is the request's start
+    /// (read once per request, for its deadline too).
+    pub(super) fn checkout(&self, now: Instant) -> Option<Box<Connection>> {
         loop {
             let mut c = self.lock().pop()?;
-            if c.idle_since.elapsed() < IDLE_LIFETIME && c.still_open() {
+            if now.saturating_duration_since(c.idle_since) < IDLE_LIFETIME && c.still_open() {
                 c.reused = true;
                 return Some(c);
             }
@@ -127,11 +154,13 @@ impl Pool {
 
     /// Returns a connection whose last answer was read to the end. It is
     /// dropped (closed) if it cannot take another request or the pool is full.
-    pub(super) fn checkin(&self, mut c: Box<Connection>) {
+    /// It counts as idle since `since`, the start of its last request (no
+    /// clock read: an idle connection retires at most a request's length early).
+    pub(super) fn checkin(&self, mut c: Box<Connection>, since: Instant) {
         if !c.reusable() {
             return;
         }
-        c.idle_since = Instant::now();
+        c.idle_since = since;
         let mut idle = self.lock();
         if idle.len() < self.max_idle {
             idle.push(c);
