@@ -526,18 +526,25 @@ fn compaction_leaves_a_file_as_dense_as_a_fresh_one() {
         put_many(&d, &gone, None);
     }
     // ...and the same 10% written to a fresh file.
-    let fresh = TempFile::new();
-    {
-        let (d, _) = Durable::open(&fresh.0).unwrap();
-        d.create_table("t1x", "T1x").unwrap();
-        put_many(&d, &kept, Some(&text));
-    }
-    let (_, fresh_len) = compact_file(&fresh.0).unwrap();
-    let (before, after) = compact_file(&sparse.0).unwrap();
+    let (before, after, fresh_len) = compact_next_to_fresh(&sparse, &kept, &text);
     assert!(
         after <= fresh_len + fresh_len / 4,
         "{before} -> {after}, a fresh file {fresh_len}"
     );
+}
+
+/// Compacts `sparse` and a fresh file holding only `kept` (rows of `text`),
+/// checks that `sparse` still holds exactly `kept`, and returns its length
+/// before and after, and the compacted fresh file's.
+fn compact_next_to_fresh(sparse: &TempFile, kept: &[usize], text: &str) -> (u64, u64, u64) {
+    let fresh = TempFile::new();
+    {
+        let (d, _) = Durable::open(&fresh.0).unwrap();
+        d.create_table("t1x", "T1x").unwrap();
+        put_many(&d, kept, Some(text));
+    }
+    let (_, fresh_len) = compact_file(&fresh.0).unwrap();
+    let (before, after) = compact_file(&sparse.0).unwrap();
     let (d, loaded) = Durable::open(&sparse.0).unwrap();
     let rows: Vec<String> = entities(&d, &loaded)
         .into_iter()
@@ -545,6 +552,7 @@ fn compaction_leaves_a_file_as_dense_as_a_fresh_one() {
         .collect();
     let expected: Vec<String> = kept.iter().map(|i| format!("r{i:05}")).collect();
     assert_eq!(rows, expected);
+    (before, after, fresh_len)
 }
 
 #[test]
@@ -589,25 +597,11 @@ fn a_compaction_after_single_commits_leaves_the_file_as_dense_as_a_fresh_one() {
         let (d, _) = Durable::open(&sparse.0).unwrap();
         put_many(&d, &gone, None);
     }
-    let fresh = TempFile::new();
-    {
-        let (d, _) = Durable::open(&fresh.0).unwrap();
-        d.create_table("t1x", "T1x").unwrap();
-        put_many(&d, &kept, Some(&text));
-    }
-    let (_, fresh_len) = compact_file(&fresh.0).unwrap();
-    let (before, after) = compact_file(&sparse.0).unwrap();
+    let (before, after, fresh_len) = compact_next_to_fresh(&sparse, &kept, &text);
     assert!(
         after <= fresh_len,
         "{before} -> {after}, a fresh file {fresh_len}"
     );
-    let (d, loaded) = Durable::open(&sparse.0).unwrap();
-    let rows: Vec<String> = entities(&d, &loaded)
-        .into_iter()
-        .map(|(_, e)| e.entity.row_key)
-        .collect();
-    let expected: Vec<String> = kept.iter().map(|i| format!("r{i:05}")).collect();
-    assert_eq!(rows, expected);
 }
 
 #[test]
