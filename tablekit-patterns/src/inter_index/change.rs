@@ -269,33 +269,36 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
             }
             reads.push(Some(found));
         }
-        if let Some((i, holder)) = taken {
-            let leftovers: Vec<Slot> = reads
-                .iter()
-                .zip(copies)
-                .map(|(read, copy)| match read {
-                    Some(Some((f, etag)))
-                        if named_primary(f) == named_primary(copy) && stamp_of(f) == stamp =>
-                    {
-                        Slot::Held {
-                            etag: etag.clone(),
-                            release: if is_pending(f) {
-                                Release::Delete
-                            } else {
-                                Release::Settle
-                            },
-                        }
+        // What an earlier attempt of this change left under its values (a
+        // claim, or a copy it restamped): given back with a refusal.
+        let mut leftovers: Vec<Slot> = reads
+            .iter()
+            .zip(copies)
+            .map(|(read, copy)| match read {
+                Some(Some((f, etag)))
+                    if named_primary(f) == named_primary(copy) && stamp_of(f) == stamp =>
+                {
+                    Slot::Held {
+                        etag: etag.clone(),
+                        release: if is_pending(f) {
+                            Release::Delete
+                        } else {
+                            Release::Settle
+                        },
                     }
-                    _ => Slot::Own,
-                })
-                .collect();
+                }
+                _ => Slot::Own,
+            })
+            .collect();
+        if let Some((i, holder)) = taken {
             if pending {
                 self.release(ctx, copies, &leftovers).await?;
             }
             return Err(self.refusal(&self.inner.indexes[i], &copies[i], &holder));
         }
         let mut slots = Vec::with_capacity(copies.len());
-        for ((def, copy), read) in self.inner.indexes.iter().zip(copies).zip(reads) {
+        for (i, ((def, copy), read)) in self.inner.indexes.iter().zip(copies).zip(reads).enumerate()
+        {
             let Some(read) = read else {
                 slots.push(Slot::Own);
                 continue;
@@ -303,6 +306,14 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
             match self.claim(ctx, def, copy, stamp, pending, read).await {
                 Ok(Ok(slot)) => slots.push(slot),
                 Ok(Err(Taken(holder))) => {
+                    // Besides what this attempt claimed, what an earlier
+                    // attempt left under the values not reached yet: a
+                    // refused change keeps no claim (a crashed attempt's
+                    // claim of a later value was left before).
+                    slots.push(Slot::Own);
+                    if pending {
+                        slots.extend(leftovers.drain(i + 1..));
+                    }
                     self.release(ctx, copies, &slots).await?;
                     return Err(self.refusal(def, copy, &holder));
                 }
