@@ -533,11 +533,7 @@ fn regression_a_claim_left_after_a_crash() {
         workers: 2,
         concurrency: 3,
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(check(common::embedded_services(), plan));
+    check_embedded(plan);
 }
 
 /// A second plan the model test found on 2026-11-26 that still leaves a
@@ -600,6 +596,11 @@ fn regression_a_claim_left_after_a_crash_second_plan() {
         workers: 2,
         concurrency: 3,
     };
+    check_embedded(plan);
+}
+
+/// Runs one plan on the embedded store.
+fn check_embedded(plan: Plan) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
