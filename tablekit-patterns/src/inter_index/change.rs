@@ -328,6 +328,11 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     }
 
     /// Gives back what a refused change claimed (`slots`, in index order).
+    ///
+    /// Known gap (found by the model test, 2026-11-26, not fixed yet): when
+    /// the copy a change restamped was an older change's *pending claim* of
+    /// the same primary (that change crashed, then was refused and gave up),
+    /// `Restore` puts the dead claim back and nothing removes it.
     /// A copy it restamped is rewritten from the primary as it is now if
     /// that shows the value (another delivery of this change, or another
     /// change of this primary, may have been applied meanwhile), else put
