@@ -10,7 +10,10 @@ use tablekit::{DynamicEntity, ETag, EdmValue, EntityKey, Error, TableEntity};
 use crate::eventual::{Guarded, OpError, OpResult, StepContext, MAX_REREADS};
 
 use super::index::IndexDef;
-use super::{InterPartitionIndex, CHANGE_STAMP, PENDING, PRIMARY_ROW_KEY, REMOVED};
+use super::{
+    InterPartitionIndex, CHANGE_STAMP, CLAIM_MESSAGE, CLAIM_WAITING, PENDING, PRIMARY_ROW_KEY,
+    REMOVED,
+};
 
 /// The message of a change, as it travels. The stamp is required: a message
 /// without one does not read, and the worker fails it (then poisons it).
@@ -74,6 +77,84 @@ pub(super) fn named_primary(d: &DynamicEntity) -> Option<&str> {
     }
 }
 
+/// A change that holds a claim, or waits on it: its stamp and the id of the
+/// queue message whose attempt took it (`None` for a claim from before
+/// claims named their message: any attempt of that change is it).
+#[derive(Debug, Clone, PartialEq)]
+struct Owner {
+    stamp: i64,
+    message: Option<String>,
+}
+
+impl Owner {
+    fn new(stamp: i64, message: &str) -> Owner {
+        Owner {
+            stamp,
+            message: Some(message.to_owned()),
+        }
+    }
+
+    /// Whether this is an attempt of the message `message` of the change
+    /// `stamp` (a later attempt of a message comes only once the earlier
+    /// one's hold has lapsed, so it stands for all of them). Another
+    /// delivery of the same change (the same message sent twice) is another
+    /// owner: it may still be in flight.
+    fn is(&self, stamp: i64, message: &str) -> bool {
+        self.stamp == stamp && self.message.as_deref().is_none_or(|m| m == message)
+    }
+}
+
+/// The owners of the claim `d`, oldest first: those waiting
+/// ([`CLAIM_WAITING`]), then the one holding it (its stamp and
+/// [`CLAIM_MESSAGE`]). Stamps never decrease along the list.
+fn owners(d: &DynamicEntity) -> Vec<Owner> {
+    let mut list = Vec::new();
+    if let Some(EdmValue::String(waiting)) = d.get(CLAIM_WAITING) {
+        for entry in waiting.split(';').filter(|e| !e.is_empty()) {
+            let (stamp, message) = match entry.split_once(' ') {
+                Some((s, m)) => (s, Some(m.to_owned())),
+                None => (entry, None),
+            };
+            if let Ok(stamp) = stamp.parse() {
+                list.push(Owner { stamp, message });
+            }
+        }
+    }
+    let message = match d.get(CLAIM_MESSAGE) {
+        Some(EdmValue::String(m)) => Some(m.clone()),
+        _ => None,
+    };
+    list.push(Owner {
+        stamp: stamp_of(d),
+        message,
+    });
+    list
+}
+
+/// `copy` as a claim held by the last of `owners` (not empty), the others
+/// waiting.
+fn claim_of(copy: &DynamicEntity, owners: &[Owner]) -> DynamicEntity {
+    let (holder, waiting) = owners.split_last().expect("a claim has an owner");
+    let mut claim = copy.clone().with(PENDING, true);
+    claim.set(CHANGE_STAMP, holder.stamp);
+    claim.properties.remove(CLAIM_MESSAGE);
+    claim.properties.remove(CLAIM_WAITING);
+    if let Some(m) = &holder.message {
+        claim.set(CLAIM_MESSAGE, m.clone());
+    }
+    if !waiting.is_empty() {
+        let list: Vec<String> = waiting
+            .iter()
+            .map(|o| match &o.message {
+                Some(m) => format!("{} {m}", o.stamp),
+                None => o.stamp.to_string(),
+            })
+            .collect();
+        claim.set(CLAIM_WAITING, list.join(";"));
+    }
+    claim
+}
+
 /// A primary as a worker read it.
 pub(super) enum Current<T> {
     Absent,
@@ -118,8 +199,9 @@ pub(super) enum Slot {
 
 /// How a refused change gives back a copy it claimed.
 pub(super) enum Release {
-    /// Inserted by this change: delete it.
-    Delete,
+    /// A claim this change holds or waits on: given up with the others
+    /// ([`give_up_claims`](InterPartitionIndex::give_up_claims)).
+    Claim,
     /// This primary's copy from before (as found), stamped by this change:
     /// rewritten from the primary as it is then if that shows the value
     /// (another change of this primary may have been applied meanwhile),
@@ -165,6 +247,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         let table = self.table_of(def);
         let key = EntityKey::new(&copy.partition_key, &copy.row_key);
         let own = named_primary(copy).unwrap_or_default();
+        let message = ctx.message_id();
         let mut first_read = Some(first_read);
         for _ in 0..MAX_REREADS {
             let read = match first_read.take() {
@@ -176,8 +259,41 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                     let holder = named_primary(&found).unwrap_or_default().to_owned();
                     return Ok(Err(Taken(holder)));
                 }
-                Some((found, _)) if is_pending(&found) && stamp_of(&found) > stamp => {
-                    return Err(newer_claim(&key));
+                Some((found, etag)) if is_pending(&found) => {
+                    // A claim of this primary: held by this change (an
+                    // earlier attempt), by an older one or another delivery
+                    // of this one (taken over: it waits on the claim, which
+                    // is given back to it if this change gives up), or by a
+                    // newer one (this one waits until that one is done).
+                    let mut list = owners(&found);
+                    if list.last().is_some_and(|o| o.stamp > stamp) {
+                        return Err(newer_claim(&key));
+                    }
+                    if !pending {
+                        // The primary written: the claim to replace.
+                        return Ok(Ok(Slot::Held {
+                            etag,
+                            release: Release::Leave,
+                        }));
+                    }
+                    if list.last().is_some_and(|o| o.is(stamp, message)) {
+                        return Ok(Ok(Slot::Held {
+                            etag,
+                            release: Release::Claim,
+                        }));
+                    }
+                    list.retain(|o| !o.is(stamp, message));
+                    list.push(Owner::new(stamp, message));
+                    let claim = claim_of(copy, &list);
+                    match ctx.replace_if_unchanged(&table, &claim, &etag).await? {
+                        Guarded::Done(Some(etag)) => {
+                            return Ok(Ok(Slot::Held {
+                                etag,
+                                release: Release::Claim,
+                            }))
+                        }
+                        Guarded::Done(None) | Guarded::Changed | Guarded::Gone => continue,
+                    }
                 }
                 Some((found, _)) if stamp_of(&found) > stamp => return Ok(Ok(Slot::Newer)),
                 Some((_, etag)) if !pending => {
@@ -188,20 +304,14 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                     }));
                 }
                 Some((found, etag)) if stamp_of(&found) == stamp => {
-                    // This change's claim or restamp from an earlier attempt.
-                    let release = if is_pending(&found) {
-                        Release::Delete
-                    } else {
-                        Release::Settle
-                    };
-                    return Ok(Ok(Slot::Held { etag, release }));
+                    // This primary's copy, restamped by an earlier attempt.
+                    return Ok(Ok(Slot::Held {
+                        etag,
+                        release: Release::Settle,
+                    }));
                 }
                 Some((found, etag)) => {
-                    let mut stamped = if is_pending(&found) {
-                        copy.clone().with(PENDING, true)
-                    } else {
-                        found.clone()
-                    };
+                    let mut stamped = found.clone();
                     stamped.set(CHANGE_STAMP, stamp);
                     match ctx.replace_if_unchanged(&table, &stamped, &etag).await? {
                         Guarded::Done(Some(etag)) => {
@@ -214,10 +324,11 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                     }
                 }
                 None => {
-                    let mut claim = copy.clone();
-                    if pending {
-                        claim.set(PENDING, true);
-                    }
+                    let claim = if pending {
+                        claim_of(copy, &[Owner::new(stamp, message)])
+                    } else {
+                        copy.clone()
+                    };
                     let written = match table.insert(&claim).await {
                         Ok(w) => Some(w.etag().clone()),
                         Err(e) if e.is_conflict() => None,
@@ -226,7 +337,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                     ctx.step(&format!("claim {}", table.name())).await?;
                     if let Some(etag) = written {
                         let release = if pending {
-                            Release::Delete
+                            Release::Claim
                         } else {
                             Release::Leave
                         };
@@ -269,22 +380,20 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
             }
             reads.push(Some(found));
         }
-        // What an earlier attempt of this change left under its values (a
-        // claim, or a copy it restamped): given back with a refusal.
+        // A copy an earlier attempt of this change restamped under one of
+        // its values: given back with a refusal (its claims: below).
         let mut leftovers: Vec<Slot> = reads
             .iter()
             .zip(copies)
             .map(|(read, copy)| match read {
                 Some(Some((f, etag)))
-                    if named_primary(f) == named_primary(copy) && stamp_of(f) == stamp =>
+                    if named_primary(f) == named_primary(copy)
+                        && stamp_of(f) == stamp
+                        && !is_pending(f) =>
                 {
                     Slot::Held {
                         etag: etag.clone(),
-                        release: if is_pending(f) {
-                            Release::Delete
-                        } else {
-                            Release::Settle
-                        },
+                        release: Release::Settle,
                     }
                 }
                 _ => Slot::Own,
@@ -293,6 +402,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         if let Some((i, holder)) = taken {
             if pending {
                 self.release(ctx, copies, &leftovers).await?;
+                self.give_up_claims(ctx, copies, stamp).await?;
             }
             return Err(self.refusal(&self.inner.indexes[i], &copies[i], &holder));
         }
@@ -303,40 +413,53 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 slots.push(Slot::Own);
                 continue;
             };
-            match self.claim(ctx, def, copy, stamp, pending, read).await {
-                Ok(Ok(slot)) => slots.push(slot),
+            let error = match self.claim(ctx, def, copy, stamp, pending, read).await {
+                Ok(Ok(slot)) => {
+                    slots.push(slot);
+                    continue;
+                }
                 Ok(Err(Taken(holder))) => {
-                    // Besides what this attempt claimed, what an earlier
-                    // attempt left under the values not reached yet: a
-                    // refused change keeps no claim (a crashed attempt's
-                    // claim of a later value was left before).
+                    // Besides what this attempt restamped, what an earlier
+                    // attempt restamped under the values not reached yet.
                     slots.push(Slot::Own);
                     if pending {
                         slots.extend(leftovers.drain(i + 1..));
                     }
-                    self.release(ctx, copies, &slots).await?;
-                    return Err(self.refusal(def, copy, &holder));
+                    self.refusal(def, copy, &holder)
                 }
-                Err(e) => {
-                    // Retried later: give back what this attempt claimed.
-                    self.release(ctx, copies, &slots).await?;
-                    return Err(e);
-                }
+                // Retried later.
+                Err(e) => e,
+            };
+            // Refused, or retried later: a change that gives up keeps no
+            // claim, and no copy it restamped.
+            self.release(ctx, copies, &slots).await?;
+            if pending {
+                self.give_up_claims(ctx, copies, stamp).await?;
             }
+            return Err(error);
         }
         Ok(slots)
     }
 
-    /// Gives back what a refused change claimed (`slots`, in index order).
-    ///
-    /// Known gap (found by the model test, 2026-11-26, not fixed yet): when
-    /// the copy a change restamped was an older change's *pending claim* of
-    /// the same primary (that change crashed, then was refused and gave up),
-    /// `Restore` puts the dead claim back and nothing removes it.
-    /// A copy it restamped is rewritten from the primary as it is now if
-    /// that shows the value (another delivery of this change, or another
-    /// change of this primary, may have been applied meanwhile), else put
-    /// back as found (or deleted, if what it was is not known).
+    /// The primary key the copy `copy` of `def` names.
+    fn primary_key_of(&self, def: &IndexDef<T>, copy: &DynamicEntity) -> EntityKey {
+        EntityKey::new(
+            self.primary_partition_key(
+                copy.partition_key
+                    .strip_prefix(&def.prefix)
+                    .unwrap_or_default(),
+            ),
+            named_primary(copy).unwrap_or_default(),
+        )
+    }
+
+    /// Gives back the copies a refused change restamped (`slots`, in index
+    /// order): each is rewritten from the primary as it is now if that
+    /// shows the value (another delivery of this change, or another change
+    /// of this primary, may have been applied meanwhile), else put back as
+    /// found (or deleted, if what it was is not known), under the ETag this
+    /// change holds. Claims are left to
+    /// [`give_up_claims`](Self::give_up_claims).
     async fn release(
         &self,
         ctx: &StepContext,
@@ -348,40 +471,100 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
             let Slot::Held { etag, release } = slot else {
                 continue;
             };
+            if matches!(release, Release::Claim | Release::Leave) {
+                continue;
+            }
             let table = self.table_of(def);
             let key = EntityKey::new(&copy.partition_key, &copy.row_key);
-            match release {
-                Release::Delete => {
+            let fresh = match self
+                .read_primary(ctx, &self.primary_key_of(def, copy))
+                .await?
+            {
+                Current::Live { entity, stamp, .. } => {
+                    Some(self.stored(&entity, stamp)?.1.swap_remove(i))
+                }
+                _ => None,
+            };
+            match (fresh, release) {
+                (Some(fresh), _) if fresh.row_key == copy.row_key => {
+                    ctx.replace_if_unchanged(&table, &fresh, etag).await?;
+                }
+                (_, Release::Restore(found)) => {
+                    ctx.replace_if_unchanged(&table, found, etag).await?;
+                }
+                _ => {
                     ctx.delete_if_unchanged(&table, key, etag).await?;
                 }
-                Release::Restore(_) | Release::Settle => {
-                    let primary_key = EntityKey::new(
-                        self.primary_partition_key(
-                            copy.partition_key
-                                .strip_prefix(&def.prefix)
-                                .unwrap_or_default(),
-                        ),
-                        named_primary(copy).unwrap_or_default(),
-                    );
-                    let fresh = match self.read_primary(ctx, &primary_key).await? {
-                        Current::Live { entity, stamp, .. } => {
-                            Some(self.stored(&entity, stamp)?.1.swap_remove(i))
-                        }
-                        _ => None,
-                    };
-                    match (fresh, release) {
-                        (Some(fresh), _) if fresh.row_key == copy.row_key => {
-                            ctx.replace_if_unchanged(&table, &fresh, etag).await?;
-                        }
-                        (_, Release::Restore(found)) => {
-                            ctx.replace_if_unchanged(&table, found, etag).await?;
-                        }
-                        _ => {
-                            ctx.delete_if_unchanged(&table, key, etag).await?;
-                        }
-                    }
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes this change (`stamp`, the message being run) off every claim
+    /// under its unique values, as holder or waiting: a change that gives
+    /// up (refused, failed, or stale) keeps no claim.
+    ///
+    /// A claim names its holder and the changes waiting on it: older changes
+    /// of the same primary, or other deliveries of the same change, whose
+    /// claim it took over and which may still be in flight. When the holder
+    /// gives up, the claim goes back to the last of them; when none is
+    /// left, it is deleted. Changes the primary has overtaken (their stamp
+    /// is not newer than the primary's) can never use the claim and are
+    /// dropped; if the primary shows the value, the claim becomes its copy.
+    /// Each write is under the ETag of the read before it. Two reads per
+    /// unique value (the copy, the primary once), on this path only.
+    pub(super) async fn give_up_claims(
+        &self,
+        ctx: &StepContext,
+        copies: &[DynamicEntity],
+        stamp: i64,
+    ) -> OpResult {
+        let message = ctx.message_id();
+        let mut primary = None;
+        for (i, (def, copy)) in self.inner.indexes.iter().zip(copies).enumerate() {
+            if !def.unique {
+                continue;
+            }
+            let table = self.table_of(def);
+            let key = EntityKey::new(&copy.partition_key, &copy.row_key);
+            for _ in 0..MAX_REREADS {
+                let Some((found, etag)) = ctx.read(&table, key.clone()).await? else {
+                    break;
+                };
+                if named_primary(&found) != named_primary(copy) || !is_pending(&found) {
+                    break;
                 }
-                Release::Leave => {}
+                let mut list = owners(&found);
+                if !list.iter().any(|o| o.is(stamp, message)) {
+                    break;
+                }
+                if primary.is_none() {
+                    primary = Some(
+                        self.read_primary(ctx, &self.primary_key_of(def, copy))
+                            .await?,
+                    );
+                }
+                let current = primary.as_ref().expect("read above");
+                let overtaken = current.stamp().unwrap_or(i64::MIN);
+                list.retain(|o| !o.is(stamp, message) && o.stamp > overtaken);
+                let shown = match current {
+                    Current::Live { entity, stamp, .. } => {
+                        Some(self.stored(entity, *stamp)?.1.swap_remove(i))
+                            .filter(|fresh| fresh.row_key == copy.row_key)
+                    }
+                    _ => None,
+                };
+                let outcome = match (list.is_empty(), shown) {
+                    (true, Some(fresh)) => ctx.replace_if_unchanged(&table, &fresh, &etag).await?,
+                    (true, None) => ctx.delete_if_unchanged(&table, key.clone(), &etag).await?,
+                    (false, _) => {
+                        ctx.replace_if_unchanged(&table, &claim_of(&found, &list), &etag)
+                            .await?
+                    }
+                };
+                if !matches!(outcome, Guarded::Changed) {
+                    break;
+                }
             }
         }
         Ok(())
@@ -497,6 +680,44 @@ mod tests {
         assert_eq!(next_stamp(1_000, 1_000), 1_001);
         assert_eq!(next_stamp(1_001, 900), 1_002);
         assert_eq!(next_stamp(1_002, 5_000), 5_000);
+    }
+
+    #[test]
+    fn a_claim_lists_its_holder_last_and_the_changes_waiting_before_it() {
+        let copy =
+            DynamicEntity::new("email_Sales", "a@contoso.com").with(PRIMARY_ROW_KEY, "000001");
+        let list = vec![
+            Owner::new(5, "m1"),
+            Owner {
+                stamp: 6,
+                message: None,
+            },
+            Owner::new(7, "m3"),
+        ];
+        let claim = claim_of(&copy, &list);
+        assert_eq!(stamp_of(&claim), 7);
+        assert!(is_pending(&claim));
+        assert_eq!(owners(&claim), list);
+        // Rewritten from a claim that had waiting changes: none are left
+        // over from it.
+        let again = claim_of(&claim, &list[2..]);
+        assert_eq!(owners(&again), list[2..]);
+        assert_eq!(again.get(CLAIM_WAITING), None);
+        let legacy = claim_of(&again, &list[1..2]);
+        assert_eq!(legacy.get(CLAIM_MESSAGE), None);
+        assert_eq!(owners(&legacy), list[1..2]);
+    }
+
+    #[test]
+    fn an_owner_is_its_change_and_message_or_any_message_for_an_old_claim() {
+        assert!(Owner::new(5, "m1").is(5, "m1"));
+        assert!(!Owner::new(5, "m1").is(5, "m2"), "another delivery");
+        assert!(!Owner::new(5, "m1").is(6, "m1"));
+        let old = Owner {
+            stamp: 5,
+            message: None,
+        };
+        assert!(old.is(5, "m2"));
     }
 
     #[test]

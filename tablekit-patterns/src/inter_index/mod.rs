@@ -77,9 +77,19 @@
 //!    the insert; one gets 409 and is refused. A claim of a *newer* change
 //!    of the same entity still being applied makes this attempt fail and
 //!    retry later (by then the newer change has gone through, and this one
-//!    is stale, or was refused and gave the claim back). On a **refusal**
-//!    the claims this change made are given back (deleted, or put back,
-//!    under their ETags), a `tracing::warn!` event
+//!    is stale, or was refused and gave the claim back). A claim of an
+//!    *older* change of the same entity, or of another delivery of this
+//!    same change, is taken over: that change may still be in flight (or
+//!    have crashed, to be retried), so the claim lists it as **waiting**
+//!    ([`CLAIM_WAITING`]) and goes back to it if this change gives up. On a
+//!    **refusal**, and on any failure while claiming, the change gives up
+//!    every claim under its values: the copies it restamped are put back,
+//!    and it is taken off each claim, as holder or waiting; a claim left
+//!    with no one is deleted (or becomes the primary's copy, if the primary
+//!    shows the value). All under ETags. A claim names the message whose
+//!    attempt holds it ([`CLAIM_MESSAGE`]): an attempt gives up what its
+//!    own message holds (its earlier, crashed attempts included), never
+//!    what another delivery of the change holds. Then a `tracing::warn!` event
 //!    names the index, the value and both entities, and the message fails
 //!    with [`Error::constraint`](tablekit::Error::constraint)`(index, (copy pk, copy rk), Some((pk, holder rk)))`.
 //!    **A refused change writes nothing**: the primary and its copies never
@@ -171,8 +181,13 @@
 //!   [`lookup_verified`](InterPartitionIndex::lookup_verified) and
 //!   [`list_verified`](InterPartitionIndex::list_verified) repair it (a
 //!   delete conditional on the copy's ETag) when they find it. A claim
-//!   left by a message that never runs again (it crashed after claiming and
-//!   was poisoned) holds its value until deleted by hand.
+//!   left by a message that never runs again (its last attempt crashed
+//!   after claiming, so it was poisoned without giving anything up) holds
+//!   its value until a newer change of the same entity is applied; then
+//!   that change, if it claims the value too, or the next
+//!   [`lookup_verified`](InterPartitionIndex::lookup_verified) of the value
+//!   removes it. A change that fails or is refused in any other way gives
+//!   its claims up.
 //! * A put older than a purged tombstone would bring the entity back: purge
 //!   only past the queue's message time-to-live.
 //! * A put that finds a newer put of the same entity claiming a unique
@@ -285,6 +300,19 @@ pub const REMOVED: &str = "Removed";
 /// primary while the change is applied. Reads skip claims; the worker turns
 /// a claim into a plain copy once the primary is written.
 pub const PENDING: &str = "Pending";
+
+/// The String property of a claim that holds the id of the queue message
+/// whose attempt holds it. An attempt gives up only what its own message
+/// holds (its earlier, crashed attempts included), never what another
+/// delivery of the same change holds, which may still be in flight.
+pub const CLAIM_MESSAGE: &str = "ClaimMessage";
+
+/// The String property of a claim that lists the changes waiting on it,
+/// oldest first, as `stamp message` separated by `;`: older changes of the
+/// same entity, or other deliveries of the same change, whose claim a newer
+/// one took over while they were still in flight (or had crashed). When
+/// the holder gives up, the claim goes back to the last of them.
+pub const CLAIM_WAITING: &str = "ClaimWaiting";
 
 /// What separates the (escaped) value from the primary RowKey in the RowKey
 /// of a non-unique index's copy: `jones` + ` ` + `000223`. A space sorts
@@ -457,7 +485,14 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     /// The stored primary of `entity`, and each index's copy, stamped `stamp`.
     fn stored(&self, entity: &T, stamp: i64) -> Result<(DynamicEntity, Vec<DynamicEntity>)> {
         let mut own = to_dynamic(entity)?;
-        for reserved in [PRIMARY_ROW_KEY, CHANGE_STAMP, REMOVED, PENDING] {
+        for reserved in [
+            PRIMARY_ROW_KEY,
+            CHANGE_STAMP,
+            REMOVED,
+            PENDING,
+            CLAIM_MESSAGE,
+            CLAIM_WAITING,
+        ] {
             if own.get(reserved).is_some() {
                 return Err(refused(
                     "inter_index",

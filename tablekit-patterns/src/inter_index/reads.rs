@@ -18,7 +18,10 @@ use crate::range::KeyRange;
 
 use super::change::{is_pending, is_tombstone, now_micros, stamp_of};
 use super::index::{IndexDef, InterIndex};
-use super::{strip, InterPartitionIndex, CHANGE_STAMP, PENDING, PRIMARY_ROW_KEY, REMOVED};
+use super::{
+    strip, InterPartitionIndex, CHANGE_STAMP, CLAIM_MESSAGE, CLAIM_WAITING, PENDING,
+    PRIMARY_ROW_KEY, REMOVED,
+};
 
 impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     pub(super) fn decode_primary(&self, mut d: DynamicEntity) -> Result<T> {
@@ -44,6 +47,8 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         d.partition_key = strip(&def.prefix, &d.partition_key)?.to_owned();
         d.properties.remove(CHANGE_STAMP);
         d.properties.remove(PENDING);
+        d.properties.remove(CLAIM_MESSAGE);
+        d.properties.remove(CLAIM_WAITING);
         d.etag = None;
         T::decode(&RawEntity::from_dynamic(&d))
     }

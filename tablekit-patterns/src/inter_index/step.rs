@@ -104,11 +104,16 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 for (i, (def, copy)) in self.inner.indexes.iter().zip(&copies).enumerate() {
                     let copy_key = EntityKey::new(&copy.partition_key, &copy.row_key);
                     if let Some((found, etag)) = ctx.read(&self.table_of(def), copy_key).await? {
-                        if named_primary(&found) == Some(own) && stamp_of(&found) == stamp {
+                        if named_primary(&found) == Some(own)
+                            && stamp_of(&found) == stamp
+                            && !is_pending(&found)
+                        {
                             self.settle_copy(ctx, i, copy, &etag, &current).await?;
                         }
                     }
                 }
+                // Its claims (held, or waited on).
+                self.give_up_claims(ctx, &copies, stamp).await?;
                 return Ok(());
             }
             // Claim the unique values first: a refused change writes nothing.

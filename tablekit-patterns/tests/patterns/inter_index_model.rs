@@ -451,7 +451,7 @@ fn run(cases: u32, services: impl Fn() -> Option<Services>) {
 
 #[test]
 fn the_index_matches_the_model_on_embedded() {
-    run(64, || Some(common::embedded_services()));
+    run(256, || Some(common::embedded_services()));
 }
 
 #[test]
@@ -543,4 +543,149 @@ fn check_embedded(plan: Plan) {
         .build()
         .unwrap();
     rt.block_on(check(common::embedded_services(), plan));
+}
+
+/// A second case the model test found on 2026-11-26: a change of employee 3
+/// claimed an email and crashed; a newer change of employee 3 with the same
+/// values restamped that claim as its own; both were then refused (the badge
+/// is employee 2's), and the newer one's refusal put the older one's claim
+/// back after the older one had given up, so the email stayed claimed.
+#[test]
+fn regression_a_restored_claim_of_a_refused_change() {
+    use Op::{Put, Remove};
+    let put = |id, email, badge| Put {
+        id,
+        name: 0,
+        email,
+        badge,
+    };
+    let plan = Plan {
+        ops: vec![
+            put(1, 0, 0),
+            put(1, 2, 0),
+            put(1, 0, 0),
+            Remove { id: 2 },
+            put(3, 1, 0),
+            put(3, 1, 0),
+            put(2, 0, 0),
+            put(1, 2, 1),
+        ],
+        order: vec![78, 78, 0, 78, 213, 78, 78, 0, 0, 0],
+        twice: vec![false; MAX_OPS],
+        crash_at: Some(2),
+        workers: 2,
+        concurrency: 3,
+    };
+    check_embedded(plan);
+}
+
+/// Found by the model test against a first fix of the case above (it
+/// passes on the code before that fix): the last change of employee 1 is
+/// delivered twice and both deliveries run at once. One is refused (the
+/// email was employee 2's when it read), the other goes through once
+/// employee 2's claim is given back. The refused one must not give back
+/// the other's claims as if they were its own (the same change, the same
+/// stamp): that left employee 1's primary on the email with no copy.
+#[test]
+fn regression_two_deliveries_of_one_change_one_refused() {
+    let put = |id, badge| Op::Put {
+        id,
+        name: 0,
+        email: 0,
+        badge,
+    };
+    let mut twice = vec![false; MAX_OPS];
+    twice[6] = true;
+    let plan = Plan {
+        ops: vec![
+            put(1, 0),
+            put(1, 0),
+            put(2, 0),
+            put(1, 0),
+            put(1, 0),
+            put(1, 0),
+            put(1, 1),
+        ],
+        order: vec![18, 18, 18, 18, 18, 18, 0, 0, 0, 0],
+        twice,
+        crash_at: Some(7),
+        workers: 1,
+        concurrency: 2,
+    };
+    check_embedded(plan);
+}
+
+/// Found by the model test while fixing the cases above; it fails on the
+/// code before (2026-11-26): employee 3's change is delivered twice, and the
+/// first delivery crashed after claiming the email. The second one, refused
+/// (the email was employee 1's when it read), gave back the first one's
+/// claim as its own while that one went on, so employees 1 and 3 both ended
+/// on the email. Now a claim names the message whose attempt holds it, and
+/// a second delivery takes the claim over, with the first one waiting.
+#[test]
+fn regression_a_second_delivery_meets_the_first_ones_claim() {
+    let mut twice = vec![false; MAX_OPS];
+    twice[0] = true;
+    let plan = Plan {
+        ops: vec![
+            Op::Put {
+                id: 3,
+                name: 0,
+                email: 0,
+                badge: 2,
+            },
+            Op::Remove { id: 1 },
+            Op::Put {
+                id: 1,
+                name: 0,
+                email: 0,
+                badge: 0,
+            },
+        ],
+        order: vec![0; MAX_OPS],
+        twice,
+        crash_at: Some(9),
+        workers: 1,
+        concurrency: 2,
+    };
+    check_embedded(plan);
+}
+
+/// Found by the model test against a second fix (it passes on the code
+/// before both): employee 4's email claim is taken over three times, by a
+/// second delivery of its change, then by both deliveries of a newer
+/// change. When the newer ones gave up, the claim had forgotten the first
+/// delivery, which had already written the primary: the claim was deleted
+/// under it, and employee 1 took the email too. A claim now lists every
+/// change waiting on it, and goes back down the list.
+#[test]
+fn regression_a_claim_taken_over_three_times_goes_back_down_the_line() {
+    let put = |id, email, badge| Op::Put {
+        id,
+        name: 0,
+        email,
+        badge,
+    };
+    let mut twice = vec![false; MAX_OPS];
+    twice[1] = true;
+    twice[7] = true;
+    let plan = Plan {
+        ops: vec![
+            put(1, 0, 0),
+            put(4, 0, 2),
+            put(2, 1, 1),
+            Op::Remove { id: 3 },
+            put(1, 0, 0),
+            put(1, 0, 0),
+            put(1, 0, 0),
+            put(4, 0, 1),
+            put(1, 0, 0),
+        ],
+        order: vec![109, 0, 0, 0, 109, 113, 109, 0, 0, 0],
+        twice,
+        crash_at: None,
+        workers: 2,
+        concurrency: 3,
+    };
+    check_embedded(plan);
 }
