@@ -545,6 +545,35 @@ fn check_embedded(plan: Plan) {
     rt.block_on(check(common::embedded_services(), plan));
 }
 
+/// A put of employee `id` with the first last name, email `email` and
+/// badge `badge` (indexes into the value lists), for the regression plans.
+fn put(id: u32, email: usize, badge: usize) -> Op {
+    Op::Put {
+        id,
+        name: 0,
+        email,
+        badge,
+    }
+}
+
+/// A regression plan: the messages at `twice` are sent twice.
+fn regression_plan(ops: Vec<Op>, order: &[u8], twice: &[usize], crash_at: Option<usize>) -> Plan {
+    let mut order = order.to_vec();
+    order.resize(MAX_OPS, 0);
+    let mut sent_twice = vec![false; MAX_OPS];
+    for i in twice {
+        sent_twice[*i] = true;
+    }
+    Plan {
+        ops,
+        order,
+        twice: sent_twice,
+        crash_at,
+        workers: 2,
+        concurrency: 3,
+    }
+}
+
 /// A second case the model test found on 2026-11-26: a change of employee 3
 /// claimed an email and crashed; a newer change of employee 3 with the same
 /// values restamped that claim as its own; both were then refused (the badge
@@ -552,31 +581,18 @@ fn check_embedded(plan: Plan) {
 /// back after the older one had given up, so the email stayed claimed.
 #[test]
 fn regression_a_restored_claim_of_a_refused_change() {
-    use Op::{Put, Remove};
-    let put = |id, email, badge| Put {
-        id,
-        name: 0,
-        email,
-        badge,
-    };
-    let plan = Plan {
-        ops: vec![
-            put(1, 0, 0),
-            put(1, 2, 0),
-            put(1, 0, 0),
-            Remove { id: 2 },
-            put(3, 1, 0),
-            put(3, 1, 0),
-            put(2, 0, 0),
-            put(1, 2, 1),
-        ],
-        order: vec![78, 78, 0, 78, 213, 78, 78, 0, 0, 0],
-        twice: vec![false; MAX_OPS],
-        crash_at: Some(2),
-        workers: 2,
-        concurrency: 3,
-    };
-    check_embedded(plan);
+    let ops = vec![
+        put(1, 0, 0),
+        put(1, 2, 0),
+        put(1, 0, 0),
+        Op::Remove { id: 2 },
+        put(3, 1, 0),
+        put(3, 1, 0),
+        put(2, 0, 0),
+        put(1, 2, 1),
+    ];
+    let order = [78, 78, 0, 78, 213, 78, 78];
+    check_embedded(regression_plan(ops, &order, &[], Some(2)));
 }
 
 /// Found by the model test against a first fix of the case above (it
@@ -588,30 +604,17 @@ fn regression_a_restored_claim_of_a_refused_change() {
 /// stamp): that left employee 1's primary on the email with no copy.
 #[test]
 fn regression_two_deliveries_of_one_change_one_refused() {
-    let put = |id, badge| Op::Put {
-        id,
-        name: 0,
-        email: 0,
-        badge,
-    };
-    let mut twice = vec![false; MAX_OPS];
-    twice[6] = true;
-    let plan = Plan {
-        ops: vec![
-            put(1, 0),
-            put(1, 0),
-            put(2, 0),
-            put(1, 0),
-            put(1, 0),
-            put(1, 0),
-            put(1, 1),
-        ],
-        order: vec![18, 18, 18, 18, 18, 18, 0, 0, 0, 0],
-        twice,
-        crash_at: Some(7),
-        workers: 1,
-        concurrency: 2,
-    };
+    let ops = vec![
+        put(1, 0, 0),
+        put(1, 0, 0),
+        put(2, 0, 0),
+        put(1, 0, 0),
+        put(1, 0, 0),
+        put(1, 0, 0),
+        put(1, 0, 1),
+    ];
+    let mut plan = regression_plan(ops, &[18, 18, 18, 18, 18, 18], &[6], Some(7));
+    (plan.workers, plan.concurrency) = (1, 2);
     check_embedded(plan);
 }
 
@@ -624,30 +627,9 @@ fn regression_two_deliveries_of_one_change_one_refused() {
 /// a second delivery takes the claim over, with the first one waiting.
 #[test]
 fn regression_a_second_delivery_meets_the_first_ones_claim() {
-    let mut twice = vec![false; MAX_OPS];
-    twice[0] = true;
-    let plan = Plan {
-        ops: vec![
-            Op::Put {
-                id: 3,
-                name: 0,
-                email: 0,
-                badge: 2,
-            },
-            Op::Remove { id: 1 },
-            Op::Put {
-                id: 1,
-                name: 0,
-                email: 0,
-                badge: 0,
-            },
-        ],
-        order: vec![0; MAX_OPS],
-        twice,
-        crash_at: Some(9),
-        workers: 1,
-        concurrency: 2,
-    };
+    let ops = vec![put(3, 0, 2), Op::Remove { id: 1 }, put(1, 0, 0)];
+    let mut plan = regression_plan(ops, &[], &[0], Some(9));
+    (plan.workers, plan.concurrency) = (1, 2);
     check_embedded(plan);
 }
 
@@ -660,32 +642,17 @@ fn regression_a_second_delivery_meets_the_first_ones_claim() {
 /// change waiting on it, and goes back down the list.
 #[test]
 fn regression_a_claim_taken_over_three_times_goes_back_down_the_line() {
-    let put = |id, email, badge| Op::Put {
-        id,
-        name: 0,
-        email,
-        badge,
-    };
-    let mut twice = vec![false; MAX_OPS];
-    twice[1] = true;
-    twice[7] = true;
-    let plan = Plan {
-        ops: vec![
-            put(1, 0, 0),
-            put(4, 0, 2),
-            put(2, 1, 1),
-            Op::Remove { id: 3 },
-            put(1, 0, 0),
-            put(1, 0, 0),
-            put(1, 0, 0),
-            put(4, 0, 1),
-            put(1, 0, 0),
-        ],
-        order: vec![109, 0, 0, 0, 109, 113, 109, 0, 0, 0],
-        twice,
-        crash_at: None,
-        workers: 2,
-        concurrency: 3,
-    };
-    check_embedded(plan);
+    let ops = vec![
+        put(1, 0, 0),
+        put(4, 0, 2),
+        put(2, 1, 1),
+        Op::Remove { id: 3 },
+        put(1, 0, 0),
+        put(1, 0, 0),
+        put(1, 0, 0),
+        put(4, 0, 1),
+        put(1, 0, 0),
+    ];
+    let order = [109, 0, 0, 0, 109, 113, 109];
+    check_embedded(regression_plan(ops, &order, &[1, 7], None));
 }
