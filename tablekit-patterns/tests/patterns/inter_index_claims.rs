@@ -1,0 +1,219 @@
+//! Who a claim of the inter-partition index belongs to, when a change finds
+//! one already under its value: a claim written by an older version of the
+//! worker (a rolling deployment: no `ClaimMessage`), a claim of another
+//! delivery of the same change, and a claim of an older change of the same
+//! employee. Each case puts the claim in place by hand, as the worker that
+//! left it would have, then runs the change. On Azurite and on the embedded
+//! store.
+
+use crate::common;
+
+use common::Services;
+
+use tablekit::{DynamicEntity, EdmValue, QueueClient, TableClient, TableEntity};
+use tablekit_patterns::eventual::Worker;
+use tablekit_patterns::inter_index::{
+    InterIndex, InterPartitionIndex, CHANGE_STAMP, CLAIM_MESSAGE, CLAIM_WAITING, PENDING,
+    PRIMARY_ROW_KEY,
+};
+
+#[derive(TableEntity, Debug, Clone, PartialEq)]
+#[tablekit(partition_key = "{department}", row_key = "{employee_id:06}")]
+struct Employee {
+    department: String,
+    employee_id: u32,
+    email: String,
+    badge: String,
+}
+
+fn emp(id: u32, email: &str, badge: &str) -> Employee {
+    Employee {
+        department: "Sales".into(),
+        employee_id: id,
+        email: email.into(),
+        badge: badge.into(),
+    }
+}
+
+struct Env {
+    s: Services,
+    raw: TableClient<DynamicEntity>,
+    by_email: InterIndex<Employee>,
+    by_badge: InterIndex<Employee>,
+    index: InterPartitionIndex<Employee>,
+    jobs: QueueClient,
+    poison: QueueClient,
+}
+
+impl Env {
+    async fn new(s: &Services) -> Env {
+        let employees = common::fresh_table::<Employee>(&s.tables, "Claims").await;
+        let jobs = s
+            .queues
+            .queue(&common::unique_name("claims-").to_lowercase())
+            .unwrap();
+        let poison = s.queues.queue(&format!("{}-poison", jobs.name())).unwrap();
+        jobs.create_queue().await.unwrap();
+        poison.create_queue().await.unwrap();
+        let by_email = InterIndex::unique("email", "email_", |e: &Employee| e.email.clone());
+        let by_badge = InterIndex::unique("badge", "badge_", |e: &Employee| e.badge.clone());
+        let index = InterPartitionIndex::new(employees.clone(), "empid_", jobs.clone())
+            .with_index(&by_email)
+            .unwrap()
+            .with_index(&by_badge)
+            .unwrap();
+        Env {
+            s: s.clone(),
+            raw: employees.with_type(),
+            by_email,
+            by_badge,
+            index,
+            jobs,
+            poison,
+        }
+    }
+
+    /// Runs every message once; a failed one goes to the poison queue.
+    async fn drain(&self) -> (u64, u64) {
+        let report = self
+            .index
+            .attach(Worker::builder(self.jobs.clone(), self.s.tables.clone()))
+            .poison_queue(self.poison.clone())
+            .visibility_timeout(self.s.visibility)
+            .max_dequeue_count(1)
+            .build()
+            .unwrap()
+            .drain()
+            .await
+            .unwrap();
+        (report.succeeded, report.poisoned)
+    }
+
+    /// Sends the put of `e`; its stamp, read from the queue.
+    async fn put(&self, e: &Employee) -> i64 {
+        self.index.put(e).await.unwrap();
+        let peeked = self.jobs.peek(32).await.unwrap();
+        let body: serde_json::Value =
+            serde_json::from_slice(peeked.last().unwrap().body()).unwrap();
+        body["op"]["put"]["stamp"].as_i64().unwrap()
+    }
+
+    /// Stores a claim of employee `id` on email `email`, held by the change
+    /// `stamp` (by `message`, if any) with `waiting` listed.
+    async fn claim(&self, id: u32, email: &str, stamp: i64, message: Option<&str>, waiting: &str) {
+        let mut claim = DynamicEntity::new("email_Sales", email)
+            .with(PRIMARY_ROW_KEY, format!("{id:06}"))
+            .with(CHANGE_STAMP, stamp)
+            .with(PENDING, true);
+        if let Some(m) = message {
+            claim.set(CLAIM_MESSAGE, m.to_owned());
+        }
+        if !waiting.is_empty() {
+            claim.set(CLAIM_WAITING, waiting.to_owned());
+        }
+        self.raw.insert(&claim).await.unwrap();
+    }
+
+    async fn email_row(&self, email: &str) -> Option<DynamicEntity> {
+        self.raw.get(("email_Sales", email)).await.unwrap()
+    }
+}
+
+fn is_claim(d: &DynamicEntity) -> bool {
+    d.get(PENDING) == Some(&EdmValue::Boolean(true))
+}
+
+/// A worker of the version before claims named their message crashed after
+/// claiming; the new worker runs the change again: the claim is its own.
+/// Applied, it becomes the copy; refused (the badge is taken), it is given
+/// up and deleted.
+async fn a_claim_from_before_claims_named_their_message_is_its_changes(s: Services) {
+    let env = Env::new(&s).await;
+    let stamp = env.put(&emp(223, "jones@contoso.com", "b1")).await;
+    env.claim(223, "jones@contoso.com", stamp, None, "").await;
+    assert_eq!(env.drain().await, (1, 0));
+    let copy = env.email_row("jones@contoso.com").await.unwrap();
+    assert!(!is_claim(&copy), "{copy:?}");
+    let found = env
+        .index
+        .lookup(&env.by_email, "Sales", "jones@contoso.com");
+    assert_eq!(
+        found.await.unwrap(),
+        Some(emp(223, "jones@contoso.com", "b1"))
+    );
+
+    let stamp = env.put(&emp(224, "kim@contoso.com", "b1")).await;
+    env.claim(224, "kim@contoso.com", stamp, None, "").await;
+    assert_eq!(env.drain().await, (0, 1), "refused: b1 is 223's");
+    assert_eq!(env.email_row("kim@contoso.com").await, None);
+}
+
+/// The change was sent twice; the first delivery claimed the email and
+/// crashed (its message will run again). The second takes the claim over
+/// with the first one waiting: if it goes through, the claim becomes the
+/// copy; if it is refused, the claim goes back to the first delivery, which
+/// is still to run, instead of being deleted under it.
+async fn a_claim_of_another_delivery_goes_back_to_it(s: Services) {
+    let env = Env::new(&s).await;
+    let stamp = env.put(&emp(223, "jones@contoso.com", "b1")).await;
+    env.claim(223, "jones@contoso.com", stamp, Some("first"), "")
+        .await;
+    assert_eq!(env.drain().await, (1, 0));
+    let copy = env.email_row("jones@contoso.com").await.unwrap();
+    assert!(!is_claim(&copy), "{copy:?}");
+
+    let stamp = env.put(&emp(224, "kim@contoso.com", "b1")).await;
+    env.claim(224, "kim@contoso.com", stamp, Some("first"), "")
+        .await;
+    assert_eq!(env.drain().await, (0, 1), "refused: b1 is 223's");
+    let claim = env.email_row("kim@contoso.com").await.unwrap();
+    assert!(is_claim(&claim), "{claim:?}");
+    assert_eq!(claim.get(CHANGE_STAMP), Some(&EdmValue::Int64(stamp)));
+    assert_eq!(
+        claim.get(CLAIM_MESSAGE),
+        Some(&EdmValue::String("first".into()))
+    );
+    assert_eq!(claim.get(CLAIM_WAITING), None);
+}
+
+/// An older change of 224 holds the email's claim, and another change
+/// older still waits on it. The newer change takes the claim over: refused
+/// (the badge is 223's), it gives the claim back to the older holder, with
+/// the one waiting still listed; applied (with a free badge), the older
+/// changes are overtaken and the claim becomes the copy.
+async fn a_claim_of_older_changes_goes_back_down_the_line(s: Services) {
+    let env = Env::new(&s).await;
+    env.put(&emp(223, "jones@contoso.com", "b1")).await;
+    assert_eq!(env.drain().await, (1, 0));
+
+    let stamp = env.put(&emp(224, "kim@contoso.com", "b1")).await;
+    let waiting = format!("{} oldest", stamp - 2);
+    env.claim(224, "kim@contoso.com", stamp - 1, Some("older"), &waiting)
+        .await;
+    assert_eq!(env.drain().await, (0, 1), "refused: b1 is 223's");
+    let claim = env.email_row("kim@contoso.com").await.unwrap();
+    assert!(is_claim(&claim), "{claim:?}");
+    assert_eq!(claim.get(CHANGE_STAMP), Some(&EdmValue::Int64(stamp - 1)));
+    assert_eq!(
+        claim.get(CLAIM_MESSAGE),
+        Some(&EdmValue::String("older".into()))
+    );
+    assert_eq!(claim.get(CLAIM_WAITING), Some(&EdmValue::String(waiting)));
+
+    env.put(&emp(224, "kim@contoso.com", "b2")).await;
+    assert_eq!(env.drain().await, (1, 0));
+    let copy = env.email_row("kim@contoso.com").await.unwrap();
+    assert!(!is_claim(&copy), "{copy:?}");
+    assert_eq!(copy.get(CLAIM_WAITING), None);
+    let found = env.index.lookup(&env.by_badge, "Sales", "b2");
+    assert_eq!(
+        found.await.unwrap(),
+        Some(emp(224, "kim@contoso.com", "b2"))
+    );
+}
+
+common::on_both_services!(
+    a_claim_from_before_claims_named_their_message_is_its_changes,
+    a_claim_of_another_delivery_goes_back_to_it,
+    a_claim_of_older_changes_goes_back_down_the_line,
+);
