@@ -108,6 +108,10 @@
 //! copied to the poison queue with the last error ([`PoisonedMessage`]) and
 //! then deleted from the main queue: in that order, so a crash in between
 //! leaves a duplicate in the poison queue, never a lost message. A message
+//! that comes back because its last attempt stopped (its worker died) is
+//! not run again; if its kind has a give-up step
+//! ([`WorkerBuilder::on_give_up`]), that runs first, once, to release what
+//! the operation held for a later attempt. A message
 //! that is not an envelope at all (not JSON, no format version, a version 1
 //! envelope that does not parse) goes to the poison queue at once: no
 //! worker could ever run it. Transient errors of single requests

@@ -22,6 +22,27 @@ use crate::error::refused;
 
 type Handler = Box<dyn Fn(serde_json::Value, StepContext) -> BoxFuture<OpResult> + Send + Sync>;
 
+/// `f` as a [`Handler`] of messages of kind `kind`, whose operation reads as
+/// `M`.
+fn erase<M, F, Fut>(kind: &str, f: F) -> Handler
+where
+    M: DeserializeOwned + Send + 'static,
+    F: Fn(M, StepContext) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = OpResult> + Send + 'static,
+{
+    let f = Arc::new(f);
+    let kind = kind.to_owned();
+    Box::new(move |value, ctx| {
+        let f = f.clone();
+        let kind = kind.clone();
+        Box::pin(async move {
+            let op: M = serde_json::from_value(value)
+                .map_err(|e| format!("the {kind} operation does not read: {e}"))?;
+            f(op, ctx).await
+        })
+    })
+}
+
 /// What a worker did: counts of messages.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -60,6 +81,7 @@ pub struct WorkerBuilder {
     tables: TableServiceClient,
     blobs: Option<BlobServiceClient>,
     handlers: HashMap<String, Handler>,
+    give_ups: HashMap<String, Handler>,
     duplicate_kind: Option<String>,
     options: Options,
     hook: Option<Hook>,
@@ -193,20 +215,37 @@ impl WorkerBuilder {
         F: Fn(M, StepContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = OpResult> + Send + 'static,
     {
-        let handler = Arc::new(handler);
-        let kind_owned = kind.to_owned();
-        let erased: Handler = Box::new(move |value, ctx| {
-            let handler = handler.clone();
-            let kind = kind_owned.clone();
-            Box::pin(async move {
-                let op: M = serde_json::from_value(value)
-                    .map_err(|e| format!("the {kind} operation does not read: {e}"))?;
-                handler(op, ctx).await
-            })
-        });
-        if self.handlers.insert(kind.to_owned(), erased).is_some() {
+        if self
+            .handlers
+            .insert(kind.to_owned(), erase(kind, handler))
+            .is_some()
+        {
             self.duplicate_kind.get_or_insert_with(|| kind.to_owned());
         }
+        self
+    }
+
+    /// Runs `give_up` when a message of kind `kind` is poisoned because its
+    /// last attempt stopped without finishing (the worker running it died,
+    /// or was stopped): the message comes back once more than
+    /// [`max_dequeue_count`](Self::max_dequeue_count) allows. Instead of
+    /// running the operation again (it may be what stops the workers), the
+    /// worker runs `give_up` with the message's operation, then poisons the
+    /// message. A give-up releases what the operation holds on behalf of a
+    /// later attempt, which will never come (the
+    /// [`inter_index`](crate::inter_index) gives up its claims on unique
+    /// values); it must be idempotent, as every step is. It runs once: if
+    /// it stops too, the next receive poisons the message without it. Its
+    /// error, if any, is added to the poisoned message's error text. An
+    /// attempt that fails (rather than stops) on its last receive has its
+    /// own error path, and no give-up runs.
+    pub fn on_give_up<M, F, Fut>(mut self, kind: &str, give_up: F) -> Self
+    where
+        M: DeserializeOwned + Send + 'static,
+        F: Fn(M, StepContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = OpResult> + Send + 'static,
+    {
+        self.give_ups.insert(kind.to_owned(), erase(kind, give_up));
         self
     }
 
@@ -320,6 +359,7 @@ impl WorkerBuilder {
                 tables: self.tables,
                 blobs: self.blobs,
                 handlers: self.handlers,
+                give_ups: self.give_ups,
                 hook: self.hook,
                 heartbeat,
                 retry_delay,
@@ -356,6 +396,7 @@ struct WorkerInner {
     tables: TableServiceClient,
     blobs: Option<BlobServiceClient>,
     handlers: HashMap<String, Handler>,
+    give_ups: HashMap<String, Handler>,
     hook: Option<Hook>,
     heartbeat: Duration,
     retry_delay: Duration,
@@ -440,6 +481,7 @@ impl Worker {
             tables,
             blobs: None,
             handlers: HashMap::new(),
+            give_ups: HashMap::new(),
             duplicate_kind: None,
             options: Options {
                 concurrency: 1,
@@ -635,13 +677,21 @@ impl WorkerInner {
         span.record("kind", envelope.kind.as_str());
         let count = message.dequeue_count();
         if count > self.options.max_dequeue_count {
-            let why = format!(
+            let mut why = format!(
                 "received {count} times, over the limit of {}; last error: {}",
                 self.options.max_dequeue_count,
                 envelope.last_error.as_deref().unwrap_or(
                     "none recorded (the workers that received it stopped before finishing)"
                 ),
             );
+            // Once: a give-up that stopped too is not run again.
+            let give_up = self.give_ups.get(&envelope.kind);
+            if let Some(give_up) = give_up.filter(|_| count == self.options.max_dequeue_count + 1) {
+                match give_up(envelope.op.clone(), self.context(&message, count)).await {
+                    Ok(()) => why.push_str("; what it held was given up"),
+                    Err(e) => why.push_str(&format!("; giving up what it held failed: {e}")),
+                }
+            }
             return self.poison(&message, &why).await;
         }
         let Some(handler) = self.handlers.get(&envelope.kind) else {
@@ -653,18 +703,8 @@ impl WorkerInner {
             );
             return self.defer_unknown(&mut message, &why).await;
         };
-        let ctx = StepContext {
-            inner: Arc::new(ContextInner {
-                tables: self.tables.clone(),
-                blobs: self.blobs.clone(),
-                message_id: message.id().to_owned(),
-                dequeue_count: count,
-                hook: self.hook.clone(),
-                steps: AtomicUsize::new(0),
-            }),
-        };
         let result = {
-            let run = handler(envelope.op.clone(), ctx);
+            let run = handler(envelope.op.clone(), self.context(&message, count));
             tokio::pin!(run);
             let mut beat = tokio::time::interval_at(
                 tokio::time::Instant::now() + self.heartbeat,
@@ -711,6 +751,20 @@ impl WorkerInner {
                 }
                 Outcome::Failed
             }
+        }
+    }
+
+    /// The context of an attempt of `message`, received `count` times.
+    fn context(&self, message: &QueueMessage, count: u32) -> StepContext {
+        StepContext {
+            inner: Arc::new(ContextInner {
+                tables: self.tables.clone(),
+                blobs: self.blobs.clone(),
+                message_id: message.id().to_owned(),
+                dequeue_count: count,
+                hook: self.hook.clone(),
+                steps: AtomicUsize::new(0),
+            }),
         }
     }
 

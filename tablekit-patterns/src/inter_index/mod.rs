@@ -180,14 +180,17 @@
 //!   no longer known. Such a copy has an older stamp than its primary;
 //!   [`lookup_verified`](InterPartitionIndex::lookup_verified) and
 //!   [`list_verified`](InterPartitionIndex::list_verified) repair it (a
-//!   delete conditional on the copy's ETag) when they find it. A claim
-//!   left by a message that never runs again (its last attempt crashed
-//!   after claiming, so it was poisoned without giving anything up) holds
-//!   its value until a newer change of the same entity is applied; then
+//!   delete conditional on the copy's ETag) when they find it. A change
+//!   whose last attempt stopped (its worker died) is given up when the
+//!   message comes back over its limit: before poisoning it, the worker
+//!   takes the change off its claims ([`WorkerBuilder::on_give_up`], registered by
+//!   [`attach`](InterPartitionIndex::attach)); if it had written its
+//!   primary, the claims become its copies and its non-unique copies are
+//!   written. Only if that give-up stops too does a claim stay; it holds
+//!   its value until a newer change of the same entity is applied, and then
 //!   that change, if it claims the value too, or the next
 //!   [`lookup_verified`](InterPartitionIndex::lookup_verified) of the value
-//!   removes it. A change that fails or is refused in any other way gives
-//!   its claims up.
+//!   removes it.
 //! * A put older than a purged tombstone would bring the entity back: purge
 //!   only past the queue's message time-to-live.
 //! * A put that finds a newer put of the same entity claiming a unique
@@ -467,13 +470,21 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         format!("{}{partition_key}", self.inner.prefix)
     }
 
-    /// Registers this index's changes with a worker builder.
+    /// Registers this index's changes with a worker builder, and what a
+    /// change gives up when its last attempt stopped without finishing
+    /// ([`WorkerBuilder::on_give_up`]): its claims, so they do not hold
+    /// their values for good.
     pub fn attach(&self, builder: WorkerBuilder) -> WorkerBuilder {
-        let this = self.clone();
-        builder.handle(&self.inner.kind, move |change: Change, ctx: StepContext| {
-            let this = this.clone();
-            async move { this.apply(change, &ctx).await }
-        })
+        let (this, that) = (self.clone(), self.clone());
+        builder
+            .handle(&self.inner.kind, move |change: Change, ctx: StepContext| {
+                let this = this.clone();
+                async move { this.apply(change, &ctx).await }
+            })
+            .on_give_up(&self.inner.kind, move |change: Change, ctx: StepContext| {
+                let that = that.clone();
+                async move { that.give_up(change, &ctx).await }
+            })
     }
 
     fn table_of(&self, def: &IndexDef<T>) -> TableClient<DynamicEntity> {

@@ -101,20 +101,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 // A newer change (or, on a tie, the one stored) wins; undo
                 // what an earlier attempt of this one may have left (a claim,
                 // or a copy written after the newer change's).
-                for (i, (def, copy)) in self.inner.indexes.iter().zip(&copies).enumerate() {
-                    let copy_key = EntityKey::new(&copy.partition_key, &copy.row_key);
-                    if let Some((found, etag)) = ctx.read(&self.table_of(def), copy_key).await? {
-                        if named_primary(&found) == Some(own)
-                            && stamp_of(&found) == stamp
-                            && !is_pending(&found)
-                        {
-                            self.settle_copy(ctx, i, copy, &etag, &current).await?;
-                        }
-                    }
-                }
-                // Its claims (held, or waited on).
-                self.give_up_claims(ctx, &copies, stamp).await?;
-                return Ok(());
+                return self.undo_leftovers(ctx, &copies, stamp, &current).await;
             }
             // Claim the unique values first: a refused change writes nothing.
             let slots = self.claim_all(ctx, &copies, stamp, true).await?;
@@ -138,6 +125,67 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
             return self.recheck(ctx, &key, &copies, &etags, stamp).await;
         }
         Err(format!("the primary {key} kept changing; will retry later").into())
+    }
+
+    /// Brings in line what attempts of the change `stamp` left under its
+    /// values, the primary being `current`: each copy it wrote is rewritten
+    /// from the primary if that shows the value, deleted otherwise; and the
+    /// change is taken off its claims.
+    async fn undo_leftovers(
+        &self,
+        ctx: &StepContext,
+        copies: &[DynamicEntity],
+        stamp: i64,
+        current: &Current<T>,
+    ) -> OpResult {
+        for (i, (def, copy)) in self.inner.indexes.iter().zip(copies).enumerate() {
+            let copy_key = EntityKey::new(&copy.partition_key, &copy.row_key);
+            if let Some((found, etag)) = ctx.read(&self.table_of(def), copy_key).await? {
+                if named_primary(&found) == named_primary(copy)
+                    && stamp_of(&found) == stamp
+                    && !is_pending(&found)
+                {
+                    self.settle_copy(ctx, i, copy, &etag, current).await?;
+                }
+            }
+        }
+        self.give_up_claims(ctx, copies, stamp).await
+    }
+
+    /// What a change gives up when its last attempt stopped without
+    /// finishing and it is poisoned (see [`WorkerBuilder::on_give_up`](crate::eventual::WorkerBuilder::on_give_up)):
+    /// its claims are given up, and the copies it wrote are brought in line
+    /// with the primary as stored, as for a stale change. If it had written
+    /// the primary, the primary keeps its values: each claim becomes its
+    /// copy, and the copies of the non-unique indexes are written from it,
+    /// so the primary is not left without them (copies under its old
+    /// values, if the attempt stopped before deleting them, are left to the
+    /// verified reads). A remove holds nothing.
+    pub(super) async fn give_up(&self, change: Change, ctx: &StepContext) -> OpResult {
+        let Change::Put { entity, stamp } = change else {
+            return Ok(());
+        };
+        let json = serde_json::to_vec(&entity)?;
+        let entity: T = entity_from_json(&json)?;
+        let (primary, copies) = self.stored(&entity, stamp)?;
+        let key = EntityKey::new(&primary.partition_key, &primary.row_key);
+        let current = self.read_primary(ctx, &key).await?;
+        if let Current::Live {
+            entity, stamp: s, ..
+        } = &current
+        {
+            if *s == stamp {
+                // Its primary is written: its copies are the primary's.
+                let (_, written) = self.stored(entity, stamp)?;
+                for (def, fresh) in self.inner.indexes.iter().zip(&written) {
+                    if !def.unique {
+                        ctx.insert_or_replace(&self.table_of(def), fresh).await?;
+                    }
+                }
+                return self.give_up_claims(ctx, &written, stamp).await;
+            }
+        }
+        self.undo_leftovers(ctx, &copies, stamp, &current).await
     }
 
     /// Writes each copy as its slot allows; the ETag of each one written.

@@ -359,3 +359,115 @@ async fn put_blob_if_not_exists_reports_a_conflict_other_than_an_existing_blob()
     let blob = blobs.container("exports").unwrap().blob("a.json").unwrap();
     assert!(!ctx.put_blob_if_not_exists(&blob, "v1").await.unwrap());
 }
+
+/// `on_give_up` runs for a message whose last attempt stopped without
+/// finishing, once, before the message is poisoned; not for one whose last
+/// attempt failed (its handler had its own error path), and not again once
+/// the give-up itself stopped.
+async fn a_give_up_runs_once_for_a_last_attempt_that_stopped(s: Services) {
+    let jobs = s
+        .queues
+        .queue(&common::unique_name("giveup-").to_lowercase())
+        .unwrap();
+    let poison = s.queues.queue(&format!("{}-poison", jobs.name())).unwrap();
+    jobs.create_queue().await.unwrap();
+    poison.create_queue().await.unwrap();
+    let given_up = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let stopped = Arc::new(tokio::sync::Notify::new());
+    let worker = |stop_give_up: bool| {
+        let (given_up, stopped, stopped2) = (given_up.clone(), stopped.clone(), stopped.clone());
+        Worker::builder(jobs.clone(), s.tables.clone())
+            .poison_queue(poison.clone())
+            .visibility_timeout(s.visibility)
+            .max_dequeue_count(1)
+            .handle("test.op", move |op: String, _ctx: StepContext| {
+                let stopped = stopped.clone();
+                async move {
+                    if op == "stops" {
+                        stopped.notify_one();
+                        std::future::pending::<()>().await;
+                    }
+                    Err("fails".into())
+                }
+            })
+            .on_give_up("test.op", move |op: String, _ctx: StepContext| {
+                let (given_up, stopped) = (given_up.clone(), stopped2.clone());
+                async move {
+                    given_up.lock().unwrap().push(op);
+                    if stop_give_up {
+                        stopped.notify_one();
+                        std::future::pending::<()>().await;
+                    }
+                    Ok(())
+                }
+            })
+            .build()
+            .unwrap()
+    };
+    let pass_timeout = || async {
+        match &s.clock {
+            Some(clock) => clock.advance(s.visibility + Duration::from_secs(1)),
+            None => tokio::time::sleep(s.visibility + Duration::from_millis(700)).await,
+        }
+    };
+    let stop = |stop_give_up: bool| {
+        let worker = worker(stop_give_up);
+        let stopped = stopped.clone();
+        async move {
+            let run = tokio::spawn(async move { worker.run_once().await });
+            let reached = tokio::time::timeout(Duration::from_secs(60), stopped.notified()).await;
+            run.abort();
+            let _ = run.await;
+            assert!(reached.is_ok(), "the worker did not stop where it should");
+        }
+    };
+    let eventual = Eventual::new(jobs.clone());
+
+    eventual.enqueue_kind("test.op", "fails").await.unwrap();
+    let report = worker(false).drain().await.unwrap();
+    assert_eq!(report.poisoned, 1, "{report:?}");
+    assert!(
+        given_up.lock().unwrap().is_empty(),
+        "a failed attempt gives up nothing"
+    );
+
+    eventual.enqueue_kind("test.op", "stops").await.unwrap();
+    stop(false).await;
+    pass_timeout().await;
+    let report = worker(false).drain().await.unwrap();
+    assert_eq!(report.poisoned, 1, "{report:?}");
+    assert_eq!(*given_up.lock().unwrap(), ["stops"]);
+
+    eventual.enqueue_kind("test.op", "stops").await.unwrap();
+    stop(false).await;
+    pass_timeout().await;
+    stop(true).await;
+    pass_timeout().await;
+    let report = worker(false).drain().await.unwrap();
+    assert_eq!(report.poisoned, 1, "{report:?}");
+    assert_eq!(*given_up.lock().unwrap(), ["stops", "stops"], "once");
+
+    let errors: Vec<String> = poison
+        .receive()
+        .max_messages(32)
+        .await
+        .unwrap()
+        .iter()
+        .map(|m| {
+            m.json::<tablekit_patterns::eventual::PoisonedMessage>()
+                .unwrap()
+                .error
+        })
+        .collect();
+    assert_eq!(errors.len(), 3);
+    assert_eq!(
+        errors
+            .iter()
+            .filter(|e| e.ends_with("; what it held was given up"))
+            .count(),
+        1,
+        "{errors:?}"
+    );
+}
+
+common::on_both_services!(a_give_up_runs_once_for_a_last_attempt_that_stopped);

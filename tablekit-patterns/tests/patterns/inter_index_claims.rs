@@ -3,19 +3,24 @@
 //! worker (a rolling deployment: no `ClaimMessage`), a claim of another
 //! delivery of the same change, and a claim of an older change of the same
 //! employee. Each case puts the claim in place by hand, as the worker that
-//! left it would have, then runs the change. On Azurite and on the embedded
-//! store.
+//! left it would have, then runs the change. And a change whose last attempt
+//! stops (its worker dies) after claiming: the worker that then poisons it
+//! gives its claims up first. On Azurite and on the embedded store.
 
 use crate::common;
 
 use common::Services;
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use tablekit::{DynamicEntity, EdmValue, QueueClient, TableClient, TableEntity};
-use tablekit_patterns::eventual::Worker;
+use tablekit_patterns::eventual::{Event, PoisonedMessage, Worker};
 use tablekit_patterns::inter_index::{
     InterIndex, InterPartitionIndex, CHANGE_STAMP, CLAIM_MESSAGE, CLAIM_WAITING, PENDING,
     PRIMARY_ROW_KEY,
 };
+use tokio::sync::Notify;
 
 #[derive(TableEntity, Debug, Clone, PartialEq)]
 #[tablekit(partition_key = "{department}", row_key = "{employee_id:06}")]
@@ -119,6 +124,58 @@ impl Env {
     }
 }
 
+impl Env {
+    /// Runs one message with a worker that stops for good at the first step
+    /// named `name` (a worker that dies there), on receive `at`, and is then
+    /// aborted; the message comes back after its visibility timeout.
+    async fn stop_at(&self, name: &'static str, at: u32) {
+        let reached = Arc::new(Notify::new());
+        let signal = reached.clone();
+        let worker = self
+            .index
+            .attach(Worker::builder(self.jobs.clone(), self.s.tables.clone()))
+            .poison_queue(self.poison.clone())
+            .visibility_timeout(self.s.visibility)
+            .max_dequeue_count(1)
+            .step_hook(move |event| {
+                let signal = signal.clone();
+                async move {
+                    if let Event::Step {
+                        name: step,
+                        dequeue_count,
+                        ..
+                    } = event
+                    {
+                        if dequeue_count == at && step.starts_with(name) {
+                            signal.notify_one();
+                            std::future::pending::<()>().await;
+                        }
+                    }
+                    Ok(())
+                }
+            })
+            .build()
+            .unwrap();
+        let run = tokio::spawn(async move { worker.run_once().await });
+        let reached = tokio::time::timeout(Duration::from_secs(60), reached.notified()).await;
+        run.abort();
+        assert!(reached.is_ok(), "no step {name:?} on receive {at}");
+        let _ = run.await;
+        match &self.s.clock {
+            Some(clock) => clock.advance(self.s.visibility + Duration::from_secs(1)),
+            None => tokio::time::sleep(self.s.visibility + Duration::from_millis(700)).await,
+        }
+    }
+
+    /// The error texts of the poisoned messages.
+    async fn poisoned(&self) -> Vec<String> {
+        let got = self.poison.receive().max_messages(32).await.unwrap();
+        got.iter()
+            .map(|m| m.json::<PoisonedMessage>().unwrap().error)
+            .collect()
+    }
+}
+
 fn is_claim(d: &DynamicEntity) -> bool {
     d.get(PENDING) == Some(&EdmValue::Boolean(true))
 }
@@ -212,7 +269,56 @@ async fn a_claim_of_older_changes_goes_back_down_the_line(s: Services) {
     );
 }
 
+/// The last attempt of 223's change stops for good right after claiming
+/// its email (its worker dies). The message comes back over its limit: the
+/// worker gives the claim up, then poisons it, and the email is free for
+/// 224. Had the attempt stopped after writing the primary, the primary
+/// keeps the email, and the claim becomes its copy.
+async fn a_change_whose_last_attempt_stopped_gives_up_its_claims(s: Services) {
+    let env = Env::new(&s).await;
+    env.put(&emp(223, "jones@contoso.com", "b1")).await;
+    env.stop_at("claim", 1).await;
+    assert!(is_claim(&env.email_row("jones@contoso.com").await.unwrap()));
+    assert_eq!(env.drain().await, (0, 1));
+    let errors = env.poisoned().await;
+    assert_eq!(errors.len(), 1);
+    assert!(
+        errors[0].ends_with("; what it held was given up"),
+        "{errors:?}"
+    );
+    assert_eq!(env.email_row("jones@contoso.com").await, None);
+    env.put(&emp(224, "jones@contoso.com", "b2")).await;
+    assert_eq!(env.drain().await, (1, 0), "the email is free");
+
+    env.put(&emp(225, "lee@contoso.com", "b3")).await;
+    env.stop_at("insert", 1).await;
+    assert_eq!(env.drain().await, (0, 1));
+    let copy = env.email_row("lee@contoso.com").await.unwrap();
+    assert!(!is_claim(&copy), "{copy:?}");
+    let found = env.index.lookup(&env.by_badge, "Sales", "b3");
+    assert_eq!(
+        found.await.unwrap(),
+        Some(emp(225, "lee@contoso.com", "b3"))
+    );
+}
+
+/// The give-up runs once: if it stops too (on the receive after the limit),
+/// the next receive poisons the message without it, and the claim stays
+/// (the case the module docs name).
+async fn a_give_up_that_stops_too_is_not_run_again(s: Services) {
+    let env = Env::new(&s).await;
+    env.put(&emp(223, "jones@contoso.com", "b1")).await;
+    env.stop_at("claim", 1).await;
+    env.stop_at("read", 2).await;
+    assert_eq!(env.drain().await, (0, 1));
+    let errors = env.poisoned().await;
+    assert!(!errors[0].contains("given up"), "{errors:?}");
+    assert!(is_claim(&env.email_row("jones@contoso.com").await.unwrap()));
+}
+
 common::on_both_services!(
+    a_change_whose_last_attempt_stopped_gives_up_its_claims,
+    a_give_up_that_stops_too_is_not_run_again,
     a_claim_from_before_claims_named_their_message_is_its_changes,
     a_claim_of_another_delivery_goes_back_to_it,
     a_claim_of_older_changes_goes_back_down_the_line,
