@@ -230,11 +230,14 @@ pub(super) fn newer_claim(key: &EntityKey) -> OpError {
 
 impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     /// Claims the copy `copy` of the unique index `def` (as `first_read`
-    /// found it) for its primary and this change: an insert (as a claim if `pending`) if there is none; if
-    /// this primary holds it under an older stamp and `pending`, the same
-    /// copy stamped `stamp` (so an older change racing this one, which
-    /// deletes only copies older than itself, leaves it); [`Taken`] if
-    /// another primary holds it.
+    /// found it) for its primary and this change: an insert (as a claim if
+    /// `pending`) if there is none. If this primary's copy is there under an
+    /// older stamp and `pending`, the same copy stamped `stamp` (so an older
+    /// change racing this one, which deletes only copies older than itself,
+    /// leaves it); if a claim of an older change of this primary (or of
+    /// another delivery of this one) is there, the claim taken over, that
+    /// change waiting on it; if a newer change's claim is there, an error
+    /// (retried later). [`Taken`] if another primary holds it.
     pub(super) async fn claim(
         &self,
         ctx: &StepContext,
