@@ -159,13 +159,7 @@ impl Env {
                 .await
                 .unwrap();
         }
-        let jobs = s
-            .queues
-            .queue(&common::unique_name("model-").to_lowercase())
-            .unwrap();
-        let poison = s.queues.queue(&format!("{}-poison", jobs.name())).unwrap();
-        jobs.create_queue().await.unwrap();
-        poison.create_queue().await.unwrap();
+        let (jobs, poison) = common::fresh_queues(&s.queues, "model-").await;
         Env {
             s,
             log,

@@ -175,13 +175,7 @@ async fn an_export_to_a_blob_stopped_at_each_step_is_recovered(s: Services) {
             .container(&common::unique_name("export-").to_lowercase())
             .unwrap();
         container.create_container().await.unwrap();
-        let jobs = s
-            .queues
-            .queue(&common::unique_name("export-").to_lowercase())
-            .unwrap();
-        let poison = s.queues.queue(&format!("{}-poison", jobs.name())).unwrap();
-        jobs.create_queue().await.unwrap();
-        poison.create_queue().await.unwrap();
+        let (jobs, poison) = common::fresh_queues(&s.queues, "export-").await;
         for id in ["000456", "000457"] {
             t.insert(&DynamicEntity::new("Sales", id).with("Name", format!("n{id}")))
                 .await
@@ -365,13 +359,7 @@ async fn put_blob_if_not_exists_reports_a_conflict_other_than_an_existing_blob()
 /// attempt failed (its handler had its own error path), and not again once
 /// the give-up itself stopped.
 async fn a_give_up_runs_once_for_a_last_attempt_that_stopped(s: Services) {
-    let jobs = s
-        .queues
-        .queue(&common::unique_name("giveup-").to_lowercase())
-        .unwrap();
-    let poison = s.queues.queue(&format!("{}-poison", jobs.name())).unwrap();
-    jobs.create_queue().await.unwrap();
-    poison.create_queue().await.unwrap();
+    let (jobs, poison) = common::fresh_queues(&s.queues, "giveup-").await;
     let given_up = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let stopped = Arc::new(tokio::sync::Notify::new());
     let worker = |stop_give_up: bool| {

@@ -53,13 +53,7 @@ struct Env {
 impl Env {
     async fn new(s: &Services) -> Env {
         let employees = common::fresh_table::<Employee>(&s.tables, "Claims").await;
-        let jobs = s
-            .queues
-            .queue(&common::unique_name("claims-").to_lowercase())
-            .unwrap();
-        let poison = s.queues.queue(&format!("{}-poison", jobs.name())).unwrap();
-        jobs.create_queue().await.unwrap();
-        poison.create_queue().await.unwrap();
+        let (jobs, poison) = common::fresh_queues(&s.queues, "claims-").await;
         let by_email = InterIndex::unique("email", "email_", |e: &Employee| e.email.clone());
         let by_badge = InterIndex::unique("badge", "badge_", |e: &Employee| e.badge.clone());
         let index = InterPartitionIndex::new(employees.clone(), "empid_", jobs.clone())

@@ -156,13 +156,7 @@ impl Env {
     async fn new(s: &Services) -> Env {
         let employees = common::fresh_table::<Employee>(&s.tables, "Model").await;
         let names = common::fresh_table::<DynamicEntity>(&s.tables, "ModelNames").await;
-        let jobs = s
-            .queues
-            .queue(&common::unique_name("model-").to_lowercase())
-            .unwrap();
-        let poison = s.queues.queue(&format!("{}-poison", jobs.name())).unwrap();
-        jobs.create_queue().await.unwrap();
-        poison.create_queue().await.unwrap();
+        let (jobs, poison) = common::fresh_queues(&s.queues, "model-").await;
         let by_email = InterIndex::unique("email", "email_", |e: &Employee| e.email.clone());
         let by_badge =
             InterIndex::unique("badge", "badge_", |e: &Employee| e.badge.clone()).in_table(&names);

@@ -66,13 +66,7 @@ impl Env {
     async fn new(s: &Services) -> Env {
         let employees = common::fresh_table::<Employee>(&s.tables, "Employees").await;
         let names = common::fresh_table::<DynamicEntity>(&s.tables, "EmployeeNames").await;
-        let jobs = s
-            .queues
-            .queue(&common::unique_name("index-").to_lowercase())
-            .unwrap();
-        let poison = s.queues.queue(&format!("{}-poison", jobs.name())).unwrap();
-        jobs.create_queue().await.unwrap();
-        poison.create_queue().await.unwrap();
+        let (jobs, poison) = common::fresh_queues(&s.queues, "index-").await;
         let by_email = InterIndex::unique("email", "email_", |e: &Employee| e.email.to_lowercase());
         let by_name =
             InterIndex::non_unique("last name", "lastname_", |e: &Employee| e.last_name.clone())

@@ -11,8 +11,8 @@ use std::time::Duration;
 use tablekit::{
     clock::ManualClock,
     options::{ClientOptions, RetryPolicy},
-    Account, BlobServiceClient, DynamicEntity, QueueServiceClient, TableClient, TableEntity,
-    TableServiceClient,
+    Account, BlobServiceClient, DynamicEntity, QueueClient, QueueServiceClient, TableClient,
+    TableEntity, TableServiceClient,
 };
 
 /// The environment variable holding the test account's connection string.
@@ -249,6 +249,23 @@ pub async fn fresh_table<T: TableEntity>(svc: &TableServiceClient, prefix: &str)
         .expect("valid table name");
     table.create_table().await.expect("create the test table");
     table
+}
+
+/// Creates a work queue with a unique name and its poison queue
+/// (`<name>-poison`).
+pub async fn fresh_queues(svc: &QueueServiceClient, prefix: &str) -> (QueueClient, QueueClient) {
+    let jobs = svc
+        .queue(&unique_name(prefix).to_lowercase())
+        .expect("valid queue name");
+    let poison = svc
+        .queue(&format!("{}-poison", jobs.name()))
+        .expect("valid queue name");
+    jobs.create_queue().await.expect("create the test queue");
+    poison
+        .create_queue()
+        .await
+        .expect("create the poison queue");
+    (jobs, poison)
 }
 
 /// Every stored row of a partition, read directly (no pattern code involved).
