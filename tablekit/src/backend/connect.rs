@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 #[cfg(feature = "blob")]
 use super::blob::BlobBackend;
+use super::direct::TableBackend;
 #[cfg(all(feature = "embedded", feature = "blob"))]
 use super::embedded::blobs::Blobs;
 #[cfg(all(feature = "embedded", feature = "queue"))]
@@ -26,8 +27,11 @@ use crate::error::Result;
 use crate::options::ClientOptions;
 
 /// The Table service of `account`, over HTTP.
-pub(crate) fn connect(account: Account, options: &ClientOptions) -> Result<Arc<dyn Backend>> {
-    Ok(Arc::new(HttpBackend::new(account, &options.http)?))
+pub(crate) fn connect(account: Account, options: &ClientOptions) -> Result<TableBackend> {
+    Ok(TableBackend::Http(Arc::new(HttpBackend::new(
+        account,
+        &options.http,
+    )?)))
 }
 
 /// A fresh, empty, in-process table store.

@@ -99,7 +99,8 @@ struct EntitySeed<'s, 'de, T> {
     /// The type annotations met, shared between the entities of a page too.
     annotations: &'s mut Vec<(Cow<'de, str>, EdmType)>,
     failure: &'s mut Option<Error>,
-    etag: Option<&'s str>,
+    /// The answer's ETag header, which lives as long as its body.
+    etag: Option<&'de str>,
     /// The key a point read asked for: an entity under another is refused.
     key: Option<(&'s str, &'s str)>,
     _t: PhantomData<T>,
@@ -122,7 +123,7 @@ impl<'de, T: TableEntity> Visitor<'de> for EntitySeed<'_, 'de, T> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<T, A::Error> {
         let mut raw = RawEntity {
             props: std::mem::take(self.scratch),
-            etag: self.etag.map(|e| Cow::Owned(e.to_owned())),
+            etag: self.etag.map(Cow::Borrowed),
             ..Default::default()
         };
         raw.props.clear();
@@ -375,13 +376,15 @@ pub fn entity_from_json<T: TableEntity>(json: &[u8]) -> Result<T> {
 /// takes precedence over `odata.etag` in the body.
 ///
 /// With `key` (a point read's), an entity under another key is refused.
-pub(crate) fn decode_entity<T: TableEntity>(
-    body: &[u8],
-    etag: Option<&str>,
+pub(crate) fn decode_entity<'b, T: TableEntity>(
+    body: &'b [u8],
+    etag: Option<&'b str>,
     key: Option<(&str, &str)>,
 ) -> Result<T> {
     let mut failure = None;
-    let (mut scratch, mut annotations) = (Vec::new(), Vec::new());
+    // Room for the properties and type annotations of most entities: the
+    // buffers of a single entity are not grown as it is read.
+    let (mut scratch, mut annotations) = (Vec::with_capacity(16), Vec::with_capacity(8));
     let mut de = serde_json::Deserializer::from_slice(body);
     let seed = EntitySeed::<T> {
         scratch: &mut scratch,

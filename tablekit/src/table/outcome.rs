@@ -243,7 +243,7 @@ pub(crate) async fn resolve(
                     let mut w = Written::from_etag(etag);
                     w.confirmed_by_read_back = true;
                     if entity.timestamp.is_some() {
-                        w.timestamp = entity.timestamp;
+                        w.timestamp = Some(entity.timestamp);
                     }
                     Some(w)
                 }

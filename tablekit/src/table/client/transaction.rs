@@ -254,7 +254,6 @@ impl<T: TableEntity> Transaction<T> {
             && !handle.backend.stores_property_bags())
         .then(|| self.ops.iter().map(outcome::SentOp::of).collect());
         let result = handle
-            .backend
             .execute(Operation::Transaction {
                 table: &handle.name,
                 ops: self.ops,
