@@ -19,6 +19,7 @@ use super::http::queue::HttpQueueBackend;
 use super::http::HttpBackend;
 #[cfg(feature = "queue")]
 use super::queue::QueueBackend;
+#[cfg(feature = "embedded")]
 use super::Backend;
 use crate::account::Account;
 #[cfg(all(feature = "embedded", any(feature = "queue", feature = "blob")))]
