@@ -192,7 +192,7 @@ async fn read_capped(resp: Incoming, limit: u64, kind: Kind) -> Result<Bytes> {
         return Err(over(kind, limit, Some(n)));
     }
     let mut total: u64 = 0;
-    let capped = resp.into_stream().and_then(move |chunk| {
+    let capped = resp.into_body().and_then(move |chunk| {
         total = total.saturating_add(chunk.len() as u64);
         let checked = if total > limit {
             Err(over(kind, limit, None))
