@@ -171,7 +171,9 @@ pub(crate) struct BatchOp {
     pub(crate) key: EntityKey,
     /// The entity's JSON, for every kind but delete. It is what the 4 MiB limit
     /// is measured on, whatever the backend.
-    pub(crate) body: Option<Vec<u8>>,
+    /// Shared: a kept copy (for a read-back) and the backend's read of it
+    /// are the same bytes.
+    pub(crate) body: Option<Bytes>,
     /// The same entity as a checked property bag, for a backend that stores
     /// bags ([`Backend::stores_property_bags`]), which then need not parse `body`.
     // Read only by the embedded store.

@@ -20,7 +20,7 @@ pub(crate) fn encode(endpoint: &str, table: &str, ops: &[BatchOp]) -> Encoded {
     let changeset = format!("changeset_{}", uuid::Uuid::new_v4());
     let size: usize = ops
         .iter()
-        .map(|o| o.body.as_ref().map_or(0, Vec::len) + 400 + endpoint.len())
+        .map(|o| o.body.as_ref().map_or(0, bytes::Bytes::len) + 400 + endpoint.len())
         .sum();
     let mut b = Vec::with_capacity(size + 256);
     let line = |b: &mut Vec<u8>, parts: &[&str]| {
@@ -297,7 +297,9 @@ mod tests {
             BatchOp {
                 kind: BatchKind::Insert,
                 key: EntityKey::new("p", "1"),
-                body: Some(br#"{"PartitionKey":"p","RowKey":"1"}"#.to_vec()),
+                body: Some(bytes::Bytes::from_static(
+                    br#"{"PartitionKey":"p","RowKey":"1"}"#,
+                )),
                 bag: None,
             },
             BatchOp {
