@@ -573,6 +573,23 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_kept_alive_connection_keeps_one_deadline_timer_for_all_its_requests() {
+        // Each request moves the connection's timer to its own deadline: no
+        // timer is registered (and cancelled) per request.
+        let s = server(Script::Answer(16)).await;
+        let t = transport(&s.endpoint, |_| {});
+        for _ in 0..5 {
+            assert_eq!(get_all(&t).await.unwrap().len(), 16);
+        }
+        assert_eq!(
+            s.accepted.load(Ordering::SeqCst),
+            1,
+            "one kept-alive connection"
+        );
+        assert_eq!(t.pool().idle_timers_made(), [1]);
+    }
+
+    #[tokio::test]
     async fn a_kept_alive_connection_times_out_each_request_at_its_own_deadline() {
         // The connection's one timer is moved for every request: a request
         // that stalls after others on the same connection still times out,
