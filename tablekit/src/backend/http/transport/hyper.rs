@@ -150,7 +150,10 @@ impl HyperTransport {
             };
             let mut conn = match pooled {
                 Some(c) => c,
-                None => self.connect(deadline).await?,
+                // Boxed: connecting (TCP, TLS, a proxy's tunnel) is rare on a
+                // kept-alive pool, and its large future would otherwise sit
+                // inside every request's.
+                None => Box::pin(self.connect(deadline)).await?,
             };
             let sent = send_on(&mut conn, req, deadline).await;
             match sent {
