@@ -22,6 +22,9 @@
 //!   transport) alternating with the same requests by the bare loop: the
 //!   cleanest view of what tablekit adds per request, and (with
 //!   `FLOOR_MODE=pair`, nothing else runs) the run to profile.
+//! - `FLOOR_MODE=codec`: only `enc` and `dec`, `FLOOR_CODEC_ROUNDS` times, on
+//!   a page kept by an earlier run (`FLOOR_PAGE_OUT=<file>` keeps W4's first
+//!   page, `FLOOR_PAGE=<file>` reads it): the codecs' run to profile.
 //!
 //! Settings as in `workload.rs`: `TABLEKIT_TEST_CONNECTION_STRING` (or
 //! `TABLEKIT_CONNECTION_STRING`), `TABLEKIT_BENCH_N`, `TABLEKIT_BENCH_RUNTIME`
@@ -719,6 +722,10 @@ async fn workloads(ep: &Endpoint, n: usize) -> bool {
     );
     all_ok &= bad == 0;
 
+    if let Ok(path) = std::env::var("FLOOR_PAGE_OUT") {
+        // For `FLOOR_MODE=codec` (profiling the codecs without Azurite).
+        std::fs::write(&path, &first_page).expect("FLOOR_PAGE_OUT is writable");
+    }
     all_ok &= codecs(&entities, &first_page);
 
     for t in [&table, &single] {
@@ -1035,6 +1042,19 @@ fn main() {
     let runtime = builder.enable_all().build().expect("a tokio runtime");
     let ep = Endpoint::from_connection_string(&conn);
     let mode = std::env::var("FLOOR_MODE").unwrap_or_else(|_| "all".into());
+    if mode == "codec" {
+        // The codecs alone, on a page an earlier run kept (FLOOR_PAGE_OUT),
+        // FLOOR_CODEC_ROUNDS times: the run to profile them.
+        let path = std::env::var("FLOOR_PAGE").expect("FLOOR_PAGE: a page kept by FLOOR_PAGE_OUT");
+        let page = std::fs::read(path).expect("FLOOR_PAGE is readable");
+        let entities: Vec<Employee> = (0..n).map(build).collect();
+        let rounds = std::env::var("FLOOR_CODEC_ROUNDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1usize);
+        let ok = (0..rounds).all(|_| codecs(&entities, &page));
+        std::process::exit(if ok { 0 } else { 1 });
+    }
     eprintln!("floor: runtime {flavor}, N = {n}, mode {mode}");
     let ok = runtime.block_on(async {
         match mode.as_str() {

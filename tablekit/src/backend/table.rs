@@ -171,7 +171,9 @@ pub(crate) struct BatchOp {
     pub(crate) key: EntityKey,
     /// The entity's JSON, for every kind but delete. It is what the 4 MiB limit
     /// is measured on, whatever the backend.
-    pub(crate) body: Option<Vec<u8>>,
+    /// Shared: a kept copy (for a read-back) and the backend's read of it
+    /// are the same bytes.
+    pub(crate) body: Option<Bytes>,
     /// The same entity as a checked property bag, for a backend that stores
     /// bags ([`Backend::stores_property_bags`]), which then need not parse `body`.
     // Read only by the embedded store.
@@ -206,18 +208,40 @@ pub(crate) enum Response {
 }
 
 /// The outcome of a successful write: the entity's new ETag and Timestamp.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct Written {
     pub(crate) etag: ETag,
-    pub(crate) timestamp: Option<chrono::DateTime<chrono::Utc>>,
+    /// The Timestamp, if known apart from the ETag; `None`: the one the ETag
+    /// carries, read from it when asked for (most writes' callers never ask).
+    pub(crate) timestamp: Option<Option<chrono::DateTime<chrono::Utc>>>,
     pub(crate) confirmed_by_read_back: bool,
 }
+
+impl fmt::Debug for Written {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Written")
+            .field("etag", &self.etag)
+            .field("timestamp", &self.timestamp())
+            .field("confirmed_by_read_back", &self.confirmed_by_read_back)
+            .finish()
+    }
+}
+
+impl PartialEq for Written {
+    fn eq(&self, other: &Self) -> bool {
+        self.etag == other.etag
+            && self.confirmed_by_read_back == other.confirmed_by_read_back
+            && self.timestamp() == other.timestamp()
+    }
+}
+
+impl Eq for Written {}
 
 impl Written {
     /// Builds the outcome from the ETag the service returned.
     pub(crate) fn from_etag(etag: ETag) -> Self {
         Written {
-            timestamp: etag.timestamp(),
+            timestamp: None,
             etag,
             confirmed_by_read_back: false,
         }
@@ -242,13 +266,16 @@ impl Written {
 
     /// The entity's new Timestamp, when the service's ETag carries it (Azure and Azurite do).
     pub fn timestamp(&self) -> Option<chrono::DateTime<chrono::Utc>> {
-        self.timestamp
+        match self.timestamp {
+            Some(given) => given,
+            None => self.etag.timestamp(),
+        }
     }
 
     /// Stores the new ETag and Timestamp in an entity that keeps them.
     pub fn apply_to<T: TableEntity>(&self, entity: &mut T) {
         entity.set_etag(self.etag.clone());
-        if let Some(t) = self.timestamp {
+        if let Some(t) = self.timestamp() {
             entity.set_timestamp(t);
         }
     }

@@ -99,7 +99,8 @@ struct EntitySeed<'s, 'de, T> {
     /// The type annotations met, shared between the entities of a page too.
     annotations: &'s mut Vec<(Cow<'de, str>, EdmType)>,
     failure: &'s mut Option<Error>,
-    etag: Option<&'s str>,
+    /// The answer's ETag header, which lives as long as its body.
+    etag: Option<&'de str>,
     /// The key a point read asked for: an entity under another is refused.
     key: Option<(&'s str, &'s str)>,
     _t: PhantomData<T>,
@@ -122,13 +123,15 @@ impl<'de, T: TableEntity> Visitor<'de> for EntitySeed<'_, 'de, T> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<T, A::Error> {
         let mut raw = RawEntity {
             props: std::mem::take(self.scratch),
-            etag: self.etag.map(|e| Cow::Owned(e.to_owned())),
+            etag: self.etag.map(Cow::Borrowed),
             ..Default::default()
         };
         raw.props.clear();
         let mut annotations = std::mem::take(self.annotations);
         annotations.clear();
         let (mut has_pk, mut has_rk, mut has_ts) = (false, false, false);
+        // Annotations given to the property that followed them.
+        let mut typed = 0;
         while let Some(CowStr(key)) = map.next_key::<CowStr<'de>>()? {
             match key.as_ref() {
                 "PartitionKey" | "RowKey" | "Timestamp" => {
@@ -183,7 +186,16 @@ impl<'de, T: TableEntity> Visitor<'de> for EntitySeed<'_, 'de, T> {
                 }
                 _ => {
                     if let MaybeScalar(Some(v)) = map.next_value::<MaybeScalar<'de>>()? {
-                        raw.props.push((key, Slot::Json(v, None)));
+                        // The service writes a property's annotation just
+                        // before it: typed here, not searched for below.
+                        let edm = match annotations.last() {
+                            Some((name, edm)) if annotations.len() > typed && *name == key => {
+                                typed += 1;
+                                Some(*edm)
+                            }
+                            _ => None,
+                        };
+                        raw.props.push((key, Slot::Json(v, edm)));
                     }
                 }
             }
@@ -204,6 +216,9 @@ impl<'de, T: TableEntity> Visitor<'de> for EntitySeed<'_, 'de, T> {
                 ));
                 return Err(refuse(self.failure, e));
             }
+        }
+        if typed == annotations.len() {
+            annotations.clear();
         }
         for (name, edm) in annotations.drain(..) {
             if let Some((_, Slot::Json(_, t))) = raw.props.iter_mut().find(|(n, _)| *n == name) {
@@ -343,6 +358,9 @@ fn json_failure(e: serde_json::Error, failure: Option<Error>) -> Error {
 
 /// Decodes the entities of a query response body (`{"value":[...]}`).
 pub(crate) fn decode_page<T: TableEntity>(body: &[u8], out: &mut Vec<T>) -> Result<()> {
+    // Room for the page at once (an entity's JSON is rarely under 128
+    // bytes), at most a full page: not grown and moved while decoded.
+    out.reserve((body.len() / 128).min(crate::validate::MAX_PAGE_SIZE));
     let mut failure = None;
     let mut de = serde_json::Deserializer::from_slice(body);
     let r = de.deserialize_map(QueryBody {
@@ -375,13 +393,15 @@ pub fn entity_from_json<T: TableEntity>(json: &[u8]) -> Result<T> {
 /// takes precedence over `odata.etag` in the body.
 ///
 /// With `key` (a point read's), an entity under another key is refused.
-pub(crate) fn decode_entity<T: TableEntity>(
-    body: &[u8],
-    etag: Option<&str>,
+pub(crate) fn decode_entity<'b, T: TableEntity>(
+    body: &'b [u8],
+    etag: Option<&'b str>,
     key: Option<(&str, &str)>,
 ) -> Result<T> {
     let mut failure = None;
-    let (mut scratch, mut annotations) = (Vec::new(), Vec::new());
+    // Room for the properties and type annotations of most entities: the
+    // buffers of a single entity are not grown as it is read.
+    let (mut scratch, mut annotations) = (Vec::with_capacity(16), Vec::with_capacity(8));
     let mut de = serde_json::Deserializer::from_slice(body);
     let seed = EntitySeed::<T> {
         scratch: &mut scratch,
@@ -595,6 +615,30 @@ mod tests {
 
     fn decoded(body: &str) -> Result<DynamicEntity> {
         decode_entity::<DynamicEntity>(body.as_bytes(), None, None)
+    }
+
+    #[test]
+    fn a_type_annotation_types_its_property_before_or_after_it() {
+        for body in [
+            r#"{"PartitionKey":"p","RowKey":"r","a@odata.type":"Edm.Int64","a":"5","b":"x"}"#,
+            r#"{"PartitionKey":"p","RowKey":"r","a":"5","a@odata.type":"Edm.Int64","b":"x"}"#,
+            r#"{"PartitionKey":"p","RowKey":"r","a@odata.type":"Edm.Int64","b":"x","a":"5"}"#,
+            r#"{"PartitionKey":"p","RowKey":"r","b@odata.type":"Edm.String","a@odata.type":"Edm.Int64","a":"5","b":"x"}"#,
+        ] {
+            let e = decoded(body).unwrap();
+            assert_eq!(e.get("a"), Some(&EdmValue::Int64(5)), "{body}");
+            assert_eq!(e.get("b"), Some(&EdmValue::String("x".into())), "{body}");
+        }
+        // An annotation of a null (absent) property types nothing.
+        let e = decoded(
+            r#"{"PartitionKey":"p","RowKey":"r","a@odata.type":"Edm.Int64","a":null,"b":"5"}"#,
+        )
+        .unwrap();
+        assert_eq!(e.get("b"), Some(&EdmValue::String("5".into())));
+        // An annotation twice is refused, also when the first typed its property.
+        let e = decoded(r#"{"PartitionKey":"p","RowKey":"r","a@odata.type":"Edm.Int64","a":"1","a@odata.type":"Edm.Int64"}"#)
+            .unwrap_err();
+        assert!(e.to_string().contains("appears twice"), "{e}");
     }
 
     #[test]

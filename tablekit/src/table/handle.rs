@@ -3,7 +3,8 @@
 
 use std::sync::Arc;
 
-use crate::backend::{Backend, Operation, Response};
+use super::stats::{Counted, TableCount};
+use crate::backend::{Operation, Response};
 use crate::entity::{ETag, EntityKey, TableEntity};
 use crate::error::{Error, ErrorCode, Result};
 
@@ -11,7 +12,10 @@ use crate::error::{Error, ErrorCode, Result};
 /// [`Query`](super::Query) are typed views over it.
 #[derive(Clone)]
 pub(crate) struct TableHandle {
-    pub(crate) backend: Arc<dyn Backend>,
+    /// The service client's backend, which counts every request.
+    pub(crate) backend: Arc<Counted>,
+    /// The table's counters in it, found once.
+    pub(crate) counters: TableCount,
     /// The counters of the service client the table came from.
     pub(crate) stats: Arc<super::stats::Recorder>,
     pub(crate) name: Arc<str>,
@@ -24,8 +28,15 @@ impl TableHandle {
         &self.name
     }
 
-    pub(crate) fn backend(&self) -> &Arc<dyn Backend> {
-        &self.backend
+    /// Carries out `op`, an operation on this table, counted.
+    pub(crate) async fn execute(&self, op: Operation<'_>) -> crate::error::Result<Response> {
+        self.backend.execute_in(&self.counters, op).await
+    }
+
+    /// Counts a page of a query over this table (see `Counted::page_read_in`).
+    pub(crate) fn page_read(&self, partition: Option<&str>, entities: usize) {
+        self.backend
+            .page_read_in(&self.counters, partition, entities);
     }
 
     pub(crate) fn scan_policy(&self) -> ScanPolicy {
@@ -38,9 +49,28 @@ impl TableHandle {
         key: &EntityKey,
         select: Option<&str>,
     ) -> Result<Option<(T, Option<ETag>)>> {
+        self.read(key, select, true).await
+    }
+
+    /// Reads one entity (its ETag given to it: see
+    /// [`TableEntity::set_etag`]); `None` if there is none.
+    pub(crate) async fn get<T: TableEntity>(
+        &self,
+        key: &EntityKey,
+        select: Option<&str>,
+    ) -> Result<Option<T>> {
+        Ok(self.read(key, select, false).await?.map(|(e, _)| e))
+    }
+
+    /// A point read; the ETag is returned too with `keep_etag` (else `None`).
+    async fn read<T: TableEntity>(
+        &self,
+        key: &EntityKey,
+        select: Option<&str>,
+        keep_etag: bool,
+    ) -> Result<Option<(T, Option<ETag>)>> {
         key.validate()?;
         let resp = self
-            .backend
             .execute(Operation::Get {
                 table: &self.name,
                 key,
@@ -52,10 +82,18 @@ impl TableHandle {
             Ok(Response::Entity(Some(payload))) => {
                 let mut entity: T = payload.decode_one(key)?;
                 let etag = payload.etag().map(ETag::new);
-                if let Some(e) = &etag {
-                    entity.set_etag(e.clone());
-                }
-                Ok(Some((entity, etag)))
+                let kept = match etag {
+                    Some(e) if keep_etag => {
+                        entity.set_etag(e.clone());
+                        Some(e)
+                    }
+                    Some(e) => {
+                        entity.set_etag(e);
+                        None
+                    }
+                    None => None,
+                };
+                Ok(Some((entity, kept)))
             }
             Ok(Response::Entity(None)) => Ok(None),
             Ok(_) => Err(Error::decode("unexpected answer to a point read")),

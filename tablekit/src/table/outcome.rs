@@ -100,7 +100,8 @@ fn same_as_stored(sent: &EdmValue, stored: &EdmValue) -> bool {
 pub(crate) struct SentOp {
     kind: BatchKind,
     key: EntityKey,
-    body: Option<Vec<u8>>,
+    /// The operation's JSON, shared with the operation (not copied).
+    body: Option<bytes::Bytes>,
 }
 
 impl SentOp {
@@ -243,7 +244,7 @@ pub(crate) async fn resolve(
                     let mut w = Written::from_etag(etag);
                     w.confirmed_by_read_back = true;
                     if entity.timestamp.is_some() {
-                        w.timestamp = entity.timestamp;
+                        w.timestamp = Some(entity.timestamp);
                     }
                     Some(w)
                 }
@@ -267,6 +268,27 @@ mod tests {
 
     fn holds(entity: DynamicEntity, exact: bool) -> Intent {
         Intent::Holds { entity, exact }
+    }
+
+    #[test]
+    fn what_a_transaction_operation_sent_is_kept_without_a_copy() {
+        // A backend that takes JSON (no request is made here).
+        let service =
+            crate::TableServiceClient::from_connection_string("UseDevelopmentStorage=true")
+                .unwrap();
+        let table = service.table::<DynamicEntity>("Kept").unwrap();
+        let mut tx = table.transaction();
+        tx.insert(&DynamicEntity::new("p", "r").with("S", "x".repeat(1000)))
+            .unwrap();
+        // Kept twice: both are the operation's own bytes.
+        let (sent, again) = (tx.sent_op(0).unwrap(), tx.sent_op(0).unwrap());
+        let (body, other) = (sent.body.as_ref().unwrap(), again.body.as_ref().unwrap());
+        assert!(body.len() > 1000);
+        assert_eq!(body.as_ptr(), other.as_ptr(), "the same bytes, shared");
+        assert!(matches!(
+            sent.intent().unwrap(),
+            Intent::Holds { exact: true, .. }
+        ));
     }
 
     #[test]

@@ -405,9 +405,8 @@ impl<T: TableEntity> Query<T> {
             // A point query is a point read: the cheapest request the service has.
             let items = self
                 .table
-                .get_with_etag::<T>(key, self.select.as_deref())
+                .get::<T>(key, self.select.as_deref())
                 .await?
-                .map(|(e, _)| e)
                 .into_iter()
                 .collect();
             return Ok((Entities::Decoded(items), None));
@@ -421,7 +420,6 @@ impl<T: TableEntity> Query<T> {
         let sent = continuation;
         let resp = self
             .table
-            .backend()
             .execute(Operation::Query {
                 table: self.table.name(),
                 filter: resolved.text.as_deref(),
@@ -462,9 +460,7 @@ impl<T: TableEntity> Query<T> {
             | QueryPlan::PartitionScan { partition_key } => Some(partition_key.as_str()),
             _ => None,
         };
-        self.table
-            .stats
-            .page_read(self.table.name(), partition, entities.len());
+        self.table.page_read(partition, entities.len());
         Ok((entities, continuation))
     }
 

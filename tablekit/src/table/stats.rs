@@ -12,7 +12,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
 
-use crate::backend::{Backend, EntityBody, Operation, Payload, Response};
+use crate::backend::{EntityBody, Operation, Payload, Response, TableBackend};
 use crate::clock::ManualClock;
 use crate::error::Result;
 use crate::filter::QueryPlan;
@@ -353,17 +353,6 @@ impl Recorder {
             .clone()
     }
 
-    /// A page of a query over `table` read `entities`; `partition` is the
-    /// one its filter names, if one.
-    pub(crate) fn page_read(&self, table: &str, partition: Option<&str>, entities: usize) {
-        let t = self.table(table);
-        t.entities_read.fetch_add(entities as u64, Relaxed);
-        if let Some(pk) = partition {
-            let p = self.partition(&t, pk);
-            self.count(&t, &p, entities as u64);
-        }
-    }
-
     /// One request of `entities` entities on partition `p`; warns when its
     /// rate approaches the target.
     fn count(&self, t: &TableCounters, p: &PartitionCounter, entities: u64) {
@@ -477,31 +466,63 @@ fn payload_bytes(p: &Payload) -> u64 {
 }
 
 /// A backend whose table requests are counted by a [`Recorder`].
+///
+/// A table's handle calls [`Counted::execute_in`] with its table's counters,
+/// found once when the handle was made: a request then looks up only its
+/// partition, and its future (with the HTTP backend's, see [`TableBackend`])
+/// lives inside the caller's, with no boxed future per layer. Requests by
+/// table name (creating, deleting and listing tables) find the table's
+/// counters by name.
 pub(crate) struct Counted {
-    pub(crate) inner: Arc<dyn Backend>,
+    pub(crate) inner: TableBackend,
     pub(crate) recorder: Arc<Recorder>,
 }
 
 impl fmt::Debug for Counted {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The backend it counts for, as before counting existed.
-        self.inner.fmt(f)
+        match &self.inner {
+            TableBackend::Http(http) => http.fmt(f),
+            TableBackend::Dyn(backend) => backend.fmt(f),
+        }
     }
 }
 
-#[async_trait::async_trait]
-impl Backend for Counted {
-    async fn execute(&self, op: Operation<'_>) -> Result<Response> {
-        let kind = RequestKind::of(&op);
-        let Some(name) = op.table() else {
-            return self.inner.execute(op).await;
-        };
+/// The counters of one table, as a table's handle keeps them.
+#[derive(Clone)]
+pub(crate) struct TableCount(Arc<TableCounters>);
+
+impl fmt::Debug for TableCount {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("TableCount").field(&self.0.name).finish()
+    }
+}
+
+impl Counted {
+    /// The counters of table `name`, for a handle of it to keep.
+    pub(crate) fn table(&self, name: &str) -> TableCount {
+        TableCount(self.recorder.table(name))
+    }
+
+    /// Carries out `op`, counted for its table.
+    pub(crate) async fn execute(&self, op: Operation<'_>) -> Result<Response> {
+        match op.table() {
+            Some(name) => {
+                let t = self.recorder.table(name);
+                self.execute_in(&TableCount(t), op).await
+            }
+            None => self.inner.execute(op).await,
+        }
+    }
+
+    /// Carries out `op`, an operation on the table `t` counts.
+    pub(crate) async fn execute_in(&self, t: &TableCount, op: Operation<'_>) -> Result<Response> {
         let rec = &self.recorder;
-        let t = rec.table(name);
-        t.by_kind[kind as usize].fetch_add(1, Relaxed);
+        let t = &*t.0;
+        t.by_kind[RequestKind::of(&op) as usize].fetch_add(1, Relaxed);
         // Entities written, bytes sent and the partition, known before sending.
         // (A query's partition and entities are counted by the query, which
-        // knows its plan and decodes its pages: see `Recorder::page_read`.)
+        // knows its plan and decodes its pages: see `Counted::page_read_in`.)
         let (written, up, partition) = match &op {
             Operation::Insert { body, .. } => {
                 let pk = match body {
@@ -526,7 +547,7 @@ impl Backend for Counted {
         };
         t.entities_written.fetch_add(written, Relaxed);
         t.bytes_up.fetch_add(up, Relaxed);
-        let partition = partition.map(|pk| rec.partition(&t, pk));
+        let partition = partition.map(|pk| rec.partition(t, pk));
         let result = self.inner.execute(op).await;
         let read = match &result {
             Ok(Response::Entity(Some(p))) => {
@@ -548,24 +569,38 @@ impl Backend for Counted {
         };
         t.entities_read.fetch_add(read, Relaxed);
         if let Some(p) = partition {
-            rec.count(&t, &p, written + read);
+            rec.count(t, &p, written + read);
         }
         result
     }
 
-    async fn admin(
+    /// A page of a query over the table `t` read `entities`; `partition` is
+    /// the one its filter names, if one.
+    pub(crate) fn page_read_in(&self, t: &TableCount, partition: Option<&str>, entities: usize) {
+        let t = &*t.0;
+        t.entities_read.fetch_add(entities as u64, Relaxed);
+        if let Some(pk) = partition {
+            let p = self.recorder.partition(t, pk);
+            self.recorder.count(t, &p, entities as u64);
+        }
+    }
+
+    /// See [`Backend::admin`](crate::backend::Backend::admin): ACLs and service settings are not entity
+    /// traffic, and are not counted.
+    pub(crate) async fn admin(
         &self,
         op: crate::backend::admin::AdminOp<'_>,
     ) -> Result<crate::backend::admin::AdminResponse> {
-        // ACLs and service settings: not entity traffic, not counted.
         self.inner.admin(op).await
     }
 
-    fn stores_property_bags(&self) -> bool {
+    /// See [`Backend::stores_property_bags`](crate::backend::Backend::stores_property_bags).
+    pub(crate) fn stores_property_bags(&self) -> bool {
         self.inner.stores_property_bags()
     }
 
-    fn may_throttle(&self) -> bool {
+    /// See [`Backend::may_throttle`](crate::backend::Backend::may_throttle).
+    pub(crate) fn may_throttle(&self) -> bool {
         self.inner.may_throttle()
     }
 }

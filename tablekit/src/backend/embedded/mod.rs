@@ -391,7 +391,7 @@ mod tests {
         let op = |pk: &str, rk: &str| BatchOp {
             kind: BatchKind::Insert,
             key: EntityKey::new(pk, rk),
-            body: Some(format!("{{\"PartitionKey\":\"{pk}\",\"RowKey\":\"{rk}\"}}").into_bytes()),
+            body: Some(format!("{{\"PartitionKey\":\"{pk}\",\"RowKey\":\"{rk}\"}}").into()),
             bag: None,
         };
         let ops = [op("p", "a"), op("p", "b"), op("q", "c")];
@@ -454,7 +454,7 @@ mod tests {
         BatchOp {
             kind: BatchKind::Insert,
             key: EntityKey::new("p", rk),
-            body: Some(body),
+            body: Some(body.into()),
             bag: None,
         }
     }

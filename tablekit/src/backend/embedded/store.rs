@@ -333,7 +333,7 @@ fn written_of(stored: &StoredEntity) -> Written {
             .etag
             .clone()
             .expect("a stored version has an ETag"),
-        timestamp: stored.entity.timestamp,
+        timestamp: Some(stored.entity.timestamp),
         confirmed_by_read_back: false,
     }
 }

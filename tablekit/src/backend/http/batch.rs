@@ -20,7 +20,7 @@ pub(crate) fn encode(endpoint: &str, table: &str, ops: &[BatchOp]) -> Encoded {
     let changeset = format!("changeset_{}", uuid::Uuid::new_v4());
     let size: usize = ops
         .iter()
-        .map(|o| o.body.as_ref().map_or(0, Vec::len) + 400 + endpoint.len())
+        .map(|o| o.body.as_ref().map_or(0, bytes::Bytes::len) + 400 + endpoint.len())
         .sum();
     let mut b = Vec::with_capacity(size + 256);
     let line = |b: &mut Vec<u8>, parts: &[&str]| {
@@ -209,12 +209,14 @@ fn collect_parts<'a>(
         let part = trim_line_break(&rest[..end]);
         let part = skip_line_break(part);
         let (headers, content) = split_head(part);
-        let ct = header(headers, "content-type").unwrap_or("");
-        if ct.to_ascii_lowercase().starts_with("multipart/mixed") {
-            let inner = boundary_of(ct)
+        let ct = header(headers, "content-type").unwrap_or(b"");
+        if starts_with_ignore_case(ct, "multipart/mixed") {
+            let inner = std::str::from_utf8(ct)
+                .ok()
+                .and_then(boundary_of)
                 .ok_or_else(|| Error::decode("nested multipart without boundary"))?;
             collect_parts(content, &inner, out, depth + 1)?;
-        } else if ct.to_ascii_lowercase().starts_with("application/http") {
+        } else if starts_with_ignore_case(ct, "application/http") {
             out.push(parse_http(content)?);
         }
         if end == rest.len() {
@@ -238,7 +240,7 @@ fn trim_line_break(b: &[u8]) -> &[u8] {
 
 /// Splits a header block from its content at the first empty line
 /// (`\r\n\r\n`, or `\n\n` from lenient writers), in one pass.
-fn split_head(b: &[u8]) -> (&str, &[u8]) {
+fn split_head(b: &[u8]) -> (&[u8], &[u8]) {
     let mut at = 0;
     let (head, content) = loop {
         match memchr::memchr(b'\n', &b[at..]) {
@@ -257,31 +259,63 @@ fn split_head(b: &[u8]) -> (&str, &[u8]) {
         }
     };
     let head = head.strip_suffix(b"\r").unwrap_or(head);
-    (std::str::from_utf8(head).unwrap_or(""), content)
+    (head, content)
 }
 
-fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
-    head.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+/// Whether `s` starts with `prefix`, ignoring ASCII case (no lower-cased copy).
+fn starts_with_ignore_case(s: &[u8], prefix: &str) -> bool {
+    s.get(..prefix.len())
+        .is_some_and(|p| p.eq_ignore_ascii_case(prefix.as_bytes()))
+}
+
+/// The lines of a header block, without their `\r`, found with `memchr`.
+fn lines(head: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = Some(head);
+    std::iter::from_fn(move || {
+        let text = rest?;
+        let line = match memchr::memchr(b'\n', text) {
+            Some(i) => {
+                rest = Some(&text[i + 1..]);
+                &text[..i]
+            }
+            None => {
+                rest = None;
+                text
+            }
+        };
+        Some(line.strip_suffix(b"\r").unwrap_or(line))
+    })
+}
+
+/// The value of header `name` (any case) in a header block, trimmed. Read as
+/// bytes: only the values wanted are taken as text.
+fn header<'a>(head: &'a [u8], name: &str) -> Option<&'a [u8]> {
+    lines(head).find_map(|l| {
+        let colon = memchr::memchr(b':', l)?;
+        l[..colon]
+            .trim_ascii()
+            .eq_ignore_ascii_case(name.as_bytes())
+            .then(|| l[colon + 1..].trim_ascii())
     })
 }
 
 fn parse_http(b: &[u8]) -> Result<PartResponse<'_>> {
     let (head, body) = split_head(b);
-    let status_line = head.lines().next().unwrap_or("");
+    let status_line = lines(head).next().unwrap_or(b"");
     let status = status_line
-        .split_whitespace()
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|w| !w.is_empty())
         .nth(1)
-        .and_then(|s| s.parse().ok())
+        .and_then(|s| std::str::from_utf8(s).ok()?.parse().ok())
         .ok_or_else(|| {
             Error::decode(format!(
-                "bad status line in a transaction answer: {status_line:?}"
+                "bad status line in a transaction answer: {:?}",
+                String::from_utf8_lossy(status_line)
             ))
         })?;
     Ok(PartResponse {
         status,
-        etag: header(head, "etag"),
+        etag: header(head, "etag").and_then(|v| std::str::from_utf8(v).ok()),
         body: trim_line_break(body),
     })
 }
@@ -297,7 +331,9 @@ mod tests {
             BatchOp {
                 kind: BatchKind::Insert,
                 key: EntityKey::new("p", "1"),
-                body: Some(br#"{"PartitionKey":"p","RowKey":"1"}"#.to_vec()),
+                body: Some(bytes::Bytes::from_static(
+                    br#"{"PartitionKey":"p","RowKey":"1"}"#,
+                )),
                 bag: None,
             },
             BatchOp {
@@ -346,6 +382,29 @@ mod tests {
             None
         )
         .is_err());
+    }
+
+    #[test]
+    fn part_headers_are_read_in_any_case_with_either_line_break() {
+        // Content types and header names in other cases, `\n` line breaks,
+        // and a byte that is not UTF-8 in another header of the part.
+        let mut body = b"--b1\nCONTENT-TYPE: Multipart/Mixed; boundary=c2\n\n--c2\ncontent-type: Application/HTTP\n\nHTTP/1.1 201 Created\nX-Other: \xff\netag:  W/\"x\" \n\n\n--c2\r\nContent-Type: application/http\r\n\r\nHTTP/1.1 204 No Content\r\nEtag: W/\"y\"\r\n\r\n\r\n--c2--\n--b1--\n".to_vec();
+        let etags = parse_response("multipart/mixed; boundary=b1", &body, 2, None).unwrap();
+        assert_eq!(
+            etags,
+            vec![Some(ETag::new("W/\"x\"")), Some(ETag::new("W/\"y\""))]
+        );
+        // A part that is not an HTTP answer is not one of the operations.
+        let at = body
+            .windows(16)
+            .position(|w| w == b"Application/HTTP")
+            .unwrap();
+        body.splice(at..at + 16, b"text/plain".iter().copied());
+        assert!(parse_response("multipart/mixed; boundary=b1", &body, 2, None).is_err());
+        assert_eq!(
+            parse_response("multipart/mixed; boundary=b1", &body, 1, None).unwrap(),
+            vec![Some(ETag::new("W/\"y\""))]
+        );
     }
 
     #[test]

@@ -7,10 +7,9 @@
 //! arrive, and a declared length over the cap is refused before a byte is read.
 
 use bytes::Bytes;
-use futures::TryStreamExt as _;
 use http::HeaderMap;
 
-use super::transport::common::join_chunks;
+use super::transport::common::join_chunks_capped;
 use super::transport::service::HttpResponse as Incoming;
 use crate::error::{Error, ErrorKind, Result, TransportError, TransportKind};
 
@@ -153,8 +152,13 @@ impl AnswerLimits {
     }
 
     /// The whole body of `resp`, read under the limit of `kind`.
-    pub(crate) async fn read(&self, resp: Incoming, kind: Kind) -> Result<Bytes> {
-        read_capped(resp, self.of(kind), kind).await
+    pub(crate) fn read(
+        &self,
+        resp: Incoming,
+        kind: Kind,
+    ) -> impl std::future::Future<Output = Result<Bytes>> + Send + 'static {
+        // The reading future itself (not one more layer holding the answer).
+        read_capped(resp, self.of(kind), kind)
     }
 }
 
@@ -191,17 +195,12 @@ async fn read_capped(resp: Incoming, limit: u64, kind: Kind) -> Result<Bytes> {
     if let Some(n) = declared.filter(|n| *n > limit) {
         return Err(over(kind, limit, Some(n)));
     }
-    let mut total: u64 = 0;
-    let capped = resp.into_stream().and_then(move |chunk| {
-        total = total.saturating_add(chunk.len() as u64);
-        let checked = if total > limit {
-            Err(over(kind, limit, None))
-        } else {
-            Ok(chunk)
-        };
-        std::future::ready(checked)
-    });
-    join_chunks(capped, declared.unwrap_or(0)).await
+    // Read where it is: the body is not moved into stream adaptors.
+    let mut body = resp.into_body();
+    join_chunks_capped(&mut body, declared.unwrap_or(0), limit, || {
+        over(kind, limit, None)
+    })
+    .await
 }
 
 /// A download's chunks, cut off with an error once they run past `declared`

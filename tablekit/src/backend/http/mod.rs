@@ -334,9 +334,10 @@ impl HttpBackend {
     }
 }
 
-#[async_trait::async_trait]
-impl Backend for HttpBackend {
-    async fn execute(&self, op: Operation<'_>) -> Result<Response> {
+impl HttpBackend {
+    /// Carries out `op`: [`Backend::execute`] without its boxed future, for
+    /// a caller that holds the HTTP backend itself.
+    pub(crate) async fn call(&self, op: Operation<'_>) -> Result<Response> {
         let span = Pipeline::span(op.name(), Some(op.table().unwrap_or("")));
         let mut req = self.build(&op)?;
         if self.cosmos {
@@ -348,6 +349,13 @@ impl Backend for HttpBackend {
                 self.interpret(&op, resp)
             })
             .await
+    }
+}
+
+#[async_trait::async_trait]
+impl Backend for HttpBackend {
+    async fn execute(&self, op: Operation<'_>) -> Result<Response> {
+        self.call(op).await
     }
 
     async fn admin(

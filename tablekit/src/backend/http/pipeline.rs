@@ -282,20 +282,15 @@ impl Pipeline {
         target.push_str(&self.base_path);
         target.push('/');
         target.push_str(&req.resource);
-        let path_len = target.len();
         for (i, (name, value)) in req.query.iter().enumerate() {
             target.push(if i == 0 { '?' } else { '&' });
             push_query_pair(&mut target, name, value);
         }
-        let uri = http::Uri::try_from(target.as_str())
+        // The URI takes the text over (no copy); its path and query are what
+        // the signer reads.
+        let uri = http::Uri::try_from(target)
             .map_err(|_| Error::config("the request path holds characters a URI does not allow"))?;
-        let call = Call {
-            req,
-            path: &target[..path_len],
-            encoded_query: target.get(path_len + 1..).unwrap_or(""),
-            uri,
-            id: &id,
-        };
+        let call = Call { req, uri, id: &id };
         let span_ref = &span;
         let attempts = with_retries(&self.retry, operation, repeat, id_text, || async {
             let resp = self.send_once(&call).await?;
@@ -375,24 +370,21 @@ async fn sign(signer: &dyn RequestSigner, attempt: &mut Attempt<'_>) -> Result<(
 /// One call's request as every attempt sends it.
 struct Call<'a> {
     req: &'a Outgoing,
-    /// The path as sent (percent-encoded).
-    path: &'a str,
-    /// The encoded query, without its `?`.
-    encoded_query: &'a str,
-    /// Path and query as a URI.
+    /// Path and query as a URI: the path as sent (percent-encoded) and the
+    /// encoded query are what the signer reads.
     uri: http::Uri,
     /// `x-ms-client-request-id`.
     id: &'a RequestId,
 }
 
-impl<'a> Call<'a> {
+impl Call<'_> {
     /// An attempt to sign, with `headers`.
-    fn attempt(&self, headers: HeaderMap) -> Attempt<'a> {
+    fn attempt(&self, headers: HeaderMap) -> Attempt<'_> {
         Attempt {
             method: &self.req.method,
-            path: self.path,
+            path: self.uri.path(),
             query: &self.req.query,
-            encoded_query: Cow::Borrowed(self.encoded_query),
+            encoded_query: Cow::Borrowed(self.uri.query().unwrap_or("")),
             headers,
             body: &self.req.body,
         }

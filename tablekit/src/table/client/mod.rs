@@ -146,7 +146,6 @@ impl<T: TableEntity> TableClient<T> {
     /// official SDKs, so `create_table` cannot be misread as creating an entity.
     pub async fn create_table(&self) -> Result<()> {
         self.handle
-            .backend
             .execute(Operation::CreateTable {
                 table: &self.handle.name,
             })
@@ -174,7 +173,6 @@ impl<T: TableEntity> TableClient<T> {
     /// Deletes the table and all its entities.
     pub async fn delete_table(&self) -> Result<()> {
         self.handle
-            .backend
             .execute(Operation::DeleteTable {
                 table: &self.handle.name,
             })
@@ -233,7 +231,7 @@ impl<T: TableEntity> TableClient<T> {
             ),
         };
         let name = op.name();
-        let written = match self.handle.backend.execute(op).await {
+        let written = match self.handle.execute(op).await {
             Ok(Response::Written(w)) => w,
             Ok(_) => return Err(Error::decode("unexpected answer to a write")),
             Err(e) if e.is_ambiguous() => match sent {
@@ -291,7 +289,6 @@ impl<T: TableEntity> TableClient<T> {
         let if_match = if_match.into();
         match self
             .handle
-            .backend
             .execute(Operation::Delete {
                 table: &self.handle.name,
                 key: &key,
@@ -488,12 +485,10 @@ impl<T: TableEntity> Get<T> {
         if let Some(s) = &self.select {
             query::validate_select(s)?;
         }
-        Ok(self
-            .table
+        self.table
             .handle
-            .get_with_etag(&self.key, self.select.as_deref())
-            .await?
-            .map(|(e, _)| e))
+            .get(&self.key, self.select.as_deref())
+            .await
     }
 }
 

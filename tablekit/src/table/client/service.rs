@@ -8,7 +8,7 @@ use std::sync::Arc;
 use futures::stream::{self, BoxStream, Stream, StreamExt, TryStreamExt};
 
 use crate::account::Account;
-use crate::backend::{self, Backend, Operation, Response};
+use crate::backend::{self, Operation, Response, TableBackend};
 use crate::entity::TableEntity;
 use crate::error::{Error, ErrorCode, Result, ValidationError};
 use crate::filter::{Column, Filter, RawFilter, MAX_COMPARISONS};
@@ -35,7 +35,7 @@ use super::TableClient;
 /// ```
 #[derive(Clone)]
 pub struct TableServiceClient {
-    pub(super) backend: Arc<dyn Backend>,
+    pub(super) backend: Arc<Counted>,
     stats: Arc<Recorder>,
 }
 
@@ -196,14 +196,14 @@ impl TableServiceClient {
     /// Counts the requests sent to `backend` (see [`Stats`]); heat is
     /// measured on `clock` against `partition_target`.
     fn counted(
-        backend: Arc<dyn Backend>,
+        backend: impl Into<TableBackend>,
         clock: Option<crate::clock::ManualClock>,
         partition_target: u32,
     ) -> Self {
         let stats = Arc::new(Recorder::new(clock, partition_target));
         TableServiceClient {
             backend: Arc::new(Counted {
-                inner: backend,
+                inner: backend.into(),
                 recorder: stats.clone(),
             }),
             stats,
@@ -233,6 +233,7 @@ impl TableServiceClient {
         validate::table_name(name)?;
         Ok(TableClient {
             handle: TableHandle {
+                counters: self.backend.table(name),
                 backend: self.backend.clone(),
                 stats: self.stats.clone(),
                 name: Arc::from(name),
@@ -345,7 +346,7 @@ enum ListFilter {
 /// A listing of tables; see [`TableServiceClient::list_tables`].
 #[must_use = "a listing does nothing until streamed or collected"]
 pub struct ListTables {
-    backend: Arc<dyn Backend>,
+    backend: Arc<Counted>,
     prefix: Option<String>,
     page_size: Option<usize>,
     filters: Vec<ListFilter>,
@@ -443,7 +444,7 @@ impl ListTables {
     /// The names, across as many requests as needed.
     pub fn stream(self) -> TableNames {
         struct State {
-            backend: Arc<dyn Backend>,
+            backend: Arc<Counted>,
             prefix: Option<String>,
             filter: Option<String>,
             top: Option<usize>,

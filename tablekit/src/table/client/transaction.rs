@@ -54,7 +54,7 @@ impl<T: TableEntity> Transaction<T> {
         &mut self,
         kind: BatchKind,
         key: EntityKey,
-        body: Option<Vec<u8>>,
+        body: Option<bytes::Bytes>,
         body_len: usize,
         bag: Option<Box<crate::DynamicEntity>>,
     ) -> Result<&mut Self> {
@@ -123,7 +123,7 @@ impl<T: TableEntity> Transaction<T> {
         }
         let (key, body) = encode(entity).map_err(at_index)?;
         let len = body.len();
-        self.push_op(kind, key, Some(body), len, None)
+        self.push_op(kind, key, Some(bytes::Bytes::from(body)), len, None)
     }
 
     /// Adds an insert.
@@ -254,7 +254,6 @@ impl<T: TableEntity> Transaction<T> {
             && !handle.backend.stores_property_bags())
         .then(|| self.ops.iter().map(outcome::SentOp::of).collect());
         let result = handle
-            .backend
             .execute(Operation::Transaction {
                 table: &handle.name,
                 ops: self.ops,
@@ -297,7 +296,7 @@ impl<T> Transaction<T> {
         let size = ops
             .iter()
             .map(|op| {
-                op.body.as_ref().map_or(0, Vec::len)
+                op.body.as_ref().map_or(0, bytes::Bytes::len)
                     + op.key.partition_key.len() * 3
                     + op.key.row_key.len() * 3
                     + OP_OVERHEAD

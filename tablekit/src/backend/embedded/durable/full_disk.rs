@@ -383,7 +383,7 @@ fn a_full_disk_refuses_the_write_clearly_and_loses_nothing_acknowledged() {
     let op = |rk: &str| BatchOp {
         kind: BatchKind::Insert,
         key: EntityKey::new("p", rk),
-        body: Some(format!("{{\"PartitionKey\":\"p\",\"RowKey\":\"{rk}\"}}").into_bytes()),
+        body: Some(format!("{{\"PartitionKey\":\"p\",\"RowKey\":\"{rk}\"}}").into()),
         bag: None,
     };
     let err = b

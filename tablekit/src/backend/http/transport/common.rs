@@ -115,11 +115,32 @@ pub(crate) async fn join_chunks(
     hint: u64,
 ) -> Result<Bytes> {
     let mut chunks = std::pin::pin!(chunks);
+    join_chunks_capped(&mut chunks, hint, u64::MAX, || {
+        Error::decode("a body over u64::MAX bytes")
+    })
+    .await
+}
+
+/// As [`join_chunks`], reading `chunks` where they are (the stream is not
+/// moved into the future), and failing with `over_limit()` as soon as more
+/// than `limit` bytes have come.
+pub(crate) async fn join_chunks_capped<S>(
+    chunks: &mut S,
+    hint: u64,
+    limit: u64,
+    over_limit: impl FnOnce() -> Error,
+) -> Result<Bytes>
+where
+    S: Stream<Item = Result<Bytes>> + Unpin,
+{
     let mut first: Option<Bytes> = None;
     let mut rest = BytesMut::new();
     let mut total: u64 = 0;
     while let Some(chunk) = chunks.try_next().await? {
         total = total.saturating_add(chunk.len() as u64);
+        if total > limit {
+            return Err(over_limit());
+        }
         match &first {
             None => first = Some(chunk),
             Some(f) => {

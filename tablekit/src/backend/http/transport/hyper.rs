@@ -15,25 +15,24 @@
 //! Any other failure after sending is an unknown outcome, as on reqwest.
 
 use std::future::{poll_fn, Future as _};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{ACCEPT, HOST, PROXY_AUTHORIZATION, USER_AGENT as USER_AGENT_HEADER};
-use http::{HeaderMap, HeaderValue};
-use http_body::Body as _;
+use http::HeaderValue;
 use http_body_util::Full;
 use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::common::{join_chunks, transport_failure, Origin, USER_AGENT};
+use super::body::HyperBody;
+use super::common::{transport_failure, Origin, USER_AGENT};
 use super::pool::{Connection, Pool};
 use super::proxy::Route;
-use super::service::{BodySource, HttpResponse, HttpService};
+use super::service::{HttpResponse, HttpService};
 use super::tls::{Stream, Tls};
 use crate::error::{Result, TransportKind};
 use crate::options::HttpOptions;
@@ -151,7 +150,10 @@ impl HyperTransport {
             };
             let mut conn = match pooled {
                 Some(c) => c,
-                None => self.connect(deadline).await?,
+                // Boxed: connecting (TCP, TLS, a proxy's tunnel) is rare on a
+                // kept-alive pool, and its large future would otherwise sit
+                // inside every request's.
+                None => Box::pin(self.connect(deadline)).await?,
             };
             let sent = send_on(&mut conn, req, deadline).await;
             match sent {
@@ -277,141 +279,12 @@ async fn send_on(
 /// The attempt's deadline passed.
 struct Elapsed;
 
-/// The body of an answer on the inline transport, with the connection it
-/// arrives on (which this body drives while it is read).
-pub(crate) struct HyperBody {
-    headers: HeaderMap,
-    body: hyper::body::Incoming,
-    /// The connection, until the body ends (then pooled) or fails (then dropped).
-    conn: Option<Box<Connection>>,
-    pool: Arc<Pool>,
-    /// When the request began (the connection's idle time counts from it).
-    start: Instant,
-    deadline: Instant,
-    timer: Option<Pin<Box<tokio::time::Sleep>>>,
-}
-
-impl HyperBody {
-    fn new(
-        headers: HeaderMap,
-        body: hyper::body::Incoming,
-        conn: Box<Connection>,
-        pool: &Arc<Pool>,
-        start: Instant,
-        deadline: Instant,
-    ) -> Self {
-        let mut b = HyperBody {
-            headers,
-            body,
-            conn: Some(conn),
-            pool: pool.clone(),
-            start,
-            deadline,
-            timer: None,
-        };
-        if b.body.is_end_stream() {
-            // No body (204, HEAD, Content-Length: 0): the connection is free now,
-            // whether or not anyone reads the empty body.
-            b.finish(None);
-        }
-        b
-    }
-
-    /// The answer's headers, taken out (the body keeps none).
-    fn take_headers(&mut self) -> HeaderMap {
-        std::mem::take(&mut self.headers)
-    }
-
-    /// The body is complete: the connection goes back to the pool if it can
-    /// take another request (a `Connection: close` answer makes hyper close it).
-    fn finish(&mut self, cx: Option<&mut Context<'_>>) {
-        if let Some(mut conn) = self.conn.take() {
-            let noop = &mut Context::from_waker(futures::task::noop_waker_ref());
-            let _ = conn.poll_drive(cx.unwrap_or(noop));
-            self.pool.checkin(conn, self.start);
-        }
-    }
-
-    /// The next chunk of the body, `None` at its end.
-    fn poll_chunk(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes>>> {
-        loop {
-            if let Some(conn) = &mut self.conn {
-                if conn.poll_drive(cx).is_ready() {
-                    // Closed: what it delivered is still in the body channel,
-                    // and a cut-short body fails below. Never pooled.
-                    self.conn = None;
-                }
-            }
-            match Pin::new(&mut self.body).poll_frame(cx) {
-                Poll::Ready(Some(Ok(frame))) => {
-                    if let Ok(data) = frame.into_data() {
-                        if self.body.is_end_stream() {
-                            self.finish(Some(cx));
-                        }
-                        if data.is_empty() {
-                            continue;
-                        }
-                        return Poll::Ready(Some(Ok(data)));
-                    }
-                    // Trailers: nothing tablekit reads.
-                }
-                Poll::Ready(Some(Err(e))) => {
-                    self.conn = None;
-                    return Poll::Ready(Some(Err(transport_failure(
-                        TransportKind::Interrupted,
-                        "the response body was cut short",
-                        Some(&e),
-                    ))));
-                }
-                Poll::Ready(None) => {
-                    self.finish(Some(cx));
-                    return Poll::Ready(None);
-                }
-                Poll::Pending => {
-                    let deadline = self.deadline;
-                    let elapsed = match &mut self.conn {
-                        Some(conn) => conn.poll_deadline(deadline, cx),
-                        // Closed under the body: what remains is in hyper's
-                        // channel; a timer of the body's own, just in case.
-                        None => self
-                            .timer
-                            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(deadline)))
-                            .as_mut()
-                            .poll(cx),
-                    };
-                    if elapsed.is_ready() {
-                        self.conn = None;
-                        return Poll::Ready(Some(Err(transport_failure(
-                            TransportKind::Timeout,
-                            "timed out",
-                            None,
-                        ))));
-                    }
-                    return Poll::Pending;
-                }
-            }
-        }
-    }
-
-    /// The whole body.
-    pub(super) async fn collect(self) -> Result<Bytes> {
-        let hint = self.body.size_hint().lower();
-        join_chunks(self.into_stream(), hint).await
-    }
-
-    /// The body as a stream of chunks.
-    #[cfg_attr(not(feature = "blob"), allow(dead_code))]
-    pub(super) fn into_stream(mut self) -> impl futures::Stream<Item = Result<Bytes>> + Send {
-        futures::stream::poll_fn(move |cx| self.poll_chunk(cx))
-    }
-}
-
 impl HyperTransport {
     /// [`HttpService::call`] without its boxed future, for the pipeline.
     pub(crate) async fn respond(&self, request: http::Request<Bytes>) -> Result<HttpResponse> {
         let (status, mut body) = self.send(request).await?;
         let headers = body.take_headers();
-        Ok(HttpResponse::from_source(status, headers, Box::new(body)))
+        Ok(HttpResponse::inline(status, headers, body))
     }
 }
 
@@ -419,18 +292,6 @@ impl HyperTransport {
 impl HttpService for HyperTransport {
     async fn call(&self, request: http::Request<Bytes>) -> Result<HttpResponse> {
         self.respond(request).await
-    }
-}
-
-#[async_trait::async_trait]
-impl BodySource for HyperBody {
-    async fn collect(self: Box<Self>) -> Result<Bytes> {
-        (*self).collect().await
-    }
-
-    fn into_stream(self: Box<Self>) -> futures::stream::BoxStream<'static, Result<Bytes>> {
-        use futures::StreamExt as _;
-        (*self).into_stream().boxed()
     }
 }
 
@@ -644,7 +505,7 @@ mod tests {
         let t = transport(&s.endpoint, |_| {});
         // Read one chunk, then drop the rest.
         let (_, body) = t.send(get()).await.unwrap();
-        let mut chunks = Box::pin(body.into_stream());
+        let mut chunks = Box::pin(body);
         assert!(!chunks.next().await.unwrap().unwrap().is_empty());
         drop(chunks);
         assert_eq!(t.pool().idle_count(), 0);
@@ -712,6 +573,23 @@ mod tests {
         let e = body.collect().await.unwrap_err();
         assert_eq!(transport_kind(&e), TransportKind::Timeout);
         assert_eq!(t.pool().idle_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_kept_alive_connection_keeps_one_deadline_timer_for_all_its_requests() {
+        // Each request moves the connection's timer to its own deadline: no
+        // timer is registered (and cancelled) per request.
+        let s = server(Script::Answer(16)).await;
+        let t = transport(&s.endpoint, |_| {});
+        for _ in 0..5 {
+            assert_eq!(get_all(&t).await.unwrap().len(), 16);
+        }
+        assert_eq!(
+            s.accepted.load(Ordering::SeqCst),
+            1,
+            "one kept-alive connection"
+        );
+        assert_eq!(t.pool().idle_timers_made(), [1]);
     }
 
     #[tokio::test]

@@ -11,6 +11,7 @@
 //! user's own. Everything above this module (signing, retries, tracing,
 //! ambiguity) is the same on all.
 
+mod body;
 pub(crate) mod common;
 pub(crate) mod hyper;
 mod pool;

@@ -45,6 +45,10 @@ pub(super) struct Connection {
     /// (no new timer, no wheel lock, no wake-up of the driver's thread).
     /// Made on the first request (in the runtime the connection belongs to).
     timer: Option<Pin<Box<tokio::time::Sleep>>>,
+    /// Timers made for this connection's deadlines (for tests: one, however
+    /// many requests it carries).
+    #[cfg(test)]
+    timers_made: usize,
 }
 
 impl std::fmt::Debug for Connection {
@@ -69,6 +73,8 @@ impl Connection {
             reused: false,
             idle_since: now,
             timer: None,
+            #[cfg(test)]
+            timers_made: 0,
         })
     }
 
@@ -82,9 +88,14 @@ impl Connection {
                 }
                 t
             }
-            None => self
-                .timer
-                .insert(Box::pin(tokio::time::sleep_until(deadline))),
+            None => {
+                #[cfg(test)]
+                {
+                    self.timers_made += 1;
+                }
+                self.timer
+                    .insert(Box::pin(tokio::time::sleep_until(deadline)))
+            }
         };
         timer.as_mut().poll(cx)
     }
@@ -171,6 +182,12 @@ impl Pool {
     #[cfg(test)]
     pub(super) fn idle_count(&self) -> usize {
         self.lock().len()
+    }
+
+    /// How many deadline timers each idle connection made (for tests).
+    #[cfg(test)]
+    pub(super) fn idle_timers_made(&self) -> Vec<usize> {
+        self.lock().iter().map(|c| c.timers_made).collect()
     }
 
     #[allow(clippy::vec_box)]

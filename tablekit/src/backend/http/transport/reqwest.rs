@@ -5,7 +5,7 @@
 use bytes::Bytes;
 
 use super::common::{transport_failure, Origin, USER_AGENT};
-use super::service::{BodySource, HttpResponse, HttpService};
+use super::service::{HttpResponse, HttpService};
 use crate::error::{Error, Result, TransportKind};
 use crate::options::HttpOptions;
 
@@ -194,30 +194,11 @@ impl std::fmt::Debug for ReqwestTransport {
 #[async_trait::async_trait]
 impl HttpService for ReqwestTransport {
     async fn call(&self, request: http::Request<Bytes>) -> Result<HttpResponse> {
+        use futures::TryStreamExt as _;
         let mut resp = self.send(request).await?;
         let headers = std::mem::take(resp.headers_mut());
-        Ok(HttpResponse::from_source(
-            resp.status(),
-            headers,
-            Box::new(ReqwestBody(resp)),
-        ))
-    }
-}
-
-/// The body of a reqwest answer.
-struct ReqwestBody(reqwest::Response);
-
-#[async_trait::async_trait]
-impl BodySource for ReqwestBody {
-    async fn collect(self: Box<Self>) -> Result<Bytes> {
-        self.0.bytes().await.map_err(|e| transport_error(&e))
-    }
-
-    fn into_stream(self: Box<Self>) -> futures::stream::BoxStream<'static, Result<Bytes>> {
-        use futures::{StreamExt as _, TryStreamExt as _};
-        self.0
-            .bytes_stream()
-            .map_err(|e| transport_error(&e))
-            .boxed()
+        let status = resp.status();
+        let chunks = resp.bytes_stream().map_err(|e| transport_error(&e));
+        Ok(HttpResponse::new(status, headers, chunks))
     }
 }

@@ -7,8 +7,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::stream::BoxStream;
-use futures::{StreamExt as _, TryStreamExt as _};
+use futures::StreamExt as _;
 use http::{HeaderMap, StatusCode};
+
+use super::body::HyperBody;
+use super::common::join_chunks;
 
 use crate::error::{Error, ErrorKind, Result, TransportError, TransportKind};
 
@@ -119,31 +122,36 @@ pub fn failure(
     ErrorKind::Transport(TransportError::new(kind, message, source)).into()
 }
 
-/// A body as a transport delivers it: read whole, or chunk by chunk.
-#[async_trait::async_trait]
-pub(crate) trait BodySource: Send {
-    /// The whole body.
-    async fn collect(self: Box<Self>) -> Result<Bytes>;
-    /// The body as it arrives.
-    fn into_stream(self: Box<Self>) -> BoxStream<'static, Result<Bytes>>;
+/// A body as a transport delivers it: the built-in transport's, read
+/// without a boxed stream, or any stream of chunks.
+pub(crate) enum ResponseBody {
+    /// The built-in transport's.
+    Inline(HyperBody),
+    /// Any other transport's.
+    Stream(BoxStream<'static, Result<Bytes>>),
 }
 
-/// A body given as a stream of chunks.
-struct StreamBody(BoxStream<'static, Result<Bytes>>);
-
-#[async_trait::async_trait]
-impl BodySource for StreamBody {
-    async fn collect(self: Box<Self>) -> Result<Bytes> {
-        let chunks: Vec<Bytes> = self.0.try_collect().await?;
-        Ok(match chunks.len() {
-            0 => Bytes::new(),
-            1 => chunks.into_iter().next().unwrap_or_default(),
-            _ => chunks.concat().into(),
-        })
+impl ResponseBody {
+    /// The least the body's length can be, where the transport knows it.
+    fn length_hint(&self) -> u64 {
+        match self {
+            ResponseBody::Inline(body) => body.length_hint(),
+            ResponseBody::Stream(_) => 0,
+        }
     }
+}
 
-    fn into_stream(self: Box<Self>) -> BoxStream<'static, Result<Bytes>> {
-        self.0
+impl futures::Stream for ResponseBody {
+    type Item = Result<Bytes>;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        match self.get_mut() {
+            ResponseBody::Inline(body) => body.poll_chunk(cx),
+            ResponseBody::Stream(chunks) => chunks.poll_next_unpin(cx),
+        }
     }
 }
 
@@ -151,7 +159,7 @@ impl BodySource for StreamBody {
 pub struct HttpResponse {
     status: StatusCode,
     headers: HeaderMap,
-    body: Box<dyn BodySource>,
+    body: ResponseBody,
 }
 
 impl fmt::Debug for HttpResponse {
@@ -169,7 +177,11 @@ impl HttpResponse {
         headers: HeaderMap,
         body: impl futures::Stream<Item = Result<Bytes>> + Send + 'static,
     ) -> Self {
-        Self::from_source(status, headers, Box::new(StreamBody(body.boxed())))
+        HttpResponse {
+            status,
+            headers,
+            body: ResponseBody::Stream(body.boxed()),
+        }
     }
 
     /// An answer with its whole body.
@@ -177,15 +189,12 @@ impl HttpResponse {
         Self::new(status, headers, futures::stream::once(async { Ok(body) }))
     }
 
-    pub(crate) fn from_source(
-        status: StatusCode,
-        headers: HeaderMap,
-        body: Box<dyn BodySource>,
-    ) -> Self {
+    /// The built-in transport's answer.
+    pub(crate) fn inline(status: StatusCode, headers: HeaderMap, body: HyperBody) -> Self {
         HttpResponse {
             status,
             headers,
-            body,
+            body: ResponseBody::Inline(body),
         }
     }
 
@@ -202,11 +211,21 @@ impl HttpResponse {
     /// The whole body, however long: tablekit itself reads answers under
     /// [`HttpOptions::limits`](crate::options::HttpOptions::limits).
     pub async fn bytes(self) -> Result<Bytes> {
-        self.body.collect().await
+        let hint = self.body.length_hint();
+        join_chunks(self.body, hint).await
     }
 
     /// The body as it arrives, chunk by chunk.
     pub fn into_stream(self) -> BoxStream<'static, Result<Bytes>> {
-        self.body.into_stream()
+        match self.body {
+            ResponseBody::Stream(chunks) => chunks,
+            inline => inline.boxed(),
+        }
+    }
+
+    /// The body as it arrives, without a boxed stream for the built-in
+    /// transport's.
+    pub(crate) fn into_body(self) -> ResponseBody {
+        self.body
     }
 }
