@@ -179,6 +179,11 @@ pub(crate) struct BatchOp {
     // Read only by the embedded store.
     #[cfg_attr(not(feature = "embedded"), allow(dead_code))]
     pub(crate) bag: Option<Box<DynamicEntity>>,
+    /// With `bag`: the length of its JSON, as the client counted it when it
+    /// checked the bag, for the payload limit (so the store need not walk
+    /// the entity again).
+    #[cfg_attr(not(feature = "embedded"), allow(dead_code))]
+    pub(crate) bag_json_len: usize,
 }
 
 /// What a transaction operation does.

@@ -393,6 +393,7 @@ mod tests {
             key: EntityKey::new(pk, rk),
             body: Some(format!("{{\"PartitionKey\":\"{pk}\",\"RowKey\":\"{rk}\"}}").into()),
             bag: None,
+            bag_json_len: 0,
         };
         let ops = [op("p", "a"), op("p", "b"), op("q", "c")];
         let err = b
@@ -433,6 +434,7 @@ mod tests {
             key: EntityKey::new("p", "missing"),
             body: None,
             bag: None,
+            bag_json_len: 0,
         };
         let ops = [op("p", "a"), del];
         let err = b
@@ -456,6 +458,7 @@ mod tests {
             key: EntityKey::new("p", rk),
             body: Some(body.into()),
             bag: None,
+            bag_json_len: 0,
         }
     }
 

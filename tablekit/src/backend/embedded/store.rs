@@ -442,15 +442,13 @@ impl Table {
                 MAX_BATCH_OPERATIONS - 1,
             ));
         }
-        // The JSON's length; for an operation that came as a bag, counted
-        // without writing it (the client checked the bag as it encodes JSON).
+        // The JSON's length; for an operation that came as a bag, as the
+        // client counted it (without writing it) when it checked the bag.
         let size: usize = ops
             .iter()
             .map(|o| match (&o.body, &o.bag) {
                 (Some(body), _) => body.len(),
-                (None, Some(bag)) => {
-                    crate::codec::write::entity_json_len(bag.as_ref()).unwrap_or(0)
-                }
+                (None, Some(_)) => o.bag_json_len,
                 (None, None) => 0,
             })
             .sum();

@@ -335,12 +335,14 @@ mod tests {
                     br#"{"PartitionKey":"p","RowKey":"1"}"#,
                 )),
                 bag: None,
+                bag_json_len: 0,
             },
             BatchOp {
                 kind: BatchKind::Delete(IfMatch::Any),
                 key: EntityKey::new("p", "2'"),
                 body: None,
                 bag: None,
+                bag_json_len: 0,
             },
         ];
         let e = encode("http://127.0.0.1:1/acct", "T1", &ops);

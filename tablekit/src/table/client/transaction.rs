@@ -95,11 +95,13 @@ impl<T: TableEntity> Transaction<T> {
         }
         self.size = size;
         self.row_keys.insert(key.row_key.clone());
+        let bag_json_len = if bag.is_some() { body_len } else { 0 };
         self.ops.push(BatchOp {
             kind,
             key,
             body,
             bag,
+            bag_json_len,
         });
         Ok(self)
     }

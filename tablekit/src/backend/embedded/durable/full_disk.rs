@@ -385,6 +385,7 @@ fn a_full_disk_refuses_the_write_clearly_and_loses_nothing_acknowledged() {
         key: EntityKey::new("p", rk),
         body: Some(format!("{{\"PartitionKey\":\"p\",\"RowKey\":\"{rk}\"}}").into()),
         bag: None,
+        bag_json_len: 0,
     };
     let err = b
         .run(Operation::Transaction {
