@@ -191,6 +191,13 @@
 //!   that change, if it claims the value too, or the next
 //!   [`lookup_verified`](InterPartitionIndex::lookup_verified) of the value
 //!   removes it.
+//! * A message delivered twice (delivery is at least once) runs as two
+//!   messages of one change: one can be refused while the value is taken,
+//!   and end in the poison queue, while the other goes through later, after
+//!   the holder moved off the value. Before acting on a refused change from
+//!   the poison queue, [`get`](InterPartitionIndex::get) the entity and
+//!   compare it with the change the message carries (or read the primary's
+//!   [`CHANGE_STAMP`] against the message's stamp).
 //! * A put older than a purged tombstone would bring the entity back: purge
 //!   only past the queue's message time-to-live.
 //! * A put that finds a newer put of the same entity claiming a unique
