@@ -580,75 +580,20 @@ fn the_index_matches_the_model_on_azurite() {
 /// not reached yet, so "b2" stayed claimed (`a claim is left`).
 #[test]
 fn regression_a_claim_left_after_a_crash() {
-    use Op::{Put, Remove};
-    let plan = Plan {
-        ops: vec![
-            Remove { id: 3 },
-            Put {
-                id: 1,
-                name: 0,
-                email: 0,
-                badge: 0,
-            },
-            Put {
-                id: 1,
-                name: 0,
-                email: 0,
-                badge: 0,
-            },
-            Put {
-                id: 1,
-                name: 0,
-                email: 0,
-                badge: 0,
-            },
-            Put {
-                id: 1,
-                name: 0,
-                email: 0,
-                badge: 0,
-            },
-            Put {
-                id: 1,
-                name: 0,
-                email: 0,
-                badge: 0,
-            },
-            Put {
-                id: 3,
-                name: 0,
-                email: 2,
-                badge: 1,
-            },
-            Put {
-                id: 1,
-                name: 0,
-                email: 0,
-                badge: 0,
-            },
-            Put {
-                id: 3,
-                name: 0,
-                email: 2,
-                badge: 0,
-            },
-            Put {
-                id: 1,
-                name: 0,
-                email: 2,
-                badge: 2,
-            },
-        ],
-        order: vec![0, 30, 41, 3, 41, 41, 0, 41, 3, 3],
-        twice: vec![
-            false, false, false, true, false, false, false, false, false, false,
-        ],
-        crash_at: Some(39),
-        kill_at: None,
-        workers: 2,
-        concurrency: 3,
-    };
-    check_embedded(plan);
+    let ops = vec![
+        Op::Remove { id: 3 },
+        put(1, 0, 0),
+        put(1, 0, 0),
+        put(1, 0, 0),
+        put(1, 0, 0),
+        put(1, 0, 0),
+        put(3, 2, 1),
+        put(1, 0, 0),
+        put(3, 2, 0),
+        put(1, 2, 2),
+    ];
+    let order = [0, 30, 41, 3, 41, 41, 0, 41, 3, 3];
+    check_embedded(regression_plan(ops, &order, &[3], Some(39)));
 }
 
 /// Runs one plan on the embedded store.
