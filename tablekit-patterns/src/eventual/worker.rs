@@ -104,10 +104,13 @@ impl fmt::Debug for WorkerBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut kinds: Vec<&String> = self.handlers.keys().collect();
         kinds.sort();
+        let mut give_ups: Vec<&String> = self.give_ups.keys().collect();
+        give_ups.sort();
         f.debug_struct("WorkerBuilder")
             .field("queue", &self.queue.name())
             .field("poison", &self.poison.as_ref().map(QueueClient::name))
             .field("kinds", &kinds)
+            .field("give_ups", &give_ups)
             .field("options", &self.options)
             .finish()
     }
@@ -238,7 +241,8 @@ impl WorkerBuilder {
     /// it stops too, the next receive poisons the message without it. Its
     /// error, if any, is added to the poisoned message's error text. An
     /// attempt that fails (rather than stops) on its last receive has its
-    /// own error path, and no give-up runs.
+    /// own error path, and no give-up runs. A give-up for a kind with no
+    /// handler is refused by [`build`](Self::build).
     pub fn on_give_up<M, F, Fut>(mut self, kind: &str, give_up: F) -> Self
     where
         M: DeserializeOwned + Send + 'static,
@@ -270,6 +274,18 @@ impl WorkerBuilder {
             return Err(refused(
                 "eventual",
                 format!("two handlers for the kind {kind:?}"),
+            ));
+        }
+        let mut orphans: Vec<&String> = self
+            .give_ups
+            .keys()
+            .filter(|k| !self.handlers.contains_key(*k))
+            .collect();
+        if !orphans.is_empty() {
+            orphans.sort();
+            return Err(refused(
+                "eventual",
+                format!("a give-up for kinds this worker does not run: {orphans:?}"),
             ));
         }
         if self.handlers.is_empty() {

@@ -319,6 +319,10 @@ fn worker_options_the_queue_cannot_honour_are_refused_at_build() {
             .build(),
         base().operation::<Export>().build(),
         base().poison_queue(jobs.clone()).build(),
+        // A give-up for a kind the worker does not run would never run.
+        base()
+            .on_give_up("test.unknown", |_: String, _| async { Ok(()) })
+            .build(),
         Worker::builder(jobs.clone(), TableServiceClient::embedded())
             .operation::<Export>()
             .build(),
