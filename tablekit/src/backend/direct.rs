@@ -26,11 +26,20 @@ impl From<Arc<dyn Backend>> for TableBackend {
 }
 
 impl TableBackend {
-    /// Carries out `op` (see [`Backend::execute`]).
-    pub(crate) async fn execute(&self, op: Operation<'_>) -> Result<Response> {
-        match self {
-            TableBackend::Http(http) => http.call(op).await,
-            TableBackend::Dyn(backend) => backend.execute(op).await,
+    /// Carries out `op` (see [`Backend::execute`]): the HTTP backend's own
+    /// future inside this one, or the boxed one of any other.
+    // Not an `async fn`: its arguments would be kept twice in the future,
+    // once as captured and once moved into locals.
+    #[allow(clippy::manual_async_fn)]
+    pub(crate) fn execute<'a>(
+        &'a self,
+        op: Operation<'a>,
+    ) -> impl std::future::Future<Output = Result<Response>> + Send + 'a {
+        async move {
+            match self {
+                TableBackend::Http(http) => http.call(op).await,
+                TableBackend::Dyn(backend) => backend.execute(op).await,
+            }
         }
     }
 

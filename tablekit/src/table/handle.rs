@@ -29,8 +29,11 @@ impl TableHandle {
     }
 
     /// Carries out `op`, an operation on this table, counted.
-    pub(crate) async fn execute(&self, op: Operation<'_>) -> crate::error::Result<Response> {
-        self.backend.execute_in(&self.counters, op).await
+    pub(crate) fn execute<'a>(
+        &'a self,
+        op: Operation<'a>,
+    ) -> impl std::future::Future<Output = crate::error::Result<Response>> + Send + 'a {
+        self.backend.execute_in(&self.counters, op)
     }
 
     /// Counts a page of a query over this table (see `Counted::page_read_in`).
@@ -54,12 +57,15 @@ impl TableHandle {
 
     /// Reads one entity (its ETag given to it: see
     /// [`TableEntity::set_etag`]); `None` if there is none.
-    pub(crate) async fn get<T: TableEntity>(
-        &self,
-        key: &EntityKey,
-        select: Option<&str>,
-    ) -> Result<Option<T>> {
-        Ok(self.read(key, select, false).await?.map(|(e, _)| e))
+    // Not an `async fn`: its arguments would be kept twice in the future,
+    // once as captured and once moved into locals.
+    #[allow(clippy::manual_async_fn)]
+    pub(crate) fn get<'a, T: TableEntity>(
+        &'a self,
+        key: &'a EntityKey,
+        select: Option<&'a str>,
+    ) -> impl std::future::Future<Output = Result<Option<T>>> + Send + 'a {
+        async move { Ok(self.read(key, select, false).await?.map(|(e, _)| e)) }
     }
 
     /// A point read; the ETag is returned too with `keep_etag` (else `None`).

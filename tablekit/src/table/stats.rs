@@ -516,62 +516,71 @@ impl Counted {
     }
 
     /// Carries out `op`, an operation on the table `t` counts.
-    pub(crate) async fn execute_in(&self, t: &TableCount, op: Operation<'_>) -> Result<Response> {
-        let rec = &self.recorder;
-        let t = &*t.0;
-        t.by_kind[RequestKind::of(&op) as usize].fetch_add(1, Relaxed);
-        // Entities written, bytes sent and the partition, known before sending.
-        // (A query's partition and entities are counted by the query, which
-        // knows its plan and decodes its pages: see `Counted::page_read_in`.)
-        let (written, up, partition) = match &op {
-            Operation::Insert { body, .. } => {
-                let pk = match body {
-                    EntityBody::Bag(e) => Some(e.partition_key.as_str()),
-                    EntityBody::Json(json) => json_partition_str(json),
-                };
-                (1, body_bytes(body), pk)
-            }
-            Operation::Write { key, body, .. } => {
-                (1, body_bytes(body), Some(key.partition_key.as_str()))
-            }
-            Operation::Delete { key, .. } => (1, 0, Some(key.partition_key.as_str())),
-            Operation::Get { key, .. } => (0, 0, Some(key.partition_key.as_str())),
-            Operation::Transaction { ops, .. } => (
-                ops.len() as u64,
-                ops.iter()
-                    .map(|o| o.body.as_ref().map_or(0, |b| b.len() as u64))
-                    .sum(),
-                ops.first().map(|o| o.key.partition_key.as_str()),
-            ),
-            _ => (0, 0, None),
-        };
-        t.entities_written.fetch_add(written, Relaxed);
-        t.bytes_up.fetch_add(up, Relaxed);
-        let partition = partition.map(|pk| rec.partition(t, pk));
-        let result = self.inner.execute(op).await;
-        let read = match &result {
-            Ok(Response::Entity(Some(p))) => {
-                t.bytes_down.fetch_add(payload_bytes(p), Relaxed);
-                1
-            }
-            Ok(Response::Page { payload, .. }) => {
-                t.bytes_down.fetch_add(payload_bytes(payload), Relaxed);
-                0
-            }
-            Ok(_) => 0,
-            Err(e) => {
-                t.failed.fetch_add(1, Relaxed);
-                if e.is_throttled() {
-                    t.throttled.fetch_add(1, Relaxed);
+    // Not an `async fn`: its arguments would be kept twice in the future,
+    // once as captured and once moved into locals.
+    #[allow(clippy::manual_async_fn)]
+    pub(crate) fn execute_in<'a>(
+        &'a self,
+        t: &'a TableCount,
+        op: Operation<'a>,
+    ) -> impl std::future::Future<Output = Result<Response>> + Send + 'a {
+        async move {
+            let rec = &self.recorder;
+            let t = &*t.0;
+            t.by_kind[RequestKind::of(&op) as usize].fetch_add(1, Relaxed);
+            // Entities written, bytes sent and the partition, known before sending.
+            // (A query's partition and entities are counted by the query, which
+            // knows its plan and decodes its pages: see `Counted::page_read_in`.)
+            let (written, up, partition) = match &op {
+                Operation::Insert { body, .. } => {
+                    let pk = match body {
+                        EntityBody::Bag(e) => Some(e.partition_key.as_str()),
+                        EntityBody::Json(json) => json_partition_str(json),
+                    };
+                    (1, body_bytes(body), pk)
                 }
-                0
+                Operation::Write { key, body, .. } => {
+                    (1, body_bytes(body), Some(key.partition_key.as_str()))
+                }
+                Operation::Delete { key, .. } => (1, 0, Some(key.partition_key.as_str())),
+                Operation::Get { key, .. } => (0, 0, Some(key.partition_key.as_str())),
+                Operation::Transaction { ops, .. } => (
+                    ops.len() as u64,
+                    ops.iter()
+                        .map(|o| o.body.as_ref().map_or(0, |b| b.len() as u64))
+                        .sum(),
+                    ops.first().map(|o| o.key.partition_key.as_str()),
+                ),
+                _ => (0, 0, None),
+            };
+            t.entities_written.fetch_add(written, Relaxed);
+            t.bytes_up.fetch_add(up, Relaxed);
+            let partition = partition.map(|pk| rec.partition(t, pk));
+            let result = self.inner.execute(op).await;
+            let read = match &result {
+                Ok(Response::Entity(Some(p))) => {
+                    t.bytes_down.fetch_add(payload_bytes(p), Relaxed);
+                    1
+                }
+                Ok(Response::Page { payload, .. }) => {
+                    t.bytes_down.fetch_add(payload_bytes(payload), Relaxed);
+                    0
+                }
+                Ok(_) => 0,
+                Err(e) => {
+                    t.failed.fetch_add(1, Relaxed);
+                    if e.is_throttled() {
+                        t.throttled.fetch_add(1, Relaxed);
+                    }
+                    0
+                }
+            };
+            t.entities_read.fetch_add(read, Relaxed);
+            if let Some(p) = partition {
+                rec.count(t, &p, written + read);
             }
-        };
-        t.entities_read.fetch_add(read, Relaxed);
-        if let Some(p) = partition {
-            rec.count(t, &p, written + read);
+            result
         }
-        result
     }
 
     /// A page of a query over the table `t` read `entities`; `partition` is

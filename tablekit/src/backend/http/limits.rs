@@ -157,8 +157,24 @@ impl AnswerLimits {
         resp: Incoming,
         kind: Kind,
     ) -> impl std::future::Future<Output = Result<Bytes>> + Send + 'static {
-        // The reading future itself (not one more layer holding the answer).
-        read_capped(resp, self.of(kind), kind)
+        // The declared length is checked and the headers let go before the
+        // future is made: it holds the body alone.
+        let limit = self.of(kind);
+        let declared = declared_length(resp.headers());
+        let refused = declared
+            .filter(|n| *n > limit)
+            .map(|n| over(kind, limit, Some(n)));
+        // Read where it is: the body is not moved into stream adaptors.
+        let mut body = resp.into_body();
+        async move {
+            if let Some(e) = refused {
+                return Err(e);
+            }
+            join_chunks_capped(&mut body, declared.unwrap_or(0), limit, || {
+                over(kind, limit, None)
+            })
+            .await
+        }
     }
 }
 
@@ -188,19 +204,6 @@ pub(crate) fn declared_length(headers: &HeaderMap) -> Option<u64> {
         .trim()
         .parse()
         .ok()
-}
-
-async fn read_capped(resp: Incoming, limit: u64, kind: Kind) -> Result<Bytes> {
-    let declared = declared_length(resp.headers());
-    if let Some(n) = declared.filter(|n| *n > limit) {
-        return Err(over(kind, limit, Some(n)));
-    }
-    // Read where it is: the body is not moved into stream adaptors.
-    let mut body = resp.into_body();
-    join_chunks_capped(&mut body, declared.unwrap_or(0), limit, || {
-        over(kind, limit, None)
-    })
-    .await
 }
 
 /// A download's chunks, cut off with an error once they run past `declared`

@@ -265,71 +265,110 @@ impl HttpBackend {
     }
 
     /// Turns a response into the operation's answer or its error.
-    async fn interpret(&self, op: &Operation<'_>, resp: Incoming) -> Result<Response> {
+    ///
+    /// What the headers say is read before the future is made, which then
+    /// holds only the body being read (or nothing, for an answer without
+    /// one): this future sits inside every request's.
+    fn interpret(
+        &self,
+        op: &Operation<'_>,
+        resp: Incoming,
+    ) -> impl std::future::Future<Output = Result<Response>> + Send + 'static {
+        use futures::future::{ready, Either};
+        use futures::FutureExt as _;
         let status = resp.status();
+        let limits = self.pipeline.limits();
         // The service's request id is kept only where an error may carry it.
         if !status.is_success() {
             let request_id = header_string(resp.headers(), &names::X_MS_REQUEST_ID);
             let retry_after = header_str(resp.headers(), &names::RETRY_AFTER)
                 .and_then(|v| wire::parse_retry_after(v, chrono::Utc::now()));
-            return Err(error_answer(
-                resp,
-                status,
-                request_id,
-                retry_after,
-                self.pipeline.limits(),
-            )
-            .await);
+            let error = error_answer(resp, status, request_id, retry_after, limits);
+            return Either::Left(Either::Left(error.map(Err)));
         }
         let etag = header_string(resp.headers(), &http::header::ETAG);
-        let limits = self.pipeline.limits();
-        Ok(match op {
-            Operation::CreateTable { .. }
-            | Operation::DeleteTable { .. }
-            | Operation::Delete { .. } => Response::Done,
-            Operation::Insert { .. } | Operation::Write { .. } => {
-                let etag =
-                    etag.ok_or_else(|| Error::decode("the service returned no ETag for a write"))?;
-                Response::Written(Written::from_etag(ETag::new(etag)))
-            }
-            Operation::Get { .. } => {
-                let body = limits.read(resp, Kind::Entity).await?;
-                Response::Entity(Some(Payload::Json { body, etag }))
-            }
-            Operation::Query { .. } => {
-                let continuation =
-                    header_string(resp.headers(), &names::NEXT_PARTITION_KEY).map(|pk| {
-                        Continuation {
+        let (then, kind) =
+            match op {
+                Operation::CreateTable { .. }
+                | Operation::DeleteTable { .. }
+                | Operation::Delete { .. } => {
+                    return Either::Left(Either::Right(ready(Ok(Response::Done))))
+                }
+                Operation::Insert { .. } | Operation::Write { .. } => {
+                    let written = etag
+                        .ok_or_else(|| Error::decode("the service returned no ETag for a write"))
+                        .map(|etag| Response::Written(Written::from_etag(ETag::new(etag))));
+                    return Either::Left(Either::Right(ready(written)));
+                }
+                Operation::Get { .. } => (Body::Entity { etag }, Kind::Entity),
+                Operation::Query { .. } => {
+                    let continuation = header_string(resp.headers(), &names::NEXT_PARTITION_KEY)
+                        .map(|pk| Continuation {
                             next_partition_key: pk,
                             next_row_key: header_string(resp.headers(), &names::NEXT_ROW_KEY),
-                        }
-                    });
-                let body = limits.read(resp, Kind::QueryPage).await?;
-                Response::Page {
-                    payload: Payload::Json { body, etag: None },
-                    continuation,
+                        });
+                    (Body::Page { continuation }, Kind::QueryPage)
                 }
-            }
-            Operation::ListTables { .. } => {
-                let next_table_name = header_string(resp.headers(), &names::NEXT_TABLE_NAME);
-                let body = limits.read(resp, Kind::Listing).await?;
-                Response::Tables {
-                    names: crate::codec::read::decode_table_names(&body)?,
-                    next_table_name,
+                Operation::ListTables { .. } => {
+                    let next_table_name = header_string(resp.headers(), &names::NEXT_TABLE_NAME);
+                    (Body::Tables { next_table_name }, Kind::Listing)
                 }
-            }
-            Operation::Transaction { ops, .. } => {
-                let request_id = header_string(resp.headers(), &names::X_MS_REQUEST_ID);
-                let content_type =
-                    header_string(resp.headers(), &http::header::CONTENT_TYPE).unwrap_or_default();
-                let body = limits.read(resp, Kind::Batch).await?;
-                Response::Transaction(batch::parse_response(
-                    &content_type,
-                    &body,
-                    ops.len(),
-                    request_id,
-                )?)
-            }
+                Operation::Transaction { ops, .. } => {
+                    let request_id = header_string(resp.headers(), &names::X_MS_REQUEST_ID);
+                    let content_type = header_string(resp.headers(), &http::header::CONTENT_TYPE)
+                        .unwrap_or_default();
+                    let body = Body::Transaction {
+                        content_type,
+                        operations: ops.len(),
+                        request_id,
+                    };
+                    (body, Kind::Batch)
+                }
+            };
+        Either::Right(limits.read(resp, kind).map(move |body| then.answer(body?)))
+    }
+}
+
+/// What a successful answer's body becomes, and what of its headers that needs.
+enum Body {
+    Entity {
+        etag: Option<String>,
+    },
+    Page {
+        continuation: Option<Continuation>,
+    },
+    Tables {
+        next_table_name: Option<String>,
+    },
+    Transaction {
+        content_type: String,
+        operations: usize,
+        request_id: Option<String>,
+    },
+}
+
+impl Body {
+    fn answer(self, body: Bytes) -> Result<Response> {
+        Ok(match self {
+            Body::Entity { etag } => Response::Entity(Some(Payload::Json { body, etag })),
+            Body::Page { continuation } => Response::Page {
+                payload: Payload::Json { body, etag: None },
+                continuation,
+            },
+            Body::Tables { next_table_name } => Response::Tables {
+                names: crate::codec::read::decode_table_names(&body)?,
+                next_table_name,
+            },
+            Body::Transaction {
+                content_type,
+                operations,
+                request_id,
+            } => Response::Transaction(batch::parse_response(
+                &content_type,
+                &body,
+                operations,
+                request_id,
+            )?),
         })
     }
 }
@@ -337,18 +376,26 @@ impl HttpBackend {
 impl HttpBackend {
     /// Carries out `op`: [`Backend::execute`] without its boxed future, for
     /// a caller that holds the HTTP backend itself.
-    pub(crate) async fn call(&self, op: Operation<'_>) -> Result<Response> {
-        let span = Pipeline::span(op.name(), Some(op.table().unwrap_or("")));
-        let mut req = self.build(&op)?;
-        if self.cosmos {
-            cosmos::tunnel_merge(&mut req);
-            cosmos::check(&op, &req)?;
+    // Not an `async fn`: its arguments would be kept twice in the future,
+    // once as captured and once moved into locals.
+    #[allow(clippy::manual_async_fn)]
+    pub(crate) fn call<'a>(
+        &'a self,
+        op: Operation<'a>,
+    ) -> impl std::future::Future<Output = Result<Response>> + Send + 'a {
+        async move {
+            let span = Pipeline::span(op.name(), Some(op.table().unwrap_or("")));
+            let mut req = self.build(&op)?;
+            if self.cosmos {
+                cosmos::tunnel_merge(&mut req);
+                cosmos::check(&op, &req)?;
+            }
+            self.pipeline
+                .call(&req, op.name(), op.repeat(), span, |resp| {
+                    self.interpret(&op, resp)
+                })
+                .await
         }
-        self.pipeline
-            .call(&req, op.name(), op.repeat(), span, |resp| {
-                self.interpret(&op, resp)
-            })
-            .await
     }
 }
 
@@ -376,20 +423,23 @@ impl Backend for HttpBackend {
 /// The error of an answer whose status says it failed. If the connection
 /// breaks while its body is read, the status stands (it is the service's
 /// answer); only the code and message of the body are lost.
-pub(crate) async fn error_answer(
+pub(crate) fn error_answer(
     resp: Incoming,
     status: http::StatusCode,
     request_id: Option<String>,
     retry_after: Option<Duration>,
     limits: &limits::AnswerLimits,
-) -> Error {
-    match limits.read(resp, limits::Kind::Error).await {
-        Ok(body) => service_error(status, request_id, retry_after, &body),
-        Err(e) => {
-            tracing::debug!(status = status.as_u16(), error = %e, "an error answer's body was cut short");
-            service_error(status, request_id, retry_after, b"")
-        }
-    }
+) -> impl std::future::Future<Output = Error> + Send + 'static {
+    use futures::FutureExt as _;
+    limits
+        .read(resp, limits::Kind::Error)
+        .map(move |body| match body {
+            Ok(body) => service_error(status, request_id, retry_after, &body),
+            Err(e) => {
+                tracing::debug!(status = status.as_u16(), error = %e, "an error answer's body was cut short");
+                service_error(status, request_id, retry_after, b"")
+            }
+        })
 }
 
 #[cfg(test)]

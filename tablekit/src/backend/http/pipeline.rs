@@ -6,6 +6,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,7 +17,7 @@ use tracing::Instrument;
 
 use super::limits::AnswerLimits;
 use super::signer::{self, Attempt, RequestSigner, Service};
-use super::transport::{HttpTransport, Incoming, Origin};
+use super::transport::{HttpTransport, Incoming, Origin, Via};
 use super::wire::{names, push_query_pair};
 use crate::account::Account;
 use crate::backend::Repeat;
@@ -322,10 +323,51 @@ impl Pipeline {
     }
 
     /// One attempt: the common headers, the signature, the transport.
-    async fn send_once(&self, call: &Call<'_>) -> Result<Incoming> {
+    ///
+    /// A signer that signs at once and reads no challenges (a key, a SAS)
+    /// takes the short way: the request is signed and handed to the
+    /// transport, and this future holds the transport's, not the request nor
+    /// its headers. Any other signer (a bearer token, which may have to be
+    /// fetched, and answers a challenge) takes the boxed way.
+    // Not an `async fn`: its arguments would be kept twice in the future,
+    // once as captured and once moved into locals.
+    #[allow(clippy::manual_async_fn)]
+    fn send_once<'a>(
+        &'a self,
+        call: &'a Call<'_>,
+    ) -> impl Future<Output = Result<Incoming>> + Send + 'a {
+        async move {
+            let request = match self.sign_at_once(call) {
+                Some(request) => request?,
+                None => return Box::pin(self.send_signing(call)).await,
+            };
+            let (request, via) = self.transport.ready(request)?;
+            let resp = match via {
+                Via::Inline(hyper) => hyper.respond(request).await?,
+                Via::Service(service) => service.call(request).await?,
+            };
+            self.checked(resp)
+        }
+    }
+
+    /// The attempt's request, signed, if the signer signs at once and reads
+    /// no challenges. A function of its own: what it borrows (the attempt)
+    /// is never kept in the attempt's future.
+    fn sign_at_once(&self, call: &Call<'_>) -> Option<Result<http::Request<Bytes>>> {
+        if self.signer.reads_challenges() {
+            return None;
+        }
+        let mut attempt = call.attempt(self.headers(call));
+        let signed = self.signer.sign_now(&mut attempt)?;
+        Some(signed.and_then(|()| call.request(attempt)))
+    }
+
+    /// The headers every attempt sends: the request's own, then the date,
+    /// the client request id and the version. Room is made for what the
+    /// signer and the transport add (Authorization, Host, User-Agent,
+    /// Accept): never regrown.
+    fn headers(&self, call: &Call<'_>) -> HeaderMap {
         let req = call.req;
-        // Room for what the signer and the transport add (date, request id,
-        // version, Authorization, Host, User-Agent, Accept): never regrown.
         let mut headers = HeaderMap::with_capacity(req.headers.len() + 8);
         for (name, value) in &req.headers {
             headers.insert(name.clone(), value.clone());
@@ -333,7 +375,19 @@ impl Pipeline {
         headers.insert(names::X_MS_DATE, signer::x_ms_date());
         headers.insert(names::X_MS_CLIENT_REQUEST_ID, call.id.header());
         headers.insert(names::X_MS_VERSION, HeaderValue::from_static(API_VERSION));
-        let mut attempt = call.attempt(headers);
+        headers
+    }
+
+    /// An answer whose head is within the limits.
+    fn checked(&self, resp: Incoming) -> Result<Incoming> {
+        self.limits.check_head(resp.headers())?;
+        Ok(resp)
+    }
+
+    /// [`Pipeline::send_once`] through the signer's future, and once more
+    /// after a challenge if the signer asks for it.
+    async fn send_signing(&self, call: &Call<'_>) -> Result<Incoming> {
+        let mut attempt = call.attempt(self.headers(call));
         // A bearer signer may want the request once more after a 401 (a
         // challenge): keep what it needs to sign again.
         let again = self
@@ -344,18 +398,19 @@ impl Pipeline {
         let sent = again
             .as_ref()
             .and(attempt.headers.get(http::header::AUTHORIZATION).cloned());
-        let mut resp = self.transport.send(call.request(attempt)?).await?;
+        let request = call.request(attempt)?;
+        let mut resp = self.transport.send(request).await?;
         if let Some(headers) = again {
             if resp.status() == http::StatusCode::UNAUTHORIZED
                 && self.signer.unauthorized(sent.as_ref(), resp.headers())
             {
                 let mut attempt = call.attempt(headers);
                 sign(&*self.signer, &mut attempt).await?;
-                resp = self.transport.send(call.request(attempt)?).await?;
+                let request = call.request(attempt)?;
+                resp = self.transport.send(request).await?;
             }
         }
-        self.limits.check_head(resp.headers())?;
-        Ok(resp)
+        self.checked(resp)
     }
 }
 

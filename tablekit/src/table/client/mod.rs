@@ -481,14 +481,19 @@ impl<T: TableEntity> Get<T> {
     }
 
     /// Sends the read.
-    pub async fn send(self) -> Result<Option<T>> {
-        if let Some(s) = &self.select {
-            query::validate_select(s)?;
+    // Not an `async fn`: its arguments would be kept twice in the future,
+    // once as captured and once moved into locals.
+    #[allow(clippy::manual_async_fn)]
+    pub fn send(self) -> impl Future<Output = Result<Option<T>>> + Send {
+        async move {
+            if let Some(s) = &self.select {
+                query::validate_select(s)?;
+            }
+            self.table
+                .handle
+                .get(&self.key, self.select.as_deref())
+                .await
         }
-        self.table
-            .handle
-            .get(&self.key, self.select.as_deref())
-            .await
     }
 }
 

@@ -20,6 +20,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures::FutureExt as _;
 use http::header::{ACCEPT, HOST, PROXY_AUTHORIZATION, USER_AGENT as USER_AGENT_HEADER};
 use http::HeaderValue;
 use http_body_util::Full;
@@ -30,7 +31,7 @@ use tokio::time::Instant;
 
 use super::body::HyperBody;
 use super::common::{transport_failure, Origin, USER_AGENT};
-use super::pool::{Connection, Pool};
+use super::pool::{Connection, Pool, ReqBody};
 use super::proxy::Route;
 use super::service::{HttpResponse, HttpService};
 use super::tls::{Stream, Tls};
@@ -103,12 +104,112 @@ impl HyperTransport {
 
     /// Sends `req` (origin-form URI) and returns the answer's status and its
     /// body (with the headers), which is read under the same deadline.
-    pub(crate) async fn send(
+    ///
+    /// Everything that needs no waiting is done before the future is made:
+    /// the request is checked and completed, and, when the pool has a
+    /// connection, handed to it. The future then holds the connection and
+    /// hyper's answer future, not the request: a point read's whole future
+    /// is awaited inside the caller's, so every byte here is carried (and
+    /// moved) by every layer above.
+    pub(crate) fn send(
         &self,
         req: http::Request<Bytes>,
-    ) -> Result<(http::StatusCode, HyperBody)> {
+    ) -> impl std::future::Future<Output = Result<(http::StatusCode, HyperBody)>> + Send + '_ {
         let start = Instant::now();
         let deadline = start + self.timeout;
+        // Connects, then hands the request to the new connection. Boxed:
+        // connecting (TCP, TLS, a proxy's tunnel) is rare on a kept-alive
+        // pool, and its large future would otherwise sit in every request's.
+        let connect_and_send = move |req: http::Request<ReqBody>| {
+            Box::pin(async move {
+                let mut conn = self.connect(deadline).await?;
+                let answer = conn.sender.try_send_request(req);
+                Ok::<_, crate::Error>((conn, answer))
+            })
+        };
+        let first = self
+            .prepare(req)
+            .map(|req| match self.pool.checkout(start) {
+                Some(mut conn) => {
+                    let answer = conn.sender.try_send_request(req);
+                    First::Sent(conn, answer)
+                }
+                None => First::Connect(connect_and_send(req)),
+            });
+        async move {
+            let (mut conn, answer) = match first {
+                Err(e) => return Err(e),
+                Ok(First::Sent(conn, answer)) => (conn, answer),
+                Ok(First::Connect(connecting)) => connecting.await?,
+            };
+            let mut answer = std::pin::pin!(answer);
+            loop {
+                let sent = poll_fn(|cx| {
+                    // Whether or not the connection is done, the answer
+                    // future resolves: hyper fails it when the connection
+                    // closes.
+                    let _ = conn.poll_drive(cx);
+                    if let Poll::Ready(sent) = answer.as_mut().poll(cx) {
+                        return Poll::Ready(Some(sent));
+                    }
+                    // On the connection's own timer: none is made per request.
+                    conn.poll_deadline(deadline, cx).map(|()| None)
+                })
+                .await;
+                // What is left here is only what the next wait needs: the
+                // failed attempt's error is gone before the reconnection.
+                let unsent = match sent {
+                    None => {
+                        return Err(transport_failure(TransportKind::Timeout, "timed out", None))
+                    }
+                    Some(Ok(resp)) => {
+                        let (parts, body) = resp.into_parts();
+                        let body =
+                            HyperBody::new(parts.headers, body, conn, &self.pool, start, deadline);
+                        return Ok((parts.status, body));
+                    }
+                    Some(Err(mut e)) => match e.take_message() {
+                        // Never written: a stale pooled connection. Safe to resend.
+                        Some(unsent) if conn.reused => {
+                            tracing::debug!(error = %e.error(), "a pooled connection was closed; resending on a fresh one");
+                            unsent
+                        }
+                        Some(_) => {
+                            return Err(transport_failure(
+                                TransportKind::Connect,
+                                "the connection closed before the request was sent",
+                                Some(e.error()),
+                            ))
+                        }
+                        // hyper's `is_parse_too_large` needs its server feature.
+                        None if e.error().is_parse()
+                            && e.error().to_string().contains("too large") =>
+                        {
+                            return Err(transport_failure(
+                                TransportKind::TooLarge,
+                                "the answer's head is too large (AnswerLimits::head)",
+                                Some(&e.into_error()),
+                            ))
+                        }
+                        None => {
+                            return Err(transport_failure(
+                                TransportKind::Interrupted,
+                                "the request failed",
+                                Some(&e.into_error()),
+                            ))
+                        }
+                    },
+                };
+                let (fresh, resent) = connect_and_send(unsent).await?;
+                conn = fresh;
+                answer.set(resent);
+            }
+        }
+    }
+
+    /// `req` as it goes on the wire: origin-form (or absolute through a plain
+    /// HTTP proxy), with `Host`, `User-Agent` and `Accept`.
+    fn prepare(&self, req: http::Request<Bytes>) -> Result<http::Request<ReqBody>> {
         let (mut parts, body) = req.into_parts();
         if parts.uri.scheme().is_some() {
             // An absolute URI (from a wrapping transport): hyper writes what
@@ -140,62 +241,7 @@ impl HyperTransport {
                 .headers
                 .insert(ACCEPT, HeaderValue::from_static("*/*"));
         }
-        let mut req = http::Request::from_parts(parts, Full::new(body));
-        let mut fresh_only = false;
-        loop {
-            let pooled = if fresh_only {
-                None
-            } else {
-                self.pool.checkout(start)
-            };
-            let mut conn = match pooled {
-                Some(c) => c,
-                // Boxed: connecting (TCP, TLS, a proxy's tunnel) is rare on a
-                // kept-alive pool, and its large future would otherwise sit
-                // inside every request's.
-                None => Box::pin(self.connect(deadline)).await?,
-            };
-            let sent = send_on(&mut conn, req, deadline).await;
-            match sent {
-                Err(_) => return Err(transport_failure(TransportKind::Timeout, "timed out", None)),
-                Ok(Ok(resp)) => {
-                    let (parts, body) = resp.into_parts();
-                    let body =
-                        HyperBody::new(parts.headers, body, conn, &self.pool, start, deadline);
-                    return Ok((parts.status, body));
-                }
-                Ok(Err(mut e)) => match e.take_message() {
-                    // Never written: a stale pooled connection. Safe to resend.
-                    Some(unsent) if conn.reused => {
-                        tracing::debug!(error = %e.error(), "a pooled connection was closed; resending on a fresh one");
-                        req = unsent;
-                        fresh_only = true;
-                    }
-                    Some(_) => {
-                        return Err(transport_failure(
-                            TransportKind::Connect,
-                            "the connection closed before the request was sent",
-                            Some(e.error()),
-                        ))
-                    }
-                    // hyper's `is_parse_too_large` needs its server feature.
-                    None if e.error().is_parse() && e.error().to_string().contains("too large") => {
-                        return Err(transport_failure(
-                            TransportKind::TooLarge,
-                            "the answer's head is too large (AnswerLimits::head)",
-                            Some(&e.into_error()),
-                        ))
-                    }
-                    None => {
-                        return Err(transport_failure(
-                            TransportKind::Interrupted,
-                            "the request failed",
-                            Some(&e.into_error()),
-                        ))
-                    }
-                },
-            }
-        }
+        Ok(http::Request::from_parts(parts, Full::new(body)))
     }
 
     /// A new connection, under the connect timeout (and the attempt's deadline).
@@ -249,42 +295,24 @@ impl HyperTransport {
     }
 }
 
-/// The answer's head, or a request hyper gave back or failed.
-type Sent = std::result::Result<
-    http::Response<hyper::body::Incoming>,
-    hyper::client::conn::TrySendError<http::Request<super::pool::ReqBody>>,
->;
-
-/// Sends on `conn`, polling the connection in this task until the answer's
-/// head is in; `Err(Elapsed)` if `deadline` passes first (on the connection's
-/// own timer: no timer is made per request).
-async fn send_on(
-    conn: &mut Connection,
-    req: http::Request<super::pool::ReqBody>,
-    deadline: Instant,
-) -> std::result::Result<Sent, Elapsed> {
-    let mut answer = std::pin::pin!(conn.sender.try_send_request(req));
-    poll_fn(|cx| {
-        // Whether or not the connection is done, the answer future resolves:
-        // hyper fails it when the connection closes.
-        let _ = conn.poll_drive(cx);
-        if let Poll::Ready(sent) = answer.as_mut().poll(cx) {
-            return Poll::Ready(Ok(sent));
-        }
-        conn.poll_deadline(deadline, cx).map(|()| Err(Elapsed))
-    })
-    .await
+/// How a request starts: handed to a pooled connection (with hyper's answer
+/// future), or waiting for a new connection.
+enum First<A, C> {
+    Sent(Box<Connection>, A),
+    Connect(C),
 }
-
-/// The attempt's deadline passed.
-struct Elapsed;
 
 impl HyperTransport {
     /// [`HttpService::call`] without its boxed future, for the pipeline.
-    pub(crate) async fn respond(&self, request: http::Request<Bytes>) -> Result<HttpResponse> {
-        let (status, mut body) = self.send(request).await?;
-        let headers = body.take_headers();
-        Ok(HttpResponse::inline(status, headers, body))
+    pub(crate) fn respond(
+        &self,
+        request: http::Request<Bytes>,
+    ) -> impl std::future::Future<Output = Result<HttpResponse>> + Send + '_ {
+        self.send(request).map(|sent| {
+            let (status, mut body) = sent?;
+            let headers = body.take_headers();
+            Ok(HttpResponse::inline(status, headers, body))
+        })
     }
 }
 
