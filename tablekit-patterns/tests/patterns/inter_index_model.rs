@@ -743,3 +743,57 @@ fn regression_one_delivery_refused_the_other_applied_later() {
     plan.concurrency = 2;
     check_embedded(plan);
 }
+
+/// Found by the model test with a worker killed (2026-11-26): employee 2
+/// holds "c@contoso.com"; its change to "a@contoso.com" is refused twice
+/// (employee 1's crashed change claims that email), then at its last
+/// attempt claims the email, deletes employee 2's copy under the old one
+/// (step 2) and its worker dies before the primary write. The give-up took
+/// the change off its claims but left the old copy deleted: employee 2's
+/// primary showed "c@contoso.com" and no lookup found it. Now a change that
+/// stops before its primary write (given up, failed or refused) writes the
+/// old copies back from the primary as stored.
+#[test]
+fn regression_a_killed_change_loses_a_copy_the_primary_shows() {
+    let ops = vec![
+        put(1, 0, 0),
+        Op::Remove { id: 1 },
+        put(2, 2, 2),
+        Op::Remove { id: 3 },
+        Op::Remove { id: 3 },
+        Op::Put {
+            id: 2,
+            name: 1,
+            email: 0,
+            badge: 2,
+        },
+        put(3, 1, 1),
+        Op::Remove { id: 1 },
+    ];
+    let order = [5, 167, 167, 100, 0, 100, 100, 5, 0, 0];
+    let mut plan = regression_plan(ops, &order, &[4, 6, 7], Some(13));
+    plan.kill_at = Some(69);
+    (plan.workers, plan.concurrency) = (1, 2);
+    check_embedded(plan);
+}
+
+/// Found by the model test against a version of the fix above that wrote
+/// the copies back from the primary as read before the failure: a remove of
+/// employee 1 fails at the step right after its tombstone write (the write
+/// went through), and its worker dies while writing back the copies it
+/// deleted first. The removed employee's email copy stayed. The copies are
+/// written back only from the primary as read after the failure, and only
+/// if it is older than the change.
+#[test]
+fn regression_a_write_that_went_through_before_a_failure_is_not_undone() {
+    let ops = vec![
+        Op::Remove { id: 1 },
+        put(1, 0, 0),
+        put(1, 0, 0),
+        Op::Remove { id: 1 },
+    ];
+    let mut plan = regression_plan(ops, &[0, 0, 69], &[1], Some(27));
+    plan.kill_at = Some(28);
+    (plan.workers, plan.concurrency) = (1, 1);
+    check_embedded(plan);
+}
