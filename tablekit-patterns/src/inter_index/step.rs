@@ -125,15 +125,17 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 Ok(false) => continue,
                 Err(e) => return Err(self.restoring(ctx, &key, &copies, stamp, e).await),
             }
-            let etags = self.write_copies(ctx, &copies, &slots).await?;
-            // Again after the primary write: a change older than this one
-            // that read the primary before it may have written a copy under
-            // the old value since (its own re-read came too early to see
-            // this change).
+            // Again after the primary write, and before the copies (whose
+            // write can fail, and the next attempt no longer knows the old
+            // values): a change older than this one that read the primary
+            // before it may have written a copy under the old value since.
+            // One it writes later sees this change when it reads the
+            // primary again, and takes that copy back.
             for (i, old) in &old_copies {
                 self.delete_older_copy(ctx, &self.inner.indexes[*i], old.clone(), own, stamp)
                     .await?;
             }
+            let etags = self.write_copies(ctx, &copies, &slots).await?;
             return self.recheck(ctx, &key, &copies, &etags, stamp).await;
         }
         Err(format!("the primary {key} kept changing; will retry later").into())

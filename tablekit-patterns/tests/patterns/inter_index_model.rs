@@ -797,3 +797,33 @@ fn regression_a_write_that_went_through_before_a_failure_is_not_undone() {
     (plan.workers, plan.concurrency) = (1, 1);
     check_embedded(plan);
 }
+
+/// Found by the model test at 2048 cases (it fails on the code before): an
+/// older put of employee 1 (last name "Jones") resumes after a crash and
+/// writes its "Jones" copy after a newer put to "Van" deleted the old copies
+/// and read the primary, but before the newer put's primary write. The newer
+/// put's second delete of old copies came after its copies, whose write
+/// failed (a still newer put was claiming the badge), and its next attempt
+/// no longer knew the old values: "Jones" kept listing employee 1. The
+/// second delete now comes right after the primary write.
+#[test]
+fn regression_an_older_copy_written_late_is_deleted_before_the_copies_fail() {
+    let p = |id, name, email, badge| Op::Put {
+        id,
+        name,
+        email,
+        badge,
+    };
+    let ops = vec![
+        p(3, 0, 0, 0),
+        p(1, 0, 0, 0),
+        p(1, 1, 0, 2),
+        p(3, 0, 1, 2),
+        p(1, 1, 0, 2),
+        Op::Remove { id: 3 },
+    ];
+    let mut plan = regression_plan(ops, &[175, 0, 3, 0, 3, 0], &[], None);
+    plan.kill_at = Some(74);
+    plan.concurrency = 2;
+    check_embedded(plan);
+}
