@@ -31,9 +31,9 @@
 //! | operation | requests |
 //! |---|---|
 //! | [`put`](InterPartitionIndex::put), [`remove`](InterPartitionIndex::remove) (client) | 1 message sent |
-//! | the worker, for a put | read primary; per unique index: read the copy under the new value (refused here, before any write, if another entity holds one); per unique index: insert a claim if there is none, restamp this entity's copy, or take over the claim of an older change of this entity (refused if another entity took the value meanwhile); on a refusal or a failure while claiming, per unique index: read the copy again, and the primary once, to take this change off its claims (+1 conditional write or delete per claim it held or waited on, +1 per copy it restamped); per copy whose value changed: read it, delete it under its ETag if this entity's and older; replace the primary under the ETag read (insert if absent); write each copy (unique: replace the claim under its ETag; non-unique: insert-or-replace); per changed value again: read the old copy, delete it if older; read the primary again (+1 conditional write or delete per copy if a newer change got in) |
+//! | the worker, for a put | read primary; per unique index: read the copy under the new value (refused here, before any write, if another entity holds one); per unique index: insert a claim if there is none, restamp this entity's copy, or take over the claim of an older change of this entity (refused if another entity took the value meanwhile); on a refusal or a failure while claiming, per unique index: read the copy again, and the primary once, to take this change off its claims (+1 conditional write or delete per claim it held or waited on, +1 per copy it restamped); per copy whose value changed: read it, delete it under its ETag if this entity's and older; replace the primary under the ETag read (insert if absent); per changed value again: read the old copy, delete it if older; write each copy (unique: replace the claim under its ETag; non-unique: insert-or-replace); read the primary again (+1 conditional write or delete per copy if a newer change got in); on a failure before the primary write, or a refusal or failure while claiming at a later attempt: per copy whose value changed, insert the stored primary's copy (409 if it is there), then, if one was written, read the primary (+1 conditional write or delete per copy written back, if it changed) |
 //! | the worker, for a stale put (a newer change is stored) | read primary; read each copy under this change's values (+1 conditional delete or rewrite of each one this change wrote); per unique index: read the copy again (+1 read of the primary, +1 conditional write, if a claim lists this change) |
-//! | the worker, for a remove | read primary (newer or this remove: done); per copy: read, delete if this entity's and older; replace the primary by a tombstone under the ETag read (insert if absent); per copy again: read, delete if older |
+//! | the worker, for a remove | read primary (newer or this remove: done); per copy: read, delete if this entity's and older; replace the primary by a tombstone under the ETag read (insert if absent); per copy again: read, delete if older; on a failure before the tombstone write: per copy, insert it from the primary (409 if it is there), then, if one was written, read the primary (+1 conditional write or delete per copy written back, if it changed) |
 //! | [`get`](InterPartitionIndex::get), [`lookup`](InterPartitionIndex::lookup) | 1 point read |
 //! | [`lookup_all`](InterPartitionIndex::lookup_all), [`list`](InterPartitionIndex::list), [`list_primary`](InterPartitionIndex::list_primary) | 1 range query (a request per page) |
 //! | [`lookup_verified`](InterPartitionIndex::lookup_verified) | 2 point reads (+1 conditional delete to repair) |
@@ -103,11 +103,17 @@
 //!    counts it as failed, then poisoned.
 //! 2. deletes this entity's copies under its old values (before the primary
 //!    changes, because the old values are known only from the primary as
-//!    stored);
+//!    stored). A change that stops before step 3 (a failure, a refusal or
+//!    failure while claiming at a later attempt, or a give-up, below)
+//!    writes them back from the primary as stored, which keeps those
+//!    values: each is inserted, so never over a copy written since, and
+//!    brought in line if the primary changed meanwhile. A remove does the
+//!    same with all of the entity's copies before its tombstone;
 //! 3. writes the primary, under the ETag of its read;
-//! 4. writes the copies (a claim becomes a plain copy; if another change of
-//!    this entity rewrote it meanwhile, it is read and written again);
-//! 5. deletes old copies again and reads the primary again (below).
+//! 4. deletes old copies again (below);
+//! 5. writes the copies (a claim becomes a plain copy; if another change of
+//!    this entity rewrote it meanwhile, it is read and written again), and
+//!    reads the primary again (below).
 //!
 //! **No copy is rewritten or deleted except on behalf of the entity it
 //! names** ([`PRIMARY_ROW_KEY`]): every delete and rewrite of a copy, by the
@@ -143,8 +149,10 @@
 //!   one restarts from a fresh read and finds the other's stamp.
 //! * deletes a copy under an old value only if it names this entity and an
 //!   older change wrote it (its stamp is lower), before the primary write
-//!   and once more after it: an older change that read the primary earlier
-//!   can write its copy late.
+//!   and once more just after it, before its own copies: an older change
+//!   that read the primary earlier can write its copy late (one that writes
+//!   it after this second delete reads the primary again after its copies,
+//!   finds this change, and takes the copy back).
 //! * reads the primary again after writing the copies: if a newer change got
 //!   in, each copy just written is deleted (or, if the newer primary has the
 //!   same value, rewritten from it), under the ETag this worker's write
@@ -174,6 +182,12 @@
 //!   value is free while the old primary still shows it: another entity can
 //!   claim it then, and for that moment two primaries show one value (only
 //!   one copy exists). When the change is applied, the old primary moves on.
+//!   If it is not (it stops there and is then refused, or given up), the
+//!   old primary keeps the value and its copy is written back, unless
+//!   another entity took the value in that moment: then both primaries
+//!   show it, and the copy, and so the lookups, name the other one. The
+//!   same holds for a remove that stops between deleting the copies and
+//!   writing its tombstone.
 //! * A worker that crashes between its primary write and its second
 //!   delete of old copies, while an older change racing it writes a copy
 //!   under the old value, leaves that copy: on redelivery the old value is
@@ -186,7 +200,10 @@
 //!   takes the change off its claims ([`WorkerBuilder::on_give_up`], registered by
 //!   [`attach`](InterPartitionIndex::attach)); if it had written its
 //!   primary, the claims become its copies and its non-unique copies are
-//!   written. Only if that give-up stops too does a claim stay; it holds
+//!   written; if not, the copies of the primary as stored that it deletes
+//!   first (step 2) are written back. A remove given up writes back the
+//!   copies of the primary if its tombstone is not written. Only if that
+//!   give-up stops too does a claim stay (or a copy stay deleted); it holds
 //!   its value until a newer change of the same entity is applied, and then
 //!   that change, if it claims the value too, or the next
 //!   [`lookup_verified`](InterPartitionIndex::lookup_verified) of the value

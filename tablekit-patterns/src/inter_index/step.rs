@@ -4,7 +4,7 @@
 use tablekit::codec::{entity_from_json, entity_to_json};
 use tablekit::{DynamicEntity, ETag, EntityKey, TableClient, TableEntity};
 
-use crate::eventual::{Guarded, OpResult, StepContext, MAX_REREADS};
+use crate::eventual::{Guarded, OpError, OpResult, StepContext, MAX_REREADS};
 
 use super::change::{
     backoff, is_pending, is_tombstone, named_primary, newer_claim, stamp_of, Change, Current, Slot,
@@ -104,24 +104,38 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 return self.undo_leftovers(ctx, &copies, stamp, &current).await;
             }
             // Claim the unique values first: a refused change writes nothing.
-            let slots = self.claim_all(ctx, &copies, stamp, true).await?;
+            let slots = match self.claim_all(ctx, &copies, stamp, true).await {
+                Ok(slots) => slots,
+                // An earlier attempt may have gone on to delete old copies.
+                Err(e) if ctx.dequeue_count() > 1 => {
+                    return Err(self.restoring(ctx, &key, &copies, stamp, e).await)
+                }
+                Err(e) => return Err(e),
+            };
             let old_copies = self.old_copies(&current, &copies);
+            let written = async {
+                for (i, old) in &old_copies {
+                    self.delete_older_copy(ctx, &self.inner.indexes[*i], old.clone(), own, stamp)
+                        .await?;
+                }
+                self.write_primary(ctx, &primary, &current).await
+            };
+            match written.await {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => return Err(self.restoring(ctx, &key, &copies, stamp, e).await),
+            }
+            // Again after the primary write, and before the copies (whose
+            // write can fail, and the next attempt no longer knows the old
+            // values): a change older than this one that read the primary
+            // before it may have written a copy under the old value since.
+            // One it writes later sees this change when it reads the
+            // primary again, and takes that copy back.
             for (i, old) in &old_copies {
                 self.delete_older_copy(ctx, &self.inner.indexes[*i], old.clone(), own, stamp)
                     .await?;
-            }
-            if !self.write_primary(ctx, &primary, &current).await? {
-                continue;
             }
             let etags = self.write_copies(ctx, &copies, &slots).await?;
-            // Again after the primary write: a change older than this one
-            // that read the primary before it may have written a copy under
-            // the old value since (its own re-read came too early to see
-            // this change).
-            for (i, old) in &old_copies {
-                self.delete_older_copy(ctx, &self.inner.indexes[*i], old.clone(), own, stamp)
-                    .await?;
-            }
             return self.recheck(ctx, &key, &copies, &etags, stamp).await;
         }
         Err(format!("the primary {key} kept changing; will retry later").into())
@@ -160,10 +174,23 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     /// copy, and the copies of the non-unique indexes are written from it,
     /// so the primary is not left without them (copies under its old
     /// values, if the attempt stopped before deleting them, are left to the
-    /// verified reads). A remove holds nothing.
+    /// verified reads). If it had not, the copies of the primary as stored
+    /// under the values the change moves off (all of them, for a remove),
+    /// which it deletes before its primary write, are written back
+    /// ([`restore_copies`](Self::restore_copies)): the primary keeps its
+    /// values, so it must keep their copies.
     pub(super) async fn give_up(&self, change: Change, ctx: &StepContext) -> OpResult {
-        let Change::Put { entity, stamp } = change else {
-            return Ok(());
+        let (entity, stamp) = match change {
+            Change::Put { entity, stamp } => (entity, stamp),
+            Change::Remove {
+                partition_key,
+                row_key,
+                stamp,
+            } => {
+                // Its tombstone not written: the copies it deleted first.
+                let key = EntityKey::new(self.primary_partition_key(&partition_key), row_key);
+                return self.restore_copies(ctx, &key, &[], stamp).await;
+            }
         };
         let json = serde_json::to_vec(&entity)?;
         let entity: T = entity_from_json(&json)?;
@@ -185,7 +212,90 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 return self.give_up_claims(ctx, &written, stamp).await;
             }
         }
-        self.undo_leftovers(ctx, &copies, stamp, &current).await
+        self.undo_leftovers(ctx, &copies, stamp, &current).await?;
+        // Its primary not written: the copies of the primary as stored
+        // under the values it moves off, which it deletes first.
+        self.restore_copies(ctx, &key, &copies, stamp).await
+    }
+
+    /// A change `stamp` that stops with `error` before its primary write
+    /// (which a later attempt may never make: the last one is poisoned)
+    /// writes back the copies it may have deleted
+    /// ([`restore_copies`](Self::restore_copies)); `error` is returned
+    /// either way, with what failed in writing back, if anything.
+    async fn restoring(
+        &self,
+        ctx: &StepContext,
+        key: &EntityKey,
+        keep: &[DynamicEntity],
+        stamp: i64,
+        error: OpError,
+    ) -> OpError {
+        match self.restore_copies(ctx, key, keep, stamp).await {
+            Ok(()) => error,
+            Err(e) => format!("{error}; writing back the copies it deleted failed: {e}").into(),
+        }
+    }
+
+    /// Writes back the copies of the primary `key` that a change `stamp`
+    /// which did not write its own primary may have deleted before its
+    /// primary write (it deletes the copies under the values it moves off
+    /// first). The primary is read first (the write that failed may have
+    /// gone through): nothing if it is not live, or is this change's or a
+    /// newer one's. Else each of its copies whose RowKey differs from the
+    /// change's copy in `keep` (all, for a remove: `keep` empty) is
+    /// inserted from it. One present is left: this entity's (put back, or
+    /// written by another change of it), or another entity's that took the
+    /// value meanwhile. Then, if any was written, the primary is read again:
+    /// if another change wrote it meanwhile, each copy written back is
+    /// brought in line with it, under the ETag of its insert.
+    async fn restore_copies(
+        &self,
+        ctx: &StepContext,
+        key: &EntityKey,
+        keep: &[DynamicEntity],
+        stamp: i64,
+    ) -> OpResult {
+        let current = self.read_primary(ctx, key).await?;
+        let Current::Live {
+            entity,
+            stamp: shown,
+            etag,
+        } = &current
+        else {
+            return Ok(());
+        };
+        if *shown >= stamp {
+            return Ok(());
+        }
+        let (_, copies) = self.stored(entity, *shown)?;
+        let mut written = Vec::new();
+        for (i, (def, copy)) in self.inner.indexes.iter().zip(copies).enumerate() {
+            if keep.get(i).is_some_and(|k| k.row_key == copy.row_key) {
+                continue;
+            }
+            let table = self.table_of(def);
+            let inserted = match table.insert(&copy).await {
+                Ok(w) => Some(w.etag().clone()),
+                Err(e) if e.is_conflict() => None,
+                Err(e) => return Err(e.into()),
+            };
+            ctx.step(&format!("restore {}", table.name())).await?;
+            if let Some(etag) = inserted {
+                written.push((i, copy, etag));
+            }
+        }
+        if written.is_empty() {
+            return Ok(());
+        }
+        let now = self.read_primary(ctx, key).await?;
+        if now.etag() == Some(etag) {
+            return Ok(());
+        }
+        for (i, copy, etag) in &written {
+            self.settle_copy(ctx, *i, copy, etag, &now).await?;
+        }
+        Ok(())
     }
 
     /// Writes each copy as its slot allows; the ETag of each one written.
@@ -303,12 +413,23 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 }
                 _ => Vec::new(),
             };
-            for (i, old) in &old_copies {
-                self.delete_older_copy(ctx, &self.inner.indexes[*i], old.clone(), row_key, stamp)
+            let written = async {
+                for (i, old) in &old_copies {
+                    self.delete_older_copy(
+                        ctx,
+                        &self.inner.indexes[*i],
+                        old.clone(),
+                        row_key,
+                        stamp,
+                    )
                     .await?;
-            }
-            if !self.write_primary(ctx, &tombstone, &current).await? {
-                continue;
+                }
+                self.write_primary(ctx, &tombstone, &current).await
+            };
+            match written.await {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => return Err(self.restoring(ctx, &key, &[], stamp, e).await),
             }
             // As for a put: an older change's late copy write.
             for (i, old) in &old_copies {

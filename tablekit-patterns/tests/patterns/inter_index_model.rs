@@ -743,3 +743,87 @@ fn regression_one_delivery_refused_the_other_applied_later() {
     plan.concurrency = 2;
     check_embedded(plan);
 }
+
+/// Found by the model test with a worker killed (2026-11-26): employee 2
+/// holds "c@contoso.com"; its change to "a@contoso.com" is refused twice
+/// (employee 1's crashed change claims that email), then at its last
+/// attempt claims the email, deletes employee 2's copy under the old one
+/// (step 2) and its worker dies before the primary write. The give-up took
+/// the change off its claims but left the old copy deleted: employee 2's
+/// primary showed "c@contoso.com" and no lookup found it. Now a change that
+/// stops before its primary write (given up, failed or refused) writes the
+/// old copies back from the primary as stored.
+#[test]
+fn regression_a_killed_change_loses_a_copy_the_primary_shows() {
+    let ops = vec![
+        put(1, 0, 0),
+        Op::Remove { id: 1 },
+        put(2, 2, 2),
+        Op::Remove { id: 3 },
+        Op::Remove { id: 3 },
+        Op::Put {
+            id: 2,
+            name: 1,
+            email: 0,
+            badge: 2,
+        },
+        put(3, 1, 1),
+        Op::Remove { id: 1 },
+    ];
+    let order = [5, 167, 167, 100, 0, 100, 100, 5, 0, 0];
+    let mut plan = regression_plan(ops, &order, &[4, 6, 7], Some(13));
+    plan.kill_at = Some(69);
+    (plan.workers, plan.concurrency) = (1, 2);
+    check_embedded(plan);
+}
+
+/// Found by the model test against a version of the fix above that wrote
+/// the copies back from the primary as read before the failure: a remove of
+/// employee 1 fails at the step right after its tombstone write (the write
+/// went through), and its worker dies while writing back the copies it
+/// deleted first. The removed employee's email copy stayed. The copies are
+/// written back only from the primary as read after the failure, and only
+/// if it is older than the change.
+#[test]
+fn regression_a_write_that_went_through_before_a_failure_is_not_undone() {
+    let ops = vec![
+        Op::Remove { id: 1 },
+        put(1, 0, 0),
+        put(1, 0, 0),
+        Op::Remove { id: 1 },
+    ];
+    let mut plan = regression_plan(ops, &[0, 0, 69], &[1], Some(27));
+    plan.kill_at = Some(28);
+    (plan.workers, plan.concurrency) = (1, 1);
+    check_embedded(plan);
+}
+
+/// Found by the model test at 2048 cases (it fails on the code before): an
+/// older put of employee 1 (last name "Jones") resumes after a crash and
+/// writes its "Jones" copy after a newer put to "Van" deleted the old copies
+/// and read the primary, but before the newer put's primary write. The newer
+/// put's second delete of old copies came after its copies, whose write
+/// failed (a still newer put was claiming the badge), and its next attempt
+/// no longer knew the old values: "Jones" kept listing employee 1. The
+/// second delete now comes right after the primary write.
+#[test]
+fn regression_an_older_copy_written_late_is_deleted_before_the_copies_fail() {
+    let p = |id, name, email, badge| Op::Put {
+        id,
+        name,
+        email,
+        badge,
+    };
+    let ops = vec![
+        p(3, 0, 0, 0),
+        p(1, 0, 0, 0),
+        p(1, 1, 0, 2),
+        p(3, 0, 1, 2),
+        p(1, 1, 0, 2),
+        Op::Remove { id: 3 },
+    ];
+    let mut plan = regression_plan(ops, &[175, 0, 3, 0, 3, 0], &[], None);
+    plan.kill_at = Some(74);
+    plan.concurrency = 2;
+    check_embedded(plan);
+}
