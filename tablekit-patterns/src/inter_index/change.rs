@@ -65,6 +65,31 @@ pub(super) fn is_tombstone(d: &DynamicEntity) -> bool {
     matches!(d.get(REMOVED), Some(EdmValue::Boolean(true)))
 }
 
+/// The copies a tombstone names ([`REMOVED_COPIES`](super::REMOVED_COPIES)):
+/// none if it names none, or what it holds does not parse (a tombstone of a
+/// version before the property).
+pub(super) fn removed_copies(d: &DynamicEntity) -> Vec<(String, EntityKey)> {
+    let Some(EdmValue::String(text)) = d.get(super::REMOVED_COPIES) else {
+        return Vec::new();
+    };
+    serde_json::from_str::<Vec<(String, String, String)>>(text)
+        .map(|all| {
+            all.into_iter()
+                .map(|(name, pk, rk)| (name, EntityKey::new(pk, rk)))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The text of [`REMOVED_COPIES`](super::REMOVED_COPIES) for these copies.
+pub(super) fn removed_copies_text(copies: &[(String, EntityKey)]) -> String {
+    let all: Vec<(&str, &str, &str)> = copies
+        .iter()
+        .map(|(name, k)| (name.as_str(), k.partition_key.as_str(), k.row_key.as_str()))
+        .collect();
+    serde_json::to_string(&all).unwrap_or_else(|_| "[]".to_owned())
+}
+
 pub(super) fn is_pending(d: &DynamicEntity) -> bool {
     matches!(d.get(PENDING), Some(EdmValue::Boolean(true)))
 }
@@ -158,8 +183,18 @@ fn claim_of(copy: &DynamicEntity, owners: &[Owner]) -> DynamicEntity {
 /// A primary as a worker read it.
 pub(super) enum Current<T> {
     Absent,
-    Tombstone { stamp: i64, etag: ETag },
-    Live { entity: T, stamp: i64, etag: ETag },
+    Tombstone {
+        stamp: i64,
+        etag: ETag,
+        /// The copies its remove took off ([`REMOVED_COPIES`](super::REMOVED_COPIES)):
+        /// index name and key.
+        removed: Vec<(String, EntityKey)>,
+    },
+    Live {
+        entity: T,
+        stamp: i64,
+        etag: ETag,
+    },
 }
 
 impl<T> Current<T> {
@@ -676,6 +711,30 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tombstone_names_the_copies_its_remove_took_off() {
+        let copies = vec![
+            (
+                "email".to_owned(),
+                EntityKey::new("email_Sales", "a@contoso.com"),
+            ),
+            (
+                "last name".to_owned(),
+                EntityKey::new("lastname_Sales", "Jones 000001"),
+            ),
+        ];
+        let tombstone = DynamicEntity::new("empid_Sales", "000001")
+            .with(super::super::REMOVED, true)
+            .with(super::super::REMOVED_COPIES, removed_copies_text(&copies));
+        assert_eq!(removed_copies(&tombstone), copies);
+        // A tombstone of the previous version names none; one that does not
+        // parse names none either.
+        let old = DynamicEntity::new("empid_Sales", "000001").with(super::super::REMOVED, true);
+        assert!(removed_copies(&old).is_empty());
+        let bad = old.clone().with(super::super::REMOVED_COPIES, "not json");
+        assert!(removed_copies(&bad).is_empty());
+    }
 
     #[test]
     fn stamps_increase_even_when_the_clock_stands_still_or_goes_back() {

@@ -33,7 +33,7 @@
 //! | [`put`](InterPartitionIndex::put), [`remove`](InterPartitionIndex::remove) (client) | 1 message sent |
 //! | the worker, for a put | read primary; per unique index: read the copy under the new value (refused here, before any write, if another entity holds one); per unique index: insert a claim if there is none, restamp this entity's copy, or take over the claim of an older change of this entity (refused if another entity took the value meanwhile); on a refusal or a failure while claiming, per unique index: read the copy again, and the primary once, to take this change off its claims (+1 conditional write or delete per claim it held or waited on, +1 per copy it restamped); per copy whose value changed: read it, delete it under its ETag if this entity's and older; replace the primary under the ETag read (insert if absent); per changed value again: read the old copy, delete it if older; write each copy (unique: replace the claim under its ETag; non-unique: insert-or-replace); read the primary again (+1 conditional write or delete per copy if a newer change got in); on a failure before the primary write, or a refusal or failure while claiming at a later attempt: per copy whose value changed, insert the stored primary's copy (409 if it is there), then, if one was written, read the primary (+1 conditional write or delete per copy written back, if it changed) |
 //! | the worker, for a stale put (a newer change is stored) | read primary; read each copy under this change's values (+1 conditional delete or rewrite of each one this change wrote); per unique index: read the copy again (+1 read of the primary, +1 conditional write, if a claim lists this change) |
-//! | the worker, for a remove | read primary (newer or this remove: done); per copy: read, delete if this entity's and older; replace the primary by a tombstone under the ETag read (insert if absent); per copy again: read, delete if older; on a failure before the tombstone write: per copy, insert it from the primary (409 if it is there), then, if one was written, read the primary (+1 conditional write or delete per copy written back, if it changed) |
+//! | the worker, for a remove | read primary (newer: done; this remove's tombstone: per copy it names, read, delete if older, done); per copy: read, delete if this entity's and older; replace the primary by a tombstone naming those copies, under the ETag read (insert if absent); per copy again: read, delete if older; on a failure before the tombstone write: per copy, insert it from the primary (409 if it is there), then, if one was written, read the primary (+1 conditional write or delete per copy written back, if it changed) |
 //! | [`get`](InterPartitionIndex::get), [`lookup`](InterPartitionIndex::lookup) | 1 point read |
 //! | [`lookup_all`](InterPartitionIndex::lookup_all), [`list`](InterPartitionIndex::list), [`list_primary`](InterPartitionIndex::list_primary) | 1 range query (a request per page) |
 //! | [`lookup_verified`](InterPartitionIndex::lookup_verified) | 2 point reads (+1 conditional delete to repair) |
@@ -188,10 +188,11 @@
 //!   show it, and the copy, and so the lookups, name the other one. The
 //!   same holds for a remove that stops between deleting the copies and
 //!   writing its tombstone.
-//! * A worker that crashes between its primary write and its second
+//! * A worker that crashes between a put's primary write and its second
 //!   delete of old copies, while an older change racing it writes a copy
 //!   under the old value, leaves that copy: on redelivery the old value is
-//!   no longer known. Such a copy has an older stamp than its primary;
+//!   no longer known. (A remove's tombstone names the copies it takes off,
+//!   [`REMOVED_COPIES`], and its redelivery deletes them again.) Such a copy has an older stamp than its primary;
 //!   [`lookup_verified`](InterPartitionIndex::lookup_verified) and
 //!   [`list_verified`](InterPartitionIndex::list_verified) repair it (a
 //!   delete conditional on the copy's ETag) when they find it. A change
@@ -321,6 +322,13 @@ pub const CHANGE_STAMP: &str = "ChangeStamp";
 /// The Boolean property (`true`) that marks a primary as a tombstone: the
 /// entity was removed by the change of its [`CHANGE_STAMP`].
 pub const REMOVED: &str = "Removed";
+
+/// The String property of a tombstone that names the copies its remove took
+/// off, as a JSON array of `[index name, PartitionKey, RowKey]`. A retry of
+/// the remove that finds its own tombstone deletes them again: an older
+/// change resumed late may have written one back between the remove's
+/// first delete and its tombstone.
+pub const REMOVED_COPIES: &str = "RemovedCopies";
 
 /// The Boolean property (`true`) that marks a copy of a unique index as a
 /// **claim**: written before its primary, it reserves the value for that

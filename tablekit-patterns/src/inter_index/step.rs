@@ -7,9 +7,10 @@ use tablekit::{DynamicEntity, ETag, EntityKey, TableClient, TableEntity};
 use crate::eventual::{Guarded, OpError, OpResult, StepContext, MAX_REREADS};
 
 use super::change::{
-    backoff, is_pending, is_tombstone, named_primary, newer_claim, stamp_of, Change, Current, Slot,
+    backoff, is_pending, is_tombstone, named_primary, newer_claim, removed_copies,
+    removed_copies_text, stamp_of, Change, Current, Slot,
 };
-use super::{InterPartitionIndex, CHANGE_STAMP, REMOVED};
+use super::{InterPartitionIndex, CHANGE_STAMP, REMOVED, REMOVED_COPIES};
 
 impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     pub(super) async fn apply(&self, change: Change, ctx: &StepContext) -> OpResult {
@@ -40,6 +41,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
             None => Current::Absent,
             Some((d, etag)) if is_tombstone(&d) => Current::Tombstone {
                 stamp: stamp_of(&d),
+                removed: removed_copies(&d),
                 etag,
             },
             Some((d, etag)) => Current::Live {
@@ -380,6 +382,26 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         Ok(())
     }
 
+    /// Deletes each of `copies` (index name and key) that is still the copy
+    /// of the primary `own` written by a change older than `stamp`. An index
+    /// this version does not know is skipped.
+    async fn delete_removed(
+        &self,
+        ctx: &StepContext,
+        copies: &[(String, EntityKey)],
+        own: &str,
+        stamp: i64,
+    ) -> OpResult {
+        for (name, key) in copies {
+            let Some(def) = self.inner.indexes.iter().find(|d| &d.name == name) else {
+                continue;
+            };
+            self.delete_older_copy(ctx, def, key.clone(), own, stamp)
+                .await?;
+        }
+        Ok(())
+    }
+
     async fn apply_remove(
         &self,
         partition_key: &str,
@@ -389,41 +411,48 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     ) -> OpResult {
         let key = EntityKey::new(self.primary_partition_key(partition_key), row_key);
         key.validate()?;
-        let tombstone = DynamicEntity::new(&key.partition_key, &key.row_key)
-            .with(CHANGE_STAMP, stamp)
-            .with(REMOVED, true);
         for attempt in 1..=MAX_REREADS {
             if attempt > 1 {
                 tokio::time::sleep(backoff(attempt)).await;
             }
             let current = self.read_primary(ctx, &key).await?;
+            if let Current::Tombstone {
+                stamp: s, removed, ..
+            } = &current
+            {
+                if *s == stamp {
+                    // An earlier attempt of this remove wrote its tombstone
+                    // and stopped: its second delete, again (an older
+                    // change resumed late may have written a copy back).
+                    return self.delete_removed(ctx, removed, row_key, stamp).await;
+                }
+            }
             if current.stamp().is_some_and(|s| s >= stamp) {
                 // A newer change, or this one's earlier attempt (a tie: the
                 // change stored wins).
                 return Ok(());
             }
-            let old_copies: Vec<(usize, EntityKey)> = match &current {
+            let old_copies: Vec<(String, EntityKey)> = match &current {
                 Current::Live { entity: old, .. } => {
                     let (_, old_copies) = self.stored(old, 0)?;
-                    old_copies
-                        .into_iter()
-                        .enumerate()
-                        .map(|(i, c)| (i, EntityKey::new(c.partition_key, c.row_key)))
+                    self.inner
+                        .indexes
+                        .iter()
+                        .zip(old_copies)
+                        .map(|(def, c)| {
+                            (def.name.clone(), EntityKey::new(c.partition_key, c.row_key))
+                        })
                         .collect()
                 }
                 _ => Vec::new(),
             };
+            let tombstone = DynamicEntity::new(&key.partition_key, &key.row_key)
+                .with(CHANGE_STAMP, stamp)
+                .with(REMOVED, true)
+                .with(REMOVED_COPIES, removed_copies_text(&old_copies));
             let written = async {
-                for (i, old) in &old_copies {
-                    self.delete_older_copy(
-                        ctx,
-                        &self.inner.indexes[*i],
-                        old.clone(),
-                        row_key,
-                        stamp,
-                    )
+                self.delete_removed(ctx, &old_copies, row_key, stamp)
                     .await?;
-                }
                 self.write_primary(ctx, &tombstone, &current).await
             };
             match written.await {
@@ -432,11 +461,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 Err(e) => return Err(self.restoring(ctx, &key, &[], stamp, e).await),
             }
             // As for a put: an older change's late copy write.
-            for (i, old) in &old_copies {
-                self.delete_older_copy(ctx, &self.inner.indexes[*i], old.clone(), row_key, stamp)
-                    .await?;
-            }
-            return Ok(());
+            return self.delete_removed(ctx, &old_copies, row_key, stamp).await;
         }
         Err(format!("the primary {key} kept changing; will retry later").into())
     }

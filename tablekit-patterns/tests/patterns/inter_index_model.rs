@@ -827,3 +827,28 @@ fn regression_an_older_copy_written_late_is_deleted_before_the_copies_fail() {
     plan.concurrency = 2;
     check_embedded(plan);
 }
+
+/// Found by the model test at 2048 cases (it fails on the code before): a
+/// remove of employee 1 found no "Jones" copy in its first delete pass; an
+/// older put of employee 1, resumed, wrote that copy and read the primary
+/// before the remove's tombstone; the remove wrote its tombstone and failed
+/// in its second delete pass. Its retry found its own tombstone, which held
+/// nothing of the values it removed, and "Jones" kept listing employee 1.
+/// The tombstone now names the copies the remove takes off, and a retry
+/// that finds it deletes them again.
+#[test]
+fn regression_a_remove_retried_after_its_tombstone_deletes_a_late_copy() {
+    let ops = vec![
+        put(1, 0, 0),
+        Op::Remove { id: 2 },
+        put(2, 0, 0),
+        put(2, 1, 0),
+        put(1, 0, 0),
+        put(1, 0, 1),
+        Op::Remove { id: 1 },
+    ];
+    let mut plan = regression_plan(ops, &[98, 0, 98, 98, 0, 0, 98], &[], Some(45));
+    plan.kill_at = Some(13);
+    (plan.workers, plan.concurrency) = (1, 3);
+    check_embedded(plan);
+}

@@ -18,6 +18,7 @@ use tablekit::{DynamicEntity, EdmValue, QueueClient, TableClient, TableEntity};
 use tablekit_patterns::eventual::{Event, PoisonedMessage, Worker, WorkerBuilder};
 use tablekit_patterns::inter_index::{
     InterIndex, InterPartitionIndex, CHANGE_STAMP, PENDING, PRIMARY_ROW_KEY, REMOVED,
+    REMOVED_COPIES,
 };
 use tablekit_patterns::range::KeyRange;
 use tokio::sync::Notify;
@@ -130,10 +131,19 @@ impl Env {
                 if tombstone {
                     assert_eq!(
                         d.properties.len(),
-                        2,
-                        "a tombstone holds its stamp and the mark: {d:?}"
+                        3,
+                        "a tombstone holds its stamp, the mark and the copies removed: {d:?}"
                     );
                     assert!(matches!(d.get(CHANGE_STAMP), Some(EdmValue::Int64(_))));
+                    // Each copy it names is an [index name, PartitionKey, RowKey].
+                    let Some(EdmValue::String(named)) = d.get(REMOVED_COPIES) else {
+                        panic!("a tombstone names the copies it removed: {d:?}");
+                    };
+                    let named: Vec<(String, String, String)> = serde_json::from_str(named).unwrap();
+                    assert!(
+                        named.iter().all(|(_, pk, _)| pk.ends_with("_Sales")),
+                        "{named:?}"
+                    );
                 }
                 if tombstone == tombstones {
                     out.insert((d.partition_key, d.row_key));
