@@ -67,6 +67,8 @@ pub(super) struct ContextInner {
     pub(super) blobs: Option<BlobServiceClient>,
     pub(super) message_id: String,
     pub(super) dequeue_count: u32,
+    /// The worker's limit: the attempt at it is the last.
+    pub(super) max_dequeue_count: u32,
     pub(super) hook: Option<Hook>,
     pub(super) steps: AtomicUsize,
 }
@@ -106,6 +108,7 @@ impl StepContext {
                 blobs,
                 message_id: String::new(),
                 dequeue_count: 0,
+                max_dequeue_count: 0,
                 hook: None,
                 steps: AtomicUsize::new(0),
             }),
@@ -134,6 +137,22 @@ impl StepContext {
     /// on the first attempt.
     pub fn dequeue_count(&self) -> u32 {
         self.inner.dequeue_count
+    }
+
+    /// Whether this is the message's last attempt: if it fails, the message
+    /// is poisoned rather than run again (always, for a detached context).
+    /// A step that leaves things for a later attempt to finish must finish
+    /// or undo them itself when there is none.
+    ///
+    /// ```
+    /// use tablekit::TableServiceClient;
+    /// use tablekit_patterns::eventual::StepContext;
+    ///
+    /// let ctx = StepContext::detached(TableServiceClient::embedded(), None);
+    /// assert!(ctx.is_last_attempt(), "nothing runs a detached step again");
+    /// ```
+    pub fn is_last_attempt(&self) -> bool {
+        self.inner.dequeue_count >= self.inner.max_dequeue_count
     }
 
     /// Marks a step boundary named `name`: the step hook runs here, and a hook

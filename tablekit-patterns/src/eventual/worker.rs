@@ -778,6 +778,7 @@ impl WorkerInner {
                 blobs: self.blobs.clone(),
                 message_id: message.id().to_owned(),
                 dequeue_count: count,
+                max_dequeue_count: self.options.max_dequeue_count,
                 hook: self.hook.clone(),
                 steps: AtomicUsize::new(0),
             }),

@@ -108,8 +108,9 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
             // Claim the unique values first: a refused change writes nothing.
             let slots = match self.claim_all(ctx, &copies, stamp, true).await {
                 Ok(slots) => slots,
-                // An earlier attempt may have gone on to delete old copies.
-                Err(e) if ctx.dequeue_count() > 1 => {
+                // An earlier attempt may have gone on to delete old copies,
+                // and no later one will write the primary.
+                Err(e) if ctx.dequeue_count() > 1 && ctx.is_last_attempt() => {
                     return Err(self.restoring(ctx, &key, &copies, stamp, e).await)
                 }
                 Err(e) => return Err(e),
@@ -125,7 +126,12 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
             match written.await {
                 Ok(true) => {}
                 Ok(false) => continue,
-                Err(e) => return Err(self.restoring(ctx, &key, &copies, stamp, e).await),
+                // A later attempt does step 2 and the primary write again:
+                // writing the old copies back before it only races it.
+                Err(e) if ctx.is_last_attempt() => {
+                    return Err(self.restoring(ctx, &key, &copies, stamp, e).await)
+                }
+                Err(e) => return Err(e),
             }
             // Again after the primary write, and before the copies (whose
             // write can fail, and the next attempt no longer knows the old
@@ -458,7 +464,10 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
             match written.await {
                 Ok(true) => {}
                 Ok(false) => continue,
-                Err(e) => return Err(self.restoring(ctx, &key, &[], stamp, e).await),
+                Err(e) if ctx.is_last_attempt() => {
+                    return Err(self.restoring(ctx, &key, &[], stamp, e).await)
+                }
+                Err(e) => return Err(e),
             }
             // As for a put: an older change's late copy write.
             return self.delete_removed(ctx, &old_copies, row_key, stamp).await;

@@ -852,3 +852,33 @@ fn regression_a_remove_retried_after_its_tombstone_deletes_a_late_copy() {
     (plan.workers, plan.concurrency) = (1, 3);
     check_embedded(plan);
 }
+
+/// Found by the model test at 2048 cases against the first version of the
+/// write-back above (it passes on the code before that), which also ran
+/// after a failure of an attempt that was not the last: a copy of employee
+/// 2's old values stayed under badge "b1" after its primary moved on. A
+/// later attempt deletes the old copies and writes the primary again, so a
+/// write-back before it only races it; the copies are now written back only
+/// when no attempt follows (the last attempt, or the give-up).
+#[test]
+fn regression_old_copies_are_written_back_only_when_no_attempt_follows() {
+    let p = |id, name, email, badge| Op::Put {
+        id,
+        name,
+        email,
+        badge,
+    };
+    let ops = vec![
+        p(1, 0, 0, 0),
+        p(1, 0, 1, 0),
+        p(2, 0, 0, 0),
+        p(2, 0, 1, 1),
+        p(1, 0, 0, 1),
+        p(2, 2, 2, 2),
+    ];
+    let order = [131, 130, 122, 161, 244, 154, 209, 87, 7, 47];
+    let mut plan = regression_plan(ops, &order, &[1, 3, 9], Some(44));
+    plan.kill_at = Some(53);
+    (plan.workers, plan.concurrency) = (1, 2);
+    check_embedded(plan);
+}
