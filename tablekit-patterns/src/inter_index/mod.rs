@@ -31,9 +31,9 @@
 //! | operation | requests |
 //! |---|---|
 //! | [`put`](InterPartitionIndex::put), [`remove`](InterPartitionIndex::remove) (client) | 1 message sent |
-//! | the worker, for a put | read primary; per unique index: read the copy under the new value (refused here, before any write, if another entity holds one); per unique index: insert a claim if there is none, restamp this entity's copy, or take over the claim of an older change of this entity (refused if another entity took the value meanwhile); on a refusal or a failure while claiming, per unique index: read the copy again, and the primary once, to take this change off its claims (+1 conditional write or delete per claim it held or waited on, +1 per copy it restamped); per copy whose value changed: read it, delete it under its ETag if this entity's and older; replace the primary under the ETag read (insert if absent); per changed value again: read the old copy, delete it if older; write each copy (unique: replace the claim under its ETag; non-unique: insert-or-replace); read the primary again (+1 conditional write or delete per copy if a newer change got in); on the last attempt, on a failure before the primary write or a refusal or failure while claiming (at dequeue count > 1): per copy whose value changed, insert the stored primary's copy (409 if it is there), then, if one was written, read the primary (+1 conditional write or delete per copy written back, if it changed) |
+//! | the worker, for a put | read primary; per unique index: read the copy under the new value (refused here, before any write, if another entity holds one); per unique index: insert a claim if there is none, restamp this entity's copy, or take over the claim of an older change of this entity (refused if another entity took the value meanwhile); on a refusal or a failure while claiming, per unique index: read the copy again, and the primary once, to take this change off its claims (+1 conditional write or delete per claim it held or waited on, +1 per copy it restamped); per copy whose value changed: read it, delete it under its ETag if this entity's and older; replace the primary under the ETag read (insert if absent); per changed value again: read the old copy, delete it if older; write each copy (unique: replace the claim under its ETag; non-unique: insert-or-replace); read the primary again (+1 conditional write or delete per copy if a newer change got in); on a last attempt that fails or is refused, what the give-up does: read the primary, take this change off its claims (as on a refusal), and, if the primary is not this change's, per copy whose value changed, insert the stored primary's copy (409 if it is there), then, if one was written, read the primary (+1 conditional write or delete per copy written back, if it changed); if it is, turn the claims into copies |
 //! | the worker, for a stale put (a newer change is stored) | read primary; read each copy under this change's values (+1 conditional delete or rewrite of each one this change wrote); per unique index: read the copy again (+1 read of the primary, +1 conditional write, if a claim lists this change) |
-//! | the worker, for a remove | read primary (newer: done; this remove's tombstone: per copy it names, read, delete if older, done); per copy: read, delete if this entity's and older; replace the primary by a tombstone naming those copies, under the ETag read (insert if absent); per copy again: read, delete if older; on the last attempt, on a failure before the tombstone write: per copy, insert it from the primary (409 if it is there), then, if one was written, read the primary (+1 conditional write or delete per copy written back, if it changed) |
+//! | the worker, for a remove | read primary (newer: done; this remove's tombstone: per copy it names, read, delete if older, done); per copy: read, delete if this entity's and older; replace the primary by a tombstone naming those copies, under the ETag read (insert if absent); per copy again: read, delete if older; on a last attempt that fails before the tombstone write: per copy, insert it from the primary (409 if it is there), then, if one was written, read the primary (+1 conditional write or delete per copy written back, if it changed) |
 //! | [`get`](InterPartitionIndex::get), [`lookup`](InterPartitionIndex::lookup) | 1 point read |
 //! | [`lookup_all`](InterPartitionIndex::lookup_all), [`list`](InterPartitionIndex::list), [`list_primary`](InterPartitionIndex::list_primary) | 1 range query (a request per page) |
 //! | [`lookup_verified`](InterPartitionIndex::lookup_verified) | 2 point reads (+1 conditional delete to repair) |
@@ -103,9 +103,8 @@
 //!    counts it as failed, then poisoned.
 //! 2. deletes this entity's copies under its old values (before the primary
 //!    changes, because the old values are known only from the primary as
-//!    stored). A change that stops for good before step 3 (a failure, a
-//!    refusal, or a failure while claiming, on its last attempt, or a
-//!    give-up, below) writes them back from the primary as stored, which
+//!    stored). A change that stops for good before step 3 (a failure or a
+//!    refusal on its last attempt, or a give-up, below) writes them back from the primary as stored, which
 //!    keeps those values: each is inserted, so never over a copy written since, and
 //!    brought in line if the primary changed meanwhile. A remove does the
 //!    same with all of the entity's copies before its tombstone;
@@ -203,7 +202,12 @@
 //!   primary, the claims become its copies and its non-unique copies are
 //!   written; if not, the copies of the primary as stored that it deletes
 //!   first (step 2) are written back. A remove given up writes back the
-//!   copies of the primary if its tombstone is not written. Only if that
+//!   copies of the primary if its tombstone is not written. A last attempt
+//!   that fails (its message is then poisoned without running again) does
+//!   the same before it returns its error
+//!   ([`StepContext::is_last_attempt`](crate::eventual::StepContext::is_last_attempt)):
+//!   so a change whose primary an earlier, stopped attempt wrote leaves no
+//!   claim even when its later attempts keep failing. Only if that
 //!   give-up stops too does a claim stay (or a copy stay deleted); it holds
 //!   its value until a newer change of the same entity is applied, and then
 //!   that change, if it claims the value too, or the next

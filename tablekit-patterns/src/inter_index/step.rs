@@ -4,7 +4,7 @@
 use tablekit::codec::{entity_from_json, entity_to_json};
 use tablekit::{DynamicEntity, ETag, EntityKey, TableClient, TableEntity};
 
-use crate::eventual::{Guarded, OpError, OpResult, StepContext, MAX_REREADS};
+use crate::eventual::{Guarded, OpResult, StepContext, MAX_REREADS};
 
 use super::change::{
     backoff, is_pending, is_tombstone, named_primary, newer_claim, removed_copies,
@@ -14,20 +14,28 @@ use super::{InterPartitionIndex, CHANGE_STAMP, REMOVED, REMOVED_COPIES};
 
 impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     pub(super) async fn apply(&self, change: Change, ctx: &StepContext) -> OpResult {
-        match change {
+        let applied = match &change {
             Change::Put { entity, stamp } => {
-                let json = serde_json::to_vec(&entity)?;
+                let json = serde_json::to_vec(entity)?;
                 let entity: T = entity_from_json(&json)?;
-                self.apply_put(&entity, stamp, ctx).await
+                self.apply_put(&entity, *stamp, ctx).await
             }
             Change::Remove {
                 partition_key,
                 row_key,
                 stamp,
-            } => {
-                self.apply_remove(&partition_key, &row_key, stamp, ctx)
-                    .await
-            }
+            } => self.apply_remove(partition_key, row_key, *stamp, ctx).await,
+        };
+        match applied {
+            // No attempt follows: what the change holds or left half done
+            // is settled here, as the give-up of a stopped one does (claims
+            // become copies if its primary is written, else are given back,
+            // and the old copies it deleted are written back).
+            Err(e) if ctx.is_last_attempt() => match self.give_up(change, ctx).await {
+                Ok(()) => Err(e),
+                Err(g) => Err(format!("{e}; settling what it held failed: {g}").into()),
+            },
+            other => other,
         }
     }
 
@@ -106,15 +114,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 return self.undo_leftovers(ctx, &copies, stamp, &current).await;
             }
             // Claim the unique values first: a refused change writes nothing.
-            let slots = match self.claim_all(ctx, &copies, stamp, true).await {
-                Ok(slots) => slots,
-                // An earlier attempt may have gone on to delete old copies,
-                // and no later one will write the primary.
-                Err(e) if ctx.dequeue_count() > 1 && ctx.is_last_attempt() => {
-                    return Err(self.restoring(ctx, &key, &copies, stamp, e).await)
-                }
-                Err(e) => return Err(e),
-            };
+            let slots = self.claim_all(ctx, &copies, stamp, true).await?;
             let old_copies = self.old_copies(&current, &copies);
             let written = async {
                 for (i, old) in &old_copies {
@@ -123,15 +123,8 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 }
                 self.write_primary(ctx, &primary, &current).await
             };
-            match written.await {
-                Ok(true) => {}
-                Ok(false) => continue,
-                // A later attempt does step 2 and the primary write again:
-                // writing the old copies back before it only races it.
-                Err(e) if ctx.is_last_attempt() => {
-                    return Err(self.restoring(ctx, &key, &copies, stamp, e).await)
-                }
-                Err(e) => return Err(e),
+            if !written.await? {
+                continue;
             }
             // Again after the primary write, and before the copies (whose
             // write can fail, and the next attempt no longer knows the old
@@ -224,25 +217,6 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         // Its primary not written: the copies of the primary as stored
         // under the values it moves off, which it deletes first.
         self.restore_copies(ctx, &key, &copies, stamp).await
-    }
-
-    /// A change `stamp` that stops with `error` before its primary write
-    /// (which a later attempt may never make: the last one is poisoned)
-    /// writes back the copies it may have deleted
-    /// ([`restore_copies`](Self::restore_copies)); `error` is returned
-    /// either way, with what failed in writing back, if anything.
-    async fn restoring(
-        &self,
-        ctx: &StepContext,
-        key: &EntityKey,
-        keep: &[DynamicEntity],
-        stamp: i64,
-        error: OpError,
-    ) -> OpError {
-        match self.restore_copies(ctx, key, keep, stamp).await {
-            Ok(()) => error,
-            Err(e) => format!("{error}; writing back the copies it deleted failed: {e}").into(),
-        }
     }
 
     /// Writes back the copies of the primary `key` that a change `stamp`
@@ -461,13 +435,8 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                     .await?;
                 self.write_primary(ctx, &tombstone, &current).await
             };
-            match written.await {
-                Ok(true) => {}
-                Ok(false) => continue,
-                Err(e) if ctx.is_last_attempt() => {
-                    return Err(self.restoring(ctx, &key, &[], stamp, e).await)
-                }
-                Err(e) => return Err(e),
+            if !written.await? {
+                continue;
             }
             // As for a put: an older change's late copy write.
             return self.delete_removed(ctx, &old_copies, row_key, stamp).await;
