@@ -611,9 +611,15 @@ fn check_embedded(plan: Plan) {
 /// A put of employee `id` with the first last name, email `email` and
 /// badge `badge` (indexes into the value lists), for the regression plans.
 fn put(id: u32, email: usize, badge: usize) -> Op {
+    put_named(id, 0, email, badge)
+}
+
+/// A put of employee `id` with last name `name`, email `email` and badge
+/// `badge` (indexes into the value lists), for the regression plans.
+fn put_named(id: u32, name: usize, email: usize, badge: usize) -> Op {
     Op::Put {
         id,
-        name: 0,
+        name,
         email,
         badge,
     }
@@ -811,18 +817,12 @@ fn regression_a_write_that_went_through_before_a_failure_is_not_undone() {
 /// second delete now comes right after the primary write.
 #[test]
 fn regression_an_older_copy_written_late_is_deleted_before_the_copies_fail() {
-    let p = |id, name, email, badge| Op::Put {
-        id,
-        name,
-        email,
-        badge,
-    };
     let ops = vec![
-        p(3, 0, 0, 0),
-        p(1, 0, 0, 0),
-        p(1, 1, 0, 2),
-        p(3, 0, 1, 2),
-        p(1, 1, 0, 2),
+        put_named(3, 0, 0, 0),
+        put_named(1, 0, 0, 0),
+        put_named(1, 1, 0, 2),
+        put_named(3, 0, 1, 2),
+        put_named(1, 1, 0, 2),
         Op::Remove { id: 3 },
     ];
     let mut plan = regression_plan(ops, &[175, 0, 3, 0, 3, 0], &[], None);
@@ -865,19 +865,13 @@ fn regression_a_remove_retried_after_its_tombstone_deletes_a_late_copy() {
 /// when no attempt follows (the last attempt, or the give-up).
 #[test]
 fn regression_old_copies_are_written_back_only_when_no_attempt_follows() {
-    let p = |id, name, email, badge| Op::Put {
-        id,
-        name,
-        email,
-        badge,
-    };
     let ops = vec![
-        p(1, 0, 0, 0),
-        p(1, 0, 1, 0),
-        p(2, 0, 0, 0),
-        p(2, 0, 1, 1),
-        p(1, 0, 0, 1),
-        p(2, 2, 2, 2),
+        put_named(1, 0, 0, 0),
+        put_named(1, 0, 1, 0),
+        put_named(2, 0, 0, 0),
+        put_named(2, 0, 1, 1),
+        put_named(1, 0, 0, 1),
+        put_named(2, 2, 2, 2),
     ];
     let order = [131, 130, 122, 161, 244, 154, 209, 87, 7, 47];
     let mut plan = regression_plan(ops, &order, &[1, 3, 9], Some(44));
@@ -897,19 +891,13 @@ fn regression_old_copies_are_written_back_only_when_no_attempt_follows() {
 /// back).
 #[test]
 fn regression_a_last_attempt_that_fails_after_the_primary_leaves_no_claim() {
-    let p = |id, name, email, badge| Op::Put {
-        id,
-        name,
-        email,
-        badge,
-    };
     let ops = vec![
-        p(3, 0, 0, 0),
-        p(2, 0, 2, 1),
-        p(2, 0, 2, 2),
-        p(3, 0, 0, 2),
-        p(4, 0, 0, 0),
-        p(1, 0, 2, 2),
+        put_named(3, 0, 0, 0),
+        put_named(2, 0, 2, 1),
+        put_named(2, 0, 2, 2),
+        put_named(3, 0, 0, 2),
+        put_named(4, 0, 0, 0),
+        put_named(1, 0, 2, 2),
         Op::Remove { id: 4 },
         Op::Remove { id: 1 },
     ];
