@@ -57,15 +57,12 @@ impl TableHandle {
 
     /// Reads one entity (its ETag given to it: see
     /// [`TableEntity::set_etag`]); `None` if there is none.
-    // Not an `async fn`: its arguments would be kept twice in the future,
-    // once as captured and once moved into locals.
-    #[allow(clippy::manual_async_fn)]
-    pub(crate) fn get<'a, T: TableEntity>(
-        &'a self,
-        key: &'a EntityKey,
-        select: Option<&'a str>,
-    ) -> impl std::future::Future<Output = Result<Option<T>>> + Send + 'a {
-        async move { Ok(self.read(key, select, false).await?.map(|(e, _)| e)) }
+    pub(crate) async fn get<T: TableEntity>(
+        &self,
+        key: &EntityKey,
+        select: Option<&str>,
+    ) -> Result<Option<T>> {
+        Ok(self.read(key, select, false).await?.map(|(e, _)| e))
     }
 
     /// A point read; the ETag is returned too with `keep_etag` (else `None`).
