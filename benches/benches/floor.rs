@@ -22,6 +22,10 @@
 //!   transport) alternating with the same requests by the bare loop: the
 //!   cleanest view of what tablekit adds per request, and (with
 //!   `FLOOR_MODE=pair`, nothing else runs) the run to profile.
+//!   `FLOOR_PAIR_ROUNDS` sets the rounds (3), `FLOOR_PAIR_SIDE=tablekit` or
+//!   `floor` runs one side only, and `FLOOR_PAIR_GETS=3` reads each entity
+//!   three times per round: a count (cachegrind, allocations) of a run with
+//!   3 minus one with 1 is the point reads' alone, per 2 K reads.
 //! - `FLOOR_MODE=codec`: only `enc` and `dec`, `FLOOR_CODEC_ROUNDS` times, on
 //!   a page kept by an earlier run (`FLOOR_PAGE_OUT=<file>` keeps W4's first
 //!   page, `FLOOR_PAGE=<file>` reads it): the codecs' run to profile.
@@ -782,6 +786,13 @@ async fn pair(ep: &Endpoint, conn_string: &str, n: usize) -> bool {
     };
     // `FLOOR_PAIR_SIDE=tablekit` or `floor` runs one side only (to profile it).
     let side = std::env::var("FLOOR_PAIR_SIDE").unwrap_or_default();
+    // `FLOOR_PAIR_GETS=3` reads each entity 3 times in a round's point reads:
+    // a profile of `GETS=3` minus one of `GETS=1` counts the point reads alone.
+    let gets = std::env::var("FLOOR_PAIR_GETS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1usize)
+        .max(1);
     let (tk_side, floor_side) = (side != "floor", side != "tablekit");
     let path = format!("/{name}");
     for round in 0..rounds {
@@ -831,7 +842,7 @@ async fn pair(ep: &Endpoint, conn_string: &str, n: usize) -> bool {
         if tk_side {
             let probe = Probe::start();
             let mut bad = 0;
-            for e in &mine {
+            for e in mine.iter().cycle().take(k * gets) {
                 let got = table.get((e.pk.as_str(), e.rk.as_str())).await;
                 bad += usize::from(!matches!(got, Ok(Some(_))));
             }
@@ -839,8 +850,8 @@ async fn pair(ep: &Endpoint, conn_string: &str, n: usize) -> bool {
                 "tablekit",
                 "get",
                 "point get, concurrency 1 (in one process)",
-                k,
-                k,
+                k * gets,
+                k * gets,
                 probe,
                 bad == 0,
             );
@@ -854,7 +865,7 @@ async fn pair(ep: &Endpoint, conn_string: &str, n: usize) -> bool {
             let mut conn = Conn::open(ep).await;
             let probe = Probe::start();
             let mut bad = 0;
-            for path in &paths {
+            for path in paths.iter().cycle().take(k * gets) {
                 let (status, headers, body) = conn.call(ep.request("GET", path, None)).await;
                 let good = status == http::StatusCode::OK
                     && headers.contains_key("etag")
@@ -865,8 +876,8 @@ async fn pair(ep: &Endpoint, conn_string: &str, n: usize) -> bool {
                 "floor",
                 "get",
                 "point get, concurrency 1 (in one process)",
-                k,
-                k,
+                k * gets,
+                k * gets,
                 probe,
                 bad == 0,
             );
