@@ -320,3 +320,65 @@ crate::both! {
         assert_eq!(err.batch_index(), Some(0), "{err:?}");
     }
 }
+
+/// A bad entity in a transaction is refused by the call that adds it, with
+/// the same error and index on the embedded store as on the service's client
+/// (the store takes the client's check, proven by the bag it receives, as
+/// done); what was added before it is sent and nothing else is written.
+#[tokio::test]
+async fn a_bad_entity_in_a_transaction_is_refused_alike_on_both_backends() {
+    let embedded = tablekit::TableServiceClient::embedded()
+        .table::<DynamicEntity>("BadInTx")
+        .unwrap();
+    embedded.create_table().await.unwrap();
+    let offline = common::offline_table::<DynamicEntity>();
+    let mut many = DynamicEntity::new(PK, "many");
+    for i in 0..253 {
+        many.set(format!("P{i}"), i);
+    }
+    let mut huge = DynamicEntity::new(PK, "huge");
+    for i in 0..17 {
+        huge.set(format!("B{i}"), vec![0u8; 65536]);
+    }
+    let ancient = chrono::DateTime::parse_from_rfc3339("1600-12-31T23:59:59Z")
+        .unwrap()
+        .with_timezone(&chrono::Utc);
+    let bad = [
+        DynamicEntity::new(PK, "a#b"),
+        DynamicEntity::new(PK, "name").with("my-prop", 1),
+        DynamicEntity::new(PK, "reserved").with("Timestamp", 1),
+        DynamicEntity::new(PK, "long").with("S", "x".repeat(32 * 1024 + 1)),
+        DynamicEntity::new(PK, "blob").with("B", vec![0u8; 65537]),
+        DynamicEntity::new(PK, "old").with("D", ancient),
+        many,
+        huge,
+    ];
+    for (i, e) in bad.iter().enumerate() {
+        let ok = format!("ok{i}");
+        let mut refusals = Vec::new();
+        let mut sendable = None;
+        for t in [&offline, &embedded] {
+            let mut tx = t.transaction();
+            tx.insert(&row(&ok)).unwrap();
+            let err = tx.insert(e).unwrap_err();
+            assert_eq!(err.batch_index(), Some(1), "{err:?}");
+            refusals.push(common::assert_invalid(&err));
+            for refused in [
+                tx.upsert(e, UpdateMode::Merge).unwrap_err(),
+                tx.update(e, UpdateMode::Replace, IfMatch::Any).unwrap_err(),
+            ] {
+                assert_eq!(refused.batch_index(), Some(1), "{refused:?}");
+            }
+            assert_eq!(tx.len(), 1);
+            sendable = Some(tx);
+        }
+        assert_eq!(refusals[0], refusals[1], "entity {i}");
+        sendable.unwrap().send().await.unwrap();
+    }
+    let stored = embedded.query().fetch_all().await.unwrap();
+    let mut keys: Vec<_> = stored.iter().map(|e| e.row_key.clone()).collect();
+    keys.sort();
+    let mut want: Vec<_> = (0..bad.len()).map(|i| format!("ok{i}")).collect();
+    want.sort();
+    assert_eq!(keys, want);
+}

@@ -91,21 +91,16 @@ impl PropertyWriter for PushWriter {
     }
 }
 
-/// The property bag of a write, checked exactly as the JSON encoder checks it
-/// (same checker, same options), for a backend that stores bags. `checked`
-/// says the entity was just encoded (and so checked) as JSON.
-pub(crate) fn to_bag<T: TableEntity>(entity: &T, checked: bool) -> Result<DynamicEntity> {
+/// The property bag of a single write, checked exactly as the JSON encoder
+/// checks it (same checker, same options), for a backend that stores bags.
+pub(crate) fn to_bag<T: TableEntity>(entity: &T) -> Result<DynamicEntity> {
     let (pk, rk) = (entity.partition_key(), entity.row_key());
     let mut w = PushWriter(Properties::with_capacity(16));
-    if checked {
-        entity.write_properties(&mut w)?;
-    } else {
-        let mut checker = EntityChecker::new(&pk, &rk)?
-            .names_checked(T::property_names_checked())
-            .find_duplicates(!T::unique_property_names());
-        entity.write_properties(&mut Tee(&mut checker, &mut w))?;
-        checker.finish(&pk, &rk)?;
-    }
+    let mut checker = EntityChecker::new(&pk, &rk)?
+        .names_checked(T::property_names_checked())
+        .find_duplicates(!T::unique_property_names());
+    entity.write_properties(&mut Tee(&mut checker, &mut w))?;
+    checker.finish(&pk, &rk)?;
     Ok(DynamicEntity {
         partition_key: pk.into_owned(),
         row_key: rk.into_owned(),
@@ -113,6 +108,55 @@ pub(crate) fn to_bag<T: TableEntity>(entity: &T, checked: bool) -> Result<Dynami
         etag: None,
         properties: w.0,
     })
+}
+
+/// A transaction write's property bag that passed every check of the data
+/// model the JSON encoder makes (keys, property names, duplicates, count,
+/// value sizes, DateTime range, entity size), with the length of the JSON
+/// it stands for (what the 4 MiB payload limit counts).
+///
+/// The proof that the checks ran: only [`CheckedBag::of`] builds one, and
+/// it cannot be changed afterwards, so a holder (the embedded store) need
+/// not check the entity again.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct CheckedBag {
+    entity: DynamicEntity,
+    json_len: usize,
+}
+
+impl CheckedBag {
+    /// Checks `entity` and collects its properties, in one walk; the errors
+    /// are the JSON encoder's.
+    pub(crate) fn of<T: TableEntity>(entity: &T) -> Result<CheckedBag> {
+        let mut w = PushWriter(Properties::with_capacity(16));
+        let json_len = super::write::entity_json_len_with(entity, &mut w)?;
+        Ok(CheckedBag {
+            entity: DynamicEntity {
+                partition_key: entity.partition_key().into_owned(),
+                row_key: entity.row_key().into_owned(),
+                timestamp: None,
+                etag: None,
+                properties: w.0,
+            },
+            json_len,
+        })
+    }
+
+    /// The entity.
+    pub(crate) fn entity(&self) -> &DynamicEntity {
+        &self.entity
+    }
+
+    /// The length of the entity's JSON, as the encoder would write it.
+    pub(crate) fn json_len(&self) -> usize {
+        self.json_len
+    }
+
+    /// The entity, given up (the proof goes with it).
+    #[cfg_attr(not(feature = "embedded"), allow(dead_code))]
+    pub(crate) fn into_entity(self) -> DynamicEntity {
+        self.entity
+    }
 }
 
 /// The property bag of any entity, validated the way a write validates it.
@@ -129,4 +173,101 @@ pub fn to_dynamic<T: TableEntity>(entity: &T) -> Result<DynamicEntity> {
         etag: entity.etag().cloned(),
         properties: w.bag,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::write::entity_to_json;
+    use crate::edm::parse_datetime;
+
+    /// A hand-written type that repeats a property name (a derived type
+    /// cannot), with a valid entity otherwise.
+    struct Twice;
+
+    impl TableEntity for Twice {
+        fn partition_key(&self) -> std::borrow::Cow<'_, str> {
+            "p".into()
+        }
+        fn row_key(&self) -> std::borrow::Cow<'_, str> {
+            "r".into()
+        }
+        fn write_properties<W: PropertyWriter + ?Sized>(&self, out: &mut W) -> Result<()> {
+            out.int32("A", 1)?;
+            out.string("B", "b")?;
+            out.int32("A", 3)
+        }
+        fn decode(_: &crate::entity::RawEntity<'_>) -> Result<Self> {
+            Ok(Twice)
+        }
+    }
+
+    /// Entities breaking each rule of the data model, and valid ones.
+    fn samples() -> Vec<DynamicEntity> {
+        let mut many = DynamicEntity::new("p", "r");
+        for i in 0..253 {
+            many.set(format!("P{i}"), i);
+        }
+        let mut most = DynamicEntity::new("p", "r");
+        for i in 0..252 {
+            most.set(format!("P{i}"), i);
+        }
+        let mut huge = DynamicEntity::new("p", "r");
+        for i in 0..17 {
+            huge.set(format!("B{i}"), vec![0u8; 65536]);
+        }
+        vec![
+            DynamicEntity::new("p", "r"),
+            DynamicEntity::new("p", "r")
+                .with("S", "é \"q\" 😀")
+                .with("D", parse_datetime("2020-07-23T21:20:41.6667782Z").unwrap())
+                .with("B", vec![1u8, 2, 3])
+                .with("X", 30000.37),
+            most,
+            many,
+            huge,
+            DynamicEntity::new("p/", "r"),
+            DynamicEntity::new("p", "r#"),
+            DynamicEntity::new("p", "r").with("a-b", 1),
+            DynamicEntity::new("p", "r").with("Timestamp", 1),
+            DynamicEntity::new("p", "r").with("S", "x".repeat(32 * 1024 + 1)),
+            DynamicEntity::new("p", "r").with("B", vec![0u8; 65537]),
+            DynamicEntity::new("p", "r").with(
+                "D",
+                EdmValue::DateTime(parse_datetime("1600-12-31T23:59:59Z").unwrap()),
+            ),
+        ]
+    }
+
+    /// The proof a `CheckedBag` carries holds: it is built for exactly the
+    /// entities the JSON encoder accepts, refuses the others with the
+    /// encoder's error, and counts the JSON the encoder writes.
+    #[test]
+    fn a_checked_bag_is_built_exactly_when_the_encoder_accepts_the_entity() {
+        let mut refused = 0;
+        for e in samples() {
+            match (CheckedBag::of(&e), entity_to_json(&e)) {
+                (Ok(bag), Ok(json)) => {
+                    assert_eq!(bag.json_len(), json.len());
+                    assert_eq!(bag.entity(), &to_bag(&e).unwrap());
+                    assert_eq!(bag.clone().into_entity().properties, e.properties);
+                }
+                (Err(a), Err(b)) => {
+                    assert_eq!(a.validation(), b.validation());
+                    assert!(a.validation().is_some(), "{a:?}");
+                    refused += 1;
+                }
+                (a, b) => panic!("bag {a:?}, JSON {b:?}"),
+            }
+        }
+        assert_eq!(refused, 9);
+        assert_eq!(
+            CheckedBag::of(&Twice).unwrap_err().validation(),
+            Some(&ValidationError::DuplicateProperty { name: "A".into() })
+        );
+        assert_eq!(
+            CheckedBag::of(&Twice).unwrap_err().validation(),
+            entity_to_json(&Twice).unwrap_err().validation()
+        );
+    }
 }

@@ -466,7 +466,8 @@ impl Table {
         let mut seen = std::collections::HashSet::with_capacity(ops.len());
         for (i, op) in ops.iter_mut().enumerate() {
             let parsed = match (op.bag.take(), &op.body) {
-                (Some(bag), _) => Some(check::stored_form(*bag)),
+                // Checked by the client when it was added: its proof says so.
+                (Some(bag), _) => Some(Ok(check::checked_stored_form(bag))),
                 (None, Some(body)) => Some(check::entity_from_body(body)),
                 (None, None) => None,
             };
