@@ -106,6 +106,13 @@ impl<T: TableEntity> Transaction<T> {
             return fail(format!("the payload would exceed {MAX_BATCH_BYTES} bytes"));
         }
         self.size = size;
+        if index == 0 {
+            // Room for a whole transaction at once: growing step by step
+            // reallocated (and copied) the operations five times, each a
+            // large block for which the system allocator tidies its free lists.
+            self.ops.reserve_exact(MAX_BATCH_OPERATIONS);
+            self.row_keys.reserve(MAX_BATCH_OPERATIONS);
+        }
         self.row_keys.insert(row_key_hash);
         let bag_json_len = if bag.is_some() { body_len } else { 0 };
         self.ops.push(BatchOp {
