@@ -126,9 +126,11 @@ pub(crate) struct CheckedBag {
 
 impl CheckedBag {
     /// Checks `entity` and collects its properties, in one walk; the errors
-    /// are the JSON encoder's.
-    pub(crate) fn of<T: TableEntity>(entity: &T) -> Result<CheckedBag> {
-        let mut w = PushWriter(Properties::with_capacity(16));
+    /// are the JSON encoder's. `capacity`: room for that many properties at
+    /// first (the bag is kept as it is built, so an exact guess keeps no
+    /// room unused).
+    pub(crate) fn of<T: TableEntity>(entity: &T, capacity: usize) -> Result<CheckedBag> {
+        let mut w = PushWriter(Properties::with_capacity(capacity));
         let json_len = super::write::entity_json_len_with(entity, &mut w)?;
         Ok(CheckedBag {
             entity: DynamicEntity {
@@ -246,7 +248,7 @@ mod tests {
     fn a_checked_bag_is_built_exactly_when_the_encoder_accepts_the_entity() {
         let mut refused = 0;
         for e in samples() {
-            match (CheckedBag::of(&e), entity_to_json(&e)) {
+            match (CheckedBag::of(&e, 16), entity_to_json(&e)) {
                 (Ok(bag), Ok(json)) => {
                     assert_eq!(bag.json_len(), json.len());
                     assert_eq!(bag.entity(), &to_bag(&e).unwrap());
@@ -262,11 +264,11 @@ mod tests {
         }
         assert_eq!(refused, 9);
         assert_eq!(
-            CheckedBag::of(&Twice).unwrap_err().validation(),
+            CheckedBag::of(&Twice, 0).unwrap_err().validation(),
             Some(&ValidationError::DuplicateProperty { name: "A".into() })
         );
         assert_eq!(
-            CheckedBag::of(&Twice).unwrap_err().validation(),
+            CheckedBag::of(&Twice, 0).unwrap_err().validation(),
             entity_to_json(&Twice).unwrap_err().validation()
         );
     }
