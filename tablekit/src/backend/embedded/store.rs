@@ -16,7 +16,7 @@ use std::ops::Bound;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::check;
-use super::clock::Clock;
+use super::clock::{Clock, Version};
 #[cfg(feature = "durable")]
 use super::durable::{Durable, Put};
 use super::errors;
@@ -311,9 +311,14 @@ fn decide(
 
 /// A decided change with its new version (Timestamp and ETag), ready to store.
 fn versioned(change: Change, clock: &Clock) -> Option<Arc<StoredEntity>> {
+    versioned_at(change, || clock.next())
+}
+
+/// [`versioned`], with the version `version` gives (called for a put only).
+fn versioned_at(change: Change, version: impl FnOnce() -> Version) -> Option<Arc<StoredEntity>> {
     match change {
         Change::Put(mut entity) => {
-            let v = clock.next();
+            let v = version();
             entity.timestamp = Some(v.timestamp);
             entity.etag = Some(v.etag);
             Some(Arc::new(StoredEntity {
@@ -551,9 +556,14 @@ impl Table {
                 .map_err(|e| errors::at_index(e, i))?;
             changes.push((rk, change));
         }
+        // One read of the system clock for the whole transaction.
+        let mut ticks = store.clock.next_ticks(changes.len());
         let changes: Vec<_> = changes
             .into_iter()
-            .map(|(rk, change)| (rk, versioned(change, &store.clock)))
+            .map(|(rk, change)| {
+                let version = || Version::at(ticks.next().expect("a time for each change"));
+                (rk, versioned_at(change, version))
+            })
             .collect();
         Ok(changes
             .into_iter()
