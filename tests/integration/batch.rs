@@ -382,3 +382,48 @@ async fn a_bad_entity_in_a_transaction_is_refused_alike_on_both_backends() {
     want.sort();
     assert_eq!(keys, want);
 }
+
+crate::both! {
+    /// Entities of different shapes in one transaction (names in another
+    /// order, fewer, more, of other types) are stored with their own names
+    /// and values, and a later merge into them keeps every name right.
+    async fn a_transaction_of_entities_of_different_shapes_stores_each_as_it_is(svc, backend) {
+        let t = common::fresh_table::<DynamicEntity>(&svc, "Shapes").await;
+        let shapes = [
+            DynamicEntity::new(PK, "1").with("A", 1).with("B", "b").with("C", true),
+            DynamicEntity::new(PK, "2").with("A", 2).with("B", "x").with("C", false),
+            DynamicEntity::new(PK, "3").with("B", "y").with("A", 3),
+            DynamicEntity::new(PK, "4").with("A", 4),
+            DynamicEntity::new(PK, "5").with("A", 5).with("B", "z").with("C", true).with("D", 1.5),
+            DynamicEntity::new(PK, "6").with("a", 6).with("B", vec![1u8, 2]).with("C", 7_i64),
+            DynamicEntity::new(PK, "7"),
+            DynamicEntity::new(PK, "8").with("A", 8).with("B", "w").with("C", false),
+        ];
+        let mut tx = t.transaction();
+        for e in &shapes {
+            tx.insert(e).unwrap();
+        }
+        tx.send().await.unwrap();
+        let mut tx = t.transaction();
+        for rk in ["2", "3", "6"] {
+            tx.upsert(&DynamicEntity::new(PK, rk).with("B", "merged").with("E", 9), UpdateMode::Merge)
+                .unwrap();
+        }
+        tx.send().await.unwrap();
+        for e in &shapes {
+            let mut want = e.clone();
+            if ["2", "3", "6"].contains(&e.row_key.as_str()) {
+                want.set("B", "merged");
+                want.set("E", 9);
+            }
+            let got = t.get((PK, e.row_key.as_str())).await.unwrap().unwrap();
+            let sorted = |d: &DynamicEntity| {
+                let mut p: Vec<_> = d.properties.iter().map(|(n, v)| (n.to_owned(), v.clone())).collect();
+                p.sort_by(|a, b| a.0.cmp(&b.0));
+                p
+            };
+            assert_eq!(sorted(&got), sorted(&want), "{}", e.row_key);
+        }
+        common::drop_table(&t).await;
+    }
+}

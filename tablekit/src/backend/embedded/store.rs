@@ -23,7 +23,7 @@ use super::errors;
 use super::key::{compare_utf16, Key};
 use crate::backend::{BatchKind, BatchOp, StoredEntity, Written};
 use crate::continuation::Continuation;
-use crate::entity::{DynamicEntity, ETag, EntityKey, IfMatch, Properties, UpdateMode};
+use crate::entity::{DynamicEntity, ETag, EntityKey, IfMatch, Name, Properties, UpdateMode};
 use crate::error::{ErrorCode, Result};
 use crate::filter::{matches, CmpOp, Expr};
 use crate::validate::{MAX_BATCH_BYTES, MAX_BATCH_OPERATIONS, MAX_PAGE_SIZE};
@@ -241,24 +241,25 @@ fn merged(current: &StoredEntity, new: DynamicEntity) -> Result<DynamicEntity> {
         properties,
         ..
     } = new;
-    let mut incoming: Vec<Option<(String, EdmValue)>> =
+    let mut incoming: Vec<Option<(Name, EdmValue)>> =
         properties.into_entries().into_iter().map(Some).collect();
     let mut out = Properties::with_capacity(current.entity.properties.len() + incoming.len());
     let mut kept_old = false;
-    for (name, old) in current.entity.properties.iter() {
+    for (name, old) in current.entity.properties.entries() {
         let slot = incoming
             .iter_mut()
             .find(|e| e.as_ref().is_some_and(|(n, _)| n == name));
         match slot.and_then(Option::take) {
-            Some((n, v)) => out.push_unchecked(n, v),
+            Some((n, v)) => out.push_name(n, v),
             None => {
-                out.push_unchecked(name.to_owned(), old.clone());
+                // A shared name stays shared.
+                out.push_name(name.clone(), old.clone());
                 kept_old = true;
             }
         }
     }
     for (n, v) in incoming.into_iter().flatten() {
-        out.push_unchecked(n, v);
+        out.push_name(n, v);
     }
     let out = DynamicEntity {
         partition_key,

@@ -138,15 +138,10 @@ impl<T: TableEntity> Transaction<T> {
         // bags gets the bag and parses nothing: for it the JSON's length is
         // counted (with the encoder's checks), not written.
         if self.table.handle.backend.stores_property_bags() {
-            // Room for as many properties as the previous entity had: the
-            // entities of a transaction are often of one shape.
-            let capacity = self
-                .ops
-                .iter()
-                .rev()
-                .find_map(|op| op.bag.as_ref())
-                .map_or(16, |b| b.entity().properties.len());
-            let bag = CheckedBag::of(entity, capacity).map_err(at_index)?;
+            // The entities of a transaction are often of one shape: the bag
+            // shares the previous one's names, and is sized by it.
+            let like = self.ops.iter().rev().find_map(|op| op.bag.as_ref());
+            let bag = CheckedBag::of(entity, like).map_err(at_index)?;
             let key = EntityKey::new(&bag.entity().partition_key, &bag.entity().row_key);
             let len = bag.json_len();
             return self.push_op(kind, key, None, len, Some(bag));
