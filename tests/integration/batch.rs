@@ -320,3 +320,110 @@ crate::both! {
         assert_eq!(err.batch_index(), Some(0), "{err:?}");
     }
 }
+
+/// A bad entity in a transaction is refused by the call that adds it, with
+/// the same error and index on the embedded store as on the service's client
+/// (the store takes the client's check, proven by the bag it receives, as
+/// done); what was added before it is sent and nothing else is written.
+#[tokio::test]
+async fn a_bad_entity_in_a_transaction_is_refused_alike_on_both_backends() {
+    let embedded = tablekit::TableServiceClient::embedded()
+        .table::<DynamicEntity>("BadInTx")
+        .unwrap();
+    embedded.create_table().await.unwrap();
+    let offline = common::offline_table::<DynamicEntity>();
+    let mut many = DynamicEntity::new(PK, "many");
+    for i in 0..253 {
+        many.set(format!("P{i}"), i);
+    }
+    let mut huge = DynamicEntity::new(PK, "huge");
+    for i in 0..17 {
+        huge.set(format!("B{i}"), vec![0u8; 65536]);
+    }
+    let ancient = chrono::DateTime::parse_from_rfc3339("1600-12-31T23:59:59Z")
+        .unwrap()
+        .with_timezone(&chrono::Utc);
+    let bad = [
+        DynamicEntity::new(PK, "a#b"),
+        DynamicEntity::new(PK, "name").with("my-prop", 1),
+        DynamicEntity::new(PK, "reserved").with("Timestamp", 1),
+        DynamicEntity::new(PK, "long").with("S", "x".repeat(32 * 1024 + 1)),
+        DynamicEntity::new(PK, "blob").with("B", vec![0u8; 65537]),
+        DynamicEntity::new(PK, "old").with("D", ancient),
+        many,
+        huge,
+    ];
+    for (i, e) in bad.iter().enumerate() {
+        let ok = format!("ok{i}");
+        let mut refusals = Vec::new();
+        let mut sendable = None;
+        for t in [&offline, &embedded] {
+            let mut tx = t.transaction();
+            tx.insert(&row(&ok)).unwrap();
+            let err = tx.insert(e).unwrap_err();
+            assert_eq!(err.batch_index(), Some(1), "{err:?}");
+            refusals.push(common::assert_invalid(&err));
+            for refused in [
+                tx.upsert(e, UpdateMode::Merge).unwrap_err(),
+                tx.update(e, UpdateMode::Replace, IfMatch::Any).unwrap_err(),
+            ] {
+                assert_eq!(refused.batch_index(), Some(1), "{refused:?}");
+            }
+            assert_eq!(tx.len(), 1);
+            sendable = Some(tx);
+        }
+        assert_eq!(refusals[0], refusals[1], "entity {i}");
+        sendable.unwrap().send().await.unwrap();
+    }
+    let stored = embedded.query().fetch_all().await.unwrap();
+    let mut keys: Vec<_> = stored.iter().map(|e| e.row_key.clone()).collect();
+    keys.sort();
+    let mut want: Vec<_> = (0..bad.len()).map(|i| format!("ok{i}")).collect();
+    want.sort();
+    assert_eq!(keys, want);
+}
+
+crate::both! {
+    /// Entities of different shapes in one transaction (names in another
+    /// order, fewer, more, of other types) are stored with their own names
+    /// and values, and a later merge into them keeps every name right.
+    async fn a_transaction_of_entities_of_different_shapes_stores_each_as_it_is(svc, backend) {
+        let t = common::fresh_table::<DynamicEntity>(&svc, "Shapes").await;
+        let shapes = [
+            DynamicEntity::new(PK, "1").with("A", 1).with("B", "b").with("C", true),
+            DynamicEntity::new(PK, "2").with("A", 2).with("B", "x").with("C", false),
+            DynamicEntity::new(PK, "3").with("B", "y").with("A", 3),
+            DynamicEntity::new(PK, "4").with("A", 4),
+            DynamicEntity::new(PK, "5").with("A", 5).with("B", "z").with("C", true).with("D", 1.5),
+            DynamicEntity::new(PK, "6").with("a", 6).with("B", vec![1u8, 2]).with("C", 7_i64),
+            DynamicEntity::new(PK, "7"),
+            DynamicEntity::new(PK, "8").with("A", 8).with("B", "w").with("C", false),
+        ];
+        let mut tx = t.transaction();
+        for e in &shapes {
+            tx.insert(e).unwrap();
+        }
+        tx.send().await.unwrap();
+        let mut tx = t.transaction();
+        for rk in ["2", "3", "6"] {
+            tx.upsert(&DynamicEntity::new(PK, rk).with("B", "merged").with("E", 9), UpdateMode::Merge)
+                .unwrap();
+        }
+        tx.send().await.unwrap();
+        for e in &shapes {
+            let mut want = e.clone();
+            if ["2", "3", "6"].contains(&e.row_key.as_str()) {
+                want.set("B", "merged");
+                want.set("E", 9);
+            }
+            let got = t.get((PK, e.row_key.as_str())).await.unwrap().unwrap();
+            let sorted = |d: &DynamicEntity| {
+                let mut p: Vec<_> = d.properties.iter().map(|(n, v)| (n.to_owned(), v.clone())).collect();
+                p.sort_by(|a, b| a.0.cmp(&b.0));
+                p
+            };
+            assert_eq!(sorted(&got), sorted(&want), "{}", e.row_key);
+        }
+        common::drop_table(&t).await;
+    }
+}

@@ -175,10 +175,11 @@ pub(crate) struct BatchOp {
     /// are the same bytes.
     pub(crate) body: Option<Bytes>,
     /// The same entity as a checked property bag, for a backend that stores
-    /// bags ([`Backend::stores_property_bags`]), which then need not parse `body`.
+    /// bags ([`Backend::stores_property_bags`]), which then need neither parse
+    /// `body` nor check the entity again.
     // Read only by the embedded store.
     #[cfg_attr(not(feature = "embedded"), allow(dead_code))]
-    pub(crate) bag: Option<Box<DynamicEntity>>,
+    pub(crate) bag: Option<crate::codec::bag::CheckedBag>,
     /// With `bag`: the length of its JSON, as the client counted it when it
     /// checked the bag, for the payload limit (so the store need not walk
     /// the entity again).

@@ -418,7 +418,25 @@ impl PropertyWriter for JsonLen {
 
 /// The length of the JSON [`write_entity_json`] writes for `entity`, with the
 /// same checks (and the same errors), without writing it.
+#[cfg(test)]
 pub(crate) fn entity_json_len<T: TableEntity>(entity: &T) -> Result<usize> {
+    json_len_walk(entity, |w| entity.write_properties(w))
+}
+
+/// [`entity_json_len`], handing each property, once checked, to `also` in
+/// the same walk (which the first error stops, before `also` sees that
+/// property).
+pub(crate) fn entity_json_len_with<T: TableEntity, W: PropertyWriter + ?Sized>(
+    entity: &T,
+    also: &mut W,
+) -> Result<usize> {
+    json_len_walk(entity, |w| entity.write_properties(&mut Tee(w, also)))
+}
+
+fn json_len_walk<T: TableEntity>(
+    entity: &T,
+    walk: impl FnOnce(&mut JsonLen) -> Result<()>,
+) -> Result<usize> {
     let pk = entity.partition_key();
     let rk = entity.row_key();
     let check = EntityChecker::new(&pk, &rk)?
@@ -427,7 +445,7 @@ pub(crate) fn entity_json_len<T: TableEntity>(entity: &T) -> Result<usize> {
     // `{"PartitionKey":` pk `,"RowKey":` rk ... `}`
     let len = 16 + 2 + json_str_body_len(&pk) + 10 + 2 + json_str_body_len(&rk) + 1;
     let mut w = JsonLen { len, check };
-    entity.write_properties(&mut w)?;
+    walk(&mut w)?;
     w.check.finish(&pk, &rk)?;
     Ok(w.len)
 }

@@ -234,7 +234,60 @@ impl<P: Into<String>, R: Into<String>> From<(P, R)> for EntityKey {
 /// An ordered bag of named, typed properties. Setting a name that exists replaces it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Properties {
-    entries: Vec<(String, EdmValue)>,
+    entries: Vec<(Name, EdmValue)>,
+}
+
+/// A property's name in a [`Properties`] bag: owned, or shared by the bags
+/// of entities of one shape (the bags of a transaction's writes, which the
+/// embedded store keeps as they are).
+#[derive(Clone)]
+pub(crate) enum Name {
+    Owned(String),
+    Shared(std::sync::Arc<str>),
+}
+
+impl Name {
+    pub(crate) fn as_str(&self) -> &str {
+        match self {
+            Name::Owned(s) => s,
+            Name::Shared(s) => s,
+        }
+    }
+}
+
+impl PartialEq for Name {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+// As the name's text, whether owned or shared.
+impl fmt::Debug for Name {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+/// The properties of a [`Properties`] bag in insertion order, as names and values.
+#[derive(Debug, Clone)]
+pub struct PropertiesIter<'a>(std::slice::Iter<'a, (Name, EdmValue)>);
+
+impl<'a> Iterator for PropertiesIter<'a> {
+    type Item = (&'a str, &'a EdmValue);
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.next().map(|(n, v)| (n.as_str(), v))
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.0.size_hint()
+    }
+}
+
+impl ExactSizeIterator for PropertiesIter<'_> {}
+
+impl DoubleEndedIterator for PropertiesIter<'_> {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        self.0.next_back().map(|(n, v)| (n.as_str(), v))
+    }
 }
 
 impl Properties {
@@ -258,10 +311,10 @@ impl Properties {
     ) -> Option<EdmValue> {
         let name = name.into();
         let value = value.into();
-        match self.entries.iter_mut().find(|(n, _)| *n == name) {
+        match self.entries.iter_mut().find(|(n, _)| n.as_str() == name) {
             Some((_, v)) => Some(std::mem::replace(v, value)),
             None => {
-                self.entries.push((name, value));
+                self.entries.push((Name::Owned(name), value));
                 None
             }
         }
@@ -269,12 +322,15 @@ impl Properties {
 
     /// The value of a property.
     pub fn get(&self, name: &str) -> Option<&EdmValue> {
-        self.entries.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+        self.entries
+            .iter()
+            .find(|(n, _)| n.as_str() == name)
+            .map(|(_, v)| v)
     }
 
     /// Removes a property and returns its value.
     pub fn remove(&mut self, name: &str) -> Option<EdmValue> {
-        let i = self.entries.iter().position(|(n, _)| n == name)?;
+        let i = self.entries.iter().position(|(n, _)| n.as_str() == name)?;
         Some(self.entries.remove(i).1)
     }
 
@@ -289,13 +345,23 @@ impl Properties {
     }
 
     /// The properties in insertion order.
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, &EdmValue)> {
-        self.entries.iter().map(|(n, v)| (n.as_str(), v))
+    pub fn iter(&self) -> PropertiesIter<'_> {
+        PropertiesIter(self.entries.iter())
+    }
+
+    /// The entries with their names as kept (shared or owned).
+    pub(crate) fn entries(&self) -> &[(Name, EdmValue)] {
+        &self.entries
     }
 
     /// Appends without looking for an existing name; the decoder uses it for
     /// service payloads, whose names are unique.
     pub(crate) fn push_unchecked(&mut self, name: String, value: EdmValue) {
+        self.entries.push((Name::Owned(name), value));
+    }
+
+    /// [`push_unchecked`](Self::push_unchecked) of a name as kept (shared or owned).
+    pub(crate) fn push_name(&mut self, name: Name, value: EdmValue) {
         self.entries.push((name, value));
     }
 
@@ -307,7 +373,7 @@ impl Properties {
 
     /// The entries, moved out (the embedded store's merge reuses them).
     #[cfg(feature = "embedded")]
-    pub(crate) fn into_entries(self) -> Vec<(String, EdmValue)> {
+    pub(crate) fn into_entries(self) -> Vec<(Name, EdmValue)> {
         self.entries
     }
 }
@@ -324,12 +390,9 @@ impl<N: Into<String>, V: Into<EdmValue>> FromIterator<(N, V)> for Properties {
 
 impl<'a> IntoIterator for &'a Properties {
     type Item = (&'a str, &'a EdmValue);
-    type IntoIter = std::iter::Map<
-        std::slice::Iter<'a, (String, EdmValue)>,
-        fn(&'a (String, EdmValue)) -> (&'a str, &'a EdmValue),
-    >;
+    type IntoIter = PropertiesIter<'a>;
     fn into_iter(self) -> Self::IntoIter {
-        self.entries.iter().map(|(n, v)| (n.as_str(), v))
+        self.iter()
     }
 }
 

@@ -24,21 +24,30 @@ pub(crate) struct Version {
 
 impl Clock {
     pub(crate) fn next(&self) -> Version {
+        Version::at(self.next_ticks(1).start)
+    }
+
+    /// `n` (at least one) consecutive write times, each later than the one
+    /// before, as `n` calls of [`next`](Self::next) in a row would give
+    /// them, with one read of the system clock: the versions of a
+    /// transaction's writes.
+    pub(crate) fn next_ticks(&self, n: usize) -> std::ops::Range<i64> {
+        let n = i64::try_from(n.max(1)).unwrap_or(i64::MAX);
         let now = Utc::now();
         let now_ticks =
             now.timestamp() * 10_000_000 + i64::from(now.timestamp_subsec_nanos() / 100);
         let mut prev = self.last.load(Ordering::Relaxed);
-        let ticks = loop {
-            let next = now_ticks.max(prev + 1);
+        loop {
+            let first = now_ticks.max(prev + 1);
+            let last = first.saturating_add(n - 1);
             match self
                 .last
-                .compare_exchange_weak(prev, next, Ordering::Relaxed, Ordering::Relaxed)
+                .compare_exchange_weak(prev, last, Ordering::Relaxed, Ordering::Relaxed)
             {
-                Ok(_) => break next,
+                Ok(_) => break first..last + 1,
                 Err(actual) => prev = actual,
             }
-        };
-        Version::at(ticks)
+        }
     }
 
     /// Makes every later version newer than `ticks`: a store loaded from a
@@ -100,6 +109,16 @@ mod tests {
             assert_eq!(Version::at(ticks_of(&v.timestamp)).etag, v.etag);
             prev = v;
         }
+        let run = clock.next_ticks(3);
+        assert_eq!(run.end - run.start, 3);
+        assert!(run.start > ticks_of(&prev.timestamp));
+        assert!(Version::at(run.start).etag != prev.etag);
+        let after = clock.next();
+        assert!(
+            ticks_of(&after.timestamp) >= run.end,
+            "a run's times are taken"
+        );
+        prev = after;
         clock.advance_past(ticks_of(&prev.timestamp) + 1_000_000_000);
         assert!(clock.next().timestamp > prev.timestamp + chrono::Duration::seconds(100));
     }

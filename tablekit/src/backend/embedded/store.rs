@@ -16,14 +16,14 @@ use std::ops::Bound;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::check;
-use super::clock::Clock;
+use super::clock::{Clock, Version};
 #[cfg(feature = "durable")]
 use super::durable::{Durable, Put};
 use super::errors;
 use super::key::{compare_utf16, Key};
 use crate::backend::{BatchKind, BatchOp, StoredEntity, Written};
 use crate::continuation::Continuation;
-use crate::entity::{DynamicEntity, ETag, EntityKey, IfMatch, Properties, UpdateMode};
+use crate::entity::{DynamicEntity, ETag, EntityKey, IfMatch, Name, Properties, UpdateMode};
 use crate::error::{ErrorCode, Result};
 use crate::filter::{matches, CmpOp, Expr};
 use crate::validate::{MAX_BATCH_BYTES, MAX_BATCH_OPERATIONS, MAX_PAGE_SIZE};
@@ -241,24 +241,25 @@ fn merged(current: &StoredEntity, new: DynamicEntity) -> Result<DynamicEntity> {
         properties,
         ..
     } = new;
-    let mut incoming: Vec<Option<(String, EdmValue)>> =
+    let mut incoming: Vec<Option<(Name, EdmValue)>> =
         properties.into_entries().into_iter().map(Some).collect();
     let mut out = Properties::with_capacity(current.entity.properties.len() + incoming.len());
     let mut kept_old = false;
-    for (name, old) in current.entity.properties.iter() {
+    for (name, old) in current.entity.properties.entries() {
         let slot = incoming
             .iter_mut()
             .find(|e| e.as_ref().is_some_and(|(n, _)| n == name));
         match slot.and_then(Option::take) {
-            Some((n, v)) => out.push_unchecked(n, v),
+            Some((n, v)) => out.push_name(n, v),
             None => {
-                out.push_unchecked(name.to_owned(), old.clone());
+                // A shared name stays shared.
+                out.push_name(name.clone(), old.clone());
                 kept_old = true;
             }
         }
     }
     for (n, v) in incoming.into_iter().flatten() {
-        out.push_unchecked(n, v);
+        out.push_name(n, v);
     }
     let out = DynamicEntity {
         partition_key,
@@ -311,9 +312,14 @@ fn decide(
 
 /// A decided change with its new version (Timestamp and ETag), ready to store.
 fn versioned(change: Change, clock: &Clock) -> Option<Arc<StoredEntity>> {
+    versioned_at(change, || clock.next())
+}
+
+/// [`versioned`], with the version `version` gives (called for a put only).
+fn versioned_at(change: Change, version: impl FnOnce() -> Version) -> Option<Arc<StoredEntity>> {
     match change {
         Change::Put(mut entity) => {
-            let v = clock.next();
+            let v = version();
             entity.timestamp = Some(v.timestamp);
             entity.etag = Some(v.etag);
             Some(Arc::new(StoredEntity {
@@ -466,7 +472,8 @@ impl Table {
         let mut seen = std::collections::HashSet::with_capacity(ops.len());
         for (i, op) in ops.iter_mut().enumerate() {
             let parsed = match (op.bag.take(), &op.body) {
-                (Some(bag), _) => Some(check::stored_form(*bag)),
+                // Checked by the client when it was added: its proof says so.
+                (Some(bag), _) => Some(Ok(check::checked_stored_form(bag))),
                 (None, Some(body)) => Some(check::entity_from_body(body)),
                 (None, None) => None,
             };
@@ -550,9 +557,14 @@ impl Table {
                 .map_err(|e| errors::at_index(e, i))?;
             changes.push((rk, change));
         }
+        // One read of the system clock for the whole transaction.
+        let mut ticks = store.clock.next_ticks(changes.len());
         let changes: Vec<_> = changes
             .into_iter()
-            .map(|(rk, change)| (rk, versioned(change, &store.clock)))
+            .map(|(rk, change)| {
+                let version = || Version::at(ticks.next().expect("a time for each change"));
+                (rk, versioned_at(change, version))
+            })
             .collect();
         Ok(changes
             .into_iter()

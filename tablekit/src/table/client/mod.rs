@@ -198,7 +198,7 @@ impl<T: TableEntity> TableClient<T> {
         // checker as the JSON encoder: the refusals are identical, and the entity
         // is not printed as JSON only to be parsed back.
         let (key, body) = if self.handle.backend.stores_property_bags() {
-            let bag = crate::codec::bag::to_bag(target.entity(), false)?;
+            let bag = crate::codec::bag::to_bag(target.entity())?;
             (bag_key(&bag), EntityBody::Bag(Box::new(bag)))
         } else {
             let (key, body) = encode(target.entity())?;

@@ -4,6 +4,7 @@ use std::collections::HashSet;
 use std::fmt;
 
 use crate::backend::{BatchKind, BatchOp, Operation, Response};
+use crate::codec::bag::CheckedBag;
 use crate::entity::{ETag, EntityKey, IfMatch, TableEntity, UpdateMode};
 use crate::error::{Error, Result, ValidationError};
 use crate::table::handle::AmbiguousWrites;
@@ -32,7 +33,10 @@ use super::{encode, TableClient};
 pub struct Transaction<T> {
     pub(super) table: TableClient<T>,
     pub(super) ops: Vec<BatchOp>,
-    pub(super) row_keys: HashSet<String>,
+    /// The hashes of the operations' RowKeys ([`row_key_hash`]): a RowKey
+    /// whose hash is here is then looked for in `ops`, so the check is
+    /// exact, and no RowKey is copied for it.
+    pub(super) row_keys: HashSet<u64>,
     pub(super) size: usize,
 }
 
@@ -43,6 +47,13 @@ impl<T> fmt::Debug for Transaction<T> {
             .field("operations", &self.ops.len())
             .finish()
     }
+}
+
+/// The hash of a RowKey kept in [`Transaction::row_keys`]: a filter before
+/// the exact comparison, so a fixed hasher is enough.
+pub(super) fn row_key_hash(row_key: &str) -> u64 {
+    use std::hash::BuildHasher;
+    std::hash::BuildHasherDefault::<std::hash::DefaultHasher>::default().hash_one(row_key)
 }
 
 /// Framing bytes one operation adds to a transaction payload, beyond its body
@@ -56,7 +67,7 @@ impl<T: TableEntity> Transaction<T> {
         key: EntityKey,
         body: Option<bytes::Bytes>,
         body_len: usize,
-        bag: Option<Box<crate::DynamicEntity>>,
+        bag: Option<CheckedBag>,
     ) -> Result<&mut Self> {
         let index = self.ops.len();
         let fail = |reason: String| {
@@ -79,7 +90,8 @@ impl<T: TableEntity> Transaction<T> {
                 ));
             }
         }
-        if self.row_keys.contains(&key.row_key) {
+        let row_key_hash = row_key_hash(&key.row_key);
+        if self.holds_row_key(row_key_hash, &key.row_key) {
             return fail(format!(
                 "RowKey {:?} already has an operation; a transaction holds one operation per entity",
                 key.row_key
@@ -94,7 +106,14 @@ impl<T: TableEntity> Transaction<T> {
             return fail(format!("the payload would exceed {MAX_BATCH_BYTES} bytes"));
         }
         self.size = size;
-        self.row_keys.insert(key.row_key.clone());
+        if index == 0 {
+            // Room for a whole transaction at once: growing step by step
+            // reallocated (and copied) the operations five times, each a
+            // large block for which the system allocator tidies its free lists.
+            self.ops.reserve_exact(MAX_BATCH_OPERATIONS);
+            self.row_keys.reserve(MAX_BATCH_OPERATIONS);
+        }
+        self.row_keys.insert(row_key_hash);
         let bag_json_len = if bag.is_some() { body_len } else { 0 };
         self.ops.push(BatchOp {
             kind,
@@ -119,9 +138,13 @@ impl<T: TableEntity> Transaction<T> {
         // bags gets the bag and parses nothing: for it the JSON's length is
         // counted (with the encoder's checks), not written.
         if self.table.handle.backend.stores_property_bags() {
-            let len = crate::codec::write::entity_json_len(entity).map_err(at_index)?;
-            let bag = crate::codec::bag::to_bag(entity, true).map_err(at_index)?;
-            return self.push_op(kind, entity.key(), None, len, Some(Box::new(bag)));
+            // The entities of a transaction are often of one shape: the bag
+            // shares the previous one's names, and is sized by it.
+            let like = self.ops.iter().rev().find_map(|op| op.bag.as_ref());
+            let bag = CheckedBag::of(entity, like).map_err(at_index)?;
+            let key = EntityKey::new(&bag.entity().partition_key, &bag.entity().row_key);
+            let len = bag.json_len();
+            return self.push_op(kind, key, None, len, Some(bag));
         }
         let (key, body) = encode(entity).map_err(at_index)?;
         let len = body.len();
@@ -298,7 +321,7 @@ impl<T> Transaction<T> {
         let size = ops
             .iter()
             .map(|op| {
-                op.body.as_ref().map_or(0, bytes::Bytes::len)
+                op.body.as_ref().map_or(op.bag_json_len, bytes::Bytes::len)
                     + op.key.partition_key.len() * 3
                     + op.key.row_key.len() * 3
                     + OP_OVERHEAD
@@ -306,7 +329,7 @@ impl<T> Transaction<T> {
             .sum();
         Transaction {
             table: self.table.clone(),
-            row_keys: ops.iter().map(|op| op.key.row_key.clone()).collect(),
+            row_keys: ops.iter().map(|op| row_key_hash(&op.key.row_key)).collect(),
             ops,
             size,
         }
@@ -314,7 +337,12 @@ impl<T> Transaction<T> {
 
     /// Whether an operation on the entity of `row_key` was added.
     pub(crate) fn has_row_key(&self, row_key: &str) -> bool {
-        self.row_keys.contains(row_key)
+        self.holds_row_key(row_key_hash(row_key), row_key)
+    }
+
+    /// Whether an operation on `row_key`, whose hash is `hash`, was added.
+    fn holds_row_key(&self, hash: u64, row_key: &str) -> bool {
+        self.row_keys.contains(&hash) && self.ops.iter().any(|op| op.key.row_key == row_key)
     }
 
     /// What operation `index` sends, for working out its intent.
@@ -432,5 +460,72 @@ impl TransactionResult {
     /// The ETags of all operations, in order.
     pub fn etags(&self) -> &[Option<ETag>] {
         &self.etags
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{DynamicEntity, IfMatch, TableServiceClient};
+
+    /// An entity of about 480 KB of JSON: the 9th of them crosses 4 MiB.
+    fn big(i: usize) -> DynamicEntity {
+        let text = "x".repeat(32_000);
+        let mut e = DynamicEntity::new("p", format!("r{i}"));
+        for p in 0..15 {
+            e.set(format!("S{p}"), text.as_str());
+        }
+        e
+    }
+
+    /// A copy of a transaction counts the payload of the operations it keeps
+    /// on the embedded store too (whose operations carry bags, not JSON), so
+    /// the 4 MiB limit still falls where it falls in the original.
+    #[test]
+    fn a_copy_counts_the_payload_it_keeps_on_a_store_of_bags() {
+        let table = TableServiceClient::embedded()
+            .table::<DynamicEntity>("Copies")
+            .unwrap();
+        let mut tx = table.transaction();
+        for i in 0..8 {
+            tx.insert(&big(i)).unwrap();
+        }
+        let mut copy = tx.copy_keeping(|_| true);
+        assert_eq!(copy.size, tx.size);
+        let err = copy.insert(&big(8)).unwrap_err();
+        assert_eq!(err.batch_index(), Some(8));
+        assert!(err.to_string().contains("payload"), "{err}");
+        assert!(tx.insert(&big(8)).is_err());
+
+        let half = tx.copy_keeping(|i| i % 2 == 0);
+        assert_eq!(half.len(), 4);
+        assert!(
+            half.size < tx.size / 2 + 4_000,
+            "{} of {}",
+            half.size,
+            tx.size
+        );
+    }
+
+    /// The RowKey rule is exact and covers the operations a copy keeps.
+    #[test]
+    fn row_keys_are_found_exactly_in_a_transaction_and_its_copies() {
+        let table = TableServiceClient::embedded()
+            .table::<DynamicEntity>("RowKeys")
+            .unwrap();
+        let mut tx = table.transaction();
+        for rk in ["a", "b", "ab", ""] {
+            tx.insert(&DynamicEntity::new("p", rk)).unwrap();
+        }
+        for rk in ["a", "b", "ab", ""] {
+            assert!(tx.has_row_key(rk), "{rk:?}");
+        }
+        for rk in ["A", "ba", "a ", "c"] {
+            assert!(!tx.has_row_key(rk), "{rk:?}");
+        }
+        let err = tx.delete(("p", "ab"), IfMatch::Any).unwrap_err();
+        assert_eq!(err.batch_index(), Some(4));
+        let copy = tx.copy_keeping(|i| i != 1);
+        assert!(copy.has_row_key("a") && copy.has_row_key("ab"));
+        assert!(!copy.has_row_key("b"));
     }
 }
