@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Checks that tablekit compiles, without warnings, in each feature set a user
 # may choose (the default; nothing; tables over HTTP only; the store file
-# alone; one service alone; the stores without a file), and prints how many
-# crates the default and the tables-only builds carry.
+# alone; one service alone; the table store in memory alone; the stores
+# without a file), and prints how many crates the default and the
+# tables-only builds carry.
 #
 # `cargo check` of the library only: no tests, no examples. About 4 minutes
 # on a cold 2-core machine (each set compiles tablekit again; the dependencies
@@ -20,6 +21,7 @@ SETS=(
     "--no-default-features --features durable"
     "--no-default-features --features queue"
     "--no-default-features --features blob"
+    "--no-default-features --features embedded"
     "--no-default-features --features embedded,queue,blob"
     "--no-default-features --features derive,entra"
 )

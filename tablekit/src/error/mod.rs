@@ -460,10 +460,7 @@ impl Error {
     }
 
     /// An error answer of a service, built by a backend that is not HTTP.
-    #[cfg(any(
-        feature = "durable",
-        all(feature = "embedded", any(feature = "queue", feature = "blob"))
-    ))]
+    #[cfg(feature = "embedded")]
     pub(crate) fn service(status: u16, code: ErrorCode, message: impl Into<String>) -> Self {
         ErrorKind::Service(ServiceError {
             status,
