@@ -69,7 +69,18 @@ pub(super) fn is_tombstone(d: &DynamicEntity) -> bool {
 /// none if it names none, or what it holds does not parse (a tombstone of a
 /// version before the property).
 pub(super) fn removed_copies(d: &DynamicEntity) -> Vec<(String, EntityKey)> {
-    let Some(EdmValue::String(text)) = d.get(super::REMOVED_COPIES) else {
+    named_copies(d, super::REMOVED_COPIES)
+}
+
+/// The copies a primary names as moved off ([`MOVED_COPIES`](super::MOVED_COPIES)):
+/// none if it names none (a put that moved off no value, or a version
+/// before the property), or what it holds does not parse.
+pub(super) fn moved_copies(d: &DynamicEntity) -> Vec<(String, EntityKey)> {
+    named_copies(d, super::MOVED_COPIES)
+}
+
+fn named_copies(d: &DynamicEntity, property: &str) -> Vec<(String, EntityKey)> {
+    let Some(EdmValue::String(text)) = d.get(property) else {
         return Vec::new();
     };
     serde_json::from_str::<Vec<(String, String, String)>>(text)
@@ -81,7 +92,8 @@ pub(super) fn removed_copies(d: &DynamicEntity) -> Vec<(String, EntityKey)> {
         .unwrap_or_default()
 }
 
-/// The text of [`REMOVED_COPIES`](super::REMOVED_COPIES) for these copies.
+/// The text of [`REMOVED_COPIES`](super::REMOVED_COPIES) (or
+/// [`MOVED_COPIES`](super::MOVED_COPIES)) for these copies.
 pub(super) fn removed_copies_text(copies: &[(String, EntityKey)]) -> String {
     let all: Vec<(&str, &str, &str)> = copies
         .iter()
@@ -194,6 +206,8 @@ pub(super) enum Current<T> {
         entity: T,
         stamp: i64,
         etag: ETag,
+        /// The copies the put that wrote it moved off ([`MOVED_COPIES`](super::MOVED_COPIES)).
+        moved: Vec<(String, EntityKey)>,
     },
 }
 

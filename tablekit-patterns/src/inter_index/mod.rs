@@ -31,9 +31,9 @@
 //! | operation | requests |
 //! |---|---|
 //! | [`put`](InterPartitionIndex::put), [`remove`](InterPartitionIndex::remove) (client) | 1 message sent |
-//! | the worker, for a put | read primary; per unique index: read the copy under the new value (refused here, before any write, if another entity holds one); per unique index: insert a claim if there is none, restamp this entity's copy, or take over the claim of an older change of this entity (refused if another entity took the value meanwhile); on a refusal or a failure while claiming, per unique index: read the copy again, and the primary once, to take this change off its claims (+1 conditional write or delete per claim it held or waited on, +1 per copy it restamped); per copy whose value changed: read it, delete it under its ETag if this entity's and older; replace the primary under the ETag read (insert if absent); per changed value again: read the old copy, delete it if older; write each copy (unique: replace the claim under its ETag; non-unique: insert-or-replace); read the primary again (+1 conditional write or delete per copy if a newer change got in); on a last attempt that fails or is refused, what the give-up does: read the primary, take this change off its claims (as on a refusal), and, if the primary is not this change's, per copy whose value changed, insert the stored primary's copy (409 if it is there), then, if one was written, read the primary (+1 conditional write or delete per copy written back, if it changed); if it is, turn the claims into copies |
+//! | the worker, for a put | read primary; per unique index: read the copy under the new value (refused here, before any write, if another entity holds one); per unique index: insert a claim if there is none, restamp this entity's copy, or take over the claim of an older change of this entity (refused if another entity took the value meanwhile); on a refusal or a failure while claiming, per unique index: read the copy again, and the primary once, to take this change off its claims (+1 conditional write or delete per claim it held or waited on, +1 per copy it restamped); per copy the primary as read names as moved off by the put before: read it, delete it under its ETag if this entity's and older; replace the primary under the ETag read (insert if absent), naming the copies under the values that change; per changed value: read the old copy, delete it under its ETag if this entity's and older; write each copy (unique: replace the claim under its ETag; non-unique: insert-or-replace); read the primary again (+1 conditional write or delete per copy if a newer change got in); on a last attempt that fails or is refused, what the give-up does: read the primary, take this change off its claims (as on a refusal), and, if the primary is not this change's, per copy whose value changed, insert the stored primary's copy (409 if it is there: always, unless a worker of an earlier version deleted it), then, if one was written, read the primary (+1 conditional write or delete per copy written back, if it changed); if it is, delete the copies it names as moved off (read, delete if older) and turn the claims into copies |
 //! | the worker, for a stale put (a newer change is stored) | read primary; read each copy under this change's values (+1 conditional delete or rewrite of each one this change wrote); per unique index: read the copy again (+1 read of the primary, +1 conditional write, if a claim lists this change) |
-//! | the worker, for a remove | read primary (newer: done; this remove's tombstone: per copy it names, read, delete if older, done); per copy: read, delete if this entity's and older; replace the primary by a tombstone naming those copies, under the ETag read (insert if absent); per copy again: read, delete if older; on a last attempt that fails before the tombstone write: per copy, insert it from the primary (409 if it is there), then, if one was written, read the primary (+1 conditional write or delete per copy written back, if it changed) |
+//! | the worker, for a remove | read primary (newer: done; this remove's tombstone: per copy it names, read, delete if older, done); per copy the primary names as moved off, then per copy: read, delete if this entity's and older; replace the primary by a tombstone naming those copies, under the ETag read (insert if absent); per copy again: read, delete if older; on a last attempt that fails before the tombstone write: per copy, insert it from the primary (409 if it is there), then, if one was written, read the primary (+1 conditional write or delete per copy written back, if it changed) |
 //! | [`get`](InterPartitionIndex::get), [`lookup`](InterPartitionIndex::lookup) | 1 point read |
 //! | [`lookup_all`](InterPartitionIndex::lookup_all), [`list`](InterPartitionIndex::list), [`list_primary`](InterPartitionIndex::list_primary) | 1 range query (a request per page) |
 //! | [`lookup_verified`](InterPartitionIndex::lookup_verified) | 2 point reads (+1 conditional delete to repair) |
@@ -101,18 +101,27 @@
 //!    [`PoisonedMessage::error`](crate::eventual::PoisonedMessage) holds the
 //!    constraint text. The [`Report`](crate::eventual::Report) of the run
 //!    counts it as failed, then poisoned.
-//! 2. deletes this entity's copies under its old values (before the primary
-//!    changes, because the old values are known only from the primary as
-//!    stored). A change that stops for good before step 3 (a failure or a
-//!    refusal on its last attempt, or a give-up, below) writes them back from the primary as stored, which
-//!    keeps those values: each is inserted, so never over a copy written since, and
-//!    brought in line if the primary changed meanwhile. A remove does the
-//!    same with all of the entity's copies before its tombstone;
-//! 3. writes the primary, under the ETag of its read;
-//! 4. deletes old copies again (below);
+//! 2. deletes the copies the primary as read names as moved off
+//!    ([`MOVED_COPIES`]): the put that wrote it may have stopped before
+//!    deleting them. The primary no longer shows those values;
+//! 3. writes the primary, under the ETag of its read, naming in
+//!    [`MOVED_COPIES`] this entity's copies under the values it moves off;
+//! 4. deletes those copies. Until the primary has moved off a unique
+//!    value, its copy keeps the value from any other entity, so two
+//!    primaries never show it; once the primary is written, the old values
+//!    are known from it, so an attempt that stops in between leaves the
+//!    deletes to the next attempt (which finds its own primary) or to the
+//!    give-up (below);
 //! 5. writes the copies (a claim becomes a plain copy; if another change of
 //!    this entity rewrote it meanwhile, it is read and written again), and
 //!    reads the primary again (below).
+//!
+//! A remove deletes the entity's copies first (so a copy never names a
+//! removed entity) and then writes its tombstone, which names them. A
+//! remove that stops for good before its tombstone (a failure on its last
+//! attempt, or a give-up, below) writes them back from the primary as
+//! stored: each is inserted, so never over a copy written since, and
+//! brought in line if the primary changed meanwhile.
 //!
 //! **No copy is rewritten or deleted except on behalf of the entity it
 //! names** ([`PRIMARY_ROW_KEY`]): every delete and rewrite of a copy, by the
@@ -147,11 +156,10 @@
 //! * writes the primary under the ETag of its read, so of two racing workers
 //!   one restarts from a fresh read and finds the other's stamp.
 //! * deletes a copy under an old value only if it names this entity and an
-//!   older change wrote it (its stamp is lower), before the primary write
-//!   and once more just after it, before its own copies: an older change
-//!   that read the primary earlier can write its copy late (one that writes
-//!   it after this second delete reads the primary again after its copies,
-//!   finds this change, and takes the copy back).
+//!   older change wrote it (its stamp is lower), after the primary write
+//!   and before its own copies: an older change that read the primary
+//!   earlier and writes its copy after this delete reads the primary again
+//!   after its copies, finds this change, and takes the copy back.
 //! * reads the primary again after writing the copies: if a newer change got
 //!   in, each copy just written is deleted (or, if the newer primary has the
 //!   same value, rewritten from it), under the ETag this worker's write
@@ -177,31 +185,34 @@
 //! * Which of two entities gets a contested unique value is decided by
 //!   which change claims it first, not by stamps: with out-of-order
 //!   delivery, a later change can win over an earlier one that is refused.
-//! * Between step 2 and step 3 of a put that moves off a unique value, the
-//!   value is free while the old primary still shows it: another entity can
-//!   claim it then, and for that moment two primaries show one value (only
-//!   one copy exists). When the change is applied, the old primary moves on.
-//!   If it is not (it stops there and is then refused, or given up), the
-//!   old primary keeps the value and its copy is written back, unless
-//!   another entity took the value in that moment: then both primaries
-//!   show it, and the copy, and so the lookups, name the other one. The
-//!   same holds for a remove that stops between deleting the copies and
-//!   writing its tombstone.
-//! * A worker that crashes between a put's primary write and its second
-//!   delete of old copies, while an older change racing it writes a copy
-//!   under the old value, leaves that copy: on redelivery the old value is
-//!   no longer known. (A remove's tombstone names the copies it takes off,
-//!   [`REMOVED_COPIES`], and its redelivery deletes them again.) Such a copy has an older stamp than its primary;
+//! * Between the moment a remove deletes a unique copy and its tombstone
+//!   write, the value is free while the old primary still shows it:
+//!   another entity can claim it then, and for that moment two primaries
+//!   show one value. When the remove is applied, the old primary is gone.
+//!   If it is not (it stops there and is then given up, or fails its last
+//!   attempt), the old primary keeps the value and its copy is written
+//!   back, unless another entity took the value in that moment: then both
+//!   primaries show it, and the copy, and so the lookups, name the other
+//!   one. (A put keeps its old copies until its primary has moved off
+//!   them: see step 4.)
+//! * During a rolling deployment, a worker of the previous version does
+//!   not read [`MOVED_COPIES`]: if it resumes a put whose attempt by this
+//!   version stopped between the primary write and step 4, the copies
+//!   under the old values stay (with an older stamp than the primary, and
+//!   a unique one keeps its value from other entities) until the entity's
+//!   next change deletes them or
 //!   [`lookup_verified`](InterPartitionIndex::lookup_verified) and
-//!   [`list_verified`](InterPartitionIndex::list_verified) repair it (a
-//!   delete conditional on the copy's ETag) when they find it. A change
+//!   [`list_verified`](InterPartitionIndex::list_verified) repair them (a
+//!   delete conditional on the copy's ETag) when they find them. A change
 //!   whose last attempt stopped (its worker died) is given up when the
 //!   message comes back over its limit: before poisoning it, the worker
 //!   takes the change off its claims ([`WorkerBuilder::on_give_up`], registered by
 //!   [`attach`](InterPartitionIndex::attach)); if it had written its
-//!   primary, the claims become its copies and its non-unique copies are
-//!   written; if not, the copies of the primary as stored that it deletes
-//!   first (step 2) are written back. A remove given up writes back the
+//!   primary, the copies it moved off are deleted, the claims become its
+//!   copies and its non-unique copies are written; if not, any copy of the
+//!   primary as stored under a value it moves off that is missing (a worker
+//!   of the previous version deleted them before its primary write) is
+//!   written back. A remove given up writes back the
 //!   copies of the primary if its tombstone is not written. A last attempt
 //!   that fails (its message is then poisoned without running again) does
 //!   the same before it returns its error
@@ -235,7 +246,7 @@
 //! under `empid_Sales` / `000223`, a copy under `email_Sales` /
 //! `jonesj@contoso.com` with the property [`PRIMARY_ROW_KEY`] holding the
 //! primary RowKey. An entity type with a property named [`PRIMARY_ROW_KEY`],
-//! [`CHANGE_STAMP`], [`REMOVED`] or [`PENDING`] is refused. Normalise
+//! [`CHANGE_STAMP`], [`MOVED_COPIES`], [`REMOVED`] or [`PENDING`] is refused. Normalise
 //! indexed values in the key function (lower case), as RowKeys compare
 //! ordinally; a value must be a valid RowKey (no `/ \ # ?`). An entity
 //! travels in its message, so it must fit one (about 48 KiB of JSON); a
@@ -333,6 +344,14 @@ pub const REMOVED: &str = "Removed";
 /// change resumed late may have written one back between the remove's
 /// first delete and its tombstone.
 pub const REMOVED_COPIES: &str = "RemovedCopies";
+
+/// The String property of a primary that names the copies under the values
+/// the put that wrote it moved off, as a JSON array of `[index name,
+/// PartitionKey, RowKey]` (absent if it moved off none). The put deletes
+/// them after its primary write, so a unique value stays held until the
+/// primary has moved off it; a retry of the put that finds its own primary
+/// deletes them again. Reads leave it out of the entity.
+pub const MOVED_COPIES: &str = "MovedCopies";
 
 /// The Boolean property (`true`) that marks a copy of a unique index as a
 /// **claim**: written before its primary, it reserves the value for that
@@ -535,6 +554,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         for reserved in [
             PRIMARY_ROW_KEY,
             CHANGE_STAMP,
+            MOVED_COPIES,
             REMOVED,
             PENDING,
             CLAIM_MESSAGE,

@@ -19,7 +19,7 @@ use crate::range::KeyRange;
 use super::change::{is_pending, is_tombstone, now_micros, stamp_of};
 use super::index::{IndexDef, InterIndex};
 use super::{
-    strip, InterPartitionIndex, CHANGE_STAMP, CLAIM_MESSAGE, CLAIM_WAITING, PENDING,
+    strip, InterPartitionIndex, CHANGE_STAMP, CLAIM_MESSAGE, CLAIM_WAITING, MOVED_COPIES, PENDING,
     PRIMARY_ROW_KEY, REMOVED,
 };
 
@@ -27,6 +27,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     pub(super) fn decode_primary(&self, mut d: DynamicEntity) -> Result<T> {
         d.partition_key = strip(&self.inner.prefix, &d.partition_key)?.to_owned();
         d.properties.remove(CHANGE_STAMP);
+        d.properties.remove(MOVED_COPIES);
         T::decode(&RawEntity::from_dynamic(&d))
     }
 

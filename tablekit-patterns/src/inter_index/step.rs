@@ -7,10 +7,10 @@ use tablekit::{DynamicEntity, ETag, EntityKey, TableClient, TableEntity};
 use crate::eventual::{Guarded, OpResult, StepContext, MAX_REREADS};
 
 use super::change::{
-    backoff, is_pending, is_tombstone, named_primary, newer_claim, removed_copies,
+    backoff, is_pending, is_tombstone, moved_copies, named_primary, newer_claim, removed_copies,
     removed_copies_text, stamp_of, Change, Current, Slot,
 };
-use super::{InterPartitionIndex, CHANGE_STAMP, REMOVED, REMOVED_COPIES};
+use super::{InterPartitionIndex, CHANGE_STAMP, MOVED_COPIES, REMOVED, REMOVED_COPIES};
 
 impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     pub(super) async fn apply(&self, change: Change, ctx: &StepContext) -> OpResult {
@@ -54,6 +54,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
             },
             Some((d, etag)) => Current::Live {
                 stamp: stamp_of(&d),
+                moved: moved_copies(&d),
                 entity: self.decode_primary(d)?,
                 etag,
             },
@@ -103,7 +104,11 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 };
                 if resumed {
                     // An earlier attempt of this message wrote the primary
-                    // (after claiming its unique values).
+                    // (after claiming its unique values): the copies it
+                    // moved off, which the primary names, may be left.
+                    if let Current::Live { moved, .. } = &current {
+                        self.delete_named(ctx, moved, own, stamp).await?;
+                    }
                     let slots = self.claim_all(ctx, &copies, stamp, false).await?;
                     let etags = self.write_copies(ctx, &copies, &slots).await?;
                     return self.recheck(ctx, &key, &copies, &etags, stamp).await;
@@ -115,27 +120,35 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
             }
             // Claim the unique values first: a refused change writes nothing.
             let slots = self.claim_all(ctx, &copies, stamp, true).await?;
-            let old_copies = self.old_copies(&current, &copies);
-            let written = async {
-                for (i, old) in &old_copies {
-                    self.delete_older_copy(ctx, &self.inner.indexes[*i], old.clone(), own, stamp)
-                        .await?;
-                }
-                self.write_primary(ctx, &primary, &current).await
-            };
-            if !written.await? {
+            // What the put that wrote the primary moved off and may not
+            // have deleted yet (it stopped after its primary write, to be
+            // retried, and finds this change's primary then): values the
+            // primary no longer shows, deleted now.
+            if let Current::Live { moved, .. } = &current {
+                self.delete_named(ctx, moved, own, stamp).await?;
+            }
+            // The copies under the values it moves off are deleted after the
+            // primary write, which names them: until the primary has moved
+            // off a unique value, its copy keeps it from another entity, and
+            // an attempt that stops in between leaves the next one (or the
+            // give-up) to delete them.
+            let moved: Vec<(String, EntityKey)> = self
+                .old_copies(&current, &copies)
+                .into_iter()
+                .map(|(i, key)| (self.inner.indexes[i].name.clone(), key))
+                .collect();
+            let mut primary = primary.clone();
+            if !moved.is_empty() {
+                primary.set(MOVED_COPIES, removed_copies_text(&moved));
+            }
+            if !self.write_primary(ctx, &primary, &current).await? {
                 continue;
             }
-            // Again after the primary write, and before the copies (whose
-            // write can fail, and the next attempt no longer knows the old
-            // values): a change older than this one that read the primary
-            // before it may have written a copy under the old value since.
-            // One it writes later sees this change when it reads the
-            // primary again, and takes that copy back.
-            for (i, old) in &old_copies {
-                self.delete_older_copy(ctx, &self.inner.indexes[*i], old.clone(), own, stamp)
-                    .await?;
-            }
+            // Before the copies, whose write can fail. A change older than
+            // this one that read the primary before it may write a copy
+            // under an old value after this delete: it reads the primary
+            // again after its copies, finds this change, and takes it back.
+            self.delete_named(ctx, &moved, own, stamp).await?;
             let etags = self.write_copies(ctx, &copies, &slots).await?;
             return self.recheck(ctx, &key, &copies, &etags, stamp).await;
         }
@@ -199,11 +212,16 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         let key = EntityKey::new(&primary.partition_key, &primary.row_key);
         let current = self.read_primary(ctx, &key).await?;
         if let Current::Live {
-            entity, stamp: s, ..
+            entity,
+            stamp: s,
+            moved,
+            ..
         } = &current
         {
             if *s == stamp {
-                // Its primary is written: its copies are the primary's.
+                // Its primary is written: its copies are the primary's, and
+                // the ones it moved off go.
+                self.delete_named(ctx, moved, &key.row_key, stamp).await?;
                 let (_, written) = self.stored(entity, stamp)?;
                 for (def, fresh) in self.inner.indexes.iter().zip(&written) {
                     if !def.unique {
@@ -243,6 +261,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
             entity,
             stamp: shown,
             etag,
+            ..
         } = &current
         else {
             return Ok(());
@@ -365,7 +384,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     /// Deletes each of `copies` (index name and key) that is still the copy
     /// of the primary `own` written by a change older than `stamp`. An index
     /// this version does not know is skipped.
-    async fn delete_removed(
+    async fn delete_named(
         &self,
         ctx: &StepContext,
         copies: &[(String, EntityKey)],
@@ -404,7 +423,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                     // An earlier attempt of this remove wrote its tombstone
                     // and stopped: its second delete, again (an older
                     // change resumed late may have written a copy back).
-                    return self.delete_removed(ctx, removed, row_key, stamp).await;
+                    return self.delete_named(ctx, removed, row_key, stamp).await;
                 }
             }
             if current.stamp().is_some_and(|s| s >= stamp) {
@@ -431,15 +450,18 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 .with(REMOVED, true)
                 .with(REMOVED_COPIES, removed_copies_text(&old_copies));
             let written = async {
-                self.delete_removed(ctx, &old_copies, row_key, stamp)
-                    .await?;
+                if let Current::Live { moved, .. } = &current {
+                    // As for a put: what the put before moved off.
+                    self.delete_named(ctx, moved, row_key, stamp).await?;
+                }
+                self.delete_named(ctx, &old_copies, row_key, stamp).await?;
                 self.write_primary(ctx, &tombstone, &current).await
             };
             if !written.await? {
                 continue;
             }
             // As for a put: an older change's late copy write.
-            return self.delete_removed(ctx, &old_copies, row_key, stamp).await;
+            return self.delete_named(ctx, &old_copies, row_key, stamp).await;
         }
         Err(format!("the primary {key} kept changing; will retry later").into())
     }

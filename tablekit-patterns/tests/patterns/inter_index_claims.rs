@@ -123,6 +123,12 @@ impl Env {
     /// named `name` (a worker that dies there), on receive `at`, and is then
     /// aborted; the message comes back after its visibility timeout.
     async fn stop_at(&self, name: &'static str, at: u32) {
+        self.stop_at_only(name, at).await;
+        self.pass_visibility().await;
+    }
+
+    /// [`Env::stop_at`], without waiting for the message to come back.
+    async fn stop_at_only(&self, name: &'static str, at: u32) {
         let reached = Arc::new(Notify::new());
         let signal = reached.clone();
         let worker = self
@@ -155,6 +161,10 @@ impl Env {
         run.abort();
         assert!(reached.is_ok(), "no step {name:?} on receive {at}");
         let _ = run.await;
+    }
+
+    /// Waits until a message a dead worker had in flight is visible again.
+    async fn pass_visibility(&self) {
         match &self.s.clock {
             Some(clock) => clock.advance(self.s.visibility + Duration::from_secs(1)),
             None => tokio::time::sleep(self.s.visibility + Duration::from_millis(700)).await,
@@ -310,7 +320,42 @@ async fn a_give_up_that_stops_too_is_not_run_again(s: Services) {
     assert!(is_claim(&env.email_row("jones@contoso.com").await.unwrap()));
 }
 
+/// 223 moves from jones@ to lee@, and its worker dies at the first delete
+/// of a copy; while its message is away, 224 asks for jones@. Then 223's
+/// change is given up. One employee holds jones@ at the end, and a lookup of
+/// it finds that one. Before the old copies were deleted after the primary
+/// write (with the primary naming them), the delete came first: 224 found
+/// jones@ free and took it, the give-up wrote 223's copy back over nothing
+/// (224's was there), and both primaries showed jones@, the lookup naming 224.
+async fn a_value_moved_off_is_not_taken_before_the_primary_moves(s: Services) {
+    let env = Env::new(&s).await;
+    env.put(&emp(223, "jones@contoso.com", "b1")).await;
+    assert_eq!(env.drain().await, (1, 0));
+    env.put(&emp(223, "lee@contoso.com", "b1")).await;
+    env.stop_at_only("delete_if_unchanged", 1).await;
+    env.put(&emp(224, "jones@contoso.com", "b2")).await;
+    env.drain().await;
+    env.pass_visibility().await;
+    env.drain().await;
+    let mut holders = Vec::new();
+    for id in [223, 224] {
+        if let Some(e) = env.index.get(("Sales", format!("{id:06}"))).await.unwrap() {
+            if e.email == "jones@contoso.com" {
+                holders.push(e);
+            }
+        }
+    }
+    assert!(holders.len() <= 1, "jones@ held by {holders:?}");
+    let found = env
+        .index
+        .lookup_verified(&env.by_email, "Sales", "jones@contoso.com")
+        .await
+        .unwrap();
+    assert_eq!(found.as_ref(), holders.first());
+}
+
 common::on_both_services!(
+    a_value_moved_off_is_not_taken_before_the_primary_moves,
     a_change_whose_last_attempt_stopped_gives_up_its_claims,
     a_give_up_that_stops_too_is_not_run_again,
     a_claim_from_before_claims_named_their_message_is_its_changes,

@@ -906,3 +906,50 @@ fn regression_a_last_attempt_that_fails_after_the_primary_leaves_no_claim() {
     plan.concurrency = 2;
     check_embedded(plan);
 }
+
+/// Found by the model test against the first version of deleting the copies
+/// a put moves off after its primary write (it fails on that version): the
+/// put of employee 2 from badge "b1" to "b2" (and to last name "Van") fails
+/// right after its primary write, and a newer put of employee 2 goes through
+/// before it is retried; the retry, stale, no longer knows "b1", and the
+/// "b1" copy kept finding employee 2. A put (or a remove) now first deletes
+/// what the put before it moved off, which its primary names.
+#[test]
+fn regression_a_put_deletes_what_the_put_before_it_moved_off() {
+    let ops = vec![
+        put(1, 0, 0),
+        put(1, 0, 0),
+        put(1, 0, 0),
+        put(2, 0, 0),
+        put_named(2, 1, 0, 1),
+        put(2, 0, 1),
+    ];
+    let mut plan = regression_plan(ops, &[100, 100, 100], &[], Some(16));
+    (plan.workers, plan.concurrency) = (1, 1);
+    check_embedded(plan);
+}
+
+/// Found by the model test against the same first version (it fails there):
+/// employee 4 moves from last name "Jones" to "Van" while its earlier put,
+/// running at the same time, writes its "Jones" copy late; the move stops
+/// between its primary write and its deletes, and the remove of employee 4
+/// that follows did not know "Jones": the copy kept listing the removed
+/// employee. A remove now first deletes what the put before it moved off.
+#[test]
+fn regression_a_remove_deletes_what_the_put_before_it_moved_off() {
+    let ops = vec![
+        put(1, 0, 0),
+        put(1, 2, 1),
+        put(1, 0, 0),
+        put(4, 1, 0),
+        put_named(4, 1, 2, 0),
+        put(1, 0, 0),
+        put(1, 0, 0),
+        put(3, 0, 0),
+        put(3, 0, 1),
+        Op::Remove { id: 4 },
+    ];
+    let mut plan = regression_plan(ops, &[90, 72, 90, 0, 72, 90, 90, 72, 0, 72], &[1], Some(48));
+    (plan.workers, plan.concurrency) = (1, 3);
+    check_embedded(plan);
+}
