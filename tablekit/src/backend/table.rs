@@ -182,8 +182,7 @@ pub(crate) struct BatchOp {
     pub(crate) bag: Option<crate::codec::bag::CheckedBag>,
     /// With `bag`: the length of its JSON, as the client counted it when it
     /// checked the bag, for the payload limit (so the store need not walk
-    /// the entity again).
-    #[cfg_attr(not(feature = "embedded"), allow(dead_code))]
+    /// the entity again) and the bytes a table's stats count as sent.
     pub(crate) bag_json_len: usize,
 }
 

@@ -156,7 +156,10 @@ pub struct Stats {
     pub entities_written: u64,
     /// Entities read (point reads and query pages).
     pub entities_read: u64,
-    /// Bytes of entity bodies sent.
+    /// Bytes of entity bodies sent: the entities' JSON. A store that keeps
+    /// property bags writes no JSON: there a transaction's entities count
+    /// the length their JSON would have, and a single write its entity's
+    /// size as the service counts it.
     pub bytes_up: u64,
     /// Bytes of entity bodies received.
     pub bytes_down: u64,
@@ -546,8 +549,10 @@ impl Counted {
                 Operation::Get { key, .. } => (0, 0, Some(key.partition_key.as_str())),
                 Operation::Transaction { ops, .. } => (
                     ops.len() as u64,
+                    // The entities' JSON, sent as it is or, to a store of
+                    // property bags, counted when the bag was checked.
                     ops.iter()
-                        .map(|o| o.body.as_ref().map_or(0, |b| b.len() as u64))
+                        .map(|o| o.body.as_ref().map_or(o.bag_json_len, |b| b.len()) as u64)
                         .sum(),
                     ops.first().map(|o| o.key.partition_key.as_str()),
                 ),
