@@ -356,15 +356,22 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                     }));
                 }
                 Some((found, etag)) if stamp_of(&found) == stamp => {
-                    // This primary's copy, restamped by an earlier attempt.
-                    return Ok(Ok(Slot::Held {
-                        etag,
-                        release: Release::Settle,
-                    }));
+                    // This primary's copy, restamped by an earlier attempt
+                    // of this message, or by another delivery of this
+                    // change, which may still be in flight: that one's to
+                    // give back, not this one's (put back with an older
+                    // stamp, an older change would delete it under the
+                    // other delivery's feet).
+                    let release = match found.get(CLAIM_MESSAGE) {
+                        Some(EdmValue::String(m)) if m != message => Release::Leave,
+                        _ => Release::Settle,
+                    };
+                    return Ok(Ok(Slot::Held { etag, release }));
                 }
                 Some((found, etag)) => {
                     let mut stamped = found.clone();
                     stamped.set(CHANGE_STAMP, stamp);
+                    stamped.set(CLAIM_MESSAGE, message.to_owned());
                     match ctx.replace_if_unchanged(&table, &stamped, &etag).await? {
                         Guarded::Done(Some(etag)) => {
                             return Ok(Ok(Slot::Held {
@@ -494,7 +501,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     }
 
     /// The primary key the copy `copy` of `def` names.
-    fn primary_key_of(&self, def: &IndexDef<T>, copy: &DynamicEntity) -> EntityKey {
+    pub(super) fn primary_key_of(&self, def: &IndexDef<T>, copy: &DynamicEntity) -> EntityKey {
         EntityKey::new(
             self.primary_partition_key(
                 copy.partition_key

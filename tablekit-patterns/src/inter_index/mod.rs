@@ -86,10 +86,14 @@
 //!    every claim under its values: the copies it restamped are put back,
 //!    and it is taken off each claim, as holder or waiting; a claim left
 //!    with no one is deleted (or becomes the primary's copy, if the primary
-//!    shows the value). All under ETags. A claim names the message whose
-//!    attempt holds it ([`CLAIM_MESSAGE`]): an attempt gives up what its
-//!    own message holds (its earlier, crashed attempts included), never
-//!    what another delivery of the change holds. Then a `tracing::warn!` event
+//!    shows the value). All under ETags. A claim, and a copy restamped,
+//!    names the message whose attempt holds it ([`CLAIM_MESSAGE`]): an
+//!    attempt gives up what its own message holds (its earlier, crashed
+//!    attempts included), never what another delivery of the change holds,
+//!    which may still be using it (a copy put back with its earlier stamp
+//!    could be deleted by an older change in that delivery's path; a
+//!    delivery that finds its copy gone while its primary is written puts
+//!    it back). Then a `tracing::warn!` event
 //!    names the index, the value and both entities, and the message fails
 //!    with [`Error::constraint`](tablekit::Error::constraint)`(index, (copy pk, copy rk), Some((pk, holder rk)))`.
 //!    **A refused change writes nothing**: the primary and its copies never
@@ -359,10 +363,11 @@ pub const MOVED_COPIES: &str = "MovedCopies";
 /// a claim into a plain copy once the primary is written.
 pub const PENDING: &str = "Pending";
 
-/// The String property of a claim that holds the id of the queue message
-/// whose attempt holds it. An attempt gives up only what its own message
-/// holds (its earlier, crashed attempts included), never what another
-/// delivery of the same change holds, which may still be in flight.
+/// The String property of a claim, or of an entity's copy restamped by a
+/// change of the same entity, that holds the id of the queue message whose
+/// attempt holds it. An attempt gives up only what its own message holds
+/// (its earlier, crashed attempts included), never what another delivery
+/// of the same change holds, which may still be in flight.
 pub const CLAIM_MESSAGE: &str = "ClaimMessage";
 
 /// The String property of a claim that lists the changes waiting on it,

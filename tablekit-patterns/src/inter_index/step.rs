@@ -2,7 +2,7 @@
 //! copies of every index.
 
 use tablekit::codec::{entity_from_json, entity_to_json};
-use tablekit::{DynamicEntity, ETag, EntityKey, TableClient, TableEntity};
+use tablekit::{DynamicEntity, ETag, EntityKey, TableEntity};
 
 use crate::eventual::{Guarded, OpResult, StepContext, MAX_REREADS};
 
@@ -10,6 +10,7 @@ use super::change::{
     backoff, is_pending, is_tombstone, moved_copies, named_primary, newer_claim, removed_copies,
     removed_copies_text, stamp_of, Change, Current, Slot,
 };
+use super::index::IndexDef;
 use super::{InterPartitionIndex, CHANGE_STAMP, MOVED_COPIES, REMOVED, REMOVED_COPIES};
 
 impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
@@ -311,7 +312,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
             let table = self.table_of(def);
             etags.push(match slot {
                 Slot::Own => Some(ctx.insert_or_replace(&table, copy).await?),
-                Slot::Held { etag, .. } => self.replace_own_copy(ctx, &table, copy, etag).await?,
+                Slot::Held { etag, .. } => self.replace_own_copy(ctx, def, copy, etag).await?,
                 Slot::Newer => None,
             });
         }
@@ -324,34 +325,54 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     /// putting back what it found), it is read again and replaced all the
     /// same. A newer change's copy is left (`None`); a newer change's claim
     /// still in flight fails the attempt, to retry later. `None` also if the
-    /// copy is gone (a newer change of this primary moved off the value) or
-    /// another primary's.
+    /// copy is another primary's. If it is gone while the primary is still
+    /// this change's, it is inserted again: the primary shows the value, so
+    /// its copy must hold it. (An older change can have deleted it when
+    /// another delivery of this change, refused, put back the copy it had
+    /// restamped, with its older stamp.) Gone because a newer change moved
+    /// off the value: `None`.
     async fn replace_own_copy(
         &self,
         ctx: &StepContext,
-        table: &TableClient<DynamicEntity>,
+        def: &IndexDef<T>,
         copy: &DynamicEntity,
         etag: &ETag,
     ) -> OpResult<Option<ETag>> {
+        let table = &self.table_of(def);
         let key = EntityKey::new(&copy.partition_key, &copy.row_key);
         let mut etag = etag.clone();
         for _ in 0..MAX_REREADS {
-            match ctx.replace_if_unchanged(table, copy, &etag).await? {
-                Guarded::Done(written) => return Ok(written),
-                Guarded::Gone => return Ok(None),
-                Guarded::Changed => match ctx.read(table, key.clone()).await? {
-                    Some((found, _)) if named_primary(&found) != named_primary(copy) => {
-                        return Ok(None)
+            if let Guarded::Done(written) = ctx.replace_if_unchanged(table, copy, &etag).await? {
+                return Ok(written);
+            }
+            match ctx.read(table, key.clone()).await? {
+                Some((found, _)) if named_primary(&found) != named_primary(copy) => {
+                    return Ok(None)
+                }
+                Some((found, _)) if stamp_of(&found) > stamp_of(copy) => {
+                    if is_pending(&found) {
+                        return Err(newer_claim(&key));
                     }
-                    Some((found, _)) if stamp_of(&found) > stamp_of(copy) => {
-                        if is_pending(&found) {
-                            return Err(newer_claim(&key));
-                        }
+                    return Ok(None);
+                }
+                Some((_, fresh)) => etag = fresh,
+                None => {
+                    let primary = self.primary_key_of(def, copy);
+                    let current = self.read_primary(ctx, &primary).await?;
+                    if current.stamp() != Some(stamp_of(copy)) {
                         return Ok(None);
                     }
-                    Some((_, fresh)) => etag = fresh,
-                    None => return Ok(None),
-                },
+                    let inserted = match table.insert(copy).await {
+                        Ok(w) => Some(w.etag().clone()),
+                        // Taken meanwhile: read again.
+                        Err(e) if e.is_conflict() => None,
+                        Err(e) => return Err(e.into()),
+                    };
+                    ctx.step(&format!("insert {}", table.name())).await?;
+                    if inserted.is_some() {
+                        return Ok(inserted);
+                    }
+                }
             }
         }
         Err(format!("the index copy {key} kept changing; will retry later").into())

@@ -953,3 +953,32 @@ fn regression_a_remove_deletes_what_the_put_before_it_moved_off() {
     (plan.workers, plan.concurrency) = (1, 3);
     check_embedded(plan);
 }
+
+/// Found by the model test at 2048 cases (it fails on every version before
+/// this fix): employee 3's put of "a@contoso.com" is delivered twice. One
+/// delivery restamps employee 3's "a@" copy (kept from an earlier put) and
+/// fails; giving up, it put the copy back with its earlier stamp, while the
+/// other delivery went on with it. A remove of employee 3, older than the
+/// put, then deleted the copy as its own, and the other delivery wrote its
+/// primary and found the copy gone: employee 3's primary showed "a@" with
+/// no copy, and employee 1 took the value. A restamped copy now names the
+/// delivery that restamped it (`ClaimMessage`): another delivery leaves it
+/// to that one; and a copy found gone while the primary is still this
+/// change's is inserted again.
+#[test]
+fn regression_a_delivery_giving_up_does_not_free_a_value_another_delivery_holds() {
+    let ops = vec![
+        put(1, 2, 0),
+        put(2, 2, 1),
+        put(1, 0, 2),
+        put(3, 2, 0),
+        put(3, 0, 2),
+        put(1, 0, 0),
+        Op::Remove { id: 3 },
+        put(3, 0, 0),
+    ];
+    let order = [38, 13, 107, 0, 13, 107, 107, 38, 0, 0];
+    let mut plan = regression_plan(ops, &order, &[7], Some(51));
+    (plan.workers, plan.concurrency) = (2, 2);
+    check_embedded(plan);
+}
