@@ -535,25 +535,39 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
             }
             let table = self.table_of(def);
             let key = EntityKey::new(&copy.partition_key, &copy.row_key);
-            let fresh = match self
-                .read_primary(ctx, &self.primary_key_of(def, copy))
-                .await?
-            {
-                Current::Live { entity, stamp, .. } => {
-                    Some(self.stored(&entity, stamp)?.1.swap_remove(i))
+            let primary = self.primary_key_of(def, copy);
+            let mut etag = etag.clone();
+            let mut read = self.read_primary(ctx, &primary).await?;
+            // Again while the primary changes under it: an older change of
+            // this primary that found the copy restamped by this one left
+            // it to this one, and may have written the primary since.
+            for _ in 0..MAX_REREADS {
+                let fresh = match &read {
+                    Current::Live { entity, stamp, .. } => {
+                        Some(self.stored(entity, *stamp)?.1.swap_remove(i))
+                    }
+                    _ => None,
+                };
+                let written = match (fresh, release) {
+                    (Some(fresh), _) if fresh.row_key == copy.row_key => {
+                        ctx.replace_if_unchanged(&table, &fresh, &etag).await?
+                    }
+                    (_, Release::Restore(found)) => {
+                        ctx.replace_if_unchanged(&table, found, &etag).await?
+                    }
+                    _ => {
+                        ctx.delete_if_unchanged(&table, key.clone(), &etag).await?;
+                        break;
+                    }
+                };
+                let Guarded::Done(Some(now)) = written else {
+                    break;
+                };
+                let again = self.read_primary(ctx, &primary).await?;
+                if again.etag() == read.etag() {
+                    break;
                 }
-                _ => None,
-            };
-            match (fresh, release) {
-                (Some(fresh), _) if fresh.row_key == copy.row_key => {
-                    ctx.replace_if_unchanged(&table, &fresh, etag).await?;
-                }
-                (_, Release::Restore(found)) => {
-                    ctx.replace_if_unchanged(&table, found, etag).await?;
-                }
-                _ => {
-                    ctx.delete_if_unchanged(&table, key, etag).await?;
-                }
+                (etag, read) = (now, again);
             }
         }
         Ok(())

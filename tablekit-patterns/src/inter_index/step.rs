@@ -312,14 +312,43 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
             let table = self.table_of(def);
             etags.push(match slot {
                 Slot::Own => Some(ctx.insert_or_replace(&table, copy).await?),
-                Slot::Held { etag, .. } => self.replace_own_copy(ctx, def, copy, etag).await?,
-                Slot::Newer => None,
+                Slot::Held { etag, .. } => {
+                    self.replace_own_copy(ctx, def, copy, Some(etag)).await?
+                }
+                Slot::Newer => self.write_if_let_go(ctx, def, copy).await?,
             });
         }
         Ok(etags)
     }
 
-    /// Replaces this primary's unique copy `copy` (its ETag as last seen:
+    /// Writes this primary's unique copy `copy`, which a newer change of
+    /// this primary held (restamped) when this change claimed it, if that
+    /// change has let it go since (refused, it put the copy back with an
+    /// older stamp, from the primary as it read it then, maybe before this
+    /// change's primary write): the primary now shows the value.
+    async fn write_if_let_go(
+        &self,
+        ctx: &StepContext,
+        def: &IndexDef<T>,
+        copy: &DynamicEntity,
+    ) -> OpResult<Option<ETag>> {
+        let table = self.table_of(def);
+        let key = EntityKey::new(&copy.partition_key, &copy.row_key);
+        match ctx.read(&table, key).await? {
+            Some((found, etag))
+                if named_primary(&found) == named_primary(copy)
+                    && !is_pending(&found)
+                    && stamp_of(&found) < stamp_of(copy) =>
+            {
+                self.replace_own_copy(ctx, def, copy, Some(&etag)).await
+            }
+            // Deleted by that change: put back while the primary is this one's.
+            None => self.replace_own_copy(ctx, def, copy, None).await,
+            _ => Ok(None),
+        }
+    }
+
+    /// Replaces this primary's unique copy `copy` (its ETag as last seen, if any:
     /// `etag`) once the primary is written. If another change of this
     /// primary rewrote it meanwhile with a stamp no newer (a refused one
     /// putting back what it found), it is read again and replaced all the
@@ -336,14 +365,16 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         ctx: &StepContext,
         def: &IndexDef<T>,
         copy: &DynamicEntity,
-        etag: &ETag,
+        etag: Option<&ETag>,
     ) -> OpResult<Option<ETag>> {
         let table = &self.table_of(def);
         let key = EntityKey::new(&copy.partition_key, &copy.row_key);
-        let mut etag = etag.clone();
+        let mut etag = etag.cloned();
         for _ in 0..MAX_REREADS {
-            if let Guarded::Done(written) = ctx.replace_if_unchanged(table, copy, &etag).await? {
-                return Ok(written);
+            if let Some(e) = &etag {
+                if let Guarded::Done(written) = ctx.replace_if_unchanged(table, copy, e).await? {
+                    return Ok(written);
+                }
             }
             match ctx.read(table, key.clone()).await? {
                 Some((found, _)) if named_primary(&found) != named_primary(copy) => {
@@ -355,7 +386,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                     }
                     return Ok(None);
                 }
-                Some((_, fresh)) => etag = fresh,
+                Some((_, fresh)) => etag = Some(fresh),
                 None => {
                     let primary = self.primary_key_of(def, copy);
                     let current = self.read_primary(ctx, &primary).await?;

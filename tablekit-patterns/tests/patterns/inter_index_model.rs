@@ -982,3 +982,32 @@ fn regression_a_delivery_giving_up_does_not_free_a_value_another_delivery_holds(
     (plan.workers, plan.concurrency) = (2, 2);
     check_embedded(plan);
 }
+
+/// Found by the model test at 2048 cases (it fails on every version before
+/// this fix, every time): employee 1's put of badge "b1" restamps its
+/// "a@contoso.com" copy; an older put of employee 1 ("b3") finds the copy
+/// held by that newer change, leaves it to it, and writes its primary. The
+/// newer put is refused ("b1" is taken) and gives the copy back, written
+/// from the primary as it had read it, before the older put's write: the
+/// email copy kept the content of a put before both ("b2") for good. Now
+/// the change giving a copy back reads the primary again after its write
+/// and follows it, and the older put, after its primary write, writes the
+/// copy itself if the newer change has let it go.
+#[test]
+fn regression_a_copy_given_back_follows_a_primary_written_meanwhile() {
+    let ops = vec![
+        put(1, 0, 1),
+        put(3, 0, 0),
+        put(2, 0, 0),
+        Op::Remove { id: 2 },
+        Op::Remove { id: 3 },
+        put(2, 0, 0),
+        put(2, 1, 0),
+        put(1, 0, 2),
+        put(1, 0, 0),
+    ];
+    let order = [10, 73, 86, 10, 10, 86, 10, 10];
+    let mut plan = regression_plan(ops, &order, &[], Some(24));
+    (plan.workers, plan.concurrency) = (2, 3);
+    check_embedded(plan);
+}
