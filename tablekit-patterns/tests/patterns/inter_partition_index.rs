@@ -17,7 +17,7 @@ use std::time::Duration;
 use tablekit::{DynamicEntity, EdmValue, QueueClient, TableClient, TableEntity};
 use tablekit_patterns::eventual::{Event, PoisonedMessage, Worker, WorkerBuilder};
 use tablekit_patterns::inter_index::{
-    InterIndex, InterPartitionIndex, CHANGE_STAMP, PENDING, PRIMARY_ROW_KEY, REMOVED,
+    InterIndex, InterPartitionIndex, CHANGE_STAMP, MOVED_COPIES, PENDING, PRIMARY_ROW_KEY, REMOVED,
     REMOVED_COPIES,
 };
 use tablekit_patterns::range::KeyRange;
@@ -283,7 +283,85 @@ fn set(keys: &[(&str, &str)]) -> BTreeSet<(String, String)> {
         .collect()
 }
 
+/// The primary of a put that moves off a value names the copy it deletes
+/// after its write (`MovedCopies`); a put that moves off nothing names none;
+/// reads leave the property out, and an entity type of its own with a
+/// property of that name is refused before any message is sent.
+async fn a_primary_names_the_copies_its_put_moved_off(s: Services) {
+    let env = Env::new(&s).await;
+    env.index.put(&jones()).await.unwrap();
+    env.drain().await;
+    let primary = || async {
+        env.employees
+            .with_type::<DynamicEntity>()
+            .get(("empid_Sales", "000223"))
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    assert_eq!(
+        primary().await.get(MOVED_COPIES),
+        None,
+        "the first put moves off nothing"
+    );
+    let moved = Employee {
+        email: "jj@contoso.com".into(),
+        ..jones()
+    };
+    env.index.put(&moved).await.unwrap();
+    env.drain().await;
+    let Some(EdmValue::String(named)) = primary().await.get(MOVED_COPIES).cloned() else {
+        panic!("the primary names the copy moved off");
+    };
+    let named: Vec<(String, String, String)> = serde_json::from_str(&named).unwrap();
+    assert_eq!(
+        named,
+        [(
+            "email".to_owned(),
+            "email_Sales".to_owned(),
+            "jonesj@contoso.com".to_owned()
+        )]
+    );
+    assert_eq!(
+        env.index
+            .lookup(&env.by_email, "Sales", "jonesj@contoso.com")
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        env.index.get(("Sales", "000223")).await.unwrap(),
+        Some(moved.clone())
+    );
+    // The same values again: nothing moved off.
+    env.index.put(&moved).await.unwrap();
+    env.drain().await;
+    assert_eq!(primary().await.get(MOVED_COPIES), None);
+
+    #[derive(TableEntity, Debug, Clone)]
+    #[tablekit(partition_key = "{department}", row_key = "{employee_id:06}")]
+    struct Clashing {
+        department: String,
+        employee_id: u32,
+        moved_copies: String,
+    }
+    let table = common::fresh_table::<Clashing>(&s.tables, "Clashing").await;
+    let index = InterPartitionIndex::new(table, "empid_", env.jobs.clone());
+    let before = env.jobs.approximate_message_count().await.unwrap();
+    let refused = index
+        .put(&Clashing {
+            department: "Sales".into(),
+            employee_id: 1,
+            moved_copies: "x".into(),
+        })
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains(MOVED_COPIES), "{refused}");
+    assert_eq!(env.jobs.approximate_message_count().await.unwrap(), before);
+}
+
 common::on_both_services!(
+    a_primary_names_the_copies_its_put_moved_off,
     the_seed_copies_are_written_and_read_by_point_and_range,
     an_email_change_moves_the_copy_and_a_remove_deletes_every_copy,
     a_worker_stopped_at_each_step_of_a_change_is_recovered,
