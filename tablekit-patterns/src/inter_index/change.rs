@@ -319,6 +319,12 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                     // newer one (this one waits until that one is done).
                     let mut list = owners(&found);
                     if list.last().is_some_and(|o| o.stamp > stamp) {
+                        if !pending {
+                            // This change's primary is written: it finishes,
+                            // and leaves the claim to the newer change, which
+                            // turns it into this primary's copy if it gives up.
+                            return Ok(Ok(Slot::Newer));
+                        }
                         return Err(newer_claim(&key));
                     }
                     if !pending {

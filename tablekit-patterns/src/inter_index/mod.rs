@@ -77,7 +77,10 @@
 //!    the insert; one gets 409 and is refused. A claim of a *newer* change
 //!    of the same entity still being applied makes this attempt fail and
 //!    retry later (by then the newer change has gone through, and this one
-//!    is stale, or was refused and gave the claim back). A claim of an
+//!    is stale, or was refused and gave the claim back). Once this change's
+//!    primary is written (by an earlier attempt of it), it finishes instead,
+//!    and leaves that claim to the newer change, which turns it into this
+//!    primary's copy if it gives up. A claim of an
 //!    *older* change of the same entity, or of another delivery of this
 //!    same change, is taken over: that change may still be in flight (or
 //!    have crashed, to be retried), so the claim lists it as **waiting**
@@ -241,11 +244,12 @@
 //!   [`CHANGE_STAMP`] against the message's stamp).
 //! * A put older than a purged tombstone would bring the entity back: purge
 //!   only past the queue's message time-to-live.
-//! * A put that finds a newer put of the same entity claiming a unique
-//!   value fails its attempt and is retried; if the newer put is itself
-//!   retried (refused for another value) through all of this put's
-//!   attempts, this put ends in the poison queue with that reason, never
-//!   applied silently.
+//! * A put that finds, before its primary write, a newer put of the same
+//!   entity claiming a unique value fails its attempt and is retried; if
+//!   the newer put is itself retried (refused for another value) through
+//!   all of this put's attempts, this put ends in the poison queue with
+//!   that reason, never applied silently. (After its primary write, it
+//!   finishes: see step 1.)
 //!
 //! # Keys
 //!

@@ -7,7 +7,7 @@ use tablekit::{DynamicEntity, ETag, EntityKey, TableEntity};
 use crate::eventual::{Guarded, OpResult, StepContext, MAX_REREADS};
 
 use super::change::{
-    backoff, is_pending, is_tombstone, moved_copies, named_primary, newer_claim, removed_copies,
+    backoff, is_pending, is_tombstone, moved_copies, named_primary, removed_copies,
     removed_copies_text, stamp_of, Change, Current, Slot,
 };
 use super::index::IndexDef;
@@ -380,12 +380,10 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 Some((found, _)) if named_primary(&found) != named_primary(copy) => {
                     return Ok(None)
                 }
-                Some((found, _)) if stamp_of(&found) > stamp_of(copy) => {
-                    if is_pending(&found) {
-                        return Err(newer_claim(&key));
-                    }
-                    return Ok(None);
-                }
+                // A newer change's copy, or its claim: this change's
+                // primary is written, so it leaves the value to that one
+                // (which turns a claim it gives up into this primary's copy).
+                Some((found, _)) if stamp_of(&found) > stamp_of(copy) => return Ok(None),
                 Some((_, fresh)) => etag = Some(fresh),
                 None => {
                     let primary = self.primary_key_of(def, copy);

@@ -354,7 +354,92 @@ async fn a_value_moved_off_is_not_taken_before_the_primary_moves(s: Services) {
     assert_eq!(found.as_ref(), holders.first());
 }
 
+/// 224's put writes its primary and then fails; before it runs again, a
+/// newer change of 224 claims its email (by hand here, as that change's
+/// worker would: held by the newer stamp, 224's put waiting). The retry
+/// finds its primary written: it finishes, and leaves the claim to the
+/// newer change (which turns it into 224's copy if it gives up). Before, it
+/// failed on every attempt while the newer claim stood, and ended in the
+/// poison queue although its primary was written.
+async fn a_put_whose_primary_is_written_finishes_past_a_newer_claim(s: Services) {
+    let env = Env::new(&s).await;
+    let kim = emp(224, "kim@contoso.com", "b2");
+    let stamp = env.put(&kim).await;
+    let primary_insert = format!("insert {}", env.raw.name());
+    let report = env
+        .index
+        .attach(Worker::builder(env.jobs.clone(), env.s.tables.clone()))
+        .poison_queue(env.poison.clone())
+        .visibility_timeout(env.s.visibility)
+        .retry_delay(Duration::from_secs(1))
+        .max_dequeue_count(3)
+        .step_hook(move |event| {
+            let primary_insert = primary_insert.clone();
+            async move {
+                match event {
+                    Event::Step {
+                        name,
+                        dequeue_count: 1,
+                        ..
+                    } if name == primary_insert => Err("failed after the primary write".into()),
+                    _ => Ok(()),
+                }
+            }
+        })
+        .build()
+        .unwrap()
+        .run_once()
+        .await
+        .unwrap();
+    assert_eq!(report.failed, 1, "{report:?}");
+    assert!(env.index.get(("Sales", "000224")).await.unwrap().is_some());
+    let newer = DynamicEntity::new("email_Sales", "kim@contoso.com")
+        .with(PRIMARY_ROW_KEY, "000224")
+        .with(CHANGE_STAMP, stamp + 1)
+        .with(PENDING, true)
+        .with(CLAIM_MESSAGE, "newer")
+        .with(CLAIM_WAITING, format!("{stamp}"));
+    env.raw
+        .upsert(&newer, tablekit::UpdateMode::Replace)
+        .await
+        .unwrap();
+    match &env.s.clock {
+        Some(clock) => clock.advance(Duration::from_secs(2)),
+        None => tokio::time::sleep(Duration::from_millis(1100)).await,
+    }
+    let report = env
+        .index
+        .attach(Worker::builder(env.jobs.clone(), env.s.tables.clone()))
+        .poison_queue(env.poison.clone())
+        .visibility_timeout(env.s.visibility)
+        .max_dequeue_count(3)
+        .build()
+        .unwrap()
+        .drain()
+        .await
+        .unwrap();
+    assert_eq!((report.succeeded, report.poisoned), (1, 0), "{report:?}");
+    assert_eq!(
+        env.index.get(("Sales", "000224")).await.unwrap(),
+        Some(kim.clone())
+    );
+    let claim = env.email_row("kim@contoso.com").await.unwrap();
+    assert!(
+        is_claim(&claim),
+        "the newer change's, left to it: {claim:?}"
+    );
+    assert_eq!(claim.get(CHANGE_STAMP), Some(&EdmValue::Int64(stamp + 1)));
+    assert_eq!(
+        env.index
+            .lookup(&env.by_badge, "Sales", "b2")
+            .await
+            .unwrap(),
+        Some(kim)
+    );
+}
+
 common::on_both_services!(
+    a_put_whose_primary_is_written_finishes_past_a_newer_claim,
     a_value_moved_off_is_not_taken_before_the_primary_moves,
     a_change_whose_last_attempt_stopped_gives_up_its_claims,
     a_give_up_that_stops_too_is_not_run_again,
