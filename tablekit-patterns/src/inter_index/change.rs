@@ -5,7 +5,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
-use tablekit::{DynamicEntity, ETag, EdmValue, EntityKey, Error, TableEntity};
+use tablekit::{DynamicEntity, ETag, EdmValue, EntityKey, Error, TableClient, TableEntity};
 
 use crate::eventual::{Guarded, OpError, OpResult, StepContext, MAX_REREADS};
 
@@ -100,6 +100,23 @@ pub(super) fn removed_copies_text(copies: &[(String, EntityKey)]) -> String {
         .map(|(name, k)| (name.as_str(), k.partition_key.as_str(), k.row_key.as_str()))
         .collect();
     serde_json::to_string(&all).unwrap_or_else(|_| "[]".to_owned())
+}
+
+/// Inserts `entity` into `table`, then marks the step `"{verb} {table}"`:
+/// the ETag it was written with, or `None` if one was there (409).
+pub(super) async fn insert_step(
+    ctx: &StepContext,
+    table: &TableClient<DynamicEntity>,
+    entity: &DynamicEntity,
+    verb: &str,
+) -> OpResult<Option<ETag>> {
+    let inserted = match table.insert(entity).await {
+        Ok(w) => Some(w.etag().clone()),
+        Err(e) if e.is_conflict() => None,
+        Err(e) => return Err(e.into()),
+    };
+    ctx.step(&format!("{verb} {}", table.name())).await?;
+    Ok(inserted)
 }
 
 pub(super) fn is_pending(d: &DynamicEntity) -> bool {
@@ -394,13 +411,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                     } else {
                         copy.clone()
                     };
-                    let written = match table.insert(&claim).await {
-                        Ok(w) => Some(w.etag().clone()),
-                        Err(e) if e.is_conflict() => None,
-                        Err(e) => return Err(e.into()),
-                    };
-                    ctx.step(&format!("claim {}", table.name())).await?;
-                    if let Some(etag) = written {
+                    if let Some(etag) = insert_step(ctx, &table, &claim, "claim").await? {
                         let release = if pending {
                             Release::Claim
                         } else {

@@ -7,7 +7,7 @@ use tablekit::{DynamicEntity, ETag, EntityKey, TableEntity};
 use crate::eventual::{Guarded, OpResult, StepContext, MAX_REREADS};
 
 use super::change::{
-    backoff, is_pending, is_tombstone, moved_copies, named_primary, removed_copies,
+    backoff, insert_step, is_pending, is_tombstone, moved_copies, named_primary, removed_copies,
     removed_copies_text, stamp_of, Change, Current, Slot,
 };
 use super::index::IndexDef;
@@ -77,14 +77,8 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 .await?;
             return Ok(matches!(outcome, Guarded::Done(_)));
         }
-        let written = match self.inner.primary.insert(entity).await {
-            Ok(_) => true,
-            Err(e) if e.is_conflict() => false,
-            Err(e) => return Err(e.into()),
-        };
-        ctx.step(&format!("insert {}", self.inner.primary.name()))
-            .await?;
-        Ok(written)
+        let written = insert_step(ctx, &self.inner.primary, entity, "insert").await?;
+        Ok(written.is_some())
     }
 
     async fn apply_put(&self, entity: &T, stamp: i64, ctx: &StepContext) -> OpResult {
@@ -138,11 +132,16 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 .into_iter()
                 .map(|(i, key)| (self.inner.indexes[i].name.clone(), key))
                 .collect();
-            let mut primary = primary.clone();
-            if !moved.is_empty() {
-                primary.set(MOVED_COPIES, removed_copies_text(&moved));
-            }
-            if !self.write_primary(ctx, &primary, &current).await? {
+            let naming;
+            let written = if moved.is_empty() {
+                &primary
+            } else {
+                naming = primary
+                    .clone()
+                    .with(MOVED_COPIES, removed_copies_text(&moved));
+                &naming
+            };
+            if !self.write_primary(ctx, written, &current).await? {
                 continue;
             }
             // Before the copies, whose write can fail. A change older than
@@ -277,13 +276,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 continue;
             }
             let table = self.table_of(def);
-            let inserted = match table.insert(&copy).await {
-                Ok(w) => Some(w.etag().clone()),
-                Err(e) if e.is_conflict() => None,
-                Err(e) => return Err(e.into()),
-            };
-            ctx.step(&format!("restore {}", table.name())).await?;
-            if let Some(etag) = inserted {
+            if let Some(etag) = insert_step(ctx, &table, &copy, "restore").await? {
                 written.push((i, copy, etag));
             }
         }
@@ -391,15 +384,9 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                     if current.stamp() != Some(stamp_of(copy)) {
                         return Ok(None);
                     }
-                    let inserted = match table.insert(copy).await {
-                        Ok(w) => Some(w.etag().clone()),
-                        // Taken meanwhile: read again.
-                        Err(e) if e.is_conflict() => None,
-                        Err(e) => return Err(e.into()),
-                    };
-                    ctx.step(&format!("insert {}", table.name())).await?;
-                    if inserted.is_some() {
-                        return Ok(inserted);
+                    // Taken meanwhile (409): read again.
+                    if let Some(etag) = insert_step(ctx, table, copy, "insert").await? {
+                        return Ok(Some(etag));
                     }
                 }
             }
