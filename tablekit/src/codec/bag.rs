@@ -215,29 +215,8 @@ pub fn to_dynamic<T: TableEntity>(entity: &T) -> Result<DynamicEntity> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::write::entity_to_json;
+    use crate::codec::write::{entity_to_json, Twice};
     use crate::edm::parse_datetime;
-
-    /// A hand-written type that repeats a property name (a derived type
-    /// cannot), with a valid entity otherwise.
-    struct Twice;
-
-    impl TableEntity for Twice {
-        fn partition_key(&self) -> std::borrow::Cow<'_, str> {
-            "p".into()
-        }
-        fn row_key(&self) -> std::borrow::Cow<'_, str> {
-            "r".into()
-        }
-        fn write_properties<W: PropertyWriter + ?Sized>(&self, out: &mut W) -> Result<()> {
-            out.int32("A", 1)?;
-            out.string("B", "b")?;
-            out.int32("A", 3)
-        }
-        fn decode(_: &crate::entity::RawEntity<'_>) -> Result<Self> {
-            Ok(Twice)
-        }
-    }
 
     /// Entities breaking each rule of the data model, and valid ones.
     fn samples() -> Vec<DynamicEntity> {

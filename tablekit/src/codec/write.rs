@@ -560,6 +560,29 @@ fn write_json_str_body(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(&bytes[start..]);
 }
 
+/// A hand-written entity type that writes the property `A` twice (a derived
+/// type cannot), valid otherwise: for the tests of the duplicate check.
+#[cfg(test)]
+pub(crate) struct Twice;
+
+#[cfg(test)]
+impl TableEntity for Twice {
+    fn partition_key(&self) -> std::borrow::Cow<'_, str> {
+        "p".into()
+    }
+    fn row_key(&self) -> std::borrow::Cow<'_, str> {
+        "r".into()
+    }
+    fn write_properties<W: PropertyWriter + ?Sized>(&self, out: &mut W) -> Result<()> {
+        out.int32("A", 1)?;
+        out.string("B", "b")?;
+        out.int32("A", 3)
+    }
+    fn decode(_: &crate::entity::RawEntity<'_>) -> Result<Self> {
+        Ok(Twice)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -736,23 +759,6 @@ mod tests {
 
     #[test]
     fn a_type_that_may_repeat_a_name_is_checked_for_duplicates() {
-        struct Twice;
-        impl TableEntity for Twice {
-            fn partition_key(&self) -> std::borrow::Cow<'_, str> {
-                "p".into()
-            }
-            fn row_key(&self) -> std::borrow::Cow<'_, str> {
-                "r".into()
-            }
-            fn write_properties<W: PropertyWriter + ?Sized>(&self, out: &mut W) -> Result<()> {
-                out.int32("A", 1)?;
-                out.int32("B", 2)?;
-                out.int32("A", 3)
-            }
-            fn decode(_: &crate::entity::RawEntity<'_>) -> Result<Self> {
-                Ok(Twice)
-            }
-        }
         assert_eq!(
             entity_to_json(&Twice).unwrap_err().validation(),
             Some(&ValidationError::DuplicateProperty { name: "A".into() })
