@@ -534,3 +534,60 @@ async fn a_tls_handshake_failure_is_not_retried() {
     assert!(err.to_string().contains("TLS"), "{err}");
     assert_eq!(connections.load(Ordering::SeqCst), 1, "no retry");
 }
+
+/// An untraced call on the built-in transport makes its first attempt the
+/// short way (signed, sent and read in the caller's own future), and only a
+/// failure of it starts the retry loop; a traced call goes the general way
+/// from the start. Both send the same requests, under one client request id,
+/// and end alike.
+#[tokio::test]
+async fn a_call_retries_alike_whether_or_not_it_is_traced() {
+    const ENTITY: &str =
+        r#"{"PartitionKey":"p","RowKey":"r","Timestamp":"2024-01-01T00:00:00Z","N":7}"#;
+    for traced in [false, true] {
+        let (endpoint, count, heads) = recording_server(vec![
+            Answer::Status("503 Server Busy", "ServerBusy"),
+            Answer::Status("500 Internal Server Error", "InternalError"),
+            Answer::Entity(ENTITY),
+        ])
+        .await;
+        let recorder = tablekit_test_support::Recorder::default();
+        let guard = traced.then(|| tracing::subscriber::set_default(recorder.clone()));
+        let got = table(&endpoint).get(("p", "r")).await;
+        drop(guard);
+        let got = got.unwrap().expect("the entity, on the third attempt");
+        assert_eq!(
+            got.get("N").and_then(|v| v.as_i32()),
+            Some(7),
+            "traced: {traced}"
+        );
+        assert_eq!(count.load(Ordering::SeqCst), 3, "traced: {traced}");
+        let ids: Vec<String> = heads
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|h| {
+                h.lines()
+                    .find_map(|l| l.strip_prefix("x-ms-client-request-id:"))
+                    .map(|id| id.trim().to_owned())
+            })
+            .collect();
+        assert_eq!(ids.len(), 3, "traced: {traced}");
+        assert!(ids.iter().all(|id| *id == ids[0]), "one id: {ids:?}");
+        let spans = recorder.spans();
+        let requests = spans.iter().filter(|(name, _)| name == "tablekit.request");
+        match traced {
+            false => assert_eq!(requests.count(), 0),
+            true => {
+                let fields: Vec<_> = requests.map(|(_, f)| f).collect();
+                assert_eq!(fields.len(), 1, "one span for the call");
+                let f = fields[0];
+                assert_eq!(tablekit_test_support::field(f, "status"), Some("200"));
+                assert_eq!(
+                    tablekit_test_support::field(f, "client_request_id"),
+                    Some(ids[0].as_str())
+                );
+            }
+        }
+    }
+}

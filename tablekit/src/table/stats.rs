@@ -561,7 +561,12 @@ impl Counted {
             t.entities_written.fetch_add(written, Relaxed);
             t.bytes_up.fetch_add(up, Relaxed);
             let partition = partition.map(|pk| rec.partition(t, pk));
-            let result = self.inner.execute(op).await;
+            // The backend's future right inside this one (no layer of
+            // `TableBackend::execute` between).
+            let result = match &self.inner {
+                TableBackend::Http(http) => http.call(op).await,
+                TableBackend::Dyn(backend) => backend.execute(op).await,
+            };
             let read = match &result {
                 Ok(Response::Entity(Some(p))) => {
                     t.bytes_down.fetch_add(payload_bytes(p), Relaxed);

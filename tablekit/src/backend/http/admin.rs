@@ -117,7 +117,7 @@ pub(crate) async fn call(
     let req = build(service, &op);
     let span = Pipeline::span(op.name(), op.resource());
     pipeline
-        .call(&req, op.name(), op.repeat(), span, |resp| {
+        .call(req, op.name(), op.repeat(), span, |resp| {
             interpret(pipeline, &op, resp)
         })
         .await

@@ -622,7 +622,7 @@ impl BlobBackend for HttpBlobBackend {
         let req = Self::outgoing(self.build(&op))?;
         let span = Pipeline::span(op.name(), None);
         self.pipeline
-            .call(&req, op.name(), op.repeat(), span, |resp| {
+            .call(req, op.name(), op.repeat(), span, |resp| {
                 self.interpret(&op, resp)
             })
             .await

@@ -156,7 +156,7 @@ impl AnswerLimits {
         &self,
         resp: Incoming,
         kind: Kind,
-    ) -> impl std::future::Future<Output = Result<Bytes>> + Send + 'static {
+    ) -> impl std::future::Future<Output = Result<Bytes>> + Send + use<> {
         // The declared length is checked and the headers let go before the
         // future is made: it holds the body alone.
         let limit = self.of(kind);

@@ -273,7 +273,7 @@ impl HttpBackend {
         &self,
         op: &Operation<'_>,
         resp: Incoming,
-    ) -> impl std::future::Future<Output = Result<Response>> + Send + 'static {
+    ) -> impl std::future::Future<Output = Result<Response>> + Send + use<> {
         use futures::future::{ready, Either};
         use futures::FutureExt as _;
         let status = resp.status();
@@ -391,7 +391,7 @@ impl HttpBackend {
                 cosmos::check(&op, &req)?;
             }
             self.pipeline
-                .call(&req, op.name(), op.repeat(), span, |resp| {
+                .call(req, op.name(), op.repeat(), span, |resp| {
                     self.interpret(&op, resp)
                 })
                 .await
@@ -429,7 +429,7 @@ pub(crate) fn error_answer(
     request_id: Option<String>,
     retry_after: Option<Duration>,
     limits: &limits::AnswerLimits,
-) -> impl std::future::Future<Output = Error> + Send + 'static {
+) -> impl std::future::Future<Output = Error> + Send + use<> {
     use futures::FutureExt as _;
     limits
         .read(resp, limits::Kind::Error)

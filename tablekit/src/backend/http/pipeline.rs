@@ -7,6 +7,7 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,6 +18,7 @@ use tracing::Instrument;
 
 use super::limits::AnswerLimits;
 use super::signer::{self, Attempt, RequestSigner, Service};
+use super::transport::hyper::HyperTransport;
 use super::transport::{HttpTransport, Incoming, Origin, Via};
 use super::wire::{names, push_query_pair};
 use crate::account::Account;
@@ -133,11 +135,16 @@ impl RequestId {
 /// ([`Error::outcome_unknown`]), the call's final error, whatever it is, is
 /// marked [`Error::is_ambiguous`]; a [`Repeat::Never`] request is not resent
 /// after such an attempt.
+///
+/// `first` is the error of a first attempt already made (by
+/// [`Pipeline::call`]'s short way): the loop starts from it, as if its own
+/// first attempt had failed so.
 pub(crate) async fn with_retries<T, F, Fut>(
     policy: &RetryPolicy,
     operation: &'static str,
     repeat: Repeat,
     client_request_id: &str,
+    mut first: Option<Error>,
     mut attempt: F,
 ) -> Result<T>
 where
@@ -147,9 +154,12 @@ where
     let mut retry = 0;
     let mut unknown = false;
     loop {
-        let e = match attempt().await {
-            Ok(v) => return Ok(v),
-            Err(e) => e,
+        let e = match first.take() {
+            Some(e) => e,
+            None => match attempt().await {
+                Ok(v) => return Ok(v),
+                Err(e) => e,
+            },
         };
         let this_unknown = repeat != Repeat::Read && e.outcome_unknown();
         let resend = e.is_retryable()
@@ -254,31 +264,80 @@ impl Pipeline {
 
     /// Sends `req` (with retries, by `repeat`'s rules) and reads each answer
     /// with `interpret` until one is final. The call runs in `span`.
-    pub(crate) async fn call<T, F, Fut>(
-        &self,
-        req: &Outgoing,
+    ///
+    /// The first attempt takes the short way when it can: with `span`
+    /// disabled (no subscriber wants it), a signer that signs at once (a key,
+    /// a SAS) and the built-in transport, it is signed, sent and read right
+    /// here, in the caller's future, with nothing of the retry loop around
+    /// it. Only if it fails do the retries start, in a future of their own
+    /// (boxed: they are rare, and their future would otherwise weigh on every
+    /// request's), from its error and with its client request id. Any other
+    /// call goes the general way, boxed too. Both ways send the same
+    /// requests and give the same answers and errors.
+    // Not an `async fn`: its arguments would be kept twice in the future,
+    // once as captured and once moved into locals.
+    #[allow(clippy::manual_async_fn)]
+    pub(crate) fn call<'a, T, F, Fut>(
+        &'a self,
+        req: Outgoing,
         operation: &'static str,
         repeat: Repeat,
         span: tracing::Span,
         interpret: F,
-    ) -> Result<T>
+    ) -> impl Future<Output = Result<T>> + Send + 'a
     where
-        F: Fn(Incoming) -> Fut,
-        Fut: std::future::Future<Output = Result<T>>,
+        T: Send + 'a,
+        F: Fn(Incoming) -> Fut + Send + Sync + 'a,
+        Fut: Future<Output = Result<T>> + Send + 'a,
     {
-        // A disabled span (no subscriber wants it) costs nothing: no clock
-        // reads and no header lookups for its fields.
-        let traced = !span.is_disabled();
-        let start = traced.then(Instant::now);
-        let id = client_request_id();
-        let id_text = id.as_str();
-        if traced {
-            span.record("method", req.method.as_str());
-            span.record("client_request_id", id_text);
+        async move {
+            let id = client_request_id();
+            let call = Call {
+                uri: self.target(&req)?,
+                req: &req,
+                id: &id,
+            };
+            // A disabled span (no subscriber wants it) costs nothing: no clock
+            // reads and no header lookups for its fields.
+            let short = if span.is_disabled() {
+                self.inline_request(&call)
+            } else {
+                None
+            };
+            let Some(first) = short else {
+                return self
+                    .attempts_boxed(&call, operation, repeat, span, None, interpret)
+                    .await;
+            };
+            // Written out rather than in an `async` block of its own with `?`:
+            // one layer fewer in every request's future.
+            let answer = match first {
+                Ok((request, hyper)) => match hyper.send(request).await {
+                    Ok((status, mut body)) => {
+                        let headers = body.take_headers();
+                        match self.checked(Incoming::inline(status, headers, body)) {
+                            Ok(resp) => interpret(resp).await,
+                            Err(e) => Err(e),
+                        }
+                    }
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e),
+            };
+            match answer {
+                Ok(v) => Ok(v),
+                Err(e) => {
+                    self.attempts_boxed(&call, operation, repeat, span, Some(e), interpret)
+                        .await
+                }
+            }
         }
-        // The request target (path and encoded query) and its URI, once per
-        // call: every attempt sends a clone (a reference count), unless its
-        // signer changes the query (a SAS).
+    }
+
+    /// The request target (path and encoded query) of `req` as a URI, once
+    /// per call: every attempt sends a clone (a reference count), unless its
+    /// signer changes the query (a SAS).
+    fn target(&self, req: &Outgoing) -> Result<http::Uri> {
         let mut target = String::with_capacity(self.base_path.len() + req.resource.len() + 64);
         target.push_str(&self.base_path);
         target.push('/');
@@ -289,12 +348,69 @@ impl Pipeline {
         }
         // The URI takes the text over (no copy); its path and query are what
         // the signer reads.
-        let uri = http::Uri::try_from(target)
-            .map_err(|_| Error::config("the request path holds characters a URI does not allow"))?;
-        let call = Call { req, uri, id: &id };
+        http::Uri::try_from(target)
+            .map_err(|_| Error::config("the request path holds characters a URI does not allow"))
+    }
+
+    /// The first attempt's request, signed and completed for the built-in
+    /// transport, if the call can take the short way (see
+    /// [`Pipeline::call`]); `None`, with nothing done, if it cannot.
+    fn inline_request(
+        &self,
+        call: &Call<'_>,
+    ) -> Option<Result<(http::Request<Bytes>, &HyperTransport)>> {
+        let hyper = self.transport.inline()?;
+        let signed = self.sign_at_once(call)?;
+        Some(signed.and_then(|request| Ok((self.transport.complete(request)?, hyper))))
+    }
+
+    /// [`Pipeline::attempts`], boxed, by a function of its own: their future,
+    /// larger than the short way's, sits neither in the caller's future nor
+    /// in the stack frame that polls it.
+    #[inline(never)]
+    #[allow(clippy::type_complexity)]
+    fn attempts_boxed<'c, T, F, Fut>(
+        &'c self,
+        call: &'c Call<'c>,
+        operation: &'static str,
+        repeat: Repeat,
+        span: tracing::Span,
+        first: Option<Error>,
+        interpret: F,
+    ) -> Pin<Box<dyn Future<Output = Result<T>> + Send + 'c>>
+    where
+        T: Send + 'c,
+        F: Fn(Incoming) -> Fut + Send + Sync + 'c,
+        Fut: Future<Output = Result<T>> + Send + 'c,
+    {
+        Box::pin(self.attempts(call, operation, repeat, span, first, interpret))
+    }
+
+    /// The attempts of a call, with retries, in `span`; `first` is the error
+    /// of a first attempt the short way already made.
+    async fn attempts<T, F, Fut>(
+        &self,
+        call: &Call<'_>,
+        operation: &'static str,
+        repeat: Repeat,
+        span: tracing::Span,
+        first: Option<Error>,
+        interpret: F,
+    ) -> Result<T>
+    where
+        F: Fn(Incoming) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let traced = !span.is_disabled();
+        let start = traced.then(Instant::now);
+        let id_text = call.id.as_str();
+        if traced {
+            span.record("method", call.req.method.as_str());
+            span.record("client_request_id", id_text);
+        }
         let span_ref = &span;
-        let attempts = with_retries(&self.retry, operation, repeat, id_text, || async {
-            let resp = self.send_once(&call).await?;
+        let attempts = with_retries(&self.retry, operation, repeat, id_text, first, || async {
+            let resp = self.send_once(call).await?;
             if traced {
                 span_ref.record("status", resp.status().as_u16());
                 if let Some(rid) = resp

@@ -263,7 +263,7 @@ impl QueueBackend for HttpQueueBackend {
         let req = self.build(&op);
         let span = Pipeline::span(op.name(), None);
         self.pipeline
-            .call(&req, op.name(), op.repeat(), span, |resp| {
+            .call(req, op.name(), op.repeat(), span, |resp| {
                 self.interpret(&op, resp)
             })
             .await

@@ -489,10 +489,11 @@ impl<T: TableEntity> Get<T> {
             if let Some(s) = &self.select {
                 query::validate_select(s)?;
             }
-            self.table
+            let read = self
+                .table
                 .handle
-                .get(&self.key, self.select.as_deref())
-                .await
+                .read(&self.key, self.select.as_deref(), false);
+            Ok(read.await?.map(|(entity, _)| entity))
         }
     }
 }

@@ -57,7 +57,7 @@ impl HyperBody {
     }
 
     /// The answer's headers, taken out (the body keeps none).
-    pub(super) fn take_headers(&mut self) -> HeaderMap {
+    pub(crate) fn take_headers(&mut self) -> HeaderMap {
         std::mem::take(&mut self.headers)
     }
 

@@ -107,9 +107,15 @@ impl HttpTransport {
         })
     }
 
+    /// The built-in transport, if it is the one requests go on (see
+    /// [`HttpTransport::ready`]).
+    pub(crate) fn inline(&self) -> Option<&self::hyper::HyperTransport> {
+        self.inline.as_deref()
+    }
+
     /// `req` with the endpoint's origin (for a transport that wants it) and
     /// after the request hooks.
-    fn complete(&self, mut req: http::Request<Bytes>) -> Result<http::Request<Bytes>> {
+    pub(crate) fn complete(&self, mut req: http::Request<Bytes>) -> Result<http::Request<Bytes>> {
         if let Some(prefix) = &self.prefix {
             let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
             let mut absolute = String::with_capacity(prefix.len() + target.len());
