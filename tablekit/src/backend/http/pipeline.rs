@@ -3,6 +3,11 @@
 //! version), has the account's [`RequestSigner`] sign it, hands it to the
 //! transport, and the backend reads the answer. Retries, ambiguity, request ids
 //! and the `tablekit.request` span live here, once, for tables, queues and blobs.
+//!
+//! Most calls succeed at their first attempt, so that attempt takes a short
+//! way when it can (no span wanted, a signer that signs at once, the
+//! built-in transport): it is made right in the caller's future, and the
+//! retry loop, boxed, starts only if it fails. See [`Pipeline::call`].
 
 use std::borrow::Cow;
 use std::fmt;
