@@ -65,8 +65,9 @@ impl TableHandle {
         Ok(self.read(key, select, false).await?.map(|(e, _)| e))
     }
 
-    /// A point read; the ETag is returned too with `keep_etag` (else `None`,
-    /// and the entity is given it: see [`TableEntity::set_etag`]).
+    /// A point read. The entity is given its ETag (see
+    /// [`TableEntity::set_etag`]), which is returned too with `keep_etag`
+    /// (else `None`).
     pub(crate) async fn read<T: TableEntity>(
         &self,
         key: &EntityKey,
