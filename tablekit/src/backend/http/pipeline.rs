@@ -640,6 +640,101 @@ mod tests {
         assert_eq!(signed, 4, "keys and SAS sign at once");
     }
 
+    /// `with_retries` from the error of a first attempt made elsewhere (the
+    /// short way): as if its own first attempt had failed so.
+    #[tokio::test]
+    async fn retries_start_from_a_first_attempt_made_elsewhere() {
+        let policy = RetryPolicy {
+            max_retries: 2,
+            base_delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(1),
+        };
+        let calls = std::cell::Cell::new(0);
+        let attempt = |answer: fn(u32) -> Result<u32>| {
+            let calls = &calls;
+            move || {
+                calls.set(calls.get() + 1);
+                std::future::ready(answer(calls.get()))
+            }
+        };
+        // A transient first error: retried, and the retry's answer stands.
+        let busy = || answer(503, None);
+        let got = with_retries(
+            &policy,
+            "op",
+            Repeat::Read,
+            "id-1",
+            Some(busy()),
+            attempt(Ok),
+        )
+        .await;
+        assert_eq!(got.unwrap(), 1, "one attempt after the first");
+
+        // A permanent first error: no attempt at all, the error carries the id.
+        calls.set(0);
+        let e = with_retries(
+            &policy,
+            "op",
+            Repeat::Read,
+            "id-2",
+            Some(answer(404, None)),
+            attempt(Ok),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(calls.get(), 0);
+        assert_eq!(
+            (e.status(), e.client_request_id()),
+            (Some(404), Some("id-2"))
+        );
+        assert!(!e.is_ambiguous());
+
+        // The retries count the first attempt: two more, then the last error.
+        calls.set(0);
+        let e = with_retries(
+            &policy,
+            "op",
+            Repeat::Read,
+            "id-3",
+            Some(busy()),
+            attempt(|_| Err(answer(503, None))),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!((calls.get(), e.status()), (2, Some(503)));
+
+        // A first attempt of a write whose outcome is unknown: a write that
+        // must not be repeated is not resent, and its error is ambiguous...
+        calls.set(0);
+        let e = with_retries(
+            &policy,
+            "op",
+            Repeat::Never,
+            "id-4",
+            Some(answer(500, None)),
+            attempt(Ok),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(calls.get(), 0);
+        assert!(e.is_ambiguous() && e.status() == Some(500));
+        // ... and one that may be is resent, and its final error, whatever it
+        // is, stays ambiguous.
+        calls.set(0);
+        let e = with_retries(
+            &policy,
+            "op",
+            Repeat::Detected,
+            "id-5",
+            Some(answer(500, None)),
+            attempt(|_| Err(answer(409, None))),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(calls.get(), 1);
+        assert!(e.is_ambiguous() && e.status() == Some(409));
+    }
+
     #[test]
     fn retry_delay_is_capped() {
         let p = RetryPolicy::default();
