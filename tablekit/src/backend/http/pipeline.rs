@@ -644,45 +644,47 @@ mod tests {
     /// short way): as if its own first attempt had failed so.
     #[tokio::test]
     async fn retries_start_from_a_first_attempt_made_elsewhere() {
-        let policy = RetryPolicy {
-            max_retries: 2,
-            base_delay: Duration::from_millis(1),
-            max_delay: Duration::from_millis(1),
-        };
-        let calls = std::cell::Cell::new(0);
-        let attempt = |answer: fn(u32) -> Result<u32>| {
-            let calls = &calls;
-            move || {
+        /// `with_retries` (2 retries) from a first error `first` (the status
+        /// of a service answer), each of its own attempts answering as `next`
+        /// says; its result and how many attempts it made.
+        async fn from(
+            repeat: Repeat,
+            id: &str,
+            first: u16,
+            next: Option<u16>,
+        ) -> (Result<u32>, u32) {
+            let policy = RetryPolicy {
+                max_retries: 2,
+                base_delay: Duration::from_millis(1),
+                max_delay: Duration::from_millis(1),
+            };
+            let calls = std::cell::Cell::new(0);
+            let attempt = || {
                 calls.set(calls.get() + 1);
-                std::future::ready(answer(calls.get()))
-            }
-        };
+                std::future::ready(match next {
+                    None => Ok(calls.get()),
+                    Some(status) => Err(answer(status, None)),
+                })
+            };
+            let got = with_retries(
+                &policy,
+                "op",
+                repeat,
+                id,
+                Some(answer(first, None)),
+                attempt,
+            );
+            (got.await, calls.get())
+        }
+
         // A transient first error: retried, and the retry's answer stands.
-        let busy = || answer(503, None);
-        let got = with_retries(
-            &policy,
-            "op",
-            Repeat::Read,
-            "id-1",
-            Some(busy()),
-            attempt(Ok),
-        )
-        .await;
+        let (got, _) = from(Repeat::Read, "id-1", 503, None).await;
         assert_eq!(got.unwrap(), 1, "one attempt after the first");
 
         // A permanent first error: no attempt at all, the error carries the id.
-        calls.set(0);
-        let e = with_retries(
-            &policy,
-            "op",
-            Repeat::Read,
-            "id-2",
-            Some(answer(404, None)),
-            attempt(Ok),
-        )
-        .await
-        .unwrap_err();
-        assert_eq!(calls.get(), 0);
+        let (got, calls) = from(Repeat::Read, "id-2", 404, None).await;
+        let e = got.unwrap_err();
+        assert_eq!(calls, 0);
         assert_eq!(
             (e.status(), e.client_request_id()),
             (Some(404), Some("id-2"))
@@ -690,48 +692,20 @@ mod tests {
         assert!(!e.is_ambiguous());
 
         // The retries count the first attempt: two more, then the last error.
-        calls.set(0);
-        let e = with_retries(
-            &policy,
-            "op",
-            Repeat::Read,
-            "id-3",
-            Some(busy()),
-            attempt(|_| Err(answer(503, None))),
-        )
-        .await
-        .unwrap_err();
-        assert_eq!((calls.get(), e.status()), (2, Some(503)));
+        let (got, calls) = from(Repeat::Read, "id-3", 503, Some(503)).await;
+        assert_eq!((calls, got.unwrap_err().status()), (2, Some(503)));
 
         // A first attempt of a write whose outcome is unknown: a write that
         // must not be repeated is not resent, and its error is ambiguous...
-        calls.set(0);
-        let e = with_retries(
-            &policy,
-            "op",
-            Repeat::Never,
-            "id-4",
-            Some(answer(500, None)),
-            attempt(Ok),
-        )
-        .await
-        .unwrap_err();
-        assert_eq!(calls.get(), 0);
+        let (got, calls) = from(Repeat::Never, "id-4", 500, None).await;
+        let e = got.unwrap_err();
+        assert_eq!(calls, 0);
         assert!(e.is_ambiguous() && e.status() == Some(500));
         // ... and one that may be is resent, and its final error, whatever it
         // is, stays ambiguous.
-        calls.set(0);
-        let e = with_retries(
-            &policy,
-            "op",
-            Repeat::Detected,
-            "id-5",
-            Some(answer(500, None)),
-            attempt(|_| Err(answer(409, None))),
-        )
-        .await
-        .unwrap_err();
-        assert_eq!(calls.get(), 1);
+        let (got, calls) = from(Repeat::Detected, "id-5", 500, Some(409)).await;
+        let e = got.unwrap_err();
+        assert_eq!(calls, 1);
         assert!(e.is_ambiguous() && e.status() == Some(409));
     }
 
