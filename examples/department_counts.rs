@@ -17,7 +17,6 @@
 
 use tablekit::{ETag, EdmValue, IfMatch, Storage, TableEntity, TableServiceClient};
 use tablekit_patterns::denormalize::Denormalized;
-use tablekit_patterns::plan::transact;
 use tablekit_patterns::summary::CountedPartition;
 
 #[derive(TableEntity, Debug, Clone)]
@@ -144,14 +143,11 @@ async fn run(service: TableServiceClient) -> tablekit::Result<()> {
         if id == 1 {
             // Don joins as the manager: the employee, the count and the
             // manager's details, one transaction (one merge of Department).
-            transact(&table, |_| async {
-                staff
-                    .plan_insert(&e)
-                    .await?
-                    .and(manager.plan_assign(&e).await?)
-            })
-            .await?;
-            println!("added {id:05} {first} {last} as the manager: read Department twice + one transaction (insert, one merge of EmployeeCount and the manager's details)");
+            staff
+                .plan_insert(&e)?
+                .and(manager.plan_assign(&e)?)?
+                .await?;
+            println!("added {id:05} {first} {last} as the manager: read Department once + one transaction (insert, one merge of EmployeeCount and the manager's details)");
         } else {
             let count = staff.insert(&mut e.clone()).await?;
             println!("added {id:05} {first} {last}: read Department + one transaction (insert, merge of EmployeeCount under its ETag) -> {count}");

@@ -84,16 +84,16 @@ use std::fmt;
 use std::sync::Arc;
 
 use tablekit::{
-    table::TransactionOp, DynamicEntity, EdmValue, EntityKey, Error, IfMatch, Result, TableClient,
-    TableEntity, UpdateMode,
+    error::DecodeError, table::TransactionOp, DynamicEntity, EdmValue, EntityKey, IfMatch, Result,
+    TableClient, TableEntity, UpdateMode,
 };
 
 use crate::error::refused;
 use crate::hook::BeforeWrite;
-use crate::plan::{Plan, Stale};
+use crate::plan::Plan;
 
 /// How many times a write starts again after a concurrent change of the target.
-pub const MAX_ATTEMPTS: usize = 16;
+pub const MAX_ATTEMPTS: usize = tablekit::table::plan::MAX_ATTEMPTS;
 
 type CopyFn<S> = dyn Fn(&S) -> (String, Vec<(String, EdmValue)>) + Send + Sync;
 
@@ -132,12 +132,6 @@ impl<S> fmt::Debug for Denormalized<S> {
     }
 }
 
-/// The target as read: its holder and ETag.
-struct Target {
-    holder: Option<String>,
-    etag: IfMatch,
-}
-
 impl<S: TableEntity> Denormalized<S> {
     /// Sources of `table` whose details `copy` gives: `copy(source)` returns
     /// the source's id (stored in the target's `holder_property`, the
@@ -172,20 +166,6 @@ impl<S: TableEntity> Denormalized<S> {
         EntityKey::new(partition_key, self.target_row_key.as_str())
     }
 
-    async fn read_target(&self, partition_key: &str) -> Result<Option<Target>> {
-        let Some(target) = self.raw.get(self.target_key(partition_key)).await? else {
-            return Ok(None);
-        };
-        let holder = match target.get(&self.holder_property) {
-            Some(EdmValue::String(s)) => Some(s.clone()),
-            _ => None,
-        };
-        Ok(Some(Target {
-            holder,
-            etag: target.etag.map_or(IfMatch::Any, IfMatch::ETag),
-        }))
-    }
-
     /// `source`'s id and its copy, as the target's change (keys and copied
     /// properties).
     fn copy_of(&self, source: &S) -> Result<(String, DynamicEntity)> {
@@ -206,17 +186,30 @@ impl<S: TableEntity> Denormalized<S> {
         Ok((id, change))
     }
 
-    /// `change` merged into the target as read, or inserted when absent.
-    fn target_plan(&self, target: Option<&Target>, change: &DynamicEntity) -> Result<Plan> {
-        let mut plan = Plan::new();
-        match target {
-            Some(t) => plan.push_planned(
-                TransactionOp::update(change, UpdateMode::Merge, t.etag.clone())?,
-                Stale::DELETED,
-            )?,
-            None => plan.push_planned(TransactionOp::insert(change)?, Stale::CREATED)?,
+    /// `change` merged into the target as read (under the ETag read), or,
+    /// when there is none, merged into whatever is there when the
+    /// transaction runs (an upsert): the holder and the copy are right on a
+    /// target created meanwhile too, and a count planned with them (which
+    /// needs the target still absent) folds with it into one insert.
+    fn target_write(
+        target: Option<&DynamicEntity>,
+        change: &DynamicEntity,
+    ) -> Result<TransactionOp> {
+        match target.map(|t| t.etag.clone()) {
+            Some(Some(etag)) => {
+                TransactionOp::update(change, UpdateMode::Merge, IfMatch::ETag(etag))
+            }
+            Some(None) => Err(DecodeError::new("the target was read without an ETag").into()),
+            None => TransactionOp::upsert(change, UpdateMode::Merge),
         }
-        Ok(plan)
+    }
+
+    /// The holder the target names.
+    fn holder_of(&self, target: &DynamicEntity) -> Option<String> {
+        match target.get(&self.holder_property) {
+            Some(EdmValue::String(s)) => Some(s.clone()),
+            _ => None,
+        }
     }
 
     fn check(&self, source: &S) -> Result<()> {
@@ -232,44 +225,47 @@ impl<S: TableEntity> Denormalized<S> {
         Ok(())
     }
 
-    /// The refresh of the copy after a write of `source`, planned from one
-    /// read of the target: a merge of the copied properties under the
-    /// target's ETag when the target names `source` as its holder, nothing
-    /// (an empty plan) otherwise. Join it with the write of `source` itself.
-    pub async fn plan_refresh(&self, source: &S) -> Result<Plan> {
+    /// The refresh of the copy after a write of `source`, planned: a merge
+    /// of the copied properties under the target's ETag when the target,
+    /// as read when the plan is sent, names `source` as its holder; nothing
+    /// otherwise. Join it with the write of `source` itself.
+    pub fn plan_refresh(&self, source: &S) -> Result<Plan<'_>> {
         self.check(source)?;
         let (id, change) = self.copy_of(source)?;
-        match self.read_target(&change.partition_key).await? {
-            Some(t) if t.holder.as_deref() == Some(id.as_str()) => {
-                self.target_plan(Some(&t), &change)
+        let key = self.target_key(&change.partition_key);
+        Plan::after_read(&self.raw, key, move |target| match target {
+            Some(t) if self.holder_of(t).as_deref() == Some(id.as_str()) => {
+                Plan::op(&self.raw, Self::target_write(Some(t), &change)?)
             }
             _ => Ok(Plan::new()),
-        }
+        })
     }
 
-    /// `source` made the holder of its partition's target, planned from one
-    /// read of the target: the holder property and the copied properties
-    /// merged into the target under its ETag, or a new target inserted.
+    /// `source` made the holder of its partition's target, planned: the
+    /// holder property and the copied properties merged into the target
+    /// under the ETag read when the plan is sent, or a new target inserted.
     ///
     /// The copy must be of `source` as stored. Pass `source` as read, with
     /// its ETag: the plan then also holds an empty merge of `source` under
     /// that ETag, so a source changed since the read refuses the
-    /// transaction (and [`transact`](crate::plan::transact) plans again).
-    /// A `source` without an ETag is taken as written by the same
+    /// transaction (a refusal returned to you: the source is yours to read
+    /// again). A `source` without an ETag is taken as written by the same
     /// transaction (an employee inserted as the new manager).
-    pub async fn plan_assign(&self, source: &S) -> Result<Plan> {
+    pub fn plan_assign(&self, source: &S) -> Result<Plan<'_>> {
         self.check(source)?;
         let (id, mut change) = self.copy_of(source)?;
         change.set(self.holder_property.as_str(), id);
-        let target = self.read_target(&change.partition_key).await?;
-        let mut plan = self.target_plan(target.as_ref(), &change)?;
+        let key = self.target_key(&change.partition_key);
+        let mut plan = Plan::after_read(&self.raw, key, move |target| {
+            Plan::op(&self.raw, Self::target_write(target, &change)?)
+        })?;
         if let Some(etag) = source.etag() {
             let key = source.key();
             let unchanged = DynamicEntity::new(key.partition_key, key.row_key);
-            plan.push_planned(
+            plan = plan.and(Plan::op(
+                &self.raw,
                 TransactionOp::update(&unchanged, UpdateMode::Merge, IfMatch::ETag(etag.clone()))?,
-                Stale::DELETED,
-            )?;
+            )?)?;
         }
         Ok(plan)
     }
@@ -279,24 +275,12 @@ impl<S: TableEntity> Denormalized<S> {
     /// transaction; again from a fresh read of the target when another
     /// writer changed the target meanwhile. Sets `source`'s ETag.
     pub async fn update(&self, source: &mut S, if_match: impl Into<IfMatch>) -> Result<()> {
-        let if_match = if_match.into();
-        let key = source.key();
-        let mut attempt = 1;
-        loop {
-            let write = TransactionOp::update(&*source, UpdateMode::Replace, if_match.clone())?;
-            let plan = Plan::of(write).and(self.plan_refresh(source).await?)?;
-            self.before_write.call(attempt);
-            match plan.send(&self.raw).await {
-                Ok(done) => {
-                    if let Some(etag) = done.etag(&key) {
-                        source.set_etag(etag.clone());
-                    }
-                    return Ok(());
-                }
-                Err(e) if target_race(&e) && attempt < MAX_ATTEMPTS => attempt += 1,
-                Err(e) => return Err(e),
-            }
-        }
+        let refresh = self.plan_refresh(source)?;
+        let plan = self
+            .table
+            .plan_update(&mut *source, UpdateMode::Replace, if_match)?
+            .and(refresh)?;
+        self.before_write.attach(plan).send().await.map(drop)
     }
 
     /// Makes `source` the holder of its partition's target (the
@@ -307,35 +291,11 @@ impl<S: TableEntity> Denormalized<S> {
     /// [`plan_assign`](Self::plan_assign)) and sets `source`'s new ETag.
     pub async fn assign(&self, source: &mut S) -> Result<()> {
         let key = source.key();
-        let mut attempt = 1;
-        loop {
-            let plan = self.plan_assign(source).await?;
-            self.before_write.call(attempt);
-            match plan.send(&self.raw).await {
-                Ok(done) => {
-                    if let Some(etag) = done.etag(&key) {
-                        source.set_etag(etag.clone());
-                    }
-                    return Ok(());
-                }
-                // The target changed (operation 0); a change of the source
-                // itself (operation 1) is the caller's to resolve.
-                Err(e)
-                    if e.batch_index() == Some(0)
-                        && (e.is_precondition_failed() || e.is_conflict() || e.is_not_found())
-                        && attempt < MAX_ATTEMPTS =>
-                {
-                    attempt += 1
-                }
-                Err(e) => return Err(e),
-            }
+        let plan = self.plan_assign(source)?;
+        let done = self.before_write.attach(plan).send().await?;
+        if let Some(etag) = done.etag(&key) {
+            source.set_etag(etag.clone());
         }
+        Ok(())
     }
-}
-
-/// The transaction failed on the target (operation 1): another writer
-/// changed, created or deleted it since the read.
-fn target_race(e: &Error) -> bool {
-    e.batch_index() == Some(1)
-        && (e.is_precondition_failed() || e.is_conflict() || e.is_not_found())
 }

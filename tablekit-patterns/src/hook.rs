@@ -16,6 +16,14 @@ impl BeforeWrite {
         BeforeWrite(Some(Arc::new(hook)))
     }
 
+    /// `plan`, with this hook run before each of its transactions.
+    pub(crate) fn attach<'a>(&self, plan: tablekit::table::Plan<'a>) -> tablekit::table::Plan<'a> {
+        match &self.0 {
+            Some(hook) => plan.before_send(hook.clone()),
+            None => plan,
+        }
+    }
+
     pub(crate) fn call(&self, attempt: usize) {
         if let Some(hook) = &self.0 {
             hook(attempt);

@@ -95,7 +95,7 @@ use tablekit::{
 
 use crate::error::refused;
 use crate::hook::BeforeWrite;
-use crate::plan::{Plan, Stale};
+use crate::plan::Plan;
 use crate::range::KeyRange;
 
 /// The property of an index copy that holds the RowKey of the entity's primary
@@ -410,9 +410,9 @@ impl<T: TableEntity> IndexedTable<T> {
     /// transaction composed with other writes of its partition
     /// ([`crate::plan`]). A taken key (the entity's or an indexed value) makes
     /// the transaction fail with a conflict.
-    pub fn plan_insert(&self, entity: &T) -> Result<Plan> {
+    pub fn plan_insert(&self, entity: &T) -> Result<Plan<'static>> {
         let mut plan = Plan::new();
-        plan.push_planned(TransactionOp::Insert(self.primary(entity)?), Stale::NEVER)?;
+        plan.push(&self.raw, TransactionOp::Insert(self.primary(entity)?))?;
         plan.and(self.plan_insert_copies(entity)?)
     }
 
@@ -420,13 +420,13 @@ impl<T: TableEntity> IndexedTable<T> {
     /// pattern that stores it differently writes (the parts of a
     /// [wide entity](crate::wide::WideTable::plan_insert)): each copy names
     /// the entity's RowKey as its [`PRIMARY_ROW_KEY`].
-    pub fn plan_insert_copies(&self, entity: &T) -> Result<Plan> {
+    pub fn plan_insert_copies(&self, entity: &T) -> Result<Plan<'static>> {
         let primary = self.keys(entity)?;
         let mut plan = Plan::new();
         for def in &self.indexes {
-            plan.push_planned(
+            plan.push(
+                &self.raw,
                 TransactionOp::Insert(self.copy(def, entity, &primary)?),
-                Stale::NEVER,
             )?;
         }
         Ok(plan)
@@ -437,7 +437,7 @@ impl<T: TableEntity> IndexedTable<T> {
     /// nothing. Sets the entity's ETag.
     pub async fn insert(&self, entity: &mut T) -> Result<()> {
         let key = entity.key();
-        let done = self.plan_insert(entity)?.send(&self.raw).await?;
+        let done = self.plan_insert(entity)?.send().await?;
         if let Some(etag) = done.etag(&key) {
             entity.set_etag(etag.clone());
         }
@@ -449,7 +449,12 @@ impl<T: TableEntity> IndexedTable<T> {
     /// `if_match` (a 412 or 404 there means the read is stale), each copy
     /// replaced, or deleted and inserted under its new key when its indexed
     /// value changed. The operations [`update`](Self::update) sends.
-    pub fn plan_update(&self, current: &T, new: &T, if_match: impl Into<IfMatch>) -> Result<Plan> {
+    pub fn plan_update(
+        &self,
+        current: &T,
+        new: &T,
+        if_match: impl Into<IfMatch>,
+    ) -> Result<Plan<'static>> {
         let old = self.primary(current)?;
         let primary = self.primary(new)?;
         if old.partition_key != primary.partition_key || old.row_key != primary.row_key {
@@ -468,23 +473,20 @@ impl<T: TableEntity> IndexedTable<T> {
             .map(|def| Ok((def, self.copy(def, new, &primary.key())?)))
             .collect::<Result<Vec<_>>>()?;
         let pk = primary.partition_key.clone();
-        plan.push_planned(
+        plan.push(
+            &self.raw,
             TransactionOp::Update(primary, UpdateMode::Replace, if_match.into()),
-            Stale::DELETED,
         )?;
         for (def, copy) in copies {
             let old_key = format!("{}{}", def.prefix, (def.key)(current));
             if old_key == copy.row_key {
-                plan.push_planned(
-                    TransactionOp::Upsert(copy, UpdateMode::Replace),
-                    Stale::NEVER,
-                )?;
+                plan.push(&self.raw, TransactionOp::Upsert(copy, UpdateMode::Replace))?;
             } else {
-                plan.push_planned(
+                plan.push(
+                    &self.raw,
                     TransactionOp::Delete(EntityKey::new(pk.as_str(), old_key), IfMatch::Any),
-                    Stale::NEVER,
                 )?;
-                plan.push_planned(TransactionOp::Insert(copy), Stale::NEVER)?;
+                plan.push(&self.raw, TransactionOp::Insert(copy))?;
             }
         }
         Ok(plan)
@@ -502,10 +504,7 @@ impl<T: TableEntity> IndexedTable<T> {
         if_match: impl Into<IfMatch>,
     ) -> Result<()> {
         let key = new.key();
-        let done = self
-            .plan_update(current, new, if_match)?
-            .send(&self.raw)
-            .await?;
+        let done = self.plan_update(current, new, if_match)?.send().await?;
         if let Some(etag) = done.etag(&key) {
             new.set_etag(etag.clone());
         }
@@ -514,15 +513,15 @@ impl<T: TableEntity> IndexedTable<T> {
 
     /// The delete of `current` (the value as read) under `if_match` and of
     /// its copies, planned: the operations [`delete`](Self::delete) sends.
-    pub fn plan_delete(&self, current: &T, if_match: impl Into<IfMatch>) -> Result<Plan> {
+    pub fn plan_delete(&self, current: &T, if_match: impl Into<IfMatch>) -> Result<Plan<'static>> {
         let primary = self.primary(current)?;
         let mut plan = Plan::new();
-        plan.push_planned(
+        plan.push(
+            &self.raw,
             TransactionOp::Delete(
                 EntityKey::new(primary.partition_key.as_str(), primary.row_key.as_str()),
                 if_match.into(),
             ),
-            Stale::DELETED,
         )?;
         for def in &self.indexes {
             let key = EntityKey::new(
@@ -530,7 +529,7 @@ impl<T: TableEntity> IndexedTable<T> {
                 format!("{}{}", def.prefix, (def.key)(current)),
             );
             key.validate()?;
-            plan.push_planned(TransactionOp::Delete(key, IfMatch::Any), Stale::NEVER)?;
+            plan.push(&self.raw, TransactionOp::Delete(key, IfMatch::Any))?;
         }
         Ok(plan)
     }
@@ -538,10 +537,7 @@ impl<T: TableEntity> IndexedTable<T> {
     /// Deletes `current` (the value as read) and its copies in one transaction,
     /// on the condition `if_match` on the primary copy.
     pub async fn delete(&self, current: &T, if_match: impl Into<IfMatch>) -> Result<()> {
-        self.plan_delete(current, if_match)?
-            .send(&self.raw)
-            .await
-            .map(drop)
+        self.plan_delete(current, if_match)?.send().await.map(drop)
     }
 
     /// Reads the primary copy with its ETag (whether or not `T` keeps one).

@@ -98,17 +98,17 @@
 use std::fmt;
 
 use tablekit::{
-    error::DecodeError, table::TransactionOp, DynamicEntity, EdmValue, EntityKey, Error, IfMatch,
-    Result, TableClient, TableEntity, UpdateMode,
+    error::DecodeError, table::WriteTarget, DynamicEntity, EdmValue, EntityKey, Error, IfMatch,
+    Result, TableClient, TableEntity,
 };
 
 use crate::error::refused;
 use crate::hook::BeforeWrite;
-use crate::plan::{Plan, Stale};
+use crate::plan::Plan;
 use crate::range::KeyRange;
 
 /// How many times a write starts again after a concurrent change of the summary.
-pub const MAX_ATTEMPTS: usize = 16;
+pub const MAX_ATTEMPTS: usize = tablekit::table::plan::MAX_ATTEMPTS;
 
 /// Entities of type `T` counted in a summary entity of their partition; see
 /// the [module docs](self). Cheap to clone.
@@ -249,65 +249,54 @@ impl<T: TableEntity> CountedPartition<T> {
         Ok(())
     }
 
-    /// The change of the count of `partition_key` by `delta`, planned from
-    /// one read of the summary: a merge of the count alone under the
-    /// summary's ETag (a 412 means the read is stale), or, for the first
-    /// entity of the partition, the insert of a new summary (a 409 means
-    /// another writer created it meanwhile). Returns the plan and the count
-    /// it writes.
-    async fn plan_count(&self, partition_key: &str, delta: i32) -> Result<(Plan, i32)> {
+    /// The change of the count of `partition_key` by `delta`, planned: an
+    /// addition to the summary's count, read when the plan is sent and
+    /// merged under the summary's ETag (a change in between makes the plan be
+    /// worked out again), or, for the first entity of the partition, the
+    /// insert of a new summary with the count `delta` (at least 0). The
+    /// count alone, with no counted entity's write: join it with the writes
+    /// of the entities counted, e.g. an [`IndexedTable`](crate::index::IndexedTable)'s.
+    /// Two counts of one partition in one plan add up.
+    pub fn plan_count(&self, partition_key: &str, delta: i32) -> Result<Plan<'static>> {
         let key = EntityKey::new(partition_key, self.summary_row_key.as_str());
-        let mut plan = Plan::new();
-        let count = match self.raw.get(key).await? {
-            Some(summary) => {
-                let count = self.read_count(&summary)? + delta;
-                let change = DynamicEntity::new(partition_key, self.summary_row_key.as_str())
-                    .with(self.count_property.as_str(), count);
-                let etag = summary.etag.map_or(IfMatch::Any, IfMatch::ETag);
-                plan.push_planned(
-                    TransactionOp::update(&change, UpdateMode::Merge, etag)?,
-                    Stale::DELETED,
-                )?;
-                count
-            }
-            None => {
-                let count = delta.max(0);
-                let mut summary = DynamicEntity::new(partition_key, self.summary_row_key.as_str());
-                for (name, value) in &self.new_summary {
-                    summary.set(name.as_str(), value.clone());
-                }
-                let summary = summary.with(self.count_property.as_str(), count);
-                plan.push_planned(TransactionOp::insert(&summary)?, Stale::CREATED)?;
-                count
-            }
-        };
-        Ok((plan, count))
+        let mut created = DynamicEntity::new(partition_key, self.summary_row_key.as_str());
+        for (name, value) in &self.new_summary {
+            created.set(name.as_str(), value.clone());
+        }
+        Plan::add(
+            &self.raw,
+            key,
+            self.count_property.as_str(),
+            i64::from(delta),
+            created,
+        )
     }
 
     /// The insert of `entity` and the count of its partition plus one,
-    /// planned from one read of the summary (1 request): the operations
-    /// [`insert`](Self::insert) sends, for a transaction composed with
-    /// other writes of the partition ([`crate::plan`]). Joined with a
-    /// [`Denormalized`](crate::denormalize::Denormalized) plan, the count
-    /// and the manager's details are one merge of the summary.
-    pub async fn plan_insert(&self, entity: &T) -> Result<Plan> {
-        self.check(entity)?;
-        let pk = entity.partition_key().into_owned();
-        let (count, _) = self.plan_count(&pk, 1).await?;
-        Plan::of(TransactionOp::insert(entity)?).and(count)
+    /// planned: the writes [`insert`](Self::insert) sends, for a transaction
+    /// composed with other writes of the partition ([`crate::plan`]).
+    /// Passed by `&mut`, the entity gets its new ETag when the plan
+    /// succeeds. Joined with a [`Denormalized`](crate::denormalize::Denormalized)
+    /// plan, the count and the manager's details are one merge of the
+    /// summary, from one read of it.
+    pub fn plan_insert<'a>(&self, entity: impl WriteTarget<T> + Sync + 'a) -> Result<Plan<'a>> {
+        self.check(entity.entity())?;
+        let pk = entity.entity().partition_key().into_owned();
+        self.table
+            .plan_insert(entity)?
+            .and(self.plan_count(&pk, 1)?)
     }
 
     /// The delete of the entity `key` under `if_match` and the count of its
-    /// partition minus one, planned from one read of the summary (1
-    /// request): the operations [`delete`](Self::delete) sends.
-    pub async fn plan_delete(
+    /// partition minus one, planned: the writes [`delete`](Self::delete) sends.
+    pub fn plan_delete(
         &self,
         key: impl Into<EntityKey>,
         if_match: impl Into<IfMatch>,
-    ) -> Result<Plan> {
+    ) -> Result<Plan<'static>> {
         let key = self.counted_key(key.into())?;
-        let (count, _) = self.plan_count(&key.partition_key, -1).await?;
-        Plan::of(TransactionOp::delete(key, if_match)?).and(count)
+        let count = self.plan_count(&key.partition_key, -1)?;
+        self.table.plan_delete(key, if_match)?.and(count)
     }
 
     fn counted_key(&self, key: EntityKey) -> Result<EntityKey> {
@@ -320,37 +309,24 @@ impl<T: TableEntity> CountedPartition<T> {
         Ok(key)
     }
 
-    /// Sends `op` with the change of the count by `delta` in one transaction,
-    /// again from a fresh read of the summary when another writer changed
-    /// it; returns the count and the ETag `op` wrote.
-    async fn send_counted(
-        &self,
-        op: TransactionOp,
-        delta: i32,
-    ) -> Result<(i32, Option<tablekit::ETag>)> {
-        let key = op.key();
-        let mut attempt = 1;
-        loop {
-            let (count_plan, count) = self.plan_count(&key.partition_key, delta).await?;
-            let plan = Plan::of(op.clone()).and(count_plan)?;
-            self.before_write.call(attempt);
-            match plan.send(&self.raw).await {
-                Ok(done) => return Ok((count, done.etag(&key).cloned())),
-                Err(e) if summary_race(&e) && attempt < MAX_ATTEMPTS => attempt += 1,
-                Err(e) => return Err(e),
-            }
-        }
+    /// Sends `plan` (with the before-write hook) and returns the count it wrote.
+    async fn send_counted(&self, plan: Plan<'_>, partition_key: &str) -> Result<i32> {
+        let done = self.before_write.attach(plan).send().await?;
+        let key = EntityKey::new(partition_key, self.summary_row_key.as_str());
+        let summary = done
+            .written(&key)
+            .ok_or_else(|| Error::from(DecodeError::new("the count was not written")))?;
+        self.read_count(summary)
     }
 
     /// Inserts the entity and adds one to its partition's count, in one
-    /// transaction; returns the new count. A taken key is a conflict.
+    /// transaction (again from a fresh read of the summary when another
+    /// writer changed it meanwhile); returns the new count. A taken key is a
+    /// conflict. Sets the entity's ETag.
     pub async fn insert(&self, entity: &mut T) -> Result<i32> {
-        self.check(entity)?;
-        let (count, etag) = self.send_counted(TransactionOp::insert(entity)?, 1).await?;
-        if let Some(etag) = etag {
-            entity.set_etag(etag);
-        }
-        Ok(count)
+        let pk = entity.partition_key().into_owned();
+        let plan = self.plan_insert(&mut *entity)?;
+        self.send_counted(plan, &pk).await
     }
 
     /// Deletes the entity with this key under `if_match` and subtracts one
@@ -360,14 +336,9 @@ impl<T: TableEntity> CountedPartition<T> {
         key: impl Into<EntityKey>,
         if_match: impl Into<IfMatch>,
     ) -> Result<i32> {
-        let key = self.counted_key(key.into())?;
-        let op = TransactionOp::delete(key, if_match)?;
-        Ok(self.send_counted(op, -1).await?.0)
+        let key = key.into();
+        let pk = key.partition_key.clone();
+        let plan = self.plan_delete(key, if_match)?;
+        self.send_counted(plan, &pk).await
     }
-}
-
-/// The transaction failed on the summary (operation 1): another writer changed
-/// or created it since the read.
-fn summary_race(e: &Error) -> bool {
-    e.batch_index() == Some(1) && (e.is_precondition_failed() || e.is_conflict())
 }

@@ -55,7 +55,7 @@ use tablekit::{
 };
 
 use crate::error::refused;
-use crate::plan::{Plan, Stale};
+use crate::plan::Plan;
 use crate::range::KeyRange;
 
 /// The Int32 property of part 0 that holds the number of parts. An entity
@@ -171,10 +171,10 @@ impl<T: TableEntity> WideTable<T> {
     /// [`insert`](Self::insert) sends, part 0 first, for a transaction
     /// composed with other writes of the partition ([`crate::plan`]), such as
     /// the entity's [index copies](crate::index::IndexedTable::plan_insert_copies).
-    pub fn plan_insert(&self, entity: &T) -> Result<Plan> {
+    pub fn plan_insert(&self, entity: &T) -> Result<Plan<'static>> {
         let mut plan = Plan::new();
         for p in self.parts(entity)? {
-            plan.push_planned(TransactionOp::Insert(p), Stale::NEVER)?;
+            plan.push(&self.raw, TransactionOp::Insert(p))?;
         }
         Ok(plan)
     }
@@ -186,7 +186,7 @@ impl<T: TableEntity> WideTable<T> {
             entity.partition_key().as_ref(),
             part_row_key(&entity.row_key(), 0),
         );
-        let done = self.plan_insert(entity)?.send(&self.raw).await?;
+        let done = self.plan_insert(entity)?.send().await?;
         if let Some(etag) = done.etag(&part0) {
             entity.set_etag(etag.clone());
         }
@@ -202,45 +202,7 @@ impl<T: TableEntity> WideTable<T> {
             query = query.select([PARTS]);
         }
         let rows = query.fetch_all().await?;
-        let mut parts: Vec<(usize, DynamicEntity)> = rows
-            .into_iter()
-            .filter_map(|r| {
-                let suffix = r.row_key.get(key.row_key.len() + 1..)?;
-                let index = suffix
-                    .bytes()
-                    .all(|b| b.is_ascii_digit())
-                    .then(|| suffix.parse::<usize>().ok())??;
-                Some((index, r))
-            })
-            .collect();
-        if parts.is_empty() {
-            return Ok(None);
-        }
-        parts.sort_by_key(|(i, _)| *i);
-        let n = match parts[0].1.get(PARTS) {
-            Some(EdmValue::Int32(n)) if parts[0].0 == 0 && *n >= 1 => *n as usize,
-            _ => {
-                return Err(inconsistent(format!(
-                    "{key}: part 0 with the part count is missing"
-                )))
-            }
-        };
-        if parts.len() < n || parts.iter().take(n).enumerate().any(|(i, (j, _))| i != *j) {
-            return Err(inconsistent(format!(
-                "{key}: part 0 says {n} parts, {} found",
-                parts.len()
-            )));
-        }
-        parts.truncate(n);
-        let etag = parts[0]
-            .1
-            .etag
-            .clone()
-            .ok_or_else(|| inconsistent(format!("{key}: part 0 came without an ETag")))?;
-        Ok(Some(Stored {
-            parts: parts.into_iter().map(|(_, p)| p).collect(),
-            etag,
-        }))
+        stored_of(key, rows)
     }
 
     fn assemble(key: &EntityKey, stored: &Stored) -> Result<T> {
@@ -278,26 +240,26 @@ impl<T: TableEntity> WideTable<T> {
         entity: &E,
         stored: &Stored,
         if_match: IfMatch,
-    ) -> Result<Plan> {
+    ) -> Result<Plan<'static>> {
         let mut parts = parts_of(entity)?.into_iter();
         let mut plan = Plan::new();
         let first = parts.next().expect("part 0 is always there");
-        plan.push_planned(
+        plan.push(
+            &self.raw,
             TransactionOp::Update(first, UpdateMode::Replace, if_match),
-            Stale::DELETED,
         )?;
         let mut written = 1;
         for p in parts {
-            plan.push_planned(TransactionOp::Upsert(p, UpdateMode::Replace), Stale::NEVER)?;
+            plan.push(&self.raw, TransactionOp::Upsert(p, UpdateMode::Replace))?;
             written += 1;
         }
         for old in stored.parts.iter().skip(written) {
-            plan.push_planned(
+            plan.push(
+                &self.raw,
                 TransactionOp::Delete(
                     EntityKey::new(old.partition_key.as_str(), old.row_key.as_str()),
                     IfMatch::Any,
                 ),
-                Stale::NEVER,
             )?;
         }
         Ok(plan)
@@ -313,10 +275,7 @@ impl<T: TableEntity> WideTable<T> {
             entity.partition_key().as_ref(),
             part_row_key(&entity.row_key(), 0),
         );
-        let done = self
-            .plan_over(entity, stored, if_match)?
-            .send(&self.raw)
-            .await?;
+        let done = self.plan_over(entity, stored, if_match)?.send().await?;
         if let Some(etag) = done.etag(&part0) {
             entity.set_etag(etag.clone());
         }
@@ -328,16 +287,25 @@ impl<T: TableEntity> WideTable<T> {
     /// `if_match` ([`IfMatch::Any`]: under the version whose parts were
     /// listed), the other parts upserted, parts no longer needed deleted.
     /// Not found if there is no such entity.
-    pub async fn plan_replace(&self, entity: &T, if_match: impl Into<IfMatch>) -> Result<Plan> {
+    pub fn plan_replace<'a>(
+        &'a self,
+        entity: &'a T,
+        if_match: impl Into<IfMatch>,
+    ) -> Result<Plan<'a>> {
         let key = entity.key();
-        let Some(stored) = self.read(&key, true).await? else {
-            return Err(not_found(&key, self.raw.name()));
-        };
-        let condition = match if_match.into() {
-            IfMatch::Any => IfMatch::ETag(stored.etag.clone()),
-            other => other,
-        };
-        self.plan_over(entity, &stored, condition)
+        let if_match = if_match.into();
+        let prefix = format!("{}_", key.row_key);
+        let pk = key.partition_key.clone();
+        Plan::after_range(&self.raw, &pk, &prefix, Some(&[PARTS]), move |rows| {
+            let Some(stored) = stored_of(&key, rows.to_vec())? else {
+                return Err(not_found(&key, self.raw.name()));
+            };
+            let condition = match &if_match {
+                IfMatch::Any => IfMatch::ETag(stored.etag.clone()),
+                other => other.clone(),
+            };
+            self.plan_over(entity, &stored, condition)
+        })
     }
 
     /// Updates the stored logical entity with `entity`, on the condition
@@ -511,4 +479,47 @@ impl<T: TableEntity> WideTable<T> {
 
 fn not_found(key: &EntityKey, table: &str) -> Error {
     ErrorKind::NoEntity(format!("no wide entity {key} in table {table}")).into()
+}
+
+/// The parts of the logical entity `key` among `rows` (its RowKey range).
+fn stored_of(key: &EntityKey, rows: Vec<DynamicEntity>) -> Result<Option<Stored>> {
+    let mut parts: Vec<(usize, DynamicEntity)> = rows
+        .into_iter()
+        .filter_map(|r| {
+            let suffix = r.row_key.get(key.row_key.len() + 1..)?;
+            let index = suffix
+                .bytes()
+                .all(|b| b.is_ascii_digit())
+                .then(|| suffix.parse::<usize>().ok())??;
+            Some((index, r))
+        })
+        .collect();
+    if parts.is_empty() {
+        return Ok(None);
+    }
+    parts.sort_by_key(|(i, _)| *i);
+    let n = match parts[0].1.get(PARTS) {
+        Some(EdmValue::Int32(n)) if parts[0].0 == 0 && *n >= 1 => *n as usize,
+        _ => {
+            return Err(inconsistent(format!(
+                "{key}: part 0 with the part count is missing"
+            )))
+        }
+    };
+    if parts.len() < n || parts.iter().take(n).enumerate().any(|(i, (j, _))| i != *j) {
+        return Err(inconsistent(format!(
+            "{key}: part 0 says {n} parts, {} found",
+            parts.len()
+        )));
+    }
+    parts.truncate(n);
+    let etag = parts[0]
+        .1
+        .etag
+        .clone()
+        .ok_or_else(|| inconsistent(format!("{key}: part 0 came without an ETag")))?;
+    Ok(Some(Stored {
+        parts: parts.into_iter().map(|(_, p)| p).collect(),
+        etag,
+    }))
 }

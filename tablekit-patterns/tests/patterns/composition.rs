@@ -14,7 +14,7 @@ use tablekit::{
 };
 use tablekit_patterns::denormalize::Denormalized;
 use tablekit_patterns::index::{Index, IndexedTable};
-use tablekit_patterns::plan::{transact, Plan};
+use tablekit_patterns::plan::Plan;
 use tablekit_patterns::range::KeyRange;
 use tablekit_patterns::summary::CountedPartition;
 use tablekit_patterns::wide::WideTable;
@@ -107,16 +107,18 @@ async fn an_employee_its_index_the_count_and_the_manager_are_one_transaction(
 ) {
     let env = env(&svc).await;
     let jones = employee(223, "Jones");
-    let applied = transact(&env.table, |_| async {
-        env.indexed
-            .plan_insert(&jones)?
-            .and(env.counted.plan_insert(&jones).await?)?
-            .and(env.manager.plan_assign(&jones).await?)
-    })
-    .await
-    .unwrap();
+    let applied = env
+        .indexed
+        .plan_insert(&jones)
+        .unwrap()
+        .and(env.counted.plan_count("Sales", 1).unwrap())
+        .unwrap()
+        .and(env.manager.plan_assign(&jones).unwrap())
+        .unwrap()
+        .await
+        .unwrap();
     // The employee, its copy, and one insert of the department holding both
-    // the count and the manager (two plans of one entity joined).
+    // the count and the manager (a count and a copy of one entity, folded).
     assert_eq!(applied.len(), 3);
     assert!(applied.etag(&jones.key()).is_some());
     assert_eq!(
@@ -133,14 +135,15 @@ async fn an_employee_its_index_the_count_and_the_manager_are_one_transaction(
     // The second: the department exists, so its count and its new manager
     // are one merge under its ETag.
     let smith = employee(224, "Smith");
-    transact(&env.table, |_| async {
-        env.indexed
-            .plan_insert(&smith)?
-            .and(env.counted.plan_insert(&smith).await?)?
-            .and(env.manager.plan_assign(&smith).await?)
-    })
-    .await
-    .unwrap();
+    env.indexed
+        .plan_insert(&smith)
+        .unwrap()
+        .and(env.counted.plan_count("Sales", 1).unwrap())
+        .unwrap()
+        .and(env.manager.plan_assign(&smith).unwrap())
+        .unwrap()
+        .await
+        .unwrap();
     let sales = department(&env.table).await.unwrap();
     assert_eq!(sales.employee_count, 2);
     assert_eq!(sales.manager_id.as_deref(), Some("000224"));
@@ -157,14 +160,16 @@ async fn an_employee_its_index_the_count_and_the_manager_are_one_transaction(
     // no new manager.
     let mut clash = employee(225, "Smith");
     clash.email = "smith224@contoso.com".into();
-    let err = transact(&env.table, |_| async {
-        env.indexed
-            .plan_insert(&clash)?
-            .and(env.counted.plan_insert(&clash).await?)?
-            .and(env.manager.plan_assign(&clash).await?)
-    })
-    .await
-    .unwrap_err();
+    let err = env
+        .indexed
+        .plan_insert(&clash)
+        .unwrap()
+        .and(env.counted.plan_count("Sales", 1).unwrap())
+        .unwrap()
+        .and(env.manager.plan_assign(&clash).unwrap())
+        .unwrap()
+        .await
+        .unwrap_err();
     assert!(err.is_conflict(), "{err:?}");
     assert_eq!(err.batch_index(), Some(1), "the index copy is refused");
     assert!(env.table.get(clash.key()).await.unwrap().is_none());
@@ -175,8 +180,9 @@ async fn an_employee_its_index_the_count_and_the_manager_are_one_transaction(
     );
 }
 
-/// A change of the department between the plan's read and its send makes
-/// the transaction stale: `transact` plans again, and nothing is lost.
+/// A change of the department between the plan's read and its transaction
+/// makes the transaction stale: the plan is worked out again from a fresh
+/// read, and nothing is lost.
 async fn a_stale_plan_is_planned_again_from_fresh_reads(svc: TableServiceClient) {
     let env = env(&svc).await;
     let mut first = employee(1, "Adams");
@@ -184,32 +190,43 @@ async fn a_stale_plan_is_planned_again_from_fresh_reads(svc: TableServiceClient)
     let other = common::second_service(&svc)
         .table::<Employee>(env.table.name())
         .unwrap();
-    let counted_by_other = CountedPartition::new(other, "Department", "EmployeeCount");
-
     let attempts = Arc::new(AtomicUsize::new(0));
-    let jones = employee(223, "Jones");
-    transact(&env.table, |attempt| {
+    let handle = tokio::runtime::Handle::current();
+    let hook = {
         let attempts = attempts.clone();
-        let (env, jones, counted_by_other) = (&env, &jones, &counted_by_other);
-        async move {
+        Arc::new(move |attempt: usize| {
             attempts.store(attempt, Ordering::SeqCst);
-            let plan = env
-                .indexed
-                .plan_insert(jones)?
-                .and(env.counted.plan_insert(jones).await?)?;
             if attempt == 1 {
                 // Another writer adds an employee after this plan's read.
-                counted_by_other
-                    .insert(&mut employee(2, "Baker"))
-                    .await
-                    .unwrap();
+                tokio::task::block_in_place(|| {
+                    handle.block_on(async {
+                        CountedPartition::new(other.clone(), "Department", "EmployeeCount")
+                            .insert(&mut employee(2, "Baker"))
+                            .await
+                            .unwrap();
+                    })
+                });
             }
-            Ok(plan)
-        }
-    })
-    .await
-    .unwrap();
+        })
+    };
+    let mut jones = employee(223, "Jones");
+    env.counted
+        .plan_insert(&mut jones)
+        .unwrap()
+        .and(
+            env.indexed
+                .plan_insert_copies(&employee(223, "Jones"))
+                .unwrap(),
+        )
+        .unwrap()
+        .before_send(hook)
+        .await
+        .unwrap();
     assert_eq!(attempts.load(Ordering::SeqCst), 2);
+    assert!(
+        jones.etag.is_some(),
+        "the entity passed by &mut gets its ETag"
+    );
     assert_eq!(env.counted.count("Sales").await.unwrap(), 3);
 }
 
@@ -328,7 +345,7 @@ async fn a_wide_entity_and_its_index_copy_are_one_transaction(svc: TableServiceC
         .and(indexed.plan_insert_copies(&year).unwrap())
         .unwrap();
     assert_eq!(plan.len(), 3, "two parts and one copy");
-    plan.send(&table).await.unwrap();
+    plan.send().await.unwrap();
     assert_eq!(
         wide.get(("000123", "stats_2014"))
             .await
@@ -371,16 +388,21 @@ async fn the_rules_of_one_transaction_are_checked_for_the_combined_plan() {
         "{err}"
     );
 
-    // Two writes of one entity that are not one write.
+    // Two writes of one entity that no one operation does: refused when the
+    // plan is sent, before any request (the offline service has no server).
     let err = indexed
         .plan_insert(&employee(1, "Adams"))
         .unwrap()
-        .and(Plan::of(
-            TransactionOp::delete(("Sales", "empid_000001"), IfMatch::Any).unwrap(),
-        ))
+        .and(
+            table
+                .plan_delete(("Sales", "empid_000001"), IfMatch::Any)
+                .unwrap(),
+        )
+        .unwrap()
+        .await
         .unwrap_err();
     assert!(
-        common::assert_invalid(&err).contains("an insert and a delete"),
+        common::assert_invalid(&err).contains("inserted and deleted in one plan"),
         "{err}"
     );
 
@@ -392,7 +414,7 @@ async fn the_rules_of_one_transaction_are_checked_for_the_combined_plan() {
             .unwrap();
     }
     assert_eq!(plan.len(), 102);
-    let err = plan.send(&table).await.unwrap_err();
+    let err = plan.send().await.unwrap_err();
     assert!(
         common::assert_invalid(&err).contains("at most 100 operations"),
         "{err}"
@@ -404,10 +426,13 @@ async fn the_rules_of_one_transaction_are_checked_for_the_combined_plan() {
     for i in 0..70 {
         let big =
             DynamicEntity::new("Sales", format!("blob_{i:03}")).with("Data", vec![7u8; 63 * 1024]);
-        plan.push(TransactionOp::upsert(&big, UpdateMode::Replace).unwrap())
-            .unwrap();
+        plan.push(
+            &table,
+            TransactionOp::upsert(&big, UpdateMode::Replace).unwrap(),
+        )
+        .unwrap();
     }
-    let err = plan.send(&table).await.unwrap_err();
+    let err = plan.send().await.unwrap_err();
     assert!(
         common::assert_invalid(&err).contains("4194304 bytes"),
         "{err}"
@@ -416,7 +441,7 @@ async fn the_rules_of_one_transaction_are_checked_for_the_combined_plan() {
 
 common::on_both!(
     an_employee_its_index_the_count_and_the_manager_are_one_transaction,
-    a_stale_plan_is_planned_again_from_fresh_reads,
+    a_stale_plan_is_planned_again_from_fresh_reads [flavor = "multi_thread", worker_threads = 2],
     the_department_follows_its_manager_in_the_same_transaction,
     a_manager_write_racing_a_department_change_is_retried [flavor = "multi_thread", worker_threads = 2],
     a_wide_entity_and_its_index_copy_are_one_transaction,

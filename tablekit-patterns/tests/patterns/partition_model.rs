@@ -15,7 +15,7 @@ use proptest::prelude::*;
 use tablekit::{ETag, EdmValue, IfMatch, TableClient, TableEntity, TableServiceClient};
 use tablekit_patterns::denormalize::Denormalized;
 use tablekit_patterns::index::{Index, IndexedTable};
-use tablekit_patterns::plan::{transact, Plan};
+use tablekit_patterns::plan::Plan;
 use tablekit_patterns::range::KeyRange;
 use tablekit_patterns::summary::CountedPartition;
 
@@ -119,6 +119,7 @@ impl Model {
     }
 }
 
+#[derive(Clone)]
 struct Patterns {
     table: TableClient<Employee>,
     by_email: Index<Employee>,
@@ -157,7 +158,7 @@ fn employee(id: u32, email: &str) -> Employee {
 
 /// Plans `op` from fresh reads: the composed transaction that applies it,
 /// or `None` when the reads say it must be refused (the model refuses it too).
-async fn plan(p: &Patterns, op: &Op) -> tablekit::Result<Option<Plan>> {
+async fn plan<'p>(p: &'p Patterns, op: &Op) -> tablekit::Result<Option<Plan<'p>>> {
     let key = |id: u32| ("Sales".to_string(), format!("empid_{id:06}"));
     Ok(match *op {
         Op::Insert { id, email } => {
@@ -165,7 +166,7 @@ async fn plan(p: &Patterns, op: &Op) -> tablekit::Result<Option<Plan>> {
             Some(
                 p.indexed
                     .plan_insert(&e)?
-                    .and(p.counted.plan_insert(&e).await?)?,
+                    .and(p.counted.plan_count("Sales", 1)?)?,
             )
         }
         Op::ChangeEmail { id, email } => {
@@ -176,7 +177,7 @@ async fn plan(p: &Patterns, op: &Op) -> tablekit::Result<Option<Plan>> {
             Some(
                 p.indexed
                     .plan_update(&current, &new, IfMatch::ETag(etag))?
-                    .and(p.manager.plan_refresh(&new).await?)?,
+                    .and(p.manager.plan_refresh(&new)?)?,
             )
         }
         Op::Delete { id } => {
@@ -185,58 +186,77 @@ async fn plan(p: &Patterns, op: &Op) -> tablekit::Result<Option<Plan>> {
             };
             Some(
                 p.indexed
-                    .plan_delete(&current, IfMatch::ETag(etag.clone()))?
-                    .and(p.counted.plan_delete(key(id), IfMatch::ETag(etag)).await?)?,
+                    .plan_delete(&current, IfMatch::ETag(etag))?
+                    .and(p.counted.plan_count("Sales", -1)?)?,
             )
         }
         Op::MakeManager { id } => {
             let Some(current) = p.indexed.get(key(id)).await? else {
                 return Ok(None);
             };
-            Some(p.manager.plan_assign(&current).await?)
+            Some(p.manager.plan_assign(&current)?)
         }
     })
 }
 
-/// Runs `op` through `transact`; `raced_by` is applied by the other writer
-/// after the first plan. Returns whether `op` was applied, and whether its
-/// first plan was to do nothing (then `op` took effect, as a refusal, at
-/// that read: before the other writer's change).
+/// Runs `op`: plans it from the caller's reads and sends it, again from
+/// fresh reads when a write under the caller's own ETag is refused (the
+/// plan's own reads are worked out again by the plan itself); `raced_by` is
+/// applied by the other writer after the first plan's reads, before its
+/// transaction. Returns whether `op` was applied, and whether its first plan
+/// was to do nothing (then `op` took effect, as a refusal, at that read:
+/// before the other writer's change).
 async fn run(p: &Patterns, other: &Patterns, step: &Step) -> (bool, bool) {
-    let first_was_nothing = std::cell::Cell::new(false);
-    let outcome = transact(&p.table, |attempt| {
-        let first_was_nothing = &first_was_nothing;
-        async move {
-            let planned = plan(p, &step.op).await?;
+    let mut first_was_nothing = false;
+    for attempt in 1.. {
+        let planned = plan(p, &step.op).await.unwrap();
+        if attempt == 1 {
+            first_was_nothing = planned.is_none();
+        }
+        let Some(mut planned) = planned else {
             if attempt == 1 {
-                first_was_nothing.set(planned.is_none());
                 if let Some(raced) = &step.raced_by {
                     run_alone(other, raced).await;
                 }
             }
-            Ok(planned.unwrap_or_default())
+            return (false, first_was_nothing);
+        };
+        if attempt == 1 {
+            if let Some(raced) = step.raced_by.clone() {
+                let other = other.clone();
+                let handle = tokio::runtime::Handle::current();
+                planned = planned.before_send(std::sync::Arc::new(move |plan_attempt| {
+                    if plan_attempt == 1 {
+                        tokio::task::block_in_place(|| handle.block_on(run_alone(&other, &raced)));
+                    }
+                }));
+            }
         }
-    })
-    .await;
-    let applied = match outcome {
-        Ok(applied) => !applied.is_empty(),
-        // A taken email (unique index) or a taken id.
-        Err(e) if e.is_conflict() => false,
-        Err(e) => panic!("{step:?}: {e:?}"),
-    };
-    (applied, first_was_nothing.get())
+        match planned.send().await {
+            Ok(applied) => return (!applied.is_empty(), first_was_nothing),
+            // The caller's own read is stale: read and plan again.
+            Err(e) if (e.is_precondition_failed() || e.is_not_found()) && attempt < 16 => {}
+            // A taken email (unique index) or a taken id.
+            Err(e) if e.is_conflict() => return (false, first_was_nothing),
+            Err(e) => panic!("{step:?}: {e:?}"),
+        }
+    }
+    unreachable!()
 }
 
 async fn run_alone(p: &Patterns, op: &Op) {
-    let outcome = transact(&p.table, |_| async {
-        Ok(plan(p, op).await?.unwrap_or_default())
-    })
-    .await;
-    match outcome {
-        Ok(_) => {}
-        Err(e) if e.is_conflict() => {}
-        Err(e) => panic!("{op:?}: {e:?}"),
+    for _ in 0..16 {
+        let Some(planned) = plan(p, op).await.unwrap() else {
+            return;
+        };
+        match planned.send().await {
+            Ok(_) => return,
+            Err(e) if e.is_precondition_failed() || e.is_not_found() => {}
+            Err(e) if e.is_conflict() => return,
+            Err(e) => panic!("{op:?}: {e:?}"),
+        }
     }
+    panic!("{op:?}: 16 stale reads in a row");
 }
 
 async fn check(p: &Patterns, model: &Model) {
@@ -311,7 +331,10 @@ async fn case(svc: TableServiceClient, steps: Vec<Step>) {
 }
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
+    // The other writer's change runs inside the plan's before-send hook
+    // (block_in_place): a multi-thread runtime.
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
         .enable_all()
         .build()
         .unwrap()

@@ -207,6 +207,15 @@ pub enum ValidationError {
         /// Which rule it breaks.
         reason: String,
     },
+    /// Writes composed into one [`Plan`](crate::table::Plan) that one
+    /// transaction cannot carry out exactly: of two tables or partitions, or
+    /// two writes of one entity that no single operation does.
+    #[non_exhaustive]
+    #[error("plan: {reason}")]
+    Plan {
+        /// Which writes, and why.
+        reason: String,
+    },
     /// Stored access policies or service properties the service would refuse
     /// (more than five policies or CORS rules, a policy id that is empty,
     /// longer than 64 characters or given twice, a retention outside 1 to 365

@@ -28,6 +28,20 @@ impl TableHandle {
         &self.name
     }
 
+    /// Who the account is: its table endpoint over HTTP, or the store
+    /// itself (by address) for an in-process backend.
+    pub(crate) fn account_id(&self) -> String {
+        match &self.backend.inner {
+            crate::backend::TableBackend::Http(http) => http.table_endpoint().to_string(),
+            crate::backend::TableBackend::Dyn(b) => {
+                format!(
+                    "in-process store {:p}",
+                    std::sync::Arc::as_ptr(b).cast::<()>()
+                )
+            }
+        }
+    }
+
     /// Carries out `op`, an operation on this table, counted.
     pub(crate) fn execute<'a>(
         &'a self,

@@ -5,6 +5,7 @@ pub mod bulk;
 mod client;
 mod handle;
 mod outcome;
+pub mod plan;
 mod query;
 pub(crate) mod stats;
 
@@ -15,6 +16,7 @@ pub use client::{
 };
 pub use handle::AmbiguousWrites;
 pub use outcome::ReadBack;
+pub use plan::{Applied, Plan, SaveOutcome, TableRef, UnitOfWork};
 pub use query::{EntityStream, Page, PageStream, Query, ScanPolicy};
 pub use stats::{
     PartitionStats, RequestKind, Stats, ACCOUNT_TARGET, HEAT_SHARE, MAX_PARTITIONS,

@@ -374,6 +374,11 @@ impl Body {
 }
 
 impl HttpBackend {
+    /// The account's table endpoint (no credential in it): who the account is.
+    pub(crate) fn table_endpoint(&self) -> &str {
+        self.account.table_endpoint().unwrap_or_default()
+    }
+
     /// Carries out `op`: [`Backend::execute`] without its boxed future, for
     /// a caller that holds the HTTP backend itself.
     // Not an `async fn`: its arguments would be kept twice in the future,

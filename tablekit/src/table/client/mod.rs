@@ -117,6 +117,14 @@ impl<T> TableClient<T> {
         self.handle.ambiguous_writes
     }
 
+    /// The same table as another type, with no bound on either.
+    pub(crate) fn with_type_unchecked<U>(&self) -> TableClient<U> {
+        TableClient {
+            handle: self.handle.clone(),
+            _t: PhantomData,
+        }
+    }
+
     /// The table on its backend, untyped (for the bulk writer's read-backs).
     pub(crate) fn handle(&self) -> &TableHandle {
         &self.handle
