@@ -90,7 +90,7 @@ line and run it again.
 
 import reads JSON lines or CSV: --format csv|jsonl, else the file's name
 (.csv; .jsonl, .ndjson, .json), else the first line ('{' starts JSON lines, a
-header naming PartitionKey and RowKey starts CSV); an input that is neither is
+header naming PartitionKey or RowKey starts CSV); an input that is neither is
 refused before anything is written. A CSV has a header row with PartitionKey
 and RowKey columns (a Timestamp column is read past); every other column is a
 property, whose type comes, cell by cell, from
