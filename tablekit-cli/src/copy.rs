@@ -162,7 +162,10 @@ pub(crate) async fn copy(
         failed += report.refused + report.ambiguous;
     }
     if failed > 0 {
-        return Err(format!("{failed} entities were not copied (see above)"));
+        return Err(format!(
+            "{} not copied (see above)",
+            crate::progress::count(failed, "entity was", "entities were")
+        ));
     }
     Ok(())
 }
@@ -356,12 +359,12 @@ mod tests {
         let said = cli(&[a, "import", "Tee", "--checkpoint", cp], &lines)
             .await
             .unwrap();
-        assert!(said.starts_with("imported 5 entities"), "{said}");
+        assert!(said.starts_with("imported Tee: 5 written,"), "{said}");
         let said = cli(&[a, "import", "Tee", "--checkpoint", cp], &lines)
             .await
             .unwrap();
         assert!(
-            said.starts_with("imported 0 entities"),
+            said.starts_with("imported Tee: 0 written,"),
             "settled before: {said}"
         );
         // Export into a file, cut it as a crash would, and export again.

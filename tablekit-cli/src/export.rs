@@ -1,6 +1,9 @@
-//! `export <table> [--out <file>]`: the table as JSON lines, with a progress
-//! line; into a file, resumable: an existing file is continued after its last
-//! complete line (a line cut off by a crash is dropped first).
+//! `export <table> [--out <file>] [--format csv|jsonl]`: the table as JSON
+//! lines, with a progress line; into a file, resumable: an existing file is
+//! continued after its last complete line (a line cut off by a crash is
+//! dropped first). As CSV (`--format csv`, or an `--out` file named `.csv`),
+//! the whole table is read first, since the header names every property, and
+//! an existing file is refused rather than continued.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
@@ -50,6 +53,42 @@ pub(crate) fn open_for_resume(path: &Path) -> Result<(File, Option<EntityKey>), 
         None => None,
     };
     Ok((file, after))
+}
+
+/// Creates `path` for a CSV export; refuses a file that has content.
+pub(crate) fn create_new(path: &Path) -> Result<File, String> {
+    if std::fs::metadata(path).is_ok_and(|m| m.len() > 0) {
+        return Err(format!(
+            "{} exists: a CSV export is not continued (its header names every column), so remove it or name another file",
+            path.display()
+        ));
+    }
+    File::create(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Writes every entity of `table` to `out` as CSV (see `csv_table::write`).
+pub(crate) async fn export_csv(
+    table: &TableClient<DynamicEntity>,
+    out: &mut impl Write,
+) -> Result<(), String> {
+    let bar = Progress::new(&format!("export {}", table.name()));
+    let start = Instant::now();
+    let mut stream = table.query().stream();
+    let mut entities = Vec::new();
+    let read = async {
+        while let Some(e) = stream.try_next().await.map_err(|e| e.to_string())? {
+            entities.push(e);
+            let n = entities.len() as u64;
+            if n.is_multiple_of(1000) {
+                bar.read(n, n as f64 / start.elapsed().as_secs_f64().max(1e-9));
+            }
+        }
+        Ok::<_, String>(())
+    }
+    .await;
+    bar.finish();
+    read?;
+    crate::csv_table::write(&entities, out)
 }
 
 /// Writes the entities of `table` after `after` (all, if `None`) to `out`.

@@ -1,14 +1,14 @@
 //! A look inside a store, as Azure Storage Explorer gives one for the service:
 //! list tables, query with an OData filter, print entities as a table or JSON,
-//! export a table to JSON lines and import it back. The store is an embedded
-//! store file or a connection string.
+//! export a table to JSON lines or CSV and import it back. The store is an
+//! embedded store file or a connection string.
 //!
 //! ```text
-//! cargo install tablekit-cli            # or, in tablekit's repository: cargo install --path tablekit-cli
+//! cargo install tablekit-cli --locked   # or, in tablekit's repository: cargo install --path tablekit-cli --locked
 //! tablekit-cli <store> tables
 //! tablekit-cli <store> query <table> [--filter <odata>] [--top <n>] [--json]
-//! tablekit-cli <store> export <table> [--out <file>] > table.jsonl
-//! tablekit-cli <store> import <table> [--checkpoint <file>] < table.jsonl
+//! tablekit-cli <store> export <table> [--out <file>] [--format csv|jsonl] > table.jsonl
+//! tablekit-cli <store> import <table> [<file>] [--format csv|jsonl] [--schema <Name:Type,...>] [--checkpoint <file>]
 //! tablekit-cli copy <source> <dest> [<table>] [--filter <odata>] [--checkpoint <dir>]
 //! tablekit-cli <store> infer <table> [--sample <n>] > entity.rs
 //! tablekit-cli <file> check
@@ -30,7 +30,10 @@
 //! the service's JSON form (with `@odata.type` annotations), one entity per
 //! line, which `import` reads back (upserting: an entity of the same keys is
 //! replaced). Timestamps print as the service writes them (seven fractional
-//! digits and `Z`).
+//! digits and `Z`). `import` also reads CSV with a header row (`csv_table`
+//! says how its cells get their types), and `export --format csv` writes it
+//! with a `Name@type` column beside each property, as Azure Storage Explorer
+//! does, so that a CSV export imports back with every type.
 //!
 //! A filter compares a property only with a literal of its type, as Azure
 //! does: `Age gt 40L` finds no entity whose `Age` is an Int32. The CLI warns
@@ -38,6 +41,7 @@
 //! `tablekit-cli --help` says the rest.
 
 mod copy;
+mod csv_table;
 mod export;
 mod import;
 mod infer;
@@ -52,8 +56,9 @@ use tablekit::{codec::entity_to_json, DynamicEntity, TableServiceClient};
 const USAGE: &str = "\
 usage: tablekit-cli <store> tables
        tablekit-cli <store> query <table> [--filter <odata>] [--top <n>] [--json]
-       tablekit-cli <store> export <table> [--out <file>]
-       tablekit-cli <store> import <table> [--checkpoint <file>]   (JSON lines on standard input)
+       tablekit-cli <store> export <table> [--out <file>] [--format csv|jsonl]
+       tablekit-cli <store> import <table> [<file>] [--format csv|jsonl] [--schema <Name:Type,...>]
+                                  [--checkpoint <file>]   (standard input without <file>)
        tablekit-cli copy <source> <dest> [<table>] [--filter <odata>] [--checkpoint <dir>]
        tablekit-cli <store> infer <table> [--sample <n>]   (a #[derive(TableEntity)] type)
        tablekit-cli <file> check                 (verify an embedded store file)
@@ -83,9 +88,32 @@ export writes the table as JSON lines; import reads them back and upserts each
 line's number and what is wrong; the lines before it are imported, so fix the
 line and run it again.
 
+import reads JSON lines or CSV: --format csv|jsonl, else the file's name
+(.csv; .jsonl, .ndjson, .json), else the first line ('{' starts JSON lines, a
+header naming PartitionKey or RowKey starts CSV); an input that is neither is
+refused before anything is written. A CSV has a header row with PartitionKey
+and RowKey columns (a Timestamp column is read past); every other column is a
+property, whose type comes, cell by cell, from
+  - its Name@type column when the cell there is not empty (Azure Storage
+    Explorer's typed CSV export: PartitionKey,RowKey,Timestamp,Age,Age@type),
+  - else --schema Name:Type,... (Age:Int32,Photo:Binary; the types are String,
+    Int32, Int64, Double, Boolean, DateTime, Guid and Binary, with or without
+    Edm.; entries may also be separated by spaces or newlines),
+  - else the column's cells: the narrowest of Boolean, Int32, Int64, Double,
+    DateTime, Guid that all fit (from every row of a file, or the first 1,000
+    rows of standard input), else String. 007 and +1 stay text; Binary (Base64)
+    is never inferred. The inferred types are listed on standard error.
+An empty cell is no property (an empty string when its @type cell says
+String). A cell that does not fit its type stops the import with its line and
+column, after the rows before it. export --format csv (or --out <file>.csv)
+writes PartitionKey,RowKey,Timestamp and a Name,Name@type pair per property,
+which import reads back with every type; it reads the whole table before
+writing, to know its columns, and does not continue an existing file.
+
 import writes with the bulk writer (transactions of up to 100 entities of one
 partition, under the service's throughput targets, slowing down when throttled)
-and prints a summary. With --checkpoint <file>, a run stopped early resumes
+and prints a summary; reading a file (or a file on standard input), its progress
+line shows how much is done and the time left. With --checkpoint <file>, a run stopped early resumes
 where it stopped when run again on the same input (the lines already settled are
 skipped). export --out <file> writes to the file and, when the file exists
 already, resumes after its last complete line.
@@ -124,11 +152,9 @@ enum Command {
     Export {
         table: String,
         out: Option<std::path::PathBuf>,
+        format: import::Format,
     },
-    Import {
-        table: String,
-        checkpoint: Option<std::path::PathBuf>,
-    },
+    Import(import::ImportArgs),
     Copy(copy::CopyArgs),
     Infer {
         table: String,
@@ -157,22 +183,35 @@ fn parse(args: &[String]) -> Result<(String, Command), String> {
         [c] if c == "tables" => Command::Tables,
         [c] if c == "check" => Command::Check,
         [c] if c == "compact" => Command::Compact,
-        [c, table] if c == "export" => Command::Export {
-            table: table.clone(),
-            out: None,
-        },
-        [c, table, o, file] if c == "export" && o == "--out" => Command::Export {
-            table: table.clone(),
-            out: Some(file.into()),
-        },
-        [c, table] if c == "import" => Command::Import {
-            table: table.clone(),
-            checkpoint: None,
-        },
-        [c, table, o, file] if c == "import" && o == "--checkpoint" => Command::Import {
-            table: table.clone(),
-            checkpoint: Some(file.into()),
-        },
+        [c, table, options @ ..] if c == "export" => {
+            let (mut out, mut format) = (None, None);
+            let mut options = options.iter();
+            while let Some(o) = options.next() {
+                match o.as_str() {
+                    "--out" => {
+                        out = Some(std::path::PathBuf::from(
+                            options.next().ok_or("--out needs a file")?,
+                        ))
+                    }
+                    "--format" => {
+                        format = Some(import::Format::parse(
+                            options.next().ok_or("--format needs csv or jsonl")?,
+                        )?)
+                    }
+                    other => return Err(format!("unknown option {other:?}\n{USAGE}")),
+                }
+            }
+            // An --out file named .csv says CSV; any other name keeps JSON lines.
+            let format = format
+                .or_else(|| out.as_deref().and_then(import::Format::of_path))
+                .unwrap_or(import::Format::Jsonl);
+            Command::Export {
+                table: table.clone(),
+                out,
+                format,
+            }
+        }
+        [c, rest @ ..] if c == "import" => Command::Import(import::parse(rest)?),
         [c, table] if c == "infer" => Command::Infer {
             table: table.clone(),
             sample: INFER_SAMPLE,
@@ -260,7 +299,11 @@ fn file_command(store: &str, command: &Command, out: &mut impl Write) -> Result<
     }
     let report = tablekit::storage::check_file(&path).map_err(err)?;
     for (name, count) in &report.tables {
-        w(writeln!(out, "{name}: {count} entities"))?;
+        w(writeln!(
+            out,
+            "{name}: {}",
+            progress::count(*count, "entity", "entities")
+        ))?;
     }
     w(writeln!(
         out,
@@ -321,7 +364,8 @@ fn print_table(entities: &[DynamicEntity], out: &mut impl Write) -> std::io::Res
     for r in &rows {
         line(r, out)?;
     }
-    writeln!(out, "({} entities)", entities.len())
+    let n = entities.len() as u64;
+    writeln!(out, "({})", progress::count(n, "entity", "entities"))
 }
 
 fn json_line(e: &DynamicEntity, out: &mut impl Write) -> Result<(), String> {
@@ -330,9 +374,22 @@ fn json_line(e: &DynamicEntity, out: &mut impl Write) -> Result<(), String> {
     writeln!(out).map_err(|e| e.to_string())
 }
 
+#[cfg(test)]
 async fn run(
     args: &[String],
     input: impl BufRead + Send,
+    out: &mut impl Write,
+    warnings: &mut impl Write,
+) -> Result<(), String> {
+    run_sized(args, input, None, out, warnings).await
+}
+
+/// [`run`], told the size in bytes of `input` when it is known (a file on
+/// standard input), for `import`'s progress line.
+async fn run_sized(
+    args: &[String],
+    input: impl BufRead + Send,
+    input_len: Option<u64>,
     out: &mut impl Write,
     warnings: &mut impl Write,
 ) -> Result<(), String> {
@@ -346,11 +403,27 @@ async fn run(
     if let Command::Copy(args) = command {
         return copy::copy(args, open, out, warnings).await;
     }
-    let svc = open(&store, matches!(command, Command::Import { .. }))?;
+    if let Command::Import(args) = command {
+        // Everything the input can be refused for is found before the store is opened.
+        tablekit::validate::table_name(&args.table).map_err(|e| e.to_string())?;
+        let input = import::open_input(&args, input, input_len, warnings)?;
+        let t = open(&store, true)?
+            .table::<DynamicEntity>(&args.table)
+            .map_err(|e| e.to_string())?;
+        t.create_table_if_not_exists()
+            .await
+            .map_err(|e| e.to_string())?;
+        return import::import(&t, &args, input, out, warnings).await;
+    }
+    let svc = open(&store, false)?;
     let table = |name: &str| svc.table::<DynamicEntity>(name).map_err(|e| e.to_string());
     match command {
         // Answered before the store is opened.
-        Command::Help | Command::Check | Command::Compact | Command::Copy(_) => {}
+        Command::Help
+        | Command::Check
+        | Command::Compact
+        | Command::Copy(_)
+        | Command::Import(_) => {}
         Command::Tables => {
             for name in svc
                 .list_tables()
@@ -420,36 +493,48 @@ async fn run(
         Command::Export {
             table: name,
             out: file,
+            format,
         } => {
             let t = table(&name)?;
-            match file {
-                None => export::export(&t, None, out).await?,
-                Some(path) => {
+            match (file, format) {
+                (None, import::Format::Jsonl) => export::export(&t, None, out).await?,
+                (Some(path), import::Format::Jsonl) => {
                     let (mut file, after) = export::open_for_resume(&path)?;
                     export::export(&t, after.as_ref(), &mut file).await?;
                 }
+                (None, import::Format::Csv) => export::export_csv(&t, out).await?,
+                (Some(path), import::Format::Csv) => {
+                    let mut file = export::create_new(&path)?;
+                    export::export_csv(&t, &mut file).await?;
+                }
             }
-        }
-        Command::Import {
-            table: name,
-            checkpoint,
-        } => {
-            let t = table(&name)?;
-            t.create_table_if_not_exists()
-                .await
-                .map_err(|e| e.to_string())?;
-            import::import(&t, &name, input, checkpoint.as_deref(), out, warnings).await?;
         }
     }
     Ok(())
 }
 
+/// The size of standard input when it is a file (`import T < big.csv`).
+#[cfg(unix)]
+fn stdin_len() -> Option<u64> {
+    use std::os::fd::AsFd as _;
+    let fd = std::io::stdin().as_fd().try_clone_to_owned().ok()?;
+    let meta = std::fs::File::from(fd).metadata().ok()?;
+    meta.is_file().then_some(meta.len())
+}
+
+/// The size of standard input when it is a file; not looked for here.
+#[cfg(not(unix))]
+fn stdin_len() -> Option<u64> {
+    None
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let stdin = std::io::BufReader::new(std::io::stdin());
+    let stdin = std::io::BufReader::with_capacity(1 << 16, std::io::stdin());
     let mut stdout = std::io::stdout().lock();
-    if let Err(e) = run(&args, stdin, &mut stdout, &mut std::io::stderr()).await {
+    let len = stdin_len();
+    if let Err(e) = run_sized(&args, stdin, len, &mut stdout, &mut std::io::stderr()).await {
         eprintln!("tablekit-cli: {e}");
         std::process::exit(2);
     }
@@ -685,12 +770,12 @@ mod tests {
         let done = cli(&[to_path, "import", "Orders"], &exported)
             .await
             .unwrap();
+        // One summary, of one line.
         assert!(
-            done.starts_with(
-                "imported 5 entities into Orders\nimported Orders: 5 written, 0 refused"
-            ),
+            done.starts_with("imported Orders: 5 written, 0 refused, 0 ambiguous, 0 skipped (done before), 1 transaction, 0 throttled, in "),
             "{done}"
         );
+        assert_eq!(done.lines().count(), 1, "{done}");
         let again = cli(&[to_path, "export", "Orders"], "").await.unwrap();
         assert_eq!(again, exported, "the imported table exports the same");
 
@@ -792,7 +877,7 @@ mod tests {
         let (out, warning) = cli_warning(&[path, "query", "People", "--filter", "Age gt 40"], "")
             .await
             .unwrap();
-        assert!(out.ends_with("(1 entities)\n"), "{out}");
+        assert!(out.ends_with("(1 entity)\n"), "{out}");
         assert_eq!(warning, "");
         // A property no entity read holds is no mismatch.
         let (_, warning) = cli_warning(&[path, "query", "People", "--filter", "Height gt 2L"], "")
