@@ -20,6 +20,7 @@ mod eventual_steps;
 mod eventual_tracing;
 mod high_volume_delete;
 mod index_entities;
+mod index_entities_etags;
 mod index_entities_model;
 mod inter_index_claims;
 mod inter_index_model;
