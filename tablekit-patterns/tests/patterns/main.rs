@@ -16,6 +16,7 @@ mod data_series;
 mod denormalized_counts;
 mod eventual_crash;
 mod eventual_model;
+mod eventual_poison;
 mod eventual_steps;
 mod eventual_tracing;
 mod high_volume_delete;
