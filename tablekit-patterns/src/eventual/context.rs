@@ -15,7 +15,8 @@ use super::{BoxFuture, OpResult};
 // ---------------------------------------------------------------------------
 // Steps.
 
-/// A step boundary or heartbeat, as seen by a [`WorkerBuilder::step_hook`](super::WorkerBuilder::step_hook).
+/// A step boundary, a heartbeat or a boundary of the move to the poison
+/// queue, as seen by a [`WorkerBuilder::step_hook`](super::WorkerBuilder::step_hook).
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Event {
@@ -34,6 +35,24 @@ pub enum Event {
     /// skips this heartbeat (as if it were lost).
     Heartbeat {
         /// The message being run.
+        message_id: String,
+    },
+    /// The worker moving a message to the poison queue has just written its
+    /// whole body to the poison body table (the entry cannot carry it);
+    /// next it sends the poison entry. A hook error stops the move here: the
+    /// message stays on the main queue and is poisoned again later.
+    PoisonBodyKept {
+        /// The message being poisoned.
+        message_id: String,
+        /// The table its body is in.
+        table: String,
+    },
+    /// The worker moving a message to the poison queue has just sent its
+    /// entry; next it deletes the message from the main queue. A hook error
+    /// stops the move here: the message stays, and poisoning it again later
+    /// leaves a second entry for it.
+    PoisonEntrySent {
+        /// The message being poisoned.
         message_id: String,
     },
 }

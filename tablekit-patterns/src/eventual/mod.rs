@@ -107,7 +107,20 @@
 //! comes back more often than that because its workers kept dying, it is
 //! copied to the poison queue with the last error ([`PoisonedMessage`]) and
 //! then deleted from the main queue: in that order, so a crash in between
-//! leaves a duplicate in the poison queue, never a lost message. A message
+//! leaves a duplicate in the poison queue, never a lost message.
+//!
+//! The copy is whole for every message, up to the 64 KiB a queue message
+//! holds. A poison entry is itself a message, holding the body escaped as a
+//! JSON string beside the error, so a large body does not fit in it: the
+//! worker then first writes the body to a row of the table
+//! [`POISON_BODY_TABLE`] (or [`WorkerBuilder::poison_body_table`]; created
+//! when first needed), keyed by the queue's name and the message id, and the
+//! entry names that table and carries a preview. A crash after the row and
+//! before the entry leaves the message on the main queue, to be poisoned
+//! again (the same row, written again). [`PoisonedMessage::whole_body`]
+//! reads the whole message either way, [`Eventual::requeue`] sends it again
+//! once the cause is fixed, and [`PoisonedMessage::delete_kept_body`]
+//! removes the row when the entry is dealt with. A message
 //! that comes back because its last attempt stopped (its worker died) is
 //! not run again; if its kind has a give-up step
 //! ([`WorkerBuilder::on_give_up`]), that runs first, once, to release what
@@ -164,18 +177,20 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
-use tablekit::{queue::SentMessage, QueueClient, Result};
+use serde::Serialize;
+use tablekit::{queue::SentMessage, QueueClient, Result, TableServiceClient};
 
 use crate::error::refused;
 
 mod archive;
 mod context;
 mod envelope;
+mod poison;
 mod worker;
 pub use archive::Archive;
 pub use context::{Event, Guarded, StepContext};
 use envelope::envelope_bytes;
+pub use poison::{PoisonedMessage, POISON_BODY_TABLE};
 pub use worker::{Report, Worker, WorkerBuilder};
 
 /// The version of the message format this module writes and reads.
@@ -332,32 +347,32 @@ impl Eventual {
         if kind.is_empty() {
             return Err(refused("eventual", "an operation kind must not be empty"));
         }
-        let send = self.queue.send(envelope_bytes(kind, body)?);
+        self.send(envelope_bytes(kind, body)?).await
+    }
+
+    /// Sends a poisoned message again, once its cause is fixed: its
+    /// [whole body](PoisonedMessage::whole_body), read with `tables` (the
+    /// Table service of the worker that poisoned it) when the entry does not
+    /// carry all of it, as one new message (with its last error, which the
+    /// next failure replaces). Then delete its entry from the poison queue,
+    /// and after that its [kept body](PoisonedMessage::delete_kept_body):
+    /// a crash in between leaves an entry of a message already sent again
+    /// (delivery is at least once anyway), never a lost one.
+    pub async fn requeue(
+        &self,
+        poisoned: &PoisonedMessage,
+        tables: &TableServiceClient,
+    ) -> Result<SentMessage> {
+        self.send(poisoned.whole_body(tables).await?).await
+    }
+
+    async fn send(&self, body: Vec<u8>) -> Result<SentMessage> {
+        let send = self.queue.send(body);
         match self.time_to_live {
             None => send.never_expire().await,
             Some(ttl) => send.time_to_live(ttl).await,
         }
     }
-}
-
-/// A message the worker gave up on, as it is stored in the poison queue
-/// (JSON). Read it with `poison.receive().json::<PoisonedMessage>()`; `body`
-/// is the original message, which can be sent again once the cause is fixed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
-pub struct PoisonedMessage {
-    /// The queue it came from.
-    pub queue: String,
-    /// Its id in that queue.
-    pub message_id: String,
-    /// How many times it had been received.
-    pub dequeue_count: u32,
-    /// The last error, or why the worker could not run it.
-    pub error: String,
-    /// The original message text (UTF-8, lossily), possibly truncated.
-    pub body: String,
-    /// Whether `body` was cut short to fit the poison queue's message size.
-    pub body_truncated: bool,
 }
 
 #[cfg(test)]

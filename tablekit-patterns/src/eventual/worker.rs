@@ -14,7 +14,8 @@ use tracing::Instrument;
 
 use super::context::{ContextInner, Event, Hook, StepContext};
 use super::envelope::{read_message, Envelope, Unreadable};
-use super::{BoxFuture, OpResult, Operation, PoisonedMessage};
+use super::poison::{keep_body, INLINE_ENTRY_MAX, PREVIEW_MAX};
+use super::{BoxFuture, OpResult, Operation, PoisonedMessage, POISON_BODY_TABLE};
 use crate::error::refused;
 
 // ---------------------------------------------------------------------------
@@ -78,6 +79,7 @@ impl Report {
 pub struct WorkerBuilder {
     queue: QueueClient,
     poison: Option<QueueClient>,
+    body_table: String,
     tables: TableServiceClient,
     blobs: Option<BlobServiceClient>,
     handlers: HashMap<String, Handler>,
@@ -109,6 +111,7 @@ impl fmt::Debug for WorkerBuilder {
         f.debug_struct("WorkerBuilder")
             .field("queue", &self.queue.name())
             .field("poison", &self.poison.as_ref().map(QueueClient::name))
+            .field("body_table", &self.body_table)
             .field("kinds", &kinds)
             .field("give_ups", &give_ups)
             .field("options", &self.options)
@@ -194,6 +197,15 @@ impl WorkerBuilder {
         self
     }
 
+    /// The table that keeps the whole body of a poisoned message whose
+    /// poison entry cannot carry it (default [`POISON_BODY_TABLE`]); the
+    /// worker creates it the first time it needs it. See
+    /// [`PoisonedMessage`].
+    pub fn poison_body_table(mut self, table: impl Into<String>) -> Self {
+        self.body_table = table.into();
+        self
+    }
+
     /// The Blob service the steps reach through [`StepContext::blobs`].
     pub fn blobs(mut self, blobs: BlobServiceClient) -> Self {
         self.blobs = Some(blobs);
@@ -254,10 +266,12 @@ impl WorkerBuilder {
     }
 
     /// Calls `hook` at every step boundary (after each building block of
-    /// [`StepContext`] and each [`StepContext::step`]) and before every
-    /// heartbeat. An error it returns fails the step; a hook that never
-    /// returns holds the worker there (until it is aborted): the crash tests
-    /// stop workers at each boundary in turn this way.
+    /// [`StepContext`] and each [`StepContext::step`]), before every
+    /// heartbeat, and between the requests that move a message to the
+    /// poison queue ([`Event`]). An error it returns fails the step (or
+    /// stops the move); a hook that never returns holds the worker there
+    /// (until it is aborted): the crash tests stop workers at each boundary
+    /// in turn this way.
     pub fn step_hook<F, Fut>(mut self, hook: F) -> Self
     where
         F: Fn(Event) -> Fut + Send + Sync + 'static,
@@ -368,10 +382,12 @@ impl WorkerBuilder {
                 "the poison queue must not be the main queue",
             ));
         }
+        tablekit::validate::table_name(&self.body_table)?;
         Ok(Worker {
             inner: Arc::new(WorkerInner {
                 queue: self.queue,
                 poison,
+                body_table: self.body_table,
                 tables: self.tables,
                 blobs: self.blobs,
                 handlers: self.handlers,
@@ -409,6 +425,7 @@ pub struct Worker {
 struct WorkerInner {
     queue: QueueClient,
     poison: QueueClient,
+    body_table: String,
     tables: TableServiceClient,
     blobs: Option<BlobServiceClient>,
     handlers: HashMap<String, Handler>,
@@ -427,6 +444,7 @@ impl fmt::Debug for Worker {
         f.debug_struct("Worker")
             .field("queue", &self.inner.queue.name())
             .field("poison", &self.inner.poison.name())
+            .field("body_table", &self.inner.body_table)
             .field("kinds", &kinds)
             .field("options", &self.inner.options)
             .field("heartbeat", &self.inner.heartbeat)
@@ -436,10 +454,6 @@ impl fmt::Debug for Worker {
     }
 }
 
-/// The most of the original body a poison message keeps: its JSON is written
-/// again as a string (escaped) inside the poison message, which must fit the
-/// queue's 64 KiB even when the poison queue encodes it as Base64.
-const POISON_BODY_MAX: usize = 24 * 1024;
 const ERROR_TEXT_MAX: usize = 2 * 1024;
 
 pub(super) fn cut(s: &str, max: usize) -> (&str, bool) {
@@ -494,6 +508,7 @@ impl Worker {
         WorkerBuilder {
             queue,
             poison: None,
+            body_table: POISON_BODY_TABLE.to_owned(),
             tables,
             blobs: None,
             handlers: HashMap::new(),
@@ -839,22 +854,63 @@ impl WorkerInner {
     }
 
     /// Copies the message to the poison queue, then deletes it from the main
-    /// queue: a crash in between leaves a duplicate, never a loss.
+    /// queue: a crash in between leaves a duplicate, never a loss. A body the
+    /// entry cannot carry whole (too large once escaped in it, or not UTF-8)
+    /// is first written to the body table, which the entry names.
     async fn poison(&self, message: &QueueMessage, why: &str) -> Outcome {
-        let text = String::from_utf8_lossy(message.body());
-        let (body, body_truncated) = cut(&text, POISON_BODY_MAX);
+        let body = message.body();
         let (error, _) = cut(why, ERROR_TEXT_MAX);
-        let poisoned = PoisonedMessage {
+        let mut entry = PoisonedMessage {
             queue: self.queue.name().to_owned(),
             message_id: message.id().to_owned(),
             dequeue_count: message.dequeue_count(),
             error: error.to_owned(),
-            body: body.to_owned(),
-            body_truncated,
+            body: String::from_utf8_lossy(body).into_owned(),
+            body_truncated: false,
+            body_table: None,
         };
-        let sent = self.poison.send_json(&poisoned).never_expire().await;
+        if std::str::from_utf8(body).is_err() || !fits(&entry) {
+            if let Err(e) = keep_body(
+                &self.tables,
+                &self.body_table,
+                &entry.queue,
+                &entry.message_id,
+                body,
+            )
+            .await
+            {
+                tracing::error!(error = %e, reason = %why, table = %self.body_table, "could not keep the whole body for the poison queue; the message stays");
+                return Outcome::Failed;
+            }
+            let kept = Event::PoisonBodyKept {
+                message_id: entry.message_id.clone(),
+                table: self.body_table.clone(),
+            };
+            if !self.poisoning_hook(kept).await {
+                return Outcome::Failed;
+            }
+            entry.body_table = Some(self.body_table.clone());
+            let whole = std::mem::take(&mut entry.body);
+            let mut max = PREVIEW_MAX;
+            loop {
+                let (preview, cut_short) = cut(&whole, max);
+                entry.body = preview.to_owned();
+                entry.body_truncated = cut_short;
+                if max == 0 || fits(&entry) {
+                    break;
+                }
+                max /= 2;
+            }
+        }
+        let sent = self.poison.send_json(&entry).never_expire().await;
         if let Err(e) = sent {
             tracing::error!(error = %e, reason = %why, "could not move the message to the poison queue; it stays");
+            return Outcome::Failed;
+        }
+        let sent = Event::PoisonEntrySent {
+            message_id: entry.message_id.clone(),
+        };
+        if !self.poisoning_hook(sent).await {
             return Outcome::Failed;
         }
         if let Err(e) = self.queue.delete_message(message).await {
@@ -863,4 +919,25 @@ impl WorkerInner {
         tracing::error!(reason = %why, poison_queue = %self.poison.name(), "message moved to the poison queue");
         Outcome::Poisoned
     }
+
+    /// Runs the step hook at a boundary of the move to the poison queue;
+    /// `false` if it stops the move there.
+    async fn poisoning_hook(&self, event: Event) -> bool {
+        let Some(hook) = &self.hook else {
+            return true;
+        };
+        match hook(event).await {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "the step hook stopped the move to the poison queue; the message stays");
+                false
+            }
+        }
+    }
+}
+
+/// Whether `entry` fits one message of the poison queue, whichever way it
+/// encodes messages.
+fn fits(entry: &PoisonedMessage) -> bool {
+    serde_json::to_vec(entry).is_ok_and(|json| json.len() <= INLINE_ENTRY_MAX)
 }

@@ -4,8 +4,8 @@
 use std::collections::HashSet;
 
 use tablekit::{
-    table::Transaction, DynamicEntity, ETag, EdmValue, EntityKey, Error, IfMatch, Result,
-    TableClient, UpdateMode,
+    error::DecodeError, table::Transaction, DynamicEntity, ETag, EdmValue, EntityKey, Error,
+    IfMatch, Result, TableClient, UpdateMode,
 };
 
 use crate::error::refused;
@@ -105,7 +105,7 @@ impl Chunks {
             if used + len <= self.capacity {
                 let mut entries = c.entries.clone();
                 entries.push(entry.to_owned());
-                let etag = c.etag.clone().expect("stored chunks have an ETag");
+                let etag = self.etag_of(c)?;
                 return Ok(ChunkWrite::Update(self.entity(c.number, &entries), etag));
             }
         }
@@ -128,34 +128,38 @@ impl Chunks {
     /// The write that removes one occurrence of `entry` (from the first index
     /// entity listing it), deleting that index entity if it was its last
     /// entry; `None` if no index entity lists it.
-    pub(super) fn remove(&self, entry: &str) -> Option<ChunkWrite> {
-        self.chunks.iter().find_map(|c| {
+    pub(super) fn remove(&self, entry: &str) -> Result<Option<ChunkWrite>> {
+        let found = self.chunks.iter().find_map(|c| {
             let at = c.entries.iter().position(|e| e == entry)?;
             let mut entries = c.entries.clone();
             entries.remove(at);
-            Some(self.rewrite(c, entries))
-        })
+            Some((c, entries))
+        });
+        found
+            .map(|(c, entries)| self.rewrite(c, entries))
+            .transpose()
     }
 
     /// The write that keeps, in the first index entity where anything goes,
     /// only the entries in `live` not listed before it; `None` if nothing goes.
-    pub(super) fn prune(&self, live: &HashSet<String>) -> Option<ChunkWrite> {
+    pub(super) fn prune(&self, live: &HashSet<String>) -> Result<Option<ChunkWrite>> {
         let mut seen = HashSet::new();
-        self.chunks.iter().find_map(|c| {
+        let found = self.chunks.iter().find_map(|c| {
             let kept: Vec<String> = c
                 .entries
                 .iter()
                 .filter(|e| live.contains(*e) && seen.insert(e.as_str()))
                 .cloned()
                 .collect();
-            (kept.len() != c.entries.len()).then(|| self.rewrite(c, kept))
-        })
+            (kept.len() != c.entries.len()).then_some((c, kept))
+        });
+        found.map(|(c, kept)| self.rewrite(c, kept)).transpose()
     }
 
     /// The write that leaves `c` holding `entries`: deleting it if none.
-    fn rewrite(&self, c: &Chunk, entries: Vec<String>) -> ChunkWrite {
-        let etag = c.etag.clone().expect("stored chunks have an ETag");
-        if entries.is_empty() {
+    fn rewrite(&self, c: &Chunk, entries: Vec<String>) -> Result<ChunkWrite> {
+        let etag = self.etag_of(c)?;
+        Ok(if entries.is_empty() {
             ChunkWrite::Delete(
                 EntityKey::new(
                     self.partition_key.as_str(),
@@ -165,7 +169,21 @@ impl Chunks {
             )
         } else {
             ChunkWrite::Update(self.entity(c.number, &entries), etag)
-        }
+        })
+    }
+
+    /// The ETag `c` was read with, which every change of it is made under.
+    /// An answer without one (a server or proxy that dropped it) cannot be
+    /// written back safely: a decode error naming the index entity.
+    fn etag_of(&self, c: &Chunk) -> Result<ETag> {
+        c.etag.clone().ok_or_else(|| {
+            Error::from(DecodeError::new(format!(
+                "index entity ({}, {}) was read without its ETag (odata.etag), which a write \
+                 to it needs: the server or a proxy dropped it",
+                self.partition_key,
+                chunk_row_key(&self.prefix, &self.value, c.number)
+            )))
+        })
     }
 }
 
@@ -294,28 +312,70 @@ mod tests {
     fn removing_the_last_entry_deletes_its_index_entity() {
         let c = chunks(10, &[(0, &["a", "b"]), (1, &["x"])]);
         assert!(
-            matches!(c.remove("x").unwrap(), ChunkWrite::Delete(k, _) if k.row_key == "lastname_Jones_001")
+            matches!(c.remove("x").unwrap().unwrap(), ChunkWrite::Delete(k, _) if k.row_key == "lastname_Jones_001")
         );
-        assert!(matches!(c.remove("a").unwrap(), ChunkWrite::Update(e, _)
-            if e.get(ENTITY_IDS) == Some(&EdmValue::from("b"))));
-        assert!(c.remove("zz").is_none());
+        assert!(
+            matches!(c.remove("a").unwrap().unwrap(), ChunkWrite::Update(e, _)
+            if e.get(ENTITY_IDS) == Some(&EdmValue::from("b")))
+        );
+        assert!(c.remove("zz").unwrap().is_none());
     }
 
     #[test]
     fn a_repeated_entry_is_removed_once_and_pruned_to_one() {
         let c = chunks(20, &[(0, &["a", "b"]), (1, &["a", "x"])]);
-        assert!(matches!(c.remove("a").unwrap(), ChunkWrite::Update(e, _)
+        assert!(
+            matches!(c.remove("a").unwrap().unwrap(), ChunkWrite::Update(e, _)
             if e.row_key == "lastname_Jones_000"
-            && e.get(ENTITY_IDS) == Some(&EdmValue::from("b"))));
+            && e.get(ENTITY_IDS) == Some(&EdmValue::from("b")))
+        );
         let live: HashSet<String> = ["a".to_owned(), "b".to_owned()].into();
         // Chunk 0 keeps all; chunk 1 loses the repeat of "a" and the dead "x".
         assert!(
-            matches!(c.prune(&live).unwrap(), ChunkWrite::Delete(k, _) if k.row_key == "lastname_Jones_001")
+            matches!(c.prune(&live).unwrap().unwrap(), ChunkWrite::Delete(k, _) if k.row_key == "lastname_Jones_001")
         );
         let c = chunks(20, &[(0, &["a", "a", "b"])]);
-        assert!(matches!(c.prune(&live).unwrap(), ChunkWrite::Update(e, _)
-            if e.get(ENTITY_IDS) == Some(&EdmValue::from("a\nb"))));
-        assert!(chunks(20, &[(0, &["a", "b"])]).prune(&live).is_none());
+        assert!(
+            matches!(c.prune(&live).unwrap().unwrap(), ChunkWrite::Update(e, _)
+            if e.get(ENTITY_IDS) == Some(&EdmValue::from("a\nb")))
+        );
+        assert!(chunks(20, &[(0, &["a", "b"])])
+            .prune(&live)
+            .unwrap()
+            .is_none());
+    }
+
+    #[test]
+    fn an_index_entity_read_without_its_etag_is_an_error_to_write() {
+        let mut c = chunks(20, &[(0, &["a", "b"]), (1, &["x"])]);
+        c.chunks[0].etag = None;
+        let no_etag = |r: Result<Option<ChunkWrite>>| {
+            let err = r.unwrap_err();
+            assert!(
+                matches!(err.kind(), tablekit::error::ErrorKind::Decode(_)),
+                "{err:?}"
+            );
+            let text = err.to_string();
+            assert!(
+                text.contains("without its ETag") && text.contains("lastname_Jones_000"),
+                "{text}"
+            );
+        };
+        no_etag(c.add("c").map(Some)); // an update of chunk 0
+        no_etag(c.remove("a")); // an update of chunk 0
+                                // Chunk 0 deleted: neither of its entries is live.
+        no_etag(c.prune(&HashSet::from(["x".to_owned()])));
+        // What needs no ETag still works: an entry nobody lists, a new chunk,
+        // and chunk 1, which has its ETag.
+        assert!(c.remove("zz").unwrap().is_none());
+        assert!(matches!(
+            c.add(&"s".repeat(19)).unwrap(),
+            ChunkWrite::Insert(_)
+        ));
+        assert!(matches!(
+            c.remove("x").unwrap(),
+            Some(ChunkWrite::Delete(..))
+        ));
     }
 
     #[test]

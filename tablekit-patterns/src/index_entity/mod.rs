@@ -175,8 +175,8 @@
 //! ```
 
 use tablekit::{
-    codec::to_dynamic, entity::RawEntity, DynamicEntity, ETag, Error, IfMatch, Result, TableClient,
-    TableEntity,
+    codec::to_dynamic, entity::RawEntity, error::DecodeError, DynamicEntity, ETag, Error, IfMatch,
+    Result, TableClient, TableEntity,
 };
 
 mod chunks;
@@ -270,10 +270,12 @@ impl Replacing {
             .filter(|e| e.partition_key.eq(pk) & e.row_key.eq(rk))
             .fetch_one()
             .await?;
-        let etag = stored
-            .etag
-            .clone()
-            .expect("the service returns every entity with its ETag");
+        let etag = stored.etag.clone().ok_or_else(|| {
+            Error::from(DecodeError::new(format!(
+                "entity ({pk}, {rk}) was read without its ETag (odata.etag), which a write \
+                 under IfMatch::Any is made under here: the server or a proxy dropped it"
+            )))
+        })?;
         Ok(Replacing {
             value: key(&T::decode(&RawEntity::from_dynamic(&stored))?),
             if_match: IfMatch::ETag(etag),

@@ -175,7 +175,7 @@ impl<T: TableEntity> IndexEntities<T> {
         let mut attempt = 1;
         loop {
             let was = Replacing::of(&self.table, &*self.key, current, &if_match).await?;
-            let write = self.store.read(pk, &was.value).await?.remove(rk);
+            let write = self.store.read(pk, &was.value).await?.remove(rk)?;
             let mut tx = self.store.raw.transaction();
             tx.delete((pk, rk), was.if_match.clone())?;
             if let Some(write) = write {
@@ -231,7 +231,7 @@ impl<T: TableEntity> IndexEntities<T> {
                     Err(e) => return Err(e),
                 }
             }
-            let old = self.store.read(&pk, &was.value).await?.remove(&rk);
+            let old = self.store.read(&pk, &was.value).await?.remove(&rk)?;
             let fresh = self.store.read(&pk, &new_value).await?.add(&rk)?;
             let mut tx = self.store.raw.transaction();
             tx.update(&body, UpdateMode::Replace, was.if_match.clone())?;

@@ -235,7 +235,7 @@ impl<T: TableEntity> SeparateIndexEntities<T> {
     /// Takes one claim that the entity under `key` has `value` out.
     async fn unclaim(&self, value: &str, key: &EntityKey) -> Result<()> {
         let entry = entry(key);
-        self.change_index(value, false, |c| Ok(c.remove(&entry)))
+        self.change_index(value, false, |c| c.remove(&entry))
             .await
             .map(drop)
     }
@@ -345,10 +345,7 @@ impl<T: TableEntity> SeparateIndexEntities<T> {
     pub async fn remove_dangling(&self, value: &str) -> Result<Vec<EntityKey>> {
         let found = self.find(value).await?;
         let live: HashSet<String> = found.entities.iter().map(|e| entry(&e.key())).collect();
-        while self
-            .change_index(value, false, |c| Ok(c.prune(&live)))
-            .await?
-        {}
+        while self.change_index(value, false, |c| c.prune(&live)).await? {}
         Ok(found.dangling)
     }
 }

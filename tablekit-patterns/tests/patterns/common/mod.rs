@@ -293,6 +293,7 @@ pub fn assert_invalid(err: &tablekit::Error) -> String {
     err.to_string()
 }
 
+pub mod etag_stripper;
 pub mod proxy;
 
 /// A loopback HTTP server that answers every request with `status` and the
