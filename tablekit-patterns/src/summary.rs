@@ -98,7 +98,7 @@
 use std::fmt;
 
 use tablekit::{
-    error::DecodeError, table::WriteTarget, DynamicEntity, EdmValue, EntityKey, Error, IfMatch,
+    error::DecodeError, table::PlanTarget, DynamicEntity, EdmValue, EntityKey, Error, IfMatch,
     Result, TableClient, TableEntity,
 };
 
@@ -279,7 +279,7 @@ impl<T: TableEntity> CountedPartition<T> {
     /// succeeds. Joined with a [`Denormalized`](crate::denormalize::Denormalized)
     /// plan, the count and the manager's details are one merge of the
     /// summary, from one read of it.
-    pub fn plan_insert<'a>(&self, entity: impl WriteTarget<T> + Sync + 'a) -> Result<Plan<'a>> {
+    pub fn plan_insert<'a>(&self, entity: impl PlanTarget<'a, T>) -> Result<Plan<'a>> {
         self.check(entity.entity())?;
         let pk = entity.entity().partition_key().into_owned();
         self.table

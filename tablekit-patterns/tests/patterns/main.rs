@@ -37,3 +37,4 @@ mod secondary_index;
 mod series_model;
 mod wide_entity;
 mod wide_model;
+mod write_model;

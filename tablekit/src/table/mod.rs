@@ -16,7 +16,7 @@ pub use client::{
 };
 pub use handle::AmbiguousWrites;
 pub use outcome::ReadBack;
-pub use plan::{Applied, Plan, SaveOutcome, TableRef, UnitOfWork};
+pub use plan::{Applied, Plan, PlanTarget, SaveOutcome, TableRef, UnitOfWork};
 pub use query::{EntityStream, Page, PageStream, Query, ScanPolicy};
 pub use stats::{
     PartitionStats, RequestKind, Stats, ACCOUNT_TARGET, HEAT_SHARE, MAX_PARTITIONS,

@@ -103,7 +103,7 @@ use crate::error::{Error, Result, ValidationError};
 use crate::filter::Column;
 use crate::DynamicEntity;
 
-use super::client::{TableClient, TransactionOp, WriteTarget};
+use super::client::{TableClient, TransactionOp};
 use fold::{Refusal, Step};
 
 pub use unit::{SaveOutcome, UnitOfWork};
@@ -157,8 +157,9 @@ impl fmt::Display for TableRef {
 type ReadFn<'a> = dyn Fn(Option<&DynamicEntity>) -> Result<Plan<'static>> + Send + Sync + 'a;
 /// Works out writes from the entities of a RowKey range, in RowKey order.
 type RangeFn<'a> = dyn Fn(&[DynamicEntity]) -> Result<Plan<'static>> + Send + Sync + 'a;
-/// Gives a written entity its new ETag.
-type Sink<'a> = Box<dyn FnMut(&ETag) + Send + Sync + 'a>;
+/// Gives a written entity its new ETag (see [`PlanTarget`]).
+pub type EtagSink<'a> = Box<dyn FnMut(&ETag) + Send + Sync + 'a>;
+type Sink<'a> = EtagSink<'a>;
 
 enum Part<'a> {
     Op(TransactionOp),
@@ -738,27 +739,56 @@ impl Applied {
     }
 }
 
+/// What a planned write takes: `&entity`, or `&mut entity` to have the
+/// entity's ETag (and Timestamp) set when the plan succeeds. A plan made
+/// from `&entity` borrows nothing (the entity is encoded when the plan is
+/// made); one made from `&mut entity` holds the borrow until it is sent.
+pub trait PlanTarget<'a, T: TableEntity>: Send {
+    /// The entity to write.
+    fn entity(&self) -> &T;
+    /// What gives the entity its new ETag, if anything.
+    fn into_sink(self) -> Option<EtagSink<'a>>;
+}
+
+impl<'a, T: TableEntity> PlanTarget<'a, T> for &T {
+    fn entity(&self) -> &T {
+        self
+    }
+    fn into_sink(self) -> Option<EtagSink<'a>> {
+        None
+    }
+}
+
+impl<'a, T: TableEntity> PlanTarget<'a, T> for &'a mut T {
+    fn entity(&self) -> &T {
+        self
+    }
+    fn into_sink(self) -> Option<EtagSink<'a>> {
+        Some(Box::new(move |etag: &ETag| {
+            crate::backend::Written::from_etag(etag.clone()).apply_to(&mut *self)
+        }))
+    }
+}
+
 impl<T: TableEntity> TableClient<T> {
     fn plan_write<'a>(
         &self,
-        mut target: impl WriteTarget<T> + Sync + 'a,
+        target: impl PlanTarget<'a, T>,
         op: impl FnOnce(&T) -> Result<TransactionOp>,
     ) -> Result<Plan<'a>> {
         let op = op(target.entity())?;
         let key = op.key();
         let plan = Plan::op(self, op)?;
-        Ok(plan.with_sink(
-            key,
-            Box::new(move |etag: &ETag| {
-                target.written(&crate::backend::Written::from_etag(etag.clone()))
-            }),
-        ))
+        Ok(match target.into_sink() {
+            Some(sink) => plan.with_sink(key, sink),
+            None => plan,
+        })
     }
 
     /// The insert of `entity` as a [`Plan`], to await alone or join with
     /// other writes of its partition. Passed by `&mut`, the entity gets its
     /// new ETag when the plan succeeds.
-    pub fn plan_insert<'a>(&self, entity: impl WriteTarget<T> + Sync + 'a) -> Result<Plan<'a>> {
+    pub fn plan_insert<'a>(&self, entity: impl PlanTarget<'a, T>) -> Result<Plan<'a>> {
         self.plan_write(entity, TransactionOp::insert)
     }
 
@@ -766,7 +796,7 @@ impl<T: TableEntity> TableClient<T> {
     /// one) as a [`Plan`].
     pub fn plan_upsert<'a>(
         &self,
-        entity: impl WriteTarget<T> + Sync + 'a,
+        entity: impl PlanTarget<'a, T>,
         mode: UpdateMode,
     ) -> Result<Plan<'a>> {
         self.plan_write(entity, |e| TransactionOp::upsert(e, mode))
@@ -775,7 +805,7 @@ impl<T: TableEntity> TableClient<T> {
     /// The update of `entity` under `if_match` as a [`Plan`].
     pub fn plan_update<'a>(
         &self,
-        entity: impl WriteTarget<T> + Sync + 'a,
+        entity: impl PlanTarget<'a, T>,
         mode: UpdateMode,
         if_match: impl Into<IfMatch>,
     ) -> Result<Plan<'a>> {
