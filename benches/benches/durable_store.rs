@@ -32,6 +32,19 @@
 //!   the 32 writers), a read first of the row a write replaces as the store
 //!   does, and `VACUUM` to compact.
 //!
+//! - `group_commit` (criterion): 32 concurrent writers of single inserts on
+//!   a current-thread runtime and on a multi-thread runtime (tokio's default
+//!   worker count, as `#[tokio::main]`), each into a fresh store file with the
+//!   default options, in entities per second, and the ratio current/multi of
+//!   the two measured in the same run (every iteration criterion timed,
+//!   warm-up included, summed per runtime). Run it alone with a filter:
+//!
+//!   ```text
+//!   cargo bench -p tablekit-benches --bench durable_store -- group_commit
+//!   ```
+//!
+//!   Without a filter the phases above run first, then this benchmark.
+//!
 //! Resident memory is VmRSS / VmHWM from `/proc/self/status`.
 //! `DURABLE_STORE_CACHE` (bytes) sets the file store's cache for the `read`
 //! phase (its default, 64 MiB, otherwise).
@@ -443,6 +456,110 @@ mod sqlite {
     }
 }
 
+/// The criterion benchmarks (selected by the filter given after `--`).
+mod group_commit {
+    use super::*;
+    use criterion::{Criterion, Throughput};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    /// Concurrent writers, and the single inserts each makes per iteration.
+    const WRITERS: usize = 32;
+    const EACH: usize = 10;
+
+    /// Per runtime: the entities written and the time taken, over every
+    /// iteration criterion timed.
+    static TOTALS: Mutex<[(usize, f64); 2]> = Mutex::new([(0, 0.0); 2]);
+
+    fn runtime(multi: bool) -> tokio::runtime::Runtime {
+        let mut b = if multi {
+            tokio::runtime::Builder::new_multi_thread()
+        } else {
+            tokio::runtime::Builder::new_current_thread()
+        };
+        b.enable_all().build().expect("a tokio runtime")
+    }
+
+    /// One iteration: `WRITERS` tasks, each inserting `EACH` entities one at
+    /// a time (keys from `next`, never repeated); the time it took.
+    fn round(
+        rt: &tokio::runtime::Runtime,
+        t: &Arc<tablekit::TableClient<DynamicEntity>>,
+        next: &Arc<AtomicUsize>,
+    ) -> Duration {
+        rt.block_on(async {
+            let started = Instant::now();
+            let tasks: Vec<_> = (0..WRITERS)
+                .map(|_| {
+                    let (t, next) = (t.clone(), next.clone());
+                    tokio::spawn(async move {
+                        for _ in 0..EACH {
+                            let i = next.fetch_add(1, Ordering::Relaxed);
+                            t.insert(&entity(i)).await.expect("the insert commits");
+                        }
+                    })
+                })
+                .collect();
+            for task in tasks {
+                task.await.expect("a writer ends");
+            }
+            started.elapsed()
+        })
+    }
+
+    fn writers(c: &mut Criterion) {
+        let mut g = c.benchmark_group("group_commit");
+        g.throughput(Throughput::Elements((WRITERS * EACH) as u64));
+        g.sample_size(10)
+            .warm_up_time(Duration::from_secs(2))
+            .measurement_time(Duration::from_secs(8));
+        for (slot, (multi, name)) in [(false, "current_thread"), (true, "multi_thread")]
+            .into_iter()
+            .enumerate()
+        {
+            let path = std::env::temp_dir().join(format!(
+                "tablekit-group-commit-{}-{name}.redb",
+                std::process::id()
+            ));
+            let _ = tablekit::storage::remove_file(&path);
+            let rt = runtime(multi);
+            let svc = TableServiceClient::embedded_at(&path).expect("the store file opens");
+            let t = Arc::new(svc.table::<DynamicEntity>(TABLE).expect("a valid name"));
+            rt.block_on(t.create_table()).expect("create the table");
+            let next = Arc::new(AtomicUsize::new(0));
+            g.bench_function(format!("32 writers {name}"), |b| {
+                b.iter_custom(|iters| {
+                    let took: Duration = (0..iters).map(|_| round(&rt, &t, &next)).sum();
+                    let mut totals = TOTALS.lock().expect("not poisoned");
+                    totals[slot].0 += iters as usize * WRITERS * EACH;
+                    totals[slot].1 += took.as_secs_f64();
+                    took
+                })
+            });
+            drop((t, svc));
+            let _ = tablekit::storage::remove_file(&path);
+        }
+        g.finish();
+        let totals = *TOTALS.lock().expect("not poisoned");
+        if totals.iter().all(|&(n, _)| n > 0) {
+            let rate = |(n, s): (usize, f64)| n as f64 / s;
+            let (current, multi) = (rate(totals[0]), rate(totals[1]));
+            println!(
+                "{{\"phase\":\"group_commit\",\"writers\":{WRITERS},\"current_thread_per_s\":{current:.0},\
+                 \"multi_thread_per_s\":{multi:.0},\"ratio_current_to_multi\":{:.2}}}",
+                current / multi
+            );
+        }
+    }
+
+    pub(super) fn run() {
+        let mut c = Criterion::default().configure_from_args();
+        writers(&mut c);
+        c.final_summary();
+    }
+}
+
 /// Runs this binary as the child `phase`; its stdout.
 fn child(phase: &str, path: &std::path::Path, n: usize) -> String {
     let out = Command::new(std::env::current_exe().expect("this binary"))
@@ -485,6 +602,13 @@ fn main() {
         eprintln!("durable_store: run it with `cargo bench --bench durable_store`; skipped");
         return;
     }
+    // A filter (`-- group_commit`) selects among the criterion benchmarks
+    // alone; without one the phases run first.
+    let filtered = std::env::args().skip(1).any(|a| !a.starts_with('-'));
+    if filtered {
+        group_commit::run();
+        return;
+    }
     let n: usize = std::env::var("DURABLE_STORE_N")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -505,4 +629,5 @@ fn main() {
     for tail in [".seal", ".sqlite", ".sqlite-wal", ".sqlite-shm"] {
         let _ = std::fs::remove_file(format!("{}{tail}", path.display()));
     }
+    group_commit::run();
 }
