@@ -106,7 +106,13 @@ impl EmbeddedBackend {
         self.store.name()
     }
 
-    fn run(&self, op: Operation<'_>) -> Result<Response> {
+    /// [`EmbeddedBackend::run`], waited for on this thread.
+    #[cfg(test)]
+    pub(crate) fn run_now(&self, op: Operation<'_>) -> Result<Response> {
+        block_on(self.run(op))
+    }
+
+    async fn run(&self, op: Operation<'_>) -> Result<Response> {
         let store = &self.store;
         Ok(match op {
             Operation::CreateTable { table } => {
@@ -141,7 +147,10 @@ impl EmbeddedBackend {
                 let t = store.table(table)?;
                 let entity = check::entity_of(body)?;
                 let key = EntityKey::new(entity.partition_key.clone(), entity.row_key.clone());
-                written(t.write_one(store, &key, &BatchKind::Insert, Some(entity))?)?
+                written(
+                    t.write_one(store, &key, &BatchKind::Insert, Some(entity))
+                        .await?,
+                )?
             }
             Operation::Write {
                 table,
@@ -159,7 +168,7 @@ impl EmbeddedBackend {
                     None => BatchKind::Upsert(mode),
                     Some(m) => BatchKind::Update(mode, m.clone()),
                 };
-                written(t.write_one(store, key, &kind, Some(entity))?)?
+                written(t.write_one(store, key, &kind, Some(entity)).await?)?
             }
             Operation::Delete {
                 table,
@@ -168,7 +177,8 @@ impl EmbeddedBackend {
             } => {
                 let t = store.table(table)?;
                 key.validate().map_err(|v| errors::from_validation(&v))?;
-                t.write_one(store, key, &BatchKind::Delete(if_match.clone()), None)?;
+                t.write_one(store, key, &BatchKind::Delete(if_match.clone()), None)
+                    .await?;
                 Response::Done
             }
             Operation::Get {
@@ -210,9 +220,30 @@ impl EmbeddedBackend {
                 // The service names the first operation (index 0) when the
                 // table is missing, as for any failure of the whole request.
                 let t = store.table(table).map_err(|e| errors::at_index(e, 0))?;
-                Response::Transaction(t.transaction(store, ops)?)
+                Response::Transaction(t.transaction(store, ops).await?)
             }
         })
+    }
+}
+
+/// Runs `f` to its end on this thread, parking it while `f` waits (tests of
+/// the store's synchronous parts; the store's waits need no runtime).
+#[cfg(test)]
+pub(crate) fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Arc::new(Unpark(std::thread::current())).into();
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let std::task::Poll::Ready(out) = f.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park();
     }
 }
 
@@ -224,7 +255,9 @@ fn written(w: Option<super::Written>) -> Result<Response> {
 #[async_trait::async_trait]
 impl Backend for EmbeddedBackend {
     async fn execute(&self, op: Operation<'_>) -> Result<Response> {
-        self.run(op).map_err(|e| e.answered_by(self.store.name()))
+        self.run(op)
+            .await
+            .map_err(|e| e.answered_by(self.store.name()))
     }
 
     fn may_throttle(&self) -> bool {
@@ -263,12 +296,12 @@ mod tests {
 
     fn store_with_table() -> EmbeddedBackend {
         let b = EmbeddedBackend::new();
-        b.run(Operation::CreateTable { table: "T1x" }).unwrap();
+        b.run_now(Operation::CreateTable { table: "T1x" }).unwrap();
         b
     }
 
     fn insert(b: &EmbeddedBackend, json: String) -> Result<Response> {
-        b.run(Operation::Insert {
+        b.run_now(Operation::Insert {
             table: "T1x",
             body: EntityBody::Json(Bytes::from(json)),
         })
@@ -276,7 +309,7 @@ mod tests {
 
     fn count(b: &EmbeddedBackend) -> usize {
         match b
-            .run(Operation::Query {
+            .run_now(Operation::Query {
                 table: "T1x",
                 filter: None,
                 select: None,
@@ -397,7 +430,7 @@ mod tests {
         };
         let ops = [op("p", "a"), op("p", "b"), op("q", "c")];
         let err = b
-            .run(Operation::Transaction {
+            .run_now(Operation::Transaction {
                 table: "T1x",
                 ops: ops.to_vec(),
             })
@@ -406,7 +439,7 @@ mod tests {
         assert_eq!(err.batch_index(), Some(2));
         let ops = [op("p", "a"), op("p", "a")];
         let err = b
-            .run(Operation::Transaction {
+            .run_now(Operation::Transaction {
                 table: "T1x",
                 ops: ops.to_vec(),
             })
@@ -417,18 +450,18 @@ mod tests {
         for n in [101, 150] {
             let ops: Vec<_> = (0..n).map(|i| op("p", &format!("r{i}"))).collect();
             let err = b
-                .run(Operation::Transaction { table: "T1x", ops })
+                .run_now(Operation::Transaction { table: "T1x", ops })
                 .unwrap_err();
             assert_eq!(err.status(), Some(400), "{err:?}");
             assert_eq!(err.code(), Some(&ErrorCode::InvalidInput), "{err:?}");
             assert_eq!(err.batch_index(), Some(99), "{err:?}");
         }
         let ops: Vec<_> = (0..100).map(|i| op("p", &format!("r{i}"))).collect();
-        b.run(Operation::Transaction { table: "T1x", ops })
+        b.run_now(Operation::Transaction { table: "T1x", ops })
             .expect("100 operations are allowed");
         assert_eq!(count(&b), 100);
-        b.run(Operation::DeleteTable { table: "T1x" }).unwrap();
-        b.run(Operation::CreateTable { table: "T1x" }).unwrap();
+        b.run_now(Operation::DeleteTable { table: "T1x" }).unwrap();
+        b.run_now(Operation::CreateTable { table: "T1x" }).unwrap();
         let del = BatchOp {
             kind: BatchKind::Delete(IfMatch::Any),
             key: EntityKey::new("p", "missing"),
@@ -438,7 +471,7 @@ mod tests {
         };
         let ops = [op("p", "a"), del];
         let err = b
-            .run(Operation::Transaction {
+            .run_now(Operation::Transaction {
                 table: "T1x",
                 ops: ops.to_vec(),
             })
@@ -470,7 +503,7 @@ mod tests {
             .map(|i| padded_insert(&format!("r{i}"), quarter + usize::from(i == 3)))
             .collect();
         let err = b
-            .run(Operation::Transaction {
+            .run_now(Operation::Transaction {
                 table: "T1x",
                 ops: over,
             })
@@ -483,7 +516,7 @@ mod tests {
         let exact: Vec<_> = (0..4)
             .map(|i| padded_insert(&format!("r{i}"), quarter))
             .collect();
-        b.run(Operation::Transaction {
+        b.run_now(Operation::Transaction {
             table: "T1x",
             ops: exact,
         })
@@ -492,7 +525,7 @@ mod tests {
     }
 
     fn bag_insert(b: &EmbeddedBackend, e: crate::DynamicEntity) -> Result<Response> {
-        b.run(Operation::Insert {
+        b.run_now(Operation::Insert {
             table: "T1x",
             body: EntityBody::Bag(Box::new(e)),
         })
@@ -572,7 +605,7 @@ mod tests {
             payload,
             continuation,
         } = b
-            .run(Operation::Query {
+            .run_now(Operation::Query {
                 table: "T1x",
                 filter: Some("RowKey ne 'x'"),
                 select: None,

@@ -123,6 +123,12 @@ impl Store {
         }
     }
 
+    /// The store's file, if it has one (tests).
+    #[cfg(all(test, feature = "durable"))]
+    pub(crate) fn file(&self) -> Option<&Durable> {
+        self.durable.as_ref()
+    }
+
     /// How the store names itself in its errors (see [`errors::store_name`]).
     pub(crate) fn name(&self) -> String {
         #[cfg(feature = "durable")]
@@ -372,8 +378,10 @@ impl Table {
         Some(write(&self.partitions).entry(key).or_default().clone())
     }
 
-    /// One write or delete of one entity.
-    pub(crate) fn write_one(
+    /// One write or delete of one entity. In a store file it waits for the
+    /// commit that holds it (without blocking the thread); in memory it
+    /// completes at once.
+    pub(crate) async fn write_one(
         &self,
         store: &Store,
         key: &EntityKey,
@@ -383,7 +391,8 @@ impl Table {
         #[cfg(feature = "durable")]
         if let Some(file) = &store.durable {
             let (pk, rk) = (&key.partition_key, &key.row_key);
-            let _partition = file.lock_partition(self.id, pk);
+            // Held from this read to the end of the commit (see `Durable::write`).
+            let partition = file.lock_partition(self.id, pk).await;
             let current = file.snapshot(self.id)?.get(pk, rk)?;
             let change = decide(current.as_ref(), kind, entity)?;
             let stored = versioned(change, &store.clock);
@@ -391,9 +400,20 @@ impl Table {
                 row_key: rk,
                 entity: stored.as_deref(),
             };
-            file.write(&lower(&self.name).0, self.id, pk, &[put])?;
+            file.write(partition, &lower(&self.name).0, self.id, pk, &[put])
+                .await?;
             return Ok(stored.as_deref().map(written_of));
         }
+        self.write_one_in_memory(store, key, kind, entity)
+    }
+
+    fn write_one_in_memory(
+        &self,
+        store: &Store,
+        key: &EntityKey,
+        kind: &BatchKind,
+        entity: Option<DynamicEntity>,
+    ) -> Result<Option<Written>> {
         let create = matches!(kind, BatchKind::Insert | BatchKind::Upsert(_));
         let Some(part) = self.partition(&key.partition_key, create) else {
             return Err(errors::resource_not_found());
@@ -425,8 +445,9 @@ impl Table {
 
     /// An entity group transaction: every operation is decided against the
     /// partition as it is, and only if all succeed are they applied, under one
-    /// lock, so nobody sees a part of it.
-    pub(crate) fn transaction(
+    /// lock, so nobody sees a part of it. In a store file it waits for the
+    /// commit that holds it, as [`Table::write_one`].
+    pub(crate) async fn transaction(
         &self,
         store: &Store,
         mut ops: Vec<BatchOp>,
@@ -519,17 +540,19 @@ impl Table {
         }
         #[cfg(feature = "durable")]
         if let Some(file) = &store.durable {
-            let _partition = file.lock_partition(self.id, pk);
-            let snapshot = file.snapshot(self.id)?;
+            // Held from this read to the end of the commit (see `Durable::write`).
+            let partition = file.lock_partition(self.id, pk).await;
             let mut changes = Vec::with_capacity(ops.len());
-            for (i, (op, entity)) in ops.iter_mut().zip(entities).enumerate() {
-                let rk = std::mem::take(&mut op.key.row_key);
-                let current = snapshot.get(pk, &rk)?;
-                let change = decide(current.as_ref(), &op.kind, entity)
-                    .map_err(|e| errors::at_index(e, i))?;
-                changes.push((rk, change));
+            {
+                let snapshot = file.snapshot(self.id)?;
+                for (i, (op, entity)) in ops.iter_mut().zip(entities).enumerate() {
+                    let rk = std::mem::take(&mut op.key.row_key);
+                    let current = snapshot.get(pk, &rk)?;
+                    let change = decide(current.as_ref(), &op.kind, entity)
+                        .map_err(|e| errors::at_index(e, i))?;
+                    changes.push((rk, change));
+                }
             }
-            drop(snapshot);
             let changes: Vec<_> = changes
                 .into_iter()
                 .map(|(rk, change)| (rk, versioned(change, &store.clock)))
@@ -541,7 +564,8 @@ impl Table {
                     entity: stored.as_deref(),
                 })
                 .collect();
-            file.write(&lower(&self.name).0, self.id, pk, &puts)?;
+            file.write(partition, &lower(&self.name).0, self.id, pk, &puts)
+                .await?;
             return Ok(changes
                 .iter()
                 .map(|(_, stored)| stored.as_deref().map(|s| written_of(s).etag))

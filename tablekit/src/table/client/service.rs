@@ -119,9 +119,13 @@ impl TableServiceClient {
     /// newer tablekit. Clones of the client share the open file; it is closed
     /// when the last clone is dropped. The entities stay in the file and are
     /// read through a page cache of bounded size
-    /// ([`FileOptions::cache_bytes`](crate::options::FileOptions::cache_bytes));
-    /// a write blocks its thread until the `fsync` that covers it, and
-    /// concurrent writes share one commit.
+    /// ([`FileOptions::cache_bytes`](crate::options::FileOptions::cache_bytes)).
+    /// A write (or transaction) waits for the `fsync` of the commit that
+    /// holds it without blocking its thread: the store's own thread commits,
+    /// and concurrent writes share one commit and its `fsync`, on any tokio
+    /// runtime, a current-thread one (`#[tokio::test]`) included. Writes to
+    /// one partition follow one another, each after the commit of the one
+    /// before. Creating or deleting a table blocks its thread for its commit.
     ///
     /// A damaged file is an error naming it, never a panic. The close of the
     /// file leaves a small `<file>.seal` beside it that records the file as

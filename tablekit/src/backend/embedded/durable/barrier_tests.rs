@@ -149,7 +149,7 @@ fn put_acked(d: &Durable, disk: &SimDisk, id: u64, i: usize) {
         row_key: &rk,
         entity: Some(&stored),
     };
-    d.write("t", id, "p", &[put]).unwrap();
+    d.write_now("t", id, "p", &[put]).unwrap();
     disk.log(Event::Ack(i));
 }
 

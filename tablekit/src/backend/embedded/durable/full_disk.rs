@@ -77,6 +77,16 @@ impl Gate {
     }
 }
 
+/// Opens its gate when dropped: a test that fails with the gate closed
+/// ends (the store's close waits for the commit held at the gate).
+pub(crate) struct OpenAtEnd(pub(crate) Arc<Gate>);
+
+impl Drop for OpenAtEnd {
+    fn drop(&mut self) {
+        self.0.open();
+    }
+}
+
 fn enospc() -> io::Error {
     io::Error::from_raw_os_error(28)
 }
@@ -208,6 +218,7 @@ fn periodic_durability_acknowledges_before_the_sync_and_syncs_in_the_background(
     let (claim, _, gate) =
         claim_on_test_disk(&path.0, Service::Tables, Durability::Periodic(every));
     let (durable, _) = Durable::from_claim(claim).unwrap();
+    let _open_at_end = OpenAtEnd(gate.clone());
     let id = durable.create_table("t1x", "T1x").unwrap();
     gate.close();
     // Acknowledged with every fsync held at the gate: not synced.
@@ -218,7 +229,7 @@ fn periodic_durability_acknowledges_before_the_sync_and_syncs_in_the_background(
             row_key: &rk,
             entity: Some(&e),
         };
-        durable.write("t1x", id, "p", &[put]).unwrap();
+        durable.write_now("t1x", id, "p", &[put]).unwrap();
     }
     // The background sync comes within the interval, and waits at the gate.
     for _ in 0..10_000 {
@@ -260,8 +271,11 @@ fn writes_arriving_during_a_commit_share_the_next_and_wait_for_its_fsync() {
     let (claim, _, gate) = claim_on_test_disk(&path.0, Service::Tables, Durability::Immediate);
     let (durable, _) = Durable::from_claim(claim).unwrap();
     let durable = Arc::new(durable);
+    let _open_at_end = OpenAtEnd(gate.clone());
     let id = durable.create_table("t1x", "T1x").unwrap();
     let before = durable.commits();
+    // Each into a partition of its own: writes of one partition wait for
+    // each other's commits (its lock is held to the end of the commit).
     let write = |rk: String, ticks: i64| {
         let durable = durable.clone();
         std::thread::spawn(move || {
@@ -270,7 +284,7 @@ fn writes_arriving_during_a_commit_share_the_next_and_wait_for_its_fsync() {
                 row_key: &rk,
                 entity: Some(&e),
             };
-            durable.write("t1x", id, "p", &[put])
+            durable.write_now("t1x", id, &format!("p{rk}"), &[put])
         })
     };
     let wait_until = |what: &str, ok: &dyn Fn() -> bool| {
@@ -338,7 +352,7 @@ pub(crate) fn assert_refused_for_space(err: &Error) {
 }
 
 fn insert(b: &EmbeddedBackend, rk: &str) -> Result<Response> {
-    b.run(Operation::Insert {
+    b.run_now(Operation::Insert {
         table: "Notes",
         body: EntityBody::Json(Bytes::from(format!(
             "{{\"PartitionKey\":\"p\",\"RowKey\":\"{rk}\",\"N\":1}}"
@@ -370,7 +384,8 @@ fn a_full_disk_refuses_the_write_clearly_and_loses_nothing_acknowledged() {
         store: Arc::new(Store::with_file(durable, loaded)),
         admin: Arc::default(),
     };
-    b.run(Operation::CreateTable { table: "Notes" }).unwrap();
+    b.run_now(Operation::CreateTable { table: "Notes" })
+        .unwrap();
     insert(&b, "kept").unwrap();
 
     full.store(true, Ordering::SeqCst);
@@ -388,14 +403,14 @@ fn a_full_disk_refuses_the_write_clearly_and_loses_nothing_acknowledged() {
         bag_json_len: 0,
     };
     let err = b
-        .run(Operation::Transaction {
+        .run_now(Operation::Transaction {
             table: "Notes",
             ops: vec![op("tx1"), op("tx2")],
         })
         .unwrap_err();
     assert_eq!(err.status(), Some(500), "{err:?}");
     let err = b
-        .run(Operation::CreateTable { table: "Other" })
+        .run_now(Operation::CreateTable { table: "Other" })
         .unwrap_err();
     assert_eq!(err.status(), Some(500), "{err:?}");
     assert_eq!(rows(&b), ["kept"], "nothing refused is visible");

@@ -136,7 +136,7 @@ fn sample_store(path: &Path) -> (Vec<u8>, Vec<Row>) {
                     row_key: &rk,
                     entity: Some(&stored),
                 };
-                d.write(lower, id, &pk, &[put]).unwrap();
+                d.write_now(lower, id, &pk, &[put]).unwrap();
             }
         }
     }
@@ -429,7 +429,7 @@ fn put(d: &Durable, lower: &str, id: u64, i: usize, text: Option<&str>) {
         row_key: &rk,
         entity: stored.as_ref(),
     };
-    d.write(lower, id, "p", &[put]).unwrap();
+    d.write_now(lower, id, "p", &[put]).unwrap();
 }
 
 fn freed(path: &Path) -> u64 {
@@ -507,7 +507,7 @@ fn put_many(d: &Durable, rows: &[usize], text: Option<&str>) {
                 entity: s.as_ref(),
             })
             .collect();
-        d.write("t1x", 1, "p", &puts).unwrap();
+        d.write_now("t1x", 1, "p", &puts).unwrap();
     }
 }
 
