@@ -271,7 +271,8 @@ impl<'a> Plan<'a> {
         Plan::on(table, &key, Part::Op(op))
     }
 
-    /// `delta` added to the integer property `property` (Int32 or Int64) of
+    /// `delta` added to the integer property `property` (Int32 or Int64; a
+    /// name, or a column handle of the derive) of
     /// the entity `key` of `table`, as it is read when the plan is sent:
     /// merged under the ETag read, so a change in between makes the plan be
     /// worked out again. When the entity does not exist it is inserted as
@@ -281,12 +282,12 @@ impl<'a> Plan<'a> {
     pub fn add(
         table: &TableClient<DynamicEntity>,
         key: impl Into<EntityKey>,
-        property: impl Into<String>,
+        property: impl crate::filter::PropertyName,
         delta: i64,
         created: DynamicEntity,
     ) -> Result<Self> {
         let key = key.into();
-        let property = property.into();
+        let property = property.property_name().to_string();
         crate::validate::property_name(&property)?;
         let mut created = created;
         created.partition_key = key.partition_key.clone();
