@@ -371,9 +371,13 @@ pub use tablekit_derive::TableProperties;
 #[cfg(feature = "derive")]
 pub use tablekit_derive::{filter, odata};
 
+/// What the derive's expansions name: not an API. Its name carries the
+/// version of the contract between `tablekit-derive` and `tablekit`, so a
+/// derive of another minor version fails to compile with a message that
+/// names the module, instead of misbehaving.
 #[doc(hidden)]
 #[path = "__private.rs"]
-pub mod __private;
+pub mod __private_0_1;
 
 /// The README's example, compiled as a doctest so it cannot drift from the API.
 #[cfg(doctest)]
