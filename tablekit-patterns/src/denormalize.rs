@@ -157,6 +157,7 @@ impl<S: TableEntity> Denormalized<S> {
     /// Runs `hook` with the attempt number (1 first) after each write's read
     /// of the target and before its transaction: for tracing retries, and in
     /// tests the exact place to let another client change the target.
+    #[doc(hidden)]
     pub fn before_write(mut self, hook: impl Fn(usize) + Send + Sync + 'static) -> Self {
         self.before_write = BeforeWrite::new(hook);
         self

@@ -317,6 +317,7 @@ impl<T: TableEntity> IndexedTable<T> {
     /// [`upsert`](Self::upsert), [`delete_key`](Self::delete_key) and
     /// [`modify`](Self::modify) and before their transaction: for tracing
     /// retries, and in tests the exact place to let another client write.
+    #[doc(hidden)]
     pub fn before_write(mut self, hook: impl Fn(usize) + Send + Sync + 'static) -> Self {
         self.before_write = BeforeWrite::new(hook);
         self

@@ -182,6 +182,7 @@ impl<T: TableEntity> CountedPartition<T> {
     /// Runs `hook` with the attempt number (1 first) after each write's read
     /// of the summary and before its transaction: for tracing retries, and in
     /// tests the exact place to let another client change the summary.
+    #[doc(hidden)]
     pub fn before_write(mut self, hook: impl Fn(usize) + Send + Sync + 'static) -> Self {
         self.before_write = BeforeWrite::new(hook);
         self

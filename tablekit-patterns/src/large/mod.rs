@@ -395,6 +395,7 @@ impl<T: TableEntity> LargeTable<T> {
     /// Runs `hook` at each step boundary of every operation ([`Step`]): a
     /// test can make another writer act at a precise point, or stop the
     /// operation there as a crash would (a panic in a spawned task).
+    #[doc(hidden)]
     pub fn on_step(mut self, hook: impl Fn(Step) + Send + Sync + 'static) -> Self {
         self.hook = StepHook(Some(Arc::new(hook)));
         self
