@@ -29,6 +29,7 @@ mod derive_schema;
 mod differential;
 mod durable;
 mod entra;
+mod entra_identity;
 mod errors;
 mod filter_macros;
 mod fuzz_replay;
