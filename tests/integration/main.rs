@@ -17,6 +17,7 @@ mod blob;
 mod blob_manage;
 mod bulk;
 mod cosmos;
+mod cosmos_rules;
 mod crud;
 mod derive_crate_path;
 mod derive_flatten_names;

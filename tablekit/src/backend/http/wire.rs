@@ -89,7 +89,6 @@ pub(crate) mod names {
     pub(crate) const X_MS_CLIENT_REQUEST_ID: HeaderName =
         HeaderName::from_static("x-ms-client-request-id");
     pub(crate) const X_MS_REQUEST_ID: HeaderName = HeaderName::from_static("x-ms-request-id");
-    #[cfg(feature = "blob")]
     pub(crate) const X_MS_ERROR_CODE: HeaderName = HeaderName::from_static("x-ms-error-code");
     pub(crate) const PREFER: HeaderName = HeaderName::from_static("prefer");
     pub(crate) const DATASERVICEVERSION: HeaderName = HeaderName::from_static("dataserviceversion");
