@@ -61,6 +61,8 @@ pub(crate) struct HttpBackend {
     secondary: admin::Secondary,
     /// The account is a Cosmos DB Table API one: its own limits are checked too.
     cosmos: bool,
+    /// The spelling of each table name used, on Cosmos DB (case-sensitive there).
+    cosmos_names: cosmos::TableNames,
 }
 
 impl fmt::Debug for HttpBackend {
@@ -78,10 +80,12 @@ impl HttpBackend {
                 "the connection string names no table endpoint (TableEndpoint, or AccountName with AccountKey)",
             )
         })?;
+        account.check_credential_for_target()?;
         Ok(HttpBackend {
             pipeline: Pipeline::new(Service::Table, &account, endpoint, options)?,
             secondary: admin::Secondary::new(Service::Table, &account, options),
             cosmos: account.target() == crate::account::Target::CosmosDb,
+            cosmos_names: cosmos::TableNames::default(),
             account,
             metadata: options.metadata,
         })
@@ -394,12 +398,18 @@ impl HttpBackend {
             if self.cosmos {
                 cosmos::tunnel_merge(&mut req);
                 cosmos::check(&op, &req)?;
+                self.cosmos_names.check(&op)?;
             }
-            self.pipeline
+            let answer = self
+                .pipeline
                 .call(req, op.name(), op.repeat(), span, |resp| {
                     self.interpret(&op, resp)
                 })
-                .await
+                .await;
+            if self.cosmos && answer.is_ok() {
+                self.cosmos_names.record(&op);
+            }
+            answer
         }
     }
 }

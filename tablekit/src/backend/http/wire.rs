@@ -89,7 +89,6 @@ pub(crate) mod names {
     pub(crate) const X_MS_CLIENT_REQUEST_ID: HeaderName =
         HeaderName::from_static("x-ms-client-request-id");
     pub(crate) const X_MS_REQUEST_ID: HeaderName = HeaderName::from_static("x-ms-request-id");
-    #[cfg(feature = "blob")]
     pub(crate) const X_MS_ERROR_CODE: HeaderName = HeaderName::from_static("x-ms-error-code");
     pub(crate) const PREFER: HeaderName = HeaderName::from_static("prefer");
     pub(crate) const DATASERVICEVERSION: HeaderName = HeaderName::from_static("dataserviceversion");
@@ -163,6 +162,9 @@ pub(crate) fn split_batch_index(message: Option<String>) -> (Option<usize>, Opti
 }
 
 /// Reads `code` and `message` from a JSON (`odata.error`) or XML (`<error>`) body.
+/// The reason an authentication failure gives (`AuthenticationErrorDetail`,
+/// e.g. "Lifetime validation failed. The token is expired.") is added to the
+/// message's first line, which is the line an error shows.
 pub(crate) fn parse_error_body(body: &[u8]) -> (Option<String>, Option<String>) {
     #[derive(serde::Deserialize)]
     struct Envelope {
@@ -173,6 +175,8 @@ pub(crate) fn parse_error_body(body: &[u8]) -> (Option<String>, Option<String>) 
     struct Inner {
         code: Option<String>,
         message: Option<Message>,
+        #[serde(rename = "AuthenticationErrorDetail")]
+        detail: Option<String>,
     }
     #[derive(serde::Deserialize)]
     #[serde(untagged)]
@@ -187,10 +191,39 @@ pub(crate) fn parse_error_body(body: &[u8]) -> (Option<String>, Option<String>) 
         let message = inner.message.map(|m| match m {
             Message::Text(t) | Message::Lang { value: t } => t,
         });
-        return (inner.code, message);
+        return (inner.code, with_detail(message, inner.detail));
     }
     let text = String::from_utf8_lossy(body);
-    (xml_element(&text, "code"), xml_element(&text, "message"))
+    (
+        xml_element(&text, "code"),
+        with_detail(
+            xml_element(&text, "message"),
+            xml_element(&text, "AuthenticationErrorDetail"),
+        ),
+    )
+}
+
+/// `message` with `detail` at the end of its first line.
+fn with_detail(message: Option<String>, detail: Option<String>) -> Option<String> {
+    let Some(detail) = detail.filter(|d| !d.trim().is_empty()) else {
+        return message;
+    };
+    let detail = detail.trim();
+    let Some(message) = message else {
+        return Some(detail.to_owned());
+    };
+    let (first, rest) = message.split_once('\n').unwrap_or((&message, ""));
+    let mut out = String::with_capacity(message.len() + detail.len() + 2);
+    out.push_str(first.trim_end());
+    if !out.is_empty() {
+        out.push(' ');
+    }
+    out.push_str(detail);
+    if !rest.is_empty() {
+        out.push('\n');
+        out.push_str(rest);
+    }
+    Some(out)
 }
 
 /// The text of the first element with this local name (any namespace prefix).
@@ -223,6 +256,27 @@ fn xml_unescape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_authentication_failure_keeps_the_reason_the_service_gives() {
+        let json = br#"{"odata.error":{"code":"AuthenticationFailed","message":{"lang":"en-US","value":"Server failed to authenticate the request.\nRequestId:x\nTime:y"},"AuthenticationErrorDetail":"Invalid token audience."}}"#;
+        let (code, message) = parse_error_body(json);
+        assert_eq!(code.as_deref(), Some("AuthenticationFailed"));
+        assert_eq!(
+            message.as_deref(),
+            Some("Server failed to authenticate the request. Invalid token audience.\nRequestId:x\nTime:y")
+        );
+        let xml = b"<?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>AuthenticationFailed</Code><Message>Server failed to authenticate the request.\nRequestId:x</Message><AuthenticationErrorDetail>Lifetime validation failed. The token is expired.</AuthenticationErrorDetail></Error>";
+        let (code, message) = parse_error_body(xml);
+        assert_eq!(code.as_deref(), Some("AuthenticationFailed"));
+        assert_eq!(
+            message.as_deref(),
+            Some("Server failed to authenticate the request. Lifetime validation failed. The token is expired.\nRequestId:x")
+        );
+        // Without a detail, the message is the service's as it came.
+        let (_, message) = parse_error_body(br#"{"odata.error":{"code":"X","message":"a\nb"}}"#);
+        assert_eq!(message.as_deref(), Some("a\nb"));
+    }
 
     #[test]
     fn header_reads_borrow_and_copies_are_explicit() {
