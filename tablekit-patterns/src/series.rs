@@ -15,6 +15,12 @@
 //! * [`HourlyCounters`] rolls over: each UTC day is a series of its own
 //!   (RowKey `20140731_01`), and [`last_24_hours`](HourlyCounters::last_24_hours)
 //!   reads the two series a 24-hour chart needs with one range query.
+//! * [`plan_add`](DataSeries::plan_add), [`plan_set`](DataSeries::plan_set)
+//!   and [`plan_record`](HourlyCounters::plan_record) return the change as a
+//!   [`Plan`], to join other writes of the partition in one transaction
+//!   ([`crate::plan`]): an expense entry and its hour's count, say. An
+//!   addition is [`Plan::add`], so two additions to one slot in one plan
+//!   add up.
 //!
 //! Many writers of one series contend for one entity's ETag; spread writers
 //! over series, or accept retries.
@@ -56,12 +62,13 @@ use std::sync::Arc;
 use chrono::{DateTime, Duration, Timelike, Utc};
 use tablekit::validate::MAX_PROPERTIES;
 use tablekit::{
-    DynamicEntity, ETag, EdmValue, EntityKey, Error, IfMatch, Result, TableClient, TableEntity,
-    UpdateMode,
+    error::DecodeError, table::TransactionOp, DynamicEntity, ETag, EdmValue, EntityKey, Error,
+    IfMatch, Result, TableClient, TableEntity, UpdateMode,
 };
 
 use crate::error::refused;
 use crate::hook::BeforeWrite;
+use crate::plan::Plan;
 use crate::range::KeyRange;
 
 /// How many times [`DataSeries::add`] starts again after a concurrent change.
@@ -258,6 +265,110 @@ impl DataSeries {
         self.table.upsert(&e, UpdateMode::Merge).await.map(drop)
     }
 
+    /// The key of the entity that holds slot `slot` of `series`, and the
+    /// slot's property name.
+    fn slot_key(
+        &self,
+        partition_key: &str,
+        series: &str,
+        slot: usize,
+    ) -> Result<(EntityKey, String)> {
+        let (suffix, name) = self.layout.slot(slot)?;
+        let key = EntityKey::new(partition_key, row_key(series, &suffix));
+        key.validate().map_err(Error::from)?;
+        Ok((key, name))
+    }
+
+    /// The entity `key`, holding slot `slot`, with every one of its slots 0.
+    fn zeroed(&self, key: &EntityKey, slot: usize) -> DynamicEntity {
+        let first = slot / self.layout.per_entity * self.layout.per_entity;
+        let end = (first + self.layout.per_entity).min(self.layout.slots);
+        let mut e = DynamicEntity::new(key.partition_key.as_str(), key.row_key.as_str());
+        for i in first..end {
+            e.set((self.layout.name)(i), 0i64);
+        }
+        e
+    }
+
+    /// Slot `slot` set to `value` whatever it holds, planned: the one merge
+    /// (an upsert of that slot's property alone) that [`set`](Self::set)
+    /// sends, for a transaction composed with other writes of the partition
+    /// ([`crate::plan`]). An addition to the slot later in the same plan
+    /// adds to `value`.
+    pub fn plan_set(
+        &self,
+        partition_key: &str,
+        series: &str,
+        slot: usize,
+        value: i64,
+    ) -> Result<Plan<'static>> {
+        let (key, name) = self.slot_key(partition_key, series, slot)?;
+        let e = DynamicEntity::new(key.partition_key, key.row_key).with(name, value);
+        Plan::op(&self.table, TransactionOp::upsert(&e, UpdateMode::Merge)?)
+    }
+
+    /// `delta` added to slot `slot`, planned: the slot's entity is read when
+    /// the plan is sent (one point read, shared with every part of the plan
+    /// that reads it) and the new value merged under the ETag read, so the
+    /// plan is worked out again when another writer changed the entity
+    /// meanwhile. This is [`Plan::add`]: two additions to one slot in one
+    /// plan, from two `plan_add` calls or from other plans, add up.
+    ///
+    /// * A slot the entity holds as an integer: [`Plan::add`] (the value
+    ///   keeps its type, Int32 or Int64).
+    /// * No entity yet: [`Plan::add`] inserting it with **every slot it
+    ///   holds** 0 (Int64) and this one `delta` (Int32, as `Plan::add`
+    ///   creates a count), so that additions to any of its slots in the same
+    ///   plan, or in later plans, compose; [`add`](Self::add) stores the
+    ///   written slots only. A negative `delta`, or one past Int32, is an
+    ///   insert of that entity with the slot `delta` (Int64), which a second
+    ///   write of the entity in the same plan makes refused.
+    /// * An entity without the slot (a series entity written by `add` or
+    ///   `set`, which store only the slots written) or with a value of
+    ///   another type: the merge of the slot as `delta` under the ETag read,
+    ///   what `add` sends. It composes with writes of the entity's other
+    ///   slots; **not** with an earlier change of the same slot in the same
+    ///   plan, which it replaces ([`Plan::add`] takes a stored entity without
+    ///   the property for an error, not for 0). Give such a slot one change
+    ///   per plan.
+    pub fn plan_add(
+        &self,
+        partition_key: &str,
+        series: &str,
+        slot: usize,
+        delta: i64,
+    ) -> Result<Plan<'static>> {
+        let (key, name) = self.slot_key(partition_key, series, slot)?;
+        let created = self.zeroed(&key, slot);
+        let table = self.table.clone();
+        let at = key.clone();
+        Plan::after_read(&self.table, key, move |stored| match stored {
+            Some(s) if matches!(s.get(&name), Some(EdmValue::Int32(_) | EdmValue::Int64(_))) => {
+                Plan::add(&table, at.clone(), name.as_str(), delta, created.clone())
+            }
+            Some(s) => {
+                let etag = s.etag.clone().ok_or_else(|| {
+                    Error::from(DecodeError::new(format!(
+                        "series entity {at} was read without its ETag"
+                    )))
+                })?;
+                let e = DynamicEntity::new(at.partition_key.as_str(), at.row_key.as_str())
+                    .with(name.as_str(), delta);
+                Plan::op(
+                    &table,
+                    TransactionOp::update(&e, UpdateMode::Merge, IfMatch::ETag(etag))?,
+                )
+            }
+            None if (0..=i64::from(i32::MAX)).contains(&delta) => {
+                Plan::add(&table, at.clone(), name.as_str(), delta, created.clone())
+            }
+            None => Plan::op(
+                &table,
+                TransactionOp::insert(&created.clone().with(name.as_str(), delta))?,
+            ),
+        })
+    }
+
     /// Adds `delta` to slot `slot` and returns the new value: reads the slot's
     /// entity, then merges only that slot's property under the ETag read (or
     /// inserts the entity if there is none); if another writer changed it in
@@ -323,6 +434,19 @@ impl HourlyCounters {
     /// The underlying series.
     pub fn series(&self) -> &DataSeries {
         &self.series
+    }
+
+    /// `delta` added to the count of the hour of `t`, planned: the
+    /// [`plan_add`](DataSeries::plan_add) of that hour's slot of that day's
+    /// series.
+    pub fn plan_record(
+        &self,
+        partition_key: &str,
+        t: DateTime<Utc>,
+        delta: i64,
+    ) -> Result<Plan<'static>> {
+        self.series
+            .plan_add(partition_key, &day_of(t), t.hour() as usize, delta)
     }
 
     /// Adds `delta` to the count of the hour of `t` and returns the new count.

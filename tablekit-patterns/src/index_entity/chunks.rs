@@ -218,6 +218,19 @@ impl Store {
             .filter_by(KeyRange::inclusive("000", "999").filter(partition_key, &base))
             .fetch_all()
             .await?;
+        Ok(self.chunks(partition_key, value, rows))
+    }
+
+    /// The index entities of `value` among `rows` (rows of partition
+    /// `partition_key` whose RowKeys start with `{prefix}{value}_`; others
+    /// are skipped), as [`read`](Self::read) returns them.
+    pub(super) fn chunks(
+        &self,
+        partition_key: &str,
+        value: &str,
+        rows: impl IntoIterator<Item = DynamicEntity>,
+    ) -> Chunks {
+        let base = chunks_prefix(&self.prefix, value);
         let mut chunks = Vec::new();
         for row in rows {
             // A longer value that starts with `{value}_` may fall in the range.
@@ -241,13 +254,14 @@ impl Store {
                 etag: row.etag,
             });
         }
-        Ok(Chunks {
+        chunks.sort_by_key(|c| c.number);
+        Chunks {
             partition_key: partition_key.to_owned(),
             prefix: self.prefix.clone(),
             value: value.to_owned(),
             capacity: self.capacity,
             chunks,
-        })
+        }
     }
 }
 

@@ -6,17 +6,172 @@ use std::fmt;
 use std::sync::Arc;
 
 use futures::future::try_join_all;
-use tablekit::{DynamicEntity, Error, IfMatch, Result, TableClient, TableEntity, UpdateMode};
+use tablekit::{
+    entity::RawEntity,
+    error::{DecodeError, ErrorKind},
+    table::{PlanTarget, TransactionOp},
+    DynamicEntity, EntityKey, Error, IfMatch, Result, TableClient, TableEntity, UpdateMode,
+};
 
 use crate::error::refused;
 use crate::hook::BeforeWrite;
+use crate::plan::Plan;
 
-use super::chunks::{check_capacity, Store};
+use super::chunks::{check_capacity, chunks_prefix, ChunkWrite, Store};
 use super::{bag, index_race, set_etag, KeyFn, Replacing, MAX_ATTEMPTS, MAX_CHUNK_UNITS};
+
+/// The one operation of a change of an index entity, under the ETag it was
+/// read with.
+fn op_of(write: ChunkWrite) -> TransactionOp {
+    match write {
+        ChunkWrite::Insert(e) => TransactionOp::Insert(e),
+        ChunkWrite::Update(e, etag) => {
+            TransactionOp::Update(e, UpdateMode::Replace, IfMatch::ETag(etag))
+        }
+        ChunkWrite::Delete(key, etag) => TransactionOp::Delete(key, IfMatch::ETag(etag)),
+    }
+}
+
+/// `entry` added to the index entities of `value`, planned: worked out from
+/// them as read when the plan is sent (one range query, shared with every
+/// part of the plan that reads it).
+fn plan_add_entry(
+    store: &Store,
+    partition_key: &str,
+    value: &str,
+    entry: &str,
+) -> Result<Plan<'static>> {
+    store.check_value(partition_key, value)?;
+    let prefix = chunks_prefix(&store.prefix, value);
+    let raw = store.raw.clone();
+    let (store, pk, value, entry) = (
+        store.clone(),
+        partition_key.to_owned(),
+        value.to_owned(),
+        entry.to_owned(),
+    );
+    Plan::after_range(&raw, &pk.clone(), &prefix, None, move |rows| {
+        add_over(&store, &pk, &value, &entry, rows.to_vec())
+    })
+}
+
+/// The change that adds `entry` to the index entities `rows`: an update of
+/// one under its ETag, or the insert of a new one. The new one is read
+/// first, as absent (a point read): a transaction refused because another
+/// writer created it meanwhile (409) is then stale, and the plan is worked
+/// out again, where a range query's absence would not make it so. Found
+/// there, it joins `rows` and the entry is placed again.
+fn add_over(
+    store: &Store,
+    partition_key: &str,
+    value: &str,
+    entry: &str,
+    rows: Vec<DynamicEntity>,
+) -> Result<Plan<'static>> {
+    match store
+        .chunks(partition_key, value, rows.iter().cloned())
+        .add(entry)?
+    {
+        ChunkWrite::Insert(chunk) => {
+            let key = EntityKey::new(chunk.partition_key.as_str(), chunk.row_key.as_str());
+            let (store, pk, value, entry) = (
+                store.clone(),
+                partition_key.to_owned(),
+                value.to_owned(),
+                entry.to_owned(),
+            );
+            Plan::after_read(&store.raw.clone(), key, move |found| match found {
+                None => Plan::op(&store.raw, TransactionOp::Insert(chunk.clone())),
+                Some(found) => {
+                    let mut rows = rows.clone();
+                    rows.push(found.clone());
+                    add_over(&store, &pk, &value, &entry, rows)
+                }
+            })
+        }
+        write => Plan::op(&store.raw, op_of(write)),
+    }
+}
+
+/// One occurrence of `entry` removed from the index entities of `value`,
+/// planned (nothing when none lists it).
+fn plan_remove_entry(
+    store: &Store,
+    partition_key: &str,
+    value: &str,
+    entry: &str,
+) -> Result<Plan<'static>> {
+    store.check_value(partition_key, value)?;
+    let prefix = chunks_prefix(&store.prefix, value);
+    let (store, pk, value, entry) = (
+        store.clone(),
+        partition_key.to_owned(),
+        value.to_owned(),
+        entry.to_owned(),
+    );
+    Plan::after_range(
+        &store.raw.clone(),
+        &pk.clone(),
+        &prefix,
+        None,
+        move |rows| match store
+            .chunks(&pk, &value, rows.iter().cloned())
+            .remove(&entry)?
+        {
+            Some(write) => Plan::op(&store.raw, op_of(write)),
+            None => Ok(Plan::new()),
+        },
+    )
+}
 
 /// Entities of type `T` with index entities (option 2) for one non-unique
 /// value, in the entities' own partitions; see the [module docs](super).
 /// Cheap to clone.
+///
+/// Every write is one transaction in the entity's partition, so it can also
+/// be **planned**: [`plan_insert`](Self::plan_insert),
+/// [`plan_update`](Self::plan_update) and [`plan_delete`](Self::plan_delete)
+/// return a [`Plan`] (synchronously, with no request) that reads the index
+/// entities when it is sent and joins other writes of the partition, such as
+/// a [`CountedPartition`](crate::summary::CountedPartition)'s count, in one
+/// transaction ([`crate::plan`]). [`delete`](Self::delete) sends its plan;
+/// [`insert`](Self::insert) and [`update`](Self::update) make the same
+/// change with their own requests (a plan creating an index entity reads it
+/// first, one request more, and an update that keeps the value is one
+/// single write, not a transaction).
+///
+/// ```
+/// use tablekit::{TableEntity, TableServiceClient};
+/// use tablekit_patterns::index_entity::IndexEntities;
+/// use tablekit_patterns::summary::CountedPartition;
+///
+/// #[derive(TableEntity, Debug, Clone)]
+/// #[tablekit(partition_key = "{department}", row_key = "{employee_id:06}")]
+/// struct Employee {
+///     department: String,
+///     employee_id: u32,
+///     last_name: String,
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> tablekit::Result<()> {
+/// let service = TableServiceClient::embedded();
+/// let employees = service.table::<Employee>("Employees")?;
+/// employees.create_table().await?;
+/// let by_last_name = IndexEntities::new(employees.clone(), "lastname_", |e: &Employee| e.last_name.clone());
+/// let counted = CountedPartition::new(employees, "Department", "EmployeeCount");
+///
+/// let jones = Employee { department: "Sales".into(), employee_id: 152, last_name: "Jones".into() };
+/// // One transaction: the employee, lastname_Jones_000 and the count.
+/// let applied = by_last_name
+///     .plan_insert(&jones)?
+///     .and(counted.plan_count("Sales", 1)?)?
+///     .await?;
+/// assert_eq!(applied.len(), 3);
+/// assert_eq!(by_last_name.ids("Sales", "Jones").await?, ["000152"]);
+/// assert_eq!(counted.count("Sales").await?, 1);
+/// # Ok(()) }
+/// ```
 pub struct IndexEntities<T> {
     table: TableClient<T>,
     store: Store,
@@ -134,6 +289,153 @@ impl<T: TableEntity> IndexEntities<T> {
             .collect())
     }
 
+    /// The indexed value and ETag of the stored entity `key` as a plan read
+    /// it: not found when there is none (the error a write under
+    /// [`IfMatch::Any`] would meet).
+    fn stored(&self, key: &EntityKey, stored: Option<&DynamicEntity>) -> Result<(String, IfMatch)> {
+        let Some(stored) = stored else {
+            return Err(ErrorKind::NoEntity(self.table.name().to_owned()).into());
+        };
+        let etag = stored.etag.clone().ok_or_else(|| {
+            Error::from(DecodeError::new(format!(
+                "entity {key} was read without its ETag (odata.etag), which a write under \
+                 IfMatch::Any is made under here: the server or a proxy dropped it"
+            )))
+        })?;
+        let value = (self.key)(&T::decode(&RawEntity::from_dynamic(stored))?);
+        Ok((value, IfMatch::ETag(etag)))
+    }
+
+    /// The entry `key` moved from the index entities of `old` to those of
+    /// `new`, planned (nothing when the value is the same).
+    fn plan_move(&self, key: &EntityKey, old: &str, new: &str) -> Result<Plan<'static>> {
+        if old == new {
+            return Ok(Plan::new());
+        }
+        let (pk, rk) = (key.partition_key.as_str(), key.row_key.as_str());
+        plan_remove_entry(&self.store, pk, old, rk)?.and(plan_add_entry(&self.store, pk, new, rk)?)
+    }
+
+    /// The insert of the entity and the addition of its RowKey to its
+    /// value's index entities, planned: the writes [`insert`](Self::insert)
+    /// sends, for a transaction composed with other writes of the partition
+    /// ([`crate::plan`]), such as the partition's
+    /// [count](crate::summary::CountedPartition::plan_count). The index
+    /// entities are read when the plan is sent (one range query) and the
+    /// change is made under the ETag read, so the plan is worked out again
+    /// when another writer changed them. When the entry needs a new index
+    /// entity, the plan also reads that one (one point read, which `insert`
+    /// does not make): another writer creating it meanwhile then makes the
+    /// plan be worked out again instead of failing it. Passed by `&mut`, the
+    /// entity gets its new ETag when the plan succeeds.
+    ///
+    /// **One plan holds at most one change of one value's list.** Two (two
+    /// Joneses inserted, or one renamed to Jones and another inserted) are
+    /// each worked out from the same read of the value's index entities, and
+    /// each rewrites the index entity it changes as that read plus its own
+    /// entry: two new index entities of one value are two inserts of one
+    /// entity, refused before the transaction is sent, but two rewrites of
+    /// one stored index entity are not told apart, and the later one is
+    /// kept, losing the earlier entry. Send changes of one value's list as
+    /// separate plans (or with [`insert`](Self::insert) and its siblings).
+    /// Changes of different values' lists compose.
+    pub fn plan_insert<'a>(&self, entity: impl PlanTarget<'a, T>) -> Result<Plan<'a>> {
+        let e = entity.entity();
+        self.check(e)?;
+        let key = e.key();
+        let value = (self.key)(e);
+        let list = plan_add_entry(&self.store, &key.partition_key, &value, &key.row_key)?;
+        self.table.plan_insert(entity)?.and(list)
+    }
+
+    /// The update of `current` (the value as read with the ETag of
+    /// `if_match`) to `new` and, when the indexed value changes, the move of
+    /// its RowKey from the old value's index entities to the new value's,
+    /// planned: the writes [`update`](Self::update) sends, the entity's
+    /// as a replace under `if_match`. Under [`IfMatch::Any`] the plan reads
+    /// the stored entity when sent, for its value, and writes under its ETag
+    /// (again from a fresh read when it changed meanwhile); not found when
+    /// there is none. Passed by `&mut`, `new` gets its new ETag when the plan
+    /// succeeds. At most one change of one value's list per plan (see
+    /// [`plan_insert`](Self::plan_insert)).
+    pub fn plan_update<'a>(
+        &self,
+        current: &T,
+        new: impl PlanTarget<'a, T>,
+        if_match: impl Into<IfMatch>,
+    ) -> Result<Plan<'a>> {
+        let e = new.entity();
+        self.check(e)?;
+        let key = e.key();
+        if current.key() != key {
+            return Err(refused(
+                "index_entity",
+                "an update keeps the entity's key; delete and insert to move it",
+            ));
+        }
+        let new_value = (self.key)(e);
+        match if_match.into() {
+            IfMatch::ETag(etag) => {
+                let lists = self.plan_move(&key, &(self.key)(current), &new_value)?;
+                self.table
+                    .plan_update(new, UpdateMode::Replace, IfMatch::ETag(etag))?
+                    .and(lists)
+            }
+            IfMatch::Any => {
+                let this = self.clone();
+                let at = key.clone();
+                let read = Plan::after_read(&self.store.raw, key, move |stored| {
+                    let (old_value, etag) = this.stored(&at, stored)?;
+                    // The update made under the ETag read: an empty merge
+                    // under it, folded with the replace into one operation.
+                    let unchanged =
+                        DynamicEntity::new(at.partition_key.as_str(), at.row_key.as_str());
+                    Plan::op(
+                        &this.store.raw,
+                        TransactionOp::update(&unchanged, UpdateMode::Merge, etag)?,
+                    )?
+                    .and(this.plan_move(&at, &old_value, &new_value)?)
+                })?;
+                self.table
+                    .plan_update(new, UpdateMode::Replace, IfMatch::Any)?
+                    .and(read)
+            }
+        }
+    }
+
+    /// The delete of `current` (the value as read with the ETag of
+    /// `if_match`) and the removal of its RowKey from its value's index
+    /// entities, planned: the writes [`delete`](Self::delete) sends. Under
+    /// [`IfMatch::Any`] the plan reads the stored entity when sent, for its
+    /// value, and deletes under its ETag; not found when there is none. At
+    /// most one change of one value's list per plan (see
+    /// [`plan_insert`](Self::plan_insert)).
+    pub fn plan_delete(&self, current: &T, if_match: impl Into<IfMatch>) -> Result<Plan<'static>> {
+        self.check(current)?;
+        let key = current.key();
+        match if_match.into() {
+            IfMatch::ETag(etag) => {
+                let list = plan_remove_entry(
+                    &self.store,
+                    &key.partition_key,
+                    &(self.key)(current),
+                    &key.row_key,
+                )?;
+                self.table.plan_delete(key, IfMatch::ETag(etag))?.and(list)
+            }
+            IfMatch::Any => {
+                let this = self.clone();
+                let at = key.clone();
+                Plan::after_read(&self.store.raw, key, move |stored| {
+                    let (value, etag) = this.stored(&at, stored)?;
+                    let list =
+                        plan_remove_entry(&this.store, &at.partition_key, &value, &at.row_key)?;
+                    this.table.plan_delete(at.clone(), etag)?.and(list)
+                })
+            }
+        }
+    }
+
     /// Inserts the entity and adds its RowKey to its value's index entities,
     /// in one transaction under the changed index entity's ETag (or inserting
     /// it); starts again from the read when another writer changed it. A
@@ -168,26 +470,8 @@ impl<T: TableEntity> IndexEntities<T> {
     /// entity. Under [`IfMatch::Any`] the stored entity is read first, for its
     /// value (see the [module docs](super#writes-under-ifmatchany)).
     pub async fn delete(&self, current: &T, if_match: impl Into<IfMatch>) -> Result<()> {
-        self.check(current)?;
-        let if_match = if_match.into();
-        let key = current.key();
-        let (pk, rk) = (key.partition_key.as_str(), key.row_key.as_str());
-        let mut attempt = 1;
-        loop {
-            let was = Replacing::of(&self.table, &*self.key, current, &if_match).await?;
-            let write = self.store.read(pk, &was.value).await?.remove(rk)?;
-            let mut tx = self.store.raw.transaction();
-            tx.delete((pk, rk), was.if_match.clone())?;
-            if let Some(write) = write {
-                write.add_to(&mut tx)?;
-            }
-            self.before_write.call(attempt);
-            match tx.send().await {
-                Ok(_) => return Ok(()),
-                Err(e) if was.retry_after(&e) && attempt < MAX_ATTEMPTS => attempt += 1,
-                Err(e) => return Err(e),
-            }
-        }
+        let plan = self.plan_delete(current, if_match)?;
+        self.before_write.attach(plan).send().await.map(drop)
     }
 
     /// Replaces `current` (the value as read with the ETag of `if_match`)
