@@ -173,6 +173,10 @@ enum Part<'a> {
         key: EntityKey,
         resolve: Box<ReadFn<'a>>,
     },
+    Modify {
+        key: EntityKey,
+        change: Arc<fold::ModifyFn<'a>>,
+    },
     Range {
         prefix: String,
         select: Option<Vec<String>>,
@@ -191,6 +195,7 @@ impl fmt::Debug for Part<'_> {
                 ..
             } => write!(f, "Add({key}, {property:?}, {delta:+})"),
             Part::Read { key, .. } => write!(f, "AfterRead({key})"),
+            Part::Modify { key, .. } => write!(f, "Modify({key})"),
             Part::Range { prefix, .. } => write!(f, "AfterRange({prefix:?})"),
         }
     }
@@ -302,6 +307,33 @@ impl<'a> Plan<'a> {
                 property,
                 delta,
                 created,
+            },
+        )
+    }
+
+    /// The entity `key` of `table` changed by `change`, which gets the
+    /// entity as the plan's earlier writes leave it (as read when the plan
+    /// is sent, then those writes; `None`: absent) and returns it as it must
+    /// be (`None`: deleted). The entity is written whole, under the ETag
+    /// read, so a change in between makes the plan be worked out again, and
+    /// two changes of one entity in one plan compose as one after the other:
+    /// the second sees the first's result. [`add`](Self::add) is the case of
+    /// one integer property. `change` may run again on each attempt.
+    pub fn modify<F>(
+        table: &TableClient<DynamicEntity>,
+        key: impl Into<EntityKey>,
+        change: F,
+    ) -> Result<Self>
+    where
+        F: Fn(Option<&DynamicEntity>) -> Result<Option<DynamicEntity>> + Send + Sync + 'a,
+    {
+        let key = key.into();
+        Plan::on(
+            table,
+            &key.clone(),
+            Part::Modify {
+                key,
+                change: Arc::new(change),
             },
         )
     }
@@ -443,7 +475,7 @@ impl<'a> Plan<'a> {
         parts: &[Part<'a>],
         reads: &Reads,
         missing: &mut Reads,
-        steps: &mut Vec<Step>,
+        steps: &mut Vec<Step<'a>>,
         depth: usize,
     ) -> Result<()> {
         let target = self
@@ -464,6 +496,16 @@ impl<'a> Plan<'a> {
                         property: property.clone(),
                         delta: *delta,
                         created: created.clone(),
+                        read: read.clone(),
+                    }),
+                    None => {
+                        missing.points.insert(key.clone(), None);
+                    }
+                },
+                Part::Modify { key, change } => match reads.points.get(key) {
+                    Some(read) => steps.push(Step::Modify {
+                        key: key.clone(),
+                        f: change.clone(),
                         read: read.clone(),
                     }),
                     None => {
@@ -505,7 +547,7 @@ impl<'a> Plan<'a> {
         sub: Plan<'static>,
         reads: &Reads,
         missing: &mut Reads,
-        steps: &mut Vec<Step>,
+        steps: &mut Vec<Step<'a>>,
         depth: usize,
     ) -> Result<()> {
         if sub.target.is_none() {
@@ -538,6 +580,7 @@ impl<'a> Plan<'a> {
                 let ops = fold::fold(steps).map_err(|r| match r {
                     Refusal::Compose(why) => refuse(why),
                     Refusal::Decode(d) => Error::from(d),
+                    Refusal::Modify(e) => e,
                 })?;
                 return Ok((ops, reads));
             }
