@@ -166,4 +166,10 @@ run_example blob_transfer 20
 for example in archive_worker employee_email_index employee_photo queue_logs department_counts; do
     run_example "$example"
 done
+
+# The README's Rust blocks as a user pastes them into a new crate (the
+# Install section's dependencies, resolved apart from the workspace's, so
+# tablekit and the dependencies whose features differ compile once more).
+stage "the README's Rust blocks as pasted (scripts/readme-blocks.sh)"
+bash scripts/readme-blocks.sh
 end_stage
