@@ -10,6 +10,12 @@
 #   doctests with the environment of the test suite). A block with tests
 #   (`#[cfg(test)]`) also runs them (`cargo test`). A warning from a block's
 #   own code fails it too.
+# * "A typed example" also builds in the tables-only set the README offers
+#   (`default-features = false, features = ["derive"]`), where
+#   `Storage::from_env` has no store to fall back to: run with the variable
+#   unset it must fail saying which feature is missing, and, when
+#   TABLEKIT_TEST_CONNECTION_STRING names an account (scripts/test.sh runs
+#   this after starting Azurite), it runs against that account.
 #
 # The crates are written under the target dir and share it (CARGO_TARGET_DIR,
 # else target/) with the workspace's profile and Cargo.lock, so whatever the
@@ -108,10 +114,14 @@ for block in "${BLOCKS[@]}"; do
 done
 
 write_crate app "" "${BLOCKS[@]}"
+# (Its binary has a name of its own: both crates build into one target dir.)
+TABLES_ONLY=tables_only_$TYPED
+cp "$WORK/blocks/$TYPED.rs" "$WORK/blocks/$TABLES_ONLY.rs"
+write_crate tables-only ', default-features = false, features = ["derive"]' "$TABLES_ONLY"
 
-# Offline when every crate it needs is in the local registry cache.
+# Offline when every crate the two need is in the local registry cache.
 OFFLINE=(--offline)
-for dir in app; do
+for dir in app tables-only; do
     if ! (cd "$WORK/$dir" && cargo fetch --offline >/dev/null 2>&1); then
         echo "(resolving $dir online: its dependencies are not all in the local registry cache)"
         OFFLINE=()
@@ -127,6 +137,7 @@ build() {
     (cd "$WORK/$dir" && cargo build "${OFFLINE[@]}" --keep-going --message-format short "$@") >"$log" 2>&1 || true
 }
 build app --bins
+build tables-only --bins
 for block in "${BLOCKS[@]}"; do
     if [[ ! -x "$TARGET/debug/$block" ]] || grep -q "^src/$block\.rs:.*\(error\|warning\)" "$WORK/app.build.log"; then
         fail "$block: does not build as pasted (default features):"
@@ -151,7 +162,30 @@ for block in "${BLOCKS[@]}"; do
     fi
     echo "ok   $block ($(cat "$WORK/blocks/$block.info"))"
 done
-rm -f "${BLOCKS[@]/#/$TARGET/debug/}"
+
+if [[ ! -x "$TARGET/debug/$TABLES_ONLY" ]] || grep -q "^src/$TABLES_ONLY\.rs:.*\(error\|warning\)" "$WORK/tables-only.build.log"; then
+    fail "$TYPED (A typed example): does not build with features = [\"derive\"] only:"
+    grep "^src/\|^error" "$WORK/tables-only.build.log" | sed 's/^/    /' | head -20
+else
+    # No connection string and no embedded store: an error that says so.
+    if env -u TABLEKIT_CONNECTION_STRING timeout 60 "$TARGET/debug/$TABLES_ONLY" >"$WORK/tables-only.run.log" 2>&1; then
+        fail "$TYPED (A typed example), tables only: ran without a connection string or a store to fall back to"
+    elif ! grep -q 'feature `embedded`' "$WORK/tables-only.run.log"; then
+        fail "$TYPED (A typed example), tables only: its error does not name the feature it lacks:"
+        tail -3 "$WORK/tables-only.run.log" | sed 's/^/    /'
+    else
+        echo "ok   $TYPED, tables only, no connection string: $(tail -1 "$WORK/tables-only.run.log")"
+    fi
+    if [[ -n "${TABLEKIT_TEST_CONNECTION_STRING:-}" ]]; then
+        if TABLEKIT_CONNECTION_STRING="$TABLEKIT_TEST_CONNECTION_STRING" timeout 120 "$TARGET/debug/$TABLES_ONLY" >"$WORK/tables-only.http.log" 2>&1; then
+            echo "ok   $TYPED, tables only, on TABLEKIT_TEST_CONNECTION_STRING's account"
+        else
+            fail "$TYPED (A typed example), tables only, on TABLEKIT_TEST_CONNECTION_STRING's account:"
+            tail -5 "$WORK/tables-only.http.log" | sed 's/^/    /'
+        fi
+    fi
+fi
+rm -f "${BLOCKS[@]/#/$TARGET/debug/}" "$TARGET/debug/$TABLES_ONLY"
 
 if ((failed)); then
     echo "readme-blocks: $failed failed (work files in $WORK)" >&2

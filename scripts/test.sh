@@ -169,7 +169,8 @@ done
 
 # The README's Rust blocks as a user pastes them into a new crate (the
 # Install section's dependencies, resolved apart from the workspace's, so
-# tablekit and the dependencies whose features differ compile once more).
+# tablekit and the dependencies whose features differ compile once more),
+# and "A typed example" in the tables-only build, on Azurite.
 stage "the README's Rust blocks as pasted (scripts/readme-blocks.sh)"
 bash scripts/readme-blocks.sh
 end_stage

@@ -94,7 +94,7 @@
 //! | feature | what it adds | on by default |
 //! |---|---|---|
 //! | `derive` | `#[derive(TableEntity)]`, `#[derive(TableProperties)]`, `filter!`, `odata!` | yes |
-//! | `embedded` | the embedded store in memory: `TableServiceClient::embedded`, `Storage::embedded`, `Storage::from_env` | yes |
+//! | `embedded` | the embedded store in memory: `TableServiceClient::embedded`, `Storage::embedded`, and `Storage::from_env`'s fallback to it when `TABLEKIT_CONNECTION_STRING` is not set (without the feature, that is an error) | yes |
 //! | `durable` | the embedded store kept in a file (redb): `embedded_at(path)`, `UseEmbeddedStorage=true;Path=<file>`; implies `embedded` | yes |
 //! | `queue` | the Queue service: `QueueServiceClient` (quick-xml) | yes |
 //! | `blob` | the Blob service: `BlobServiceClient` (quick-xml) | yes |
