@@ -39,6 +39,7 @@
 //! (increasing) Timestamp and ETag: whether the service gives all of one batch the
 //! same Timestamp is not documented, so the store does not assume it.
 
+#[cfg(feature = "admin")]
 mod admin;
 #[cfg(feature = "blob")]
 mod blob_lease;
@@ -73,6 +74,7 @@ use store::Store;
 pub(crate) struct EmbeddedBackend {
     store: Arc<Store>,
     /// Table ACLs and the service's settings (kept in memory only).
+    #[cfg(feature = "admin")]
     admin: Arc<admin::AdminState>,
 }
 
@@ -97,6 +99,7 @@ impl EmbeddedBackend {
     pub(crate) fn open(path: &std::path::Path) -> Result<Self> {
         Ok(EmbeddedBackend {
             store: Arc::new(Store::open(path)?),
+            #[cfg(feature = "admin")]
             admin: Arc::default(),
         })
     }
@@ -111,11 +114,13 @@ impl EmbeddedBackend {
         Ok(match op {
             Operation::CreateTable { table } => {
                 store.create_table(table)?;
+                #[cfg(feature = "admin")]
                 self.admin.forget(&table.to_ascii_lowercase());
                 Response::Done
             }
             Operation::DeleteTable { table } => {
                 store.delete_table(table)?;
+                #[cfg(feature = "admin")]
                 self.admin.forget(&table.to_ascii_lowercase());
                 Response::Done
             }
@@ -235,6 +240,7 @@ impl Backend for EmbeddedBackend {
         true
     }
 
+    #[cfg(feature = "admin")]
     async fn admin(&self, op: super::admin::AdminOp<'_>) -> Result<super::admin::AdminResponse> {
         // Table names are case-insensitive: policies are kept under the
         // lower-cased name of a table that exists.
