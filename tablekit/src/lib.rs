@@ -203,6 +203,62 @@ pub use queue::{QueueClient, QueueServiceClient};
 pub use storage::Storage;
 pub use table::{TableClient, TableServiceClient};
 
+/// The `chrono` crate tablekit's public types use: an `Edm.DateTime` is a
+/// [`chrono::DateTime<Utc>`](chrono::DateTime) ([`EdmValue::DateTime`], the
+/// derive's `DateTime<Utc>` and `DateTime<FixedOffset>` fields, Timestamps).
+///
+/// Re-exported so that code can name these types at the version tablekit
+/// was built with, without a dependency of its own: `tablekit::chrono::Utc`.
+/// It has the features tablekit needs (`std`, and `now` for `Utc::now()`),
+/// not `clock` (`Local`): a crate that wants more adds `chrono = "0.4"` itself,
+/// and Cargo builds one chrono with the features of both.
+///
+/// ```
+/// use tablekit::chrono::{DateTime, TimeZone, Utc};
+/// use tablekit::uuid::Uuid;
+/// use tablekit::{ETag, TableEntity, codec::entity_to_json};
+///
+/// #[derive(TableEntity)]
+/// struct Login {
+///     #[tablekit(partition_key)]
+///     user: String,
+///     #[tablekit(row_key)]
+///     id: String,
+///     at: DateTime<Utc>,
+///     session: Uuid,
+///     #[tablekit(etag)]
+///     etag: Option<ETag>,
+/// }
+///
+/// let login = Login {
+///     user: "jon".into(),
+///     id: "1".into(),
+///     at: Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).unwrap(),
+///     session: Uuid::nil(),
+///     etag: None,
+/// };
+/// let json = String::from_utf8(entity_to_json(&login)?).unwrap();
+/// assert_eq!(
+///     json,
+///     concat!(
+///         r#"{"PartitionKey":"jon","RowKey":"1","#,
+///         r#""At@odata.type":"Edm.DateTime","At":"2026-11-29T12:00:00.0000000Z","#,
+///         r#""Session@odata.type":"Edm.Guid","Session":"00000000-0000-0000-0000-000000000000"}"#
+///     )
+/// );
+/// # Ok::<(), tablekit::Error>(())
+/// ```
+pub use chrono;
+
+/// The `uuid` crate tablekit's public types use: an `Edm.Guid` is a
+/// [`uuid::Uuid`] ([`EdmValue::Guid`], the derive's `Uuid` fields, the
+/// field type `tablekit-cli infer` prints for a Guid property).
+///
+/// Re-exported, as [`chrono`](mod@chrono) is, so that code can name `Uuid` at the
+/// version tablekit was built with, without a dependency of its own:
+/// `tablekit::uuid::Uuid` (with `v4`, so `Uuid::new_v4()`).
+pub use uuid;
+
 // The HTTP backend's tests name `crate::ErrorKind`.
 #[cfg(test)]
 pub(crate) use error::ErrorKind;
