@@ -49,7 +49,7 @@
 //! can also **plan** their writes instead of sending them, to join other
 //! patterns' writes and plain writes of the same partition in one
 //! transaction ([`plan`]). Each module's docs list the requests of each
-//! operation; `tests/request_counts.rs` counts them against hand-written code.
+//! operation; `tablekit-patterns/tests/patterns/request_counts.rs` counts them against hand-written code.
 //!
 //! Refusals before any request are [`ValidationError::Pattern`](tablekit::error::ValidationError::Pattern)
 //! (`is_invalid_input()`), and a value of a unique index held by another
@@ -64,7 +64,7 @@
 //!
 //! # Request costs
 //!
-//! Measured by `tests/request_counts.rs` through a counting loopback proxy in
+//! Measured by `tablekit-patterns/tests/patterns/request_counts.rs` through a counting loopback proxy in
 //! front of Azurite 3.35, next to hand-written code doing the same thing with
 //! tablekit's table client: the combinator sends the same requests, byte for
 //! byte (the test asserts both the request count and the bytes of every row).
