@@ -102,6 +102,12 @@ cargo fmt --all --check
 stage "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
+# The four crates meant for crates.io package, and hold no test data
+# (--no-verify: a verified run compiles each again, over 3 minutes; it is
+# VERIFY=1 scripts/check-package.sh, before a release).
+stage "cargo package of the publishable crates (scripts/check-package.sh)"
+bash scripts/check-package.sh
+
 stage "waiting for Azurite (started before fmt)"
 AZURITE_RC=0
 wait "$AZURITE_START_PID" || AZURITE_RC=$?
