@@ -33,8 +33,16 @@ mkdir -p "$TARGET"
 TARGET=$(cd "$TARGET" && pwd)
 export CARGO_TARGET_DIR="$TARGET"
 WORK="$TARGET/readme-blocks"
-rm -rf "$WORK"
+# The crates (app/, tables-only/) stay from one run to the next, and a file
+# is rewritten only when its text changed, so that cargo rebuilds only what
+# did; the rest is made anew.
 mkdir -p "$WORK"
+find "$WORK" -mindepth 1 -maxdepth 1 ! -name app ! -name tables-only -exec rm -rf {} +
+
+# Copies `$1` to `$2` unless `$2` holds the same text already.
+put() {
+    cmp -s "$1" "$2" || cp "$1" "$2"
+}
 
 # The README's Install block, tablekit taken from this checkout with the
 # features `$1` names ("" for the default ones).
@@ -56,11 +64,16 @@ write_crate() {
     local dir="$WORK/$1" features="$2"
     shift 2
     mkdir -p "$dir/src"
-    cp Cargo.lock "$dir/Cargo.lock"
+    put Cargo.lock "$dir/Cargo.lock"
+    # Blocks the README no longer has.
+    for old in "$dir"/src/*.rs; do
+        [[ -e "$old" ]] || continue
+        [[ " $* " == *" $(basename "$old" .rs) "* ]] || rm -f "$old"
+    done
     {
         printf '[package]\nname = "%s"\nversion = "0.0.0"\nedition = "2024"\npublish = false\nautobins = false\n\n' "$1"
         for block in "$@"; do
-            cp "$WORK/blocks/$block.rs" "$dir/src/$block.rs"
+            put "$WORK/blocks/$block.rs" "$dir/src/$block.rs"
             printf '[[bin]]\nname = "%s"\npath = "src/%s.rs"\n\n' "$block" "$block"
         done
         printf '[dependencies]\n'
@@ -71,7 +84,8 @@ write_crate() {
         printf '[profile.dev.package.tablekit]\ndebug = "line-tables-only"\n\n'
         printf '[profile.dev.package.tablekit-derive]\ndebug = "line-tables-only"\n\n'
         printf '[workspace]\n'
-    } >"$dir/Cargo.toml"
+    } >"$WORK/$1.Cargo.toml"
+    put "$WORK/$1.Cargo.toml" "$dir/Cargo.toml"
 }
 
 # The blocks: block_NN.rs, their fence's info string in block_NN.info, and
@@ -136,13 +150,15 @@ build() {
     shift
     (cd "$WORK/$dir" && cargo build "${OFFLINE[@]}" --keep-going --message-format short "$@") >"$log" 2>&1 || true
 }
+# (A block's binary is there after the build only if it built this time:
+# cargo links again from what it kept when nothing changed.)
+rm -f "${BLOCKS[@]/#/$TARGET/debug/}" "$TARGET/debug/$TABLES_ONLY"
 build app --bins
 build tables-only --bins
 for block in "${BLOCKS[@]}"; do
     if [[ ! -x "$TARGET/debug/$block" ]] || grep -q "^src/$block\.rs:.*\(error\|warning\)" "$WORK/app.build.log"; then
         fail "$block: does not build as pasted (default features):"
         grep "^src/$block\.rs:\|^error" "$WORK/app.build.log" | sed 's/^/    /' | head -20
-        rm -f "$TARGET/debug/$block"
     fi
 done
 for block in "${BLOCKS[@]}"; do
@@ -185,7 +201,6 @@ else
         fi
     fi
 fi
-rm -f "${BLOCKS[@]/#/$TARGET/debug/}" "$TARGET/debug/$TABLES_ONLY"
 
 if ((failed)); then
     echo "readme-blocks: $failed failed (work files in $WORK)" >&2
