@@ -82,7 +82,7 @@
 //!
 //! # Request costs
 //!
-//! Measured by `tests/request_counts.rs` through a counting loopback proxy in
+//! Measured by `tablekit-patterns/tests/patterns/request_counts.rs` through a counting loopback proxy in
 //! front of Azurite 3.35, next to hand-written code doing the same thing with
 //! tablekit's table client: the combinator sends the same requests, byte for
 //! byte (the test asserts both the request count and the bytes of every row).

@@ -28,6 +28,7 @@ mod derive_proptest;
 mod derive_roundtrip;
 mod derive_schema;
 mod differential;
+mod doc_paths;
 mod durable;
 mod entra;
 mod entra_identity;

@@ -108,7 +108,7 @@
 //! rest), the size tablekit itself checks before any request.
 //! The entity also holds [`BLOBS`], the list of properties kept in blobs.
 //!
-//! Requests per operation, measured by `tests/request_counts.rs` through a
+//! Requests per operation, measured by `tablekit-patterns/tests/patterns/request_counts.rs` through a
 //! counting loopback proxy in front of Azurite 3.35 (table and blob
 //! endpoints), with one 100 KiB photo in a blob; bytes are the requests'
 //! heads and bodies as sent:

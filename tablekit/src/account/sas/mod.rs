@@ -61,6 +61,7 @@ macro_rules! service_sas_window_setters {
         /// Ties the SAS to the stored access policy `id`, which sets the fields
         /// flagged: what [`policy`](Self::policy) does with a policy's parts.
         /// (`policy` itself is defined beside the policy type, in `acl`.)
+        #[cfg(feature = "admin")]
         pub(crate) fn policy_parts(
             mut self,
             id: &str,

@@ -159,6 +159,7 @@ fn check_batch_op(op: &BatchOp) -> Result<()> {
 /// secondary stats endpoint. The official SDKs' own suites skip these calls
 /// on Cosmos DB; tablekit says so before sending rather than let the account
 /// answer with an error that does not name the reason.
+#[cfg(feature = "admin")]
 pub(crate) fn check_admin(op: &crate::backend::admin::AdminOp<'_>) -> Result<()> {
     Err(refuse(format!(
         "{} is an Azure Table Storage call the Cosmos DB Table API does not have \

@@ -22,6 +22,7 @@ use crate::entity::{ETag, UpdateMode};
 use crate::error::{Error, Result};
 pub(crate) use crate::options::{HttpOptions, Metadata};
 
+#[cfg(feature = "admin")]
 pub(crate) mod admin;
 pub(crate) mod batch;
 #[cfg(feature = "blob")]
@@ -58,6 +59,7 @@ pub(crate) struct HttpBackend {
     account: Account,
     metadata: Option<Metadata>,
     /// The secondary location, for stats.
+    #[cfg(feature = "admin")]
     secondary: admin::Secondary,
     /// The account is a Cosmos DB Table API one: its own limits are checked too.
     cosmos: bool,
@@ -83,6 +85,7 @@ impl HttpBackend {
         account.check_credential_for_target()?;
         Ok(HttpBackend {
             pipeline: Pipeline::new(Service::Table, &account, endpoint, options)?,
+            #[cfg(feature = "admin")]
             secondary: admin::Secondary::new(Service::Table, &account, options),
             cosmos: account.target() == crate::account::Target::CosmosDb,
             cosmos_names: cosmos::TableNames::default(),
@@ -420,6 +423,7 @@ impl Backend for HttpBackend {
         self.call(op).await
     }
 
+    #[cfg(feature = "admin")]
     async fn admin(
         &self,
         op: crate::backend::admin::AdminOp<'_>,

@@ -162,9 +162,12 @@ pub(crate) fn split_batch_index(message: Option<String>) -> (Option<usize>, Opti
 }
 
 /// Reads `code` and `message` from a JSON (`odata.error`) or XML (`<error>`) body.
-/// The reason an authentication failure gives (`AuthenticationErrorDetail`,
-/// e.g. "Lifetime validation failed. The token is expired.") is added to the
-/// message's first line, which is the line an error shows.
+///
+/// An authentication failure carries the service's reason apart from its
+/// message (`AuthenticationErrorDetail`: "Lifetime validation failed. The
+/// token is expired.", "Invalid token audience.", the string a wrong
+/// signature was computed over): it joins the message's first line, which
+/// is what an error shows, its line breaks written `\n`.
 pub(crate) fn parse_error_body(body: &[u8]) -> (Option<String>, Option<String>) {
     #[derive(serde::Deserialize)]
     struct Envelope {
@@ -194,36 +197,33 @@ pub(crate) fn parse_error_body(body: &[u8]) -> (Option<String>, Option<String>) 
         return (inner.code, with_detail(message, inner.detail));
     }
     let text = String::from_utf8_lossy(body);
-    (
-        xml_element(&text, "code"),
-        with_detail(
-            xml_element(&text, "message"),
-            xml_element(&text, "AuthenticationErrorDetail"),
-        ),
-    )
+    let message = xml_element(&text, "message");
+    let detail = xml_element(&text, "AuthenticationErrorDetail");
+    (xml_element(&text, "code"), with_detail(message, detail))
 }
 
-/// `message` with `detail` at the end of its first line.
+/// `message` with `detail` at the end of its first line (on one line).
 fn with_detail(message: Option<String>, detail: Option<String>) -> Option<String> {
-    let Some(detail) = detail.filter(|d| !d.trim().is_empty()) else {
+    let detail = detail
+        .map(|d| d.trim().replace("\r\n", "\\n").replace('\n', "\\n"))
+        .filter(|d| !d.is_empty());
+    let Some(detail) = detail else {
         return message;
     };
-    let detail = detail.trim();
-    let Some(message) = message else {
-        return Some(detail.to_owned());
-    };
+    let message = message.unwrap_or_default();
     let (first, rest) = message.split_once('\n').unwrap_or((&message, ""));
-    let mut out = String::with_capacity(message.len() + detail.len() + 2);
-    out.push_str(first.trim_end());
-    if !out.is_empty() {
-        out.push(' ');
+    let first = first.trim_end();
+    let mut joined = String::with_capacity(message.len() + detail.len() + 1);
+    joined.push_str(first);
+    if !first.is_empty() {
+        joined.push(' ');
     }
-    out.push_str(detail);
+    joined.push_str(&detail);
     if !rest.is_empty() {
-        out.push('\n');
-        out.push_str(rest);
+        joined.push('\n');
+        joined.push_str(rest);
     }
-    Some(out)
+    Some(joined)
 }
 
 /// The text of the first element with this local name (any namespace prefix).
@@ -348,6 +348,43 @@ mod tests {
         assert_eq!(code.as_deref(), Some("AuthorizationFailure"));
         assert_eq!(msg.as_deref(), Some("Server failed & more"));
         assert_eq!(parse_error_body(b""), (None, None));
+    }
+
+    #[test]
+    fn an_authentication_failures_reason_joins_the_first_line_of_its_message() {
+        // The Table service's JSON, as Azurite writes it.
+        let json = br#"{"odata.error":{"code":"AuthenticationFailed","message":{"lang":"en-US","value":"Server failed to authenticate the request.\nRequestId:r1\nTime:t"},"AuthenticationErrorDetail":"Invalid token audience."}}"#;
+        let (code, msg) = parse_error_body(json);
+        assert_eq!(code.as_deref(), Some("AuthenticationFailed"));
+        assert_eq!(
+            msg.as_deref(),
+            Some("Server failed to authenticate the request. Invalid token audience.\nRequestId:r1\nTime:t")
+        );
+
+        // Queue and Blob XML, as Azure writes it.
+        let xml = b"<?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>AuthenticationFailed</Code>\
+            <Message>Server failed to authenticate the request.\nRequestId:r2\nTime:t</Message>\
+            <AuthenticationErrorDetail>Lifetime validation failed. The token is expired.</AuthenticationErrorDetail></Error>";
+        let (_, msg) = parse_error_body(xml);
+        assert_eq!(
+            msg.as_deref(),
+            Some("Server failed to authenticate the request. Lifetime validation failed. The token is expired.\nRequestId:r2\nTime:t")
+        );
+
+        // A string to sign keeps its line breaks, written out on the one line.
+        let xml = b"<Error><Code>AuthenticationFailed</Code><Message>Server failed.</Message>\
+            <AuthenticationErrorDetail>Server used following string to sign: 'GET\n\n/a'.</AuthenticationErrorDetail></Error>";
+        let (_, msg) = parse_error_body(xml);
+        assert_eq!(
+            msg.as_deref(),
+            Some("Server failed. Server used following string to sign: 'GET\\n\\n/a'.")
+        );
+
+        // A reason without a message is the message.
+        let (_, msg) = parse_error_body(
+            br#"{"odata.error":{"code":"AuthenticationFailed","AuthenticationErrorDetail":"Invalid token audience."}}"#,
+        );
+        assert_eq!(msg.as_deref(), Some("Invalid token audience."));
     }
 
     #[test]
