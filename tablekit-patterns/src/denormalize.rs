@@ -158,7 +158,11 @@ impl<S: TableEntity> Denormalized<S> {
     /// of the target and before its transaction: for tracing retries, and in
     /// tests the exact place to let another client change the target.
     #[doc(hidden)]
-    pub fn before_write(mut self, hook: impl Fn(usize) + Send + Sync + 'static) -> Self {
+    pub fn step_hook<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: Fn(usize) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<()>> + Send + 'static,
+    {
         self.before_write = BeforeWrite::new(hook);
         self
     }

@@ -207,7 +207,11 @@ impl DataSeries {
     /// [`add`](Self::add) read the slot's entity and before its conditional
     /// write: for tracing retries, and in tests the exact place to let
     /// another client write.
-    pub fn before_write(mut self, hook: impl Fn(usize) + Send + Sync + 'static) -> Self {
+    pub fn step_hook<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: Fn(usize) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<()>> + Send + 'static,
+    {
         self.before_write = BeforeWrite::new(hook);
         self
     }
@@ -389,7 +393,7 @@ impl DataSeries {
             let value = count(stored.as_ref().and_then(|e| e.get(&name))) + delta;
             let e = DynamicEntity::new(key.partition_key.as_str(), key.row_key.as_str())
                 .with(name.as_str(), value);
-            self.before_write.call(attempt);
+            self.before_write.call(attempt).await?;
             let result = match stored.and_then(|s| s.etag) {
                 Some(etag) => self
                     .table

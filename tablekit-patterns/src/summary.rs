@@ -183,7 +183,11 @@ impl<T: TableEntity> CountedPartition<T> {
     /// of the summary and before its transaction: for tracing retries, and in
     /// tests the exact place to let another client change the summary.
     #[doc(hidden)]
-    pub fn before_write(mut self, hook: impl Fn(usize) + Send + Sync + 'static) -> Self {
+    pub fn step_hook<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: Fn(usize) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<()>> + Send + 'static,
+    {
         self.before_write = BeforeWrite::new(hook);
         self
     }

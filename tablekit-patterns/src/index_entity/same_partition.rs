@@ -232,7 +232,11 @@ impl<T: TableEntity> IndexEntities<T> {
     /// of the index entities and before its transaction: for tracing retries,
     /// and in tests the exact place to let another client change an index
     /// entity.
-    pub fn before_write(mut self, hook: impl Fn(usize) + Send + Sync + 'static) -> Self {
+    pub fn step_hook<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: Fn(usize) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<()>> + Send + 'static,
+    {
         self.before_write = BeforeWrite::new(hook);
         self
     }
@@ -452,7 +456,7 @@ impl<T: TableEntity> IndexEntities<T> {
             let mut tx = self.store.raw.transaction();
             tx.insert(&body)?;
             write.add_to(&mut tx)?;
-            self.before_write.call(attempt);
+            self.before_write.call(attempt).await?;
             match tx.send().await {
                 Ok(done) => {
                     set_etag(entity, done.etag(0).cloned());
@@ -523,7 +527,7 @@ impl<T: TableEntity> IndexEntities<T> {
                 old.add_to(&mut tx)?;
             }
             fresh.add_to(&mut tx)?;
-            self.before_write.call(attempt);
+            self.before_write.call(attempt).await?;
             match tx.send().await {
                 Ok(done) => {
                     set_etag(new, done.etag(0).cloned());

@@ -394,7 +394,7 @@ async fn an_index_entity_plan_raced_by_another_writer_is_worked_out_again(svc: T
         .unwrap()
         .and(count.plan_count("Sales", 1).unwrap())
         .unwrap()
-        .before_send(hook)
+        .before_send(common::sync_hook(move |a| hook(a)))
         .await
         .unwrap();
     assert_eq!(std::mem::take(&mut *calls.lock().unwrap()), [1, 2]);
@@ -420,7 +420,7 @@ async fn an_index_entity_plan_raced_by_another_writer_is_worked_out_again(svc: T
     };
     idx.plan_update(&jones, &mut renamed, jones.etag.clone().unwrap())
         .unwrap()
-        .before_send(hook)
+        .before_send(common::sync_hook(move |a| hook(a)))
         .await
         .unwrap();
     assert_eq!(std::mem::take(&mut *calls.lock().unwrap()), [1, 2]);
@@ -535,7 +535,7 @@ async fn series_additions_in_one_plan_add_up(svc: TableServiceClient) {
     plan(5, 1)
         .and(plan(5, 1))
         .unwrap()
-        .before_send(hook)
+        .before_send(common::sync_hook(move |a| hook(a)))
         .await
         .unwrap();
     assert_eq!(*calls.lock().unwrap(), [1, 2]);

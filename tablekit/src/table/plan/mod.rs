@@ -153,6 +153,12 @@ impl fmt::Display for TableRef {
     }
 }
 
+/// A test hook run with the attempt number before each transaction of a
+/// plan (see [`Plan::before_send`]): an error fails the plan there.
+#[doc(hidden)]
+pub type SendHook =
+    Arc<dyn Fn(usize) -> Pin<Box<dyn Future<Output = Result<()>> + Send>> + Send + Sync>;
+
 /// Works out writes from an entity as read (`None`: there is none).
 type ReadFn<'a> = dyn Fn(Option<&DynamicEntity>) -> Result<Plan<'static>> + Send + Sync + 'a;
 /// Works out writes from the entities of a RowKey range, in RowKey order.
@@ -216,7 +222,7 @@ pub struct Plan<'a> {
     target: Option<Target>,
     parts: Vec<Part<'a>>,
     sinks: Vec<(EntityKey, Sink<'a>)>,
-    before_send: Option<Arc<dyn Fn(usize) + Send + Sync>>,
+    before_send: Option<SendHook>,
 }
 
 impl fmt::Debug for Plan<'_> {
@@ -460,10 +466,22 @@ impl<'a> Plan<'a> {
     }
 
     /// Runs `hook` with the attempt number (1 first) after the plan's reads
-    /// and before its transaction: the place where a test lets another
-    /// writer in. Not part of the stable API.
+    /// and before its transaction, and waits for it: the place where a test
+    /// lets another writer in. An error it returns fails the plan there.
+    /// Not part of the stable API.
     #[doc(hidden)]
-    pub fn before_send(mut self, hook: Arc<dyn Fn(usize) + Send + Sync>) -> Self {
+    pub fn before_send<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: Fn(usize) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<()>> + Send + 'static,
+    {
+        self.before_send = Some(Arc::new(move |attempt| Box::pin(hook(attempt))));
+        self
+    }
+
+    /// [`before_send`](Self::before_send) with a hook already shared.
+    #[doc(hidden)]
+    pub fn before_send_shared(mut self, hook: SendHook) -> Self {
         self.before_send = Some(hook);
         self
     }
@@ -606,7 +624,7 @@ impl<'a> Plan<'a> {
                 return Ok(Applied::default());
             }
             if let Some(hook) = &self.before_send {
-                hook(attempt);
+                hook(attempt).await?;
             }
             let keys: Vec<EntityKey> = ops.iter().map(TransactionOp::key).collect();
             let stale_on: Vec<Option<bool>> = keys
