@@ -315,6 +315,23 @@ fn modify(
     Ok(Some(s))
 }
 
+/// What `content` becomes when `e` is written over it in `mode` (a merge
+/// lays `e`'s properties over it; a replace, or a write over a deleted
+/// entity, leaves `e`'s alone).
+fn written_over(content: Content, e: &DynamicEntity, mode: UpdateMode) -> Content {
+    match (content, mode) {
+        (Content::Replaced(mut p), UpdateMode::Merge) => {
+            p.overlay(Props::of(e));
+            Content::Replaced(p)
+        }
+        (Content::Merged(mut p), UpdateMode::Merge) => {
+            p.overlay(Props::of(e));
+            Content::Merged(p)
+        }
+        _ => Content::Replaced(Props::of(e)),
+    }
+}
+
 fn apply(state: Option<State>, key: &EntityKey, step: Step<'_>) -> Result<State, Refusal> {
     use TransactionOp::{Delete, Insert, Update, Upsert};
     let Some(mut s) = state else {
@@ -378,19 +395,7 @@ fn apply(state: Option<State>, key: &EntityKey, step: Step<'_>) -> Result<State,
                 .into())
             }
         },
-        Step::Op(Upsert(e, mode)) => {
-            s.content = match (s.content, mode) {
-                (Content::Replaced(mut p), UpdateMode::Merge) => {
-                    p.overlay(Props::of(&e));
-                    Content::Replaced(p)
-                }
-                (Content::Merged(mut p), UpdateMode::Merge) => {
-                    p.overlay(Props::of(&e));
-                    Content::Merged(p)
-                }
-                _ => Content::Replaced(Props::of(&e)),
-            }
-        }
+        Step::Op(Upsert(e, mode)) => s.content = written_over(s.content, &e, mode),
         Step::Op(Update(e, mode, c)) => {
             if matches!(s.content, Content::Deleted) {
                 return Err(format!(
@@ -399,17 +404,7 @@ fn apply(state: Option<State>, key: &EntityKey, step: Step<'_>) -> Result<State,
                 .into());
             }
             require(&mut s.pre, &c).map_err(|why| format!("{at}: {why}"))?;
-            s.content = match (s.content, mode) {
-                (Content::Replaced(mut p), UpdateMode::Merge) => {
-                    p.overlay(Props::of(&e));
-                    Content::Replaced(p)
-                }
-                (Content::Merged(mut p), UpdateMode::Merge) => {
-                    p.overlay(Props::of(&e));
-                    Content::Merged(p)
-                }
-                _ => Content::Replaced(Props::of(&e)),
-            };
+            s.content = written_over(s.content, &e, mode);
         }
         Step::Op(Delete(_, c)) => {
             match (&s.content, &s.pre) {
