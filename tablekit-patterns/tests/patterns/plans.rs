@@ -721,7 +721,7 @@ async fn series_plans_write_what_the_methods_write(svc: TableServiceClient) {
     assert_eq!(common::rows(&table, "method").await[0].properties.len(), 3);
 
     // An entity that `add` wrote holds only its slots: an addition to
-    // another slot, planned, is the merge of that slot.
+    // another slot, planned, counts it as 0.
     series.add("sparse", "", 3, 1).await.unwrap();
     series.plan_add("sparse", "", 4, 6).unwrap().await.unwrap();
     series.plan_add("sparse", "", 3, 1).unwrap().await.unwrap();
@@ -786,6 +786,102 @@ async fn series_additions_in_one_plan_add_up(svc: TableServiceClient) {
         .unwrap();
     assert_eq!(*calls.lock().unwrap(), [1, 2]);
     assert_eq!(series.read("000123", "").await.unwrap().values[5], 1016);
+}
+
+/// Additions to a slot that a stored entity lacks (`add` and `set` store the
+/// slots written) add up in one plan, stored as Int64 as `add` stores them;
+/// so do an addition after a set of such a slot, additions to it and to a
+/// slot the entity holds, negative additions to an entity not yet stored,
+/// and additions to a slot holding another type (counted as 0, as `add`
+/// counts it). Another writer adding to the slot between the plan's read
+/// and its transaction makes the plan be worked out again.
+async fn series_additions_to_a_slot_the_entity_lacks_add_up(svc: TableServiceClient) {
+    let table = common::fresh_table::<DynamicEntity>(&svc, "PlanSeriesLack").await;
+    let series = DataSeries::new(&table, SeriesLayout::hourly());
+    let plan = |slot, n| series.plan_add("000123", "", slot, n).unwrap();
+    let slot = |name: &'static str| {
+        let table = table.clone();
+        async move {
+            table
+                .get(("000123", "01"))
+                .await
+                .unwrap()
+                .unwrap()
+                .get(name)
+                .cloned()
+        }
+    };
+    series.add("000123", "", 3, 1).await.unwrap();
+
+    let applied = plan(4, 2).and(plan(4, 3)).unwrap().await.unwrap();
+    assert_eq!(applied.len(), 1);
+    assert_eq!(slot("H04").await, Some(EdmValue::Int64(5)));
+
+    series
+        .plan_set("000123", "", 7, 100)
+        .unwrap()
+        .and(plan(7, 5))
+        .unwrap()
+        .await
+        .unwrap();
+    plan(8, 1)
+        .and(plan(3, 1))
+        .unwrap()
+        .and(plan(8, 1))
+        .unwrap()
+        .await
+        .unwrap();
+    table
+        .upsert(
+            &DynamicEntity::new("000123", "01").with("H09", "none"),
+            tablekit::UpdateMode::Merge,
+        )
+        .await
+        .unwrap();
+    plan(9, 2).and(plan(9, 3)).unwrap().await.unwrap();
+    let values = series.read("000123", "").await.unwrap().values;
+    assert_eq!(
+        (values[3], values[4], values[7], values[8], values[9]),
+        (2, 5, 105, 2, 5)
+    );
+
+    // No entity of partition 000124 yet: negative additions, and one each way.
+    let other = |slot, n| series.plan_add("000124", "", slot, n).unwrap();
+    let applied = other(5, -1)
+        .and(other(5, -2))
+        .unwrap()
+        .and(other(6, 2))
+        .unwrap()
+        .and(other(6, -5))
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(applied.len(), 1, "one insert");
+    let values = series.read("000124", "").await.unwrap().values;
+    assert_eq!((values[5], values[6]), (-3, -3));
+
+    // Another writer adds to H10, which the entity lacks, in between.
+    let theirs = DataSeries::new(
+        &common::second_service(&svc)
+            .table::<DynamicEntity>(table.name())
+            .unwrap(),
+        SeriesLayout::hourly(),
+    );
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let hook = injecting(&calls, move || {
+        let theirs = theirs.clone();
+        async move {
+            theirs.add("000123", "", 10, 1000).await.unwrap();
+        }
+    });
+    plan(10, 1)
+        .and(plan(10, 1))
+        .unwrap()
+        .before_send(hook)
+        .await
+        .unwrap();
+    assert_eq!(*calls.lock().unwrap(), [1, 2]);
+    assert_eq!(series.read("000123", "").await.unwrap().values[10], 1002);
 }
 
 /// The plan of a claim, the count of its hour and the count of all claims
@@ -972,5 +1068,6 @@ common::on_both!(
     an_index_entity_plan_raced_by_another_writer_is_worked_out_again [flavor = "multi_thread", worker_threads = 2],
     series_plans_write_what_the_methods_write,
     series_additions_in_one_plan_add_up [flavor = "multi_thread", worker_threads = 2],
+    series_additions_to_a_slot_the_entity_lacks_add_up [flavor = "multi_thread", worker_threads = 2],
     a_log_entry_its_hour_and_its_count_are_one_transaction,
 );
