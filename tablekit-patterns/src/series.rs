@@ -18,9 +18,9 @@
 //! * [`plan_add`](DataSeries::plan_add), [`plan_set`](DataSeries::plan_set)
 //!   and [`plan_record`](HourlyCounters::plan_record) return the change as a
 //!   [`Plan`], to join other writes of the partition in one transaction
-//!   ([`crate::plan`]): an expense entry and its hour's count, say. An
-//!   addition is [`Plan::add`], so two additions to one slot in one plan
-//!   add up.
+//!   ([`crate::plan`]): an expense entry and its hour's count, say. Two
+//!   additions to one slot in one plan add up, whether the entity holds
+//!   the slot ([`Plan::add`]) or not ([`Plan::modify`]).
 //!
 //! Many writers of one series contend for one entity's ETag; spread writers
 //! over series, or accept retries.
@@ -184,6 +184,40 @@ pub struct DataSeries {
     before_write: BeforeWrite,
 }
 
+/// The series entity `now` (`None`: absent, then `created`, every slot 0)
+/// with `delta` added to its property `name`: an integer keeps its type
+/// (an Int32 that overflows is an error, as [`Plan::add`] makes it), a
+/// missing slot or a value of another type counts as 0 and is stored as
+/// Int64, as [`DataSeries::add`] stores it.
+fn added(
+    now: Option<&DynamicEntity>,
+    created: &DynamicEntity,
+    name: &str,
+    delta: i64,
+) -> Result<DynamicEntity> {
+    let mut e = now.cloned().unwrap_or_else(|| created.clone());
+    let overflow = |base: i64| {
+        Error::from(DecodeError::for_property(
+            name.to_owned(),
+            format!("{base} + {delta} overflows"),
+        ))
+    };
+    let value = match e.get(name) {
+        Some(EdmValue::Int32(n)) => EdmValue::Int32(
+            i64::from(*n)
+                .checked_add(delta)
+                .and_then(|v| i32::try_from(v).ok())
+                .ok_or_else(|| overflow(i64::from(*n)))?,
+        ),
+        Some(EdmValue::Int64(n)) => {
+            EdmValue::Int64(n.checked_add(delta).ok_or_else(|| overflow(*n))?)
+        }
+        _ => EdmValue::Int64(delta),
+    };
+    e.set(name.to_owned(), value);
+    Ok(e)
+}
+
 fn count(value: Option<&EdmValue>) -> i64 {
     match value {
         Some(EdmValue::Int64(n)) => *n,
@@ -313,28 +347,26 @@ impl DataSeries {
 
     /// `delta` added to slot `slot`, planned: the slot's entity is read when
     /// the plan is sent (one point read, shared with every part of the plan
-    /// that reads it) and the new value merged under the ETag read, so the
+    /// that reads it) and the new value written under the ETag read, so the
     /// plan is worked out again when another writer changed the entity
-    /// meanwhile. This is [`Plan::add`]: two additions to one slot in one
-    /// plan, from two `plan_add` calls or from other plans, add up.
+    /// meanwhile. Additions to one slot in one plan, from two `plan_add`
+    /// calls or from other plans, add up, and one after a
+    /// [`plan_set`](Self::plan_set) of the slot adds to the value set:
     ///
-    /// * A slot the entity holds as an integer: [`Plan::add`] (the value
-    ///   keeps its type, Int32 or Int64).
+    /// * A slot the entity holds as an integer: [`Plan::add`], the merge of
+    ///   that slot alone (the value keeps its type, Int32 or Int64).
     /// * No entity yet: [`Plan::add`] inserting it with **every slot it
     ///   holds** 0 (Int64) and this one `delta` (Int32, as `Plan::add`
     ///   creates a count), so that additions to any of its slots in the same
     ///   plan, or in later plans, compose; [`add`](Self::add) stores the
-    ///   written slots only. A negative `delta`, or one past Int32, is an
-    ///   insert of that entity with the slot `delta` (Int64), which a second
-    ///   write of the entity in the same plan makes refused.
+    ///   written slots only. A negative `delta`, or one past Int32, is stored
+    ///   as Int64.
     /// * An entity without the slot (a series entity written by `add` or
     ///   `set`, which store only the slots written) or with a value of
-    ///   another type: the merge of the slot as `delta` under the ETag read,
-    ///   what `add` sends. It composes with writes of the entity's other
-    ///   slots; **not** with an earlier change of the same slot in the same
-    ///   plan, which it replaces ([`Plan::add`] takes a stored entity without
-    ///   the property for an error, not for 0). Give such a slot one change
-    ///   per plan.
+    ///   another type: [`Plan::modify`] of the entity as the plan's earlier
+    ///   writes leave it, the slot counted as 0 (as `add` counts it) and
+    ///   stored as Int64 (as `add` stores it). The entity is written whole,
+    ///   under the ETag read, rather than merged.
     pub fn plan_add(
         &self,
         partition_key: &str,
@@ -350,26 +382,15 @@ impl DataSeries {
             Some(s) if matches!(s.get(&name), Some(EdmValue::Int32(_) | EdmValue::Int64(_))) => {
                 Plan::add(&table, at.clone(), name.as_str(), delta, created.clone())
             }
-            Some(s) => {
-                let etag = s.etag.clone().ok_or_else(|| {
-                    Error::from(DecodeError::new(format!(
-                        "series entity {at} was read without its ETag"
-                    )))
-                })?;
-                let e = DynamicEntity::new(at.partition_key.as_str(), at.row_key.as_str())
-                    .with(name.as_str(), delta);
-                Plan::op(
-                    &table,
-                    TransactionOp::update(&e, UpdateMode::Merge, IfMatch::ETag(etag))?,
-                )
-            }
             None if (0..=i64::from(i32::MAX)).contains(&delta) => {
                 Plan::add(&table, at.clone(), name.as_str(), delta, created.clone())
             }
-            None => Plan::op(
-                &table,
-                TransactionOp::insert(&created.clone().with(name.as_str(), delta))?,
-            ),
+            _ => {
+                let (name, created) = (name.clone(), created.clone());
+                Plan::modify(&table, at.clone(), move |now| {
+                    added(now, &created, &name, delta).map(Some)
+                })
+            }
         })
     }
 
@@ -492,5 +513,59 @@ impl HourlyCounters {
                 (t, data.values[t.hour() as usize])
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_addition_by_modify_counts_a_missing_slot_as_0_stored_as_int64() {
+        let created = DynamicEntity::new("p", "01")
+            .with("H00", 0i64)
+            .with("H01", 0i64);
+        let stored = DynamicEntity::new("p", "01")
+            .with("H00", 5i32)
+            .with("H01", 7i64)
+            .with("H02", "text");
+        let slot = |e: Result<DynamicEntity>, name: &str| e.unwrap().get(name).cloned();
+        // An integer keeps its type.
+        assert_eq!(
+            slot(added(Some(&stored), &created, "H00", 2), "H00"),
+            Some(EdmValue::Int32(7))
+        );
+        assert_eq!(
+            slot(added(Some(&stored), &created, "H01", -9), "H01"),
+            Some(EdmValue::Int64(-2))
+        );
+        // Missing, or another type: 0, stored as Int64.
+        assert_eq!(
+            slot(added(Some(&stored), &created, "H03", 4), "H03"),
+            Some(EdmValue::Int64(4))
+        );
+        assert_eq!(
+            slot(added(Some(&stored), &created, "H02", 4), "H02"),
+            Some(EdmValue::Int64(4))
+        );
+        // No entity: the one created, every other slot kept.
+        let new = added(None, &created, "H01", -3).unwrap();
+        assert_eq!(new.get("H00"), Some(&EdmValue::Int64(0)));
+        assert_eq!(new.get("H01"), Some(&EdmValue::Int64(-3)));
+        // The other properties of a stored entity stay.
+        let kept = added(Some(&stored), &created, "H03", 1).unwrap();
+        assert_eq!(kept.get("H02"), Some(&EdmValue::from("text")));
+        // An Int32 past its range is an error naming the slot, as Plan::add makes it.
+        let max = DynamicEntity::new("p", "01").with("H00", i32::MAX);
+        let err = added(Some(&max), &created, "H00", 1).unwrap_err();
+        assert!(err.to_string().contains("H00"), "{err}");
+        let err = added(
+            Some(&DynamicEntity::new("p", "01").with("H00", i64::MAX)),
+            &created,
+            "H00",
+            1,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("overflows"), "{err}");
     }
 }

@@ -17,24 +17,117 @@ use crate::error::refused;
 use crate::hook::BeforeWrite;
 use crate::plan::Plan;
 
-use super::chunks::{check_capacity, chunks_prefix, ChunkWrite, Store};
-use super::{bag, index_race, set_etag, KeyFn, Replacing, MAX_ATTEMPTS, MAX_CHUNK_UNITS};
+use super::chunks::{check_capacity, chunks_prefix, entries_of, fits, Store};
+use super::{
+    bag, chunk_row_key, index_race, set_etag, KeyFn, Replacing, ENTITY_IDS, MAX_ATTEMPTS,
+    MAX_CHUNK_UNITS,
+};
 
-/// The one operation of a change of an index entity, under the ETag it was
-/// read with.
-fn op_of(write: ChunkWrite) -> TransactionOp {
-    match write {
-        ChunkWrite::Insert(e) => TransactionOp::Insert(e),
-        ChunkWrite::Update(e, etag) => {
-            TransactionOp::Update(e, UpdateMode::Replace, IfMatch::ETag(etag))
-        }
-        ChunkWrite::Delete(key, etag) => TransactionOp::Delete(key, IfMatch::ETag(etag)),
+/// One index entity of a value, named by its number: what a planned change
+/// of the value's list changes.
+#[derive(Clone)]
+struct ChunkRef {
+    store: Store,
+    partition_key: String,
+    value: String,
+    number: usize,
+}
+
+impl ChunkRef {
+    fn key(&self) -> EntityKey {
+        EntityKey::new(
+            self.partition_key.as_str(),
+            chunk_row_key(&self.store.prefix, &self.value, self.number),
+        )
+    }
+
+    fn describe(&self) -> String {
+        let key = self.key();
+        format!("index entity ({}, {})", key.partition_key, key.row_key)
+    }
+
+    /// The index entity listing `entries`: `None` (deleted) when none.
+    fn holding(&self, entries: &[String]) -> Option<DynamicEntity> {
+        let key = self.key();
+        (!entries.is_empty()).then(|| {
+            DynamicEntity::new(key.partition_key, key.row_key).with(ENTITY_IDS, entries.join("\n"))
+        })
+    }
+
+    /// `entry` added to this index entity, planned as a [`Plan::modify`]: to
+    /// the list as the plan's earlier changes leave it (the read, then
+    /// those changes), written whole under the ETag read (or inserted). When
+    /// an earlier change left no room for it, the plan is refused: the entry
+    /// would go to another index entity, which this change cannot choose.
+    fn add(&self, entry: &str) -> Result<Plan<'static>> {
+        let (this, entry) = (self.clone(), entry.to_owned());
+        Plan::modify(&self.store.raw, self.key(), move |now| {
+            let mut entries = now.map(entries_of).unwrap_or_default();
+            if !fits(this.store.capacity, &entries, &entry) {
+                return Err(refused(
+                    "index_entity",
+                    format!(
+                        "{} has no room for {entry:?} after the plan's earlier changes of the \
+                         list of {:?}: the entry would go to another index entity, which one \
+                         plan cannot choose; send these changes as separate plans",
+                        this.describe(),
+                        this.value
+                    ),
+                ));
+            }
+            entries.push(entry.clone());
+            Ok(this.holding(&entries))
+        })
+    }
+
+    /// One occurrence of `entry` removed from this index entity, planned as a
+    /// [`Plan::modify`] of it as the plan's earlier changes leave it (deleted
+    /// when it was its last). `listed`: the read lists the entry here, so
+    /// when it no longer does an earlier change of the plan took it out, and
+    /// this second removal of one entry is refused. Not `listed`: only an
+    /// earlier change of the plan can have added it here; without one the
+    /// index entity is left as it is (rewritten unchanged when it is stored
+    /// and nothing earlier in the plan wrote it: a change by
+    /// [`Plan::modify`] cannot leave an entity unwritten).
+    fn remove(&self, entry: &str, listed: bool) -> Result<Plan<'static>> {
+        let (this, entry) = (self.clone(), entry.to_owned());
+        Plan::modify(&self.store.raw, self.key(), move |now| {
+            let Some(now) = now else {
+                if listed {
+                    return Err(this.removed_twice(&entry));
+                }
+                return Ok(None);
+            };
+            let mut entries = entries_of(now);
+            match entries.iter().position(|e| *e == entry) {
+                Some(at) => {
+                    entries.remove(at);
+                    Ok(this.holding(&entries))
+                }
+                None if listed => Err(this.removed_twice(&entry)),
+                None => Ok(Some(now.clone())),
+            }
+        })
+    }
+
+    fn removed_twice(&self, entry: &str) -> Error {
+        refused(
+            "index_entity",
+            format!(
+                "{} no longer lists {entry:?} after the plan's earlier changes: two removals \
+                 of one entry from the list of {:?} in one plan; send them as separate plans",
+                self.describe(),
+                self.value
+            ),
+        )
     }
 }
 
-/// `entry` added to the index entities of `value`, planned: worked out from
-/// them as read when the plan is sent (one range query, shared with every
-/// part of the plan that reads it).
+/// `entry` added to the index entities of `value`, planned: the index entity
+/// it goes to is chosen from them as read when the plan is sent (one range
+/// query, shared with every part of the plan that reads it), and the entry
+/// added to that one as the plan's earlier changes leave it
+/// ([`ChunkRef::add`]).
 fn plan_add_entry(
     store: &Store,
     partition_key: &str,
@@ -55,12 +148,12 @@ fn plan_add_entry(
     })
 }
 
-/// The change that adds `entry` to the index entities `rows`: an update of
-/// one under its ETag, or the insert of a new one. The new one is read
-/// first, as absent (a point read): a transaction refused because another
-/// writer created it meanwhile (409) is then stale, and the plan is worked
-/// out again, where a range query's absence would not make it so. Found
-/// there, it joins `rows` and the entry is placed again.
+/// The change that adds `entry` to the index entities `rows`: to the first
+/// with room for it, or to a new one. The new one is read first, as absent
+/// (a point read): a transaction refused because another writer created it
+/// meanwhile (409) is then stale, and the plan is worked out again, where a
+/// range query's absence would not make it so. Found there, it joins `rows`
+/// and the entry is placed again.
 fn add_over(
     store: &Store,
     partition_key: &str,
@@ -68,33 +161,32 @@ fn add_over(
     entry: &str,
     rows: Vec<DynamicEntity>,
 ) -> Result<Plan<'static>> {
-    match store
+    let place = store
         .chunks(partition_key, value, rows.iter().cloned())
-        .add(entry)?
-    {
-        ChunkWrite::Insert(chunk) => {
-            let key = EntityKey::new(chunk.partition_key.as_str(), chunk.row_key.as_str());
-            let (store, pk, value, entry) = (
-                store.clone(),
-                partition_key.to_owned(),
-                value.to_owned(),
-                entry.to_owned(),
-            );
-            Plan::after_read(&store.raw.clone(), key, move |found| match found {
-                None => Plan::op(&store.raw, TransactionOp::Insert(chunk.clone())),
-                Some(found) => {
-                    let mut rows = rows.clone();
-                    rows.push(found.clone());
-                    add_over(&store, &pk, &value, &entry, rows)
-                }
-            })
-        }
-        write => Plan::op(&store.raw, op_of(write)),
+        .place(entry)?;
+    let slot = ChunkRef {
+        store: store.clone(),
+        partition_key: partition_key.to_owned(),
+        value: value.to_owned(),
+        number: place.number,
+    };
+    if place.stored {
+        return slot.add(entry);
     }
+    let entry = entry.to_owned();
+    Plan::after_read(&store.raw.clone(), slot.key(), move |found| match found {
+        None => slot.add(&entry),
+        Some(found) => {
+            let mut rows = rows.clone();
+            rows.push(found.clone());
+            add_over(&slot.store, &slot.partition_key, &slot.value, &entry, rows)
+        }
+    })
 }
 
 /// One occurrence of `entry` removed from the index entities of `value`,
-/// planned (nothing when none lists it).
+/// planned: worked out from them as read when the plan is sent
+/// ([`remove_over`]).
 fn plan_remove_entry(
     store: &Store,
     partition_key: &str,
@@ -114,14 +206,48 @@ fn plan_remove_entry(
         &pk.clone(),
         &prefix,
         None,
-        move |rows| match store
-            .chunks(&pk, &value, rows.iter().cloned())
-            .remove(&entry)?
-        {
-            Some(write) => Plan::op(&store.raw, op_of(write)),
-            None => Ok(Plan::new()),
-        },
+        move |rows| remove_over(&store, &pk, &value, &entry, rows.to_vec()),
     )
+}
+
+/// The change that removes `entry` from the index entities `rows`: from the
+/// first listing it. When none does, from the one an addition of it joins
+/// ([`add_over`], which reads a new one first, as this does), the only
+/// place where an earlier change of the same plan can have put it; nothing
+/// when no addition of it can be made.
+fn remove_over(
+    store: &Store,
+    partition_key: &str,
+    value: &str,
+    entry: &str,
+    rows: Vec<DynamicEntity>,
+) -> Result<Plan<'static>> {
+    let chunks = store.chunks(partition_key, value, rows.iter().cloned());
+    let slot = |number| ChunkRef {
+        store: store.clone(),
+        partition_key: partition_key.to_owned(),
+        value: value.to_owned(),
+        number,
+    };
+    if let Some(number) = chunks.listing(entry) {
+        return slot(number).remove(entry, true);
+    }
+    let Ok(place) = chunks.place(entry) else {
+        return Ok(Plan::new());
+    };
+    let slot = slot(place.number);
+    if place.stored {
+        return slot.remove(entry, false);
+    }
+    let entry = entry.to_owned();
+    Plan::after_read(&store.raw.clone(), slot.key(), move |found| match found {
+        None => slot.remove(&entry, false),
+        Some(found) => {
+            let mut rows = rows.clone();
+            rows.push(found.clone());
+            remove_over(&slot.store, &slot.partition_key, &slot.value, &entry, rows)
+        }
+    })
 }
 
 /// Entities of type `T` with index entities (option 2) for one non-unique
@@ -333,16 +459,25 @@ impl<T: TableEntity> IndexEntities<T> {
     /// plan be worked out again instead of failing it. Passed by `&mut`, the
     /// entity gets its new ETag when the plan succeeds.
     ///
-    /// **One plan holds at most one change of one value's list.** Two (two
-    /// Joneses inserted, or one renamed to Jones and another inserted) are
-    /// each worked out from the same read of the value's index entities, and
-    /// each rewrites the index entity it changes as that read plus its own
-    /// entry: two new index entities of one value are two inserts of one
-    /// entity, refused before the transaction is sent, but two rewrites of
-    /// one stored index entity are not told apart, and the later one is
-    /// kept, losing the earlier entry. Send changes of one value's list as
-    /// separate plans (or with [`insert`](Self::insert) and its siblings).
-    /// Changes of different values' lists compose.
+    /// **Changes of one value's list compose.** Each change of an index
+    /// entity is a [`Plan::modify`] of it: the entry is added to (or removed
+    /// from) its list as the plan's earlier changes leave it. Two Joneses
+    /// inserted in one plan, one renamed to Jones and another inserted, or
+    /// one Jones inserted and another deleted, are listed as the writes one
+    /// after another would list them (a new index entity both join is one
+    /// insert). Which index entity an entry joins is chosen from the read:
+    ///
+    /// * when an earlier change of the plan left that one no room for it,
+    ///   the plan is refused before the transaction (an invalid-input error
+    ///   naming the index entity), rather than the entry put elsewhere: send
+    ///   such changes as separate plans;
+    /// * when an earlier removal of the plan freed room in an index entity
+    ///   ahead of that one, the entry still joins the one chosen: a later
+    ///   one than separate writes would pick, with the same entries listed.
+    ///
+    /// Two removals of one entry from one value's list in one plan (two
+    /// changes of one entity under [`IfMatch::Any`], which both take its
+    /// entry out of the value read) are refused likewise.
     pub fn plan_insert<'a>(&self, entity: impl PlanTarget<'a, T>) -> Result<Plan<'a>> {
         let e = entity.entity();
         self.check(e)?;
@@ -360,7 +495,7 @@ impl<T: TableEntity> IndexEntities<T> {
     /// the stored entity when sent, for its value, and writes under its ETag
     /// (again from a fresh read when it changed meanwhile); not found when
     /// there is none. Passed by `&mut`, `new` gets its new ETag when the plan
-    /// succeeds. At most one change of one value's list per plan (see
+    /// succeeds. Changes of one value's list in one plan compose (see
     /// [`plan_insert`](Self::plan_insert)).
     pub fn plan_update<'a>(
         &self,
@@ -411,9 +546,16 @@ impl<T: TableEntity> IndexEntities<T> {
     /// `if_match`) and the removal of its RowKey from its value's index
     /// entities, planned: the writes [`delete`](Self::delete) sends. Under
     /// [`IfMatch::Any`] the plan reads the stored entity when sent, for its
-    /// value, and deletes under its ETag; not found when there is none. At
-    /// most one change of one value's list per plan (see
-    /// [`plan_insert`](Self::plan_insert)).
+    /// value, and deletes under its ETag; not found when there is none.
+    /// Changes of one value's list in one plan compose (see
+    /// [`plan_insert`](Self::plan_insert)): after an update of the same plan
+    /// that renamed the entity to this value, the entry that update added is
+    /// taken out again. So when the index entities read do not list the
+    /// entry, the removal is a change of the one an addition of it joins,
+    /// the only place such an update puts it. When no earlier change put it
+    /// there (an entity written around the pattern, which no index entity
+    /// lists), that costs a point read of that index entity if it is not
+    /// stored, else a rewrite of it, unchanged, under the ETag read.
     pub fn plan_delete(&self, current: &T, if_match: impl Into<IfMatch>) -> Result<Plan<'static>> {
         self.check(current)?;
         let key = current.key();

@@ -15,7 +15,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use tablekit::{
     DynamicEntity, ETag, EdmValue, IfMatch, TableClient, TableEntity, TableServiceClient,
 };
-use tablekit_patterns::index_entity::{chunk_row_key, IndexEntities};
+use tablekit_patterns::index_entity::{chunk_row_key, IndexEntities, ENTITY_IDS};
 use tablekit_patterns::log_tail::{LogTail, NewestFirst};
 use tablekit_patterns::plan::Plan;
 use tablekit_patterns::series::{DataSeries, HourlyCounters, SeriesLayout};
@@ -349,21 +349,267 @@ async fn index_entity_plans_join_a_count_of_the_partition(svc: TableServiceClien
     assert_eq!(count.count("Sales").await.unwrap(), 1);
     assert!(idx.ids("Sales", "Brown").await.unwrap().is_empty());
 
-    // Two new index entities of one value in one plan would be two inserts of
-    // one entity: refused before the transaction, nothing written.
-    let err = idx
+    // Two employees of one new value and the count plus two in one plan:
+    // the index entity both join is one insert listing both.
+    let applied = idx
         .plan_insert(&employee(1, "Adams"))
         .unwrap()
         .and(idx.plan_insert(&employee(2, "Adams")).unwrap())
         .unwrap()
+        .and(count.plan_count("Sales", 2).unwrap())
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(applied.len(), 4);
+    assert_eq!(
+        idx.ids("Sales", "Adams").await.unwrap(),
+        ["000001", "000002"]
+    );
+    assert_eq!(count.count("Sales").await.unwrap(), 3);
+}
+
+/// Index entities of 27 UTF-16 code units: four RowKeys of 6 digits.
+fn roomy(table: TableClient<Employee>) -> IndexEntities<Employee> {
+    IndexEntities::new(table, "lastname_", |e: &Employee| e.last_name.clone())
+        .with_chunk_capacity(27)
+        .unwrap()
+}
+
+/// The rows of the index entities of `value`: RowKey and list.
+async fn index_rows(table: &TableClient<Employee>, value: &str) -> Vec<(String, String)> {
+    let prefix = chunk_row_key("lastname_", value, 0);
+    let prefix = &prefix[..prefix.len() - 3];
+    stored(table, "Sales")
+        .await
+        .into_iter()
+        .filter(|(rk, _)| rk.starts_with(prefix))
+        .map(|(rk, props)| {
+            let list = match &props[..] {
+                [(name, EdmValue::String(list))] if name == ENTITY_IDS => list.clone(),
+                other => panic!("{rk}: {other:?}"),
+            };
+            (rk, list)
+        })
+        .collect()
+}
+
+/// Two entities with one value in one plan: each entry is added to the
+/// index entity as the other change leaves it, so both are listed, whether
+/// the index entity is new (one insert), stored (one update), or joined by
+/// a rename and an insert. An entry the read's index entity has no room
+/// for once the earlier change is made is refused before the transaction,
+/// nothing written.
+async fn two_index_entity_plans_of_one_value_list_both(svc: TableServiceClient) {
+    let table = common::fresh_table::<Employee>(&svc, "PlanIdxTwo").await;
+    let idx = roomy(table.clone());
+    let count = counted(table.clone());
+
+    // No index entity of Adams yet.
+    let (mut a, mut b) = (employee(1, "Adams"), employee(2, "Adams"));
+    let applied = idx
+        .plan_insert(&mut a)
+        .unwrap()
+        .and(idx.plan_insert(&mut b).unwrap())
+        .unwrap()
+        .and(count.plan_count("Sales", 2).unwrap())
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(
+        applied.len(),
+        4,
+        "two employees, one index entity, the department"
+    );
+    assert!(a.etag.is_some() && b.etag.is_some());
+    assert_eq!(
+        index_rows(&table, "Adams").await,
+        [("lastname_Adams_000".to_owned(), "000001\n000002".to_owned())]
+    );
+
+    // The stored index entity: one update listing both.
+    let applied = idx
+        .plan_insert(&employee(3, "Adams"))
+        .unwrap()
+        .and(idx.plan_insert(&employee(4, "Adams")).unwrap())
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(applied.len(), 3);
+    assert_eq!(
+        idx.ids("Sales", "Adams").await.unwrap(),
+        ["000001", "000002", "000003", "000004"]
+    );
+
+    // A rename into Brown and an insert of a Brown under the ETag; an
+    // insert of an Evans and a rename into Evans under IfMatch::Any.
+    idx.insert(&mut employee(5, "Brown")).await.unwrap();
+    let was = current(&table, 1).await;
+    let renamed = Employee {
+        last_name: "Brown".into(),
+        ..was.clone()
+    };
+    idx.plan_update(&was, &renamed, was.etag.clone().unwrap())
+        .unwrap()
+        .and(idx.plan_insert(&employee(6, "Brown")).unwrap())
+        .unwrap()
+        .await
+        .unwrap();
+    idx.plan_insert(&employee(7, "Evans"))
+        .unwrap()
+        .and(
+            idx.plan_update(&employee(2, "Stale"), &employee(2, "Evans"), IfMatch::Any)
+                .unwrap(),
+        )
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(
+        idx.ids("Sales", "Brown").await.unwrap(),
+        ["000005", "000001", "000006"]
+    );
+    assert_eq!(
+        idx.ids("Sales", "Evans").await.unwrap(),
+        ["000007", "000002"]
+    );
+    assert_eq!(
+        idx.ids("Sales", "Adams").await.unwrap(),
+        ["000003", "000004"]
+    );
+    assert_eq!(count.count("Sales").await.unwrap(), 2);
+
+    // Index entities of 13 units: Clark's has room for one more RowKey,
+    // which the first change takes. The second is refused, not lost.
+    let tight = by_last_name(table.clone());
+    tight.insert(&mut employee(8, "Clark")).await.unwrap();
+    let err = tight
+        .plan_insert(&employee(9, "Clark"))
+        .unwrap()
+        .and(tight.plan_insert(&employee(10, "Clark")).unwrap())
+        .unwrap()
         .await
         .unwrap_err();
+    let message = common::assert_invalid(&err);
     assert!(
-        common::assert_invalid(&err).contains("inserted after a write"),
-        "{err}"
+        message.contains("lastname_Clark_000") && message.contains("no room"),
+        "{message}"
     );
-    assert!(idx.ids("Sales", "Adams").await.unwrap().is_empty());
-    assert!(table.get(("Sales", "000001")).await.unwrap().is_none());
+    assert_eq!(tight.ids("Sales", "Clark").await.unwrap(), ["000008"]);
+    for id in [9, 10] {
+        assert!(table
+            .get(("Sales", format!("{id:06}")))
+            .await
+            .unwrap()
+            .is_none());
+    }
+}
+
+/// An entry added to and another removed from one index entity in one plan,
+/// in either order: one write of the index entity, both changes in it. A
+/// delete of its last entry and an insert refill it (one update). An update
+/// that moves an entry into a value and a delete of the same entity, in one
+/// plan (what a unit of work may collect), take it out again.
+async fn an_add_and_a_remove_of_one_index_entity_in_one_plan(svc: TableServiceClient) {
+    let table = common::fresh_table::<Employee>(&svc, "PlanIdxMix").await;
+    let idx = roomy(table.clone());
+    for id in [1, 2] {
+        idx.insert(&mut employee(id, "Jones")).await.unwrap();
+    }
+
+    // An insert, then a delete.
+    let one = current(&table, 1).await;
+    let applied = idx
+        .plan_insert(&employee(3, "Jones"))
+        .unwrap()
+        .and(idx.plan_delete(&one, one.etag.clone().unwrap()).unwrap())
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(applied.len(), 3, "two employees, one index entity");
+    assert_eq!(
+        index_rows(&table, "Jones").await,
+        [("lastname_Jones_000".to_owned(), "000002\n000003".to_owned())]
+    );
+
+    // A delete, then an insert.
+    let two = current(&table, 2).await;
+    idx.plan_delete(&two, two.etag.clone().unwrap())
+        .unwrap()
+        .and(idx.plan_insert(&employee(4, "Jones")).unwrap())
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(
+        idx.ids("Sales", "Jones").await.unwrap(),
+        ["000003", "000004"]
+    );
+
+    // The last entry out and another in: the index entity stays, rewritten.
+    idx.insert(&mut employee(5, "Smith")).await.unwrap();
+    let five = current(&table, 5).await;
+    let applied = idx
+        .plan_delete(&five, IfMatch::Any)
+        .unwrap()
+        .and(idx.plan_insert(&employee(6, "Smith")).unwrap())
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(applied.len(), 3);
+    assert_eq!(
+        index_rows(&table, "Smith").await,
+        [("lastname_Smith_000".to_owned(), "000006".to_owned())]
+    );
+
+    // Jones 3 renamed to Smith, then deleted, in one plan: listed nowhere.
+    let three = current(&table, 3).await;
+    let renamed = Employee {
+        last_name: "Smith".into(),
+        ..three.clone()
+    };
+    let etag = three.etag.clone().unwrap();
+    idx.plan_update(&three, &renamed, etag.clone())
+        .unwrap()
+        .and(idx.plan_delete(&renamed, etag).unwrap())
+        .unwrap()
+        .await
+        .unwrap();
+    assert!(table.get(("Sales", "000003")).await.unwrap().is_none());
+    assert_eq!(idx.ids("Sales", "Jones").await.unwrap(), ["000004"]);
+    assert_eq!(idx.ids("Sales", "Smith").await.unwrap(), ["000006"]);
+
+    // Two removals of one entry from one list: two renames of Jones 4
+    // under IfMatch::Any, each out of the value read. Refused, nothing written.
+    let err = idx
+        .plan_update(&employee(4, "Stale"), &employee(4, "Adams"), IfMatch::Any)
+        .unwrap()
+        .and(
+            idx.plan_update(&employee(4, "Stale"), &employee(4, "Brown"), IfMatch::Any)
+                .unwrap(),
+        )
+        .unwrap()
+        .await
+        .unwrap_err();
+    let message = common::assert_invalid(&err);
+    assert!(message.contains("no longer lists"), "{message}");
+    assert_eq!(current(&table, 4).await.last_name, "Jones");
+    assert_eq!(idx.ids("Sales", "Jones").await.unwrap(), ["000004"]);
+
+    // Entities written around the pattern, which no index entity lists: the
+    // removal looks where an addition would have put the entry, finds
+    // nothing, and leaves the lists as they were (Jones' index entity is
+    // rewritten unchanged; Nobody has none, so nothing is written for it).
+    for (id, last, writes) in [(11, "Jones", 2), (12, "Nobody", 1)] {
+        table.insert(&employee(id, last)).await.unwrap();
+        let stray = current(&table, id).await;
+        let applied = idx
+            .plan_delete(&stray, stray.etag.clone().unwrap())
+            .unwrap()
+            .await
+            .unwrap();
+        assert_eq!(applied.len(), writes, "{last}");
+        assert!(table.get(stray.key()).await.unwrap().is_none());
+    }
+    assert_eq!(idx.ids("Sales", "Jones").await.unwrap(), ["000004"]);
+    assert!(index_rows(&table, "Nobody").await.is_empty());
 }
 
 /// Another writer creates the index entity a plan is about to insert,
@@ -475,7 +721,7 @@ async fn series_plans_write_what_the_methods_write(svc: TableServiceClient) {
     assert_eq!(common::rows(&table, "method").await[0].properties.len(), 3);
 
     // An entity that `add` wrote holds only its slots: an addition to
-    // another slot, planned, is the merge of that slot.
+    // another slot, planned, counts it as 0.
     series.add("sparse", "", 3, 1).await.unwrap();
     series.plan_add("sparse", "", 4, 6).unwrap().await.unwrap();
     series.plan_add("sparse", "", 3, 1).unwrap().await.unwrap();
@@ -540,6 +786,102 @@ async fn series_additions_in_one_plan_add_up(svc: TableServiceClient) {
         .unwrap();
     assert_eq!(*calls.lock().unwrap(), [1, 2]);
     assert_eq!(series.read("000123", "").await.unwrap().values[5], 1016);
+}
+
+/// Additions to a slot that a stored entity lacks (`add` and `set` store the
+/// slots written) add up in one plan, stored as Int64 as `add` stores them;
+/// so do an addition after a set of such a slot, additions to it and to a
+/// slot the entity holds, negative additions to an entity not yet stored,
+/// and additions to a slot holding another type (counted as 0, as `add`
+/// counts it). Another writer adding to the slot between the plan's read
+/// and its transaction makes the plan be worked out again.
+async fn series_additions_to_a_slot_the_entity_lacks_add_up(svc: TableServiceClient) {
+    let table = common::fresh_table::<DynamicEntity>(&svc, "PlanSeriesLack").await;
+    let series = DataSeries::new(&table, SeriesLayout::hourly());
+    let plan = |slot, n| series.plan_add("000123", "", slot, n).unwrap();
+    let slot = |name: &'static str| {
+        let table = table.clone();
+        async move {
+            table
+                .get(("000123", "01"))
+                .await
+                .unwrap()
+                .unwrap()
+                .get(name)
+                .cloned()
+        }
+    };
+    series.add("000123", "", 3, 1).await.unwrap();
+
+    let applied = plan(4, 2).and(plan(4, 3)).unwrap().await.unwrap();
+    assert_eq!(applied.len(), 1);
+    assert_eq!(slot("H04").await, Some(EdmValue::Int64(5)));
+
+    series
+        .plan_set("000123", "", 7, 100)
+        .unwrap()
+        .and(plan(7, 5))
+        .unwrap()
+        .await
+        .unwrap();
+    plan(8, 1)
+        .and(plan(3, 1))
+        .unwrap()
+        .and(plan(8, 1))
+        .unwrap()
+        .await
+        .unwrap();
+    table
+        .upsert(
+            &DynamicEntity::new("000123", "01").with("H09", "none"),
+            tablekit::UpdateMode::Merge,
+        )
+        .await
+        .unwrap();
+    plan(9, 2).and(plan(9, 3)).unwrap().await.unwrap();
+    let values = series.read("000123", "").await.unwrap().values;
+    assert_eq!(
+        (values[3], values[4], values[7], values[8], values[9]),
+        (2, 5, 105, 2, 5)
+    );
+
+    // No entity of partition 000124 yet: negative additions, and one each way.
+    let other = |slot, n| series.plan_add("000124", "", slot, n).unwrap();
+    let applied = other(5, -1)
+        .and(other(5, -2))
+        .unwrap()
+        .and(other(6, 2))
+        .unwrap()
+        .and(other(6, -5))
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(applied.len(), 1, "one insert");
+    let values = series.read("000124", "").await.unwrap().values;
+    assert_eq!((values[5], values[6]), (-3, -3));
+
+    // Another writer adds to H10, which the entity lacks, in between.
+    let theirs = DataSeries::new(
+        &common::second_service(&svc)
+            .table::<DynamicEntity>(table.name())
+            .unwrap(),
+        SeriesLayout::hourly(),
+    );
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let hook = injecting(&calls, move || {
+        let theirs = theirs.clone();
+        async move {
+            theirs.add("000123", "", 10, 1000).await.unwrap();
+        }
+    });
+    plan(10, 1)
+        .and(plan(10, 1))
+        .unwrap()
+        .before_send(hook)
+        .await
+        .unwrap();
+    assert_eq!(*calls.lock().unwrap(), [1, 2]);
+    assert_eq!(series.read("000123", "").await.unwrap().values[10], 1002);
 }
 
 /// The plan of a claim, the count of its hour and the count of all claims
@@ -721,8 +1063,11 @@ async fn a_plan_of_the_same_partition_key_in_another_table_is_refused() {
 common::on_both!(
     index_entity_plans_write_what_the_methods_write,
     index_entity_plans_join_a_count_of_the_partition,
+    two_index_entity_plans_of_one_value_list_both,
+    an_add_and_a_remove_of_one_index_entity_in_one_plan,
     an_index_entity_plan_raced_by_another_writer_is_worked_out_again [flavor = "multi_thread", worker_threads = 2],
     series_plans_write_what_the_methods_write,
     series_additions_in_one_plan_add_up [flavor = "multi_thread", worker_threads = 2],
+    series_additions_to_a_slot_the_entity_lacks_add_up [flavor = "multi_thread", worker_threads = 2],
     a_log_entry_its_hour_and_its_count_are_one_transaction,
 );
