@@ -877,7 +877,7 @@ async fn series_additions_to_a_slot_the_entity_lacks_add_up(svc: TableServiceCli
     plan(10, 1)
         .and(plan(10, 1))
         .unwrap()
-        .before_send(hook)
+        .before_send(common::sync_hook(move |a| hook(a)))
         .await
         .unwrap();
     assert_eq!(*calls.lock().unwrap(), [1, 2]);
