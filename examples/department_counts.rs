@@ -15,6 +15,7 @@
 //! scripts/azurite.sh stop
 //! ```
 
+use tablekit::filter::EntityColumns;
 use tablekit::{ETag, EdmValue, IfMatch, Storage, TableEntity, TableServiceClient};
 use tablekit_patterns::denormalize::Denormalized;
 use tablekit_patterns::summary::CountedPartition;
@@ -101,13 +102,15 @@ async fn run(service: TableServiceClient) -> tablekit::Result<()> {
     table.insert(&department).await?;
     println!("Marketing / Department: EmployeeCount = 151, no manager yet");
 
-    let staff = CountedPartition::new(table.clone(), "Department", "EmployeeCount")
+    // Property names from the department type's columns: checked when compiled.
+    let columns = Department::columns();
+    let staff = CountedPartition::new(table.clone(), "Department", columns.employee_count)
         .with_summary_property("EntityType", "Department");
     // The department's copy of its manager: ManagerId names the employee.
     let manager = Denormalized::new(
         table.clone(),
         "Department",
-        "ManagerId",
+        columns.manager_id,
         |s: &Staff| match s {
             Staff::Employee(e) => (
                 format!("{:05}", e.employee_id),

@@ -102,6 +102,12 @@ cargo fmt --all --check
 stage "cargo clippy --workspace --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
+# The four crates meant for crates.io package, and hold no test data
+# (--no-verify: a verified run compiles each again, over 3 minutes; it is
+# VERIFY=1 scripts/check-package.sh, before a release).
+stage "cargo package of the publishable crates (scripts/check-package.sh)"
+bash scripts/check-package.sh
+
 stage "waiting for Azurite (started before fmt)"
 AZURITE_RC=0
 wait "$AZURITE_START_PID" || AZURITE_RC=$?
@@ -166,4 +172,11 @@ run_example blob_transfer 20
 for example in archive_worker employee_email_index employee_photo queue_logs department_counts; do
     run_example "$example"
 done
+
+# The README's Rust blocks as a user pastes them into a new crate (the
+# Install section's dependencies, resolved apart from the workspace's, so
+# tablekit and the dependencies whose features differ compile once more),
+# and "A typed example" in the tables-only build, on Azurite.
+stage "the README's Rust blocks as pasted (scripts/readme-blocks.sh)"
+bash scripts/readme-blocks.sh
 end_stage

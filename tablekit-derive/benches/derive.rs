@@ -152,8 +152,8 @@ fn report_allocations() {
     );
     let plain = page(false);
     let annotated = page(true);
-    let a: Vec<Employee> = tablekit::__private::bench::decode_page(&plain).unwrap();
-    let b: Vec<DynamicEntity> = tablekit::__private::bench::decode_page(&annotated).unwrap();
+    let a: Vec<Employee> = tablekit::__private_0_1::bench::decode_page(&plain).unwrap();
+    let b: Vec<DynamicEntity> = tablekit::__private_0_1::bench::decode_page(&annotated).unwrap();
     assert_eq!(a.len(), PAGE);
     assert_eq!(b.len(), PAGE);
     assert_eq!(a[7], employee(7));
@@ -170,19 +170,19 @@ fn report_allocations() {
         (
             "decode derive (nometadata page)",
             per_entity(allocations(20, || {
-                tablekit::__private::bench::decode_page::<Employee>(&plain).unwrap()
+                tablekit::__private_0_1::bench::decode_page::<Employee>(&plain).unwrap()
             })),
         ),
         (
             "decode derive (minimalmetadata page)",
             per_entity(allocations(20, || {
-                tablekit::__private::bench::decode_page::<Employee>(&annotated).unwrap()
+                tablekit::__private_0_1::bench::decode_page::<Employee>(&annotated).unwrap()
             })),
         ),
         (
             "decode DynamicEntity (minimalmetadata page)",
             per_entity(allocations(20, || {
-                tablekit::__private::bench::decode_page::<DynamicEntity>(&annotated).unwrap()
+                tablekit::__private_0_1::bench::decode_page::<DynamicEntity>(&annotated).unwrap()
             })),
         ),
     ];
@@ -216,16 +216,19 @@ fn benches(c: &mut Criterion) {
     let mut g = c.benchmark_group("decode_page");
     g.throughput(Throughput::Elements(PAGE as u64));
     g.bench_function("derive_nometadata", |b| {
-        b.iter(|| tablekit::__private::bench::decode_page::<Employee>(black_box(&plain)).unwrap())
+        b.iter(|| {
+            tablekit::__private_0_1::bench::decode_page::<Employee>(black_box(&plain)).unwrap()
+        })
     });
     g.bench_function("derive_minimalmetadata", |b| {
         b.iter(|| {
-            tablekit::__private::bench::decode_page::<Employee>(black_box(&annotated)).unwrap()
+            tablekit::__private_0_1::bench::decode_page::<Employee>(black_box(&annotated)).unwrap()
         })
     });
     g.bench_function("dynamic_minimalmetadata", |b| {
         b.iter(|| {
-            tablekit::__private::bench::decode_page::<DynamicEntity>(black_box(&annotated)).unwrap()
+            tablekit::__private_0_1::bench::decode_page::<DynamicEntity>(black_box(&annotated))
+                .unwrap()
         })
     });
     g.finish();

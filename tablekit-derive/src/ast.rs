@@ -50,7 +50,7 @@ pub(crate) enum Data<'a> {
 /// How a field is stored.
 #[derive(Clone)]
 pub(crate) enum Kind {
-    /// By its natural Edm type (`tablekit::__private::Property`).
+    /// By its natural Edm type (`tablekit::__private_0_1::Property`).
     Native,
     /// As the Edm type named by `edm = "..."`.
     Edm(&'static str),

@@ -21,24 +21,24 @@ pub(crate) fn stub(c: &Container) -> TokenStream {
                 #[automatically_derived]
                 #[allow(unused_variables, unreachable_code)]
                 impl #tk::TableEntity for #ident {
-                    fn partition_key(&self) -> #tk::__private::Cow<'_, ::core::primitive::str> {
+                    fn partition_key(&self) -> #tk::__private_0_1::Cow<'_, ::core::primitive::str> {
                         ::core::unreachable!()
                     }
-                    fn row_key(&self) -> #tk::__private::Cow<'_, ::core::primitive::str> {
+                    fn row_key(&self) -> #tk::__private_0_1::Cow<'_, ::core::primitive::str> {
                         ::core::unreachable!()
                     }
-                    fn write_properties<__TkW: #tk::__private::PropertyWriter + ?::core::marker::Sized>(
+                    fn write_properties<__TkW: #tk::__private_0_1::PropertyWriter + ?::core::marker::Sized>(
                         &self,
                         __tk_out: &mut __TkW,
-                    ) -> #tk::__private::Result<()> {
+                    ) -> #tk::__private_0_1::Result<()> {
                         ::core::unreachable!()
                     }
-                    fn decode(__tk_entity: &#tk::__private::RawEntity<'_>) -> #tk::__private::Result<Self> {
+                    fn decode(__tk_entity: &#tk::__private_0_1::RawEntity<'_>) -> #tk::__private_0_1::Result<Self> {
                         ::core::unreachable!()
                     }
                 }
                 #[automatically_derived]
-                impl #tk::__private::EntityColumns for #ident {
+                impl #tk::__private_0_1::EntityColumns for #ident {
                     type Columns = ();
                     fn columns() -> &'static () {
                         &()
@@ -50,17 +50,17 @@ pub(crate) fn stub(c: &Container) -> TokenStream {
             const _: () = {
                 #[automatically_derived]
                 #[allow(unused_variables, unreachable_code)]
-                impl #tk::__private::TableProperties for #ident {
-                    fn write_properties<__TkW: #tk::__private::PropertyWriter + ?::core::marker::Sized>(
+                impl #tk::__private_0_1::TableProperties for #ident {
+                    fn write_properties<__TkW: #tk::__private_0_1::PropertyWriter + ?::core::marker::Sized>(
                         &self,
                         __tk_out: &mut __TkW,
-                    ) -> #tk::__private::Result<()> {
+                    ) -> #tk::__private_0_1::Result<()> {
                         ::core::unreachable!()
                     }
                     fn read_properties(
-                        __tk_entity: &#tk::__private::RawEntity<'_>,
+                        __tk_entity: &#tk::__private_0_1::RawEntity<'_>,
                         __tk_prefix: &::core::primitive::str,
-                    ) -> #tk::__private::Result<Self> {
+                    ) -> #tk::__private_0_1::Result<Self> {
                         ::core::unreachable!()
                     }
                     fn is_known(__tk_name: &::core::primitive::str) -> ::core::primitive::bool {

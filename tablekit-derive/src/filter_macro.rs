@@ -100,11 +100,11 @@ impl Rewriter {
             Expr::Binary(b) => match b.op {
                 BinOp::And(_) | BinOp::BitAnd(_) => {
                     let (l, r) = (self.condition(&b.left), self.condition(&b.right));
-                    quote_spanned!(b.op.span()=> ::tablekit::__private::filter_and(#l, #r))
+                    quote_spanned!(b.op.span()=> ::tablekit::__private_0_1::filter_and(#l, #r))
                 }
                 BinOp::Or(_) | BinOp::BitOr(_) => {
                     let (l, r) = (self.condition(&b.left), self.condition(&b.right));
-                    quote_spanned!(b.op.span()=> ::tablekit::__private::filter_or(#l, #r))
+                    quote_spanned!(b.op.span()=> ::tablekit::__private_0_1::filter_or(#l, #r))
                 }
                 BinOp::Eq(_) | BinOp::Ne(_) | BinOp::Lt(_) | BinOp::Le(_) | BinOp::Gt(_) | BinOp::Ge(_) => {
                     self.comparison(b)
@@ -119,11 +119,11 @@ impl Rewriter {
             },
             Expr::Unary(u) if matches!(u.op, UnOp::Not(_)) => {
                 let inner = self.condition(&u.expr);
-                quote_spanned!(u.op.span()=> ::tablekit::__private::filter_not(#inner))
+                quote_spanned!(u.op.span()=> ::tablekit::__private_0_1::filter_not(#inner))
             }
             Expr::Field(_) if self.is_column(e) => {
                 let c = self.column(e);
-                quote_spanned!(e.span()=> ::tablekit::__private::filter_of(#c))
+                quote_spanned!(e.span()=> ::tablekit::__private_0_1::filter_of(#c))
             }
             Expr::MethodCall(m) if self.is_column(&m.receiver) => self.column_call(m),
             Expr::If(i) => self.fail(

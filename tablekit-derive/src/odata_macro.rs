@@ -111,13 +111,13 @@ fn expand_inner(input: TokenStream) -> syn::Result<TokenStream> {
         pieces.push(Piece::Text(literal));
     }
     let parts = pieces.iter().map(|p| match p {
-        Piece::Text(t) => quote!(::tablekit::__private::ODataPiece::Text(#t)),
-        Piece::Value(v) => quote!(::tablekit::__private::ODataPiece::Value(
-            ::tablekit::__private::odata_value(&#v)
+        Piece::Text(t) => quote!(::tablekit::__private_0_1::ODataPiece::Text(#t)),
+        Piece::Value(v) => quote!(::tablekit::__private_0_1::ODataPiece::Value(
+            ::tablekit::__private_0_1::odata_value(&#v)
         )),
     });
     Ok(quote! {
-        ::tablekit::__private::odata_build(&[#(#parts),*])
+        ::tablekit::__private_0_1::odata_build(&[#(#parts),*])
     })
 }
 

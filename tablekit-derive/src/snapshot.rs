@@ -145,7 +145,7 @@ fn a_crate_path_replaces_tablekit_in_every_expansion() {
         let out = derive(input, mode).to_string();
         assert!(!out.contains("compile_error"), "{out}");
         assert!(!out.contains("tablekit ::"), "{out}");
-        assert!(out.contains("reexport :: tk :: __private"), "{out}");
+        assert!(out.contains("reexport :: tk :: __private_0_1"), "{out}");
     }
 }
 

@@ -1,6 +1,6 @@
 //! What the macro can tell about a field's type from its syntax alone. The
 //! mapping of types to Edm types is *not* decided here: the generated code asks
-//! the compiler through `tablekit::__private::Property`, so type aliases work and
+//! the compiler through `tablekit::__private_0_1::Property`, so type aliases work and
 //! an unsupported type is reported by the compiler at the field's type.
 
 use syn::{GenericArgument, PathArguments, Type};

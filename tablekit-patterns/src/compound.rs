@@ -28,6 +28,57 @@
 //! transaction can change them together ([`tablekit::TableClient::transaction`]).
 //! Read a mixed range as a `#[derive(TableEntity)]` enum or as
 //! [`tablekit::DynamicEntity`]; read only the children as their own type.
+//!
+//! # Writes
+//!
+//! This pattern is a choice of keys and ranges: it has no write of its own,
+//! so nothing to plan. Its keys come from the types' derives, and a parent
+//! with its children is written in one transaction by joining the table
+//! client's own plans ([`TableClient::plan_insert`] and its siblings, one
+//! client per entity type over the same table), as with any other writes of
+//! one partition ([`crate::plan`]):
+//!
+//! ```
+//! use tablekit::{TableEntity, TableServiceClient};
+//! use tablekit_patterns::compound::{children, read};
+//!
+//! #[derive(TableEntity, Debug, Clone, PartialEq)]
+//! #[tablekit(partition_key = "{department}", row_key = "empid_{employee_id:06}")]
+//! struct Employee {
+//!     department: String,
+//!     employee_id: u32,
+//!     last_name: String,
+//! }
+//!
+//! #[derive(TableEntity, Debug, Clone, PartialEq)]
+//! #[tablekit(partition_key = "{department}", row_key = "empid_{employee_id:06}_{year}")]
+//! struct Review {
+//!     department: String,
+//!     employee_id: u32,
+//!     year: u16,
+//!     rating: i32,
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> tablekit::Result<()> {
+//! let service = TableServiceClient::embedded();
+//! let employees = service.table::<Employee>("Employees")?;
+//! employees.create_table().await?;
+//! let reviews = service.table::<Review>("Employees")?; // the same table
+//!
+//! let jones = Employee { department: "Sales".into(), employee_id: 123, last_name: "Jones".into() };
+//! let review = |year| Review { department: "Sales".into(), employee_id: 123, year, rating: 4 };
+//! // The parent and two children: one transaction of three inserts.
+//! let applied = employees
+//!     .plan_insert(&jones)?
+//!     .and(reviews.plan_insert(&review(2012))?)?
+//!     .and(reviews.plan_insert(&review(2013))?)?
+//!     .await?;
+//! assert_eq!(applied.len(), 3);
+//! let family = read(&reviews, "Sales", &children("empid_000123", "_")).await?;
+//! assert_eq!(family, [review(2012), review(2013)]);
+//! # Ok(()) }
+//! ```
 
 use tablekit::{Result, TableClient, TableEntity};
 

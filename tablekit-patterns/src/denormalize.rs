@@ -84,8 +84,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use tablekit::{
-    error::DecodeError, table::TransactionOp, DynamicEntity, EdmValue, EntityKey, IfMatch, Result,
-    TableClient, TableEntity, UpdateMode,
+    error::DecodeError, filter::PropertyName, table::TransactionOp, DynamicEntity, EdmValue,
+    EntityKey, IfMatch, Result, TableClient, TableEntity, UpdateMode,
 };
 
 use crate::error::refused;
@@ -141,14 +141,14 @@ impl<S: TableEntity> Denormalized<S> {
     pub fn new(
         table: TableClient<S>,
         target_row_key: impl Into<String>,
-        holder_property: impl Into<String>,
+        holder_property: impl PropertyName,
         copy: impl Fn(&S) -> (String, Vec<(String, EdmValue)>) + Send + Sync + 'static,
     ) -> Self {
         Denormalized {
             raw: table.with_type::<DynamicEntity>(),
             table,
             target_row_key: target_row_key.into(),
-            holder_property: holder_property.into(),
+            holder_property: holder_property.property_name().to_string(),
             copy: Arc::new(copy),
             before_write: BeforeWrite::default(),
         }
@@ -157,7 +157,12 @@ impl<S: TableEntity> Denormalized<S> {
     /// Runs `hook` with the attempt number (1 first) after each write's read
     /// of the target and before its transaction: for tracing retries, and in
     /// tests the exact place to let another client change the target.
-    pub fn before_write(mut self, hook: impl Fn(usize) + Send + Sync + 'static) -> Self {
+    #[doc(hidden)]
+    pub fn step_hook<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: Fn(usize) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<()>> + Send + 'static,
+    {
         self.before_write = BeforeWrite::new(hook);
         self
     }

@@ -1,38 +1,73 @@
-//! The callback the retrying patterns run between the reads a conditional
-//! write depends on and that write.
+//! The one shape of the patterns' test hooks: `step_hook(|step| async move
+//! { ...; Ok(()) })`, an async function of the pattern's step (the attempt
+//! number of a read–modify–write, a [`large::Step`](crate::large::Step), an
+//! [`eventual::Event`](crate::eventual::Event)) that the operation awaits at
+//! that step. A test lets another writer in there (awaiting its write), or
+//! stops the operation there as a crash would (an error, or a hook that
+//! never returns in an aborted task). Every `step_hook` is
+//! `#[doc(hidden)]`: for tests, not part of the stable API.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
-/// A callback run with the attempt number (1 for the first) after the reads
-/// of a read–modify–write and before its conditional write. A write another
-/// client makes from inside it is the race the pattern must detect and retry,
-/// at a precise step; counting its calls counts the attempts.
-#[derive(Clone, Default)]
-pub(crate) struct BeforeWrite(Option<Arc<dyn Fn(usize) + Send + Sync>>);
+type HookFn<E> =
+    dyn Fn(E) -> Pin<Box<dyn Future<Output = tablekit::Result<()>> + Send>> + Send + Sync;
 
-impl BeforeWrite {
-    pub(crate) fn new(hook: impl Fn(usize) + Send + Sync + 'static) -> Self {
-        BeforeWrite(Some(Arc::new(hook)))
+/// A step hook, or none.
+pub(crate) struct StepHook<E>(Option<Arc<HookFn<E>>>);
+
+impl<E> Clone for StepHook<E> {
+    fn clone(&self) -> Self {
+        StepHook(self.0.clone())
+    }
+}
+
+impl<E> Default for StepHook<E> {
+    fn default() -> Self {
+        StepHook(None)
+    }
+}
+
+impl<E: 'static> StepHook<E> {
+    pub(crate) fn new<F, Fut>(hook: F) -> Self
+    where
+        F: Fn(E) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = tablekit::Result<()>> + Send + 'static,
+    {
+        StepHook(Some(Arc::new(move |e| Box::pin(hook(e)))))
     }
 
-    /// `plan`, with this hook run before each of its transactions.
-    pub(crate) fn attach<'a>(&self, plan: tablekit::table::Plan<'a>) -> tablekit::table::Plan<'a> {
+    /// Runs the hook at `step`, if there is one.
+    pub(crate) async fn call(&self, step: E) -> tablekit::Result<()> {
         match &self.0 {
-            Some(hook) => plan.before_send(hook.clone()),
-            None => plan,
-        }
-    }
-
-    pub(crate) fn call(&self, attempt: usize) {
-        if let Some(hook) = &self.0 {
-            hook(attempt);
+            Some(hook) => hook(step).await,
+            None => Ok(()),
         }
     }
 }
 
-impl fmt::Debug for BeforeWrite {
+impl StepHook<usize> {
+    /// `plan`, with this hook run before each of its transactions.
+    pub(crate) fn attach<'a>(&self, plan: tablekit::table::Plan<'a>) -> tablekit::table::Plan<'a> {
+        match &self.0 {
+            Some(hook) => {
+                let hook = hook.clone();
+                plan.before_send_shared(Arc::new(move |attempt| hook(attempt)))
+            }
+            None => plan,
+        }
+    }
+}
+
+impl<E> fmt::Debug for StepHook<E> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(if self.0.is_some() { "Some(..)" } else { "None" })
     }
 }
+
+/// The hook of the read–modify–write patterns: run with the attempt number
+/// (1 first) after the reads a conditional write depends on and before that
+/// write.
+pub(crate) type BeforeWrite = StepHook<usize>;

@@ -317,7 +317,12 @@ impl<T: TableEntity> IndexedTable<T> {
     /// [`upsert`](Self::upsert), [`delete_key`](Self::delete_key) and
     /// [`modify`](Self::modify) and before their transaction: for tracing
     /// retries, and in tests the exact place to let another client write.
-    pub fn before_write(mut self, hook: impl Fn(usize) + Send + Sync + 'static) -> Self {
+    #[doc(hidden)]
+    pub fn step_hook<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: Fn(usize) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<()>> + Send + 'static,
+    {
         self.before_write = BeforeWrite::new(hook);
         self
     }
@@ -623,7 +628,7 @@ impl<T: TableEntity + Clone> IndexedTable<T> {
             };
             let mut new = current.clone();
             change(&mut new);
-            self.before_write.call(attempt);
+            self.before_write.call(attempt).await?;
             match self.update(&current, &mut new, IfMatch::ETag(etag)).await {
                 Ok(()) => return Ok(Some(new)),
                 Err(e) if e.is_precondition_failed() && attempt < MAX_ATTEMPTS => attempt += 1,
@@ -640,7 +645,7 @@ impl<T: TableEntity + Clone> IndexedTable<T> {
         let mut attempt = 1;
         loop {
             let stored = self.get_with_etag(key.clone()).await?;
-            self.before_write.call(attempt);
+            self.before_write.call(attempt).await?;
             let result = match stored {
                 None => self.insert(entity).await,
                 Some((current, etag)) => self.update(&current, entity, IfMatch::ETag(etag)).await,
@@ -662,7 +667,7 @@ impl<T: TableEntity + Clone> IndexedTable<T> {
             let Some((current, etag)) = self.get_with_etag(key.clone()).await? else {
                 return Ok(false);
             };
-            self.before_write.call(attempt);
+            self.before_write.call(attempt).await?;
             match self.delete(&current, IfMatch::ETag(etag)).await {
                 Ok(()) => return Ok(true),
                 Err(e) if is_race(&e) && attempt < MAX_ATTEMPTS => attempt += 1,

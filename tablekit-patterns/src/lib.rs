@@ -11,7 +11,7 @@
 //! | [`index_entity`] | index entities, options 2 and 3 (§3.4) | [`index_entity::IndexEntities`], [`index_entity::SeparateIndexEntities`] |
 //! | [`summary`] | denormalised counts in a heterogeneous partition (§3.5, §4.8) | [`summary::CountedPartition`] |
 //! | [`denormalize`] | denormalisation (§3.5): the department holds its manager's details | [`denormalize::Denormalized`] |
-//! | [`plan`] | composing patterns and plain writes into one transaction | [`plan::Plan`], [`plan::transact`] |
+//! | [`plan`] | composing patterns and plain writes into one transaction | [`plan::Plan`] (tablekit's own) |
 //! | [`compound`] | compound keys (§3.6) | [`compound::family`], [`compound::children`] ranges |
 //! | [`log_tail`] | log tail (§3.7) | [`log_tail::LogTail`], newest-first keys [`log_tail::NewestFirst`] |
 //! | [`wide`] | wide entities (§3.10) | [`wide::WideTable`] |
@@ -49,7 +49,25 @@
 //! can also **plan** their writes instead of sending them, to join other
 //! patterns' writes and plain writes of the same partition in one
 //! transaction ([`plan`]). Each module's docs list the requests of each
-//! operation; `tests/request_counts.rs` counts them against hand-written code.
+//! operation; `tablekit-patterns/tests/patterns/request_counts.rs` counts them
+//! against hand-written code.
+//!
+//! # One verb family
+//!
+//! The patterns use [`TableClient`](tablekit::TableClient)'s verbs where
+//! they mean what they mean there: `insert`, `upsert`, `update` (with
+//! [`UpdateMode`](tablekit::UpdateMode)), `delete`, `get`, `query`, and
+//! `plan_*` for the same writes as a [`Plan`](tablekit::table::Plan). Another
+//! word is kept only where the act is not one of those, and says what it is:
+//!
+//! | word | where | why not a `TableClient` verb |
+//! |---|---|---|
+//! | `assign` | [`denormalize`] | writes no entity of yours: makes one the holder of the target's copy |
+//! | `count`, `plan_count` | [`summary`] | a read, and an addition to the summary, of a number no entity of yours holds |
+//! | `lookup`, `list` | [`index`], [`inter_index`], [`index_entity`] | reads through an index: by indexed value, not by key |
+//! | `append` | [`log_tail`] | an insert under a RowKey the pattern makes from the time |
+//! | `add`, `set`, `record` | [`series`] | additions to and values of one slot of a series entity, not whole entities |
+//! | `enqueue`, `requeue` | [`eventual`] | messages to a queue, not table writes |
 //!
 //! Refusals before any request are [`ValidationError::Pattern`](tablekit::error::ValidationError::Pattern)
 //! (`is_invalid_input()`), and a value of a unique index held by another
@@ -64,7 +82,7 @@
 //!
 //! # Request costs
 //!
-//! Measured by `tests/request_counts.rs` through a counting loopback proxy in
+//! Measured by `tablekit-patterns/tests/patterns/request_counts.rs` through a counting loopback proxy in
 //! front of Azurite 3.35, next to hand-written code doing the same thing with
 //! tablekit's table client: the combinator sends the same requests, byte for
 //! byte (the test asserts both the request count and the bytes of every row).

@@ -39,7 +39,7 @@
 //!   downloading them), keeps the records inside it and streams them in time
 //!   order (records of one instant in the order written).
 //!
-//! Requests per operation, measured by `tests/request_counts.rs` through a
+//! Requests per operation, measured by `tablekit-patterns/tests/patterns/request_counts.rs` through a
 //! counting loopback proxy in front of Azurite 3.35 (records of about 75
 //! bytes, batches of 5):
 //!

@@ -9,7 +9,9 @@
 //!   template such as `row_key = "claim_{key}"`).
 //! * [`LogTail`] reads such a partition: [`latest`](LogTail::latest) (one range
 //!   query that stops after n entities) and [`between`](LogTail::between) two
-//!   instants, newest first.
+//!   instants, newest first. It writes with [`append`](LogTail::append), one
+//!   insert, or plans that insert ([`plan_append`](LogTail::plan_append)) to
+//!   join other writes of the partition in one transaction.
 //!
 //! The order is Azure Table storage's; the Cosmos DB Table API does not sort
 //! results by key, and this pattern does not work there. Every new entry goes
@@ -61,9 +63,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use chrono::{DateTime, Utc};
 use tablekit::filter::prefix_successor;
-use tablekit::{table::Query, Result, TableClient, TableEntity};
+use tablekit::{
+    table::{PlanTarget, Query},
+    Result, TableClient, TableEntity,
+};
 
 use crate::keys::{from_inverted_ticks, inverted_ticks};
+use crate::plan::Plan;
 use crate::range::KeyRange;
 
 /// A newest-first RowKey: `{inverted ticks:019}_{tie-breaker}`; see the
@@ -182,9 +188,25 @@ impl<T: TableEntity> LogTail<T> {
     }
 
     /// Adds an entry (one insert). A key that exists is a conflict
-    /// ([`tablekit::Error::is_conflict`]): pick another tie-breaker.
+    /// ([`tablekit::Error::is_conflict`]): pick another tie-breaker. Sets
+    /// the entry's ETag.
     pub async fn append(&self, entry: &mut T) -> Result<()> {
         self.table.insert(entry).await.map(drop)
+    }
+
+    /// The insert of an entry, planned: what [`append`](Self::append)
+    /// writes, for a transaction composed with other writes of the entry's
+    /// partition ([`crate::plan`]), such as a count of the entries in a
+    /// summary entity of the partition
+    /// ([`CountedPartition::plan_count`](crate::summary::CountedPartition::plan_count)).
+    /// Passed by `&mut`, the entry gets its new ETag when the plan succeeds.
+    ///
+    /// An entry is one insert and reads nothing: there is no more to plan.
+    /// Alone, `append` sends it as a single insert; the plan sends an entity
+    /// group transaction, so a taken key is a conflict whose
+    /// [`batch_index`](tablekit::Error::batch_index) names the entry.
+    pub fn plan_append<'a>(&self, entry: impl PlanTarget<'a, T>) -> Result<Plan<'a>> {
+        self.table.plan_insert(entry)
     }
 
     /// The query of a partition's entries in `range` (see [`instants`]),

@@ -15,6 +15,12 @@
 //! * [`HourlyCounters`] rolls over: each UTC day is a series of its own
 //!   (RowKey `20140731_01`), and [`last_24_hours`](HourlyCounters::last_24_hours)
 //!   reads the two series a 24-hour chart needs with one range query.
+//! * [`plan_add`](DataSeries::plan_add), [`plan_set`](DataSeries::plan_set)
+//!   and [`plan_record`](HourlyCounters::plan_record) return the change as a
+//!   [`Plan`], to join other writes of the partition in one transaction
+//!   ([`crate::plan`]): an expense entry and its hour's count, say. Two
+//!   additions to one slot in one plan add up, whether the entity holds
+//!   the slot ([`Plan::add`]) or not ([`Plan::modify`]).
 //!
 //! Many writers of one series contend for one entity's ETag; spread writers
 //! over series, or accept retries.
@@ -56,12 +62,13 @@ use std::sync::Arc;
 use chrono::{DateTime, Duration, Timelike, Utc};
 use tablekit::validate::MAX_PROPERTIES;
 use tablekit::{
-    DynamicEntity, ETag, EdmValue, EntityKey, Error, IfMatch, Result, TableClient, TableEntity,
-    UpdateMode,
+    error::DecodeError, table::TransactionOp, DynamicEntity, ETag, EdmValue, EntityKey, Error,
+    IfMatch, Result, TableClient, TableEntity, UpdateMode,
 };
 
 use crate::error::refused;
 use crate::hook::BeforeWrite;
+use crate::plan::Plan;
 use crate::range::KeyRange;
 
 /// How many times [`DataSeries::add`] starts again after a concurrent change.
@@ -177,6 +184,40 @@ pub struct DataSeries {
     before_write: BeforeWrite,
 }
 
+/// The series entity `now` (`None`: absent, then `created`, every slot 0)
+/// with `delta` added to its property `name`: an integer keeps its type
+/// (an Int32 that overflows is an error, as [`Plan::add`] makes it), a
+/// missing slot or a value of another type counts as 0 and is stored as
+/// Int64, as [`DataSeries::add`] stores it.
+fn added(
+    now: Option<&DynamicEntity>,
+    created: &DynamicEntity,
+    name: &str,
+    delta: i64,
+) -> Result<DynamicEntity> {
+    let mut e = now.cloned().unwrap_or_else(|| created.clone());
+    let overflow = |base: i64| {
+        Error::from(DecodeError::for_property(
+            name.to_owned(),
+            format!("{base} + {delta} overflows"),
+        ))
+    };
+    let value = match e.get(name) {
+        Some(EdmValue::Int32(n)) => EdmValue::Int32(
+            i64::from(*n)
+                .checked_add(delta)
+                .and_then(|v| i32::try_from(v).ok())
+                .ok_or_else(|| overflow(i64::from(*n)))?,
+        ),
+        Some(EdmValue::Int64(n)) => {
+            EdmValue::Int64(n.checked_add(delta).ok_or_else(|| overflow(*n))?)
+        }
+        _ => EdmValue::Int64(delta),
+    };
+    e.set(name.to_owned(), value);
+    Ok(e)
+}
+
 fn count(value: Option<&EdmValue>) -> i64 {
     match value {
         Some(EdmValue::Int64(n)) => *n,
@@ -200,7 +241,11 @@ impl DataSeries {
     /// [`add`](Self::add) read the slot's entity and before its conditional
     /// write: for tracing retries, and in tests the exact place to let
     /// another client write.
-    pub fn before_write(mut self, hook: impl Fn(usize) + Send + Sync + 'static) -> Self {
+    pub fn step_hook<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: Fn(usize) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<()>> + Send + 'static,
+    {
         self.before_write = BeforeWrite::new(hook);
         self
     }
@@ -258,6 +303,97 @@ impl DataSeries {
         self.table.upsert(&e, UpdateMode::Merge).await.map(drop)
     }
 
+    /// The key of the entity that holds slot `slot` of `series`, and the
+    /// slot's property name.
+    fn slot_key(
+        &self,
+        partition_key: &str,
+        series: &str,
+        slot: usize,
+    ) -> Result<(EntityKey, String)> {
+        let (suffix, name) = self.layout.slot(slot)?;
+        let key = EntityKey::new(partition_key, row_key(series, &suffix));
+        key.validate().map_err(Error::from)?;
+        Ok((key, name))
+    }
+
+    /// The entity `key`, holding slot `slot`, with every one of its slots 0.
+    fn zeroed(&self, key: &EntityKey, slot: usize) -> DynamicEntity {
+        let first = slot / self.layout.per_entity * self.layout.per_entity;
+        let end = (first + self.layout.per_entity).min(self.layout.slots);
+        let mut e = DynamicEntity::new(key.partition_key.as_str(), key.row_key.as_str());
+        for i in first..end {
+            e.set((self.layout.name)(i), 0i64);
+        }
+        e
+    }
+
+    /// Slot `slot` set to `value` whatever it holds, planned: the one merge
+    /// (an upsert of that slot's property alone) that [`set`](Self::set)
+    /// sends, for a transaction composed with other writes of the partition
+    /// ([`crate::plan`]). An addition to the slot later in the same plan
+    /// adds to `value`.
+    pub fn plan_set(
+        &self,
+        partition_key: &str,
+        series: &str,
+        slot: usize,
+        value: i64,
+    ) -> Result<Plan<'static>> {
+        let (key, name) = self.slot_key(partition_key, series, slot)?;
+        let e = DynamicEntity::new(key.partition_key, key.row_key).with(name, value);
+        Plan::op(&self.table, TransactionOp::upsert(&e, UpdateMode::Merge)?)
+    }
+
+    /// `delta` added to slot `slot`, planned: the slot's entity is read when
+    /// the plan is sent (one point read, shared with every part of the plan
+    /// that reads it) and the new value written under the ETag read, so the
+    /// plan is worked out again when another writer changed the entity
+    /// meanwhile. Additions to one slot in one plan, from two `plan_add`
+    /// calls or from other plans, add up, and one after a
+    /// [`plan_set`](Self::plan_set) of the slot adds to the value set:
+    ///
+    /// * A slot the entity holds as an integer: [`Plan::add`], the merge of
+    ///   that slot alone (the value keeps its type, Int32 or Int64).
+    /// * No entity yet: [`Plan::add`] inserting it with **every slot it
+    ///   holds** 0 (Int64) and this one `delta` (Int32, as `Plan::add`
+    ///   creates a count), so that additions to any of its slots in the same
+    ///   plan, or in later plans, compose; [`add`](Self::add) stores the
+    ///   written slots only. A negative `delta`, or one past Int32, is stored
+    ///   as Int64.
+    /// * An entity without the slot (a series entity written by `add` or
+    ///   `set`, which store only the slots written) or with a value of
+    ///   another type: [`Plan::modify`] of the entity as the plan's earlier
+    ///   writes leave it, the slot counted as 0 (as `add` counts it) and
+    ///   stored as Int64 (as `add` stores it). The entity is written whole,
+    ///   under the ETag read, rather than merged.
+    pub fn plan_add(
+        &self,
+        partition_key: &str,
+        series: &str,
+        slot: usize,
+        delta: i64,
+    ) -> Result<Plan<'static>> {
+        let (key, name) = self.slot_key(partition_key, series, slot)?;
+        let created = self.zeroed(&key, slot);
+        let table = self.table.clone();
+        let at = key.clone();
+        Plan::after_read(&self.table, key, move |stored| match stored {
+            Some(s) if matches!(s.get(&name), Some(EdmValue::Int32(_) | EdmValue::Int64(_))) => {
+                Plan::add(&table, at.clone(), name.as_str(), delta, created.clone())
+            }
+            None if (0..=i64::from(i32::MAX)).contains(&delta) => {
+                Plan::add(&table, at.clone(), name.as_str(), delta, created.clone())
+            }
+            _ => {
+                let (name, created) = (name.clone(), created.clone());
+                Plan::modify(&table, at.clone(), move |now| {
+                    added(now, &created, &name, delta).map(Some)
+                })
+            }
+        })
+    }
+
     /// Adds `delta` to slot `slot` and returns the new value: reads the slot's
     /// entity, then merges only that slot's property under the ETag read (or
     /// inserts the entity if there is none); if another writer changed it in
@@ -278,7 +414,7 @@ impl DataSeries {
             let value = count(stored.as_ref().and_then(|e| e.get(&name))) + delta;
             let e = DynamicEntity::new(key.partition_key.as_str(), key.row_key.as_str())
                 .with(name.as_str(), value);
-            self.before_write.call(attempt);
+            self.before_write.call(attempt).await?;
             let result = match stored.and_then(|s| s.etag) {
                 Some(etag) => self
                     .table
@@ -325,6 +461,19 @@ impl HourlyCounters {
         &self.series
     }
 
+    /// `delta` added to the count of the hour of `t`, planned: the
+    /// [`plan_add`](DataSeries::plan_add) of that hour's slot of that day's
+    /// series.
+    pub fn plan_record(
+        &self,
+        partition_key: &str,
+        t: DateTime<Utc>,
+        delta: i64,
+    ) -> Result<Plan<'static>> {
+        self.series
+            .plan_add(partition_key, &day_of(t), t.hour() as usize, delta)
+    }
+
     /// Adds `delta` to the count of the hour of `t` and returns the new count.
     pub async fn record(&self, partition_key: &str, t: DateTime<Utc>, delta: i64) -> Result<i64> {
         self.series
@@ -364,5 +513,59 @@ impl HourlyCounters {
                 (t, data.values[t.hour() as usize])
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_addition_by_modify_counts_a_missing_slot_as_0_stored_as_int64() {
+        let created = DynamicEntity::new("p", "01")
+            .with("H00", 0i64)
+            .with("H01", 0i64);
+        let stored = DynamicEntity::new("p", "01")
+            .with("H00", 5i32)
+            .with("H01", 7i64)
+            .with("H02", "text");
+        let slot = |e: Result<DynamicEntity>, name: &str| e.unwrap().get(name).cloned();
+        // An integer keeps its type.
+        assert_eq!(
+            slot(added(Some(&stored), &created, "H00", 2), "H00"),
+            Some(EdmValue::Int32(7))
+        );
+        assert_eq!(
+            slot(added(Some(&stored), &created, "H01", -9), "H01"),
+            Some(EdmValue::Int64(-2))
+        );
+        // Missing, or another type: 0, stored as Int64.
+        assert_eq!(
+            slot(added(Some(&stored), &created, "H03", 4), "H03"),
+            Some(EdmValue::Int64(4))
+        );
+        assert_eq!(
+            slot(added(Some(&stored), &created, "H02", 4), "H02"),
+            Some(EdmValue::Int64(4))
+        );
+        // No entity: the one created, every other slot kept.
+        let new = added(None, &created, "H01", -3).unwrap();
+        assert_eq!(new.get("H00"), Some(&EdmValue::Int64(0)));
+        assert_eq!(new.get("H01"), Some(&EdmValue::Int64(-3)));
+        // The other properties of a stored entity stay.
+        let kept = added(Some(&stored), &created, "H03", 1).unwrap();
+        assert_eq!(kept.get("H02"), Some(&EdmValue::from("text")));
+        // An Int32 past its range is an error naming the slot, as Plan::add makes it.
+        let max = DynamicEntity::new("p", "01").with("H00", i32::MAX);
+        let err = added(Some(&max), &created, "H00", 1).unwrap_err();
+        assert!(err.to_string().contains("H00"), "{err}");
+        let err = added(
+            Some(&DynamicEntity::new("p", "01").with("H00", i64::MAX)),
+            &created,
+            "H00",
+            1,
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("overflows"), "{err}");
     }
 }

@@ -51,7 +51,7 @@
 //! gives a summary the pattern creates its own.
 //!
 //! ```
-//! use tablekit::{TableEntity, TableServiceClient};
+//! use tablekit::{filter::EntityColumns, TableEntity, TableServiceClient};
 //! use tablekit_patterns::summary::CountedPartition;
 //!
 //! #[derive(TableEntity, Debug, Clone, PartialEq)]
@@ -79,7 +79,9 @@
 //! # async fn main() -> tablekit::Result<()> {
 //! let service = TableServiceClient::embedded();
 //! # service.create_table("Employees").await?;
-//! let staff = CountedPartition::new(service.table::<Staff>("Employees")?, "Department", "EmployeeCount")
+//! // The count's name from the summary type: checked by the compiler.
+//! let count = Department::columns().employee_count;
+//! let staff = CountedPartition::new(service.table::<Staff>("Employees")?, "Department", count)
 //!     .with_summary_property("EntityType", "Department");
 //! let don = Employee { department: "Marketing".into(), employee_id: 1, first_name: "Don".into() };
 //! staff.insert(&mut Staff::Employee(don.clone())).await?;
@@ -98,8 +100,8 @@
 use std::fmt;
 
 use tablekit::{
-    error::DecodeError, table::PlanTarget, DynamicEntity, EdmValue, EntityKey, Error, IfMatch,
-    Result, TableClient, TableEntity,
+    error::DecodeError, filter::PropertyName, table::PlanTarget, DynamicEntity, EdmValue,
+    EntityKey, Error, IfMatch, Result, TableClient, TableEntity,
 };
 
 use crate::error::refused;
@@ -146,17 +148,19 @@ impl<T> fmt::Debug for CountedPartition<T> {
 
 impl<T: TableEntity> CountedPartition<T> {
     /// Entities of `table` counted in the Int32 property `count_property` of
-    /// the entity with RowKey `summary_row_key` in each partition.
+    /// the entity with RowKey `summary_row_key` in each partition. The
+    /// property is a name or, better, the summary type's column handle
+    /// (`Department::columns().employee_count`), which the compiler checks.
     pub fn new(
         table: TableClient<T>,
         summary_row_key: impl Into<String>,
-        count_property: impl Into<String>,
+        count_property: impl PropertyName,
     ) -> Self {
         CountedPartition {
             raw: table.with_type::<DynamicEntity>(),
             table,
             summary_row_key: summary_row_key.into(),
-            count_property: count_property.into(),
+            count_property: count_property.property_name().to_string(),
             new_summary: Vec::new(),
             before_write: BeforeWrite::default(),
         }
@@ -167,17 +171,23 @@ impl<T: TableEntity> CountedPartition<T> {
     /// the count. Summaries that exist are not changed.
     pub fn with_summary_property(
         mut self,
-        name: impl Into<String>,
+        name: impl PropertyName,
         value: impl Into<EdmValue>,
     ) -> Self {
-        self.new_summary.push((name.into(), value.into()));
+        self.new_summary
+            .push((name.property_name().to_string(), value.into()));
         self
     }
 
     /// Runs `hook` with the attempt number (1 first) after each write's read
     /// of the summary and before its transaction: for tracing retries, and in
     /// tests the exact place to let another client change the summary.
-    pub fn before_write(mut self, hook: impl Fn(usize) + Send + Sync + 'static) -> Self {
+    #[doc(hidden)]
+    pub fn step_hook<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: Fn(usize) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<()>> + Send + 'static,
+    {
         self.before_write = BeforeWrite::new(hook);
         self
     }

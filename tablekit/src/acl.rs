@@ -39,7 +39,9 @@ use std::fmt;
 
 use chrono::{DateTime, SubsecRound as _, Utc};
 
-use crate::account::{BlobSasPermissions, QueueSasPermissions, TableSasPermissions};
+use crate::account::{
+    BlobSas, BlobSasPermissions, QueueSas, QueueSasPermissions, TableSas, TableSasPermissions,
+};
 use crate::error::{Error, Result, ValidationError};
 
 /// The most stored access policies one table, queue or container may hold.
@@ -125,6 +127,33 @@ impl AccessPermissions for BlobSasPermissions {
         Some(p)
     }
 }
+
+/// `policy(&StoredAccessPolicy)` of each service SAS builder: defined here,
+/// beside the policy type, so that the SAS builders need not name it.
+macro_rules! sas_policy_setter {
+    ($builder:ty, $permissions:ty) => {
+        impl $builder {
+            /// Ties the SAS to `policy` (`si`: its id), as
+            /// [`policy_id`](Self::policy_id) does, knowing what the policy sets:
+            /// the SAS may set what the policy leaves out (permissions, start,
+            /// expiry), and signing refuses a field set in both, as the service
+            /// would. Give the policy as it is stored on the resource (what
+            /// `access_policies` reads back).
+            pub fn policy(self, policy: &StoredAccessPolicy<$permissions>) -> Self {
+                self.policy_parts(
+                    &policy.id,
+                    policy.start.is_some(),
+                    policy.expiry.is_some(),
+                    policy.permissions.is_some(),
+                )
+            }
+        }
+    };
+}
+
+sas_policy_setter!(TableSas, TableSasPermissions);
+sas_policy_setter!(QueueSas, QueueSasPermissions);
+sas_policy_setter!(BlobSas, BlobSasPermissions);
 
 /// One stored access policy (a `SignedIdentifier` of the REST API): an id and
 /// the parts of a SAS it supplies. Each part is optional; what the policy

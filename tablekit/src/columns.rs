@@ -144,3 +144,51 @@ pub fn col<V>(name: impl Into<String>) -> DynColumn<V> {
         _value: PhantomData,
     }
 }
+
+/// A property's name, as the APIs that take one accept it: a string, or a
+/// column handle of the derive (`Department::columns().employee_count`),
+/// whose name the compiler checks against the entity type, so a renamed or
+/// misspelt property does not compile.
+///
+/// ```
+/// use tablekit::filter::{EntityColumns, PropertyName};
+/// use tablekit::TableEntity;
+///
+/// #[derive(TableEntity)]
+/// #[tablekit(partition_key = "{department}", row_key = "Department")]
+/// struct Department {
+///     department: String,
+///     employee_count: i32,
+/// }
+///
+/// assert_eq!(Department::columns().employee_count.property_name(), "EmployeeCount");
+/// assert_eq!("EmployeeCount".property_name(), "EmployeeCount");
+/// ```
+pub trait PropertyName {
+    /// The property's name on the wire.
+    fn property_name(&self) -> &str;
+}
+
+impl PropertyName for &str {
+    fn property_name(&self) -> &str {
+        self
+    }
+}
+
+impl PropertyName for String {
+    fn property_name(&self) -> &str {
+        self
+    }
+}
+
+impl<E, V> PropertyName for Column<E, V> {
+    fn property_name(&self) -> &str {
+        self.name
+    }
+}
+
+impl<V> PropertyName for DynColumn<V> {
+    fn property_name(&self) -> &str {
+        &self.name
+    }
+}

@@ -91,18 +91,26 @@
 //!
 //! # Cargo features
 //!
-//! | feature | what it adds | on by default |
-//! |---|---|---|
-//! | `derive` | `#[derive(TableEntity)]`, `#[derive(TableProperties)]`, `filter!`, `odata!` | yes |
-//! | `embedded` | the embedded store in memory: `TableServiceClient::embedded`, `Storage::embedded`, `Storage::from_env` | yes |
-//! | `durable` | the embedded store kept in a file (redb): `embedded_at(path)`, `UseEmbeddedStorage=true;Path=<file>`; implies `embedded` | yes |
-//! | `queue` | the Queue service: `QueueServiceClient` (quick-xml) | yes |
-//! | `blob` | the Blob service: `BlobServiceClient` (quick-xml) | yes |
-//! | `test-support` | proptest strategies (`filter::strategies`) | no |
+//! Each feature compiles in what it names, and its dependencies; without it
+//! neither is compiled.
+//!
+//! | feature | what it adds | dependencies it adds | on by default |
+//! |---|---|---|---|
+//! | `derive` | `#[derive(TableEntity)]`, `#[derive(TableProperties)]`, `filter!`, `odata!` | tablekit-derive (syn) | yes |
+//! | `embedded` | the embedded store in memory: `TableServiceClient::embedded`, `Storage::embedded`, and `Storage::from_env`'s fallback to it when `TABLEKIT_CONNECTION_STRING` is not set (without the feature, that is an error) | | yes |
+//! | `durable` | the embedded store kept in a file: `embedded_at(path)`, `UseEmbeddedStorage=true;Path=<file>`, `storage::check_file`; implies `embedded` | redb | yes |
+//! | `queue` | the Queue service: `QueueServiceClient` | quick-xml | yes |
+//! | `blob` | the Blob service: `BlobServiceClient` | quick-xml | yes |
+//! | `admin` | stored access policies ([`acl`]: `access_policies`, `set_access_policies`) and service settings ([`service_properties`]: `service_properties`, `set_service_properties`, `service_stats`) of each service compiled in | quick-xml | yes |
+//! | `reqwest` | a second transport, reqwest's client: `Transport::Reqwest` (the default transport is tablekit's own, on hyper) | reqwest and its dependencies | no |
+//! | `entra` | Microsoft Entra ID through the official identity crates: `Credential::entra` takes any `azure_identity` credential | azure_core (its `TokenCredential` trait; no HTTP client of its own) | no |
+//! | `test-support` | proptest strategies for tests of code built on tablekit (`filter::strategies`) | proptest | no |
+//! | `fuzzing` | hidden entry points to internal parsers, for tablekit's own fuzz targets: unstable, not for use outside tablekit | | no |
 //!
 //! Code that only talks to Azure tables over HTTP needs
 //! `tablekit = { version = "0.1", default-features = false, features = ["derive"] }`,
-//! and compiles no store, no redb and no XML parser.
+//! and compiles no store, no redb and no XML parser (the table's access
+//! policies and the service's settings then need `admin` too).
 #![warn(missing_docs, missing_debug_implementations)]
 // The docs link across features (Storage to the store file, a client to the
 // embedded store): every link resolves with all of them, as docs.rs builds.
@@ -111,7 +119,8 @@
         feature = "embedded",
         feature = "durable",
         feature = "queue",
-        feature = "blob"
+        feature = "blob",
+        feature = "admin"
     ),
     deny(rustdoc::broken_intra_doc_links)
 )]
@@ -120,7 +129,8 @@
         feature = "embedded",
         feature = "durable",
         feature = "queue",
-        feature = "blob"
+        feature = "blob",
+        feature = "admin"
     )),
     allow(rustdoc::broken_intra_doc_links)
 )]
@@ -130,6 +140,8 @@
 #[doc(hidden)]
 pub mod __fuzz;
 pub mod account;
+#[cfg(feature = "admin")]
+#[cfg_attr(docsrs, doc(cfg(feature = "admin")))]
 pub mod acl;
 mod backend;
 #[cfg(feature = "blob")]
@@ -149,6 +161,8 @@ pub mod options;
 #[cfg(feature = "queue")]
 #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]
 pub mod queue;
+#[cfg(feature = "admin")]
+#[cfg_attr(docsrs, doc(cfg(feature = "admin")))]
 pub mod service_properties;
 #[cfg(feature = "embedded")]
 #[cfg_attr(docsrs, doc(cfg(feature = "embedded")))]
@@ -188,6 +202,62 @@ pub use filter::Filter;
 pub use queue::{QueueClient, QueueServiceClient};
 pub use storage::Storage;
 pub use table::{TableClient, TableServiceClient};
+
+/// The `chrono` crate tablekit's public types use: an `Edm.DateTime` is a
+/// [`chrono::DateTime<Utc>`](chrono::DateTime) ([`EdmValue::DateTime`], the
+/// derive's `DateTime<Utc>` and `DateTime<FixedOffset>` fields, Timestamps).
+///
+/// Re-exported so that code can name these types at the version tablekit
+/// was built with, without a dependency of its own: `tablekit::chrono::Utc`.
+/// It has the features tablekit needs (`std`, and `now` for `Utc::now()`),
+/// not `clock` (`Local`): a crate that wants more adds `chrono = "0.4"` itself,
+/// and Cargo builds one chrono with the features of both.
+///
+/// ```
+/// use tablekit::chrono::{DateTime, TimeZone, Utc};
+/// use tablekit::uuid::Uuid;
+/// use tablekit::{ETag, TableEntity, codec::entity_to_json};
+///
+/// #[derive(TableEntity)]
+/// struct Login {
+///     #[tablekit(partition_key)]
+///     user: String,
+///     #[tablekit(row_key)]
+///     id: String,
+///     at: DateTime<Utc>,
+///     session: Uuid,
+///     #[tablekit(etag)]
+///     etag: Option<ETag>,
+/// }
+///
+/// let login = Login {
+///     user: "jon".into(),
+///     id: "1".into(),
+///     at: Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).unwrap(),
+///     session: Uuid::nil(),
+///     etag: None,
+/// };
+/// let json = String::from_utf8(entity_to_json(&login)?).unwrap();
+/// assert_eq!(
+///     json,
+///     concat!(
+///         r#"{"PartitionKey":"jon","RowKey":"1","#,
+///         r#""At@odata.type":"Edm.DateTime","At":"2026-11-29T12:00:00.0000000Z","#,
+///         r#""Session@odata.type":"Edm.Guid","Session":"00000000-0000-0000-0000-000000000000"}"#
+///     )
+/// );
+/// # Ok::<(), tablekit::Error>(())
+/// ```
+pub use chrono;
+
+/// The `uuid` crate tablekit's public types use: an `Edm.Guid` is a
+/// [`uuid::Uuid`] ([`EdmValue::Guid`], the derive's `Uuid` fields, the
+/// field type `tablekit-cli infer` prints for a Guid property).
+///
+/// Re-exported, as [`chrono`](mod@chrono) is, so that code can name `Uuid` at the
+/// version tablekit was built with, without a dependency of its own:
+/// `tablekit::uuid::Uuid` (with `v4`, so `Uuid::new_v4()`).
+pub use uuid;
 
 // The HTTP backend's tests name `crate::ErrorKind`.
 #[cfg(test)]
@@ -371,9 +441,13 @@ pub use tablekit_derive::TableProperties;
 #[cfg(feature = "derive")]
 pub use tablekit_derive::{filter, odata};
 
+/// What the derive's expansions name: not an API. Its name carries the
+/// version of the contract between `tablekit-derive` and `tablekit`, so a
+/// derive of another minor version fails to compile with a message that
+/// names the module, instead of misbehaving.
 #[doc(hidden)]
 #[path = "__private.rs"]
-pub mod __private;
+pub mod __private_0_1;
 
 /// The README's example, compiled as a doctest so it cannot drift from the API.
 #[cfg(doctest)]

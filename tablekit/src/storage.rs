@@ -192,6 +192,16 @@ pub enum StorageKind {
 /// message, which never holds a secret).
 type Service<T> = std::result::Result<T, String>;
 
+/// Why [`Storage::from_env_var`] fails in a build without the embedded store
+/// when `variable` is not set.
+#[cfg(not(feature = "embedded"))]
+fn no_store_to_fall_back_to(variable: &str) -> String {
+    format!(
+        "{variable} is not set, and this build of tablekit has no embedded store to fall back to \
+         (feature `embedded`, one of its default features): set {variable} to a connection string"
+    )
+}
+
 fn service<T>(client: &Service<T>) -> Result<&T> {
     client.as_ref().map_err(|why| Error::config(why.clone()))
 }
@@ -228,6 +238,12 @@ impl Storage {
     /// when it ends. For data that must outlive the process without a
     /// server, set the variable to `UseEmbeddedStorage=true;Path=<file>`.
     ///
+    /// The fallback to memory is the `embedded` feature's (a default one).
+    /// A build without it (tables over HTTP only:
+    /// `default-features = false, features = ["derive"]`) has this function
+    /// too, so that the same program compiles there, but has no store to fall
+    /// back to: the variable must name an account.
+    ///
     /// ```
     /// # fn main() -> tablekit::Result<()> {
     /// let storage = tablekit::Storage::from_env()?;
@@ -241,9 +257,9 @@ impl Storage {
     /// A variable that is set but malformed is an error, not a silent
     /// fallback to memory: a connection string that does not parse (see
     /// [`Storage::from_connection_string`]), an embedded store file that
-    /// cannot be opened, or a value that is not Unicode.
-    #[cfg(feature = "embedded")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "embedded")))]
+    /// cannot be opened, or a value that is not Unicode. Without the
+    /// `embedded` feature, a configuration error if the variable is not set
+    /// (or blank), naming the variable and the feature.
     pub fn from_env() -> Result<Storage> {
         Storage::from_env_var(Storage::CONNECTION_STRING_VARIABLE)
     }
@@ -262,8 +278,6 @@ impl Storage {
     /// # Errors
     ///
     /// As [`Storage::from_env`].
-    #[cfg(feature = "embedded")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "embedded")))]
     pub fn from_env_var(name: &str) -> Result<Storage> {
         let value = match std::env::var(name) {
             Ok(value) => Some(value),
@@ -274,7 +288,13 @@ impl Storage {
                 )))
             }
         };
+        #[cfg(feature = "embedded")]
         let storage = Storage::from_connection_string_or_embedded(value.as_deref())?;
+        #[cfg(not(feature = "embedded"))]
+        let storage = match value.as_deref() {
+            Some(s) if !s.trim().is_empty() => Storage::from_connection_string(s)?,
+            _ => return Err(Error::config(no_store_to_fall_back_to(name))),
+        };
         if storage.kind == StorageKind::Memory {
             tracing::info!(
                 target: "tablekit::storage",

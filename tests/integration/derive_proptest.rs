@@ -89,7 +89,7 @@ proptest! {
         let mut page = b"{\"value\":[".to_vec();
         page.extend_from_slice(&json);
         page.extend_from_slice(b"]}");
-        let back: Vec<Employee> = tablekit::__private::bench::decode_page(&page).unwrap();
+        let back: Vec<Employee> = tablekit::__private_0_1::bench::decode_page(&page).unwrap();
         prop_assert_eq!(&back[0], &e);
     }
 

@@ -554,6 +554,8 @@ async fn refuses_an_expired_token_and_the_cache_refreshes_it(azurite: &OAuthAzur
     let e = tables.create_table("Expired").await.unwrap_err();
     assert_eq!(e.status(), Some(403), "{e}");
     assert!(e.to_string().contains("AuthenticationFailed"), "{e}");
+    // The service's own reason (its AuthenticationErrorDetail) is kept.
+    assert!(e.to_string().contains("The token is expired."), "{e}");
 
     // Once the cache's clock says the token has expired, the next request
     // gets a new one, and the service takes it.
@@ -571,6 +573,7 @@ async fn refuses_a_token_for_the_wrong_audience_with_a_clear_error(azurite: &OAu
     assert_eq!(e.status(), Some(403), "{e}");
     let text = e.to_string();
     assert!(text.contains("AuthenticationFailed"), "{text}");
+    assert!(text.contains("Invalid token audience."), "{text}");
     assert!(
         text.contains(&format!(
             "the bearer token for scope {STORAGE_SCOPE} was refused: check that the scope (audience) matches the target"
@@ -586,4 +589,6 @@ async fn refuses_a_token_for_the_wrong_audience_with_a_clear_error(azurite: &OAu
         .unwrap_err();
     assert_eq!(e.status(), Some(403), "{e}");
     assert!(e.to_string().contains("bearer token for scope"), "{e}");
+    // The blob service's XML error keeps its reason too.
+    assert!(e.to_string().contains("Invalid token audience."), "{e}");
 }

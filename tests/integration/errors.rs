@@ -1,10 +1,15 @@
 //! What errors keep for the caller: a malformed raw filter reports where it
-//! broke and what was expected there, as a typed value rather than a string.
+//! broke and what was expected there, as a typed value rather than a string;
+//! a refused request shows the service's own reason.
+
+use std::sync::Arc;
 
 use tablekit::filter::ParseError;
-use tablekit::{error::ValidationError, DynamicEntity};
+use tablekit::{error::ValidationError, Account, DynamicEntity};
+use tablekit::{QueueServiceClient, TableServiceClient};
 
 use crate::common;
+use crate::scripted::{self, answer};
 
 #[tokio::test]
 async fn a_malformed_raw_filter_keeps_its_position_and_expectation() {
@@ -93,4 +98,61 @@ crate::both! {
         assert!(cause::<serde_json::Error>(&err).is_syntax());
         common::drop_table(&t).await;
     }
+}
+
+/// A 403 shows the reason the service gives beside its message
+/// (`AuthenticationErrorDetail`): in the Table service's JSON, as Azurite
+/// writes it, and in the Queue service's XML, as Azure writes it.
+#[tokio::test]
+async fn a_403_shows_the_services_reason() {
+    let (endpoint, seen) = scripted::serve(Arc::new(|_, s: &scripted::Seen| {
+        if s.target().contains("/Tables") {
+            answer(
+                "403 Server failed to authenticate the request",
+                &[("x-ms-error-code", "AuthenticationFailed")],
+                r#"{"odata.error":{"code":"AuthenticationFailed","message":{"lang":"en-US","value":"Server failed to authenticate the request. Make sure the value of the Authorization header is formed correctly including the signature.\nRequestId:r1\nTime:2026-11-29T00:00:00Z"},"AuthenticationErrorDetail":"Invalid token audience."}}"#,
+            )
+        } else {
+            let body = "<?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>AuthenticationFailed</Code>\
+                <Message>Server failed to authenticate the request. Make sure the value of the Authorization header is formed correctly including the signature.\n\
+                RequestId:r2\nTime:2026-11-29T00:00:00Z</Message>\
+                <AuthenticationErrorDetail>Lifetime validation failed. The token is expired.</AuthenticationErrorDetail></Error>";
+            format!(
+                "HTTP/1.1 403 Server failed to authenticate the request\r\nConnection: close\r\n\
+                 x-ms-request-id: r2\r\nContent-Type: application/xml\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+        }
+    }))
+    .await;
+    let account = Account::from_connection_string(&format!(
+        "AccountName=devstoreaccount1;AccountKey=c2VjcmV0LWtleQ==;TableEndpoint={endpoint};QueueEndpoint={endpoint}",
+    ))
+    .unwrap();
+    let mut options = common::client_options();
+    options.http.retry = tablekit::options::RetryPolicy::none();
+
+    let tables = TableServiceClient::with_options(account.clone(), options.clone()).unwrap();
+    let err = tables.create_table("Refused").await.unwrap_err();
+    assert_eq!(err.status(), Some(403), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "the service answered 403 AuthenticationFailed: Server failed to authenticate the request. \
+         Make sure the value of the Authorization header is formed correctly including the signature. \
+         Invalid token audience. (request id scripted)"
+    );
+
+    let queue = QueueServiceClient::with_options(account, options)
+        .unwrap()
+        .queue("refused")
+        .unwrap();
+    let err = queue.create_queue().await.unwrap_err();
+    assert_eq!(err.status(), Some(403), "{err}");
+    assert!(
+        err.to_string().contains(
+            "including the signature. Lifetime validation failed. The token is expired. (request id r2)"
+        ),
+        "{err}"
+    );
+    assert_eq!(seen.lock().unwrap().len(), 2);
 }

@@ -1,9 +1,10 @@
-//! The README's examples that rustdoc cannot run: the `#[tokio::test]` of "Unit
-//! tests without an emulator", and "A typed example" (which reads the
-//! environment, so it runs in a child process whose environment the test
-//! chooses), run here from copies checked against the README's text, so a
-//! broken or drifted example fails the suite. And the Install section lists
-//! every crate the README's examples use.
+//! The README's examples beyond what `scripts/readme-blocks.sh` checks (every
+//! block compiled and run as pasted into a new crate, its tests included):
+//! "A typed example" on a store file its connection string names (it reads
+//! the environment, so it runs in a child process whose environment the test
+//! chooses), from a copy checked against the README's text. And, within
+//! `cargo test`: every block reads as it is pasted (no rustdoc hidden lines),
+//! and the Install section lists every crate the README's examples use.
 
 use std::process::Command;
 
@@ -17,35 +18,45 @@ mod typed_example {
         main()
     }
 }
-mod unit_test_example;
 
-/// The README's code block that follows `heading`, without rustdoc's hidden
-/// (`# `) lines.
+/// The README's code block that follows `heading`, as it reads.
 fn readme_block(heading: &str) -> String {
     let readme = include_str!("../../README.md");
     let after = &readme[readme.find(heading).expect("the README has the heading")..];
     let fence = after.find("```rust").expect("a Rust block follows");
     let start = fence + after[fence..].find('\n').expect("the fence line ends") + 1;
     let body = &after[start..];
-    let body = &body[..body.find("```\n").expect("the block ends")];
-    body.lines()
-        .filter(|l| !(l.starts_with("# ") || l.trim_end() == "#"))
-        .map(|l| format!("{l}\n"))
-        .collect()
+    body[..body.find("```\n").expect("the block ends")].to_owned()
 }
 
+/// The README's Rust blocks, in order.
+fn readme_rust_blocks() -> Vec<&'static str> {
+    let mut rest = include_str!("../../README.md");
+    let mut blocks = Vec::new();
+    while let Some(fence) = rest.find("```rust") {
+        let body = &rest[fence..];
+        let body = &body[body.find('\n').expect("the fence line ends") + 1..];
+        let end = body.find("```\n").expect("the block ends");
+        blocks.push(&body[..end]);
+        rest = &body[end..];
+    }
+    blocks
+}
+
+/// Markdown viewers show rustdoc's hidden lines (`# ...`) as text, and a
+/// user pastes them: every block is whole as it reads.
 #[test]
-fn the_unit_test_example_is_the_readmes() {
-    let copy: String = include_str!("readme/unit_test_example.rs")
-        .lines()
-        .skip_while(|l| l.starts_with("//"))
-        .map(|l| format!("{l}\n"))
-        .collect();
-    assert_eq!(
-        copy,
-        readme_block("## Unit tests without an emulator"),
-        "tests/integration/readme/unit_test_example.rs must repeat the README's example"
-    );
+fn no_readme_block_has_rustdoc_hidden_lines() {
+    let blocks = readme_rust_blocks();
+    assert!(blocks.len() >= 4, "the README's Rust blocks were found");
+    for block in blocks {
+        for line in block.lines() {
+            assert!(
+                !(line.starts_with("# ") || line.trim_end() == "#" || line.starts_with("##")),
+                "a README block has a rustdoc hidden line, `{line}`:\n{block}"
+            );
+        }
+    }
 }
 
 /// The copy in `tests/integration/readme/`, without its leading comment.
@@ -177,25 +188,19 @@ fn the_install_section_lists_every_crate_the_readme_examples_use() {
         .lines()
         .filter_map(|l| l.split_once('=').map(|(name, _)| name.trim()))
         .collect();
-    let mut rest = readme;
-    let mut blocks = 0;
-    while let Some(fence) = rest.find("```rust") {
-        let body = &rest[fence..];
-        let body = &body[body.find('\n').expect("the fence line ends") + 1..];
-        let end = body.find("```\n").expect("the block ends");
-        for name in crates_named(&body[..end]) {
+    let blocks = readme_rust_blocks();
+    for block in &blocks {
+        for name in crates_named(block) {
             assert!(
                 ["std", "core", "alloc", "crate", "self", "super"].contains(&name.as_str())
                     || listed.contains(&name.as_str()),
-                "a README example uses the crate `{name}`, which the Install section does not list ({listed:?}):\n{}",
-                &body[..end]
+                "a README example uses the crate `{name}`, which the Install section does not list ({listed:?}):\n{block}"
             );
         }
-        blocks += 1;
-        rest = &body[end..];
     }
     assert!(
-        blocks >= 4,
-        "the README's Rust blocks were found ({blocks})"
+        blocks.len() >= 4,
+        "the README's Rust blocks were found ({})",
+        blocks.len()
     );
 }

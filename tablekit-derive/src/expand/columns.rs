@@ -43,14 +43,14 @@ pub(super) fn columns(c: &Container) -> (TokenStream, TokenStream) {
         let doc = format!(" The `{}` property (field `{}`).", f.name, f.rust_name());
         defs.push(quote! {
             #[doc = #doc]
-            pub #fi: #tk::__private::Column<#ident, #v>
+            pub #fi: #tk::__private_0_1::Column<#ident, #v>
         });
         inits.push(match f.kind {
             Kind::Edm(edm) => {
                 let edm = format_ident!("{}", edm);
-                quote!(#fi: #tk::__private::Column::with_edm(#name, #tk::__private::EdmType::#edm))
+                quote!(#fi: #tk::__private_0_1::Column::with_edm(#name, #tk::__private_0_1::EdmType::#edm))
             }
-            _ => quote!(#fi: #tk::__private::Column::new(#name)),
+            _ => quote!(#fi: #tk::__private_0_1::Column::new(#name)),
         });
     }
     let doc = match c.data {
@@ -67,11 +67,11 @@ pub(super) fn columns(c: &Container) -> (TokenStream, TokenStream) {
         #[allow(private_interfaces)]
         #vis struct #columns_ident {
             /// The PartitionKey.
-            pub partition_key: #tk::__private::Column<#ident, #d::String>,
+            pub partition_key: #tk::__private_0_1::Column<#ident, #d::String>,
             /// The RowKey.
-            pub row_key: #tk::__private::Column<#ident, #d::String>,
+            pub row_key: #tk::__private_0_1::Column<#ident, #d::String>,
             /// The service's Timestamp: when the entity was last written.
-            pub timestamp: #tk::__private::Column<#ident, #d::DateTime<#d::Utc>>,
+            pub timestamp: #tk::__private_0_1::Column<#ident, #d::DateTime<#d::Utc>>,
             #(#defs,)*
         }
     };
@@ -79,9 +79,9 @@ pub(super) fn columns(c: &Container) -> (TokenStream, TokenStream) {
         #[automatically_derived]
         impl #d::DerivedColumns for #columns_ident {
             const COLUMNS: Self = #columns_ident {
-                partition_key: #tk::__private::Column::new("PartitionKey"),
-                row_key: #tk::__private::Column::new("RowKey"),
-                timestamp: #tk::__private::Column::new("Timestamp"),
+                partition_key: #tk::__private_0_1::Column::new("PartitionKey"),
+                row_key: #tk::__private_0_1::Column::new("RowKey"),
+                timestamp: #tk::__private_0_1::Column::new("Timestamp"),
                 #(#inits,)*
             };
         }
@@ -89,7 +89,7 @@ pub(super) fn columns(c: &Container) -> (TokenStream, TokenStream) {
         static __TK_COLUMNS: #columns_ident = <#columns_ident as #d::DerivedColumns>::COLUMNS;
 
         #[automatically_derived]
-        impl #tk::__private::EntityColumns for #ident {
+        impl #tk::__private_0_1::EntityColumns for #ident {
             type Columns = #columns_ident;
             fn columns() -> &'static #columns_ident {
                 &__TK_COLUMNS

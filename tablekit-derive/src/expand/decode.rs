@@ -137,9 +137,9 @@ fn read_field(
         }
         Kind::Skip => default_value(f)
             .unwrap_or_else(|| quote_spanned!(span=> ::core::default::Default::default())),
-        Kind::ETag => quote!(#tk::__private::RawEntity::etag(__tk_entity)),
+        Kind::ETag => quote!(#tk::__private_0_1::RawEntity::etag(__tk_entity)),
         Kind::Timestamp => quote!(::core::option::Option::map(
-            #tk::__private::RawEntity::timestamp(__tk_entity),
+            #tk::__private_0_1::RawEntity::timestamp(__tk_entity),
             ::core::convert::From::from
         )),
     }
@@ -175,7 +175,7 @@ pub(super) fn decode_body(c: &Container, prefixed: bool) -> TokenStream {
         let slot = &slots[i];
         let name = &fields[i].name;
         decls.extend(quote! {
-            let mut #slot: ::core::option::Option<#tk::__private::PropertyValue<'_>> = ::core::option::Option::None;
+            let mut #slot: ::core::option::Option<#tk::__private_0_1::PropertyValue<'_>> = ::core::option::Option::None;
         });
         arms.extend(quote!(#name => #slot = ::core::option::Option::Some(__tk_p),));
     }
@@ -224,8 +224,8 @@ pub(super) fn decode_body(c: &Container, prefixed: bool) -> TokenStream {
             }
         } else {
             quote! {
-                for __tk_p in #tk::__private::RawEntity::properties(__tk_entity) {
-                    match #tk::__private::PropertyValue::name(&__tk_p) { #arms }
+                for __tk_p in #tk::__private_0_1::RawEntity::properties(__tk_entity) {
+                    match #tk::__private_0_1::PropertyValue::name(&__tk_p) { #arms }
                 }
             }
         };

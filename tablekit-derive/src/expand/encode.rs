@@ -67,7 +67,7 @@ pub(super) fn write_body(c: &Container) -> TokenStream {
         body.extend(write_field(c, f));
     }
     if let Some((version, name)) = c.version_property() {
-        body.extend(quote!(#tk::__private::PropertyWriter::int32(__tk_out, #name, #version)?;));
+        body.extend(quote!(#tk::__private_0_1::PropertyWriter::int32(__tk_out, #name, #version)?;));
     }
     body
 }

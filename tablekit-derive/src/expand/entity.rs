@@ -26,7 +26,7 @@ pub(super) fn entity_struct(c: &Container) -> TokenStream {
     let rk_value = key_value(c, rk, Source::SelfFields);
     let write = write_body(c);
     let body = decode_body(c, false);
-    let entity = quote!(__tk_entity: &#tk::__private::RawEntity<'_>);
+    let entity = quote!(__tk_entity: &#tk::__private_0_1::RawEntity<'_>);
     let ret_self = result(c, quote!(Self));
 
     let mut inherent = key_builders(c);
@@ -44,7 +44,7 @@ pub(super) fn entity_struct(c: &Container) -> TokenStream {
             });
             let call = quote_spanned!(hook.span()=> #hook(__tk_entity, __tk_stored));
             quote! {
-                let __tk_stored: ::core::primitive::i32 = match #tk::__private::RawEntity::get(__tk_entity, #name) {
+                let __tk_stored: ::core::primitive::i32 = match #tk::__private_0_1::RawEntity::get(__tk_entity, #name) {
                     ::core::option::Option::Some(__tk_v) => #d::read_version(__tk_v)?,
                     ::core::option::Option::None => 0,
                 };
@@ -138,7 +138,7 @@ pub(super) fn entity_struct(c: &Container) -> TokenStream {
                 fn row_key(&self) -> #d::Cow<'_, ::core::primitive::str> {
                     #rk_value
                 }
-                fn write_properties<__TkW: #tk::__private::PropertyWriter + ?::core::marker::Sized>(
+                fn write_properties<__TkW: #tk::__private_0_1::PropertyWriter + ?::core::marker::Sized>(
                     &self,
                     __tk_out: &mut __TkW,
                 ) -> #d::Result<()> {

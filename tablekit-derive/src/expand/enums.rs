@@ -44,7 +44,7 @@ pub(super) fn entity_enum(c: &Container) -> TokenStream {
             } else {
                 quote!(Self::#vi(__tk_v) => {
                     #tk::TableEntity::write_properties(__tk_v, __tk_out)?;
-                    #tk::__private::PropertyWriter::string(__tk_out, #disc, #tag)
+                    #tk::__private_0_1::PropertyWriter::string(__tk_out, #disc, #tag)
                 })
             }
         })
@@ -81,7 +81,7 @@ pub(super) fn entity_enum(c: &Container) -> TokenStream {
         });
         let fb = fallback(quote!(::core::option::Option::Some(__tk_rk)));
         quote! {
-            let __tk_rk = #tk::__private::RawEntity::row_key(__tk_entity);
+            let __tk_rk = #tk::__private_0_1::RawEntity::row_key(__tk_entity);
             #(#tests)*
             #fb
         }
@@ -94,8 +94,8 @@ pub(super) fn entity_enum(c: &Container) -> TokenStream {
         });
         let fb = fallback(quote!(__tk_other));
         quote! {
-            let __tk_tag = match #tk::__private::RawEntity::get(__tk_entity, #disc) {
-                ::core::option::Option::Some(__tk_p) => ::core::option::Option::Some(#tk::__private::PropertyValue::as_str(&__tk_p)?),
+            let __tk_tag = match #tk::__private_0_1::RawEntity::get(__tk_entity, #disc) {
+                ::core::option::Option::Some(__tk_p) => ::core::option::Option::Some(#tk::__private_0_1::PropertyValue::as_str(&__tk_p)?),
                 ::core::option::Option::None => ::core::option::Option::None,
             };
             match __tk_tag {
@@ -143,13 +143,13 @@ pub(super) fn entity_enum(c: &Container) -> TokenStream {
                 fn row_key(&self) -> #d::Cow<'_, ::core::primitive::str> {
                     match self { #(#rk,)* }
                 }
-                fn write_properties<__TkW: #tk::__private::PropertyWriter + ?::core::marker::Sized>(
+                fn write_properties<__TkW: #tk::__private_0_1::PropertyWriter + ?::core::marker::Sized>(
                     &self,
                     __tk_out: &mut __TkW,
                 ) -> #d::Result<()> {
                     match self { #(#write,)* }
                 }
-                fn decode(__tk_entity: &#tk::__private::RawEntity<'_>) -> #d::Result<Self> {
+                fn decode(__tk_entity: &#tk::__private_0_1::RawEntity<'_>) -> #d::Result<Self> {
                     #decode
                 }
                 fn etag(&self) -> ::core::option::Option<&#tk::ETag> {

@@ -277,7 +277,7 @@ pub(super) fn split_keys(c: &Container) -> (TokenStream, Vec<Option<(KeyKind, Id
         if let [KeyPart::Field { width: None, .. }] = s.parts.as_slice() {
             let p = &pattern[0];
             out.extend(quote! {
-                let #p: &::core::primitive::str = #tk::__private::RawEntity::#getter(__tk_entity);
+                let #p: &::core::primitive::str = #tk::__private_0_1::RawEntity::#getter(__tk_entity);
             });
             continue;
         }
@@ -296,7 +296,7 @@ pub(super) fn split_keys(c: &Container) -> (TokenStream, Vec<Option<(KeyKind, Id
             let [#(#pattern),*] = #d::split_key::<#n>(
                 #kind_path,
                 #text,
-                #tk::__private::RawEntity::#getter(__tk_entity),
+                #tk::__private_0_1::RawEntity::#getter(__tk_entity),
                 &[#(#parts),*],
             )?;
         });

@@ -7,7 +7,7 @@
 //! `{Name}Columns` block) and [`projection`] (compile-time projection checks).
 //!
 //! Generated code names only `::tablekit::...` (support items under
-//! `::tablekit::__private`) and `::core::...` paths, prefixes its local names
+//! `::tablekit::__private_0_1`) and `::core::...` paths, prefixes its local names
 //! with `__tk_`, and sits in `const _: () = { ... };` except for the public
 //! `{Name}Columns` type. With `#[tablekit(crate = "path")]`, `path` takes the
 //! place of `::tablekit` everywhere (`tk`).
@@ -61,7 +61,7 @@ fn tk<'c>(c: &'c Container) -> &'c syn::Path {
 /// The support module of the generated code.
 fn d(c: &Container) -> TokenStream {
     let tk = tk(c);
-    quote!(#tk::__private)
+    quote!(#tk::__private_0_1)
 }
 
 /// `Result<T, tablekit::Error>`.
@@ -74,8 +74,8 @@ fn result(c: &Container, t: TokenStream) -> TokenStream {
 fn key_kind_path(c: &Container, k: KeyKind) -> TokenStream {
     let tk = tk(c);
     match k {
-        KeyKind::Partition => quote!(#tk::__private::KeyKind::PartitionKey),
-        KeyKind::Row => quote!(#tk::__private::KeyKind::RowKey),
+        KeyKind::Partition => quote!(#tk::__private_0_1::KeyKind::PartitionKey),
+        KeyKind::Row => quote!(#tk::__private_0_1::KeyKind::RowKey),
     }
 }
 

@@ -30,11 +30,11 @@ pub(super) fn projection_checks(c: &Container, src: &syn::Path) -> TokenStream {
         );
         let span = fi.span();
         let source = respan(
-            quote!(<<#src as #tk::__private::EntityColumns>::Columns as #d::DerivedColumns>::COLUMNS.#fi),
+            quote!(<<#src as #tk::__private_0_1::EntityColumns>::Columns as #d::DerivedColumns>::COLUMNS.#fi),
             span,
         );
         let v = column_value_type(f);
-        let annot = quote_spanned!(f.ty.span()=> #tk::__private::Column<#src, #v>);
+        let annot = quote_spanned!(f.ty.span()=> #tk::__private_0_1::Column<#src, #v>);
         // The stored Edm type must agree too when either side overrides it
         // (`edm = "Int64"` on an i32): the same Rust type could read the other
         // side's values wrongly.
@@ -42,7 +42,7 @@ pub(super) fn projection_checks(c: &Container, src: &syn::Path) -> TokenStream {
             Kind::Edm(edm) => {
                 let e = format_ident!("{}", edm);
                 (
-                    quote!(::core::option::Option::Some(#tk::__private::EdmType::#e)),
+                    quote!(::core::option::Option::Some(#tk::__private_0_1::EdmType::#e)),
                     format!("Edm.{edm}"),
                 )
             }

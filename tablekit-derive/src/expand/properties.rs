@@ -39,7 +39,7 @@ pub(super) fn properties_struct(c: &Container) -> TokenStream {
         const _: () = {
             #[automatically_derived]
             impl #d::TableProperties for #ident {
-                fn write_properties<__TkW: #tk::__private::PropertyWriter + ?::core::marker::Sized>(
+                fn write_properties<__TkW: #tk::__private_0_1::PropertyWriter + ?::core::marker::Sized>(
                     &self,
                     __tk_out: &mut __TkW,
                 ) -> #d::Result<()> {
@@ -47,7 +47,7 @@ pub(super) fn properties_struct(c: &Container) -> TokenStream {
                     ::core::result::Result::Ok(())
                 }
                 fn read_properties(
-                    __tk_entity: &#tk::__private::RawEntity<'_>,
+                    __tk_entity: &#tk::__private_0_1::RawEntity<'_>,
                     __tk_prefix: &::core::primitive::str,
                 ) -> #d::Result<Self> {
                     #body

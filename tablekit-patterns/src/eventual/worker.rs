@@ -272,6 +272,7 @@ impl WorkerBuilder {
     /// stops the move); a hook that never returns holds the worker there
     /// (until it is aborted): the crash tests stop workers at each boundary
     /// in turn this way.
+    #[doc(hidden)]
     pub fn step_hook<F, Fut>(mut self, hook: F) -> Self
     where
         F: Fn(Event) -> Fut + Send + Sync + 'static,

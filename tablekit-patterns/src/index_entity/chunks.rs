@@ -62,6 +62,29 @@ fn utf16_len(s: &str) -> usize {
     s.encode_utf16().count()
 }
 
+/// The entries an index entity lists, in order.
+pub(super) fn entries_of(row: &DynamicEntity) -> Vec<String> {
+    match row.get(ENTITY_IDS) {
+        Some(EdmValue::String(s)) if !s.is_empty() => s.split('\n').map(str::to_owned).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Whether `entry` fits after `entries` in an index entity of `capacity`
+/// UTF-16 code units (entries joined by `\n`).
+pub(super) fn fits(capacity: usize, entries: &[String], entry: &str) -> bool {
+    // One separator per stored entry: the new entry's own is the one before it.
+    let used: usize = entries.iter().map(|e| utf16_len(e)).sum::<usize>() + entries.len();
+    used + utf16_len(entry) <= capacity
+}
+
+/// Where an entry is added: index entity `number`, stored or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Place {
+    pub(super) number: usize,
+    pub(super) stored: bool,
+}
+
 /// The index entities of one value, as read by one range query.
 #[derive(Debug)]
 pub(super) struct Chunks {
@@ -85,9 +108,9 @@ impl Chunks {
         .with(ENTITY_IDS, entries.join("\n"))
     }
 
-    /// The write that adds `entry`: to the first index entity with room for
-    /// it, else into a new one under the lowest free number.
-    pub(super) fn add(&self, entry: &str) -> Result<ChunkWrite> {
+    /// Where `entry` goes: the first index entity with room for it, else a
+    /// new one under the lowest free number.
+    pub(super) fn place(&self, entry: &str) -> Result<Place> {
         let len = utf16_len(entry);
         if len > self.capacity {
             return Err(refused(
@@ -98,16 +121,15 @@ impl Chunks {
                 ),
             ));
         }
-        for c in &self.chunks {
-            let used: usize =
-                c.entries.iter().map(|e| utf16_len(e)).sum::<usize>() + c.entries.len();
-            // `used` counts one separator per entry: the new entry's own is the one before it.
-            if used + len <= self.capacity {
-                let mut entries = c.entries.clone();
-                entries.push(entry.to_owned());
-                let etag = self.etag_of(c)?;
-                return Ok(ChunkWrite::Update(self.entity(c.number, &entries), etag));
-            }
+        if let Some(c) = self
+            .chunks
+            .iter()
+            .find(|c| fits(self.capacity, &c.entries, entry))
+        {
+            return Ok(Place {
+                number: c.number,
+                stored: true,
+            });
         }
         let free = (0..MAX_CHUNKS)
             .find(|n| self.chunks.iter().all(|c| c.number != *n))
@@ -120,9 +142,35 @@ impl Chunks {
                     ),
                 )
             })?;
-        Ok(ChunkWrite::Insert(
-            self.entity(free, std::slice::from_ref(&entry.to_owned())),
-        ))
+        Ok(Place {
+            number: free,
+            stored: false,
+        })
+    }
+
+    /// The number of the first index entity listing `entry`, if any.
+    pub(super) fn listing(&self, entry: &str) -> Option<usize> {
+        self.chunks
+            .iter()
+            .find(|c| c.entries.iter().any(|e| e == entry))
+            .map(|c| c.number)
+    }
+
+    /// The write that adds `entry`: to the first index entity with room for
+    /// it, else into a new one under the lowest free number.
+    pub(super) fn add(&self, entry: &str) -> Result<ChunkWrite> {
+        let place = self.place(entry)?;
+        match self.chunks.iter().find(|c| c.number == place.number) {
+            Some(c) if place.stored => {
+                let mut entries = c.entries.clone();
+                entries.push(entry.to_owned());
+                let etag = self.etag_of(c)?;
+                Ok(ChunkWrite::Update(self.entity(c.number, &entries), etag))
+            }
+            _ => Ok(ChunkWrite::Insert(
+                self.entity(place.number, std::slice::from_ref(&entry.to_owned())),
+            )),
+        }
     }
 
     /// The write that removes one occurrence of `entry` (from the first index
@@ -218,6 +266,19 @@ impl Store {
             .filter_by(KeyRange::inclusive("000", "999").filter(partition_key, &base))
             .fetch_all()
             .await?;
+        Ok(self.chunks(partition_key, value, rows))
+    }
+
+    /// The index entities of `value` among `rows` (rows of partition
+    /// `partition_key` whose RowKeys start with `{prefix}{value}_`; others
+    /// are skipped), as [`read`](Self::read) returns them.
+    pub(super) fn chunks(
+        &self,
+        partition_key: &str,
+        value: &str,
+        rows: impl IntoIterator<Item = DynamicEntity>,
+    ) -> Chunks {
+        let base = chunks_prefix(&self.prefix, value);
         let mut chunks = Vec::new();
         for row in rows {
             // A longer value that starts with `{value}_` may fall in the range.
@@ -229,25 +290,20 @@ impl Store {
             else {
                 continue;
             };
-            let entries = match row.get(ENTITY_IDS) {
-                Some(EdmValue::String(s)) if !s.is_empty() => {
-                    s.split('\n').map(str::to_owned).collect()
-                }
-                _ => Vec::new(),
-            };
             chunks.push(Chunk {
                 number,
-                entries,
+                entries: entries_of(&row),
                 etag: row.etag,
             });
         }
-        Ok(Chunks {
+        chunks.sort_by_key(|c| c.number);
+        Chunks {
             partition_key: partition_key.to_owned(),
             prefix: self.prefix.clone(),
             value: value.to_owned(),
             capacity: self.capacity,
             chunks,
-        })
+        }
     }
 }
 
@@ -306,6 +362,25 @@ mod tests {
         let holes = chunks(3, &[(1, &["abc"])]);
         assert_eq!(row_key(&holes.add("d").unwrap()), "lastname_Jones_000");
         assert!(c.add("toolong").unwrap_err().is_invalid_input());
+    }
+
+    #[test]
+    fn an_entry_is_placed_where_add_puts_it_and_found_where_listed() {
+        let c = chunks(5, &[(0, &["a", "b"]), (2, &["x"])]);
+        let at = |number, stored| Place { number, stored };
+        assert_eq!(c.place("c").unwrap(), at(0, true));
+        assert_eq!(c.place("cd").unwrap(), at(2, true));
+        // Nothing has room: the lowest free number, not stored.
+        assert_eq!(c.place("wxyz").unwrap(), at(1, false));
+        assert!(c.place("toolong").unwrap_err().is_invalid_input());
+        assert_eq!(c.listing("x"), Some(2));
+        assert_eq!(c.listing("zz"), None);
+        assert!(fits(5, &["a".into(), "b".into()], "c"));
+        assert!(!fits(5, &["a".into(), "b".into()], "cd"));
+        assert!(fits(2, &[], "😀"));
+        let row = c.entity(0, &["a".into(), "b".into()]);
+        assert_eq!(entries_of(&row), ["a", "b"]);
+        assert!(entries_of(&DynamicEntity::new("Sales", "lastname_Jones_000")).is_empty());
     }
 
     #[test]

@@ -119,7 +119,11 @@ impl<T: TableEntity> SeparateIndexEntities<T> {
     /// Runs `hook` with the attempt number (1 first) after each read of an
     /// index entity and before its conditional write: for tracing retries,
     /// and in tests the exact place to let another client change it.
-    pub fn before_write(mut self, hook: impl Fn(usize) + Send + Sync + 'static) -> Self {
+    pub fn step_hook<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: Fn(usize) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<()>> + Send + 'static,
+    {
         self.before_write = BeforeWrite::new(hook);
         self
     }
@@ -203,7 +207,7 @@ impl<T: TableEntity> SeparateIndexEntities<T> {
             let Some(write) = change(&chunks)? else {
                 return Ok(false);
             };
-            self.before_write.call(attempt);
+            self.before_write.call(attempt).await?;
             match write.send(&self.store.raw).await {
                 Ok(()) => return Ok(true),
                 Err(e) if e.is_ambiguous() && !again_if_unknown => return Ok(false),

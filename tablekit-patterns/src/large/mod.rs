@@ -108,7 +108,7 @@
 //! rest), the size tablekit itself checks before any request.
 //! The entity also holds [`BLOBS`], the list of properties kept in blobs.
 //!
-//! Requests per operation, measured by `tests/request_counts.rs` through a
+//! Requests per operation, measured by `tablekit-patterns/tests/patterns/request_counts.rs` through a
 //! counting loopback proxy in front of Azurite 3.35 (table and blob
 //! endpoints), with one 100 KiB photo in a blob; bytes are the requests'
 //! heads and bodies as sent:
@@ -184,7 +184,6 @@
 
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -294,22 +293,7 @@ pub struct SweepReport {
     pub unreadable: usize,
 }
 
-#[derive(Clone, Default)]
-struct StepHook(Option<Arc<dyn Fn(Step) + Send + Sync>>);
-
-impl StepHook {
-    fn call(&self, step: Step) {
-        if let Some(hook) = &self.0 {
-            hook(step);
-        }
-    }
-}
-
-impl fmt::Debug for StepHook {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(if self.0.is_some() { "Some(..)" } else { "None" })
-    }
-}
+type StepHook = crate::hook::StepHook<Step>;
 
 /// A table of entities of type `T` whose large properties live in blobs of
 /// one container; see the [module docs](self). Cheap to clone.
@@ -392,11 +376,18 @@ impl<T: TableEntity> LargeTable<T> {
         self
     }
 
-    /// Runs `hook` at each step boundary of every operation ([`Step`]): a
-    /// test can make another writer act at a precise point, or stop the
-    /// operation there as a crash would (a panic in a spawned task).
-    pub fn on_step(mut self, hook: impl Fn(Step) + Send + Sync + 'static) -> Self {
-        self.hook = StepHook(Some(Arc::new(hook)));
+    /// Runs `hook` at each step boundary of every operation ([`Step`]) and
+    /// waits for it: a test can make another writer act at a precise point,
+    /// or stop the operation there as a crash would (an error it returns, or
+    /// a hook that never returns in a task that is then aborted). The one
+    /// shape of the patterns' test hooks; not part of the stable API.
+    #[doc(hidden)]
+    pub fn step_hook<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: Fn(Step) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<()>> + Send + 'static,
+    {
+        self.hook = StepHook::new(hook);
         self
     }
 

@@ -34,7 +34,7 @@ impl<T: TableEntity> LargeTable<T> {
                 return Ok(None);
             };
             let refs = blob_refs(&row)?;
-            self.hook.call(Step::EntityRead);
+            self.hook.call(Step::EntityRead).await?;
             let values = match self.download(&refs).await {
                 Ok(v) => v,
                 Err(e) if e.code() == Some(&ErrorCode::BlobNotFound) && attempt < MAX_ATTEMPTS => {
@@ -101,7 +101,7 @@ impl<T: TableEntity> LargeTable<T> {
                 .await
             {
                 Ok(()) => {
-                    self.hook.call(Step::EntityDeleted);
+                    self.hook.call(Step::EntityDeleted).await?;
                     if condition == read {
                         let refs = blob_refs(&current)?;
                         let none = DynamicEntity::new("", "");

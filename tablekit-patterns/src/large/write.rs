@@ -184,7 +184,7 @@ impl<T: TableEntity> LargeTable<T> {
                 started = self.now();
                 self.upload(&plan).await?;
                 uploaded = true;
-                self.hook.call(Step::BlobsUploaded);
+                self.hook.call(Step::BlobsUploaded).await?;
             }
             if !plan.uploads.is_empty() {
                 let took = (self.now() - started).to_std().unwrap_or_default();
@@ -214,7 +214,7 @@ impl<T: TableEntity> LargeTable<T> {
             };
             match sent {
                 Ok(written) => {
-                    self.hook.call(Step::EntityWritten);
+                    self.hook.call(Step::EntityWritten).await?;
                     if let (Some(old), Some(cond)) = (&current, &condition) {
                         // Only the blobs of the version this write replaced.
                         if old.etag.as_ref() == Some(cond) {

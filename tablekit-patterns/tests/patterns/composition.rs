@@ -4,6 +4,7 @@
 //! before any request. Each case runs on Azurite and on the embedded store.
 
 use crate::common;
+use crate::common::BeforeWrite as _;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -219,7 +220,7 @@ async fn a_stale_plan_is_planned_again_from_fresh_reads(svc: TableServiceClient)
                 .unwrap(),
         )
         .unwrap()
-        .before_send(hook)
+        .before_send(common::sync_hook(move |a| hook(a)))
         .await
         .unwrap();
     assert_eq!(attempts.load(Ordering::SeqCst), 2);

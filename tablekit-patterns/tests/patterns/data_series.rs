@@ -3,6 +3,7 @@
 //! ETag from two clients, and the daily rollover.
 
 use crate::common;
+use crate::common::BeforeWrite as _;
 
 use tablekit::TableServiceClient;
 

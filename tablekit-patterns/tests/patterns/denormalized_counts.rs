@@ -5,6 +5,7 @@
 //! department with its employees read in one query into a typed enum.
 
 use crate::common;
+use crate::common::BeforeWrite as _;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};

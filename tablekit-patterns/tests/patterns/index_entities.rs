@@ -8,6 +8,7 @@
 //! random sequences are in `index_entities_model.rs`.
 
 use crate::common;
+use crate::common::BeforeWrite as _;
 
 use tablekit::TableServiceClient;
 

@@ -12,6 +12,7 @@
 //! must include every one of them (option 2: exactly them).
 
 use crate::common;
+use crate::common::BeforeWrite as _;
 
 use std::collections::BTreeMap;
 use std::sync::mpsc;

@@ -4,6 +4,7 @@
 //! concurrent replace, and the split-properties mode at its boundaries.
 
 use crate::common;
+use crate::common::OnStep as _;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -12,6 +12,7 @@
 //! 64 cases on the embedded store, 8 on Azurite.
 
 use crate::common;
+use crate::common::OnStep as _;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

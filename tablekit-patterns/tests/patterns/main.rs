@@ -31,6 +31,7 @@ mod large_model;
 mod log_data;
 mod log_tail;
 mod partition_model;
+mod plans;
 mod request_counts;
 mod schema_upgrade;
 mod secondary_index;

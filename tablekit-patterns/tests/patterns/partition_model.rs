@@ -225,7 +225,7 @@ async fn run(p: &Patterns, other: &Patterns, step: &Step) -> (bool, bool) {
             if let Some(raced) = step.raced_by.clone() {
                 let other = other.clone();
                 let handle = tokio::runtime::Handle::current();
-                planned = planned.before_send(std::sync::Arc::new(move |plan_attempt| {
+                planned = planned.before_send(common::sync_hook(move |plan_attempt| {
                     if plan_attempt == 1 {
                         tokio::task::block_in_place(|| handle.block_on(run_alone(&other, &raced)));
                     }

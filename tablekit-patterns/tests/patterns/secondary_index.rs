@@ -3,6 +3,7 @@
 //! failed request leaves the copies inconsistent.
 
 use crate::common;
+use crate::common::BeforeWrite as _;
 
 use tablekit::TableServiceClient;
 

@@ -66,10 +66,18 @@ impl Credential {
     /// ```
     ///
     /// The scope follows the target ([`Target`](crate::account::Target)):
-    /// Azure Storage's or the Cosmos DB Table API's. azure_identity's
-    /// credentials take their tenant when they are built; a tenant named by a
-    /// service's challenge reaches only credentials of tablekit's own
-    /// [`TokenCredential`] trait.
+    /// Azure Storage's or the Cosmos DB Table API's.
+    ///
+    /// azure_identity's credentials take their tenant when they are built,
+    /// and azure_core 1.x passes them no claims: a tenant or the claims that a
+    /// service's `401` challenge names reach only credentials of tablekit's
+    /// own [`TokenCredential`] trait. After such a challenge, a credential of
+    /// azure_identity asked again gives a new token only if its own cache
+    /// holds none (it keeps a token until five minutes before it expires);
+    /// when it gives back the token the service refused, the call fails with
+    /// a credential error naming what the challenge asked for, rather than
+    /// sending that token again. `tests/integration/entra_identity.rs` runs a
+    /// `ClientSecretCredential` against a token endpoint on a loopback port.
     pub fn entra(credential: Arc<dyn azure_core::credentials::TokenCredential>) -> Self {
         Credential::Bearer(EntraCredential::new(AzureIdentity(credential)))
     }

@@ -103,6 +103,32 @@ impl Target {
 }
 
 impl Account {
+    /// Refuses, before any request, a credential the account's target cannot
+    /// take: on Cosmos DB, a SAS that names a stored access policy (`si`),
+    /// since the Cosmos DB Table API has no stored access policies.
+    pub(crate) fn check_credential_for_target(&self) -> crate::Result<()> {
+        if self.target() != Target::CosmosDb {
+            return Ok(());
+        }
+        if let super::Credential::Sas(sas) = self.credential() {
+            let names_a_policy = sas
+                .as_query()
+                .split('&')
+                .any(|pair| pair.split('=').next() == Some("si"));
+            if names_a_policy {
+                return Err(crate::Error::invalid(
+                    crate::error::ValidationError::CosmosDb {
+                        reason: "the account's SAS names a stored access policy (si), and \
+                                 Cosmos DB has no stored access policies: use a SAS that \
+                                 carries its own permissions and expiry"
+                            .to_owned(),
+                    },
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The Azurite emulator's built-in account `devstoreaccount1`, signed with its
     /// well-known key, at `http://127.0.0.1:10002/devstoreaccount1` (tables),
     /// `http://127.0.0.1:10001/devstoreaccount1` (queues) and

@@ -19,7 +19,19 @@
 //!   is a Continuous Access Evaluation challenge (`error="insufficient_claims"`,
 //!   `claims="…"`), the next token is asked with those claims
 //!   ([`TokenRequest::claims`]) and the request is sent once more, as the
-//!   Azure core libraries do.
+//!   Azure core libraries do. Once only: a second `401` is the call's error.
+//!
+//! A challenge is refused, with an error that says why, and nothing is sent
+//! again, when it asks for what the credential was not configured for: a
+//! `resource_id` (audience) that is neither the scope tokens are asked for nor
+//! the target's own, or an `authorization_uri` that is not `https`. tablekit
+//! never asks a token for the audience a challenge names: the scope stays the
+//! one configured, so a server cannot obtain a token meant for another
+//! service. And when the token the credential gives for the second attempt is
+//! the one the service just refused (a credential that cannot be asked for
+//! another tenant or for claims, such as those of `azure_identity`, whose own
+//! cache answers), the call fails with a credential error that names the
+//! challenge instead of sending that token again.
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -254,6 +266,7 @@ impl EntraCredential {
             shared: self.shared.clone(),
             state: Mutex::default(),
             claims: Mutex::default(),
+            refused: Mutex::default(),
             fetch: tokio::sync::Mutex::new(()),
         });
         caches.push(cache.clone());
@@ -275,6 +288,9 @@ pub(crate) struct TokenCache {
     state: Mutex<Option<Cached>>,
     /// Claims a challenge demanded, for the next fetch.
     claims: Mutex<Option<String>>,
+    /// The token a challenged request carried, and what the challenge asked:
+    /// the next fetch must give another token.
+    refused: Mutex<Option<Refused>>,
     /// Held by the one caller fetching a token.
     fetch: tokio::sync::Mutex<()>,
 }
@@ -285,6 +301,13 @@ impl fmt::Debug for TokenCache {
             .field("scope", &self.scope)
             .finish_non_exhaustive()
     }
+}
+
+/// A token the service refused with a challenge, and what the challenge asked.
+struct Refused {
+    token: Arc<str>,
+    /// "a token of tenant `t`" or "a token with the claims it named".
+    asked: String,
 }
 
 #[derive(Clone)]
@@ -377,6 +400,18 @@ impl TokenCache {
         if request.claims.is_some() {
             *lock(&self.claims) = None;
         }
+        if let Some(refused) = lock(&self.refused).take() {
+            if refused.token == token.token {
+                return Err(crate::Error::credential(format!(
+                    "the service refused the token for {} with a challenge asking for {}, and the \
+                     credential gave the same token again, so it is not sent again: the credential \
+                     cannot be asked for that (azure_identity's credentials keep the tenant they \
+                     were built with, and azure_core 1.x passes no claims): build it for that tenant, \
+                     or implement tablekit's TokenCredential, which receives the tenant and claims",
+                    self.scope, refused.asked
+                )));
+            }
+        }
         let lifetime = (token.expires_on - now).to_std().unwrap_or_default();
         let early = REFRESH_BEFORE.min(lifetime / 2);
         let refresh_at = token.expires_on - chrono::Duration::from_std(early).unwrap_or_default();
@@ -387,9 +422,16 @@ impl TokenCache {
 
     /// The service answered `401` to a request that carried `sent`: drop that
     /// token (not a newer one another caller already fetched) and read the
-    /// challenge. `true` when the request should be sent once more: the
-    /// answer carried a Bearer challenge.
-    pub(crate) fn unauthorized(&self, sent: &str, www_authenticate: Option<&str>) -> bool {
+    /// challenge. `Ok(true)` when the request should be sent once more: the
+    /// answer carried a Bearer challenge tablekit can answer. `Err(why)` when
+    /// the challenge asks for what the credential was not configured for (see
+    /// the module docs); `default_scope` is the target's own scope.
+    pub(crate) fn unauthorized(
+        &self,
+        sent: &str,
+        www_authenticate: Option<&str>,
+        default_scope: &str,
+    ) -> std::result::Result<bool, String> {
         {
             let mut state = lock(&self.state);
             if state.as_ref().is_some_and(|c| &*c.token.token == sent) {
@@ -397,14 +439,32 @@ impl TokenCache {
             }
         }
         let Some(challenge) = www_authenticate.and_then(BearerChallenge::parse) else {
-            return false;
+            return Ok(false);
         };
-        if let Some(claims) = challenge.claims {
+        if let Some(resource) = &challenge.resource {
+            if !audience_fits(resource, &self.scope, default_scope) {
+                return Err(format!(
+                    "its bearer challenge asks for a token for the audience {}, which this \
+                     credential was not configured for (it asks for {}), so the request is not \
+                     sent again; if that audience is right, set it with EntraCredential::with_scope",
+                    shown(resource),
+                    self.scope
+                ));
+            }
+        }
+        if challenge.insecure_authority {
+            return Err(
+                "its bearer challenge names an authority that is not https, \
+                 so the request is not sent again"
+                    .to_owned(),
+            );
+        }
+        let asked = if let Some(claims) = challenge.claims {
             // A claims challenge is about the token, not the tenant.
             *lock(&self.claims) = Some(claims);
-            return true;
-        }
-        if let Some(tenant) = challenge.tenant {
+            "a token with the claims it named".to_owned()
+        } else if let Some(tenant) = challenge.tenant {
+            let asked = format!("a token of tenant {tenant}");
             let mut current = lock(&self.shared.tenant);
             if current.as_deref() != Some(tenant.as_str()) {
                 tracing::debug!(tenant = %tenant, "the service's challenge names another tenant");
@@ -415,9 +475,49 @@ impl TokenCache {
                     *lock(&cache.state) = None;
                 }
             }
-        }
-        true
+            asked
+        } else {
+            "a new token".to_owned()
+        };
+        *lock(&self.refused) = Some(Refused {
+            token: Arc::from(sent),
+            asked,
+        });
+        Ok(true)
     }
+}
+
+/// The resource (audience) a scope asks for: the scope without `/.default`.
+fn resource_of(scope: &str) -> &str {
+    scope
+        .strip_suffix("/.default")
+        .unwrap_or(scope)
+        .trim_end_matches('/')
+}
+
+/// Whether a challenge's `resource_id` is an audience the credential serves:
+/// the resource of its scope, or of the target's own scope (an account-specific
+/// scope such as `https://acc.table.core.windows.net/.default` is answered by a
+/// challenge naming the service's, `https://storage.azure.com`).
+fn audience_fits(resource: &str, scope: &str, default_scope: &str) -> bool {
+    let resource = resource.trim_end_matches('/');
+    [scope, default_scope]
+        .iter()
+        .any(|s| resource_of(s).eq_ignore_ascii_case(resource))
+}
+
+/// A value a server sent, as an error shows it: at most 100 characters,
+/// control characters escaped.
+fn shown(value: &str) -> String {
+    let mut out: String = value
+        .chars()
+        .take(100)
+        .flat_map(char::escape_debug)
+        .collect();
+    if value.chars().count() > 100 {
+        out.push('…');
+    }
+    out
 }
 
 /// The parameters of a `Bearer` challenge that tablekit uses.
@@ -429,6 +529,8 @@ pub(crate) struct BearerChallenge {
     pub(crate) resource: Option<String>,
     /// The claims of an `error="insufficient_claims"` challenge, decoded from base64.
     pub(crate) claims: Option<String>,
+    /// `authorization_uri` is there and is not an `https` URL.
+    pub(crate) insecure_authority: bool,
 }
 
 impl BearerChallenge {
@@ -445,6 +547,7 @@ impl BearerChallenge {
             tenant: None,
             resource: None,
             claims: None,
+            insecure_authority: false,
         };
         let mut insufficient_claims = false;
         let mut claims = None;
@@ -462,6 +565,9 @@ impl BearerChallenge {
             match name.as_str() {
                 "authorization_uri" | "authorization" => {
                     challenge.tenant = tenant_of(value);
+                    challenge.insecure_authority = !value
+                        .get(..8)
+                        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"));
                 }
                 "resource_id" | "resource" => challenge.resource = Some(value.to_owned()),
                 "error" => insufficient_claims = value == "insufficient_claims",

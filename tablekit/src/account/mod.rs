@@ -41,6 +41,8 @@ pub(crate) use entra::TokenCache;
 pub use entra::{
     AccessToken, EntraCredential, TokenCredential, TokenRequest, COSMOS_SCOPE, STORAGE_SCOPE,
 };
+// The stored access policies' rules for their ids (crate::acl).
+#[cfg(feature = "admin")]
 pub(crate) use sas::{check_policy_id, MAX_POLICY_ID_CHARS};
 pub use sas::{
     AccountSas, AccountSasPermissions, AccountSasResourceTypes, AccountSasServices, BlobSas,

@@ -645,6 +645,7 @@ pub(crate) trait BlobBackend: Send + Sync + fmt::Debug {
 
     /// Container ACLs and the Blob service's properties. A backend that does
     /// not carry them out refuses them by default.
+    #[cfg(feature = "admin")]
     async fn admin(
         &self,
         op: crate::backend::admin::AdminOp<'_>,

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+#[cfg(feature = "admin")]
 use super::admin::{AdminOp, AdminResponse};
 use super::http::HttpBackend;
 use super::table::{Backend, Operation, Response};
@@ -44,6 +45,7 @@ impl TableBackend {
     }
 
     /// See [`Backend::admin`].
+    #[cfg(feature = "admin")]
     pub(crate) async fn admin(&self, op: AdminOp<'_>) -> Result<AdminResponse> {
         match self {
             TableBackend::Http(http) => http.admin(op).await,

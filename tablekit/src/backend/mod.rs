@@ -4,6 +4,7 @@
 //! repeated. [`connect`](mod@connect) is the one place that builds a backend: over HTTP from
 //! an [`Account`](crate::Account), or the embedded store.
 
+#[cfg(feature = "admin")]
 pub(crate) mod admin;
 #[cfg(feature = "blob")]
 pub(crate) mod blob;

@@ -176,6 +176,7 @@ pub(crate) trait QueueBackend: Send + Sync + fmt::Debug {
 
     /// Queue ACLs and the Queue service's properties. A backend that does
     /// not carry them out refuses them by default.
+    #[cfg(feature = "admin")]
     async fn admin(
         &self,
         op: crate::backend::admin::AdminOp<'_>,

@@ -413,6 +413,7 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
 
     /// Table ACLs, the Table service's properties and stats. A backend that
     /// does not carry them out refuses them by default.
+    #[cfg(feature = "admin")]
     async fn admin(&self, op: super::admin::AdminOp<'_>) -> Result<super::admin::AdminResponse> {
         Err(super::admin::unsupported(&op))
     }

@@ -44,6 +44,7 @@ pub use crate::backend::blob::{
 use crate::entity::IfMatch;
 use crate::error::{Error, ErrorCode, Result, ValidationError};
 
+#[cfg(feature = "admin")]
 mod admin;
 mod container;
 mod copy;

@@ -57,7 +57,10 @@ pub struct ServiceError {
     pub status: u16,
     /// The service's error code, such as [`ErrorCode::EntityAlreadyExists`].
     pub code: Option<ErrorCode>,
-    /// The service's message, without the batch index prefix.
+    /// The service's message, without the batch index prefix. The reason an
+    /// authentication failure gives beside it (`AuthenticationErrorDetail`,
+    /// such as "Lifetime validation failed. The token is expired.") ends its
+    /// first line, the line an error shows.
     pub message: Option<String>,
     /// `x-ms-request-id` of the response.
     pub request_id: Option<String>,

@@ -459,8 +459,18 @@ impl Error {
         ErrorKind::NoEntity(table.to_owned()).into()
     }
 
-    /// An error answer of a service, built by a backend that is not HTTP.
-    #[cfg(feature = "embedded")]
+    /// An error answer of a service, built by a backend that is not HTTP
+    /// (the embedded store's answers beyond its tables' own: its file, its
+    /// queues and blobs, its access policies).
+    #[cfg(all(
+        feature = "embedded",
+        any(
+            feature = "durable",
+            feature = "queue",
+            feature = "blob",
+            feature = "admin"
+        )
+    ))]
     pub(crate) fn service(status: u16, code: ErrorCode, message: impl Into<String>) -> Self {
         ErrorKind::Service(ServiceError {
             status,

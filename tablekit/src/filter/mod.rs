@@ -10,7 +10,7 @@ pub(crate) mod raw;
 pub mod strategies;
 mod typed;
 
-pub use crate::columns::{col, Column, DynColumn, DynamicColumns, EntityColumns};
+pub use crate::columns::{col, Column, DynColumn, DynamicColumns, EntityColumns, PropertyName};
 pub use crate::error::ParseError;
 pub use eval::matches;
 pub use expr::{CmpOp, Expr};

@@ -42,6 +42,7 @@ use base64::Engine as _;
 use crate::backend::queue::{QueueBackend, QueueOp, QueueResponse, RawMessage};
 use crate::error::{Error, ErrorCode, Result, ValidationError};
 
+#[cfg(feature = "admin")]
 mod admin;
 mod manage;
 mod receive;

@@ -606,6 +606,7 @@ impl Counted {
 
     /// See [`Backend::admin`](crate::backend::Backend::admin): ACLs and service settings are not entity
     /// traffic, and are not counted.
+    #[cfg(feature = "admin")]
     pub(crate) async fn admin(
         &self,
         op: crate::backend::admin::AdminOp<'_>,

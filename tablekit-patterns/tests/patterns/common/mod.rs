@@ -359,3 +359,56 @@ pub async fn answering_blob_service(status: u16, code: &str) -> tablekit::BlobSe
     options.http.retry = RetryPolicy::none();
     tablekit::BlobServiceClient::with_options(account, options).expect("client builds")
 }
+
+/// A step hook (the one async shape of `step_hook` and `Plan::before_send`)
+/// made of a plain function run at the step: for the tests written when the
+/// hooks were synchronous.
+pub fn sync_hook<E>(
+    f: impl Fn(E) + Send + Sync + 'static,
+) -> impl Fn(E) -> std::future::Ready<tablekit::Result<()>> + Send + Sync + 'static {
+    move |e| {
+        f(e);
+        std::future::ready(Ok(()))
+    }
+}
+
+/// `before_write(f)`: `step_hook` with a plain function, on every
+/// read–modify–write pattern.
+pub trait BeforeWrite: Sized {
+    fn before_write(self, f: impl Fn(usize) + Send + Sync + 'static) -> Self;
+}
+
+macro_rules! before_write_for {
+    ($($t:ty),*) => {$(
+        impl<T: tablekit::TableEntity> BeforeWrite for $t {
+            fn before_write(self, f: impl Fn(usize) + Send + Sync + 'static) -> Self {
+                self.step_hook(sync_hook(f))
+            }
+        }
+    )*};
+}
+
+before_write_for!(
+    tablekit_patterns::summary::CountedPartition<T>,
+    tablekit_patterns::denormalize::Denormalized<T>,
+    tablekit_patterns::index::IndexedTable<T>,
+    tablekit_patterns::index_entity::IndexEntities<T>,
+    tablekit_patterns::index_entity::SeparateIndexEntities<T>
+);
+
+impl BeforeWrite for tablekit_patterns::series::DataSeries {
+    fn before_write(self, f: impl Fn(usize) + Send + Sync + 'static) -> Self {
+        self.step_hook(sync_hook(f))
+    }
+}
+
+/// `on_step(f)`: `step_hook` with a plain function, on the large-entity tables.
+pub trait OnStep: Sized {
+    fn on_step(self, f: impl Fn(tablekit_patterns::large::Step) + Send + Sync + 'static) -> Self;
+}
+
+impl<T: tablekit::TableEntity> OnStep for tablekit_patterns::large::LargeTable<T> {
+    fn on_step(self, f: impl Fn(tablekit_patterns::large::Step) + Send + Sync + 'static) -> Self {
+        self.step_hook(sync_hook(f))
+    }
+}

@@ -175,10 +175,10 @@ async fn a_401_drops_the_token_that_was_sent_and_only_that_one() {
     let (_clock, credential, cache) = setup(60);
     cache.token().await.unwrap();
     // A stale 401 (for a token already replaced) leaves the current one alone.
-    assert!(!cache.unauthorized("t0", None));
+    assert_eq!(cache.unauthorized("t0", None, STORAGE_SCOPE), Ok(false));
     assert_eq!(&*cache.token().await.unwrap(), "t1");
     // A 401 without a challenge: dropped, not retried.
-    assert!(!cache.unauthorized("t1", None));
+    assert_eq!(cache.unauthorized("t1", None, STORAGE_SCOPE), Ok(false));
     assert_eq!(&*cache.token().await.unwrap(), "t2");
     assert_eq!(credential.calls(), 2);
 }
@@ -194,7 +194,10 @@ async fn a_challenge_naming_a_tenant_switches_every_scope_to_it() {
     storage.token().await.unwrap();
     cosmos.token().await.unwrap();
     let challenge = "Bearer authorization_uri=https://login.microsoftonline.com/72f988bf-86f1-41af-91ab-2d7cd011db47/oauth2/authorize resource_id=https://storage.azure.com";
-    assert!(storage.unauthorized("t1", Some(challenge)));
+    assert_eq!(
+        storage.unauthorized("t1", Some(challenge), STORAGE_SCOPE),
+        Ok(true)
+    );
     assert_eq!(
         entra.tenant().as_deref(),
         Some("72f988bf-86f1-41af-91ab-2d7cd011db47")
@@ -243,6 +246,7 @@ fn bearer_challenges_are_read_as_the_sdks_read_them() {
             tenant: None,
             resource: None,
             claims: None,
+            insecure_authority: false,
         })
     );
     assert_eq!(BearerChallenge::parse("Basic realm=x"), None);
@@ -268,9 +272,9 @@ const CAE: &str = "Bearer realm=\"\", authorization_uri=\"https://login.microsof
 async fn a_claims_challenge_asks_the_next_token_with_its_claims_once() {
     let (_clock, credential, cache) = setup(60);
     cache.token().await.unwrap();
-    assert!(cache.unauthorized("t1", Some(CAE)));
+    assert_eq!(cache.unauthorized("t1", Some(CAE), STORAGE_SCOPE), Ok(true));
     assert_eq!(&*cache.token().await.unwrap(), "t2");
-    cache.unauthorized("t2", None);
+    assert_eq!(cache.unauthorized("t2", None, STORAGE_SCOPE), Ok(false));
     assert_eq!(&*cache.token().await.unwrap(), "t3");
     let asked = lock(&credential.requests);
     assert_eq!(asked[0].claims, None);
@@ -291,4 +295,105 @@ fn claims_count_only_in_an_insufficient_claims_challenge() {
     assert_eq!(parsed.claims, None);
     let parsed = BearerChallenge::parse(CAE).unwrap();
     assert!(parsed.claims.unwrap().starts_with("{\"access_token\""));
+}
+
+/// A credential that always gives the same token, as a credential with a
+/// cache of its own that takes no tenant nor claims does.
+#[derive(Debug)]
+struct Same(ManualClock);
+
+#[async_trait::async_trait]
+impl TokenCredential for Same {
+    async fn get_token(&self, _: &TokenRequest) -> Result<AccessToken> {
+        Ok(AccessToken::new(
+            "same-SECRET",
+            self.0.now() + chrono::Duration::hours(1),
+        ))
+    }
+}
+
+#[tokio::test]
+async fn a_challenge_answered_with_the_refused_token_fails_instead_of_sending_it_again() {
+    const TENANT: &str = "Bearer authorization_uri=https://login.microsoftonline.com/tenant-b/oauth2/authorize resource_id=https://storage.azure.com";
+    for (challenge, asked) in [
+        (TENANT, "a token of tenant tenant-b"),
+        (CAE, "a token with the claims it named"),
+    ] {
+        let clock = ManualClock::new(T0.parse().unwrap());
+        let cache = EntraCredential::new(Same(clock.clone()))
+            .with_clock(clock)
+            .cache(STORAGE_SCOPE);
+        let sent = cache.token().await.unwrap();
+        assert_eq!(
+            cache.unauthorized(&sent, Some(challenge), STORAGE_SCOPE),
+            Ok(true)
+        );
+        let e = cache.token().await.unwrap_err();
+        assert!(e.is_credential_error(), "{e}");
+        let text = e.to_string();
+        assert!(text.contains(asked), "{text}");
+        assert!(text.contains("gave the same token again"), "{text}");
+        assert!(!text.contains("SECRET"), "no token in errors: {text}");
+        // Once: the next call takes the credential's token as it is.
+        assert_eq!(&*cache.token().await.unwrap(), "same-SECRET");
+    }
+}
+
+#[tokio::test]
+async fn a_challenge_for_an_audience_not_configured_is_refused_and_changes_nothing() {
+    let (_clock, credential, cache) = setup(60);
+    cache.token().await.unwrap();
+    let foreign = "Bearer authorization_uri=https://login.microsoftonline.com/tenant-b/oauth2/authorize resource_id=https://vault.example.net";
+    let why = cache
+        .unauthorized("t1", Some(foreign), STORAGE_SCOPE)
+        .unwrap_err();
+    assert!(why.contains("audience https://vault.example.net"), "{why}");
+    assert!(why.contains(STORAGE_SCOPE), "{why}");
+    assert!(why.contains("with_scope"), "{why}");
+    // Neither the tenant nor the scope followed the challenge.
+    assert_eq!(&*cache.token().await.unwrap(), "t2");
+    let asked = lock(&credential.requests);
+    assert_eq!(asked[1].tenant_id, None);
+    assert_eq!(asked[1].scopes, [STORAGE_SCOPE]);
+}
+
+#[tokio::test]
+async fn a_challenge_for_the_services_audience_fits_an_account_scope() {
+    let clock = ManualClock::new(T0.parse().unwrap());
+    let credential = Numbered::new(&clock, chrono::Duration::minutes(60));
+    let cache = EntraCredential::from_arc(credential)
+        .with_clock(clock)
+        .with_scope("https://acc.table.core.windows.net/.default")
+        .cache(STORAGE_SCOPE);
+    cache.token().await.unwrap();
+    for resource in [
+        "https://storage.azure.com",
+        "https://storage.azure.com/",
+        "https://acc.table.core.windows.net",
+    ] {
+        let challenge = format!("Bearer authorization_uri=https://login.microsoftonline.com/t/oauth2/authorize resource_id={resource}");
+        assert_eq!(
+            cache.unauthorized("t1", Some(&challenge), STORAGE_SCOPE),
+            Ok(true),
+            "{resource}"
+        );
+    }
+    // The Cosmos DB audience is another service's.
+    let cosmos = "Bearer resource_id=https://cosmos.azure.com";
+    assert!(cache
+        .unauthorized("t1", Some(cosmos), STORAGE_SCOPE)
+        .is_err());
+}
+
+#[test]
+fn a_challenge_naming_an_authority_over_http_is_refused() {
+    let (_clock, _credential, cache) = setup(60);
+    let plain = "Bearer authorization_uri=http://login.example/tenant-b/oauth2/authorize";
+    let why = cache
+        .unauthorized("t1", Some(plain), STORAGE_SCOPE)
+        .unwrap_err();
+    assert!(why.contains("not https"), "{why}");
+    let parsed = BearerChallenge::parse(plain).unwrap();
+    assert!(parsed.insecure_authority);
+    assert!(!BearerChallenge::parse(CAE).unwrap().insecure_authority);
 }

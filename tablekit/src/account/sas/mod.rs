@@ -43,12 +43,38 @@ macro_rules! service_sas_window_setters {
         }
 
         /// Ties the SAS to the stored access policy `id` of the resource (`si`; see
-        /// [`crate::acl`]). The policy may set the permissions, the start and the
-        /// expiry: leave out of the SAS what the policy sets (the service refuses
-        /// a field set in both). Removing or changing the policy revokes or changes
-        /// every SAS tied to it, without touching the account key.
+        /// [`crate::acl`]), which gives it its permissions, start and expiry.
+        /// Removing or changing the policy revokes or changes every SAS tied to
+        /// it, without touching the account key.
+        ///
+        /// The service refuses a SAS that sets a field its policy sets too. Named
+        /// by id alone, the policy may set any of them, so signing refuses a SAS
+        /// that also sets its own permissions, start or expiry. To combine them
+        /// (a policy that sets only the expiry, say, and permissions per SAS),
+        /// name the policy with [`policy`](Self::policy) instead.
         pub fn policy_id(mut self, id: impl Into<String>) -> Self {
             self.window.policy_id = Some(id.into());
+            self.window.policy_sets = None;
+            self
+        }
+
+        /// Ties the SAS to the stored access policy `id`, which sets the fields
+        /// flagged: what [`policy`](Self::policy) does with a policy's parts.
+        /// (`policy` itself is defined beside the policy type, in `acl`.)
+        #[cfg(feature = "admin")]
+        pub(crate) fn policy_parts(
+            mut self,
+            id: &str,
+            sets_start: bool,
+            sets_expiry: bool,
+            sets_permissions: bool,
+        ) -> Self {
+            self.window.policy_id = Some(id.to_owned());
+            self.window.policy_sets = Some(super::PolicySets {
+                start: sets_start,
+                expiry: sets_expiry,
+                permissions: sets_permissions,
+            });
             self
         }
     };
@@ -121,6 +147,8 @@ struct ServiceSas<'a> {
 ///
 /// With a stored access policy (`si`), the permissions and the expiry may come
 /// from the policy instead: each is then left out of the token (signed empty).
+/// A field set by both the SAS and its policy (or, for a policy named by id
+/// alone, by the SAS at all) is refused, as the service refuses it.
 fn sign_service_sas<P: SasPermissions>(
     key: &AccountKey,
     window: &SasWindow,
@@ -129,16 +157,47 @@ fn sign_service_sas<P: SasPermissions>(
 ) -> Result<SasToken> {
     let sp = permissions.sp();
     let policy = window.policy_id.as_deref();
-    if let Some(id) = policy {
-        check_policy_id(id).map_err(Error::config)?;
-    }
-    if sp.is_empty() && policy.is_none() {
+    let sets = match policy {
+        Some(id) => {
+            check_policy_id(id).map_err(Error::config)?;
+            let sets = window.policy_sets.unwrap_or(PolicySets::ANY);
+            let both: Vec<&str> = [
+                (sets.permissions && !sp.is_empty(), "permissions"),
+                (sets.start && window.start.is_some(), "start"),
+                (sets.expiry && window.expiry.is_some(), "expiry"),
+            ]
+            .iter()
+            .filter_map(|(both, field)| both.then_some(*field))
+            .collect();
+            if !both.is_empty() {
+                return Err(Error::config(if window.policy_sets.is_none() {
+                    format!(
+                        "the SAS names the stored access policy {id:?} by id and sets its own {}: \
+                         the service refuses a SAS that sets a field its policy sets too, so a SAS \
+                         named by policy id leaves permissions, start and expiry to the policy; \
+                         leave them out, or name the policy with `.policy(&policy)` to set what \
+                         it leaves out",
+                        both.join(", ")
+                    )
+                } else {
+                    format!(
+                        "the SAS and its stored access policy {id:?} both set the {}: the service \
+                         refuses such a SAS; leave it to the policy",
+                        both.join(", ")
+                    )
+                }));
+            }
+            sets
+        }
+        None => PolicySets::NONE,
+    };
+    if sp.is_empty() && !sets.permissions {
         return Err(Error::config(format!(
             "a SAS needs at least one permission ({}), or a stored access policy that grants them",
             P::NAMES
         )));
     }
-    let w = window.check(policy.is_some())?;
+    let w = window.check(sets.expiry)?;
     let sp = (!sp.is_empty()).then_some(sp);
     let mut fields = vec![
         sp.as_deref().unwrap_or(""),
@@ -207,6 +266,32 @@ struct SasWindow {
     ip: Option<SasIpRange>,
     /// `si`: the id of a stored access policy of the resource.
     policy_id: Option<String>,
+    /// What that policy sets, when the builder was given the policy itself;
+    /// `None`: named by id alone, it may set anything.
+    policy_sets: Option<PolicySets>,
+}
+
+/// Which of the fields a SAS may carry its stored access policy sets.
+#[derive(Debug, Clone, Copy)]
+struct PolicySets {
+    start: bool,
+    expiry: bool,
+    permissions: bool,
+}
+
+impl PolicySets {
+    /// A policy known by id alone: it may set any of them.
+    const ANY: PolicySets = PolicySets {
+        start: true,
+        expiry: true,
+        permissions: true,
+    };
+    /// No policy.
+    const NONE: PolicySets = PolicySets {
+        start: false,
+        expiry: false,
+        permissions: false,
+    };
 }
 
 /// A window's signed fields: `st`, `se`, `sip` and `spr`, each if present.
@@ -219,9 +304,9 @@ struct SignedWindow {
 
 impl SasWindow {
     /// The signed fields; the expiry may be left to a stored access policy
-    /// when `policy` says the SAS names one.
-    fn check(&self, policy: bool) -> Result<SignedWindow> {
-        if self.expiry.is_none() && !policy {
+    /// when `policy_expiry` says the SAS names one that may set it.
+    fn check(&self, policy_expiry: bool) -> Result<SignedWindow> {
+        if self.expiry.is_none() && !policy_expiry {
             return Err(Error::config(
                 "a SAS needs an expiry time, or a stored access policy that sets one",
             ));
@@ -275,6 +360,7 @@ mod tests {
 
     use super::*;
     use crate::account::Credential;
+    use crate::acl::StoredAccessPolicy;
 
     /// The emulator's published key; every expected signature was computed with it.
     const KEY: &str =
@@ -361,8 +447,10 @@ mod tests {
     #[test]
     fn a_queue_sas_signs_its_policy_and_address() {
         // "\n\n2030-01-01T00:00:00Z\n/queue/myaccount/jobs\nworkers\n127.0.0.1\n\n2019-02-02"
+        // The policy grants the permissions, the SAS sets the expiry.
+        let policy = StoredAccessPolicy::new("workers").permissions(QueueSasPermissions::ALL);
         let sas = QueueSas::new("jobs")
-            .policy_id("workers")
+            .policy(&policy)
             .expiry(utc(2030, 1, 1, 0, 0, 0))
             .ip_range(SasIpRange::single(std::net::Ipv4Addr::LOCALHOST))
             .sign(&account())
@@ -377,9 +465,11 @@ mod tests {
     #[test]
     fn a_container_sas_signs_its_policy() {
         // "r\n\n\n/blob/myaccount/photos\nreaders\n\n\n2019-02-02\nc\n\n\n\n\n\n"
+        // The policy sets the expiry, the SAS the permissions.
+        let policy = StoredAccessPolicy::new("readers").expiry(utc(2030, 1, 1, 0, 0, 0));
         let sas = BlobSas::container("photos")
             .permissions(BlobSasPermissions::READ_ONLY)
-            .policy_id("readers")
+            .policy(&policy)
             .sign(&account())
             .unwrap();
         assert_eq!(
@@ -400,5 +490,119 @@ mod tests {
         // Without a policy the SAS itself needs permissions and an expiry.
         let bare = TableSas::new("orders").sign(&account()).unwrap_err();
         assert!(bare.to_string().contains("stored access policy"), "{bare}");
+    }
+
+    #[test]
+    fn a_sas_named_by_policy_id_that_sets_its_own_fields_is_refused_before_signing() {
+        let expiry = utc(2030, 1, 1, 0, 0, 0);
+        let start = utc(2029, 12, 31, 0, 0, 0);
+        let refused = |r: Result<SasToken>| {
+            let e = r.unwrap_err();
+            assert!(matches!(e.kind(), crate::ErrorKind::Config(_)), "{e}");
+            e.to_string()
+        };
+        let text = refused(
+            TableSas::new("orders")
+                .policy_id("read-only")
+                .permissions(TableSasPermissions::READ_ONLY)
+                .sign(&account()),
+        );
+        assert!(text.contains("\"read-only\" by id"), "{text}");
+        assert!(text.contains("its own permissions"), "{text}");
+        assert!(text.contains(".policy(&policy)"), "{text}");
+        let text = refused(
+            QueueSas::new("jobs")
+                .policy_id("workers")
+                .expiry(expiry)
+                .sign(&account()),
+        );
+        assert!(text.contains("its own expiry"), "{text}");
+        let text = refused(
+            BlobSas::container("photos")
+                .policy_id("readers")
+                .permissions(BlobSasPermissions::READ_ONLY)
+                .start(start)
+                .expiry(expiry)
+                .sign(&account()),
+        );
+        assert!(text.contains("permissions, start, expiry"), "{text}");
+        // Whichever order the setters come in.
+        let text = refused(
+            TableSas::new("orders")
+                .start(start)
+                .policy_id("read-only")
+                .sign(&account()),
+        );
+        assert!(text.contains("its own start"), "{text}");
+        // The address range and protocol are never the policy's.
+        assert!(TableSas::new("orders")
+            .policy_id("read-only")
+            .protocol(SasProtocol::Https)
+            .ip_range(SasIpRange::single(std::net::Ipv4Addr::LOCALHOST))
+            .sign(&account())
+            .is_ok());
+    }
+
+    #[test]
+    fn a_sas_given_its_policy_sets_what_the_policy_leaves_out_and_nothing_else() {
+        let expiry = utc(2030, 1, 1, 0, 0, 0);
+        let only_expiry =
+            StoredAccessPolicy::<TableSasPermissions>::new("until-2030").expiry(expiry);
+        // Permissions per SAS, the expiry from the policy.
+        let sas = TableSas::new("orders")
+            .policy(&only_expiry)
+            .permissions(TableSasPermissions::READ_ONLY)
+            .sign(&account())
+            .unwrap();
+        assert!(
+            sas.as_query().contains("&sp=r&si=until-2030&"),
+            "{}",
+            sas.as_query()
+        );
+        assert!(!sas.as_query().contains("se="), "{}", sas.as_query());
+        // Both set the expiry: refused, naming the field.
+        let e = TableSas::new("orders")
+            .policy(&only_expiry)
+            .permissions(TableSasPermissions::READ_ONLY)
+            .expiry(expiry)
+            .sign(&account())
+            .unwrap_err();
+        assert!(e.to_string().contains("both set the expiry"), "{e}");
+        // Neither sets the permissions: refused as a SAS without any is.
+        let e = TableSas::new("orders")
+            .policy(&only_expiry)
+            .sign(&account())
+            .unwrap_err();
+        assert!(e.to_string().contains("at least one permission"), "{e}");
+        // Neither sets the expiry.
+        let only_permissions =
+            StoredAccessPolicy::new("readers").permissions(TableSasPermissions::READ_ONLY);
+        let e = TableSas::new("orders")
+            .policy(&only_permissions)
+            .sign(&account())
+            .unwrap_err();
+        assert!(e.to_string().contains("needs an expiry"), "{e}");
+        // A policy that sets everything signs as one named by id.
+        let full = only_permissions.clone().expiry(expiry);
+        assert_eq!(
+            TableSas::new("orders")
+                .policy(&full)
+                .sign(&account())
+                .unwrap()
+                .as_query(),
+            TableSas::new("orders")
+                .policy_id("readers")
+                .sign(&account())
+                .unwrap()
+                .as_query()
+        );
+        // The last call wins: policy_id after policy forgets what it set.
+        let e = TableSas::new("orders")
+            .policy(&only_expiry)
+            .policy_id("until-2030")
+            .permissions(TableSasPermissions::READ_ONLY)
+            .sign(&account())
+            .unwrap_err();
+        assert!(e.to_string().contains("by id"), "{e}");
     }
 }

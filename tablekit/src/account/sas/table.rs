@@ -6,8 +6,8 @@ use super::{
     letters, sign_service_sas, signing_key, SasIpRange, SasPermissions, SasProtocol, SasWindow,
     ServiceSas,
 };
-use crate::account::{Account, AccountKey, SasToken};
-use crate::error::{Error, KeyKind, Result};
+use crate::account::{Account, AccountKey, SasToken, Target};
+use crate::error::{Error, KeyKind, Result, ValidationError};
 use crate::validate;
 
 /// What a table SAS allows. Each field grants one operation; at least one must be set.
@@ -138,11 +138,24 @@ impl TableSas {
     /// A configuration error if the account's credential is not
     /// [`SharedKey`](crate::account::Credential::SharedKey) or
     /// [`SharedKeyLite`](crate::account::Credential::SharedKeyLite), if no permission or
-    /// no expiry is set and no stored access policy is named, if the policy id is
-    /// empty or longer than 64 characters, if the start is not before the expiry, if
-    /// the IP range is backwards, or if a row key bound has no partition key bound on
-    /// its side; a validation error if the table name or a key bound is invalid.
+    /// no expiry is set and no stored access policy is named, if the SAS sets a
+    /// field its stored access policy sets too (see [`policy_id`](Self::policy_id)),
+    /// if the policy id is empty or longer than 64 characters, if the start is not
+    /// before the expiry, if the IP range is backwards, or if a row key bound has no
+    /// partition key bound on its side; a validation error if the table name or a
+    /// key bound is invalid, or if the SAS names a stored access policy on an
+    /// account whose [`Target`] is Cosmos DB (which has none).
     pub fn sign(&self, account: &Account) -> Result<SasToken> {
+        if account.target() == Target::CosmosDb {
+            if let Some(id) = &self.window.policy_id {
+                return Err(Error::invalid(ValidationError::CosmosDb {
+                    reason: format!(
+                        "the SAS names the stored access policy {id:?} (si), and Cosmos DB \
+                         has no stored access policies: set the permissions and expiry on the SAS"
+                    ),
+                }));
+            }
+        }
         let key = signing_key(account)?;
         self.sign_with(account.account_name(), key)
     }

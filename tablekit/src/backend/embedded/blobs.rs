@@ -90,6 +90,7 @@ pub(super) struct Container {
 pub(crate) struct Blobs {
     pub(super) clock: Clock,
     /// Container ACLs and the service's settings (kept in memory only).
+    #[cfg(feature = "admin")]
     admin: super::admin::AdminState,
     next_etag: AtomicU64,
     pub(super) containers: Mutex<HashMap<String, Container>>,
@@ -472,6 +473,7 @@ impl Blobs {
         }
         Ok(Blobs {
             clock,
+            #[cfg(feature = "admin")]
             admin: Default::default(),
             next_etag: next_etag.into(),
             containers: Mutex::new(all),
@@ -799,6 +801,7 @@ impl Blobs {
 impl BlobBackend for Blobs {
     async fn blob(&self, op: BlobOp<'_>) -> Result<BlobResponse> {
         // A container deleted or created anew has no policy.
+        #[cfg(feature = "admin")]
         let renewed = match op {
             BlobOp::CreateContainer { container } | BlobOp::DeleteContainer { container, .. } => {
                 Some(container.to_owned())
@@ -808,12 +811,14 @@ impl BlobBackend for Blobs {
         let answer = self
             .apply(op)
             .map_err(|e| e.answered_by(super::errors::store_name(self.path())))?;
+        #[cfg(feature = "admin")]
         if let Some(container) = renewed {
             self.admin.forget(&container);
         }
         Ok(answer)
     }
 
+    #[cfg(feature = "admin")]
     async fn admin(
         &self,
         op: crate::backend::admin::AdminOp<'_>,

@@ -25,7 +25,7 @@
 //! | Int64 literal against an Int32 property (`Age ge 0L`) | false, no entity | the whole query fails: 500 with an empty body, even if other entities hold an Int64 of that name | same rule as above; a 500 is an emulator fault |
 //! | `gt`/`ge`/`lt`/`le` on a Binary (`H lt X'0001'` over `[255]`) | bytewise order: false | orders the base64 text (`"/w=="` < `"AAE="`): true | the service compares the bytes it stores |
 //! | merge that makes an entity exceed 252 custom properties (or 1 MiB) | 400 `TooManyProperties` / `EntityTooLarge`, nothing written | accepted (no property-count limit) | the limit is the service's; only the server sees the merged entity |
-//! | keys of 513 to 1,024 characters | accepted (limit 1 KiB) | rejected (caps keys at 512) | the service's limit; the client checks 1,024 |
+//! | keys of 513 to 1,024 characters | accepted: the limit is 1,024 UTF-16 code units (a character outside the Basic Multilingual Plane, an emoji, counts 2), whatever their size in bytes | rejected (caps keys at 512) | the service's limit, counted as the service counts it; the client checks the same count (`validate::key`) |
 //! | `-0.0` stored as a Double | read back as `-0.0` | read back as `0.0` | the service stores the IEEE bits it is given |
 //! | a table name in another case than created (`MYTABLE` for `MyTable`) for entity operations | the same table (names are case-insensitive, case-preserving) | 404 `TableNotFound` | data model §3.1 |
 //! | transaction of more than 100 operations (bypassing the client's check) | 400 `InvalidInput`, index 99 | 400 `InvalidInput`, index 0 | the service's answer (`99:The batch request operation exceeds ...`) |
@@ -39,6 +39,7 @@
 //! (increasing) Timestamp and ETag: whether the service gives all of one batch the
 //! same Timestamp is not documented, so the store does not assume it.
 
+#[cfg(feature = "admin")]
 mod admin;
 #[cfg(feature = "blob")]
 mod blob_lease;
@@ -73,6 +74,7 @@ use store::Store;
 pub(crate) struct EmbeddedBackend {
     store: Arc<Store>,
     /// Table ACLs and the service's settings (kept in memory only).
+    #[cfg(feature = "admin")]
     admin: Arc<admin::AdminState>,
 }
 
@@ -97,6 +99,7 @@ impl EmbeddedBackend {
     pub(crate) fn open(path: &std::path::Path) -> Result<Self> {
         Ok(EmbeddedBackend {
             store: Arc::new(Store::open(path)?),
+            #[cfg(feature = "admin")]
             admin: Arc::default(),
         })
     }
@@ -117,11 +120,13 @@ impl EmbeddedBackend {
         Ok(match op {
             Operation::CreateTable { table } => {
                 store.create_table(table)?;
+                #[cfg(feature = "admin")]
                 self.admin.forget(&table.to_ascii_lowercase());
                 Response::Done
             }
             Operation::DeleteTable { table } => {
                 store.delete_table(table)?;
+                #[cfg(feature = "admin")]
                 self.admin.forget(&table.to_ascii_lowercase());
                 Response::Done
             }
@@ -268,6 +273,7 @@ impl Backend for EmbeddedBackend {
         true
     }
 
+    #[cfg(feature = "admin")]
     async fn admin(&self, op: super::admin::AdminOp<'_>) -> Result<super::admin::AdminResponse> {
         // Table names are case-insensitive: policies are kept under the
         // lower-cased name of a table that exists.

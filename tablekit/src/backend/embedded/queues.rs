@@ -83,6 +83,7 @@ impl Message {
 pub(crate) struct Queues {
     clock: Clock,
     /// Queue ACLs and the service's settings (kept in memory only).
+    #[cfg(feature = "admin")]
     admin: super::admin::AdminState,
     queues: Mutex<HashMap<String, Vec<Message>>>,
     /// Each queue's metadata (names lower case, sorted), when it has any;
@@ -346,6 +347,7 @@ impl Queues {
         }
         Ok(Queues {
             clock,
+            #[cfg(feature = "admin")]
             admin: Default::default(),
             queues: Mutex::new(queues),
             metadata: Mutex::new(metadata),
@@ -702,6 +704,7 @@ impl Queues {
 impl QueueBackend for Queues {
     async fn queue(&self, op: QueueOp<'_>) -> Result<QueueResponse> {
         // A queue deleted or created anew has no policy.
+        #[cfg(feature = "admin")]
         let renewed = match op {
             QueueOp::Create { queue } | QueueOp::Delete { queue } => Some(queue.to_owned()),
             _ => None,
@@ -709,6 +712,7 @@ impl QueueBackend for Queues {
         let answer = self
             .apply(op)
             .map_err(|e| e.answered_by(super::errors::store_name(self.path())))?;
+        #[cfg(feature = "admin")]
         if let (Some(queue), QueueResponse::Done | QueueResponse::Created(true)) =
             (renewed, &answer)
         {
@@ -717,6 +721,7 @@ impl QueueBackend for Queues {
         Ok(answer)
     }
 
+    #[cfg(feature = "admin")]
     async fn admin(
         &self,
         op: crate::backend::admin::AdminOp<'_>,

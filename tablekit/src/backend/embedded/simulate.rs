@@ -319,6 +319,7 @@ impl Backend for Simulated {
         self.inner.stores_property_bags()
     }
 
+    #[cfg(feature = "admin")]
     async fn admin(
         &self,
         op: crate::backend::admin::AdminOp<'_>,

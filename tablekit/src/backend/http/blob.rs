@@ -628,6 +628,7 @@ impl BlobBackend for HttpBlobBackend {
             .await
     }
 
+    #[cfg(feature = "admin")]
     async fn admin(
         &self,
         op: crate::backend::admin::AdminOp<'_>,

@@ -7,7 +7,15 @@
 //!
 //! - RowKeys are at most 255 bytes;
 //! - a batch (entity group transaction) is at most 2 MB;
-//! - the property names `id`, `rid`, `etag` and `ResourceId` are reserved.
+//! - the property names `id`, `rid`, `etag` and `ResourceId` are reserved,
+//!   and so are the system properties of every Cosmos DB item (`_rid`,
+//!   `_self`, `_etag`, `_attachments`, `_ts`);
+//! - table names are case-sensitive (one table on Azure Storage, two on
+//!   Cosmos DB): [`TableNames`] refuses a second spelling of a name.
+//!
+//! A SAS naming a stored access policy is refused when the client is made
+//! (`Account::check_credential_for_target`) or the SAS signed (`TableSas::sign`):
+//! Cosmos DB has no stored access policies.
 //!
 //! One wire difference is special-cased as the Python SDK does for Cosmos DB
 //! endpoints ([`tunnel_merge`]): a merge (`MERGE`, single or inside a batch)
@@ -17,6 +25,9 @@
 //! 1,000), tablekit keeps Azure Storage's limits, so a table's data and code
 //! move between the two unchanged; guide chapter 6 lists every difference and
 //! what tablekit does about it.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
 
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue};
@@ -31,8 +42,70 @@ use crate::error::{Error, Result, ValidationError};
 pub(crate) const MAX_ROW_KEY_BYTES: usize = 255;
 /// The largest batch request the Cosmos DB Table API takes, in bytes.
 pub(crate) const MAX_BATCH_BYTES: usize = 2 * 1024 * 1024;
-/// Property names the Cosmos DB Table API reserves (compared without regard to case).
-pub(crate) const RESERVED_PROPERTIES: [&str; 4] = ["id", "rid", "etag", "ResourceId"];
+/// Property names the Cosmos DB Table API reserves (compared without regard to
+/// case): the FAQ's four, and the system properties Cosmos DB adds to every item.
+pub(crate) const RESERVED_PROPERTIES: [&str; 9] = [
+    "id",
+    "rid",
+    "etag",
+    "ResourceId",
+    "_rid",
+    "_self",
+    "_etag",
+    "_attachments",
+    "_ts",
+];
+
+/// How many table names [`TableNames`] remembers per client; names beyond
+/// are not checked (a client of that many tables is not mixing spellings by
+/// mistake).
+const MAX_REMEMBERED_NAMES: usize = 4096;
+
+/// The spelling of each table name a client used successfully, on Cosmos DB,
+/// where table names are case-sensitive: `Orders` and `orders` are two tables
+/// there and one on Azure Storage, so code that mixes spellings does different
+/// things on each. A second spelling of a name is refused before the request,
+/// naming both; deleting a table forgets its spelling. A name is remembered
+/// once the service answered a call on it (a mistyped name that the service
+/// did not find is not).
+#[derive(Debug, Default)]
+pub(crate) struct TableNames(Mutex<HashMap<Box<str>, Box<str>>>);
+
+impl TableNames {
+    fn names(&self) -> std::sync::MutexGuard<'_, HashMap<Box<str>, Box<str>>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Refuses `op` if it names a table used before in another spelling.
+    pub(crate) fn check(&self, op: &Operation<'_>) -> Result<()> {
+        let Some(table) = op.table() else {
+            return Ok(());
+        };
+        match self.names().get(table.to_ascii_lowercase().as_str()) {
+            Some(seen) if **seen != *table => Err(refuse(format!(
+                "the table name {table:?} differs from {seen:?}, used before through this client, \
+                 only in letter case: table names are case-sensitive on Cosmos DB (two tables \
+                 there, one on Azure Storage); use one spelling"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// The service answered `op`: remember its table's spelling (forget it
+    /// after a delete).
+    pub(crate) fn record(&self, op: &Operation<'_>) {
+        let Some(table) = op.table() else {
+            return;
+        };
+        let key = table.to_ascii_lowercase();
+        let mut names = self.names();
+        if matches!(op, Operation::DeleteTable { .. }) {
+            names.remove(key.as_str());
+        } else if names.len() < MAX_REMEMBERED_NAMES || names.contains_key(key.as_str()) {
+            names.insert(key.into(), table.into());
+        }
+    }
+}
 
 fn refuse(reason: String) -> Error {
     Error::invalid(ValidationError::CosmosDb { reason })
@@ -86,6 +159,7 @@ fn check_batch_op(op: &BatchOp) -> Result<()> {
 /// secondary stats endpoint. The official SDKs' own suites skip these calls
 /// on Cosmos DB; tablekit says so before sending rather than let the account
 /// answer with an error that does not name the reason.
+#[cfg(feature = "admin")]
 pub(crate) fn check_admin(op: &crate::backend::admin::AdminOp<'_>) -> Result<()> {
     Err(refuse(format!(
         "{} is an Azure Table Storage call the Cosmos DB Table API does not have \

@@ -22,6 +22,7 @@ use crate::entity::{ETag, UpdateMode};
 use crate::error::{Error, Result};
 pub(crate) use crate::options::{HttpOptions, Metadata};
 
+#[cfg(feature = "admin")]
 pub(crate) mod admin;
 pub(crate) mod batch;
 #[cfg(feature = "blob")]
@@ -58,9 +59,12 @@ pub(crate) struct HttpBackend {
     account: Account,
     metadata: Option<Metadata>,
     /// The secondary location, for stats.
+    #[cfg(feature = "admin")]
     secondary: admin::Secondary,
     /// The account is a Cosmos DB Table API one: its own limits are checked too.
     cosmos: bool,
+    /// The spelling of each table name used, on Cosmos DB (case-sensitive there).
+    cosmos_names: cosmos::TableNames,
 }
 
 impl fmt::Debug for HttpBackend {
@@ -78,10 +82,13 @@ impl HttpBackend {
                 "the connection string names no table endpoint (TableEndpoint, or AccountName with AccountKey)",
             )
         })?;
+        account.check_credential_for_target()?;
         Ok(HttpBackend {
             pipeline: Pipeline::new(Service::Table, &account, endpoint, options)?,
+            #[cfg(feature = "admin")]
             secondary: admin::Secondary::new(Service::Table, &account, options),
             cosmos: account.target() == crate::account::Target::CosmosDb,
+            cosmos_names: cosmos::TableNames::default(),
             account,
             metadata: options.metadata,
         })
@@ -394,12 +401,18 @@ impl HttpBackend {
             if self.cosmos {
                 cosmos::tunnel_merge(&mut req);
                 cosmos::check(&op, &req)?;
+                self.cosmos_names.check(&op)?;
             }
-            self.pipeline
+            let answer = self
+                .pipeline
                 .call(req, op.name(), op.repeat(), span, |resp| {
                     self.interpret(&op, resp)
                 })
-                .await
+                .await;
+            if self.cosmos && answer.is_ok() {
+                self.cosmos_names.record(&op);
+            }
+            answer
         }
     }
 }
@@ -410,6 +423,7 @@ impl Backend for HttpBackend {
         self.call(op).await
     }
 
+    #[cfg(feature = "admin")]
     async fn admin(
         &self,
         op: crate::backend::admin::AdminOp<'_>,

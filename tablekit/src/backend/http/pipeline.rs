@@ -523,7 +523,7 @@ impl Pipeline {
         let mut resp = self.transport.send(request).await?;
         if let Some(headers) = again {
             if resp.status() == http::StatusCode::UNAUTHORIZED
-                && self.signer.unauthorized(sent.as_ref(), resp.headers())
+                && self.signer.unauthorized(sent.as_ref(), resp.headers())?
             {
                 let mut attempt = call.attempt(headers);
                 sign(&*self.signer, &mut attempt).await?;

@@ -269,6 +269,7 @@ impl QueueBackend for HttpQueueBackend {
             .await
     }
 
+    #[cfg(feature = "admin")]
     async fn admin(
         &self,
         op: crate::backend::admin::AdminOp<'_>,

@@ -109,9 +109,10 @@ pub(crate) trait RequestSigner: Send + Sync + fmt::Debug {
     }
 
     /// The service answered `401` (headers `answer`) to an attempt that sent
-    /// `Authorization: sent`. `true`: sign the request again and send it once more.
-    fn unauthorized(&self, _sent: Option<&HeaderValue>, _answer: &HeaderMap) -> bool {
-        false
+    /// `Authorization: sent`. `true`: sign the request again and send it once
+    /// more; an error: the call's error (a challenge the signer refuses).
+    fn unauthorized(&self, _sent: Option<&HeaderValue>, _answer: &HeaderMap) -> Result<bool> {
+        Ok(false)
     }
 
     /// The error of a call signed by this signer, with what the signer knows
@@ -161,7 +162,10 @@ pub(crate) fn for_account(service: Service, account: &Account) -> Result<Arc<dyn
                 #[cfg(any(feature = "queue", feature = "blob"))]
                 _ => crate::account::STORAGE_SCOPE,
             };
-            Arc::new(Bearer(entra.cache(scope)))
+            Arc::new(Bearer {
+                cache: entra.cache(scope),
+                default_scope: scope,
+            })
         }
         _ => Arc::new(Anonymous),
     })
@@ -348,7 +352,11 @@ fn refuse_plain_http(service: Service, endpoint: &str) -> Result<()> {
 }
 
 /// A bearer token from the account's token cache for the service's scope.
-struct Bearer(Arc<TokenCache>);
+struct Bearer {
+    cache: Arc<TokenCache>,
+    /// The target's own scope (the cache's, unless one was set).
+    default_scope: &'static str,
+}
 
 impl fmt::Debug for Bearer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -359,14 +367,14 @@ impl fmt::Debug for Bearer {
 #[async_trait::async_trait]
 impl RequestSigner for Bearer {
     async fn sign(&self, attempt: &mut Attempt<'_>) -> Result<()> {
-        let token = self.0.token().await?;
+        let token = self.cache.token().await?;
         let mut value = String::with_capacity(7 + token.len());
         value.push_str("Bearer ");
         value.push_str(&token);
         let value = sensitive(&value).map_err(|_| {
             Error::credential(format!(
                 "the token for {} is not valid in an HTTP header",
-                self.0.scope()
+                self.cache.scope()
             ))
         })?;
         attempt.headers.insert(header::AUTHORIZATION, value);
@@ -391,12 +399,12 @@ impl RequestSigner for Bearer {
             "[the bearer token for scope {} was refused: check that the scope (audience) \
              matches the target, the token's tenant and expiry, and that the identity holds \
              a data role on the account]",
-            self.0.scope()
+            self.cache.scope()
         );
         error.with_service_note(&note)
     }
 
-    fn unauthorized(&self, sent: Option<&HeaderValue>, answer: &HeaderMap) -> bool {
+    fn unauthorized(&self, sent: Option<&HeaderValue>, answer: &HeaderMap) -> Result<bool> {
         let sent = sent
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
@@ -404,8 +412,25 @@ impl RequestSigner for Bearer {
         let challenge = answer
             .get(header::WWW_AUTHENTICATE)
             .and_then(|v| v.to_str().ok());
-        self.0.unauthorized(sent, challenge)
+        self.cache
+            .unauthorized(sent, challenge, self.default_scope)
+            .map_err(|why| refused_challenge(answer, &why))
     }
+}
+
+/// The error of a `401` whose challenge the signer refused: the service's
+/// status, error code (`x-ms-error-code`) and request id, with `why` as its
+/// message (the body, which only points at the challenge, is not read).
+fn refused_challenge(answer: &HeaderMap, why: &str) -> Error {
+    let text = |name: &HeaderName| answer.get(name).and_then(|v| v.to_str().ok());
+    let code = text(&names::X_MS_ERROR_CODE).unwrap_or("InvalidAuthenticationInfo");
+    let body = serde_json::json!({ "odata.error": { "code": code, "message": why } });
+    super::wire::service_error(
+        http::StatusCode::UNAUTHORIZED,
+        text(&names::X_MS_REQUEST_ID).map(str::to_owned),
+        None,
+        body.to_string().as_bytes(),
+    )
 }
 
 /// No credential.

@@ -89,7 +89,6 @@ pub(crate) mod names {
     pub(crate) const X_MS_CLIENT_REQUEST_ID: HeaderName =
         HeaderName::from_static("x-ms-client-request-id");
     pub(crate) const X_MS_REQUEST_ID: HeaderName = HeaderName::from_static("x-ms-request-id");
-    #[cfg(feature = "blob")]
     pub(crate) const X_MS_ERROR_CODE: HeaderName = HeaderName::from_static("x-ms-error-code");
     pub(crate) const PREFER: HeaderName = HeaderName::from_static("prefer");
     pub(crate) const DATASERVICEVERSION: HeaderName = HeaderName::from_static("dataserviceversion");
@@ -163,6 +162,12 @@ pub(crate) fn split_batch_index(message: Option<String>) -> (Option<usize>, Opti
 }
 
 /// Reads `code` and `message` from a JSON (`odata.error`) or XML (`<error>`) body.
+///
+/// An authentication failure carries the service's reason apart from its
+/// message (`AuthenticationErrorDetail`: "Lifetime validation failed. The
+/// token is expired.", "Invalid token audience.", the string a wrong
+/// signature was computed over): it joins the message's first line, which
+/// is what an error shows, its line breaks written `\n`.
 pub(crate) fn parse_error_body(body: &[u8]) -> (Option<String>, Option<String>) {
     #[derive(serde::Deserialize)]
     struct Envelope {
@@ -173,6 +178,8 @@ pub(crate) fn parse_error_body(body: &[u8]) -> (Option<String>, Option<String>) 
     struct Inner {
         code: Option<String>,
         message: Option<Message>,
+        #[serde(rename = "AuthenticationErrorDetail")]
+        detail: Option<String>,
     }
     #[derive(serde::Deserialize)]
     #[serde(untagged)]
@@ -187,10 +194,36 @@ pub(crate) fn parse_error_body(body: &[u8]) -> (Option<String>, Option<String>) 
         let message = inner.message.map(|m| match m {
             Message::Text(t) | Message::Lang { value: t } => t,
         });
-        return (inner.code, message);
+        return (inner.code, with_detail(message, inner.detail));
     }
     let text = String::from_utf8_lossy(body);
-    (xml_element(&text, "code"), xml_element(&text, "message"))
+    let message = xml_element(&text, "message");
+    let detail = xml_element(&text, "AuthenticationErrorDetail");
+    (xml_element(&text, "code"), with_detail(message, detail))
+}
+
+/// `message` with `detail` at the end of its first line (on one line).
+fn with_detail(message: Option<String>, detail: Option<String>) -> Option<String> {
+    let detail = detail
+        .map(|d| d.trim().replace("\r\n", "\\n").replace('\n', "\\n"))
+        .filter(|d| !d.is_empty());
+    let Some(detail) = detail else {
+        return message;
+    };
+    let message = message.unwrap_or_default();
+    let (first, rest) = message.split_once('\n').unwrap_or((&message, ""));
+    let first = first.trim_end();
+    let mut joined = String::with_capacity(message.len() + detail.len() + 1);
+    joined.push_str(first);
+    if !first.is_empty() {
+        joined.push(' ');
+    }
+    joined.push_str(&detail);
+    if !rest.is_empty() {
+        joined.push('\n');
+        joined.push_str(rest);
+    }
+    Some(joined)
 }
 
 /// The text of the first element with this local name (any namespace prefix).
@@ -225,75 +258,49 @@ mod tests {
     use super::*;
 
     #[test]
-    fn header_reads_borrow_and_copies_are_explicit() {
-        let mut h = HeaderMap::new();
-        h.insert(names::X_MS_REQUEST_ID, HeaderValue::from_static("r-1"));
-        assert_eq!(header_str(&h, &names::X_MS_REQUEST_ID), Some("r-1"));
-        assert_eq!(
-            header_string(&h, &names::X_MS_REQUEST_ID).as_deref(),
-            Some("r-1")
-        );
-        assert_eq!(header_str(&h, &names::X_MS_ERROR_CODE), None);
-    }
-
-    #[test]
-    fn entity_resource_escapes_quotes_then_percent_encodes() {
-        let key = EntityKey::new("O'Brien", "a %+é");
-        assert_eq!(
-            entity_resource("T1", &key),
-            "T1(PartitionKey='O%27%27Brien',RowKey='a%20%25%2B%C3%A9')"
-        );
-    }
-
-    #[test]
-    fn prefix_bounds_bump_the_last_character() {
-        assert_eq!(prefix_bounds("PDC"), ("PDC".into(), Some("PDD".into())));
-        assert_eq!(
-            prefix_bounds("Football_7991_"),
-            ("Football_7991_".into(), Some("Football_7991`".into()))
-        );
-        assert_eq!(prefix_bounds(""), ("".into(), None));
-        assert_eq!(
-            prefix_bounds("a\u{10FFFF}"),
-            ("a\u{10FFFF}".into(), Some("b".into()))
-        );
-        assert_eq!(
-            prefix_bounds("a\u{D7FF}"),
-            ("a\u{D7FF}".into(), Some("a\u{E000}".into()))
-        );
-    }
-
-    #[test]
-    fn error_bodies_in_json_and_xml() {
-        let json = br#"{"odata.error":{"code":"EntityAlreadyExists","message":{"lang":"en-US","value":"2:The specified entity already exists.\nRequestId:x"}}}"#;
-        let (code, msg) = parse_error_body(json);
-        assert_eq!(code.as_deref(), Some("EntityAlreadyExists"));
-        let (idx, msg) = split_batch_index(msg);
-        assert_eq!(idx, Some(2));
-        assert_eq!(
-            msg.as_deref(),
-            Some("The specified entity already exists.\nRequestId:x")
-        );
-
-        let xml = br#"<?xml version="1.0" encoding="utf-8" standalone="yes"?>
-<error xmlns="http://schemas.microsoft.com/ado/2007/08/dataservices/metadata">
-  <code>InvalidInput</code>
-  <message xml:lang="en-US">1:One of the request inputs is not valid.</message>
-</error>"#;
-        let (code, msg) = parse_error_body(xml);
-        assert_eq!(code.as_deref(), Some("InvalidInput"));
-        let (idx, msg) = split_batch_index(msg);
-        assert_eq!(idx, Some(1));
-        assert_eq!(
-            msg.as_deref(),
-            Some("One of the request inputs is not valid.")
-        );
-
+    fn an_error_body_gives_its_code_and_message() {
         let xml2 = b"<?xml version=\"1.0\"?><Error><Code>AuthorizationFailure</Code><Message>Server failed &amp; more</Message></Error>";
         let (code, msg) = parse_error_body(xml2);
         assert_eq!(code.as_deref(), Some("AuthorizationFailure"));
         assert_eq!(msg.as_deref(), Some("Server failed & more"));
         assert_eq!(parse_error_body(b""), (None, None));
+    }
+
+    #[test]
+    fn an_authentication_failures_reason_joins_the_first_line_of_its_message() {
+        // The Table service's JSON, as Azurite writes it.
+        let json = br#"{"odata.error":{"code":"AuthenticationFailed","message":{"lang":"en-US","value":"Server failed to authenticate the request.\nRequestId:r1\nTime:t"},"AuthenticationErrorDetail":"Invalid token audience."}}"#;
+        let (code, msg) = parse_error_body(json);
+        assert_eq!(code.as_deref(), Some("AuthenticationFailed"));
+        assert_eq!(
+            msg.as_deref(),
+            Some("Server failed to authenticate the request. Invalid token audience.\nRequestId:r1\nTime:t")
+        );
+
+        // Queue and Blob XML, as Azure writes it.
+        let xml = b"<?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>AuthenticationFailed</Code>\
+            <Message>Server failed to authenticate the request.\nRequestId:r2\nTime:t</Message>\
+            <AuthenticationErrorDetail>Lifetime validation failed. The token is expired.</AuthenticationErrorDetail></Error>";
+        let (_, msg) = parse_error_body(xml);
+        assert_eq!(
+            msg.as_deref(),
+            Some("Server failed to authenticate the request. Lifetime validation failed. The token is expired.\nRequestId:r2\nTime:t")
+        );
+
+        // A string to sign keeps its line breaks, written out on the one line.
+        let xml = b"<Error><Code>AuthenticationFailed</Code><Message>Server failed.</Message>\
+            <AuthenticationErrorDetail>Server used following string to sign: 'GET\n\n/a'.</AuthenticationErrorDetail></Error>";
+        let (_, msg) = parse_error_body(xml);
+        assert_eq!(
+            msg.as_deref(),
+            Some("Server failed. Server used following string to sign: 'GET\\n\\n/a'.")
+        );
+
+        // A reason without a message is the message.
+        let (_, msg) = parse_error_body(
+            br#"{"odata.error":{"code":"AuthenticationFailed","AuthenticationErrorDetail":"Invalid token audience."}}"#,
+        );
+        assert_eq!(msg.as_deref(), Some("Invalid token audience."));
     }
 
     #[test]

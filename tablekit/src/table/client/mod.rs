@@ -17,6 +17,7 @@ use crate::codec::write::write_entity_json;
 use crate::entity::{EntityKey, IfMatch, TableEntity, UpdateMode};
 use crate::error::{Error, ErrorCode, Result};
 
+#[cfg(feature = "admin")]
 mod admin;
 mod modify;
 mod service;

@@ -24,9 +24,16 @@ use crate::error::DecodeError;
 use crate::table::TransactionOp;
 use crate::{DynamicEntity, ETag};
 
+/// A change of an entity worked out from it as the writes before it leave
+/// it: `None` in, the entity is absent; `None` out, delete it.
+pub(crate) type ModifyFn<'f> = dyn Fn(Option<&DynamicEntity>) -> crate::error::Result<Option<DynamicEntity>>
+    + Send
+    + Sync
+    + 'f;
+
 /// One write of a plan, its reads done.
-#[derive(Debug, Clone)]
-pub(crate) enum Step {
+#[derive(Clone)]
+pub(crate) enum Step<'f> {
     /// A write as the caller gave it.
     Op(TransactionOp),
     /// `delta` added to the integer `property` of the entity as `read`
@@ -38,6 +45,28 @@ pub(crate) enum Step {
         created: DynamicEntity,
         read: Option<DynamicEntity>,
     },
+    /// `f` applied to the entity as the writes before it leave it (the
+    /// entity `read`, then those writes).
+    Modify {
+        key: EntityKey,
+        f: std::sync::Arc<ModifyFn<'f>>,
+        read: Option<DynamicEntity>,
+    },
+}
+
+impl std::fmt::Debug for Step<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Step::Op(op) => op.fmt(f),
+            Step::Add {
+                key,
+                property,
+                delta,
+                ..
+            } => write!(f, "Add({key}, {property:?}, {delta:+})"),
+            Step::Modify { key, .. } => write!(f, "Modify({key})"),
+        }
+    }
 }
 
 /// Why a fold failed: a composition no transaction can carry out exactly,
@@ -48,6 +77,8 @@ pub(crate) enum Refusal {
     Compose(String),
     /// A stored value is not what an addition needs.
     Decode(DecodeError),
+    /// A change worked out from the entity failed.
+    Modify(crate::Error),
 }
 
 impl From<String> for Refusal {
@@ -202,7 +233,106 @@ fn created_props(created: &DynamicEntity, property: &str, delta: i64) -> Props {
     p
 }
 
-fn apply(state: Option<State>, key: &EntityKey, step: Step) -> Result<State, Refusal> {
+/// The entity as `state` leaves the one `read`.
+fn current(
+    state: Option<&State>,
+    key: &EntityKey,
+    read: Option<&DynamicEntity>,
+) -> Result<Option<DynamicEntity>, Refusal> {
+    let Some(s) = state else {
+        return Ok(read.cloned());
+    };
+    Ok(match &s.content {
+        Content::Deleted => None,
+        Content::Replaced(p) => Some(entity(key, p.clone())?),
+        Content::Merged(p) => {
+            let mut e = match (&s.pre, read) {
+                (Pre::Absent, _) | (_, None) => {
+                    DynamicEntity::new(key.partition_key.as_str(), key.row_key.as_str())
+                }
+                (_, Some(r)) => {
+                    let mut r = r.clone();
+                    r.etag = None;
+                    r.timestamp = None;
+                    r
+                }
+            };
+            for (name, value) in entity(key, p.clone())?.properties.iter() {
+                e.set(name.to_string(), value.clone());
+            }
+            Some(e)
+        }
+    })
+}
+
+/// `f`'s change of the entity as `state` leaves the one `read`.
+fn modify(
+    state: Option<State>,
+    key: &EntityKey,
+    f: &ModifyFn<'_>,
+    read: Option<DynamicEntity>,
+) -> Result<Option<State>, Refusal> {
+    let now = current(state.as_ref(), key, read.as_ref())?;
+    let new = f(now.as_ref()).map_err(Refusal::Modify)?;
+    let content = match new {
+        Some(mut e) => {
+            e.partition_key = key.partition_key.clone();
+            e.row_key = key.row_key.clone();
+            Content::Replaced(Props::of(&e))
+        }
+        None if now.is_none() => return Ok(state),
+        None => Content::Deleted,
+    };
+    let at = describe(key);
+    let mut s = match state {
+        Some(mut s) => {
+            s.content = content;
+            s
+        }
+        None => State {
+            pre: match &read {
+                Some(r) => Pre::Exists(IfMatch::ETag(etag_of(r)?)),
+                None => Pre::Absent,
+            },
+            content,
+        },
+    };
+    match &read {
+        Some(r) if s.pre != Pre::Absent => {
+            require(&mut s.pre, &IfMatch::ETag(etag_of(r)?))
+                .map_err(|why| format!("{at}: {why}"))?;
+        }
+        None if s.pre == Pre::Unconstrained => s.pre = Pre::Absent,
+        _ => {}
+    }
+    if matches!(s.content, Content::Deleted) && s.pre == Pre::Absent {
+        // Created and deleted in one plan: nothing one operation does.
+        return Err(format!(
+            "{at} is inserted and deleted in one plan: no single operation does that"
+        )
+        .into());
+    }
+    Ok(Some(s))
+}
+
+/// What `content` becomes when `e` is written over it in `mode` (a merge
+/// lays `e`'s properties over it; a replace, or a write over a deleted
+/// entity, leaves `e`'s alone).
+fn written_over(content: Content, e: &DynamicEntity, mode: UpdateMode) -> Content {
+    match (content, mode) {
+        (Content::Replaced(mut p), UpdateMode::Merge) => {
+            p.overlay(Props::of(e));
+            Content::Replaced(p)
+        }
+        (Content::Merged(mut p), UpdateMode::Merge) => {
+            p.overlay(Props::of(e));
+            Content::Merged(p)
+        }
+        _ => Content::Replaced(Props::of(e)),
+    }
+}
+
+fn apply(state: Option<State>, key: &EntityKey, step: Step<'_>) -> Result<State, Refusal> {
     use TransactionOp::{Delete, Insert, Update, Upsert};
     let Some(mut s) = state else {
         return Ok(match step {
@@ -229,6 +359,7 @@ fn apply(state: Option<State>, key: &EntityKey, step: Step) -> Result<State, Ref
                 pre: Pre::Exists(c),
                 content: Content::Deleted,
             },
+            Step::Modify { .. } => unreachable!("a change by a function is folded by modify()"),
             Step::Add {
                 property,
                 delta,
@@ -254,6 +385,7 @@ fn apply(state: Option<State>, key: &EntityKey, step: Step) -> Result<State, Ref
     };
     let at = describe(key);
     match step {
+        Step::Modify { .. } => unreachable!("a change by a function is folded by modify()"),
         Step::Op(Insert(e)) => match s.content {
             Content::Deleted => s.content = Content::Replaced(Props::of(&e)),
             _ => {
@@ -263,19 +395,7 @@ fn apply(state: Option<State>, key: &EntityKey, step: Step) -> Result<State, Ref
                 .into())
             }
         },
-        Step::Op(Upsert(e, mode)) => {
-            s.content = match (s.content, mode) {
-                (Content::Replaced(mut p), UpdateMode::Merge) => {
-                    p.overlay(Props::of(&e));
-                    Content::Replaced(p)
-                }
-                (Content::Merged(mut p), UpdateMode::Merge) => {
-                    p.overlay(Props::of(&e));
-                    Content::Merged(p)
-                }
-                _ => Content::Replaced(Props::of(&e)),
-            }
-        }
+        Step::Op(Upsert(e, mode)) => s.content = written_over(s.content, &e, mode),
         Step::Op(Update(e, mode, c)) => {
             if matches!(s.content, Content::Deleted) {
                 return Err(format!(
@@ -284,17 +404,7 @@ fn apply(state: Option<State>, key: &EntityKey, step: Step) -> Result<State, Ref
                 .into());
             }
             require(&mut s.pre, &c).map_err(|why| format!("{at}: {why}"))?;
-            s.content = match (s.content, mode) {
-                (Content::Replaced(mut p), UpdateMode::Merge) => {
-                    p.overlay(Props::of(&e));
-                    Content::Replaced(p)
-                }
-                (Content::Merged(mut p), UpdateMode::Merge) => {
-                    p.overlay(Props::of(&e));
-                    Content::Merged(p)
-                }
-                _ => Content::Replaced(Props::of(&e)),
-            };
+            s.content = written_over(s.content, &e, mode);
         }
         Step::Op(Delete(_, c)) => {
             match (&s.content, &s.pre) {
@@ -425,19 +535,26 @@ fn entity(key: &EntityKey, props: Props) -> Result<DynamicEntity, Refusal> {
 
 /// The one operation of each entity the steps write, in the order each
 /// entity is first written.
-pub(crate) fn fold(steps: Vec<Step>) -> Result<Vec<TransactionOp>, Refusal> {
+pub(crate) fn fold(steps: Vec<Step<'_>>) -> Result<Vec<TransactionOp>, Refusal> {
     let mut order: Vec<EntityKey> = Vec::new();
     let mut states: HashMap<EntityKey, State> = HashMap::new();
     for step in steps {
         let key = match &step {
             Step::Op(op) => op.key(),
-            Step::Add { key, .. } => key.clone(),
+            Step::Add { key, .. } | Step::Modify { key, .. } => key.clone(),
         };
         let before = states.remove(&key);
-        if before.is_none() {
+        let first = before.is_none();
+        let after = match step {
+            Step::Modify { f, read, .. } => match modify(before, &key, &*f, read)? {
+                Some(after) => after,
+                None => continue,
+            },
+            step => apply(before, &key, step)?,
+        };
+        if first {
             order.push(key.clone());
         }
-        let after = apply(before, &key, step)?;
         states.insert(key, after);
     }
     let mut ops = Vec::with_capacity(order.len());

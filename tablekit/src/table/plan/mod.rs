@@ -153,6 +153,12 @@ impl fmt::Display for TableRef {
     }
 }
 
+/// A test hook run with the attempt number before each transaction of a
+/// plan (see [`Plan::before_send`]): an error fails the plan there.
+#[doc(hidden)]
+pub type SendHook =
+    Arc<dyn Fn(usize) -> Pin<Box<dyn Future<Output = Result<()>> + Send>> + Send + Sync>;
+
 /// Works out writes from an entity as read (`None`: there is none).
 type ReadFn<'a> = dyn Fn(Option<&DynamicEntity>) -> Result<Plan<'static>> + Send + Sync + 'a;
 /// Works out writes from the entities of a RowKey range, in RowKey order.
@@ -173,6 +179,10 @@ enum Part<'a> {
         key: EntityKey,
         resolve: Box<ReadFn<'a>>,
     },
+    Modify {
+        key: EntityKey,
+        change: Arc<fold::ModifyFn<'a>>,
+    },
     Range {
         prefix: String,
         select: Option<Vec<String>>,
@@ -191,6 +201,7 @@ impl fmt::Debug for Part<'_> {
                 ..
             } => write!(f, "Add({key}, {property:?}, {delta:+})"),
             Part::Read { key, .. } => write!(f, "AfterRead({key})"),
+            Part::Modify { key, .. } => write!(f, "Modify({key})"),
             Part::Range { prefix, .. } => write!(f, "AfterRange({prefix:?})"),
         }
     }
@@ -211,7 +222,7 @@ pub struct Plan<'a> {
     target: Option<Target>,
     parts: Vec<Part<'a>>,
     sinks: Vec<(EntityKey, Sink<'a>)>,
-    before_send: Option<Arc<dyn Fn(usize) + Send + Sync>>,
+    before_send: Option<SendHook>,
 }
 
 impl fmt::Debug for Plan<'_> {
@@ -271,7 +282,8 @@ impl<'a> Plan<'a> {
         Plan::on(table, &key, Part::Op(op))
     }
 
-    /// `delta` added to the integer property `property` (Int32 or Int64) of
+    /// `delta` added to the integer property `property` (Int32 or Int64; a
+    /// name, or a column handle of the derive) of
     /// the entity `key` of `table`, as it is read when the plan is sent:
     /// merged under the ETag read, so a change in between makes the plan be
     /// worked out again. When the entity does not exist it is inserted as
@@ -281,12 +293,12 @@ impl<'a> Plan<'a> {
     pub fn add(
         table: &TableClient<DynamicEntity>,
         key: impl Into<EntityKey>,
-        property: impl Into<String>,
+        property: impl crate::filter::PropertyName,
         delta: i64,
         created: DynamicEntity,
     ) -> Result<Self> {
         let key = key.into();
-        let property = property.into();
+        let property = property.property_name().to_string();
         crate::validate::property_name(&property)?;
         let mut created = created;
         created.partition_key = key.partition_key.clone();
@@ -301,6 +313,33 @@ impl<'a> Plan<'a> {
                 property,
                 delta,
                 created,
+            },
+        )
+    }
+
+    /// The entity `key` of `table` changed by `change`, which gets the
+    /// entity as the plan's earlier writes leave it (as read when the plan
+    /// is sent, then those writes; `None`: absent) and returns it as it must
+    /// be (`None`: deleted). The entity is written whole, under the ETag
+    /// read, so a change in between makes the plan be worked out again, and
+    /// two changes of one entity in one plan compose as one after the other:
+    /// the second sees the first's result. [`add`](Self::add) is the case of
+    /// one integer property. `change` may run again on each attempt.
+    pub fn modify<F>(
+        table: &TableClient<DynamicEntity>,
+        key: impl Into<EntityKey>,
+        change: F,
+    ) -> Result<Self>
+    where
+        F: Fn(Option<&DynamicEntity>) -> Result<Option<DynamicEntity>> + Send + Sync + 'a,
+    {
+        let key = key.into();
+        Plan::on(
+            table,
+            &key.clone(),
+            Part::Modify {
+                key,
+                change: Arc::new(change),
             },
         )
     }
@@ -427,10 +466,22 @@ impl<'a> Plan<'a> {
     }
 
     /// Runs `hook` with the attempt number (1 first) after the plan's reads
-    /// and before its transaction: the place where a test lets another
-    /// writer in. Not part of the stable API.
+    /// and before its transaction, and waits for it: the place where a test
+    /// lets another writer in. An error it returns fails the plan there.
+    /// Not part of the stable API.
     #[doc(hidden)]
-    pub fn before_send(mut self, hook: Arc<dyn Fn(usize) + Send + Sync>) -> Self {
+    pub fn before_send<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: Fn(usize) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<()>> + Send + 'static,
+    {
+        self.before_send = Some(Arc::new(move |attempt| Box::pin(hook(attempt))));
+        self
+    }
+
+    /// [`before_send`](Self::before_send) with a hook already shared.
+    #[doc(hidden)]
+    pub fn before_send_shared(mut self, hook: SendHook) -> Self {
         self.before_send = Some(hook);
         self
     }
@@ -442,7 +493,7 @@ impl<'a> Plan<'a> {
         parts: &[Part<'a>],
         reads: &Reads,
         missing: &mut Reads,
-        steps: &mut Vec<Step>,
+        steps: &mut Vec<Step<'a>>,
         depth: usize,
     ) -> Result<()> {
         let target = self
@@ -463,6 +514,16 @@ impl<'a> Plan<'a> {
                         property: property.clone(),
                         delta: *delta,
                         created: created.clone(),
+                        read: read.clone(),
+                    }),
+                    None => {
+                        missing.points.insert(key.clone(), None);
+                    }
+                },
+                Part::Modify { key, change } => match reads.points.get(key) {
+                    Some(read) => steps.push(Step::Modify {
+                        key: key.clone(),
+                        f: change.clone(),
                         read: read.clone(),
                     }),
                     None => {
@@ -504,7 +565,7 @@ impl<'a> Plan<'a> {
         sub: Plan<'static>,
         reads: &Reads,
         missing: &mut Reads,
-        steps: &mut Vec<Step>,
+        steps: &mut Vec<Step<'a>>,
         depth: usize,
     ) -> Result<()> {
         if sub.target.is_none() {
@@ -537,6 +598,7 @@ impl<'a> Plan<'a> {
                 let ops = fold::fold(steps).map_err(|r| match r {
                     Refusal::Compose(why) => refuse(why),
                     Refusal::Decode(d) => Error::from(d),
+                    Refusal::Modify(e) => e,
                 })?;
                 return Ok((ops, reads));
             }
@@ -562,7 +624,7 @@ impl<'a> Plan<'a> {
                 return Ok(Applied::default());
             }
             if let Some(hook) = &self.before_send {
-                hook(attempt);
+                hook(attempt).await?;
             }
             let keys: Vec<EntityKey> = ops.iter().map(TransactionOp::key).collect();
             let stale_on: Vec<Option<bool>> = keys

@@ -52,6 +52,38 @@ enum W {
     Update(usize, BTreeMap<String, EdmValue>, UpdateMode, Cond),
     Delete(usize, Cond),
     Add(usize, i64, BTreeMap<String, EdmValue>),
+    /// A change worked out from the entity: `A` plus one (an absent entity
+    /// is created with `A` = 0), or a delete once `A` reaches 2.
+    Modify(usize),
+}
+
+/// The change of `W::Modify`, on the entity's properties.
+fn change(now: Option<&BTreeMap<String, EdmValue>>) -> Option<BTreeMap<String, EdmValue>> {
+    let Some(props) = now else {
+        return Some([("A".to_string(), EdmValue::Int32(0))].into());
+    };
+    let a = match props.get("A") {
+        Some(EdmValue::Int32(a)) => *a,
+        _ => -1,
+    };
+    if a >= 2 {
+        return None;
+    }
+    let mut p = props.clone();
+    p.insert("A".into(), EdmValue::Int32(a + 1));
+    Some(p)
+}
+
+fn change_entity(rk: &'static str) -> std::sync::Arc<super::fold::ModifyFn<'static>> {
+    std::sync::Arc::new(move |now: Option<&DynamicEntity>| {
+        let props = now.map(|e| {
+            e.properties
+                .iter()
+                .map(|(n, v)| (n.to_string(), v.clone()))
+                .collect::<BTreeMap<_, _>>()
+        });
+        Ok(change(props.as_ref()).map(|p| entity(rk, &p)))
+    })
 }
 
 fn props() -> impl Strategy<Value = BTreeMap<String, EdmValue>> {
@@ -87,7 +119,8 @@ fn write() -> impl Strategy<Value = W> {
         (k.clone(), props(), mode(), cond()).prop_map(|(k, p, m, c)| W::Update(k, p, m, c)),
         (k.clone(), cond()).prop_map(|(k, c)| W::Delete(k, c)),
         (k.clone(), -2..=2i64, props()).prop_map(|(k, d, p)| W::Add(k, d, p)),
-        (k, 1..=2i64).prop_map(|(k, d)| W::Add(k, d, BTreeMap::new())),
+        (k.clone(), 1..=2i64).prop_map(|(k, d)| W::Add(k, d, BTreeMap::new())),
+        k.prop_map(W::Modify),
     ]
 }
 
@@ -164,6 +197,14 @@ fn one_by_one(
                 }
                 now.remove(KEYS[*k])?;
             }
+            W::Modify(k) => match change(now.get(KEYS[*k])) {
+                Some(p) => {
+                    now.insert(KEYS[*k], p);
+                }
+                None => {
+                    now.remove(KEYS[*k]);
+                }
+            },
             W::Add(k, d, created) => match now.get_mut(KEYS[*k]) {
                 Some(e) => match e.get(COUNT) {
                     Some(EdmValue::Int32(n)) => {
@@ -184,7 +225,7 @@ fn one_by_one(
 }
 
 /// The steps the plan folds: the writes with the reads their additions make.
-fn steps(before: &Store, writes: &[W]) -> Vec<Step> {
+fn steps(before: &Store, writes: &[W]) -> Vec<Step<'static>> {
     writes
         .iter()
         .map(|w| match w {
@@ -199,6 +240,15 @@ fn steps(before: &Store, writes: &[W]) -> Vec<Step> {
                 EntityKey::new("p", KEYS[*k]),
                 if_match(before, *k, *c),
             )),
+            W::Modify(k) => Step::Modify {
+                key: EntityKey::new("p", KEYS[*k]),
+                f: change_entity(KEYS[*k]),
+                read: before.get(KEYS[*k]).map(|s| {
+                    let mut e = entity(KEYS[*k], &s.props);
+                    e.etag = Some(etag(s.version));
+                    e
+                }),
+            },
             W::Add(k, d, created) => Step::Add {
                 key: EntityKey::new("p", KEYS[*k]),
                 property: COUNT.into(),
@@ -284,7 +334,7 @@ proptest! {
                 prop_assert_eq!(keys.len(), unique.len(), "one operation per entity");
                 prop_assert_eq!(at_once(&before, &ops), expected, "{:?}", ops);
             }
-            Err(Refusal::Compose(_) | Refusal::Decode(_)) => {}
+            Err(Refusal::Compose(_) | Refusal::Decode(_) | Refusal::Modify(_)) => {}
         }
     }
 }
@@ -313,7 +363,7 @@ fn most_plans_that_succeed_one_by_one_are_folded() {
     assert!(folded * 10 >= succeed * 7, "{folded} of {succeed} folded");
 }
 
-fn add(k: &str, delta: i64, read: Option<i32>) -> Step {
+fn add(k: &str, delta: i64, read: Option<i32>) -> Step<'static> {
     Step::Add {
         key: EntityKey::new("p", k),
         property: COUNT.into(),
@@ -356,6 +406,30 @@ fn additions_planned_from_one_read_add_up() {
     assert!(
         matches!(&ops[0], TransactionOp::Update(e, ..) if e.get(COUNT) == Some(&EdmValue::Int32(1)))
     );
+}
+
+/// Two changes of one entity worked out from one read compose one after the
+/// other: the second sees the first's result (none is lost).
+#[test]
+fn two_changes_of_one_entity_compose_in_order() {
+    let read = {
+        let mut e = DynamicEntity::new("p", "a").with("A", 0);
+        e.etag = Some(etag(4));
+        e
+    };
+    let m = || Step::Modify {
+        key: EntityKey::new("p", "a"),
+        f: change_entity("a"),
+        read: Some(read.clone()),
+    };
+    let ops = fold(vec![m(), m()]).unwrap();
+    let TransactionOp::Update(e, UpdateMode::Replace, IfMatch::ETag(t)) = &ops[0] else {
+        panic!("{ops:?}")
+    };
+    assert_eq!((e.get("A"), t), (Some(&EdmValue::Int32(2)), &etag(4)));
+    // A third reaches the delete.
+    let ops = fold(vec![m(), m(), m()]).unwrap();
+    assert!(matches!(&ops[0], TransactionOp::Delete(_, IfMatch::ETag(t)) if *t == etag(4)));
 }
 
 /// Two equal writes are two writes: never one.

@@ -79,7 +79,9 @@ fn named_keys(plan: &Plan<'_>) -> Option<Vec<EntityKey>> {
         .iter()
         .map(|p| match p {
             Part::Op(op) => Some(op.key()),
-            Part::Add { key, .. } | Part::Read { key, .. } => Some(key.clone()),
+            Part::Add { key, .. } | Part::Read { key, .. } | Part::Modify { key, .. } => {
+                Some(key.clone())
+            }
             Part::Range { .. } => None,
         })
         .collect()

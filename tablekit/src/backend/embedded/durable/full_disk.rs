@@ -382,6 +382,7 @@ fn a_full_disk_refuses_the_write_clearly_and_loses_nothing_acknowledged() {
     let (durable, loaded) = Durable::from_claim(claim).unwrap();
     let b = EmbeddedBackend {
         store: Arc::new(Store::with_file(durable, loaded)),
+        #[cfg(feature = "admin")]
         admin: Arc::default(),
     };
     b.run_now(Operation::CreateTable { table: "Notes" })
