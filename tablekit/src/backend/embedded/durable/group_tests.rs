@@ -25,6 +25,7 @@ fn store_on_test_disk(path: &TempFile) -> (EmbeddedBackend, Arc<Gate>) {
     let (durable, loaded) = Durable::from_claim(claim).unwrap();
     let b = EmbeddedBackend {
         store: Arc::new(Store::with_file(durable, loaded)),
+        #[cfg(feature = "admin")]
         admin: Arc::default(),
     };
     b.run_now(Operation::CreateTable { table: "Notes" })
