@@ -405,6 +405,9 @@ struct Inner<T> {
     queue: Eventual,
     kind: String,
     last_stamp: Arc<AtomicI64>,
+    /// Whether a primary write that found the primary changed pauses
+    /// before reading it again (always, but for a scheduled test).
+    pauses: bool,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -459,6 +462,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 queue: Eventual::new(queue),
                 kind,
                 last_stamp: Arc::new(AtomicI64::new(0)),
+                pauses: true,
                 _t: PhantomData,
             }),
         }
@@ -523,9 +527,31 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 queue: self.inner.queue.clone(),
                 kind: self.inner.kind.clone(),
                 last_stamp: self.inner.last_stamp.clone(),
+                pauses: self.inner.pauses,
                 _t: PhantomData,
             }),
         })
+    }
+
+    /// The same index, whose worker reads a primary that changed under its
+    /// write again at once, without the jittered pause. Only for a test
+    /// whose scheduler decides the order of every step itself (the
+    /// exhaustive test of this pattern), where the pause is only a real
+    /// wait; two workers without it can keep colliding.
+    #[doc(hidden)]
+    pub fn without_pauses(self) -> Self {
+        InterPartitionIndex {
+            inner: Arc::new(Inner {
+                primary: self.inner.primary.clone(),
+                prefix: self.inner.prefix.clone(),
+                indexes: self.inner.indexes.clone(),
+                queue: self.inner.queue.clone(),
+                kind: self.inner.kind.clone(),
+                last_stamp: self.inner.last_stamp.clone(),
+                pauses: false,
+                _t: PhantomData,
+            }),
+        }
     }
 
     /// The `kind` of this index's messages: `tablekit.inter_index.<table>`.

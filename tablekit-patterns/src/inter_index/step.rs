@@ -86,7 +86,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         let key = EntityKey::new(&primary.partition_key, &primary.row_key);
         let own = primary.row_key.as_str();
         for attempt in 1..=MAX_REREADS {
-            if attempt > 1 {
+            if attempt > 1 && self.inner.pauses {
                 tokio::time::sleep(backoff(attempt)).await;
             }
             let current = self.read_primary(ctx, &key).await?;
@@ -448,7 +448,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         let key = EntityKey::new(self.primary_partition_key(partition_key), row_key);
         key.validate()?;
         for attempt in 1..=MAX_REREADS {
-            if attempt > 1 {
+            if attempt > 1 && self.inner.pauses {
                 tokio::time::sleep(backoff(attempt)).await;
             }
             let current = self.read_primary(ctx, &key).await?;
