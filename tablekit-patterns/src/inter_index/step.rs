@@ -2,7 +2,7 @@
 //! copies of every index.
 
 use tablekit::codec::{entity_from_json, entity_to_json};
-use tablekit::{DynamicEntity, ETag, EntityKey, TableEntity};
+use tablekit::{DynamicEntity, ETag, EdmValue, EntityKey, TableEntity};
 
 use crate::eventual::{Guarded, OpResult, StepContext, MAX_REREADS};
 
@@ -11,7 +11,9 @@ use super::change::{
     removed_copies_text, stamp_of, Change, Current, Slot,
 };
 use super::index::IndexDef;
-use super::{InterPartitionIndex, CHANGE_STAMP, MOVED_COPIES, REMOVED, REMOVED_COPIES};
+use super::{
+    InterPartitionIndex, CHANGE_STAMP, CLAIM_MESSAGE, MOVED_COPIES, REMOVED, REMOVED_COPIES,
+};
 
 impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     pub(super) async fn apply(&self, change: Change, ctx: &StepContext) -> OpResult {
@@ -159,6 +161,15 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     /// values, the primary being `current`: each copy it wrote is rewritten
     /// from the primary if that shows the value, deleted otherwise; and the
     /// change is taken off its claims.
+    ///
+    /// If `current` is older than the change (a give-up, which reads the
+    /// primary once, at its start), another delivery of the change (the
+    /// same message sent twice) may still apply it: a copy with
+    /// the change's stamp is then settled only if this message restamped
+    /// it. One that names no message was written after a primary write of
+    /// the change, so another delivery has written the primary since
+    /// `current` was read, and the copy is that primary's; one that names
+    /// another message is that delivery's to give back.
     async fn undo_leftovers(
         &self,
         ctx: &StepContext,
@@ -166,12 +177,18 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         stamp: i64,
         current: &Current<T>,
     ) -> OpResult {
+        let older = current.stamp().is_none_or(|s| s < stamp);
         for (i, (def, copy)) in self.inner.indexes.iter().zip(copies).enumerate() {
             let copy_key = EntityKey::new(&copy.partition_key, &copy.row_key);
             if let Some((found, etag)) = ctx.read(&self.table_of(def), copy_key).await? {
+                let restamped_here = matches!(
+                    found.get(CLAIM_MESSAGE),
+                    Some(EdmValue::String(m)) if m == ctx.message_id()
+                );
                 if named_primary(&found) == named_primary(copy)
                     && stamp_of(&found) == stamp
                     && !is_pending(&found)
+                    && (!older || restamped_here)
                 {
                     self.settle_copy(ctx, i, copy, &etag, current).await?;
                 }
@@ -183,7 +200,10 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     /// What a change gives up when its last attempt stopped without
     /// finishing and it is poisoned (see [`WorkerBuilder::on_give_up`](crate::eventual::WorkerBuilder::on_give_up)):
     /// its claims are given up, and the copies it wrote are brought in line
-    /// with the primary as stored, as for a stale change. If it had written
+    /// with the primary as stored, as for a stale change (those another
+    /// delivery of the change wrote, which may have written the primary
+    /// since it was read here, are left to it: see
+    /// [`undo_leftovers`](Self::undo_leftovers)). If it had written
     /// the primary, the primary keeps its values: each claim becomes its
     /// copy, and the copies of the non-unique indexes are written from it,
     /// so the primary is not left without them (copies under its old

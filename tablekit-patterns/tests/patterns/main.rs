@@ -22,6 +22,7 @@ mod high_volume_delete;
 mod index_entities;
 mod index_entities_model;
 mod inter_index_claims;
+mod inter_index_exhaustive;
 mod inter_index_model;
 mod inter_partition_index;
 mod large_entities;
