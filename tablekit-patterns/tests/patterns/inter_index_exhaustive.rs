@@ -3,9 +3,7 @@
 //! workers, one change delivered twice and one worker dying at any step. A
 //! scheduler of this file drives the real pattern code and the real
 //! `Worker` on the embedded store, and explores every interleaving of the
-//! two workers at step granularity, depth first, checking after every
-//! complete run what the module docs and the guide promise once the queue
-//! is drained, and in every state on the way what they promise in between.
+//! two workers at step granularity, depth first.
 //!
 //! The configurations (`families`): `move` (1 holds `a`; 2 asks for `a`
 //! while 1 moves to `b`), `swap` (1 holds `a`, 2 holds `b`, each asks for
@@ -26,6 +24,25 @@
 //! (`INTER_INDEX_EXHAUSTIVE=move,swap` in the environment keeps only those
 //! families.) Each scenario prints its complete interleavings and distinct
 //! states.
+//!
+//! # What is checked
+//!
+//! What the module docs and the guide promise:
+//!
+//! * once the queue is drained (`check_drained`): no message left; no
+//!   claim left; each employee's primary is the newest of its changes that
+//!   was not refused (a change given up may or may not be applied); each
+//!   live primary has its copy, with its content and stamp, and there is
+//!   no other copy; no value is shown by two primaries (except as the docs
+//!   allow: a remove given up before its tombstone, whose value another
+//!   employee took meanwhile); `get` and `lookup` read just that; the poison
+//!   queue holds only puts refused for another employee's value, older puts
+//!   that kept meeting a newer put's claim, and changes given up;
+//! * in every state (`check_between`): no copy a reader sees (not a claim)
+//!   names a missing or removed primary; no two primaries show one value,
+//!   unless a remove of one of them is still to come;
+//! * at every step (`foreign_writes`): a change writes, deletes or inserts
+//!   only copies that name its own employee, before and after.
 //!
 //! # How a run is scheduled
 //!
@@ -533,6 +550,9 @@ struct World<'a> {
     trace: Vec<String>,
     /// The choices made so far.
     path: Vec<Choice>,
+    /// What the last step did that the docs rule out (see
+    /// [`foreign_writes`](Self::foreign_writes)).
+    step_problems: Vec<String>,
 }
 
 impl Drop for World<'_> {
@@ -603,6 +623,7 @@ impl<'a> World<'a> {
             poisoned: Vec::new(),
             trace: Vec::new(),
             path: Vec::new(),
+            step_problems: Vec::new(),
         };
         world.snapshot("seed").await;
         world
@@ -949,8 +970,15 @@ impl<'a> World<'a> {
                 *slot = Some(go);
                 // A read changes nothing: only a write needs the store read again.
                 if !name.starts_with("read ") {
+                    let before = std::mem::take(&mut self.raw);
                     self.snapshot(&format!("d{delivery}#{dequeue_count}.{step}"))
                         .await;
+                    let own = row_key(self.entity_of(delivery));
+                    for problem in self.foreign_writes(&before, &own) {
+                        self.step_problems.push(format!(
+                            "w{i} d{delivery}#{dequeue_count} step {step} ({name}): {problem}"
+                        ));
+                    }
                 }
             }
             Signal::Done { actor, report } => {
@@ -1090,6 +1118,40 @@ impl<'a> World<'a> {
 
     fn copies(&self) -> impl Iterator<Item = &DynamicEntity> {
         self.raw.iter().filter(|(t, _)| *t == EMAIL).map(|(_, d)| d)
+    }
+
+    /// The copies a step of a change of the employee `own` wrote, deleted or
+    /// inserted that name another employee, before or after it (`before`:
+    /// the rows before the step). The docs: no copy is rewritten or deleted
+    /// except on behalf of the entity it names.
+    fn foreign_writes(&self, before: &[(u8, DynamicEntity)], own: &str) -> Vec<String> {
+        let copies = |rows: &[(u8, DynamicEntity)]| -> BTreeMap<String, (String, String)> {
+            rows.iter()
+                .filter(|(t, _)| *t == EMAIL)
+                .map(|(_, d)| {
+                    let etag = d.etag.as_ref().map(|e| e.as_str().to_owned());
+                    let named = text(d, PRIMARY_ROW_KEY).unwrap_or_default().to_owned();
+                    (d.row_key.clone(), (etag.unwrap_or_default(), named))
+                })
+                .collect()
+        };
+        let (was, is) = (copies(before), copies(&self.raw));
+        let mut out = Vec::new();
+        for key in was.keys().chain(is.keys()) {
+            let (old, new) = (was.get(key), is.get(key));
+            if old.map(|(e, _)| e) == new.map(|(e, _)| e) {
+                continue;
+            }
+            for (when, row) in [("before", old), ("after", new)] {
+                if let Some((_, named)) = row.filter(|(_, n)| n != own) {
+                    out.push(format!(
+                        "changed the copy {key}, which names {named} {when}"
+                    ));
+                }
+            }
+        }
+        out.dedup();
+        out
     }
 
     /// What the docs promise at every moment: a copy a reader sees
@@ -1388,6 +1450,21 @@ impl Explored {
 
 const KEPT_VIOLATIONS: usize = 5;
 
+/// Counts `problems` (if any) as a violation, keeping the shortest runs.
+fn record(out: &mut Explored, problems: Vec<String>, world: &World<'_>) {
+    if problems.is_empty() {
+        return;
+    }
+    out.violation_count += 1;
+    let found = (
+        world.path.len(),
+        format!("{}\n{}", problems.join("\n"), world.trace()),
+    );
+    let at = out.violations.partition_point(|(n, _)| *n <= found.0);
+    out.violations.insert(at, found);
+    out.violations.truncate(KEPT_VIOLATIONS);
+}
+
 async fn explore(sc: &Scenario) -> Explored {
     let started = Instant::now();
     let prep = Prepared::new(sc).await;
@@ -1416,6 +1493,7 @@ async fn explore(sc: &Scenario) -> Explored {
                 world.apply(choice).await;
                 out.transitions += 1;
                 depth += 1;
+                record(&mut out, std::mem::take(&mut world.step_problems), &world);
                 continue;
             }
             if world.dead_end {
@@ -1431,17 +1509,7 @@ async fn explore(sc: &Scenario) -> Explored {
                 out.drained += 1;
                 problems.extend(world.check_drained().await);
             }
-            if !problems.is_empty() {
-                out.violation_count += 1;
-                // The shortest ones are kept.
-                let found = (
-                    world.path.len(),
-                    format!("{}\n{}", problems.join("\n"), world.trace()),
-                );
-                let at = out.violations.partition_point(|(n, _)| *n <= found.0);
-                out.violations.insert(at, found);
-                out.violations.truncate(KEPT_VIOLATIONS);
-            }
+            record(&mut out, problems, &world);
             if terminal {
                 visited.insert(fingerprint, 1);
                 break 1;
@@ -1459,6 +1527,7 @@ async fn explore(sc: &Scenario) -> Explored {
             world.apply(choice).await;
             out.transitions += 1;
             depth += 1;
+            record(&mut out, std::mem::take(&mut world.step_problems), &world);
         };
         drop(world);
         let mut add = leaf;
@@ -1700,6 +1769,7 @@ fn replay(sc: &Scenario, schedule: &str) {
                 world.trace()
             );
             world.apply(choice).await;
+            problems.append(&mut world.step_problems);
             problems.extend(world.check_between());
         }
         while !world.terminal() {
@@ -1711,6 +1781,7 @@ fn replay(sc: &Scenario, schedule: &str) {
             );
             world.apply(choice).await;
             assert!(!world.dead_end, "the doomed worker outlives the schedule");
+            problems.append(&mut world.step_problems);
             problems.extend(world.check_between());
         }
         assert!(
