@@ -204,15 +204,18 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     /// delivery of the change wrote, which may have written the primary
     /// since it was read here, are left to it: see
     /// [`undo_leftovers`](Self::undo_leftovers)). If it had written
-    /// the primary, the primary keeps its values: each claim becomes its
-    /// copy, and the copies of the non-unique indexes are written from it,
-    /// so the primary is not left without them (copies under its old
-    /// values, if the attempt stopped before deleting them, are left to the
-    /// verified reads). If it had not, the copies of the primary as stored
+    /// the primary, the primary keeps its values: the copies it names as
+    /// moved off are deleted, each claim becomes its copy, and the copies
+    /// of the non-unique indexes are written from it, so the primary is not
+    /// left without them (then the primary is read again, as after a put's
+    /// copies, and they are brought in line if a newer change got in
+    /// meanwhile). If it had not, the copies of the primary as stored
     /// under the values the change moves off (all of them, for a remove),
     /// which it deletes before its primary write, are written back
     /// ([`restore_copies`](Self::restore_copies)): the primary keeps its
-    /// values, so it must keep their copies.
+    /// values, so it must keep their copies. A remove whose tombstone is
+    /// written deletes again the copies its tombstone names, as a retry
+    /// would: an older change may have written one after its first delete.
     pub(super) async fn give_up(&self, change: Change, ctx: &StepContext) -> OpResult {
         let (entity, stamp) = match change {
             Change::Put { entity, stamp } => (entity, stamp),
@@ -221,9 +224,23 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 row_key,
                 stamp,
             } => {
-                // Its tombstone not written: the copies it deleted first.
                 let key = EntityKey::new(self.primary_partition_key(&partition_key), row_key);
-                return self.restore_copies(ctx, &key, &[], stamp).await;
+                let current = self.read_primary(ctx, &key).await?;
+                if let Current::Tombstone {
+                    stamp: s, removed, ..
+                } = &current
+                {
+                    if *s == stamp {
+                        // Its tombstone written, and the attempt stopped
+                        // after it: its second delete, as a retry makes it
+                        // (an older change may have written a copy late).
+                        return self.delete_named(ctx, removed, &key.row_key, stamp).await;
+                    }
+                }
+                // Its tombstone not written: the copies it deleted first.
+                return self
+                    .restore_copies_from(ctx, &key, &[], stamp, current)
+                    .await;
             }
         };
         let json = serde_json::to_vec(&entity)?;
@@ -243,10 +260,18 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 // the ones it moved off go.
                 self.delete_named(ctx, moved, &key.row_key, stamp).await?;
                 let (_, written) = self.stored(entity, stamp)?;
+                let mut etags = Vec::with_capacity(written.len());
                 for (def, fresh) in self.inner.indexes.iter().zip(&written) {
-                    if !def.unique {
-                        ctx.insert_or_replace(&self.table_of(def), fresh).await?;
-                    }
+                    etags.push(if def.unique {
+                        None
+                    } else {
+                        Some(ctx.insert_or_replace(&self.table_of(def), fresh).await?)
+                    });
+                }
+                if etags.iter().any(Option::is_some) {
+                    // As after a put's copies: a newer change may have
+                    // got in since the primary was read.
+                    self.recheck(ctx, &key, &written, &etags, stamp).await?;
                 }
                 return self.give_up_claims(ctx, &written, stamp).await;
             }
@@ -277,6 +302,20 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         stamp: i64,
     ) -> OpResult {
         let current = self.read_primary(ctx, key).await?;
+        self.restore_copies_from(ctx, key, keep, stamp, current)
+            .await
+    }
+
+    /// [`restore_copies`](Self::restore_copies), the primary as just read
+    /// being `current`.
+    async fn restore_copies_from(
+        &self,
+        ctx: &StepContext,
+        key: &EntityKey,
+        keep: &[DynamicEntity],
+        stamp: i64,
+        current: Current<T>,
+    ) -> OpResult {
         let Current::Live {
             entity,
             stamp: shown,
