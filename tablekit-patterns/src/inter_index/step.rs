@@ -2,7 +2,7 @@
 //! copies of every index.
 
 use tablekit::codec::{entity_from_json, entity_to_json};
-use tablekit::{DynamicEntity, ETag, EntityKey, TableEntity};
+use tablekit::{DynamicEntity, ETag, EdmValue, EntityKey, TableEntity};
 
 use crate::eventual::{Guarded, OpResult, StepContext, MAX_REREADS};
 
@@ -11,7 +11,9 @@ use super::change::{
     removed_copies_text, stamp_of, Change, Current, Slot,
 };
 use super::index::IndexDef;
-use super::{InterPartitionIndex, CHANGE_STAMP, MOVED_COPIES, REMOVED, REMOVED_COPIES};
+use super::{
+    InterPartitionIndex, CHANGE_STAMP, CLAIM_MESSAGE, MOVED_COPIES, REMOVED, REMOVED_COPIES,
+};
 
 impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     pub(super) async fn apply(&self, change: Change, ctx: &StepContext) -> OpResult {
@@ -86,7 +88,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         let key = EntityKey::new(&primary.partition_key, &primary.row_key);
         let own = primary.row_key.as_str();
         for attempt in 1..=MAX_REREADS {
-            if attempt > 1 {
+            if attempt > 1 && self.inner.pauses {
                 tokio::time::sleep(backoff(attempt)).await;
             }
             let current = self.read_primary(ctx, &key).await?;
@@ -159,6 +161,15 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     /// values, the primary being `current`: each copy it wrote is rewritten
     /// from the primary if that shows the value, deleted otherwise; and the
     /// change is taken off its claims.
+    ///
+    /// If `current` is older than the change (a give-up, which reads the
+    /// primary once, at its start), another delivery of the change (the
+    /// same message sent twice) may still apply it: a copy with
+    /// the change's stamp is then settled only if this message restamped
+    /// it. One that names no message was written after a primary write of
+    /// the change, so another delivery has written the primary since
+    /// `current` was read, and the copy is that primary's; one that names
+    /// another message is that delivery's to give back.
     async fn undo_leftovers(
         &self,
         ctx: &StepContext,
@@ -166,12 +177,18 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         stamp: i64,
         current: &Current<T>,
     ) -> OpResult {
+        let older = current.stamp().is_none_or(|s| s < stamp);
         for (i, (def, copy)) in self.inner.indexes.iter().zip(copies).enumerate() {
             let copy_key = EntityKey::new(&copy.partition_key, &copy.row_key);
             if let Some((found, etag)) = ctx.read(&self.table_of(def), copy_key).await? {
+                let restamped_here = matches!(
+                    found.get(CLAIM_MESSAGE),
+                    Some(EdmValue::String(m)) if m == ctx.message_id()
+                );
                 if named_primary(&found) == named_primary(copy)
                     && stamp_of(&found) == stamp
                     && !is_pending(&found)
+                    && (!older || restamped_here)
                 {
                     self.settle_copy(ctx, i, copy, &etag, current).await?;
                 }
@@ -183,16 +200,22 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     /// What a change gives up when its last attempt stopped without
     /// finishing and it is poisoned (see [`WorkerBuilder::on_give_up`](crate::eventual::WorkerBuilder::on_give_up)):
     /// its claims are given up, and the copies it wrote are brought in line
-    /// with the primary as stored, as for a stale change. If it had written
-    /// the primary, the primary keeps its values: each claim becomes its
-    /// copy, and the copies of the non-unique indexes are written from it,
-    /// so the primary is not left without them (copies under its old
-    /// values, if the attempt stopped before deleting them, are left to the
-    /// verified reads). If it had not, the copies of the primary as stored
+    /// with the primary as stored, as for a stale change (those another
+    /// delivery of the change wrote, which may have written the primary
+    /// since it was read here, are left to it: see
+    /// [`undo_leftovers`](Self::undo_leftovers)). If it had written
+    /// the primary, the primary keeps its values: the copies it names as
+    /// moved off are deleted, each claim becomes its copy, and the copies
+    /// of the non-unique indexes are written from it, so the primary is not
+    /// left without them (then the primary is read again, as after a put's
+    /// copies, and they are brought in line if a newer change got in
+    /// meanwhile). If it had not, the copies of the primary as stored
     /// under the values the change moves off (all of them, for a remove),
     /// which it deletes before its primary write, are written back
     /// ([`restore_copies`](Self::restore_copies)): the primary keeps its
-    /// values, so it must keep their copies.
+    /// values, so it must keep their copies. A remove whose tombstone is
+    /// written deletes again the copies its tombstone names, as a retry
+    /// would: an older change may have written one after its first delete.
     pub(super) async fn give_up(&self, change: Change, ctx: &StepContext) -> OpResult {
         let (entity, stamp) = match change {
             Change::Put { entity, stamp } => (entity, stamp),
@@ -201,9 +224,23 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 row_key,
                 stamp,
             } => {
-                // Its tombstone not written: the copies it deleted first.
                 let key = EntityKey::new(self.primary_partition_key(&partition_key), row_key);
-                return self.restore_copies(ctx, &key, &[], stamp).await;
+                let current = self.read_primary(ctx, &key).await?;
+                if let Current::Tombstone {
+                    stamp: s, removed, ..
+                } = &current
+                {
+                    if *s == stamp {
+                        // Its tombstone written, and the attempt stopped
+                        // after it: its second delete, as a retry makes it
+                        // (an older change may have written a copy late).
+                        return self.delete_named(ctx, removed, &key.row_key, stamp).await;
+                    }
+                }
+                // Its tombstone not written: the copies it deleted first.
+                return self
+                    .restore_copies_from(ctx, &key, &[], stamp, current)
+                    .await;
             }
         };
         let json = serde_json::to_vec(&entity)?;
@@ -223,10 +260,18 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
                 // the ones it moved off go.
                 self.delete_named(ctx, moved, &key.row_key, stamp).await?;
                 let (_, written) = self.stored(entity, stamp)?;
+                let mut etags = Vec::with_capacity(written.len());
                 for (def, fresh) in self.inner.indexes.iter().zip(&written) {
-                    if !def.unique {
-                        ctx.insert_or_replace(&self.table_of(def), fresh).await?;
-                    }
+                    etags.push(if def.unique {
+                        None
+                    } else {
+                        Some(ctx.insert_or_replace(&self.table_of(def), fresh).await?)
+                    });
+                }
+                if etags.iter().any(Option::is_some) {
+                    // As after a put's copies: a newer change may have
+                    // got in since the primary was read.
+                    self.recheck(ctx, &key, &written, &etags, stamp).await?;
                 }
                 return self.give_up_claims(ctx, &written, stamp).await;
             }
@@ -257,6 +302,20 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         stamp: i64,
     ) -> OpResult {
         let current = self.read_primary(ctx, key).await?;
+        self.restore_copies_from(ctx, key, keep, stamp, current)
+            .await
+    }
+
+    /// [`restore_copies`](Self::restore_copies), the primary as just read
+    /// being `current`.
+    async fn restore_copies_from(
+        &self,
+        ctx: &StepContext,
+        key: &EntityKey,
+        keep: &[DynamicEntity],
+        stamp: i64,
+        current: Current<T>,
+    ) -> OpResult {
         let Current::Live {
             entity,
             stamp: shown,
@@ -448,7 +507,7 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         let key = EntityKey::new(self.primary_partition_key(partition_key), row_key);
         key.validate()?;
         for attempt in 1..=MAX_REREADS {
-            if attempt > 1 {
+            if attempt > 1 && self.inner.pauses {
                 tokio::time::sleep(backoff(attempt)).await;
             }
             let current = self.read_primary(ctx, &key).await?;

@@ -24,6 +24,7 @@ mod index_entities;
 mod index_entities_etags;
 mod index_entities_model;
 mod inter_index_claims;
+mod inter_index_exhaustive;
 mod inter_index_model;
 mod inter_partition_index;
 mod large_entities;
