@@ -54,9 +54,14 @@
 //!   unique value has at most one entity (eventual consistency).
 //! * In between, a reader can see the primary changed and a copy not yet,
 //!   or a lookup by the old value find nothing while the new copy is not yet
-//!   written, or a copy with the entity's previous content. A copy a reader
-//!   sees never points at a missing primary (it is written after the
-//!   primary and deleted before it), but [`lookup`](InterPartitionIndex::lookup)
+//!   written, or a copy with the entity's previous content. A copy is
+//!   written after its primary and deleted before it, except in two races
+//!   the exhaustive check found (an older put's copy written just after a
+//!   newer remove's tombstone; a give-up writing back a copy that the other
+//!   delivery of a remove has just deleted): then a copy names a removed
+//!   entity for a moment, until the put's re-read of the primary or the next
+//!   delivery deletes it (two crashes in that window could leave it until a
+//!   `_verified` read repairs it). [`lookup`](InterPartitionIndex::lookup)
 //!   and [`list`](InterPartitionIndex::list) do not check: use the
 //!   `_verified` reads to get the primary as stored, at one more read each.
 //! * A **claim** (a unique copy marked [`PENDING`]) is written before its
