@@ -365,17 +365,22 @@ fn worker(
         .step_hook(move |event| {
             let tx = tx.clone();
             async move {
-                let Event::Step {
-                    message_id,
-                    dequeue_count,
-                    step,
-                    name,
-                    ..
-                } = event
-                else {
+                let (message_id, dequeue_count, step, name) = match event {
+                    Event::Step {
+                        message_id,
+                        dequeue_count,
+                        step,
+                        name,
+                        ..
+                    } => (message_id, dequeue_count, step, name),
                     // Heartbeats: the visibility timeouts are longer than
                     // any run, so none is due; one would be skipped.
-                    return Err("no heartbeat in a scheduled run".into());
+                    Event::Heartbeat { .. } => {
+                        return Err("no heartbeat in a scheduled run".into());
+                    }
+                    // The boundaries of a move to the poison queue are not
+                    // scheduling points of this model: the move goes on.
+                    _ => return Ok(()),
                 };
                 let (go, wait) = oneshot::channel();
                 let signal = Signal::Step {
@@ -1887,7 +1892,6 @@ fn bounded() -> Vec<Scenario> {
 }
 
 #[test]
-#[ignore = "on main since the merge with the poison-body and file-store changes the scheduler's first receive finds no message (Report of zeros); passes on branch h2 (its base 5c0d38c): to be fixed before it runs in CI again"]
 fn every_interleaving_of_the_bounded_configurations() {
     assert_clean(&run_all(&bounded()));
 }
@@ -1962,7 +1966,6 @@ fn replay(sc: &Scenario, schedule: &str, strict: bool) {
 /// its change's stamp, settled it against the primary as it had read it
 /// and deleted it. Employee 2's primary showed `a`, with no copy.
 #[test]
-#[ignore = "on main since the merge with the poison-body and file-store changes the scheduler's first receive finds no message (Report of zeros); passes on branch h2 (its base 5c0d38c): to be fixed before it runs in CI again"]
 fn regression_a_give_up_leaves_the_copy_another_delivery_wrote() {
     let sc = Scenario {
         seeds: vec![],
@@ -1989,7 +1992,6 @@ fn regression_a_give_up_leaves_the_copy_another_delivery_wrote() {
 /// remove whose tombstone is written now makes the second delete, as a
 /// retry does.
 #[test]
-#[ignore = "on main since the merge with the poison-body and file-store changes the scheduler's first receive finds no message (Report of zeros); passes on branch h2 (its base 5c0d38c): to be fixed before it runs in CI again"]
 fn regression_a_remove_given_up_after_its_tombstone_deletes_what_it_names() {
     let sc = Scenario {
         seeds: vec![put(1, 0), put(2, 0)],
@@ -2013,7 +2015,6 @@ fn regression_a_remove_given_up_after_its_tombstone_deletes_what_it_names() {
 /// for good. It now reads the primary again after them, as a put does
 /// after its copies, and brings them in line.
 #[test]
-#[ignore = "on main since the merge with the poison-body and file-store changes the scheduler's first receive finds no message (Report of zeros); passes on branch h2 (its base 5c0d38c): to be fixed before it runs in CI again"]
 fn regression_a_put_given_up_reads_the_primary_again_after_its_copies() {
     let sc = Scenario {
         seeds: vec![put(1, 0), put(2, 0)],
