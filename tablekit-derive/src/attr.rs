@@ -66,6 +66,7 @@ impl Site {
                 "with",
                 "as_str",
                 "edm",
+                "encrypt",
             ],
             Site::PropertiesField => &[
                 "rename", "skip", "default", "json", "flatten", "with", "as_str", "edm",
@@ -126,6 +127,8 @@ pub(crate) struct FieldAttrs {
     pub(crate) with: Option<Spanned<ExprPath>>,
     pub(crate) as_str: Option<Span>,
     pub(crate) edm: Option<Spanned<&'static str>>,
+    /// `encrypt`: stored encrypted (client-side encryption).
+    pub(crate) encrypt: Option<Span>,
 }
 
 /// Variant attributes.
@@ -432,6 +435,7 @@ pub(crate) fn field(cx: &Ctxt, attrs: &[Attribute], site: Site) -> FieldAttrs {
                     "json" => &mut f.json,
                     "flatten" => &mut f.flatten,
                     "as_str" => &mut f.as_str,
+                    "encrypt" => &mut f.encrypt,
                     _ => return skip_value(meta),
                 };
                 set(cx, slot, meta, key, v);

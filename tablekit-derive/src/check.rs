@@ -217,6 +217,24 @@ fn check_field(cx: &Ctxt, c: &Container, f: &Field) {
             "a skipped field is not stored: `rename` has no effect",
         );
     }
+    if let Some(e) = a.encrypt {
+        if f.in_key() || is_key_flag.is_some() {
+            cx.error_at(
+                e,
+                "a key field cannot be encrypted: the PartitionKey and RowKey are stored in clear (the service indexes them)",
+            );
+        } else if !matches!(f.kind, Kind::Native) {
+            cx.error_at(
+                e,
+                "`encrypt` applies to a plain String field (the format encrypts strings only): not with `skip`, `etag`, `timestamp`, `json`, `flatten`, `with`, `as_str` or `edm`",
+            );
+        } else if !ty::is_string(ty::strip_option(f.ty)) {
+            cx.error_spanned_by(
+                f.ty,
+                "`encrypt` applies to String and Option<String> fields: the format of the .NET and Python libraries encrypts strings only",
+            );
+        }
+    }
     if c.mode == Mode::Entity && c.attrs.projection_of.is_some() && matches!(f.kind, Kind::Flatten)
     {
         if let Some(s) = a.flatten {

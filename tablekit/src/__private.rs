@@ -25,7 +25,7 @@ pub use crate::error::Result;
 
 // The library's own types the generated code names, under one path whatever
 // their public module is.
-pub use crate::columns::{Column, EntityColumns};
+pub use crate::columns::{Column, EncryptedColumn, EntityColumns};
 pub use crate::edm::EdmType;
 pub use crate::entity::{PropertyValue, PropertyWriter, RawEntity};
 pub use crate::error::KeyKind;

@@ -192,3 +192,90 @@ impl<V> PropertyName for DynColumn<V> {
         &self.name
     }
 }
+
+/// A property of entity type `E` stored encrypted (`#[tablekit(encrypt)]`,
+/// client-side encryption): its column has a name, for `$select`, but no
+/// comparisons. The service holds the property's ciphertext, under a fresh
+/// key and IV per entity, so a filter on it could only match nothing; the
+/// comparison methods exist to say so at compile time:
+///
+/// ```compile_fail
+/// use tablekit::TableEntity;
+///
+/// #[derive(TableEntity)]
+/// #[tablekit(partition_key = "{department}", row_key = "{id}")]
+/// struct Employee { department: String, id: String, #[tablekit(encrypt)] ssn: String }
+///
+/// let f = Employee::columns().ssn.eq("123-45-6789");
+/// ```
+pub struct EncryptedColumn<E, V = String> {
+    name: &'static str,
+    _marker: PhantomData<fn() -> (E, V)>,
+}
+
+impl<E, V> EncryptedColumn<E, V> {
+    /// A handle for the encrypted property named `name`.
+    pub const fn new(name: &'static str) -> Self {
+        EncryptedColumn {
+            name,
+            _marker: PhantomData,
+        }
+    }
+
+    /// The property's name on the wire.
+    pub const fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+impl<E, V> Clone for EncryptedColumn<E, V> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<E, V> Copy for EncryptedColumn<E, V> {}
+
+impl<E, V> fmt::Debug for EncryptedColumn<E, V> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "EncryptedColumn({})", self.name)
+    }
+}
+
+impl<E, V> PropertyName for EncryptedColumn<E, V> {
+    fn property_name(&self) -> &str {
+        self.name
+    }
+}
+
+/// A column a filter can compare. No encrypted column is one: the bound on
+/// [`EncryptedColumn`]'s comparison methods, which nothing satisfies, turns
+/// a filter on an encrypted property into a compile error that says why.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is stored encrypted: a filter cannot compare it",
+    label = "an encrypted property (#[tablekit(encrypt)])",
+    note = "the service holds only its ciphertext, under a key and IV of each entity's own; filter on another property, and compare after reading"
+)]
+pub trait ComparableColumn<E> {
+    /// The comparison `self op value` as a filter.
+    fn compare_as_filter(&self, op: crate::filter::CmpOp) -> crate::filter::Filter<E>;
+}
+
+macro_rules! refused_comparisons {
+    ($($method:ident => $op:ident),* $(,)?) => {
+        impl<E, V> EncryptedColumn<E, V> {
+            $(
+                #[doc = concat!("Refused at compile time: `", stringify!($method), "` on an encrypted property (see [`ComparableColumn`]).")]
+                pub fn $method<Q>(&self, value: Q) -> crate::filter::Filter<E>
+                where
+                    Self: ComparableColumn<E>,
+                {
+                    let _ = value;
+                    self.compare_as_filter(crate::filter::CmpOp::$op)
+                }
+            )*
+        }
+    };
+}
+
+refused_comparisons!(eq => Eq, ne => Ne, gt => Gt, ge => Ge, lt => Lt, le => Le);

@@ -152,6 +152,9 @@ pub mod codec;
 mod columns;
 mod continuation;
 pub mod edm;
+#[cfg(feature = "encryption")]
+#[cfg_attr(docsrs, doc(cfg(feature = "encryption")))]
+pub mod encryption;
 pub mod entity;
 pub mod error;
 pub mod filter;

@@ -30,6 +30,8 @@ mod derive_schema;
 mod differential;
 mod doc_paths;
 mod durable;
+mod encryption;
+mod encryption_interop;
 mod entra;
 mod entra_identity;
 mod errors;

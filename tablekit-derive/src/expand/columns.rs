@@ -41,6 +41,19 @@ pub(super) fn columns(c: &Container) -> (TokenStream, TokenStream) {
         let v = column_value_type(f);
         let name = &f.name;
         let doc = format!(" The `{}` property (field `{}`).", f.name, f.rust_name());
+        if f.attrs.encrypt.is_some() {
+            let doc = format!(
+                " The `{}` property (field `{}`), stored encrypted: no filter can compare it.",
+                f.name,
+                f.rust_name()
+            );
+            defs.push(quote! {
+                #[doc = #doc]
+                pub #fi: #tk::__private_0_1::EncryptedColumn<#ident, #v>
+            });
+            inits.push(quote!(#fi: #tk::__private_0_1::EncryptedColumn::new(#name)));
+            continue;
+        }
         defs.push(quote! {
             #[doc = #doc]
             pub #fi: #tk::__private_0_1::Column<#ident, #v>

@@ -100,6 +100,18 @@ pub(super) fn entity_struct(c: &Container) -> TokenStream {
         fn property_names_checked() -> ::core::primitive::bool { #names_checked }
         fn unique_property_names() -> ::core::primitive::bool { #names_checked }
     });
+    // The properties stored encrypted (client-side encryption).
+    let encrypted: Vec<&str> = column_fields(c)
+        .filter(|f| f.attrs.encrypt.is_some())
+        .map(|f| f.name.as_str())
+        .collect();
+    if !encrypted.is_empty() {
+        extra.extend(quote! {
+            fn encrypted_properties() -> &'static [&'static ::core::primitive::str] {
+                &[#(#encrypted),*]
+            }
+        });
+    }
     // The RowKey template's leading literal (`empid_`), when it has one.
     if let Some(crate::ast::KeyPart::Lit(prefix)) = rk.parts.first() {
         extra.extend(quote! {

@@ -124,6 +124,18 @@ pub trait TableEntity: Sized + Send + Sync + 'static {
         ""
     }
 
+    /// The names of the properties stored encrypted (client-side
+    /// encryption, feature `encryption`): the fields marked
+    /// `#[tablekit(encrypt)]`. Empty for a type with none, and for
+    /// [`DynamicEntity`], whose encrypted properties an encryption resolver
+    /// names. A type with any is written only through an encrypted table
+    /// (`TableClient::encrypted`): a plain write would store the plaintext,
+    /// and a merge is refused everywhere (see the guide's chapter on
+    /// client-side encryption).
+    fn encrypted_properties() -> &'static [&'static str] {
+        &[]
+    }
+
     /// The key of this value.
     fn key(&self) -> EntityKey {
         EntityKey::new(self.partition_key(), self.row_key())
@@ -166,6 +178,59 @@ pub trait PropertyWriter {
         }
     }
 }
+
+/// Refuses, before any I/O, a write of a type with encrypted properties
+/// through a client that does not encrypt: a merge (of which the
+/// encryption format has none: the stored entity's properties may be
+/// encrypted under another content key, and merging new ones and new
+/// metadata would make them unreadable), and any other write (it would
+/// store the plaintext). `mode`: `None` for an insert.
+pub(crate) fn refuse_unencrypted_write<T: TableEntity>(mode: Option<UpdateMode>) -> Result<()> {
+    let encrypted = T::encrypted_properties();
+    if encrypted.is_empty() {
+        return Ok(());
+    }
+    let ty = std::any::type_name::<T>();
+    let reason = if mode == Some(UpdateMode::Merge) {
+        format!(
+            "{ty} has encrypted properties ({}): merge and insert-or-merge are refused for encrypted entities (write the whole entity with UpdateMode::Replace)",
+            encrypted.join(", ")
+        )
+    } else {
+        format!(
+            "{ty} has encrypted properties ({}): write it through an encrypted table (TableClient::encrypted, feature `encryption`), not a plain one, which would store them in clear",
+            encrypted.join(", ")
+        )
+    };
+    Err(crate::error::Error::invalid(ValidationError::Encryption {
+        reason,
+    }))
+}
+
+/// Refuses a merge of a property bag that carries the encryption metadata of
+/// the .NET and Python libraries (`_ClientEncryptionMetadata1`/`2`): merged
+/// into the stored entity, it would replace the key of properties encrypted
+/// under another one.
+pub(crate) fn refuse_encrypted_merge(bag: &DynamicEntity, mode: UpdateMode) -> Result<()> {
+    if mode == UpdateMode::Merge
+        && ENCRYPTION_METADATA
+            .iter()
+            .any(|name| bag.properties.get(name).is_some())
+    {
+        return Err(crate::error::Error::invalid(ValidationError::Encryption {
+            reason: format!(
+                "entity {}/{} carries client-side encryption metadata: merge and insert-or-merge are refused for encrypted entities",
+                bag.partition_key, bag.row_key
+            ),
+        }));
+    }
+    Ok(())
+}
+
+/// The reserved properties of client-side encryption: the wrapped content
+/// key and IVs (a JSON string), and the encrypted list of encrypted properties.
+pub(crate) const ENCRYPTION_METADATA: [&str; 2] =
+    ["_ClientEncryptionMetadata1", "_ClientEncryptionMetadata2"];
 
 /// How an update or upsert treats the properties the stored entity has and the
 /// written one lacks.

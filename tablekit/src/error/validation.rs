@@ -243,6 +243,16 @@ pub enum ValidationError {
         /// Why.
         reason: &'static str,
     },
+    /// Client-side encryption refused the call before any I/O: a merge of an
+    /// encrypted entity, a filter on an encrypted property, a property that
+    /// cannot be encrypted, a write of encrypted properties through a plain
+    /// client, or no key to encrypt with. Never shows key material.
+    #[error("client-side encryption: {reason}")]
+    #[non_exhaustive]
+    Encryption {
+        /// Why.
+        reason: String,
+    },
     /// A filter or select expression is invalid.
     #[error("query is invalid: {reason}")]
     #[non_exhaustive]

@@ -11,6 +11,7 @@ pub mod strategies;
 mod typed;
 
 pub use crate::columns::{col, Column, DynColumn, DynamicColumns, EntityColumns, PropertyName};
+pub use crate::columns::{ComparableColumn, EncryptedColumn};
 pub use crate::error::ParseError;
 pub use eval::matches;
 pub use expr::{CmpOp, Expr};

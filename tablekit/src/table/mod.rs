@@ -6,7 +6,7 @@ mod client;
 mod handle;
 mod outcome;
 pub mod plan;
-mod query;
+pub(crate) mod query;
 pub(crate) mod stats;
 
 pub use crate::backend::Written;

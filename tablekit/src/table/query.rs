@@ -281,6 +281,9 @@ impl<T: TableEntity> Query<T> {
                 (Some(text.to_owned()), Some(e))
             }
         };
+        if let Some(e) = &expr {
+            refuse_encrypted_filter(e, T::encrypted_properties())?;
+        }
         let (plan, residual) = filter::plan_with_residual(expr.as_ref());
         Ok(Resolved {
             text,
@@ -606,6 +609,35 @@ impl<T: TableEntity> Query<T> {
     }
 }
 
+/// Refuses, before any I/O, a filter that compares a property stored
+/// encrypted: the service holds its ciphertext (a fresh IV per entity), so
+/// the comparison would silently match nothing, or the wrong entities.
+pub(crate) fn refuse_encrypted_filter(expr: &filter::Expr, encrypted: &[&str]) -> Result<()> {
+    fn walk<'e>(e: &'e filter::Expr, out: &mut Vec<&'e str>) {
+        match e {
+            filter::Expr::Cmp { property, .. } => out.push(property),
+            filter::Expr::And(a, b) | filter::Expr::Or(a, b) => {
+                walk(a, out);
+                walk(b, out);
+            }
+            filter::Expr::Not(a) => walk(a, out),
+        }
+    }
+    if encrypted.is_empty() {
+        return Ok(());
+    }
+    let mut names = Vec::new();
+    walk(expr, &mut names);
+    match names.into_iter().find(|n| encrypted.contains(n)) {
+        Some(name) => Err(Error::invalid(ValidationError::Encryption {
+            reason: format!(
+                "the filter compares {name}, which is stored encrypted: the service sees only its ciphertext, so no filter can compare it"
+            ),
+        })),
+        None => Ok(()),
+    }
+}
+
 enum FilterSpec<T> {
     Typed(Filter<T>),
     Raw(RawFilter),
@@ -630,6 +662,15 @@ struct Resolved {
 
 /// The entities of a query; a [`Stream`] of `Result<T>`.
 pub struct EntityStream<T>(BoxStream<'static, Result<T>>);
+
+impl<T> EntityStream<T> {
+    /// A stream of entities from any boxed stream (the encrypted table's
+    /// decrypting stream).
+    #[cfg_attr(not(feature = "encryption"), allow(dead_code))]
+    pub(crate) fn from_boxed(s: BoxStream<'static, Result<T>>) -> Self {
+        EntityStream(s)
+    }
+}
 
 impl<T> fmt::Debug for EntityStream<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -203,6 +203,10 @@ impl<T: TableEntity> TableClient<T> {
     }
 
     async fn write(&self, mut target: impl WriteTarget<T>, kind: WriteKind<'_>) -> Result<Written> {
+        crate::entity::refuse_unencrypted_write::<T>(match kind {
+            WriteKind::Insert => None,
+            WriteKind::Write(mode, _) => Some(mode),
+        })?;
         // A backend that stores property bags gets the bag, checked by the same
         // checker as the JSON encoder: the refusals are identical, and the entity
         // is not printed as JSON only to be parsed back.

@@ -134,6 +134,11 @@ impl<T: TableEntity> Transaction<T> {
             }),
             None => e,
         };
+        crate::entity::refuse_unencrypted_write::<E>(match &kind {
+            BatchKind::Upsert(mode) | BatchKind::Update(mode, _) => Some(*mode),
+            BatchKind::Insert | BatchKind::Delete(_) => None,
+        })
+        .map_err(at_index)?;
         // The payload limit is measured on the JSON. A backend that stores
         // bags gets the bag and parses nothing: for it the JSON's length is
         // counted (with the encoder's checks), not written.
@@ -215,6 +220,14 @@ impl<T: TableEntity> Transaction<T> {
     /// ```
     pub fn push(&mut self, op: TransactionOp) -> Result<usize> {
         let index = self.ops.len();
+        op.refuse_encrypted_merge()
+            .map_err(|e| match e.validation() {
+                Some(v) => Error::invalid(ValidationError::Batch {
+                    index: Some(index),
+                    reason: v.to_string(),
+                }),
+                None => e,
+            })?;
         match &op {
             TransactionOp::Insert(e) => self.push_entity(BatchKind::Insert, e),
             TransactionOp::Upsert(e, mode) => self.push_entity(BatchKind::Upsert(*mode), e),
@@ -398,12 +411,16 @@ impl TransactionOp {
 
     /// An insert of `entity`.
     pub fn insert<E: TableEntity>(entity: &E) -> Result<Self> {
+        crate::entity::refuse_unencrypted_write::<E>(None)?;
         Ok(TransactionOp::Insert(Self::bag(entity)?))
     }
 
     /// An upsert of `entity`.
     pub fn upsert<E: TableEntity>(entity: &E, mode: UpdateMode) -> Result<Self> {
-        Ok(TransactionOp::Upsert(Self::bag(entity)?, mode))
+        crate::entity::refuse_unencrypted_write::<E>(Some(mode))?;
+        let bag = Self::bag(entity)?;
+        crate::entity::refuse_encrypted_merge(&bag, mode)?;
+        Ok(TransactionOp::Upsert(bag, mode))
     }
 
     /// An update of `entity` under `if_match`.
@@ -412,11 +429,10 @@ impl TransactionOp {
         mode: UpdateMode,
         if_match: impl Into<IfMatch>,
     ) -> Result<Self> {
-        Ok(TransactionOp::Update(
-            Self::bag(entity)?,
-            mode,
-            if_match.into(),
-        ))
+        crate::entity::refuse_unencrypted_write::<E>(Some(mode))?;
+        let bag = Self::bag(entity)?;
+        crate::entity::refuse_encrypted_merge(&bag, mode)?;
+        Ok(TransactionOp::Update(bag, mode, if_match.into()))
     }
 
     /// A delete of the entity `key` under `if_match`.
@@ -424,6 +440,17 @@ impl TransactionOp {
         let key = key.into();
         key.validate()?;
         Ok(TransactionOp::Delete(key, if_match.into()))
+    }
+
+    /// Refuses a merge of an entity that carries client-side encryption
+    /// metadata (see [`TableEntity::encrypted_properties`]).
+    pub(crate) fn refuse_encrypted_merge(&self) -> Result<()> {
+        match self {
+            TransactionOp::Upsert(e, mode) | TransactionOp::Update(e, mode, _) => {
+                crate::entity::refuse_encrypted_merge(e, *mode)
+            }
+            TransactionOp::Insert(_) | TransactionOp::Delete(..) => Ok(()),
+        }
     }
 
     /// The key of the entity the operation writes.

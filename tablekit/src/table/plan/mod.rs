@@ -278,6 +278,7 @@ impl<'a> Plan<'a> {
     /// A plan of one write of `table` (a [`TransactionOp`] of any entity
     /// type).
     pub fn op<T>(table: &TableClient<T>, op: TransactionOp) -> Result<Self> {
+        op.refuse_encrypted_merge()?;
         let key = op.key();
         Plan::on(table, &key, Part::Op(op))
     }
