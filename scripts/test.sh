@@ -75,6 +75,9 @@ cleanup() {
     if [[ -n "$AZURITE_START_PID" ]]; then
         wait "$AZURITE_START_PID" 2>/dev/null || true
     fi
+    if [[ -n "${INTEROP_START_PID:-}" ]]; then
+        wait "$INTEROP_START_PID" 2>/dev/null || true
+    fi
     bash scripts/azurite.sh stop || true
     rm -rf "$TMP_ROOT"
     print_stages
@@ -95,6 +98,35 @@ banner "starting Azurite in the background (scripts/azurite.sh start)"
     exit "$rc"
 ) &
 AZURITE_START_PID=$!
+
+# The legacy Python table library (azure-cosmosdb-table 1.0.6, pinned with its
+# dependencies in tools/python/) for the client-side encryption interop test
+# (tests/integration/encryption_interop.rs): a venv cached under the target
+# directory, made again only when the requirements change; installed in the
+# background too. Without python3 the test skips with a banner (fails in CI).
+INTEROP_REQS=tools/python/encryption-interop-requirements.txt
+INTEROP_VENV="${CARGO_TARGET_DIR:-target}/encryption-venv"
+INTEROP_STAMP="$INTEROP_VENV/.requirements-$(cksum "$INTEROP_REQS" | cut -d' ' -f1)"
+INTEROP_START_PID=""
+if command -v python3 >/dev/null 2>&1; then
+    (
+        start=$SECONDS
+        if [[ ! -f "$INTEROP_STAMP" ]]; then
+            rm -rf "$INTEROP_VENV"
+            python3 -m venv "$INTEROP_VENV"
+            "$INTEROP_VENV/bin/pip" install --quiet --disable-pip-version-check \
+                --no-deps -r "$INTEROP_REQS"
+            touch "$INTEROP_STAMP"
+        fi
+        echo "$((SECONDS - start))" >"$TMP_ROOT/interop.secs"
+    ) >"$TMP_ROOT/interop.log" 2>&1 &
+    INTEROP_START_PID=$!
+elif [[ "${CI:-}" == true ]]; then
+    echo "test.sh: error: python3 is needed for the encryption interop test (CI=true)" >&2
+    exit 1
+else
+    banner "python3 not found: the encryption interop test will be SKIPPED"
+fi
 
 stage "cargo fmt --all --check"
 cargo fmt --all --check
@@ -120,6 +152,20 @@ fi
 eval "$(cat "$TMP_ROOT/azurite.env")"
 echo "Azurite pid $AZURITE_PID, table endpoint http://127.0.0.1:$AZURITE_TABLE_PORT/devstoreaccount1"
 echo "(its install and start took $(cat "$TMP_ROOT/azurite.secs") s in the background)"
+
+if [[ -n "$INTEROP_START_PID" ]]; then
+    stage "waiting for the encryption interop venv (started before fmt)"
+    INTEROP_RC=0
+    wait "$INTEROP_START_PID" || INTEROP_RC=$?
+    cat "$TMP_ROOT/interop.log" >&2
+    if ((INTEROP_RC != 0)); then
+        echo "test.sh: error: installing $INTEROP_REQS failed" >&2
+        exit 1
+    fi
+    TABLEKIT_INTEROP_PYTHON="$(cd "$INTEROP_VENV" && pwd)/bin/python"
+    export TABLEKIT_INTEROP_PYTHON
+    echo "(the venv took $(cat "$TMP_ROOT/interop.secs") s in the background)"
+fi
 
 if ((NEXTEST)); then
     stage "cargo nextest run --workspace $*"
