@@ -6,7 +6,8 @@
 # transport and credentials), that each set's dependencies are what its
 # features say (`cargo tree -e normal`: quick-xml only with `queue`, `blob` or
 # `admin`, redb only with `durable`, tablekit-derive only with `derive`,
-# reqwest only with `reqwest`, azure_core only with `entra`), and prints how
+# reqwest only with `reqwest`, azure_core only with `entra`, the RustCrypto
+# crates only with `encryption`), and prints how
 # many crates each set carries (tablekit included).
 #
 # `cargo check` of the library only: no tests, no examples. About 4 minutes
@@ -30,6 +31,7 @@ SETS=(
     "--no-default-features --features embedded,queue,blob"
     "--no-default-features --features derive,entra"
     "--no-default-features --features derive,reqwest"
+    "--no-default-features --features encryption"
 )
 
 failed=0
@@ -87,6 +89,8 @@ for set in "${SETS[@]}"; do
     expect "$set" "$tree" tablekit-derive derive
     expect "$set" "$tree" reqwest reqwest
     expect "$set" "$tree" azure_core entra
+    expect "$set" "$tree" rsa encryption
+    expect "$set" "$tree" aes encryption
 done
 
 if [[ $failed -ne 0 ]]; then

@@ -267,6 +267,69 @@ crate::both! {
     }
 }
 
+/// The new key of a rotation that, the first time it wraps a content key
+/// (after the rotation read the entity, before it writes the metadata
+/// back), has another writer replace that entity: a concurrent change.
+struct InterferingKey {
+    inner: Arc<dyn KeyEncryptionKey>,
+    writer: tablekit::encryption::EncryptedTable<Employee>,
+    done: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl KeyEncryptionKey for InterferingKey {
+    fn key_id(&self) -> &str {
+        self.inner.key_id()
+    }
+    fn algorithm(&self) -> &str {
+        self.inner.algorithm()
+    }
+    async fn wrap_key(&self, content_key: &[u8]) -> tablekit::Result<Vec<u8>> {
+        if !self.done.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            self.writer
+                .upsert(&employee("1", "changed meanwhile"), UpdateMode::Replace)
+                .await?;
+        }
+        self.inner.wrap_key(content_key).await
+    }
+    async fn unwrap_key(
+        &self,
+        wrapped: &[u8],
+        algorithm: &str,
+    ) -> tablekit::Result<tablekit::encryption::Zeroizing<Vec<u8>>> {
+        self.inner.unwrap_key(wrapped, algorithm).await
+    }
+}
+
+crate::both! {
+    async fn key_rotation_loses_no_concurrent_change(svc, backend) {
+        let table = common::fresh_table::<Employee>(&svc, "encrotc").await;
+        let (k1, k2) = (key("k1", 1), key("k2", 2));
+        let old = table.encrypted(EncryptionPolicy::with_shared_key(k1.clone()));
+        old.insert(&employee("1", "original")).await.unwrap();
+        let new_key = Arc::new(InterferingKey {
+            inner: k2.clone(),
+            writer: old.clone(),
+            done: Default::default(),
+        });
+        let report = table
+            .encrypted(EncryptionPolicy::with_shared_key(k1.clone()))
+            .rotate_keys(new_key)
+            .await
+            .unwrap();
+        assert_eq!((report.rewrapped, report.retried), (1, 1), "{report:?}");
+        // The change made in between is kept, and is under the new key.
+        let e = table
+            .encrypted(EncryptionPolicy::with_shared_key(k2))
+            .get(("Sales", "1"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(e.ssn, "changed meanwhile");
+        common::drop_table(&table).await;
+    }
+}
+
 /// Merges are refused before any request: on a client whose every request
 /// would fail with a transport error, the error is a validation error.
 #[tokio::test]
@@ -352,6 +415,24 @@ async fn merges_of_encrypted_entities_are_refused_before_any_io() {
     // A type without encrypted fields merges as before.
     let plain = DynamicEntity::new("Sales", "1").with("Name", "n");
     assert!(TransactionOp::upsert(&plain, UpdateMode::Merge).is_ok());
+}
+
+/// The encrypted table's futures and streams can be spawned (a compile-time check).
+#[test]
+fn encrypted_table_futures_are_send() {
+    fn send<T: Send>(_: T) {}
+    let table = common::offline_table::<Employee>();
+    let enc = table.encrypted(EncryptionPolicy::new(AesKeyWrap::new("k1", [1; 32])));
+    let e = employee("1", "x");
+    send(enc.insert(&e));
+    send(enc.upsert(&e, UpdateMode::Replace));
+    send(enc.update(&e, UpdateMode::Replace, IfMatch::Any));
+    send(enc.get(("Sales", "1")));
+    send(enc.query().stream());
+    send(enc.query().fetch_all());
+    send(enc.insert_op(&e));
+    send(enc.plan_insert(&e));
+    send(enc.rotate_keys(key("k2", 2)));
 }
 
 #[tokio::test]

@@ -208,7 +208,7 @@ fn library() -> String {
 /// random; `fixed` gives them instead (for tests against known vectors).
 pub(crate) async fn encrypt_entity(
     entity: &mut DynamicEntity,
-    encrypt: &dyn Fn(&str) -> bool,
+    encrypt: &(dyn Fn(&str) -> bool + Sync),
     kek: &dyn KeyEncryptionKey,
     fixed: Option<(&[u8; 32], &[u8; 16])>,
 ) -> Result<()> {

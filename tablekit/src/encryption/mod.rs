@@ -58,6 +58,9 @@ use futures::{StreamExt, TryStreamExt};
 pub use keys::{AesKeyWrap, KeyEncryptionKey, KeyResolver, KeyRing, RsaOaepKey};
 /// The RSA key types of the `rsa` crate that [`RsaOaepKey`] takes.
 pub use rsa::{RsaPrivateKey, RsaPublicKey};
+/// The wiping wrapper of unwrapped content keys (the `zeroize` crate's), which
+/// [`KeyEncryptionKey::unwrap_key`] returns.
+pub use zeroize::Zeroizing;
 
 use crate::entity::{DynamicEntity, EntityKey, IfMatch, RawEntity, TableEntity, UpdateMode};
 use crate::error::{Error, Result};
@@ -161,7 +164,10 @@ impl EncryptionPolicy {
     }
 
     /// The properties of `bag` to encrypt.
-    fn chooser<'a, T: TableEntity>(&'a self, bag: &'a DynamicEntity) -> impl Fn(&str) -> bool + 'a {
+    fn chooser<'a, T: TableEntity>(
+        &'a self,
+        bag: &'a DynamicEntity,
+    ) -> impl Fn(&str) -> bool + Sync + 'a {
         move |name: &str| match &self.encryption_resolver {
             Some(r) => r(&bag.partition_key, &bag.row_key, name),
             None => T::encrypted_properties().contains(&name),
