@@ -50,3 +50,8 @@ pub struct Chapter7AcrossPartitions;
 #[cfg(doctest)]
 #[doc = include_str!("../docs/guide/src/ch08-large-data.md")]
 pub struct Chapter8LargeData;
+
+/// Chapter 9: client-side encryption.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide/src/ch09-client-side-encryption.md")]
+pub struct Chapter9ClientSideEncryption;

@@ -200,6 +200,7 @@ impl<V> PropertyName for DynColumn<V> {
 /// comparison methods exist to say so at compile time:
 ///
 /// ```compile_fail
+/// use tablekit::filter::EntityColumns;
 /// use tablekit::TableEntity;
 ///
 /// #[derive(TableEntity)]

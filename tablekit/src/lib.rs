@@ -104,6 +104,7 @@
 //! | `admin` | stored access policies ([`acl`]: `access_policies`, `set_access_policies`) and service settings ([`service_properties`]: `service_properties`, `set_service_properties`, `service_stats`) of each service compiled in | quick-xml | yes |
 //! | `reqwest` | a second transport, reqwest's client: `Transport::Reqwest` (the default transport is tablekit's own, on hyper) | reqwest and its dependencies | no |
 //! | `entra` | Microsoft Entra ID through the official identity crates: `Credential::entra` takes any `azure_identity` credential | azure_core (its `TokenCredential` trait; no HTTP client of its own) | no |
+//! | `encryption` | client-side encryption of chosen string properties in the wire format of the .NET storage library and the legacy Python table library (`encryption`: `TableClient::encrypted`, `#[tablekit(encrypt)]`, A256KW and RSA-OAEP key-encryption keys, key rotation) | RustCrypto's aes, cbc, aes-kw, rsa, sha1, rand_core, zeroize | no |
 //! | `test-support` | proptest strategies for tests of code built on tablekit (`filter::strategies`) | proptest | no |
 //! | `fuzzing` | hidden entry points to internal parsers, for tablekit's own fuzz targets: unstable, not for use outside tablekit | | no |
 //!
@@ -366,6 +367,7 @@ pub(crate) use error::ErrorKind;
 /// | `flatten` | a struct deriving [`TableProperties`](macro@TableProperties), stored as `Outer_Inner` properties, to any depth |
 /// | `with = "module"` | a converter: `module::write(&T, name, &mut W) -> Result<()>` (`W: PropertyWriter + ?Sized`) and `module::read(PropertyValue<'_>) -> Result<T>` |
 /// | `as_str` | stored as the `Display` text, read with `FromStr` (unit enums) |
+/// | `encrypt` | a `String` or `Option<String>` field stored encrypted by client-side encryption (feature `encryption`: the `tablekit::encryption` module, written through `TableClient::encrypted`); its column has no comparisons, and a plain client refuses to write the type |
 /// | `etag` | an `Option<ETag>` filled on read and after every write through `&mut` |
 /// | `timestamp` | an `Option<DateTime<Utc>>` filled with the service's Timestamp |
 ///
