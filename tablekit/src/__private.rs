@@ -20,6 +20,25 @@ use crate::validate;
 pub use std::borrow::Cow;
 pub use std::format;
 pub use std::string::String;
+pub use std::sync::OnceLock;
+
+/// The names of encrypted properties of an enum's variants, gathered once.
+pub type NameList = std::vec::Vec<&'static str>;
+
+/// The union of the variants' encrypted properties
+/// ([`TableEntity::encrypted_properties`](crate::TableEntity::encrypted_properties))
+/// of a derived enum, kept in the enum's own `cell`.
+pub fn union_names(
+    cell: &'static OnceLock<NameList>,
+    parts: &[&'static [&'static str]],
+) -> &'static [&'static str] {
+    cell.get_or_init(|| {
+        let mut names: NameList = parts.iter().flat_map(|p| p.iter().copied()).collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+    })
+}
 
 pub use crate::error::Result;
 

@@ -417,6 +417,40 @@ async fn merges_of_encrypted_entities_are_refused_before_any_io() {
     assert!(TransactionOp::upsert(&plain, UpdateMode::Merge).is_ok());
 }
 
+#[derive(TableEntity, Debug, Clone, PartialEq)]
+#[tablekit(partition_key = "{department}", row_key = "Department")]
+struct Department {
+    department: String,
+    manager: String,
+}
+
+/// A heterogeneous table of encrypted and plain kinds.
+#[derive(TableEntity, Debug, Clone, PartialEq)]
+enum Row {
+    Employee(Employee),
+    Department(Department),
+}
+
+crate::both! {
+    async fn an_enum_of_kinds_encrypts_the_fields_of_its_variants(svc, backend) {
+        assert_eq!(Row::encrypted_properties(), ["Note", "Ssn"]);
+        let table = common::fresh_table::<Row>(&svc, "encenum").await;
+        let e = Row::Employee(employee("1", "secret"));
+        let refused = table.insert(&e).await.unwrap_err();
+        assert!(common::assert_invalid(&refused).contains("encrypted table"));
+        let enc = table.encrypted(EncryptionPolicy::new(AesKeyWrap::new("k1", [1; 32])));
+        enc.insert(&e).await.unwrap();
+        let d = Row::Department(Department { department: "Sales".into(), manager: "1".into() });
+        enc.insert(&d).await.unwrap();
+        let raw = enc.raw().get(("Sales", "1")).await.unwrap().unwrap();
+        assert!(matches!(raw.get("Ssn"), Some(EdmValue::Binary(_))));
+        let Some(Row::Employee(back)) = enc.get(("Sales", "1")).await.unwrap() else { panic!() };
+        assert!(same(&back, &employee("1", "secret")));
+        assert_eq!(enc.get(("Sales", "Department")).await.unwrap(), Some(d));
+        common::drop_table(&table).await;
+    }
+}
+
 /// The encrypted table's futures and streams can be spawned (a compile-time check).
 #[test]
 fn encrypted_table_futures_are_send() {

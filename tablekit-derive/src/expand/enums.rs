@@ -108,6 +108,16 @@ pub(super) fn entity_enum(c: &Container) -> TokenStream {
         .iter()
         .filter_map(|v| v.ty)
         .map(|t| quote!(|| <#t as #tk::TableEntity>::needs_type_annotations()));
+    let variant_types: Vec<_> = variants.iter().filter_map(|v| v.ty).collect();
+    let encrypted = quote! {
+        fn encrypted_properties() -> &'static [&'static ::core::primitive::str] {
+            static __TK_ENCRYPTED: #d::OnceLock<#d::NameList> = #d::OnceLock::new();
+            #d::union_names(
+                &__TK_ENCRYPTED,
+                &[#(<#variant_types as #tk::TableEntity>::encrypted_properties()),*],
+            )
+        }
+    };
     let tag_doc = format!(
         " The discriminator value of each variant ({}).",
         if by_prefix {
@@ -164,6 +174,7 @@ pub(super) fn entity_enum(c: &Container) -> TokenStream {
                 fn needs_type_annotations() -> ::core::primitive::bool {
                     false #(#needs)*
                 }
+                #encrypted
             }
 
             #[automatically_derived]

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
-use super::keys::{key_error, KeyEncryptionKey};
+use super::keys::{key_error, random, KeyEncryptionKey};
 use crate::edm::EdmValue;
 use crate::entity::DynamicEntity;
 use crate::error::{Error, Result};
@@ -38,14 +38,6 @@ type Aes256CbcDec = cbc::Decryptor<aes::Aes256>;
 
 fn b64() -> base64::engine::GeneralPurpose {
     base64::engine::general_purpose::STANDARD
-}
-
-/// Fills `out` from the system's generator.
-pub(crate) fn random(out: &mut [u8]) -> Result<()> {
-    use rand_core::RngCore;
-    rand_core::OsRng
-        .try_fill_bytes(out)
-        .map_err(|e| key_error(format!("the system's random generator failed: {e}")))
 }
 
 /// `_ClientEncryptionMetadata1`, field for field (the order is the one the

@@ -102,6 +102,14 @@ impl KeyResolver for KeyRing {
     }
 }
 
+/// Fills `out` from the system's generator.
+pub(super) fn random(out: &mut [u8]) -> Result<()> {
+    use rand_core::RngCore;
+    rand_core::OsRng
+        .try_fill_bytes(out)
+        .map_err(|e| key_error(format!("the system's random generator failed: {e}")))
+}
+
 pub(super) fn key_error(reason: String) -> Error {
     Error::invalid(ValidationError::Encryption { reason })
 }
@@ -149,7 +157,7 @@ impl AesKeyWrap {
     /// A new key of 32 random bytes from the system's generator.
     pub fn generate(key_id: impl Into<String>) -> Result<Self> {
         let mut key = Zeroizing::new([0u8; 32]);
-        super::format::random(&mut key[..])?;
+        random(&mut key[..])?;
         Ok(AesKeyWrap {
             key_id: key_id.into(),
             key,

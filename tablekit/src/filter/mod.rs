@@ -10,8 +10,8 @@ pub(crate) mod raw;
 pub mod strategies;
 mod typed;
 
+pub use crate::columns::EncryptedColumn;
 pub use crate::columns::{col, Column, DynColumn, DynamicColumns, EntityColumns, PropertyName};
-pub use crate::columns::{ComparableColumn, EncryptedColumn};
 pub use crate::error::ParseError;
 pub use eval::matches;
 pub use expr::{CmpOp, Expr};
@@ -19,4 +19,5 @@ pub use parse::parse;
 pub(crate) use plan::{keys_only, plan_with_residual};
 pub use plan::{plan, QueryPlan};
 pub use raw::RawFilter;
+pub use typed::ComparableColumn;
 pub use typed::{prefix_successor, DynBool, Filter, FilterValue, IntoFilterValue, MAX_COMPARISONS};

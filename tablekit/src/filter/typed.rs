@@ -13,7 +13,7 @@ use chrono::{DateTime, FixedOffset, Utc};
 use uuid::Uuid;
 
 use super::expr::{CmpOp, Expr};
-use crate::columns::{Column, DynColumn};
+use crate::columns::{Column, DynColumn, EncryptedColumn};
 use crate::edm::{EdmType, EdmValue};
 use crate::entity::DynamicEntity;
 use crate::error::{Error, Result, ValidationError};
@@ -494,6 +494,38 @@ where
 /// Marks the Boolean dynamic column, which can stand as a condition on its own.
 pub trait DynBool {}
 impl DynBool for DynColumn<bool> {}
+
+/// A column a filter can compare. No encrypted column is one: the bound on
+/// [`EncryptedColumn`]'s comparison methods, which nothing satisfies, turns
+/// a filter on an encrypted property into a compile error that says why.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is stored encrypted: a filter cannot compare it",
+    label = "an encrypted property (#[tablekit(encrypt)])",
+    note = "the service holds only its ciphertext, under a key and IV of each entity's own; filter on another property, and compare after reading"
+)]
+pub trait ComparableColumn<E> {
+    /// The comparison `self op value` as a filter.
+    fn compare_as_filter(&self, op: CmpOp) -> Filter<E>;
+}
+
+macro_rules! refused_comparisons {
+    ($($method:ident => $op:ident),* $(,)?) => {
+        impl<E, V> EncryptedColumn<E, V> {
+            $(
+                #[doc = concat!("Refused at compile time: `", stringify!($method), "` on an encrypted property (see [`ComparableColumn`]).")]
+                pub fn $method<Q>(&self, value: Q) -> Filter<E>
+                where
+                    Self: ComparableColumn<E>,
+                {
+                    let _ = value;
+                    self.compare_as_filter(CmpOp::$op)
+                }
+            )*
+        }
+    };
+}
+
+refused_comparisons!(eq => Eq, ne => Ne, gt => Gt, ge => Ge, lt => Lt, le => Le);
 
 #[cfg(test)]
 mod tests {
