@@ -410,6 +410,16 @@ async fn merges_of_encrypted_entities_are_refused_before_any_io() {
         assert!(msg.contains("merge"), "{msg}");
     }
     assert!(TransactionOp::upsert(&bag, UpdateMode::Merge).is_err());
+    // And through the plain client.
+    for err in [
+        raw.upsert(&bag, UpdateMode::Merge).await.unwrap_err(),
+        raw.update(&bag, UpdateMode::Merge, IfMatch::Any)
+            .await
+            .unwrap_err(),
+    ] {
+        let msg = common::assert_invalid(&err);
+        assert!(msg.contains("merge"), "{msg}");
+    }
     // Replace of the same bag is fine (it is how the encrypted table writes).
     assert!(TransactionOp::upsert(&bag, UpdateMode::Replace).is_ok());
     // A type without encrypted fields merges as before.

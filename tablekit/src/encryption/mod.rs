@@ -511,7 +511,7 @@ impl<T: TableEntity> EncryptedTable<T> {
                 .with(format::METADATA1, m1);
             match self
                 .table
-                .update(&patch, UpdateMode::Merge, IfMatch::ETag(etag))
+                .merge_rewrapped_key(&patch, &IfMatch::ETag(etag))
                 .await
             {
                 Ok(_) => {

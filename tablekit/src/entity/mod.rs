@@ -227,6 +227,59 @@ pub(crate) fn refuse_encrypted_merge(bag: &DynamicEntity, mode: UpdateMode) -> R
     Ok(())
 }
 
+/// [`refuse_encrypted_merge`] for any entity type: a merge of an entity
+/// whose properties include the encryption metadata is refused (its names
+/// are walked only for a merge).
+pub(crate) fn refuse_metadata_merge<T: TableEntity>(entity: &T, mode: UpdateMode) -> Result<()> {
+    struct Names(bool);
+    impl Names {
+        fn see(&mut self, name: &str) -> Result<()> {
+            self.0 |= ENCRYPTION_METADATA.contains(&name);
+            Ok(())
+        }
+    }
+    impl PropertyWriter for Names {
+        fn string(&mut self, name: &str, _: &str) -> Result<()> {
+            self.see(name)
+        }
+        fn binary(&mut self, name: &str, _: &[u8]) -> Result<()> {
+            self.see(name)
+        }
+        fn boolean(&mut self, name: &str, _: bool) -> Result<()> {
+            self.see(name)
+        }
+        fn datetime(&mut self, name: &str, _: &DateTime<Utc>) -> Result<()> {
+            self.see(name)
+        }
+        fn double(&mut self, name: &str, _: f64) -> Result<()> {
+            self.see(name)
+        }
+        fn guid(&mut self, name: &str, _: &Uuid) -> Result<()> {
+            self.see(name)
+        }
+        fn int32(&mut self, name: &str, _: i32) -> Result<()> {
+            self.see(name)
+        }
+        fn int64(&mut self, name: &str, _: i64) -> Result<()> {
+            self.see(name)
+        }
+    }
+    if mode != UpdateMode::Merge {
+        return Ok(());
+    }
+    let mut names = Names(false);
+    entity.write_properties(&mut names)?;
+    if names.0 {
+        return Err(crate::error::Error::invalid(ValidationError::Encryption {
+            reason: format!(
+                "entity {} carries client-side encryption metadata: merge and insert-or-merge are refused for encrypted entities",
+                entity.key()
+            ),
+        }));
+    }
+    Ok(())
+}
+
 /// The reserved properties of client-side encryption: the wrapped content
 /// key and IVs (a JSON string), and the encrypted list of encrypted properties.
 pub(crate) const ENCRYPTION_METADATA: [&str; 2] =

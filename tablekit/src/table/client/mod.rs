@@ -202,11 +202,35 @@ impl<T: TableEntity> TableClient<T> {
         }
     }
 
-    async fn write(&self, mut target: impl WriteTarget<T>, kind: WriteKind<'_>) -> Result<Written> {
+    async fn write(&self, target: impl WriteTarget<T>, kind: WriteKind<'_>) -> Result<Written> {
         crate::entity::refuse_unencrypted_write::<T>(match kind {
             WriteKind::Insert => None,
             WriteKind::Write(mode, _) => Some(mode),
         })?;
+        if let WriteKind::Write(mode, _) = kind {
+            crate::entity::refuse_metadata_merge(target.entity(), mode)?;
+        }
+        self.write_checked(target, kind).await
+    }
+
+    /// Key rotation's merge of `_ClientEncryptionMetadata1` alone (which
+    /// [`write`](Self::write) refuses to anyone else): the content key is
+    /// the same, only its wrapping changes, so no property is lost.
+    #[cfg(feature = "encryption")]
+    pub(crate) async fn merge_rewrapped_key(
+        &self,
+        target: impl WriteTarget<T>,
+        if_match: &IfMatch,
+    ) -> Result<Written> {
+        self.write_checked(target, WriteKind::Write(UpdateMode::Merge, Some(if_match)))
+            .await
+    }
+
+    async fn write_checked(
+        &self,
+        mut target: impl WriteTarget<T>,
+        kind: WriteKind<'_>,
+    ) -> Result<Written> {
         // A backend that stores property bags gets the bag, checked by the same
         // checker as the JSON encoder: the refusals are identical, and the entity
         // is not printed as JSON only to be parsed back.
@@ -459,6 +483,7 @@ impl<T: TableEntity> TableClient<T> {
     }
 }
 
+#[derive(Clone, Copy)]
 enum WriteKind<'a> {
     Insert,
     Write(UpdateMode, Option<&'a IfMatch>),
