@@ -40,6 +40,7 @@ mod lost_answers;
 mod lying_server;
 mod metadata;
 mod modify;
+mod null_filters;
 mod outcomes;
 mod query;
 mod query_dsl;

@@ -171,13 +171,22 @@ impl<E> Not for Filter<E> {
 
 /// A Rust type that has an OData literal: the value types of comparable columns.
 pub trait FilterValue {
+    /// The Edm type every value of this Rust type is written as, when there is
+    /// one: what [`Column::is_none`] and [`Column::is_some`] test a property
+    /// against. The default, `None`, is for a type whose literal's type depends
+    /// on the value; on such a column, those two tests are refused before any
+    /// request (give the column an Edm type with `#[tablekit(edm = "...")]`).
+    const EDM_TYPE: Option<EdmType> = None;
+
     /// The value as a typed literal, or why it has none.
     fn to_edm(&self) -> std::result::Result<EdmValue, String>;
 }
 
 macro_rules! filter_value {
-    ($($t:ty => |$v:ident| $e:expr),* $(,)?) => {$(
+    ($($t:ty [$edm:ident] => |$v:ident| $e:expr),* $(,)?) => {$(
         impl FilterValue for $t {
+            const EDM_TYPE: Option<EdmType> = Some(EdmType::$edm);
+
             fn to_edm(&self) -> std::result::Result<EdmValue, String> {
                 let $v = self;
                 $e
@@ -197,25 +206,54 @@ fn finite(v: f64) -> std::result::Result<EdmValue, String> {
 }
 
 filter_value! {
-    String => |v| Ok(EdmValue::String(v.clone())),
-    bool => |v| Ok(EdmValue::Boolean(*v)),
-    i8 => |v| Ok(EdmValue::Int32(i32::from(*v))),
-    i16 => |v| Ok(EdmValue::Int32(i32::from(*v))),
-    i32 => |v| Ok(EdmValue::Int32(*v)),
-    u8 => |v| Ok(EdmValue::Int32(i32::from(*v))),
-    u16 => |v| Ok(EdmValue::Int32(i32::from(*v))),
-    i64 => |v| Ok(EdmValue::Int64(*v)),
-    u32 => |v| Ok(EdmValue::Int64(i64::from(*v))),
-    u64 => |v| i64::try_from(*v)
+    String [String] => |v| Ok(EdmValue::String(v.clone())),
+    bool [Boolean] => |v| Ok(EdmValue::Boolean(*v)),
+    i8 [Int32] => |v| Ok(EdmValue::Int32(i32::from(*v))),
+    i16 [Int32] => |v| Ok(EdmValue::Int32(i32::from(*v))),
+    i32 [Int32] => |v| Ok(EdmValue::Int32(*v)),
+    u8 [Int32] => |v| Ok(EdmValue::Int32(i32::from(*v))),
+    u16 [Int32] => |v| Ok(EdmValue::Int32(i32::from(*v))),
+    i64 [Int64] => |v| Ok(EdmValue::Int64(*v)),
+    u32 [Int64] => |v| Ok(EdmValue::Int64(i64::from(*v))),
+    u64 [Int64] => |v| i64::try_from(*v)
         .map(EdmValue::Int64)
         .map_err(|_| format!("{v} does not fit Edm.Int64")),
-    f32 => |v| finite(f64::from(*v)),
-    f64 => |v| finite(*v),
-    DateTime<Utc> => |v| Ok(EdmValue::DateTime(*v)),
-    DateTime<FixedOffset> => |v| Ok(EdmValue::DateTime(v.with_timezone(&Utc))),
-    Uuid => |v| Ok(EdmValue::Guid(*v)),
-    Vec<u8> => |v| Ok(EdmValue::Binary(v.clone())),
-    bytes::Bytes => |v| Ok(EdmValue::Binary(v.to_vec())),
+    f32 [Double] => |v| finite(f64::from(*v)),
+    f64 [Double] => |v| finite(*v),
+    DateTime<Utc> [DateTime] => |v| Ok(EdmValue::DateTime(*v)),
+    DateTime<FixedOffset> [DateTime] => |v| Ok(EdmValue::DateTime(v.with_timezone(&Utc))),
+    Uuid [Guid] => |v| Ok(EdmValue::Guid(*v)),
+    Vec<u8> [Binary] => |v| Ok(EdmValue::Binary(v.clone())),
+    bytes::Bytes [Binary] => |v| Ok(EdmValue::Binary(v.to_vec())),
+}
+
+/// A value of `edm`, any one: `Prop eq v or Prop ne v` holds exactly for the
+/// entities whose `Prop` is stored as `edm` (a NaN Double is `ne` every
+/// value), since a missing property, or one of another type, fails both.
+fn presence_sample(edm: EdmType) -> EdmValue {
+    match edm {
+        EdmType::String => EdmValue::String(String::new()),
+        EdmType::Binary => EdmValue::Binary(Vec::new()),
+        EdmType::Boolean => EdmValue::Boolean(false),
+        EdmType::DateTime => EdmValue::DateTime(DateTime::<Utc>::UNIX_EPOCH),
+        EdmType::Double => EdmValue::Double(0.0),
+        EdmType::Guid => EdmValue::Guid(Uuid::nil()),
+        EdmType::Int32 => EdmValue::Int32(0),
+        EdmType::Int64 => EdmValue::Int64(0),
+    }
+}
+
+/// `name` is set and stored as `edm` (see [`presence_sample`]); the column's
+/// Edm type is its override, else its Rust type's.
+fn presence<E>(name: &str, edm: Option<EdmType>) -> Filter<E> {
+    let Some(edm) = edm else {
+        return Filter::invalid(format!(
+            "{name}: is_none/is_some need the column's Edm type, and its Rust type has no fixed one \
+             (FilterValue::EDM_TYPE); give the field `#[tablekit(edm = \"...\")]`"
+        ));
+    };
+    let sample = presence_sample(edm);
+    compare::<E>(name, CmpOp::Eq, Ok(sample.clone())).or(compare(name, CmpOp::Ne, Ok(sample)))
 }
 
 /// A value usable where a column of type `V` is compared: `V` itself, `&V`, and
@@ -223,7 +261,8 @@ filter_value! {
 #[diagnostic::on_unimplemented(
     message = "a column of type `{V}` cannot be compared with a value of type `{Self}`",
     label = "expected a `{V}` (or `&{V}`) here",
-    note = "a filter compares a column with a value of the column's own Rust type; the service cannot compare two columns"
+    note = "a filter compares a column with a value of the column's own Rust type; the service cannot compare two columns",
+    note = "an `Option` is not a value: the service has no null. Compare with the value inside, and test absence with `e.field == None` in `filter!` or `column.is_none()`"
 )]
 pub trait IntoFilterValue<V> {
     /// The value as a typed literal, or why it has none.
@@ -364,6 +403,48 @@ macro_rules! column_methods {
                     .into_edm()
                     .and_then(|v| coerce(v, self.edm_override())),
             )
+        }
+        /// The property is **not set** on the entity (an `Option` field that
+        /// is `None`), or is stored as another Edm type than the column's,
+        /// which a typed read could not decode anyway: what
+        /// `filter!(|e| e.field == None)` writes.
+        ///
+        /// The Table service has no null: a property that is not set is
+        /// missing, and every comparison with a missing property is false,
+        /// `ne` included. So this is written as the negation of a test that
+        /// holds for every value of the column's type,
+        /// `not (Prop eq v or Prop ne v)`: two of the 15 comparisons a filter
+        /// may hold. No index serves it; it reads the whole range it is
+        /// given. Refused before any request if the column's Rust type has
+        /// no fixed Edm type ([`FilterValue::EDM_TYPE`]).
+        ///
+        /// ```
+        /// use tablekit::filter::col;
+        ///
+        /// let f = col::<i32>("Age").is_none();
+        /// assert_eq!(f.to_odata().unwrap(), "not (Age eq 0 or Age ne 0)");
+        /// ```
+        pub fn is_none(&self) -> Filter<$E>
+        where
+            V: FilterValue,
+        {
+            self.is_some().not()
+        }
+        /// The property is set, as the column's Edm type: what
+        /// `filter!(|e| e.field != None)` writes, `Prop eq v or Prop ne v`
+        /// (see [`is_none`](Self::is_none)).
+        ///
+        /// ```
+        /// use tablekit::filter::col;
+        ///
+        /// let f = col::<String>("Email").is_some();
+        /// assert_eq!(f.to_odata().unwrap(), "Email eq '' or Email ne ''");
+        /// ```
+        pub fn is_some(&self) -> Filter<$E>
+        where
+            V: FilterValue,
+        {
+            presence(self.name(), self.edm_override().or(V::EDM_TYPE))
         }
         /// `low <= column <= high`: `column ge low and column le high`.
         pub fn between<Q: IntoFilterValue<V>, R: IntoFilterValue<V>>(
@@ -640,5 +721,97 @@ mod tests {
             .and(age.is_in(0..14))
             .to_odata()
             .is_err());
+    }
+
+    /// Every (Rust type, stored value) pair: `is_some` holds exactly where
+    /// the property is stored as the column's Edm type (NaN included), and
+    /// `is_none` exactly where it is missing or of another type, on the
+    /// evaluator that follows the service's rules.
+    #[test]
+    fn is_none_and_is_some_split_entities_by_presence_as_the_column_type() {
+        use crate::filter::eval::matches;
+        let stored: Vec<Option<EdmValue>> = vec![
+            None,
+            Some(EdmValue::String(String::new())),
+            Some(EdmValue::String("x".into())),
+            Some(EdmValue::Binary(vec![])),
+            Some(EdmValue::Binary(vec![1])),
+            Some(EdmValue::Boolean(false)),
+            Some(EdmValue::Boolean(true)),
+            Some(EdmValue::DateTime(DateTime::<Utc>::UNIX_EPOCH)),
+            Some(EdmValue::DateTime(
+                parse_datetime("2024-05-01T00:00:00Z").unwrap(),
+            )),
+            Some(EdmValue::Double(0.0)),
+            Some(EdmValue::Double(-0.0)),
+            Some(EdmValue::Double(f64::NAN)),
+            Some(EdmValue::Double(f64::INFINITY)),
+            Some(EdmValue::Guid(Uuid::nil())),
+            Some(EdmValue::Guid(Uuid::from_u128(7))),
+            Some(EdmValue::Int32(0)),
+            Some(EdmValue::Int32(i32::MIN)),
+            Some(EdmValue::Int64(0)),
+            Some(EdmValue::Int64(i64::MAX)),
+        ];
+        fn check<V: FilterValue>(stored: &[Option<EdmValue>]) {
+            let edm = V::EDM_TYPE.expect("built-in types have one");
+            let some = col::<V>("P").is_some();
+            let none = col::<V>("P").is_none();
+            assert_eq!(none.expr().unwrap().comparisons(), 2);
+            for value in stored {
+                let mut e = DynamicEntity::new("pk", "rk");
+                if let Some(v) = value {
+                    e = e.with("P", v.clone());
+                }
+                let present = value.as_ref().is_some_and(|v| v.edm_type() == edm);
+                assert_eq!(
+                    matches(some.expr().unwrap(), &e),
+                    present,
+                    "{edm} is_some {value:?}"
+                );
+                assert_eq!(
+                    matches(none.expr().unwrap(), &e),
+                    !present,
+                    "{edm} is_none {value:?}"
+                );
+            }
+        }
+        check::<String>(&stored);
+        check::<Vec<u8>>(&stored);
+        check::<bool>(&stored);
+        check::<DateTime<Utc>>(&stored);
+        check::<f64>(&stored);
+        check::<Uuid>(&stored);
+        check::<i32>(&stored);
+        check::<u8>(&stored);
+        check::<i64>(&stored);
+        check::<u64>(&stored);
+    }
+
+    #[test]
+    fn presence_follows_an_edm_override_and_refuses_a_type_without_one() {
+        const WIDE: Column<Emp, i32> = Column::with_edm("Wide", EdmType::Int64);
+        assert_eq!(text(WIDE.is_some()), "Wide eq 0L or Wide ne 0L");
+        assert_eq!(text(age.is_none()), "not (Age eq 0 or Age ne 0)");
+        assert_eq!(
+            text(last.eq("a").and(last.is_none())),
+            "LastName eq 'a' and not (LastName eq '' or LastName ne '')"
+        );
+
+        struct Code(u16);
+        impl FilterValue for Code {
+            fn to_edm(&self) -> std::result::Result<EdmValue, String> {
+                Ok(EdmValue::Int32(i32::from(self.0)))
+            }
+        }
+        const CODE: Column<Emp, Code> = Column::new("Code");
+        assert_eq!(text(CODE.eq(Code(3))), "Code eq 3");
+        let err = CODE.is_none().to_odata().unwrap_err().to_string();
+        assert!(
+            err.contains("Code: is_none/is_some need the column's Edm type"),
+            "{err}"
+        );
+        const TYPED: Column<Emp, Code> = Column::with_edm("Code", EdmType::Int32);
+        assert_eq!(text(TYPED.is_some()), "Code eq 0 or Code ne 0");
     }
 }
