@@ -66,5 +66,5 @@ pub use plan::QueryPlan;
 pub(crate) use plan::{keys_only, plan_with_residual};
 pub use raw::RawFilter;
 pub use typed::{
-    prefix_successor, Comparison, DynBool, Filter, FilterValue, IntoFilterValue, MAX_COMPARISONS,
+    prefix_successor, Comparison, Filter, FilterValue, IntoFilterValue, MAX_COMPARISONS,
 };

@@ -671,18 +671,12 @@ impl DynColumn<String> {
     string_methods!(DynamicEntity);
 }
 
-impl<V> From<DynColumn<V>> for Filter<DynamicEntity>
-where
-    DynColumn<V>: DynBool,
-{
-    fn from(c: DynColumn<V>) -> Self {
+/// The Boolean dynamic column stands as a condition on its own (`Active eq true`).
+impl From<DynColumn<bool>> for Filter<DynamicEntity> {
+    fn from(c: DynColumn<bool>) -> Self {
         compare(c.name(), CmpOp::Eq, Ok(EdmValue::Boolean(true)))
     }
 }
-
-/// Marks the Boolean dynamic column, which can stand as a condition on its own.
-pub trait DynBool {}
-impl DynBool for DynColumn<bool> {}
 
 #[cfg(test)]
 mod tests {
@@ -727,6 +721,14 @@ mod tests {
         assert_eq!((c.property(), c.operator()), ("Age", "gt"));
         // A filter that cannot be sent compares nothing.
         assert_eq!(col::<f64>("D").gt(f64::NAN).comparisons().count(), 0);
+    }
+
+    #[test]
+    fn a_dynamic_boolean_column_is_a_condition() {
+        let f: Filter<DynamicEntity> = col::<bool>("Active").into();
+        assert_eq!(f.to_string(), "Active eq true");
+        let f = col::<i32>("A").gt(1).and(col::<bool>("Active"));
+        assert_eq!(f.to_string(), "A gt 1 and Active eq true");
     }
 
     #[test]
