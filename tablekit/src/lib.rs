@@ -104,7 +104,7 @@
 //! | `admin` | stored access policies ([`acl`]: `access_policies`, `set_access_policies`) and service settings ([`service_properties`]: `service_properties`, `set_service_properties`, `service_stats`) of each service compiled in | quick-xml | yes |
 //! | `reqwest` | a second transport, reqwest's client: `Transport::Reqwest` (the default transport is tablekit's own, on hyper) | reqwest and its dependencies | no |
 //! | `entra` | Microsoft Entra ID through the official identity crates: `Credential::entra` takes any `azure_identity` credential | azure_core (its `TokenCredential` trait; no HTTP client of its own) | no |
-//! | `test-support` | proptest strategies for tests of code built on tablekit (`filter::strategies`) | proptest | no |
+//! | `test-support` | for tests of code built on tablekit: proptest strategies (`filter::strategies`) and `Filter::matches` (the service's filter rules, as a model) | proptest | no |
 //! | `fuzzing` | hidden entry points to internal parsers, for tablekit's own fuzz targets: unstable, not for use outside tablekit | | no |
 //!
 //! Code that only talks to Azure tables over HTTP needs
