@@ -242,6 +242,7 @@ pub mod periodic;
 pub mod plan;
 mod props;
 pub mod range;
+pub mod relationships;
 pub mod series;
 pub mod summary;
 pub mod upgrade;
