@@ -325,6 +325,8 @@ where
     /// | 5 | delete-if-exists each old row that is not a new one | |
     /// | 6 | write the keys row listing the new rows only (or delete it if there are none), under the ETag of step 3 | 412: another worker began meanwhile, from a read that may be older or newer than ours: again from step 1, deleting what this run wrote if it is no longer wanted |
     ///
+    /// Each time it starts again it first pauses a random while (up to 2
+    /// ms, doubling to 64 ms), so that runs of one key at once take turns.
     /// Every run ends with the rows of a source state read after its last
     /// step 3, and only a run whose keys row was not touched from its step
     /// 3 to its step 6 ends at all, so of two runs at once the one that
@@ -334,7 +336,13 @@ where
         key.validate()?;
         let i = &self.inner;
         let mut written: BTreeSet<EntityKey> = BTreeSet::new();
-        for _ in 0..MAX_REREADS {
+        for attempt in 0..MAX_REREADS {
+            if attempt > 0 {
+                // Runs of one key at once take turns: a random pause,
+                // growing, so that one gets from its step 3 to its step 6.
+                let ceiling = 2u64 << attempt.min(5);
+                tokio::time::sleep(Duration::from_micros(fastrand::u64(0..=ceiling * 1000))).await;
+            }
             let (old, etag) = match ctx.read(&i.keys, key.clone()).await? {
                 Some((row, etag)) => (keys_from_row(&row)?, Some(etag)),
                 None => (BTreeSet::new(), None),
