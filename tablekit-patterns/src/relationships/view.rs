@@ -360,17 +360,23 @@ where
             let listing = DynamicEntity::new(key.partition_key.as_str(), key.row_key.as_str())
                 .with(ROWS_PROPERTY, keys_to_json(&listed));
             let etag = match etag {
-                None => match i.keys.insert(&listing).await {
-                    Ok(w) => w.etag().clone(),
-                    Err(e) if e.is_conflict() => continue,
-                    Err(e) => return Err(e.into()),
-                },
+                None => {
+                    let inserted = match i.keys.insert(&listing).await {
+                        Ok(w) => Some(w.etag().clone()),
+                        Err(e) if e.is_conflict() => None,
+                        Err(e) => return Err(e.into()),
+                    };
+                    ctx.step(&format!("insert {}", i.keys.name())).await?;
+                    match inserted {
+                        Some(etag) => etag,
+                        None => continue,
+                    }
+                }
                 Some(etag) => match ctx.replace_if_unchanged(&i.keys, &listing, &etag).await? {
                     Guarded::Done(Some(etag)) => etag,
                     _ => continue,
                 },
             };
-            ctx.step(&format!("list {}", i.keys.name())).await?;
             for row in &rows {
                 ctx.insert_or_replace(&i.view, row).await?;
                 written.insert(EntityKey::new(row.partition_key(), row.row_key()));

@@ -1170,6 +1170,37 @@ async fn changes_run_in_any_order_and_twice_end_at_the_current_state(s: Services
 async fn a_view_update_stopped_at_each_step_is_finished_by_the_next_delivery(s: Services) {
     // Steps of a rename: 1 read keys, 2 read source, 3 list old + new,
     // 4 upsert the new row, 5 delete the old row, 6 list the new only.
+    {
+        let v = Views::new(&s).await;
+        v.write("Sales", 1, "Jones").await;
+        v.drain().await;
+        v.write("Sales", 1, "Smith").await;
+        let names = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = names.clone();
+        let worker = v
+            .worker()
+            .step_hook(move |event| {
+                if let Event::Step { name, .. } = event {
+                    seen.lock().unwrap().push(name);
+                }
+                std::future::ready(Ok(()))
+            })
+            .build()
+            .unwrap();
+        worker.drain().await.unwrap();
+        let (keys, view) = (v.view.keys().name(), v.view.view().name());
+        assert_eq!(
+            *names.lock().unwrap(),
+            [
+                format!("read {keys}"),
+                format!("read {}", v.staff.name()),
+                format!("replace_if_unchanged {keys}"),
+                format!("insert_or_replace {view}"),
+                format!("delete_if_exists {view}"),
+                format!("replace_if_unchanged {keys}"),
+            ]
+        );
+    }
     let mut stopped = Vec::new();
     for boundary in 1..=6usize {
         let v = Views::new(&s).await;
