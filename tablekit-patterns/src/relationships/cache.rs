@@ -92,7 +92,9 @@ struct CacheInner<T> {
 ///
 /// Time is the system clock's, or a [`ManualClock`]'s
 /// ([`with_clock`](Self::with_clock)) that tests move forward instead of
-/// sleeping. Cheap to clone; clones share the cached load.
+/// sleeping. Cheap to clone; clones share the cached load (a clone
+/// configured further, by `partition`, `max_entities` or `with_clock`, is a
+/// new cache of its own).
 pub struct LookupCache<T> {
     inner: Arc<CacheInner<T>>,
 }
@@ -134,10 +136,25 @@ impl<T: TableEntity + Send + Sync + 'static> LookupCache<T> {
         }
     }
 
+    /// Changes the configuration: in place, or, when the cache is shared
+    /// with clones, as a new cache of its own (no load yet) that the clones
+    /// do not see.
     fn configure(mut self, f: impl FnOnce(&mut CacheInner<T>)) -> Self {
-        let inner = Arc::get_mut(&mut self.inner)
-            .expect("a cache is configured before it is cloned or used");
-        f(inner);
+        if Arc::get_mut(&mut self.inner).is_none() {
+            let i = &self.inner;
+            self.inner = Arc::new(CacheInner {
+                table: i.table.clone(),
+                partition: i.partition.clone(),
+                ttl: i.ttl,
+                max_entities: i.max_entities,
+                clock: i.clock.clone(),
+                current: RwLock::new(None),
+                refreshing: tokio::sync::Mutex::new(()),
+                loads: AtomicU64::new(0),
+                before_load: i.before_load.clone(),
+            });
+        }
+        f(Arc::get_mut(&mut self.inner).expect("not shared: made just above if it was"));
         self
     }
 

@@ -115,6 +115,12 @@
 //!   its delete of the finished message) moves it again. The counts stay
 //!   right in all of these. Enqueue one move per employee at a time, and
 //!   delete an employee only when no move of it is pending.
+//! * **The RowKey is the employee's identity** across departments: an
+//!   entity already under the same RowKey in the new department is taken for
+//!   the copy of an earlier attempt and replaced.
+//! * **A move that ends in the poison queue** (its delete kept failing) can
+//!   leave the employee in both departments, each counting it, until it is
+//!   [requeued](crate::eventual::Eventual::requeue) and runs to the end.
 //!
 //! # One-to-one: a link, explicit or by convention
 //!

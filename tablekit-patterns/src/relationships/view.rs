@@ -101,7 +101,7 @@ struct ViewInner<S, V> {
     source: TableClient<S>,
     view: TableClient<V>,
     keys: TableClient<DynamicEntity>,
-    project: Box<Project<S, V>>,
+    project: Arc<Project<S, V>>,
     eventual: Eventual,
     kind: String,
     clock: Option<ManualClock>,
@@ -128,7 +128,9 @@ struct ViewInner<S, V> {
 ///
 /// Each view row belongs to one source entity: two entities whose rows have
 /// the same key overwrite each other's, and the first one to drop it deletes
-/// it. Cheap to clone.
+/// it. The keys row lists an entity's rows in one string property (at most
+/// 32K characters): a source entity gives a few rows, not hundreds.
+/// Cheap to clone.
 pub struct MaterializedView<S, V> {
     inner: Arc<ViewInner<S, V>>,
 }
@@ -221,7 +223,7 @@ where
                 source: s,
                 view: v,
                 keys: k,
-                project: Box::new(project),
+                project: Arc::new(project),
                 eventual: Eventual::new(queue),
                 kind: format!("{VIEW_KIND_PREFIX}{view}"),
                 clock: None,
@@ -230,10 +232,24 @@ where
         })
     }
 
+    /// Changes the configuration: in place, or, when the view is shared
+    /// with clones, as a copy of its own that the clones do not see.
     fn configure(mut self, f: impl FnOnce(&mut ViewInner<S, V>)) -> Self {
-        let inner = Arc::get_mut(&mut self.inner)
-            .expect("a view is configured before it is cloned or used");
-        f(inner);
+        if Arc::get_mut(&mut self.inner).is_none() {
+            let i = &self.inner;
+            self.inner = Arc::new(ViewInner {
+                tables: i.tables.clone(),
+                source: i.source.clone(),
+                view: i.view.clone(),
+                keys: i.keys.clone(),
+                project: i.project.clone(),
+                eventual: i.eventual.clone(),
+                kind: i.kind.clone(),
+                clock: i.clock.clone(),
+                last_applied: Mutex::new(None),
+            });
+        }
+        f(Arc::get_mut(&mut self.inner).expect("not shared: made just above if it was"));
         self
     }
 
@@ -416,7 +432,13 @@ where
     pub async fn rebuild(&self) -> Result<RebuildReport> {
         let i = &self.inner;
         let ctx = StepContext::detached(i.tables.clone(), None);
-        let run = |r: OpResult| r.map_err(|e| Error::from(DecodeError::new(e.to_string())));
+        // The steps fail with tablekit's errors, boxed; give them back as they were.
+        let run = |r: OpResult| {
+            r.map_err(|e| match e.downcast::<Error>() {
+                Ok(e) => *e,
+                Err(other) => Error::from(DecodeError::new(other.to_string())),
+            })
+        };
         let mut report = RebuildReport::default();
         let before = keys_of(i.view.with_type()).await?;
         let sources = keys_of(i.source.with_type()).await?;

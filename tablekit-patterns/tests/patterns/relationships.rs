@@ -1309,6 +1309,10 @@ async fn the_view_is_rebuilt_from_the_source(s: Services) {
     let again = v.view.rebuild().await.unwrap();
     assert_eq!((again.sources, again.gone, again.strays), (2, 0, 0));
     v.assert_view_is_projection().await;
+    // A step's error comes back as the error it was: the keys table gone.
+    v.view.keys().delete_table().await.unwrap();
+    let err = v.view.rebuild().await.unwrap_err();
+    assert!(err.is_not_found(), "{err:?}");
 }
 
 async fn the_lag_of_the_view_is_observable(s: Services) {
@@ -1365,4 +1369,20 @@ fn a_view_needs_three_tables() {
         let err = MaterializedView::new(&tables, s, v, k, queue.clone(), by_name).unwrap_err();
         common::assert_invalid(&err);
     }
+}
+
+/// A clone configured further is a cache of its own; the clones it was made
+/// from keep theirs.
+#[tokio::test]
+async fn a_shared_cache_configured_further_becomes_a_cache_of_its_own() {
+    let svc = TableServiceClient::embedded();
+    let table = departments(&svc).await;
+    let clock = ManualClock::starting_now();
+    let shared = LookupCache::new(table, TTL);
+    let same = shared.clone();
+    shared.snapshot().await.unwrap();
+    let own = same.clone().with_clock(clock);
+    assert_eq!((shared.loads(), same.loads(), own.loads()), (1, 1, 0));
+    own.snapshot().await.unwrap();
+    assert_eq!((shared.loads(), own.loads()), (1, 1));
 }
