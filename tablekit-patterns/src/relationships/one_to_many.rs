@@ -180,7 +180,12 @@ impl<T: TableEntity + Send + Sync + 'static> OneToMany<T> {
     /// | 3 | one transaction in the old partition: delete the entity under the ETag of step 1 **and** the count − 1 | 412: it changed since step 1: again from step 1, so the copy is the newest version; 404: another attempt deleted it; done |
     ///
     /// Every property is copied (the entity is read as a
-    /// [`DynamicEntity`]); only the PartitionKey changes.
+    /// [`DynamicEntity`]); only the PartitionKey changes. Six table
+    /// requests when nothing races: the read of step 1; the reads of the
+    /// copy's key and of the new department, then the transaction of step
+    /// 2; the read of the old department, then the transaction of step 3
+    /// (measured on every backend by the tests), besides the worker's
+    /// queue requests.
     pub async fn apply_move(&self, m: &Move, ctx: &StepContext) -> OpResult {
         // A message is input from outside: check it as `move_to` does.
         let from = m.from_key();

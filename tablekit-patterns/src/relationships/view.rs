@@ -341,6 +341,10 @@ where
     /// | 5 | delete-if-exists each old row that is not a new one | |
     /// | 6 | write the keys row listing the new rows only (or delete it if there are none), under the ETag of step 3 | 412: another worker began meanwhile, from a read that may be older or newer than ours: again from step 1, deleting what this run wrote if it is no longer wanted |
     ///
+    /// Requests when nothing races: 4 (two reads, two writes of the keys
+    /// row) plus one per row written and one per row deleted; a rename of
+    /// an employee in the one-row view is 6.
+    ///
     /// Each time it starts again it first pauses a random while (up to 2
     /// ms, doubling to 64 ms), so that runs of one key at once take turns.
     /// Every run ends with the rows of a source state read after its last

@@ -219,12 +219,48 @@ async fn a_department_and_its_employees_are_one_query_and_one_transaction(svc: T
 }
 
 common::on_both_services!(
+    a_move_costs_six_table_requests_and_a_view_change_four_plus_its_rows,
     moves_between_departments_run_concurrently_keep_every_count,
     a_move_delivered_twice_or_run_by_two_workers_leaves_one_copy,
     a_move_stopped_between_its_two_transactions_is_finished_by_the_next_delivery,
     an_employee_changed_during_a_move_arrives_in_its_new_version,
     two_moves_of_one_employee_at_once_keep_the_counts_right,
 );
+
+/// The requests the docs list: a move is a read of the employee, a read of
+/// its copy and of the new department plus one transaction, then a read of
+/// the old department plus one transaction. A view change of an employee
+/// renamed: two reads, the listing, one upsert, one delete, the listing.
+async fn a_move_costs_six_table_requests_and_a_view_change_four_plus_its_rows(s: Services) {
+    let env = Moves::new(&s).await;
+    env.hire("Sales", 1).await;
+    env.hire("Marketing", 2).await;
+    env.staff
+        .move_to(("Sales", rk(1)), "Marketing")
+        .await
+        .unwrap();
+    let before = env.table.stats().transactions;
+    env.worker().build().unwrap().drain().await.unwrap();
+    assert_eq!(env.table.stats().transactions - before, 6);
+
+    let v = Views::new(&s).await;
+    v.write("Sales", 1, "Jones").await;
+    v.drain().await;
+    v.write("Sales", 1, "Smith").await;
+    let stats = || {
+        [
+            v.staff.stats(),
+            v.view.view().stats(),
+            v.view.keys().stats(),
+        ]
+        .iter()
+        .map(|s| s.transactions)
+        .sum::<u64>()
+    };
+    let before = stats();
+    v.drain().await;
+    assert_eq!(stats() - before, 6, "4 + 1 upsert + 1 delete");
+}
 
 /// Sales and Marketing swap four employees each way while, in a second
 /// table with the same departments, Marketing sends three to Legal: one
