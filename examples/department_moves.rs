@@ -180,9 +180,12 @@ async fn run(tables: TableServiceClient, queues: QueueServiceClient) -> Result<(
         .build()?;
     let report = worker.drain().await?;
     println!("moves: {} run, {} failed", report.succeeded, report.failed);
-    for d in ["Sales", "Marketing"] {
-        println!("{d}: EmployeeCount {}", staff.count(d).await?);
-    }
+    let counts = (staff.count("Sales").await?, staff.count("Marketing").await?);
+    println!(
+        "Sales: EmployeeCount {}, Marketing: EmployeeCount {}",
+        counts.0, counts.1
+    );
+    check(counts == (1, 4), "the counts after the moves are 1 and 4")?;
 
     // One-to-one: each department names its manager.
     let departments = tables.table::<DepartmentInfo>(&names[1])?;
@@ -236,6 +239,10 @@ async fn run(tables: TableServiceClient, queues: QueueServiceClient) -> Result<(
         cache.loads(),
         everyone.len()
     );
+    check(
+        cache.loads() == 1 && everyone.len() == 7,
+        "one load joins the seven rows",
+    )?;
 
     // The view: after the writes, say which source entities changed.
     for e in &hires {
@@ -264,6 +271,20 @@ async fn run(tables: TableServiceClient, queues: QueueServiceClient) -> Result<(
             .join(", ")
     );
     let rows = view.view().query().fetch_all().await?.len();
-    println!("view: {rows} rows, lag {:?}", view.lag().await?.pending);
+    let pending = view.lag().await?.pending;
+    println!("view: {rows} rows, {pending} changes pending");
+    check(
+        joneses.len() == 2 && rows == 5 && pending == 0,
+        "the view holds the five employees",
+    )?;
     Ok(())
+}
+
+/// An error (and a non-zero exit) when what the example shows is not so.
+fn check(holds: bool, what: &str) -> Result<(), BoxError> {
+    if holds {
+        Ok(())
+    } else {
+        Err(format!("not so: {what}").into())
+    }
 }
