@@ -9,7 +9,9 @@
 //! raced by a change of the employee; the model-based test composes random
 //! hires, fires, moves and redeliveries and checks, after each drain, that
 //! every department holds exactly the employees the model says and counts
-//! them.
+//! them. The view's model composes random writes, renames, deletes,
+//! redeliveries and stopped workers and checks after each drain that the
+//! view is exactly the projection of the source.
 
 use crate::common;
 
