@@ -175,7 +175,7 @@ run_example() {
 # The bounded-memory transfer exits non-zero if the peak RSS goes over budget
 # (50 MiB over HTTP; embedded adds the blob it holds).
 run_example blob_transfer 20
-for example in archive_worker employee_email_index employee_photo queue_logs department_counts; do
+for example in archive_worker employee_email_index employee_photo queue_logs department_counts department_moves; do
     run_example "$example"
 done
 

@@ -33,6 +33,7 @@ mod log_data;
 mod log_tail;
 mod partition_model;
 mod plans;
+mod relationships;
 mod request_counts;
 mod schema_upgrade;
 mod secondary_index;
