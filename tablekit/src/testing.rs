@@ -583,7 +583,12 @@ pub fn client_options() -> ClientOptions {
 }
 
 fn transport() -> Transport {
-    match std::env::var(TRANSPORT_VAR).as_deref().map(str::trim) {
+    transport_of(std::env::var(TRANSPORT_VAR).ok().as_deref())
+}
+
+/// The transport a value of [`TRANSPORT_VAR`] names.
+fn transport_of(name: Option<&str>) -> Transport {
+    match name.map(str::trim).ok_or(()) {
         Err(_) | Ok("") => Transport::default(),
         Ok(v) if v.eq_ignore_ascii_case("hyper") => Transport::Hyper,
         #[cfg(feature = "reqwest")]
@@ -605,17 +610,28 @@ fn transport() -> Transport {
 /// When it is unset and the environment variable `CI` is `true`: on a build
 /// server a missing emulator is a failure.
 pub fn azurite_connection_string() -> Option<String> {
-    match std::env::var(CONNECTION_STRING_VAR) {
-        Ok(s) if !s.trim().is_empty() => Some(s),
+    let conn = connection_string_of(
+        std::env::var(CONNECTION_STRING_VAR).ok(),
+        std::env::var("CI").ok(),
+    );
+    if conn.is_none() {
+        skipped_banner();
+    }
+    conn
+}
+
+/// [`azurite_connection_string`] given the two variables, without the banner.
+fn connection_string_of(conn: Option<String>, ci: Option<String>) -> Option<String> {
+    match conn {
+        Some(s) if !s.trim().is_empty() => Some(s),
         _ => {
-            if std::env::var("CI").is_ok_and(|v| v.trim().eq_ignore_ascii_case("true")) {
+            if ci.is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
                 panic!(
                     "{CONNECTION_STRING_VAR} is not set but CI=true: the `azurite` tests need \
                      Azurite running and {CONNECTION_STRING_VAR} naming it \
                      (UseDevelopmentStorage=true for its default ports)"
                 );
             }
-            skipped_banner();
             None
         }
     }
@@ -952,6 +968,53 @@ mod tests {
     }
 
     #[test]
+    fn the_transport_is_the_one_named() {
+        assert!(matches!(transport_of(None), Transport::Auto));
+        assert!(matches!(transport_of(Some(" ")), Transport::Auto));
+        assert!(matches!(transport_of(Some("Hyper")), Transport::Hyper));
+        #[cfg(feature = "reqwest")]
+        assert!(matches!(transport_of(Some("reqwest")), Transport::Reqwest));
+    }
+
+    #[test]
+    #[should_panic(expected = "must be `hyper` or `reqwest`, not \"curl\"")]
+    fn another_transport_is_refused() {
+        transport_of(Some("curl"));
+    }
+
+    #[test]
+    fn a_connection_string_is_taken_as_it_is() {
+        let conn = "UseDevelopmentStorage=true".to_owned();
+        assert_eq!(
+            connection_string_of(Some(conn.clone()), None),
+            Some(conn.clone())
+        );
+        assert_eq!(
+            connection_string_of(Some(conn.clone()), Some("true".into())),
+            Some(conn)
+        );
+    }
+
+    #[test]
+    fn without_a_connection_string_the_azurite_tests_are_skipped_outside_ci() {
+        assert_eq!(connection_string_of(None, None), None);
+        assert_eq!(connection_string_of(Some("  ".into()), None), None);
+        assert_eq!(connection_string_of(None, Some("false".into())), None);
+    }
+
+    #[test]
+    #[should_panic(expected = "is not set but CI=true")]
+    fn without_a_connection_string_ci_fails() {
+        connection_string_of(None, Some("TRUE".into()));
+    }
+
+    #[test]
+    #[should_panic(expected = "is not set but CI=true")]
+    fn a_blank_connection_string_in_ci_fails() {
+        connection_string_of(Some(String::new()), Some("true".into()));
+    }
+
+    #[test]
     fn a_file_env_removes_its_scratch_folder() {
         let env = TestEnv::file();
         let dir = env.scratch_dir().unwrap().to_path_buf();
@@ -973,8 +1036,24 @@ mod tests {
 
     #[test]
     fn debug_shows_no_key() {
-        let env = TestEnv::memory();
+        let account = Account::from_connection_string("UseDevelopmentStorage=true").unwrap();
+        let env = TestEnv {
+            backend: Backend::Azurite,
+            account: Some((account, ClientOptions::default())),
+            clock: None,
+            tables: OnceLock::new(),
+            #[cfg(feature = "queue")]
+            queues: OnceLock::new(),
+            #[cfg(feature = "blob")]
+            blobs: OnceLock::new(),
+            scratch: None,
+        };
+        let _ = env.tables();
         let text = format!("{env:?}");
-        assert!(text.contains("Memory"), "{text}");
+        assert!(
+            text.contains("Azurite") && text.contains("devstoreaccount1"),
+            "{text}"
+        );
+        assert!(!text.contains("Eby8vdM02"), "{text}");
     }
 }

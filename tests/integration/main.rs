@@ -35,6 +35,7 @@ mod entra_identity;
 mod errors;
 mod filter_macros;
 mod fuzz_replay;
+mod harness;
 mod infer;
 mod lost_answers;
 mod lying_server;
