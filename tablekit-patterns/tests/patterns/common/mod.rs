@@ -32,15 +32,16 @@ pub fn service() -> Option<TableServiceClient> {
 }
 
 /// A second client of the same account: the "other writer" of the concurrency
-/// tests. Over HTTP it is an independent client (its own connections); on the
-/// embedded backend, a clone sharing the store, which is what another
-/// process's client would see.
+/// tests. Over HTTP it is an independent client of Azurite (its own
+/// connections, as `TestEnv::second_tables`); on the embedded backend, a clone
+/// sharing the store, which is what another process's client would see.
 pub fn second_service(svc: &TableServiceClient) -> TableServiceClient {
     if svc.is_embedded() {
         return svc.clone();
     }
-    let conn = std::env::var(CONNECTION_STRING_VAR).expect("service() succeeded before");
-    TableServiceClient::from_connection_string(&conn).expect("valid connection string")
+    TestEnv::azurite()
+        .expect("a client over HTTP is Azurite's")
+        .second_tables()
 }
 
 /// The table, queue and blob services of one backend, and how time passes
