@@ -818,10 +818,16 @@ macro_rules! conformance {
 
             $($case)*
 
+            // Outside the tests, so that a wrong `#[runtime(...)]` is an
+            // error in every build, not only under `--test`.
+            #[allow(dead_code)]
+            const __RUNTIME: $crate::testing::__private::Runtime =
+                $crate::conformance!(@runtime $($rt)*);
+
             #[test]
             fn azurite() {
                 $crate::testing::__private::run(
-                    $crate::conformance!(@runtime $($rt)*),
+                    __RUNTIME,
                     $crate::testing::Backend::Azurite,
                     case,
                 )
@@ -830,7 +836,7 @@ macro_rules! conformance {
             #[test]
             fn embedded() {
                 $crate::testing::__private::run(
-                    $crate::conformance!(@runtime $($rt)*),
+                    __RUNTIME,
                     $crate::testing::Backend::Memory,
                     case,
                 )
@@ -839,7 +845,7 @@ macro_rules! conformance {
             #[test]
             fn embedded_file() {
                 $crate::testing::__private::run(
-                    $crate::conformance!(@runtime $($rt)*),
+                    __RUNTIME,
                     $crate::testing::Backend::File,
                     case,
                 )
