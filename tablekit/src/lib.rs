@@ -169,6 +169,9 @@ pub mod service_properties;
 pub mod simulation;
 pub mod storage;
 pub mod table;
+#[cfg(feature = "test-support")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-support")))]
+pub mod testing;
 pub mod validate;
 
 pub mod transport {
