@@ -117,8 +117,9 @@ fn f(
     build(<Contact as tablekit::filter::EntityColumns>::columns())
 }
 
-crate::both! {
-    async fn none_and_some_in_filters_select_what_rust_would(svc, backend) {
+tablekit::testing::conformance! {
+    async fn none_and_some_in_filters_select_what_rust_would(env) {
+        let svc = env.tables().clone();
         let (t, all) = seeded(&svc).await;
         let all = &all[..];
         // Every property type, set and not set.

@@ -14,6 +14,7 @@
 //! view is exactly the projection of the source.
 
 use crate::common;
+use tablekit::testing::TestEnv;
 
 use common::Services;
 
@@ -172,12 +173,13 @@ impl Moves {
     }
 }
 
-common::on_both!(a_department_and_its_employees_are_one_query_and_one_transaction);
+tablekit::testing::conformance!(a_department_and_its_employees_are_one_query_and_one_transaction);
 
 /// Two departments in each of two tables with the same PartitionKeys: the
 /// inserts and deletes keep each table's counts, read back in one typed
 /// query per department; the tables do not see each other's.
-async fn a_department_and_its_employees_are_one_query_and_one_transaction(svc: TableServiceClient) {
+async fn a_department_and_its_employees_are_one_query_and_one_transaction(env: TestEnv) {
+    let svc = env.tables().clone();
     let mut tables = Vec::new();
     for _ in 0..2 {
         let table = common::fresh_table::<Staff>(&svc, "Staff").await;
@@ -222,12 +224,18 @@ async fn a_department_and_its_employees_are_one_query_and_one_transaction(svc: T
     }
 }
 
-common::on_both_services!(
+tablekit::testing::conformance!(
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     a_move_costs_six_table_requests_and_a_view_change_four_plus_its_rows,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     moves_between_departments_run_concurrently_keep_every_count,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     a_move_delivered_twice_or_run_by_two_workers_leaves_one_copy,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     a_move_stopped_between_its_two_transactions_is_finished_by_the_next_delivery,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     an_employee_changed_during_a_move_arrives_in_its_new_version,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     two_moves_of_one_employee_at_once_keep_the_counts_right,
 );
 
@@ -235,7 +243,8 @@ common::on_both_services!(
 /// its copy and of the new department plus one transaction, then a read of
 /// the old department plus one transaction. A view change of an employee
 /// renamed: two reads, the listing, one upsert, one delete, the listing.
-async fn a_move_costs_six_table_requests_and_a_view_change_four_plus_its_rows(s: Services) {
+async fn a_move_costs_six_table_requests_and_a_view_change_four_plus_its_rows(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Moves::new(&s).await;
     env.hire("Sales", 1).await;
     env.hire("Marketing", 2).await;
@@ -269,7 +278,8 @@ async fn a_move_costs_six_table_requests_and_a_view_change_four_plus_its_rows(s:
 /// Sales and Marketing swap four employees each way while, in a second
 /// table with the same departments, Marketing sends three to Legal: one
 /// queue, one worker running four messages at a time.
-async fn moves_between_departments_run_concurrently_keep_every_count(s: Services) {
+async fn moves_between_departments_run_concurrently_keep_every_count(env: TestEnv) {
+    let s = Services::of(&env);
     let a = Moves::new(&s).await;
     let b = Moves::in_queue(&s, a.jobs.clone(), a.poison.clone()).await;
     for id in 0..8 {
@@ -319,7 +329,8 @@ async fn moves_between_departments_run_concurrently_keep_every_count(s: Services
 /// The same move enqueued twice (a redelivery) and run by a worker four at
 /// a time, then once more after it finished, then twice at once in place:
 /// one copy, the counts moved once.
-async fn a_move_delivered_twice_or_run_by_two_workers_leaves_one_copy(s: Services) {
+async fn a_move_delivered_twice_or_run_by_two_workers_leaves_one_copy(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Moves::new(&s).await;
     for id in 0..3 {
         env.hire("Sales", id).await;
@@ -363,7 +374,10 @@ async fn a_move_delivered_twice_or_run_by_two_workers_leaves_one_copy(s: Service
 /// copy and Marketing's count), by a crash (its task aborted) or by the
 /// step failing. In between a reader sees each employee in both
 /// departments, both counting it; the next delivery finishes the move.
-async fn a_move_stopped_between_its_two_transactions_is_finished_by_the_next_delivery(s: Services) {
+async fn a_move_stopped_between_its_two_transactions_is_finished_by_the_next_delivery(
+    env: TestEnv,
+) {
+    let s = Services::of(&env);
     let mut stopped = Vec::new();
     for crash in [true, false] {
         let env = Moves::new(&s).await;
@@ -429,7 +443,8 @@ async fn a_move_stopped_between_its_two_transactions_is_finished_by_the_next_del
 /// Someone renames the employee after the copy is written and before the
 /// old entity is deleted: the delete under the ETag read refuses, the move
 /// starts again from the read, and the new department gets the new name.
-async fn an_employee_changed_during_a_move_arrives_in_its_new_version(s: Services) {
+async fn an_employee_changed_during_a_move_arrives_in_its_new_version(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Moves::new(&s).await;
     env.hire("Sales", 7).await;
     env.staff
@@ -478,7 +493,8 @@ async fn an_employee_changed_during_a_move_arrives_in_its_new_version(s: Service
 /// What the docs say is not guaranteed: two moves of one employee to two
 /// departments in flight at once can leave a copy in each. The counts stay
 /// right whatever happens.
-async fn two_moves_of_one_employee_at_once_keep_the_counts_right(s: Services) {
+async fn two_moves_of_one_employee_at_once_keep_the_counts_right(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Moves::new(&s).await;
     env.hire("Sales", 1).await;
     let to = |d: &str| Move {
@@ -690,15 +706,17 @@ fn random_moves_hires_and_fires_leave_every_count_right_embedded() {
 
 #[test]
 fn random_moves_hires_and_fires_leave_every_count_right_embedded_file() {
-    let dir = common::ScratchDir::new();
+    // The file backend's scratch folder, removed with `env`.
+    let env = TestEnv::file();
+    let dir = env.scratch_dir().expect("the file backend has a scratch folder");
     let n = AtomicUsize::new(0);
     run(6, 20, || {
         let sub = n.fetch_add(1, Ordering::SeqCst);
         let clock = ManualClock::starting_now();
         Services {
-            tables: TableServiceClient::embedded_at(dir.file(&format!("t{sub}.redb"))).unwrap(),
+            tables: TableServiceClient::embedded_at(dir.join(format!("t{sub}.redb"))).unwrap(),
             queues: tablekit::QueueServiceClient::embedded_at_with_clock(
-                dir.file(&format!("q{sub}.redb")),
+                dir.join(format!("q{sub}.redb")),
                 clock.clone(),
             )
             .unwrap(),
@@ -736,13 +754,14 @@ struct Details {
     biography: String,
 }
 
-common::on_both!(links_resolve_in_one_point_read);
+tablekit::testing::conformance!(links_resolve_in_one_point_read);
 
 /// Two departments each name their manager (an explicit link stored as two
 /// properties); employees' details are found by key convention, in a
 /// second table with the same PartitionKeys. Each resolve is one point
 /// read; a link to a deleted entity resolves to `None`.
-async fn links_resolve_in_one_point_read(svc: TableServiceClient) {
+async fn links_resolve_in_one_point_read(env: TestEnv) {
+    let svc = env.tables().clone();
     let staff = common::fresh_table::<Employee>(&svc, "Staff").await;
     let departments = staff.with_type::<ManagedDepartment>();
     let details = common::fresh_table::<Details>(&svc, "Details").await;
@@ -846,13 +865,14 @@ fn dept(name: &str) -> EntityKey {
     EntityKey::new("Departments", name)
 }
 
-common::on_both!(
+tablekit::testing::conformance!(
     the_cache_loads_once_per_time_to_live_and_on_refresh,
     readers_arriving_at_an_expired_cache_wait_for_one_load,
     the_join_pairs_each_employee_with_its_department,
 );
 
-async fn the_cache_loads_once_per_time_to_live_and_on_refresh(svc: TableServiceClient) {
+async fn the_cache_loads_once_per_time_to_live_and_on_refresh(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = departments(&svc).await;
     let clock = ManualClock::starting_now();
     let cache = LookupCache::new(table.clone(), TTL).with_clock(clock.clone());
@@ -911,7 +931,8 @@ async fn the_cache_loads_once_per_time_to_live_and_on_refresh(svc: TableServiceC
 
 /// Sixteen readers arrive when the load has expired, while the first
 /// reader's load is held: they wait for it, and no reader loads again.
-async fn readers_arriving_at_an_expired_cache_wait_for_one_load(svc: TableServiceClient) {
+async fn readers_arriving_at_an_expired_cache_wait_for_one_load(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = departments(&svc).await;
     let clock = ManualClock::starting_now();
     let gate = Arc::new(Notify::new());
@@ -957,7 +978,8 @@ async fn readers_arriving_at_an_expired_cache_wait_for_one_load(svc: TableServic
     assert_eq!(cache.loads(), 2);
 }
 
-async fn the_join_pairs_each_employee_with_its_department(svc: TableServiceClient) {
+async fn the_join_pairs_each_employee_with_its_department(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = departments(&svc).await;
     let staff = common::fresh_table::<Employee>(&svc, "Staff").await;
     for id in 0..6 {
@@ -1127,12 +1149,18 @@ impl Views {
     }
 }
 
-common::on_both_services!(
+tablekit::testing::conformance!(
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     the_view_follows_inserts_renames_and_deletes,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     changes_run_in_any_order_and_twice_end_at_the_current_state,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     a_view_update_stopped_at_each_step_is_finished_by_the_next_delivery,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     the_view_is_rebuilt_from_the_source,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     the_lag_of_the_view_is_observable,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     a_run_that_read_an_older_source_undoes_its_rows_after_a_newer_run,
 );
 
@@ -1141,7 +1169,8 @@ common::on_both_services!(
 /// Jones's deleted). A then writes its stale Jones row, finds at its last
 /// step that the keys row changed, and starts again: the Jones row it wrote
 /// is deleted and the view is Smith alone.
-async fn a_run_that_read_an_older_source_undoes_its_rows_after_a_newer_run(s: Services) {
+async fn a_run_that_read_an_older_source_undoes_its_rows_after_a_newer_run(env: TestEnv) {
+    let s = Services::of(&env);
     let v = Views::new(&s).await;
     v.write("Sales", 1, "Jones").await;
     let (reached, mut at_three) = mpsc::unbounded_channel::<()>();
@@ -1190,7 +1219,8 @@ async fn a_run_that_read_an_older_source_undoes_its_rows_after_a_newer_run(s: Se
     );
 }
 
-async fn the_view_follows_inserts_renames_and_deletes(s: Services) {
+async fn the_view_follows_inserts_renames_and_deletes(env: TestEnv) {
+    let s = Services::of(&env);
     let v = Views::new(&s).await;
     v.write("Sales", 1, "Jones").await;
     v.write("Marketing", 1, "Jones").await; // the same PartitionKey in the view
@@ -1239,7 +1269,8 @@ async fn the_view_follows_inserts_renames_and_deletes(s: Services) {
 /// Many changes of a few employees, each message twice, run four at a time
 /// (so in any order, and the same key by two runs at once): the view ends
 /// at the source's state. Then each change once more, after the fact.
-async fn changes_run_in_any_order_and_twice_end_at_the_current_state(s: Services) {
+async fn changes_run_in_any_order_and_twice_end_at_the_current_state(env: TestEnv) {
+    let s = Services::of(&env);
     let v = Views::new(&s).await;
     let names = ["Jones", "Smith", "Brown", ""];
     for round in 0..4usize {
@@ -1262,7 +1293,8 @@ async fn changes_run_in_any_order_and_twice_end_at_the_current_state(s: Services
 /// A change whose worker stops after each of its steps (crash or failure):
 /// the next delivery leaves the view the projection, with no row that no
 /// keys row lists.
-async fn a_view_update_stopped_at_each_step_is_finished_by_the_next_delivery(s: Services) {
+async fn a_view_update_stopped_at_each_step_is_finished_by_the_next_delivery(env: TestEnv) {
+    let s = Services::of(&env);
     // Steps of a rename: 1 read keys, 2 read source, 3 list old + new,
     // 4 upsert the new row, 5 delete the old row, 6 list the new only.
     {
@@ -1357,7 +1389,8 @@ async fn a_view_update_stopped_at_each_step_is_finished_by_the_next_delivery(s: 
 /// A source written without messages, a stray row in the view, a keys row
 /// of an entity deleted behind the view's back: the rebuild makes the view
 /// the projection of the source.
-async fn the_view_is_rebuilt_from_the_source(s: Services) {
+async fn the_view_is_rebuilt_from_the_source(env: TestEnv) {
+    let s = Services::of(&env);
     let v = Views::new(&s).await;
     v.write("Sales", 1, "Jones").await;
     v.write("Sales", 2, "Smith").await;
@@ -1401,7 +1434,8 @@ async fn the_view_is_rebuilt_from_the_source(s: Services) {
     assert!(err.is_not_found(), "{err:?}");
 }
 
-async fn the_lag_of_the_view_is_observable(s: Services) {
+async fn the_lag_of_the_view_is_observable(env: TestEnv) {
+    let s = Services::of(&env);
     let v = Views::new(&s).await;
     let lag = v.view.lag().await.unwrap();
     assert_eq!(
