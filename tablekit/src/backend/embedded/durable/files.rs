@@ -34,40 +34,93 @@ fn close_and_seal(db: Database, path: &Path) {
     }
 }
 
-/// Every entity of every table of `db` read and decoded, in key order.
+/// Every entity of every table of `db` read and decoded, in key order. An
+/// error names the table and the entity found (or the last one read before
+/// a row that could not be read), and keeps redb's error as its source.
 fn check_tables(db: &Database, path: &Path) -> Result<Vec<(String, u64)>> {
     let fail = |e: &dyn std::fmt::Display| open_error(path, e);
     let txn = db.begin_read().map_err(|e| fail(&e))?;
     let registry = match txn.open_table(TABLES) {
         Ok(t) => t,
         Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-        Err(e) => return Err(fail(&e)),
+        Err(e) => return Err(fail(&format_args!("its list of tables: {e}")).with_cause(e)),
     };
     let mut out = Vec::new();
-    for row in registry.iter().map_err(|e| fail(&e))? {
-        let (_, v) = row.map_err(|e| fail(&e))?;
+    let rows = registry
+        .iter()
+        .map_err(|e| fail(&format_args!("its list of tables: {e}")).with_cause(e))?;
+    for row in rows {
+        let (_, v) =
+            row.map_err(|e| fail(&format_args!("its list of tables: {e}")).with_cause(e))?;
         let (id, name) = v.value();
-        let mut count = 0;
-        let mut last: Option<Vec<u8>> = None;
-        match txn.open_table(entities_def(&entities_name(id))) {
-            Ok(entities) => {
-                for row in entities.iter().map_err(|e| fail(&e))? {
-                    let (k, v) = row.map_err(|e| fail(&e))?;
-                    decode_row(k.value(), v.value())
-                        .map_err(|e| fail(&format_args!("in table {name}: {e}")))?;
-                    if last.as_deref().is_some_and(|l| l >= k.value()) {
-                        return Err(fail(&format_args!("table {name} is out of order")));
-                    }
-                    last = Some(k.value().to_vec());
-                    count += 1;
-                }
+        let name = name.to_owned();
+        let count = check_table(&txn, id).map_err(|(what, cause)| {
+            let e = fail(&format_args!("it is damaged: in table {name}, {what}"));
+            match cause {
+                Some(c) => e.with_cause(c),
+                None => e,
             }
-            Err(redb::TableError::TableDoesNotExist(_)) => {}
-            Err(e) => return Err(fail(&e)),
-        }
-        out.push((name.to_owned(), count));
+        })?;
+        out.push((name, count));
     }
     Ok(out)
+}
+
+/// An entity named by its on-disk key, for a check's error.
+fn entity_named(key: &[u8]) -> String {
+    match super::super::key::decode_entity_key(key) {
+        Some((pk, rk)) => format!("the entity ({pk:?}, {rk:?})"),
+        None => "an entity whose key is unreadable".to_owned(),
+    }
+}
+
+/// Reads and decodes every entity of table `id` in key order: how
+/// many there are, or what is wrong and where (and redb's error).
+fn check_table(
+    txn: &redb::ReadTransaction,
+    id: u64,
+) -> std::result::Result<u64, (String, Option<redb::Error>)> {
+    let after = |last: &Option<Vec<u8>>| match last {
+        Some(k) => format!("after {}", entity_named(k)),
+        None => "at its first entity".to_owned(),
+    };
+    let redb_failed = |last: &Option<Vec<u8>>, e: redb::Error| {
+        (format!("redb cannot read on {}: {e}", after(last)), Some(e))
+    };
+    let entities = match txn.open_table(entities_def(&entities_name(id))) {
+        Ok(t) => t,
+        // A table with no entity written yet has no tree.
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(0),
+        Err(e) => return Err(redb_failed(&None, e.into())),
+    };
+    let mut count = 0;
+    let mut last: Option<Vec<u8>> = None;
+    for row in entities.iter().map_err(|e| redb_failed(&None, e.into()))? {
+        let (k, v) = row.map_err(|e| redb_failed(&last, e.into()))?;
+        let key = k.value();
+        let Some((pk, rk)) = super::super::key::decode_entity_key(key) else {
+            return Err((
+                format!("the key of the entity {} is unreadable", after(&last)),
+                None,
+            ));
+        };
+        if let Some(what) = decode(pk, rk, v.value()).err() {
+            return Err((what, None));
+        }
+        if let Some(l) = last.as_deref().filter(|l| *l >= key) {
+            return Err((
+                format!(
+                    "{} comes after {}: the table is out of order",
+                    entity_named(key),
+                    entity_named(l)
+                ),
+                None,
+            ));
+        }
+        last = Some(key.to_vec());
+        count += 1;
+    }
+    Ok(count)
 }
 
 /// Compacts the store file at `path`, returning the space of deleted

@@ -221,6 +221,26 @@ fn damaged_files_are_errors_naming_the_file_never_panics() {
                 assert!(matches!(e.kind(), ErrorKind::Config(_)), "{what}: {e:?}");
                 let message = e.to_string();
                 assert!(message.contains(&shown), "{what}: {message}");
+                // The damage is named where it was found: the page
+                // overwritten, or a file cut short; redb's error is the source.
+                let expected = match what.strip_suffix(" overwritten") {
+                    Some(page) if page != "page 0" => format!("{page} (bytes "),
+                    _ if what.starts_with("cut") && message.contains("it is damaged") => {
+                        let len = bytes.len();
+                        if len < 512 {
+                            format!("truncated to {len} bytes")
+                        } else {
+                            format!("it is cut short ({len} bytes")
+                        }
+                    }
+                    _ => String::new(),
+                };
+                assert!(message.contains(&expected), "{what}: {message}");
+                if message.contains("it is damaged") {
+                    let source = std::error::Error::source(&e)
+                        .unwrap_or_else(|| panic!("{what}: no source: {message}"));
+                    assert!(!source.to_string().is_empty(), "{what}");
+                }
                 assert!(
                     ["it is damaged", "not a tablekit store", "it is empty"]
                         .iter()
@@ -234,6 +254,66 @@ fn damaged_files_are_errors_naming_the_file_never_panics() {
             }
         }
     }
+}
+
+#[test]
+fn a_damaged_record_is_named_by_its_table_and_entity_in_reads_and_the_check() {
+    let file = TempFile::new();
+    sample_store(&file.0);
+    // The record of ("p3", "r0010") in table T2x, cut short: its pages'
+    // checksums are right (redb wrote it), its content is not.
+    let key = crate::backend::embedded::key::entity_key("p3", "r0010");
+    {
+        let db = Database::create(&file.0).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(entities_def(&entities_name(2)))
+            .unwrap()
+            .insert(key.as_slice(), [rows::BINARY, 1, 2].as_slice())
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let shown = file.0.display().to_string();
+    let names_it = |message: &str| {
+        assert!(message.contains("table T2x"), "{message}");
+        assert!(message.contains("(\"p3\", \"r0010\")"), "{message}");
+        assert!(message.contains(&shown), "{message}");
+    };
+    {
+        let (d, _) = Durable::open(&file.0).unwrap();
+        // A point read.
+        let e = d
+            .snapshot(2, "T2x")
+            .unwrap()
+            .get("p3", "r0010")
+            .unwrap_err();
+        names_it(&e.to_string());
+        // A page of a query: the record is kept as it is and decoded by the
+        // reader, whose error names it too.
+        let snapshot = d.snapshot(2, "T2x").unwrap();
+        let mut page = rows::Rows::new(snapshot.origin());
+        snapshot
+            .scan(&key, None, |k, v| {
+                push_row(&snapshot, &mut page, k, v)?;
+                Ok(false)
+            })
+            .unwrap();
+        let mut out: Vec<DynamicEntity> = Vec::new();
+        let e = crate::backend::stored::decode_rows(&page, None, &mut out).unwrap_err();
+        names_it(&e.to_string());
+        let mut spare = crate::backend::stored::Spare::default();
+        let e = crate::backend::stored::decode_row_at::<DynamicEntity>(&page, 0, None, &mut spare)
+            .unwrap_err();
+        names_it(&e.to_string());
+    }
+    // The offline check.
+    let e = check_file(&file.0).unwrap_err();
+    let message = e.to_string();
+    names_it(&message);
+    assert!(message.contains("it is damaged: in table T2x"), "{message}");
+    assert!(
+        !seal::exists(&file.0),
+        "a file that fails its check is not sealed"
+    );
 }
 
 #[test]
