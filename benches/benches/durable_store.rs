@@ -302,8 +302,20 @@ mod sqlite {
     }
 
     pub(super) fn fill(path: &str, n: usize) {
-        let c = open(path);
         let started = Instant::now();
+        fill_quiet(path, n);
+        let fill_s = started.elapsed().as_secs_f64();
+        println!(
+            "{{\"phase\":\"sqlite_fill\",\"n\":{n},\"fill_s\":{fill_s:.3},\"file_bytes\":{},\"peak_rss_kib\":{},\"rss_kib\":{}}}",
+            std::fs::metadata(path).map_or(0, |m| m.len()),
+            status_kib("VmHWM"),
+            status_kib("VmRSS"),
+        );
+    }
+
+    /// Fills a fresh SQLite file with `n` entities, 100 per transaction.
+    pub(super) fn fill_quiet(path: &str, n: usize) {
+        let c = open(path);
         for p in 0..PARTITIONS {
             let rows: Vec<usize> = (p..n).step_by(PARTITIONS).collect();
             for chunk in rows.chunks(100) {
@@ -314,14 +326,6 @@ mod sqlite {
                 c.execute_batch("COMMIT").unwrap();
             }
         }
-        let fill_s = started.elapsed().as_secs_f64();
-        drop(c);
-        println!(
-            "{{\"phase\":\"sqlite_fill\",\"n\":{n},\"fill_s\":{fill_s:.3},\"file_bytes\":{},\"peak_rss_kib\":{},\"rss_kib\":{}}}",
-            std::fs::metadata(path).map_or(0, |m| m.len()),
-            status_kib("VmHWM"),
-            status_kib("VmRSS"),
-        );
     }
 
     pub(super) fn read(path: &str, n: usize) {
@@ -457,6 +461,289 @@ mod sqlite {
             size(),
             started.elapsed().as_secs_f64()
         );
+    }
+}
+
+/// Issue 38 item 2: `bulk()` of the same rows sorted by PartitionKey and as
+/// generated (997 partitions interleaved), each into a fresh file in its own
+/// child process.
+mod bulk {
+    use super::*;
+    use futures::stream;
+    use tablekit::UpdateMode;
+
+    /// How many partitions the bulk rows are spread over.
+    pub(super) const PARTITIONS: usize = 997;
+
+    /// Row `i`: the workload's entity in partition `i % 997`.
+    fn row(i: usize) -> DynamicEntity {
+        let mut e = entity(i);
+        e.partition_key = format!("q{:03}", i % PARTITIONS);
+        e
+    }
+
+    /// The rows' order: by partition (then RowKey), or as generated.
+    fn order(n: usize, sorted: bool) -> Vec<usize> {
+        if sorted {
+            (0..PARTITIONS)
+                .flat_map(|p| (p..n).step_by(PARTITIONS))
+                .collect()
+        } else {
+            (0..n).collect()
+        }
+    }
+
+    /// Child: `n` rows upserted with `bulk()` into a fresh file; the rate,
+    /// the file's size before and after the store's close, the close's time
+    /// and the peak resident set.
+    pub(super) fn write(path: &str, n: usize, sorted: bool) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime");
+        let svc = TableServiceClient::embedded_at(path).expect("the store file opens");
+        let t = svc.table::<DynamicEntity>(TABLE).expect("a valid name");
+        rt.block_on(t.create_table()).expect("create the table");
+        let rows = order(n, sorted);
+        let setting = |name: &str| std::env::var(name).ok().and_then(|v| v.parse().ok());
+        let mut writer = t.bulk();
+        if let Some(v) = setting("DURABLE_STORE_BULK_IN_FLIGHT") {
+            writer = writer.in_flight(v);
+        }
+        if let Some(v) = setting("DURABLE_STORE_BULK_BUFFER") {
+            writer = writer.buffer(v);
+        }
+        let cpu0 = cpu_s();
+        let started = Instant::now();
+        let report = rt
+            .block_on(
+                writer.upsert_all(stream::iter(rows.into_iter().map(row)), UpdateMode::Replace),
+            )
+            .expect("the bulk write runs");
+        let cpu = cpu_s() - cpu0;
+        let write_s = started.elapsed().as_secs_f64();
+        assert_eq!(report.written, n as u64);
+        let size = || std::fs::metadata(path).map_or(0, |m| m.len());
+        let open_bytes = size();
+        let started = Instant::now();
+        drop((t, svc));
+        let close_s = started.elapsed().as_secs_f64();
+        println!(
+            "{{\"phase\":\"bulk_{}\",\"n\":{n},\"partitions\":{PARTITIONS},\"write_s\":{write_s:.3},\
+             \"rows_per_s\":{:.0},\"close_s\":{close_s:.3},\"rows_per_s_with_close\":{:.0},\
+             \"file_bytes_open\":{open_bytes},\"file_bytes\":{},\"peak_rss_kib\":{},\"cpu_s\":{cpu:.3},\"transactions\":{}}}",
+            if sorted { "sorted" } else { "interleaved" },
+            n as f64 / write_s,
+            n as f64 / (write_s + close_s),
+            size(),
+            status_kib("VmHWM"),
+            report.transactions,
+        );
+    }
+
+    /// The CPU time of this process so far (user and system, all threads).
+    fn cpu_s() -> f64 {
+        use nix::sys::resource::{getrusage, UsageWho};
+        let u = getrusage(UsageWho::RUSAGE_SELF).expect("getrusage");
+        let s = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+        s(u.user_time()) + s(u.system_time())
+    }
+
+    /// A number field of a child's JSON line.
+    pub(super) fn field(line: &str, name: &str) -> f64 {
+        let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        v[name].as_f64().unwrap_or(f64::NAN)
+    }
+
+    /// Sorted, then interleaved, each in a fresh file; then the ratios
+    /// interleaved/sorted.
+    pub(super) fn run() {
+        let n: usize = std::env::var("DURABLE_STORE_BULK_N")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(100_000);
+        let mut lines = Vec::new();
+        for phase in ["bulk_sorted", "bulk_interleaved"] {
+            let path = std::env::temp_dir().join(format!(
+                "tablekit-durable-bulk-{}-{phase}.redb",
+                std::process::id()
+            ));
+            let _ = tablekit::storage::remove_file(&path);
+            let line = child(phase, &path, n);
+            println!("{line}");
+            lines.push(line);
+            let _ = tablekit::storage::remove_file(&path);
+        }
+        let ratio = |name: &str| field(&lines[1], name) / field(&lines[0], name);
+        println!(
+            "{{\"phase\":\"bulk_ratio\",\"n\":{n},\"interleaved_to_sorted_rate\":{:.2},\
+             \"interleaved_to_sorted_rate_with_close\":{:.2},\"interleaved_to_sorted_file\":{:.2},\
+             \"interleaved_to_sorted_file_open\":{:.2},\"interleaved_to_sorted_peak_rss\":{:.2}}}",
+            ratio("rows_per_s"),
+            ratio("rows_per_s_with_close"),
+            ratio("file_bytes"),
+            ratio("file_bytes_open"),
+            ratio("peak_rss_kib"),
+        );
+    }
+}
+
+/// Issue 38 item 3: the whole table scanned, decoded into a typed entity,
+/// pages of 1,000, from the store file and from SQLite, each in its own
+/// child process after both were filled.
+mod scan {
+    use super::*;
+    use tablekit::TableEntity;
+
+    /// The bench's entity as a typed struct (support::entity's properties).
+    #[derive(TableEntity, Debug, Clone, PartialEq)]
+    pub(super) struct Employee {
+        #[tablekit(partition_key)]
+        pk: String,
+        #[tablekit(row_key)]
+        rk: String,
+        first_name: String,
+        last_name: String,
+        email: String,
+        age: i32,
+        salary: f64,
+        employee_id: i64,
+        active: bool,
+        photo: Vec<u8>,
+    }
+
+    impl Employee {
+        /// What the scan adds up, so that no field goes unread.
+        fn weight(&self) -> u64 {
+            (self.pk.len()
+                + self.rk.len()
+                + self.first_name.len()
+                + self.last_name.len()
+                + self.email.len()
+                + self.photo.len()) as u64
+                + self.age as u64
+                + (self.employee_id - 9_000_000_000) as u64
+                + u64::from(self.active)
+                + self.salary as u64
+        }
+    }
+
+    /// Child: fills the store file and the SQLite file with `n` entities.
+    pub(super) fn fill(path: &str, n: usize) {
+        let fill_s = runtime(1).block_on(async {
+            let svc = TableServiceClient::embedded_at(path).expect("the store file opens");
+            fill_service(&svc, n).await
+        });
+        let started = Instant::now();
+        super::sqlite::fill_quiet(&format!("{path}.sqlite"), n);
+        println!(
+            "{{\"phase\":\"scan_fill\",\"n\":{n},\"file_fill_s\":{fill_s:.3},\"sqlite_fill_s\":{:.3},\
+             \"file_bytes\":{},\"sqlite_bytes\":{}}}",
+            started.elapsed().as_secs_f64(),
+            std::fs::metadata(path).map_or(0, |m| m.len()),
+            std::fs::metadata(format!("{path}.sqlite")).map_or(0, |m| m.len()),
+        );
+    }
+
+    /// Child: the store file's table streamed as `Employee`, pages of 1,000.
+    pub(super) fn file(path: &str, n: usize) {
+        let account = Storage::embedded_at_with(path, options()).expect("the file opens");
+        let t = account.table::<Employee>(TABLE).expect("a valid name");
+        let (scan_s, weight) = runtime(1).block_on(async {
+            let started = Instant::now();
+            let mut s = t.query().page_size(1000).stream();
+            let (mut count, mut weight) = (0usize, 0u64);
+            while let Some(e) = s.try_next().await.expect("the stream reads") {
+                count += 1;
+                weight += e.weight();
+            }
+            assert_eq!(count, n);
+            (started.elapsed().as_secs_f64(), weight)
+        });
+        println!(
+            "{{\"phase\":\"scan_file\",\"n\":{n},\"scan_s\":{scan_s:.3},\"weight\":{weight},\"peak_rss_kib\":{}}}",
+            status_kib("VmHWM")
+        );
+    }
+
+    /// Child: the SQLite table read in key order, each row's JSON decoded
+    /// as `Employee`, 1,000 rows a query (a page, resumed after its last key).
+    pub(super) fn sqlite(path: &str, n: usize) {
+        let c = super::sqlite::open(&format!("{path}.sqlite"));
+        let started = Instant::now();
+        let mut first = c
+            .prepare("SELECT pk, rk, body FROM entities ORDER BY pk, rk LIMIT 1000")
+            .unwrap();
+        let mut next = c
+            .prepare(
+                "SELECT pk, rk, body FROM entities WHERE (pk, rk) > (?1, ?2) ORDER BY pk, rk LIMIT 1000",
+            )
+            .unwrap();
+        let (mut count, mut weight) = (0usize, 0u64);
+        let mut last: Option<(String, String)> = None;
+        loop {
+            let read = |r: &rusqlite::Row<'_>| -> rusqlite::Result<(String, String, Vec<u8>)> {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            };
+            let page: Vec<(String, String, Vec<u8>)> = match &last {
+                None => first
+                    .query_map([], read)
+                    .unwrap()
+                    .map(|r| r.unwrap())
+                    .collect(),
+                Some((pk, rk)) => next
+                    .query_map(rusqlite::params![pk, rk], read)
+                    .unwrap()
+                    .map(|r| r.unwrap())
+                    .collect(),
+            };
+            let Some((pk, rk, _)) = page.last() else {
+                break;
+            };
+            last = Some((pk.clone(), rk.clone()));
+            for (_, _, body) in &page {
+                let e: Employee =
+                    tablekit::codec::entity_from_json(body).expect("a stored entity decodes");
+                count += 1;
+                weight += e.weight();
+            }
+        }
+        assert_eq!(count, n);
+        println!(
+            "{{\"phase\":\"scan_sqlite\",\"n\":{n},\"scan_s\":{:.3},\"weight\":{weight},\"peak_rss_kib\":{}}}",
+            started.elapsed().as_secs_f64(),
+            status_kib("VmHWM")
+        );
+    }
+
+    /// Both filled, then each scanned; the ratio tablekit/SQLite of the
+    /// scan times.
+    pub(super) fn run() {
+        let n: usize = std::env::var("DURABLE_STORE_SCAN_N")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1_000_000);
+        let path =
+            std::env::temp_dir().join(format!("tablekit-durable-scan-{}.redb", std::process::id()));
+        let _ = tablekit::storage::remove_file(&path);
+        println!("{}", child("scan_fill", &path, n));
+        let file = child("scan_file", &path, n);
+        println!("{file}");
+        let sqlite = child("scan_sqlite", &path, n);
+        println!("{sqlite}");
+        assert_eq!(
+            super::bulk::field(&file, "weight"),
+            super::bulk::field(&sqlite, "weight"),
+            "both read the same entities"
+        );
+        println!(
+            "{{\"phase\":\"scan_ratio\",\"n\":{n},\"file_to_sqlite_time\":{:.2}}}",
+            super::bulk::field(&file, "scan_s") / super::bulk::field(&sqlite, "scan_s")
+        );
+        let _ = tablekit::storage::remove_file(&path);
+        for tail in [".sqlite", ".sqlite-wal", ".sqlite-shm"] {
+            let _ = std::fs::remove_file(format!("{}{tail}", path.display()));
+        }
     }
 }
 
@@ -659,6 +946,11 @@ fn main() {
             "sqlite_fill" => sqlite::fill(&format!("{path}.sqlite"), n),
             "sqlite_read" => sqlite::read(&format!("{path}.sqlite"), n),
             "sqlite_writers" => sqlite::writers(&format!("{path}.sqlite"), n),
+            "bulk_sorted" => bulk::write(&path, n, true),
+            "bulk_interleaved" => bulk::write(&path, n, false),
+            "scan_fill" => scan::fill(&path, n),
+            "scan_file" => scan::file(&path, n),
+            "scan_sqlite" => scan::sqlite(&path, n),
             _ => sqlite::compact(&format!("{path}.sqlite"), n),
         }
         return;
@@ -670,9 +962,21 @@ fn main() {
     }
     // A filter (`-- group_commit`) selects among the criterion benchmarks
     // alone; without one the phases run first.
-    let filtered = std::env::args().skip(1).any(|a| !a.starts_with('-'));
-    if filtered {
-        group_commit::run();
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    if !filters.is_empty() {
+        let selects = |group: &str| filters.iter().any(|f| group.contains(f.as_str()));
+        if selects("bulk") {
+            bulk::run();
+        }
+        if selects("scan") {
+            scan::run();
+        }
+        if selects("group_commit") {
+            group_commit::run();
+        }
         return;
     }
     let n: usize = std::env::var("DURABLE_STORE_N")
