@@ -275,7 +275,7 @@ fn commit_group(
     let applied = (|| -> std::result::Result<Vec<_>, redb::Error> {
         let mut outcomes = Vec::with_capacity(batch.len());
         let mut newest = None;
-        let mut freed = 0u64;
+        let mut sizes = Sizes::default();
         let tables = txn.open_table(TABLES)?;
         for Queued { job, .. } in batch {
             let current = tables.get(job.lower.as_str())?.map(|v| v.value().0);
@@ -285,14 +285,21 @@ fn commit_group(
             }
             let name = entities_name(job.id);
             let mut entities = txn.open_table(entities_def(&name))?;
-            freed += apply_rows(&mut entities, &job.rows)?;
+            sizes.add(apply_rows(&mut entities, &job.rows)?);
             newest = newest.max(job.newest);
             outcomes.push(Ok(()));
         }
-        if freed > 0 {
+        if sizes != Sizes::default() {
             let mut meta = txn.open_table(META)?;
-            let before = meta.get(FREED)?.map_or(0, |v| v.value());
-            meta.insert(FREED, before.saturating_add(freed))?;
+            if sizes.freed > 0 {
+                let before = meta.get(FREED)?.map_or(0, |v| v.value());
+                meta.insert(FREED, before.saturating_add(sizes.freed))?;
+            }
+            // Kept only where it is known from the start (see `LIVE`).
+            let live = meta.get(LIVE)?.map(|v| v.value());
+            if let Some(live) = live {
+                meta.insert(LIVE, live.saturating_add_signed(sizes.live))?;
+            }
         }
         if let Some(t) = newest {
             // The clock of the next open starts after every version given.
@@ -310,8 +317,23 @@ fn commit_group(
     }
 }
 
-/// Applies one write's rows to its table: the bytes of the entities it
-/// removes.
+/// What a write did to the size of its table's entities: the bytes of the
+/// entities it removed (keys and records), and the change of the bytes of
+/// all its table's entities.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Sizes {
+    pub(super) freed: u64,
+    pub(super) live: i64,
+}
+
+impl Sizes {
+    fn add(&mut self, other: Sizes) {
+        self.freed += other.freed;
+        self.live += other.live;
+    }
+}
+
+/// Applies one write's rows to its table: what it did to the sizes.
 ///
 /// A write of several rows puts its new keys in key order through a cursor
 /// (`lower_bound_mut` and `insert_before`): redb buffers the run and packs it
@@ -325,14 +347,29 @@ fn commit_group(
 pub(super) fn apply_rows(
     entities: &mut redb::Table<'_, &'static [u8], &'static [u8]>,
     rows: &[(Vec<u8>, Option<Vec<u8>>)],
-) -> std::result::Result<u64, redb::Error> {
-    let mut freed = 0u64;
-    let mut remove = |entities: &mut redb::Table<'_, &'static [u8], &'static [u8]>,
-                      key: &[u8]|
+) -> std::result::Result<Sizes, redb::Error> {
+    let mut sizes = Sizes::default();
+    let len = |n: usize| n as i64;
+    let remove = |entities: &mut redb::Table<'_, &'static [u8], &'static [u8]>,
+                  key: &[u8],
+                  sizes: &mut Sizes|
      -> std::result::Result<(), redb::Error> {
         if let Some(old) = entities.remove(key)? {
-            freed += (key.len() + old.value().len()) as u64;
+            let bytes = key.len() + old.value().len();
+            sizes.freed += bytes as u64;
+            sizes.live -= len(bytes);
         }
+        Ok(())
+    };
+    let insert = |entities: &mut redb::Table<'_, &'static [u8], &'static [u8]>,
+                  key: &[u8],
+                  value: &[u8],
+                  sizes: &mut Sizes|
+     -> std::result::Result<(), redb::Error> {
+        sizes.live += match entities.insert(key, value)? {
+            Some(old) => len(value.len()) - len(old.value().len()),
+            None => len(key.len() + value.len()),
+        };
         Ok(())
     };
     let mut keys: Vec<&[u8]> = rows.iter().map(|(k, _)| k.as_slice()).collect();
@@ -342,19 +379,17 @@ pub(super) fn apply_rows(
         // key twice: in the write's order, the last change wins.
         for (key, value) in rows {
             match value {
-                Some(v) => {
-                    entities.insert(key.as_slice(), v.as_slice())?;
-                }
-                None => remove(entities, key)?,
+                Some(v) => insert(entities, key, v, &mut sizes)?,
+                None => remove(entities, key, &mut sizes)?,
             }
         }
-        return Ok(freed);
+        return Ok(sizes);
     }
     let mut puts: Vec<(&[u8], &[u8])> = Vec::with_capacity(rows.len());
     for (key, value) in rows {
         match value {
             Some(v) => puts.push((key, v)),
-            None => remove(entities, key)?,
+            None => remove(entities, key, &mut sizes)?,
         }
     }
     puts.sort_unstable_by(|a, b| a.0.cmp(b.0));
@@ -364,7 +399,10 @@ pub(super) fn apply_rows(
         let mut j = i;
         while j < puts.len() {
             match cursor.insert_before(puts[j].0, puts[j].1) {
-                Ok(()) => j += 1,
+                Ok(()) => {
+                    sizes.live += len(puts[j].0.len() + puts[j].1.len());
+                    j += 1;
+                }
                 // The key exists (or one does between the last and this):
                 // the run ends here.
                 Err(redb::CursorError::UnorderedKey) => break,
@@ -374,11 +412,11 @@ pub(super) fn apply_rows(
         cursor.close()?;
         if j == i {
             // `puts[i]` exists: replaced in place.
-            entities.insert(puts[i].0, puts[i].1)?;
+            insert(entities, puts[i].0, puts[i].1, &mut sizes)?;
             i += 1;
         } else {
             i = j;
         }
     }
-    Ok(freed)
+    Ok(sizes)
 }

@@ -206,8 +206,8 @@ mod seal;
 #[cfg(test)]
 mod tests;
 
-use files::FREED;
 pub(crate) use files::{check_file, compact_file, remove_file};
+use files::{FREED, LIVE};
 use group::*;
 use record::{decode, encode};
 
@@ -852,6 +852,7 @@ fn check_format(db: &Database, path: &Path) -> Result<()> {
                 meta.insert("format", FORMAT_VERSION)
                     .map_err(|e| fail(&e))?;
                 meta.insert("next_table", 1).map_err(|e| fail(&e))?;
+                meta.insert(LIVE, 0).map_err(|e| fail(&e))?;
             }
         }
     }

@@ -790,7 +790,10 @@ fn a_write_of_several_rows_replaces_and_removes_what_exists_and_adds_the_rest() 
             .step_by(2)
             .map(|r| (key(r), Some(vec![1u8, r as u8])))
             .collect();
-        assert_eq!(group::apply_rows(&mut t, &rows).unwrap(), 0);
+        let added = group::apply_rows(&mut t, &rows).unwrap();
+        let k = key(0).len() as i64;
+        assert_eq!(added.freed, 0);
+        assert_eq!(added.live, 10 * (k + 2), "ten keys and records of 2 bytes");
         // One write: rows 0..20 put (replacing the even ones), but 4 and 7
         // removed (4 exists, 7 does not); in no particular order.
         let mut rows: Vec<_> = (0..20)
@@ -801,8 +804,11 @@ fn a_write_of_several_rows_replaces_and_removes_what_exists_and_adds_the_rest() 
         rows.swap(0, 5);
         rows.push((key(4), None));
         rows.push((key(7), None));
-        let freed = group::apply_rows(&mut t, &rows).unwrap();
-        assert_eq!(freed, (key(4).len() + 2) as u64, "row 4's key and record");
+        let sizes = group::apply_rows(&mut t, &rows).unwrap();
+        assert_eq!(sizes.freed, (k + 2) as u64, "row 4's key and record");
+        // 9 even rows grown from 2 to 3 bytes, 9 odd ones (not 7) added, row
+        // 4 removed.
+        assert_eq!(sizes.live, 9 + 9 * (k + 3) - (k + 2));
         let got: Vec<(Vec<u8>, Vec<u8>)> = t
             .iter()
             .unwrap()
@@ -818,4 +824,65 @@ fn a_write_of_several_rows_replaces_and_removes_what_exists_and_adds_the_rest() 
         assert_eq!(got, want);
     }
     txn.commit().unwrap();
+}
+
+#[test]
+fn a_file_whose_entities_take_at_most_half_of_it_is_compacted_when_it_closes() {
+    // Not by deletes: 120 entities of 60 KB replaced by entities of 10 bytes.
+    let file = TempFile::new();
+    let len = || std::fs::metadata(&file.0).unwrap().len();
+    let live = |path: &Path| {
+        let db = Database::create(path).unwrap();
+        let txn = db.begin_read().unwrap();
+        let meta = txn.open_table(META).unwrap();
+        meta.get(LIVE).unwrap().map(|v| v.value())
+    };
+    let big = "x".repeat(60_000);
+    {
+        let (d, _) = Durable::open(&file.0).unwrap();
+        let id = d.create_table("t1x", "T1x").unwrap();
+        for i in 0..120 {
+            put(&d, "t1x", id, i, Some(&big));
+        }
+    }
+    let full = len();
+    assert!(full > 7_000_000, "{full}");
+    let before = live(&file.0).expect("a new file keeps its entities' size");
+    assert!(before > 7_200_000 && before < 7_300_000, "{before}");
+    assert_eq!(len(), full, "not compacted: its entities fill it");
+    {
+        let (d, _) = Durable::open(&file.0).unwrap();
+        for i in 0..120 {
+            put(&d, "t1x", 1, i, Some("small"));
+        }
+    }
+    let after = len();
+    assert!(
+        after < full / 10,
+        "compacted at the close: {full} -> {after}"
+    );
+    let now = live(&file.0).unwrap();
+    assert!(now < 10_000, "{now}");
+    let (d, loaded) = Durable::open(&file.0).unwrap();
+    assert_eq!(entities(&d, &loaded).len(), 120);
+}
+
+#[test]
+fn compaction_at_close_is_decided_on_deletes_or_on_the_entities_share_of_the_file() {
+    use files::worth_compacting as worth;
+    let mib = 1 << 20;
+    // Deletes: at least 1 MiB and a quarter of the file.
+    assert!(worth(8 * mib, 2 * mib, None, true));
+    assert!(!worth(8 * mib, 2 * mib - 1, None, true));
+    assert!(!worth(2 * mib, mib - 1, None, true));
+    // The entities' share: at most half of a file of at least 4 MiB that
+    // holds no queue or blob.
+    assert!(worth(8 * mib, 0, Some(4 * mib), true));
+    assert!(!worth(8 * mib, 0, Some(4 * mib + 1), true));
+    assert!(!worth(4 * mib - 1, 0, Some(0), true));
+    assert!(
+        !worth(8 * mib, 0, Some(0), false),
+        "queues and blobs are not counted"
+    );
+    assert!(!worth(8 * mib, 0, None, true), "unknown in an older file");
 }
