@@ -150,7 +150,11 @@ pub fn check_file(path: impl AsRef<Path>) -> Result<FileReport> {
 /// system. The file must not be open (in this process or another). The
 /// file's size in bytes before and after. A store also compacts its file
 /// when it closes if the entities deleted since its last compaction took at
-/// least 1 MiB and a quarter of the file's size.
+/// least 1 MiB and a quarter of the file's size, or if its entities take at
+/// most half of a file of at least 4 MiB that holds no queue or blob
+/// (whatever freed the rest: updates that shrank entities, sparse pages).
+/// That costs the close about what this call costs (0.7 s for a file of
+/// 100,000 entities of the `durable_store` bench).
 ///
 /// # Errors
 ///

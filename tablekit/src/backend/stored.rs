@@ -109,7 +109,11 @@ fn unreadable_row(
     rows: &crate::backend::embedded::durable::rows::Rows,
     i: usize,
 ) -> crate::error::Error {
-    crate::backend::embedded::durable::read_error(rows.unreadable(i))
+    crate::error::Error::service(
+        500,
+        crate::error::ErrorCode::InternalError,
+        format!("the file could not be read: {}", rows.unreadable(i)),
+    )
 }
 
 /// The strings one row's decode leaves for the next (see [`decode_row_at`]).

@@ -151,8 +151,9 @@ pub(super) const LIVE: &str = "live";
 pub(super) const COMPACT_AT_CLOSE_BYTES: u64 = 1 << 20;
 
 /// The least size of a file compacted at close because its entities take
-/// at most half of it ([`LIVE`]), whatever freed the rest: a dense file is
-/// about 1.25 times its entities' bytes (the `durable_store` bench's files).
+/// at most half of it ([`LIVE`]), whatever freed the rest. A densely filled
+/// file holds its entities in well over half of it: the `durable_store`
+/// bench's `bulk` files (100,000 entities, 35.7 MB) are not compacted.
 pub(super) const COMPACT_SPARSE_BYTES: u64 = 4 << 20;
 
 /// Rebuilds every table's entities and moves the file's pages towards its
