@@ -154,9 +154,10 @@ impl<'a, T: TableEntity> BulkWriter<'a, T> {
     /// How many entities may wait in partially filled transactions before
     /// the oldest is sent anyway (at least 100; default 10,000, and 100,000
     /// on a plain embedded store). The input is read no further ahead than
-    /// this, so it bounds the writer's memory: about 1 KiB an entity of ten
+    /// this, so it bounds the writer's memory: about 1 KiB an entity of eight
     /// properties (the `durable_store` bench's `bulk`: 100,000 rows over 997
-    /// partitions peak at about 150 MB resident at the default).
+    /// partitions peak at about 160 MB resident at the default, sorted
+    /// at about 85 MB).
     ///
     /// Input not sorted by PartitionKey spreads over many open transactions:
     /// with P partitions interleaved each is sent with about `buffer / P`

@@ -341,9 +341,10 @@ impl Sizes {
 /// the middle of the tree splits a full leaf in two halves, and the half
 /// before the gap is never written again when input arrives by partition in
 /// turn (each partition's rows go to the end of its key range, the middle of
-/// the tree): the file ends twice as large as the same rows sorted would
-/// make it (see the `durable_store` bench's `bulk`). A key that exists is
-/// replaced by a plain insert; rows to remove are removed.
+/// the tree): `writes_of_partitions_in_turn_leave_leaves_as_full_as_sorted_writes`
+/// counts 343 leaves for 288 that way, 283 for 280 through the cursor (and
+/// see the `durable_store` bench's `bulk`). A key that exists is replaced by
+/// a plain insert; rows to remove are removed.
 pub(super) fn apply_rows(
     entities: &mut redb::Table<'_, &'static [u8], &'static [u8]>,
     rows: &[(Vec<u8>, Option<Vec<u8>>)],
