@@ -785,6 +785,7 @@ where
 /// `worker_threads = n` (as `#[tokio::test]` takes them); time and I/O are
 /// enabled. The harness builds it itself: the crate needs no Tokio macros.
 /// The tests' module has `use super::*`, so a case sees its file's items.
+#[doc(hidden)] // shown where users find it: `tablekit::testing::conformance`
 #[macro_export]
 macro_rules! conformance {
     // Inline cases.

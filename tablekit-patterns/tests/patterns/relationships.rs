@@ -708,7 +708,9 @@ fn random_moves_hires_and_fires_leave_every_count_right_embedded() {
 fn random_moves_hires_and_fires_leave_every_count_right_embedded_file() {
     // The file backend's scratch folder, removed with `env`.
     let env = TestEnv::file();
-    let dir = env.scratch_dir().expect("the file backend has a scratch folder");
+    let dir = env
+        .scratch_dir()
+        .expect("the file backend has a scratch folder");
     let n = AtomicUsize::new(0);
     run(6, 20, || {
         let sub = n.fetch_add(1, Ordering::SeqCst);
