@@ -105,7 +105,7 @@
 //! | `reqwest` | a second transport, reqwest's client: `Transport::Reqwest` (the default transport is tablekit's own, on hyper) | reqwest and its dependencies | no |
 //! | `entra` | Microsoft Entra ID through the official identity crates: `Credential::entra` takes any `azure_identity` credential | azure_core (its `TokenCredential` trait; no HTTP client of its own) | no |
 //! | `encryption` | client-side encryption of chosen string properties in the wire format of the .NET storage library and the legacy Python table library (`encryption`: `TableClient::encrypted`, `#[tablekit(encrypt)]`, A256KW and RSA-OAEP key-encryption keys, key rotation) | RustCrypto's aes, cbc, aes-kw, rsa, sha1, rand_core, zeroize | no |
-//! | `test-support` | proptest strategies for tests of code built on tablekit (`filter::strategies`) | proptest | no |
+//! | `test-support` | for tests of code built on tablekit: the conformance harness (`testing`: one test on the in-memory store, the store file and Azurite), proptest strategies (`filter::strategies`) and `Filter::matches` (the service's filter rules, as a model); turns on `durable` | proptest | no |
 //! | `fuzzing` | hidden entry points to internal parsers, for tablekit's own fuzz targets: unstable, not for use outside tablekit | | no |
 //!
 //! Code that only talks to Azure tables over HTTP needs
@@ -173,6 +173,9 @@ pub mod service_properties;
 pub mod simulation;
 pub mod storage;
 pub mod table;
+#[cfg(feature = "test-support")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-support")))]
+pub mod testing;
 pub mod validate;
 
 pub mod transport {

@@ -54,8 +54,9 @@ fn same(a: &Employee, b: &Employee) -> bool {
     }
 }
 
-crate::both! {
-    async fn encrypted_entities_round_trip_and_are_stored_as_ciphertext(svc, backend) {
+tablekit::testing::conformance! {
+    async fn encrypted_entities_round_trip_and_are_stored_as_ciphertext(env) {
+        let svc = env.tables().clone();
         let table = common::fresh_table::<Employee>(&svc, "enc").await;
         let enc = table.encrypted(EncryptionPolicy::with_shared_key(key("k1", 1)));
         let mut e = employee("1", "123-45-6789");
@@ -107,8 +108,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn a_missing_or_wrong_key_is_an_error_never_garbage(svc, backend) {
+tablekit::testing::conformance! {
+    async fn a_missing_or_wrong_key_is_an_error_never_garbage(env) {
+        let svc = env.tables().clone();
         let table = common::fresh_table::<Employee>(&svc, "enckey").await;
         let k1 = key("k1", 1);
         table
@@ -156,8 +158,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn require_encryption_refuses_entities_written_in_clear(svc, backend) {
+tablekit::testing::conformance! {
+    async fn require_encryption_refuses_entities_written_in_clear(env) {
+        let svc = env.tables().clone();
         let table = common::fresh_table::<DynamicEntity>(&svc, "encreq").await;
         table
             .insert(&DynamicEntity::new("p", "clear").with("Secret", "not encrypted"))
@@ -175,8 +178,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn an_encryption_resolver_picks_the_properties_of_untyped_entities(svc, backend) {
+tablekit::testing::conformance! {
+    async fn an_encryption_resolver_picks_the_properties_of_untyped_entities(env) {
+        let svc = env.tables().clone();
         let table = common::fresh_table::<DynamicEntity>(&svc, "encdyn").await;
         let enc = table.encrypted(
             EncryptionPolicy::new(AesKeyWrap::new("k1", [1; 32]))
@@ -203,8 +207,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn encrypted_writes_go_into_transactions_and_plans(svc, backend) {
+tablekit::testing::conformance! {
+    async fn encrypted_writes_go_into_transactions_and_plans(env) {
+        let svc = env.tables().clone();
         let table = common::fresh_table::<Employee>(&svc, "enctx").await;
         let enc = table.encrypted(EncryptionPolicy::new(AesKeyWrap::new("k1", [1; 32])));
         let mut tx = enc.raw().transaction();
@@ -227,8 +232,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn key_rotation_rewraps_content_keys_only(svc, backend) {
+tablekit::testing::conformance! {
+    async fn key_rotation_rewraps_content_keys_only(env) {
+        let svc = env.tables().clone();
         let table = common::fresh_table::<Employee>(&svc, "encrot").await;
         let (k1, k2) = (key("k1", 1), key("k2", 2));
         let old = table.encrypted(EncryptionPolicy::with_shared_key(k1.clone()));
@@ -301,8 +307,9 @@ impl KeyEncryptionKey for InterferingKey {
     }
 }
 
-crate::both! {
-    async fn key_rotation_loses_no_concurrent_change(svc, backend) {
+tablekit::testing::conformance! {
+    async fn key_rotation_loses_no_concurrent_change(env) {
+        let svc = env.tables().clone();
         let table = common::fresh_table::<Employee>(&svc, "encrotc").await;
         let (k1, k2) = (key("k1", 1), key("k2", 2));
         let old = table.encrypted(EncryptionPolicy::with_shared_key(k1.clone()));
@@ -441,8 +448,9 @@ enum Row {
     Department(Department),
 }
 
-crate::both! {
-    async fn an_enum_of_kinds_encrypts_the_fields_of_its_variants(svc, backend) {
+tablekit::testing::conformance! {
+    async fn an_enum_of_kinds_encrypts_the_fields_of_its_variants(env) {
+        let svc = env.tables().clone();
         assert_eq!(Row::encrypted_properties(), ["Note", "Ssn"]);
         let table = common::fresh_table::<Row>(&svc, "encenum").await;
         let e = Row::Employee(employee("1", "secret"));
