@@ -4,15 +4,12 @@
 //! transport, and the backend reads the answer. Retries, ambiguity, request ids
 //! and the `tablekit.request` span live here, once, for tables, queues and blobs.
 //!
-//! Most calls succeed at their first attempt, so that attempt takes a short
-//! way when it can (no span wanted, a signer that signs at once, the
-//! built-in transport): it is made right in the caller's future, and the
-//! retry loop, boxed, starts only if it fails. See [`Pipeline::call`].
+//! Every attempt, the first as any other, takes one way: the retry loop
+//! around one attempt function (see [`Pipeline::call`]).
 
 use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,8 +20,7 @@ use tracing::Instrument;
 
 use super::limits::AnswerLimits;
 use super::signer::{self, Attempt, RequestSigner, Service};
-use super::transport::hyper::HyperTransport;
-use super::transport::{HttpTransport, Incoming, Origin, Via};
+use super::transport::{HttpTransport, Incoming, Origin};
 use super::wire::{names, push_query_pair};
 use crate::account::Account;
 use crate::backend::Repeat;
@@ -140,16 +136,11 @@ impl RequestId {
 /// ([`Error::outcome_unknown`]), the call's final error, whatever it is, is
 /// marked [`Error::is_ambiguous`]; a [`Repeat::Never`] request is not resent
 /// after such an attempt.
-///
-/// `first` is the error of a first attempt already made (by
-/// [`Pipeline::call`]'s short way): the loop starts from it, as if its own
-/// first attempt had failed so.
 pub(crate) async fn with_retries<T, F, Fut>(
     policy: &RetryPolicy,
     operation: &'static str,
     repeat: Repeat,
     client_request_id: &str,
-    mut first: Option<Error>,
     mut attempt: F,
 ) -> Result<T>
 where
@@ -159,12 +150,9 @@ where
     let mut retry = 0;
     let mut unknown = false;
     loop {
-        let e = match first.take() {
-            Some(e) => e,
-            None => match attempt().await {
-                Ok(v) => return Ok(v),
-                Err(e) => e,
-            },
+        let e = match attempt().await {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
         };
         let this_unknown = repeat != Repeat::Read && e.outcome_unknown();
         let resend = e.is_retryable()
@@ -270,15 +258,9 @@ impl Pipeline {
     /// Sends `req` (with retries, by `repeat`'s rules) and reads each answer
     /// with `interpret` until one is final. The call runs in `span`.
     ///
-    /// The first attempt takes the short way when it can: with `span`
-    /// disabled (no subscriber wants it), a signer that signs at once (a key,
-    /// a SAS) and the built-in transport, it is signed, sent and read right
-    /// here, in the caller's future, with nothing of the retry loop around
-    /// it. Only if it fails do the retries start, in a future of their own
-    /// (boxed: they are rare, and their future would otherwise weigh on every
-    /// request's), from its error and with its client request id. Any other
-    /// call goes the general way, boxed too. Both ways send the same
-    /// requests and give the same answers and errors.
+    /// Every attempt, the first as any other, goes one way: the retry loop
+    /// ([`with_retries`]) around one attempt function
+    /// ([`Pipeline::send_once`]), whatever the signer and the transport.
     // Not an `async fn`: its arguments would be kept twice in the future,
     // once as captured and once moved into locals.
     #[allow(clippy::manual_async_fn)]
@@ -302,40 +284,8 @@ impl Pipeline {
                 req: &req,
                 id: &id,
             };
-            // A disabled span (no subscriber wants it) costs nothing: no clock
-            // reads and no header lookups for its fields.
-            let short = if span.is_disabled() {
-                self.inline_request(&call)
-            } else {
-                None
-            };
-            let Some(first) = short else {
-                return self
-                    .attempts_boxed(&call, operation, repeat, span, None, interpret)
-                    .await;
-            };
-            // Written out rather than in an `async` block of its own with `?`:
-            // one layer fewer in every request's future.
-            let answer = match first {
-                Ok((request, hyper)) => match hyper.send(request).await {
-                    Ok((status, mut body)) => {
-                        let headers = body.take_headers();
-                        match self.checked(Incoming::inline(status, headers, body)) {
-                            Ok(resp) => interpret(resp).await,
-                            Err(e) => Err(e),
-                        }
-                    }
-                    Err(e) => Err(e),
-                },
-                Err(e) => Err(e),
-            };
-            match answer {
-                Ok(v) => Ok(v),
-                Err(e) => {
-                    self.attempts_boxed(&call, operation, repeat, span, Some(e), interpret)
-                        .await
-                }
-            }
+            self.attempts(&call, operation, repeat, span, interpret)
+                .await
         }
     }
 
@@ -357,49 +307,13 @@ impl Pipeline {
             .map_err(|_| Error::config("the request path holds characters a URI does not allow"))
     }
 
-    /// The first attempt's request, signed and completed for the built-in
-    /// transport, if the call can take the short way (see
-    /// [`Pipeline::call`]); `None`, with nothing done, if it cannot.
-    fn inline_request(
-        &self,
-        call: &Call<'_>,
-    ) -> Option<Result<(http::Request<Bytes>, &HyperTransport)>> {
-        let hyper = self.transport.inline()?;
-        let signed = self.sign_at_once(call)?;
-        Some(signed.and_then(|request| Ok((self.transport.complete(request)?, hyper))))
-    }
-
-    /// [`Pipeline::attempts`], boxed, by a function of its own: their future,
-    /// larger than the short way's, sits neither in the caller's future nor
-    /// in the stack frame that polls it.
-    #[inline(never)]
-    #[allow(clippy::type_complexity)]
-    fn attempts_boxed<'c, T, F, Fut>(
-        &'c self,
-        call: &'c Call<'c>,
-        operation: &'static str,
-        repeat: Repeat,
-        span: tracing::Span,
-        first: Option<Error>,
-        interpret: F,
-    ) -> Pin<Box<dyn Future<Output = Result<T>> + Send + 'c>>
-    where
-        T: Send + 'c,
-        F: Fn(Incoming) -> Fut + Send + Sync + 'c,
-        Fut: Future<Output = Result<T>> + Send + 'c,
-    {
-        Box::pin(self.attempts(call, operation, repeat, span, first, interpret))
-    }
-
-    /// The attempts of a call, with retries, in `span`; `first` is the error
-    /// of a first attempt the short way already made.
+    /// The attempts of a call, with retries, in `span`.
     async fn attempts<T, F, Fut>(
         &self,
         call: &Call<'_>,
         operation: &'static str,
         repeat: Repeat,
         span: tracing::Span,
-        first: Option<Error>,
         interpret: F,
     ) -> Result<T>
     where
@@ -414,7 +328,7 @@ impl Pipeline {
             span.record("client_request_id", id_text);
         }
         let span_ref = &span;
-        let attempts = with_retries(&self.retry, operation, repeat, id_text, first, || async {
+        let attempts = with_retries(&self.retry, operation, repeat, id_text, || async {
             let resp = self.send_once(call).await?;
             if traced {
                 span_ref.record("status", resp.status().as_u16());
@@ -443,71 +357,11 @@ impl Pipeline {
         result
     }
 
-    /// One attempt: the common headers, the signature, the transport.
-    ///
-    /// A signer that signs at once and reads no challenges (a key, a SAS)
-    /// takes the short way: the request is signed and handed to the
-    /// transport, and this future holds the transport's, not the request nor
-    /// its headers. Any other signer (a bearer token, which may have to be
-    /// fetched, and answers a challenge) takes the boxed way.
-    // Not an `async fn`: its arguments would be kept twice in the future,
-    // once as captured and once moved into locals.
-    #[allow(clippy::manual_async_fn)]
-    fn send_once<'a>(
-        &'a self,
-        call: &'a Call<'_>,
-    ) -> impl Future<Output = Result<Incoming>> + Send + 'a {
-        async move {
-            let request = match self.sign_at_once(call) {
-                Some(request) => request?,
-                None => return Box::pin(self.send_signing(call)).await,
-            };
-            let (request, via) = self.transport.ready(request)?;
-            let resp = match via {
-                Via::Inline(hyper) => hyper.respond(request).await?,
-                Via::Service(service) => service.call(request).await?,
-            };
-            self.checked(resp)
-        }
-    }
-
-    /// The attempt's request, signed, if the signer signs at once and reads
-    /// no challenges. A function of its own: what it borrows (the attempt)
-    /// is never kept in the attempt's future.
-    fn sign_at_once(&self, call: &Call<'_>) -> Option<Result<http::Request<Bytes>>> {
-        if self.signer.reads_challenges() {
-            return None;
-        }
-        let mut attempt = call.attempt(self.headers(call));
-        let signed = self.signer.sign_now(&mut attempt)?;
-        Some(signed.and_then(|()| call.request(attempt)))
-    }
-
-    /// The headers every attempt sends: the request's own, then the date,
-    /// the client request id and the version. Room is made for what the
-    /// signer and the transport add (Authorization, Host, User-Agent,
-    /// Accept): never regrown.
-    fn headers(&self, call: &Call<'_>) -> HeaderMap {
-        let req = call.req;
-        let mut headers = HeaderMap::with_capacity(req.headers.len() + 8);
-        for (name, value) in &req.headers {
-            headers.insert(name.clone(), value.clone());
-        }
-        headers.insert(names::X_MS_DATE, signer::x_ms_date());
-        headers.insert(names::X_MS_CLIENT_REQUEST_ID, call.id.header());
-        headers.insert(names::X_MS_VERSION, HeaderValue::from_static(API_VERSION));
-        headers
-    }
-
-    /// An answer whose head is within the limits.
-    fn checked(&self, resp: Incoming) -> Result<Incoming> {
-        self.limits.check_head(resp.headers())?;
-        Ok(resp)
-    }
-
-    /// [`Pipeline::send_once`] through the signer's future, and once more
-    /// after a challenge if the signer asks for it.
-    async fn send_signing(&self, call: &Call<'_>) -> Result<Incoming> {
+    /// One attempt, whatever the signer: the common headers, the signature
+    /// (at once for a key or a SAS, through the signer's future for a bearer
+    /// token), the transport, and once more after a challenge if the signer
+    /// reads challenges and asks for it.
+    async fn send_once(&self, call: &Call<'_>) -> Result<Incoming> {
         let mut attempt = call.attempt(self.headers(call));
         // A bearer signer may want the request once more after a 401 (a
         // challenge): keep what it needs to sign again.
@@ -532,6 +386,28 @@ impl Pipeline {
             }
         }
         self.checked(resp)
+    }
+
+    /// The headers every attempt sends: the request's own, then the date,
+    /// the client request id and the version. Room is made for what the
+    /// signer and the transport add (Authorization, Host, User-Agent,
+    /// Accept): never regrown.
+    fn headers(&self, call: &Call<'_>) -> HeaderMap {
+        let req = call.req;
+        let mut headers = HeaderMap::with_capacity(req.headers.len() + 8);
+        for (name, value) in &req.headers {
+            headers.insert(name.clone(), value.clone());
+        }
+        headers.insert(names::X_MS_DATE, signer::x_ms_date());
+        headers.insert(names::X_MS_CLIENT_REQUEST_ID, call.id.header());
+        headers.insert(names::X_MS_VERSION, HeaderValue::from_static(API_VERSION));
+        headers
+    }
+
+    /// An answer whose head is within the limits.
+    fn checked(&self, resp: Incoming) -> Result<Incoming> {
+        self.limits.check_head(resp.headers())?;
+        Ok(resp)
     }
 }
 
@@ -640,13 +516,12 @@ mod tests {
         assert_eq!(signed, 4, "keys and SAS sign at once");
     }
 
-    /// `with_retries` from the error of a first attempt made elsewhere (the
-    /// short way): as if its own first attempt had failed so.
+    /// What `with_retries` resends and what its final error says.
     #[tokio::test]
-    async fn retries_start_from_a_first_attempt_made_elsewhere() {
-        /// `with_retries` (2 retries) from a first error `first` (the status
-        /// of a service answer), each of its own attempts answering as `next`
-        /// says; its result and how many attempts it made.
+    async fn retries_resend_what_may_be_resent_and_mark_unknown_outcomes() {
+        /// `with_retries` (2 retries) whose first attempt fails with the
+        /// status `first` and whose later ones answer as `next` says; its
+        /// result and how many attempts it made.
         async fn from(
             repeat: Repeat,
             id: &str,
@@ -661,51 +536,45 @@ mod tests {
             let calls = std::cell::Cell::new(0);
             let attempt = || {
                 calls.set(calls.get() + 1);
-                std::future::ready(match next {
-                    None => Ok(calls.get()),
-                    Some(status) => Err(answer(status, None)),
+                std::future::ready(match (calls.get(), next) {
+                    (1, _) => Err(answer(first, None)),
+                    (n, None) => Ok(n - 1),
+                    (_, Some(status)) => Err(answer(status, None)),
                 })
             };
-            let got = with_retries(
-                &policy,
-                "op",
-                repeat,
-                id,
-                Some(answer(first, None)),
-                attempt,
-            );
+            let got = with_retries(&policy, "op", repeat, id, attempt);
             (got.await, calls.get())
         }
 
         // A transient first error: retried, and the retry's answer stands.
-        let (got, _) = from(Repeat::Read, "id-1", 503, None).await;
-        assert_eq!(got.unwrap(), 1, "one attempt after the first");
+        let (got, calls) = from(Repeat::Read, "id-1", 503, None).await;
+        assert_eq!((got.unwrap(), calls), (1, 2), "one attempt after the first");
 
-        // A permanent first error: no attempt at all, the error carries the id.
+        // A permanent first error: no second attempt, the error carries the id.
         let (got, calls) = from(Repeat::Read, "id-2", 404, None).await;
         let e = got.unwrap_err();
-        assert_eq!(calls, 0);
+        assert_eq!(calls, 1);
         assert_eq!(
             (e.status(), e.client_request_id()),
             (Some(404), Some("id-2"))
         );
         assert!(!e.is_ambiguous());
 
-        // The retries count the first attempt: two more, then the last error.
+        // The retries count after the first attempt: two more, then the last error.
         let (got, calls) = from(Repeat::Read, "id-3", 503, Some(503)).await;
-        assert_eq!((calls, got.unwrap_err().status()), (2, Some(503)));
+        assert_eq!((calls, got.unwrap_err().status()), (3, Some(503)));
 
         // A first attempt of a write whose outcome is unknown: a write that
         // must not be repeated is not resent, and its error is ambiguous...
         let (got, calls) = from(Repeat::Never, "id-4", 500, None).await;
         let e = got.unwrap_err();
-        assert_eq!(calls, 0);
+        assert_eq!(calls, 1);
         assert!(e.is_ambiguous() && e.status() == Some(500));
         // ... and one that may be is resent, and its final error, whatever it
         // is, stays ambiguous.
         let (got, calls) = from(Repeat::Detected, "id-5", 500, Some(409)).await;
         let e = got.unwrap_err();
-        assert_eq!(calls, 1);
+        assert_eq!(calls, 2);
         assert!(e.is_ambiguous() && e.status() == Some(409));
     }
 
