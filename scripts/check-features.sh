@@ -30,6 +30,7 @@ SETS=(
     "--no-default-features --features embedded,queue,blob"
     "--no-default-features --features derive,entra"
     "--no-default-features --features derive,reqwest"
+    "--no-default-features --features derive,opentelemetry"
 )
 
 failed=0

@@ -157,6 +157,7 @@ pub mod error;
 pub mod filter;
 #[cfg(test)]
 mod layering;
+mod observe;
 pub mod options;
 #[cfg(feature = "queue")]
 #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]

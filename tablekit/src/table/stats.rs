@@ -16,6 +16,7 @@ use crate::backend::{EntityBody, Operation, Payload, Response, TableBackend};
 use crate::clock::ManualClock;
 use crate::error::Result;
 use crate::filter::QueryPlan;
+use tracing::Instrument as _;
 
 /// Azure's published target for one partition: 2,000 entities per second.
 pub const PARTITION_TARGET: u32 = 2_000;
@@ -72,6 +73,21 @@ impl RequestKind {
         RequestKind::Transaction,
         RequestKind::Table,
     ];
+
+    /// The kind's name, as in the enum (`QueryPage`): the metrics' attribute.
+    #[cfg(feature = "opentelemetry")]
+    fn name(self) -> &'static str {
+        match self {
+            RequestKind::Insert => "Insert",
+            RequestKind::Upsert => "Upsert",
+            RequestKind::Update => "Update",
+            RequestKind::Delete => "Delete",
+            RequestKind::Get => "Get",
+            RequestKind::QueryPage => "QueryPage",
+            RequestKind::Transaction => "Transaction",
+            RequestKind::Table => "Table",
+        }
+    }
 
     fn of(op: &Operation<'_>) -> Self {
         match op {
@@ -561,31 +577,49 @@ impl Counted {
             t.entities_written.fetch_add(written, Relaxed);
             t.bytes_up.fetch_add(up, Relaxed);
             let partition = partition.map(|pk| rec.partition(t, pk));
+            #[cfg(feature = "opentelemetry")]
+            let kind = RequestKind::of(&op);
+            // The public call's span (see `crate::observe`), around the
+            // backend's, HTTP or embedded alike.
+            let span = crate::observe::table_call_span(&op);
             // The backend's future right inside this one (no layer of
             // `TableBackend::execute` between).
-            let result = match &self.inner {
-                TableBackend::Http(http) => http.call(op).await,
-                TableBackend::Dyn(backend) => backend.execute(op).await,
+            let backend = async {
+                match &self.inner {
+                    TableBackend::Http(http) => http.call(op).await,
+                    TableBackend::Dyn(backend) => backend.execute(op).await,
+                }
             };
-            let read = match &result {
-                Ok(Response::Entity(Some(p))) => {
-                    t.bytes_down.fetch_add(payload_bytes(p), Relaxed);
-                    1
-                }
-                Ok(Response::Page { payload, .. }) => {
-                    t.bytes_down.fetch_add(payload_bytes(payload), Relaxed);
-                    0
-                }
-                Ok(_) => 0,
+            let result = if span.is_disabled() {
+                backend.await
+            } else {
+                backend.instrument(span.clone()).await
+            };
+            crate::observe::end_call(&span, &result);
+            let (read, down) = match &result {
+                Ok(Response::Entity(Some(p))) => (1, payload_bytes(p)),
+                Ok(Response::Page { payload, .. }) => (0, payload_bytes(payload)),
+                Ok(_) => (0, 0),
                 Err(e) => {
                     t.failed.fetch_add(1, Relaxed);
                     if e.is_throttled() {
                         t.throttled.fetch_add(1, Relaxed);
                     }
-                    0
+                    (0, 0)
                 }
             };
+            t.bytes_down.fetch_add(down, Relaxed);
             t.entities_read.fetch_add(read, Relaxed);
+            #[cfg(feature = "opentelemetry")]
+            crate::observe::count_table_call(
+                kind.name(),
+                &t.name,
+                &result,
+                written,
+                read,
+                up,
+                down,
+            );
             if let Some(p) = partition {
                 rec.count(t, &p, written + read);
             }
@@ -598,6 +632,8 @@ impl Counted {
     pub(crate) fn page_read_in(&self, t: &TableCount, partition: Option<&str>, entities: usize) {
         let t = &*t.0;
         t.entities_read.fetch_add(entities as u64, Relaxed);
+        #[cfg(feature = "opentelemetry")]
+        crate::observe::count_page_read(&t.name, entities as u64);
         if let Some(pk) = partition {
             let p = self.recorder.partition(t, pk);
             self.recorder.count(t, &p, entities as u64);

@@ -620,7 +620,13 @@ fn properties_of(name: &str, headers: &HeaderMap, status: StatusCode) -> Result<
 impl BlobBackend for HttpBlobBackend {
     async fn blob(&self, op: BlobOp<'_>) -> Result<BlobResponse> {
         let req = Self::outgoing(self.build(&op))?;
-        let span = Pipeline::span(op.name(), None);
+        let span = crate::observe::call_span(
+            "BlobClient",
+            op.name(),
+            crate::observe::STORAGE,
+            op.name(),
+            None,
+        );
         self.pipeline
             .call(req, op.name(), op.repeat(), span, |resp| {
                 self.interpret(&op, resp)

@@ -396,7 +396,8 @@ impl HttpBackend {
         op: Operation<'a>,
     ) -> impl std::future::Future<Output = Result<Response>> + Send + 'a {
         async move {
-            let span = Pipeline::span(op.name(), Some(op.table().unwrap_or("")));
+            // The call's span is the client's (`Counted`), around this future.
+            let span = tracing::Span::none();
             let mut req = self.build(&op)?;
             if self.cosmos {
                 cosmos::tunnel_merge(&mut req);

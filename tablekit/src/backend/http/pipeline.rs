@@ -11,7 +11,9 @@ use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+#[cfg(feature = "opentelemetry")]
+use std::time::Instant;
 
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
@@ -25,6 +27,7 @@ use super::wire::{names, push_query_pair};
 use crate::account::Account;
 use crate::backend::Repeat;
 use crate::error::{Error, Result};
+use crate::observe;
 use crate::options::{full_jitter, HttpOptions, RetryPolicy};
 
 /// The REST API version tablekit speaks. 2019-02-02 is what the current official
@@ -129,7 +132,7 @@ impl RequestId {
 }
 
 /// Runs `attempt` until it succeeds, fails for good, or the policy's retries run
-/// out. Every attempt sends the same `client_request_id` (one per logical
+/// out; each is given how many were made before it. Every attempt sends the same `client_request_id` (one per logical
 /// call, from [`client_request_id`]), which the error of a failed call carries.
 ///
 /// When an attempt of a write fails in a way that leaves its outcome unknown
@@ -144,13 +147,13 @@ pub(crate) async fn with_retries<T, F, Fut>(
     mut attempt: F,
 ) -> Result<T>
 where
-    F: FnMut() -> Fut,
+    F: FnMut(u32) -> Fut,
     Fut: std::future::Future<Output = Result<T>>,
 {
     let mut retry = 0;
     let mut unknown = false;
     loop {
-        let e = match attempt().await {
+        let e = match attempt(retry).await {
             Ok(v) => return Ok(v),
             Err(e) => e,
         };
@@ -202,6 +205,11 @@ pub(crate) struct Outgoing {
 pub(crate) struct Pipeline {
     transport: HttpTransport,
     signer: Arc<dyn RequestSigner>,
+    /// The endpoint's origin: `server.address`, `server.port` and the
+    /// prefix of `url.full` in the attempts' spans.
+    origin: Origin,
+    /// `az.namespace` of the service.
+    namespace: &'static str,
     /// The endpoint's path (percent-encoded, no trailing `/`).
     base_path: String,
     retry: RetryPolicy,
@@ -227,6 +235,8 @@ impl Pipeline {
     ) -> Result<Self> {
         let (base, base_path) = parse_endpoint(endpoint, service.name())?;
         Ok(Pipeline {
+            origin: Origin::of(&base)?,
+            namespace: service.namespace(),
             signer: signer::for_account(service, account)?,
             transport: HttpTransport::new(&base, options)?,
             base_path,
@@ -240,23 +250,11 @@ impl Pipeline {
         &self.limits
     }
 
-    /// The `tablekit.request` span of one call: its fields are filled as the
-    /// call goes.
-    pub(crate) fn span(operation: &'static str, table: Option<&str>) -> tracing::Span {
-        tracing::debug_span!(
-            "tablekit.request",
-            operation,
-            table = table.unwrap_or(""),
-            method = tracing::field::Empty,
-            status = tracing::field::Empty,
-            request_id = tracing::field::Empty,
-            client_request_id = tracing::field::Empty,
-            duration_us = tracing::field::Empty,
-        )
-    }
-
     /// Sends `req` (with retries, by `repeat`'s rules) and reads each answer
-    /// with `interpret` until one is final. The call runs in `span`.
+    /// with `interpret` until one is final. The call runs in `span`, its
+    /// public-call span (see [`crate::observe`]), unless that is
+    /// [`tracing::Span::none`] (a table call, whose span the client made);
+    /// each attempt in a span of its own, a child of the current one.
     ///
     /// Every attempt, the first as any other, goes one way: the retry loop
     /// ([`with_retries`]) around one attempt function
@@ -320,40 +318,104 @@ impl Pipeline {
         F: Fn(Incoming) -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        let traced = !span.is_disabled();
-        let start = traced.then(Instant::now);
         let id_text = call.id.as_str();
-        if traced {
-            span.record("method", call.req.method.as_str());
-            span.record("client_request_id", id_text);
-        }
-        let span_ref = &span;
-        let attempts = with_retries(&self.retry, operation, repeat, id_text, || async {
-            let resp = self.send_once(call).await?;
-            if traced {
-                span_ref.record("status", resp.status().as_u16());
-                if let Some(rid) = resp
-                    .headers()
-                    .get(&names::X_MS_REQUEST_ID)
-                    .and_then(|v| v.to_str().ok())
-                {
-                    span_ref.record("request_id", rid);
-                }
+        let interpret = &interpret;
+        let attempts = with_retries(&self.retry, operation, repeat, id_text, |resend| {
+            let attempt_span = observe::attempt_span(
+                &call.req.method,
+                self.namespace,
+                id_text,
+                &self.origin.host,
+                self.origin.port,
+                resend,
+            );
+            #[cfg(feature = "opentelemetry")]
+            let meters = observe::Meters::get();
+            #[cfg(feature = "opentelemetry")]
+            if resend > 0 {
+                meters.retries.add(
+                    1,
+                    &[opentelemetry::KeyValue::new(
+                        "tablekit.operation",
+                        operation,
+                    )],
+                );
             }
-            interpret(resp).await
+            let inner = attempt_span.clone();
+            async move {
+                #[cfg(feature = "opentelemetry")]
+                let start = Instant::now();
+                #[cfg(feature = "opentelemetry")]
+                let mut status = None;
+                let result = match self.send_once(call, &inner).await {
+                    Ok(resp) => {
+                        #[cfg(feature = "opentelemetry")]
+                        {
+                            status = Some(resp.status().as_u16());
+                        }
+                        if !inner.is_disabled() {
+                            let request_id = resp
+                                .headers()
+                                .get(&names::X_MS_REQUEST_ID)
+                                .and_then(|v| v.to_str().ok());
+                            observe::record_answer(&inner, resp.status().as_u16(), request_id);
+                        }
+                        interpret(resp).await
+                    }
+                    Err(e) => Err(e),
+                };
+                observe::end_attempt(&inner, &result);
+                #[cfg(feature = "opentelemetry")]
+                {
+                    let outcome = match (status, &result) {
+                        (Some(status), _) => Ok(status),
+                        (None, Err(e)) => Err(observe::error_type(e).into_owned()),
+                        (None, Ok(_)) => Ok(0),
+                    };
+                    if matches!(status, Some(429 | 503)) {
+                        meters.throttled.add(
+                            1,
+                            &[opentelemetry::KeyValue::new(
+                                "tablekit.operation",
+                                operation,
+                            )],
+                        );
+                    }
+                    meters.duration.record(
+                        start.elapsed().as_secs_f64(),
+                        &observe::Meters::attempt_attributes(
+                            operation,
+                            &call.req.method,
+                            &self.origin.host,
+                            self.origin.port,
+                            outcome,
+                        ),
+                    );
+                }
+                result
+            }
+            .instrument(attempt_span)
         });
-        let result = if traced {
-            attempts.instrument(span.clone()).await
-        } else {
+        let result = if span.is_none() {
             attempts.await
+        } else {
+            attempts.instrument(span.clone()).await
         };
-        if let Some(start) = start {
-            span.record("duration_us", start.elapsed().as_micros() as u64);
-        }
         let result = result.map_err(|e| self.signer.explain(e));
         if let Err(e) = &result {
+            #[cfg(feature = "opentelemetry")]
+            if e.is_ambiguous() {
+                observe::Meters::get().ambiguous.add(
+                    1,
+                    &[opentelemetry::KeyValue::new(
+                        "tablekit.operation",
+                        operation,
+                    )],
+                );
+            }
             span.in_scope(|| tracing::debug!(error = %e, "request failed"));
         }
+        observe::end_call(&span, &result);
         result
     }
 
@@ -361,8 +423,16 @@ impl Pipeline {
     /// (at once for a key or a SAS, through the signer's future for a bearer
     /// token), the transport, and once more after a challenge if the signer
     /// reads challenges and asks for it.
-    async fn send_once(&self, call: &Call<'_>) -> Result<Incoming> {
-        let mut attempt = call.attempt(self.headers(call));
+    ///
+    /// `span` is the attempt's: with the `opentelemetry` feature its trace
+    /// context goes on the wire (`traceparent`), and `url.full` is recorded
+    /// on it, redacted.
+    async fn send_once(&self, call: &Call<'_>, span: &tracing::Span) -> Result<Incoming> {
+        #[cfg_attr(not(feature = "opentelemetry"), allow(unused_mut))]
+        let mut headers = self.headers(call);
+        #[cfg(feature = "opentelemetry")]
+        observe::inject(span, &mut headers);
+        let mut attempt = call.attempt(headers);
         // A bearer signer may want the request once more after a 401 (a
         // challenge): keep what it needs to sign again.
         let again = self
@@ -374,6 +444,13 @@ impl Pipeline {
             .as_ref()
             .and(attempt.headers.get(http::header::AUTHORIZATION).cloned());
         let request = call.request(attempt)?;
+        if !span.is_disabled() {
+            let target = request.uri().path_and_query().map_or("/", |p| p.as_str());
+            span.record(
+                "url.full",
+                observe::redacted_url(&self.origin.prefix, target).as_str(),
+            );
+        }
         let mut resp = self.transport.send(request).await?;
         if let Some(headers) = again {
             if resp.status() == http::StatusCode::UNAUTHORIZED
@@ -534,7 +611,8 @@ mod tests {
                 max_delay: Duration::from_millis(1),
             };
             let calls = std::cell::Cell::new(0);
-            let attempt = || {
+            let attempt = |resend: u32| {
+                assert_eq!(resend, calls.get(), "the resends before this attempt");
                 calls.set(calls.get() + 1);
                 std::future::ready(match (calls.get(), next) {
                     (1, _) => Err(answer(first, None)),

@@ -261,7 +261,13 @@ impl HttpQueueBackend {
 impl QueueBackend for HttpQueueBackend {
     async fn queue(&self, op: QueueOp<'_>) -> Result<QueueResponse> {
         let req = self.build(&op);
-        let span = Pipeline::span(op.name(), None);
+        let span = crate::observe::call_span(
+            "QueueClient",
+            op.name(),
+            crate::observe::STORAGE,
+            op.name(),
+            None,
+        );
         self.pipeline
             .call(req, op.name(), op.repeat(), span, |resp| {
                 self.interpret(&op, resp)
