@@ -51,13 +51,15 @@
 //!   | `http.client.request.duration` (s) | histogram, per attempt | `tablekit.operation`, `http.request.method`, `http.response.status_code` or `error.type`, `server.address`, `server.port` |
 //!   | `tablekit.retries` | counter | `tablekit.operation` |
 //!   | `tablekit.throttled` | counter, answers 429 / 503 | `tablekit.operation` |
-//!   | `tablekit.ambiguous` | counter, calls whose outcome is unknown | `tablekit.operation` |
+//!   | `tablekit.ambiguous` | counter, attempts' calls whose outcome is unknown (before any read-back) | `tablekit.operation` |
+//!   | `tablekit.settled` | counter, ambiguous table writes settled by reading them back | `tablekit.operation`, `outcome` (`applied`, `not_applied`, `unknown` when the read-back failed) |
 //!   | `tablekit.table.requests` | counter, billable requests as `Stats` counts them | `tablekit.request_kind` (`Insert`, `Get`, `QueryPage`, ...), `tablekit.table`, `outcome` (`ok`, `failed`, `throttled`) |
 //!   | `tablekit.table.entities` | counter | `direction` (`written`, `read`), `tablekit.table` |
 //!   | `tablekit.table.bytes` | counter | `direction` (`up`, `down`), `tablekit.table` |
 //!
-//!   A rate (entities per second of a bulk load, throttled answers per
-//!   minute) is the exporter's: these are monotonic counters.
+//!   A rate (entities per second of a bulk load, whose batches are table
+//!   requests like any other; throttled answers per minute) is the
+//!   exporter's or the backend's: these are monotonic counters.
 //!
 //! The feature is off by default; without it none of this is compiled.
 
@@ -247,7 +249,7 @@ pub(crate) fn end_attempt<T>(span: &tracing::Span, result: &crate::Result<T>) {
 }
 
 #[cfg(feature = "opentelemetry")]
-pub(crate) use self::otel::{count_page_read, count_table_call, inject, Meters};
+pub(crate) use self::otel::{count_page_read, count_settlement, count_table_call, inject, Meters};
 
 #[cfg(feature = "opentelemetry")]
 mod otel {
@@ -332,6 +334,18 @@ mod otel {
         }
     }
 
+    /// Counts an ambiguous table write settled by reading it back: `outcome`
+    /// is `applied`, `not_applied` or `unknown` (the read-back failed).
+    pub(crate) fn count_settlement(operation: &'static str, outcome: &'static str) {
+        Meters::get().settled.add(
+            1,
+            &[
+                KeyValue::new("tablekit.operation", operation),
+                KeyValue::new("outcome", outcome),
+            ],
+        );
+    }
+
     /// Counts the entities of a query's page, read from `table`.
     pub(crate) fn count_page_read(table: &str, entities: u64) {
         if entities > 0 {
@@ -351,6 +365,7 @@ mod otel {
         pub(crate) retries: Counter<u64>,
         pub(crate) throttled: Counter<u64>,
         pub(crate) ambiguous: Counter<u64>,
+        pub(crate) settled: Counter<u64>,
         pub(crate) table_requests: Counter<u64>,
         pub(crate) table_entities: Counter<u64>,
         pub(crate) table_bytes: Counter<u64>,
@@ -379,6 +394,10 @@ mod otel {
                     ambiguous: meter
                         .u64_counter("tablekit.ambiguous")
                         .with_description("Calls whose outcome is unknown (a write that may or may not have happened)")
+                        .build(),
+                    settled: meter
+                        .u64_counter("tablekit.settled")
+                        .with_description("Ambiguous table writes settled by reading them back")
                         .build(),
                     table_requests: meter
                         .u64_counter("tablekit.table.requests")

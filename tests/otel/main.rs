@@ -483,3 +483,52 @@ async fn nothing_secret_in_exported_spans_events_or_metrics() {
         Value::String(_) | Value::I64(_) | Value::Bool(_) | Value::F64(_)
     )));
 }
+
+/// An insert whose answers are lost (500) is ambiguous, and the read-back
+/// settles it as applied: both are counted.
+#[tokio::test]
+async fn ambiguous_writes_and_their_settlement_are_counted() {
+    metrics();
+    let before = (
+        metric_total(
+            "tablekit.ambiguous",
+            &[KeyValue::new("tablekit.operation", "insert")],
+        ),
+        metric_total(
+            "tablekit.settled",
+            &[
+                KeyValue::new("tablekit.operation", "insert"),
+                KeyValue::new("outcome", "applied"),
+            ],
+        ),
+    );
+    let script: Script = Arc::new(|_, seen: &Seen| match seen.method() {
+        "POST" => answer("500 Internal Server Error", &[], ""),
+        _ => answer(
+            "200 OK",
+            &[("ETag", "W/\"1\"")],
+            r#"{"PartitionKey":"p","RowKey":"r","Timestamp":"2024-01-01T00:00:00Z"}"#,
+        ),
+    });
+    let (endpoint, _seen) = scripted::serve(script).await;
+    let svc = TableServiceClient::with_options(key_account(&endpoint), options()).unwrap();
+    let table = svc.table::<DynamicEntity>("Settled").unwrap();
+    let written = table.insert(&DynamicEntity::new("p", "r")).await.unwrap();
+    assert!(written.confirmed_by_read_back());
+    let after = (
+        metric_total(
+            "tablekit.ambiguous",
+            &[KeyValue::new("tablekit.operation", "insert")],
+        ),
+        metric_total(
+            "tablekit.settled",
+            &[
+                KeyValue::new("tablekit.operation", "insert"),
+                KeyValue::new("outcome", "applied"),
+            ],
+        ),
+    );
+    // Other tests of this binary may add theirs at the same time: at least ours.
+    assert!(after.0 > before.0, "{before:?} {after:?}");
+    assert!(after.1 > before.1, "{before:?} {after:?}");
+}
