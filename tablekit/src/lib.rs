@@ -104,6 +104,7 @@
 //! | `admin` | stored access policies ([`acl`]: `access_policies`, `set_access_policies`) and service settings ([`service_properties`]: `service_properties`, `set_service_properties`, `service_stats`) of each service compiled in | quick-xml | yes |
 //! | `reqwest` | a second transport, reqwest's client: `Transport::Reqwest` (the default transport is tablekit's own, on hyper) | reqwest and its dependencies | no |
 //! | `entra` | Microsoft Entra ID through the official identity crates: `Credential::entra` takes any `azure_identity` credential | azure_core (its `TokenCredential` trait; no HTTP client of its own) | no |
+//! | `opentelemetry` | trace context on the wire (each attempt sends the W3C `traceparent` and `tracestate` of its span) and metrics through the OpenTelemetry API (request durations, retries, throttled answers, ambiguous writes and their settlement, the counts of [`Stats`](table::Stats)); the spans themselves are `tracing`'s with or without it (see "Traces and metrics" in the guide's chapter 6) | opentelemetry (the API, no SDK), tracing-opentelemetry | no |
 //! | `test-support` | proptest strategies for tests of code built on tablekit (`filter::strategies`) | proptest | no |
 //! | `fuzzing` | hidden entry points to internal parsers, for tablekit's own fuzz targets: unstable, not for use outside tablekit | | no |
 //!

@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 #[cfg(feature = "blob")]
 use super::blob::BlobBackend;
-use super::direct::TableBackend;
 #[cfg(all(feature = "embedded", feature = "blob"))]
 use super::embedded::blobs::Blobs;
 #[cfg(all(feature = "embedded", feature = "queue"))]
@@ -19,7 +18,6 @@ use super::http::queue::HttpQueueBackend;
 use super::http::HttpBackend;
 #[cfg(feature = "queue")]
 use super::queue::QueueBackend;
-#[cfg(feature = "embedded")]
 use super::Backend;
 use crate::account::Account;
 #[cfg(all(feature = "embedded", any(feature = "queue", feature = "blob")))]
@@ -28,11 +26,8 @@ use crate::error::Result;
 use crate::options::ClientOptions;
 
 /// The Table service of `account`, over HTTP.
-pub(crate) fn connect(account: Account, options: &ClientOptions) -> Result<TableBackend> {
-    Ok(TableBackend::Http(Arc::new(HttpBackend::new(
-        account,
-        &options.http,
-    )?)))
+pub(crate) fn connect(account: Account, options: &ClientOptions) -> Result<Arc<dyn Backend>> {
+    Ok(Arc::new(HttpBackend::new(account, &options.http)?))
 }
 
 /// A fresh, empty, in-process table store.

@@ -9,7 +9,6 @@ pub(crate) mod admin;
 #[cfg(feature = "blob")]
 pub(crate) mod blob;
 mod connect;
-mod direct;
 #[cfg(feature = "embedded")]
 pub(crate) mod embedded;
 pub(crate) mod http;
@@ -39,7 +38,6 @@ pub(crate) use connect::{connect, target, Target};
 pub(crate) use connect::{embedded, embedded_simulated};
 #[cfg(feature = "durable")]
 pub(crate) use connect::{embedded_at, embedded_at_simulated};
-pub(crate) use direct::TableBackend;
 #[cfg(feature = "embedded")]
 pub(crate) use stored::{Selection, StoredEntity};
 pub use table::Written;

@@ -12,7 +12,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
 
-use crate::backend::{EntityBody, Operation, Payload, Response, TableBackend};
+use crate::backend::{Backend, EntityBody, Operation, Payload, Response};
 use crate::clock::ManualClock;
 use crate::error::Result;
 use crate::filter::QueryPlan;
@@ -488,22 +488,19 @@ fn payload_bytes(p: &Payload) -> u64 {
 ///
 /// A table's handle calls [`Counted::execute_in`] with its table's counters,
 /// found once when the handle was made: a request then looks up only its
-/// partition, and its future (with the HTTP backend's, see [`TableBackend`])
-/// lives inside the caller's, with no boxed future per layer. Requests by
+/// partition; the backend's future is the one boxed future of a request (the
+/// [`Backend`] trait's, measured as free: see `backend::http::pipeline`). Requests by
 /// table name (creating, deleting and listing tables) find the table's
 /// counters by name.
 pub(crate) struct Counted {
-    pub(crate) inner: TableBackend,
+    pub(crate) inner: Arc<dyn Backend>,
     pub(crate) recorder: Arc<Recorder>,
 }
 
 impl fmt::Debug for Counted {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The backend it counts for, as before counting existed.
-        match &self.inner {
-            TableBackend::Http(http) => http.fmt(f),
-            TableBackend::Dyn(backend) => backend.fmt(f),
-        }
+        self.inner.fmt(f)
     }
 }
 
@@ -582,14 +579,7 @@ impl Counted {
             // The public call's span (see `crate::observe`), around the
             // backend's, HTTP or embedded alike.
             let span = crate::observe::table_call_span(&op);
-            // The backend's future right inside this one (no layer of
-            // `TableBackend::execute` between).
-            let backend = async {
-                match &self.inner {
-                    TableBackend::Http(http) => http.call(op).await,
-                    TableBackend::Dyn(backend) => backend.execute(op).await,
-                }
-            };
+            let backend = self.inner.execute(op);
             let result = if span.is_disabled() {
                 backend.await
             } else {
