@@ -140,6 +140,21 @@ pub(crate) fn error_type(e: &Error) -> std::borrow::Cow<'static, str> {
     .into()
 }
 
+/// `method`'s name, for the spans' names and the metrics' attributes.
+pub(crate) fn method_name(method: &Method) -> &'static str {
+    match method.as_str() {
+        "GET" => "GET",
+        "POST" => "POST",
+        "PUT" => "PUT",
+        "DELETE" => "DELETE",
+        "MERGE" => "MERGE",
+        "HEAD" => "HEAD",
+        "PATCH" => "PATCH",
+        "OPTIONS" => "OPTIONS",
+        _ => "_OTHER",
+    }
+}
+
 /// The span of one HTTP attempt of `method`: a child of the current span
 /// (the call's).
 pub(crate) fn attempt_span(
@@ -169,7 +184,7 @@ pub(crate) fn attempt_span(
             )
         };
     }
-    match method.as_str() {
+    match method_name(method) {
         "GET" => span!("GET"),
         "POST" => span!("POST"),
         "PUT" => span!("PUT"),
@@ -294,7 +309,7 @@ mod otel {
     /// bytes sent and received.
     pub(crate) fn count_table_call<T>(
         kind: &'static str,
-        table: &str,
+        table: &opentelemetry::StringValue,
         result: &crate::Result<T>,
         written: u64,
         read: u64,
@@ -307,7 +322,7 @@ mod otel {
             Err(e) if e.is_throttled() => "throttled",
             Err(_) => "failed",
         };
-        let table_kv = KeyValue::new("tablekit.table", table.to_owned());
+        let table_kv = KeyValue::new("tablekit.table", table.clone());
         m.table_requests.add(
             1,
             &[
@@ -347,13 +362,13 @@ mod otel {
     }
 
     /// Counts the entities of a query's page, read from `table`.
-    pub(crate) fn count_page_read(table: &str, entities: u64) {
+    pub(crate) fn count_page_read(table: &opentelemetry::StringValue, entities: u64) {
         if entities > 0 {
             Meters::get().table_entities.add(
                 entities,
                 &[
                     KeyValue::new("direction", "read"),
-                    KeyValue::new("tablekit.table", table.to_owned()),
+                    KeyValue::new("tablekit.table", table.clone()),
                 ],
             );
         }
@@ -416,33 +431,49 @@ mod otel {
             })
         }
 
-        /// The attributes of an attempt.
-        pub(crate) fn attempt_attributes(
+        /// Records an attempt's duration (seconds) with its attributes:
+        /// nothing is allocated for an answer under 400 (`host` is shared).
+        pub(crate) fn record_attempt(
+            &self,
+            seconds: f64,
             operation: &'static str,
-            method: &http::Method,
-            host: &str,
+            method: &'static str,
+            host: &opentelemetry::StringValue,
             port: u16,
-            outcome: Result<u16, String>,
-        ) -> Vec<KeyValue> {
-            let mut a = vec![
+            outcome: Result<u16, std::borrow::Cow<'static, str>>,
+        ) {
+            let [a, b, c, d] = [
                 KeyValue::new("tablekit.operation", operation),
-                KeyValue::new("http.request.method", method.as_str().to_owned()),
-                KeyValue::new("server.address", host.to_owned()),
+                KeyValue::new("http.request.method", method),
+                KeyValue::new("server.address", host.clone()),
                 KeyValue::new("server.port", i64::from(port)),
             ];
             match outcome {
-                Ok(status) => {
-                    a.push(KeyValue::new(
-                        "http.response.status_code",
-                        i64::from(status),
-                    ));
-                    if status >= 400 {
-                        a.push(KeyValue::new("error.type", status.to_string()));
-                    }
-                }
-                Err(kind) => a.push(KeyValue::new("error.type", kind)),
+                Ok(status) if status < 400 => self.duration.record(
+                    seconds,
+                    &[
+                        a,
+                        b,
+                        c,
+                        d,
+                        KeyValue::new("http.response.status_code", i64::from(status)),
+                    ],
+                ),
+                Ok(status) => self.duration.record(
+                    seconds,
+                    &[
+                        a,
+                        b,
+                        c,
+                        d,
+                        KeyValue::new("http.response.status_code", i64::from(status)),
+                        KeyValue::new("error.type", status.to_string()),
+                    ],
+                ),
+                Err(kind) => self
+                    .duration
+                    .record(seconds, &[a, b, c, d, KeyValue::new("error.type", kind)]),
             }
-            a
         }
     }
 }

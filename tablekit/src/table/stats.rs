@@ -241,6 +241,9 @@ struct PartitionCounter {
 struct TableCounters {
     /// The table's name as first used.
     name: Box<str>,
+    /// The name as the metrics' attribute, shared (no copy per request).
+    #[cfg(feature = "opentelemetry")]
+    otel_name: opentelemetry::StringValue,
     by_kind: [AtomicU64; 8],
     entities_written: AtomicU64,
     entities_read: AtomicU64,
@@ -256,6 +259,8 @@ impl TableCounters {
     fn new(name: &str) -> Self {
         TableCounters {
             name: name.into(),
+            #[cfg(feature = "opentelemetry")]
+            otel_name: Arc::<str>::from(name).into(),
             by_kind: Default::default(),
             entities_written: AtomicU64::new(0),
             entities_read: AtomicU64::new(0),
@@ -603,7 +608,7 @@ impl Counted {
             #[cfg(feature = "opentelemetry")]
             crate::observe::count_table_call(
                 kind.name(),
-                &t.name,
+                &t.otel_name,
                 &result,
                 written,
                 read,
@@ -623,7 +628,7 @@ impl Counted {
         let t = &*t.0;
         t.entities_read.fetch_add(entities as u64, Relaxed);
         #[cfg(feature = "opentelemetry")]
-        crate::observe::count_page_read(&t.name, entities as u64);
+        crate::observe::count_page_read(&t.otel_name, entities as u64);
         if let Some(pk) = partition {
             let p = self.recorder.partition(t, pk);
             self.recorder.count(t, &p, entities as u64);

@@ -210,6 +210,9 @@ pub(crate) struct Pipeline {
     origin: Origin,
     /// `az.namespace` of the service.
     namespace: &'static str,
+    /// `server.address` of the metrics, shared (no copy per attempt).
+    #[cfg(feature = "opentelemetry")]
+    otel_host: opentelemetry::StringValue,
     /// The endpoint's path (percent-encoded, no trailing `/`).
     base_path: String,
     retry: RetryPolicy,
@@ -234,8 +237,11 @@ impl Pipeline {
         options: &HttpOptions,
     ) -> Result<Self> {
         let (base, base_path) = parse_endpoint(endpoint, service.name())?;
+        let origin = Origin::of(&base)?;
         Ok(Pipeline {
-            origin: Origin::of(&base)?,
+            #[cfg(feature = "opentelemetry")]
+            otel_host: Arc::<str>::from(origin.host.as_str()).into(),
+            origin,
             namespace: service.namespace(),
             signer: signer::for_account(service, account)?,
             transport: HttpTransport::new(&base, options)?,
@@ -369,7 +375,7 @@ impl Pipeline {
                 {
                     let outcome = match (status, &result) {
                         (Some(status), _) => Ok(status),
-                        (None, Err(e)) => Err(observe::error_type(e).into_owned()),
+                        (None, Err(e)) => Err(observe::error_type(e)),
                         (None, Ok(_)) => Ok(0),
                     };
                     if matches!(status, Some(429 | 503)) {
@@ -381,15 +387,13 @@ impl Pipeline {
                             )],
                         );
                     }
-                    meters.duration.record(
+                    meters.record_attempt(
                         start.elapsed().as_secs_f64(),
-                        &observe::Meters::attempt_attributes(
-                            operation,
-                            &call.req.method,
-                            &self.origin.host,
-                            self.origin.port,
-                            outcome,
-                        ),
+                        operation,
+                        observe::method_name(&call.req.method),
+                        &self.otel_host,
+                        self.origin.port,
+                        outcome,
                     );
                 }
                 result
