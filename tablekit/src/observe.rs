@@ -62,6 +62,27 @@
 //!   exporter's or the backend's: these are monotonic counters.
 //!
 //! The feature is off by default; without it none of this is compiled.
+//!
+//! # What it costs
+//!
+//! Measured with `benches/benches/floor.rs` (`FLOOR_MODE=pair` against
+//! Azurite: tablekit's inserts, point reads and upsert-merges alternating
+//! with a bare hyper loop in one process), the median of 36 per-round CPU
+//! ratios tablekit / floor, quartiles in brackets, one run alternating the
+//! builds on 2 shared cores under other builds:
+//!
+//! | build | CPU, tablekit / floor |
+//! |---|---|
+//! | the spans, no subscriber, feature off | 1.127 [1.074-1.219] |
+//! | feature on, no subscriber, no meter provider | 1.145 [1.044-1.383] |
+//!
+//! On / off: 1.016, within this machine's noise (a second run: 1.027,
+//! before the metrics' attributes stopped allocating). With the feature off
+//! nothing of it is compiled, and a disabled span is a check; with it on and
+//! no meter provider, each attempt still reads the clock once and hands its
+//! attributes (on the stack, names shared) to the no-op instruments. And the
+//! spans themselves, against the build before them (no per-attempt span, the
+//! old `tablekit.request` fields): 1.125 after, 1.116 before, in one run.
 
 use std::fmt::Write as _;
 

@@ -2,10 +2,44 @@
 //! [`Outgoing`] request once; each attempt stamps it (date, client request id,
 //! version), has the account's [`RequestSigner`] sign it, hands it to the
 //! transport, and the backend reads the answer. Retries, ambiguity, request ids
-//! and the `tablekit.request` span live here, once, for tables, queues and blobs.
+//! and the attempts' spans (see [`crate::observe`]) live here, once, for
+//! tables, queues and blobs.
 //!
 //! Every attempt, the first as any other, takes one way: the retry loop
-//! around one attempt function (see [`Pipeline::call`]).
+//! ([`with_retries`]) around one attempt function ([`Pipeline::send_once`]),
+//! whatever the signer (a key, a SAS, a bearer token) and the transport.
+//!
+//! # One path, measured (issue 37)
+//!
+//! Until this change the first attempt took one of three ways (a short way
+//! made in the caller's future when no span was wanted, the signer signed at
+//! once and the transport was the built-in one; the boxed retry loop; and in
+//! it a sign-at-once way beside the signing way of a bearer token), and table
+//! calls went around the [`Backend`](crate::backend::Backend) trait through an
+//! enum (`TableBackend`) to keep the HTTP backend's future unboxed. Both were
+//! kept for speed, so they were measured by latency and CPU, not cache misses:
+//! `benches/benches/floor.rs` with `FLOOR_MODE=pair` against Azurite, which
+//! alternates tablekit's point reads, inserts and upsert-merges (1,000 each)
+//! with the same requests by a bare hyper loop in one process, so the ratio
+//! tablekit / floor cancels the load of the machine. One run, five binaries
+//! alternating, 3 × 4 rounds each, 2 shared cores under other builds (load
+//! 9-15); the median of 36 per-round ratios (3 workloads × 12 rounds), their
+//! quartiles in brackets:
+//!
+//! | build | CPU, tablekit / floor | wall, tablekit / floor |
+//! |---|---|---|
+//! | before: three ways, the enum | 1.114 [1.029-1.169] | 1.040 [0.822-1.303] |
+//! | one path, the enum kept | 1.116 [1.088-1.233] | 1.088 [0.967-1.308] |
+//! | one path, through the `Backend` trait (a boxed future per call) | 1.100 [1.058-1.184] | 1.020 [0.928-1.168] |
+//!
+//! After / before, CPU: 1.00 (one path), 0.99 (and the trait): within the
+//! noise, which is ±5% here, while a boxed future costs one allocation
+//! (tens of ns) against 56-70 µs of CPU and about 1 ms of latency per
+//! request. So one path, and no enum: the table clients hold an
+//! `Arc<dyn Backend>` whatever the backend. (Signing at once where the signer
+//! can is kept inside the one attempt function, in `sign`: the unit test
+//! `signing_at_once_signs_as_the_signers_future_does` checks it per signer
+//! kind.)
 
 use std::borrow::Cow;
 use std::fmt;
