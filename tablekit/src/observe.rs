@@ -11,8 +11,11 @@
 //!   `Transaction.send`, `QueueClient.send_message`, ... Kind internal, with
 //!   `az.namespace`, `tablekit.operation` and `tablekit.table`, and
 //!   `error.type` and `otel.status_code = "ERROR"` when the call failed. The
-//!   embedded store's calls have it too: a trace looks the same in tests and
-//!   in production.
+//!   embedded store's calls (tables, queues and blobs) have it too: a trace
+//!   looks the same in tests and in production. Table calls get it from the
+//!   client's counting layer (`table::stats::Counted`), queue and blob calls
+//!   from `backend::traced`; the service and account calls of `acl` and
+//!   `service_properties` over HTTP from the pipeline's caller.
 //! - one per HTTP attempt, a child of the first, named by its method (`GET`,
 //!   `POST`, `MERGE`, ...), kind client (`otel.kind = "client"`), with
 //!   `az.namespace`, `az.client_request_id`, `az.service_request.id`,

@@ -230,3 +230,48 @@ async fn no_sas_signature_or_bearer_token_in_any_span_or_event() {
     assert!(!everything.contains(TOKEN), "no bearer token: {everything}");
     assert!(!everything.contains("c2VjcmV0LWJlYXJlcg"));
 }
+
+/// Queue and blob calls have their public-call spans on the embedded store
+/// too (the HTTP backends' attempts are children of the same spans).
+#[test]
+fn embedded_queue_and_blob_calls_have_call_spans() {
+    let recorder = Recorder::default();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    tracing::subscriber::with_default(recorder.clone(), || {
+        rt.block_on(async {
+            let jobs = tablekit::QueueServiceClient::embedded()
+                .queue("jobs")
+                .unwrap();
+            jobs.create_queue().await.unwrap();
+            jobs.send("job 1").await.unwrap();
+            let photos = tablekit::BlobServiceClient::embedded()
+                .container("photos")
+                .unwrap();
+            photos.create_container().await.unwrap();
+            photos.blob("a.txt").unwrap().upload("hello").await.unwrap();
+        })
+    });
+    let spans = recorder.spans();
+    let calls: Vec<(String, String)> = named(&spans, "tablekit.request")
+        .iter()
+        .map(|f| {
+            (
+                field(f, "otel.name").unwrap_or("").to_owned(),
+                field(f, "az.namespace").unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    let storage = "Microsoft.Storage".to_owned();
+    assert_eq!(
+        calls,
+        [
+            ("QueueClient.create_queue".to_owned(), storage.clone()),
+            ("QueueClient.send_message".to_owned(), storage.clone()),
+            ("BlobClient.create_container".to_owned(), storage.clone()),
+            ("BlobClient.put_blob".to_owned(), storage),
+        ]
+    );
+}

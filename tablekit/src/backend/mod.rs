@@ -16,6 +16,8 @@ pub(crate) mod http;
 pub(crate) mod queue;
 mod stored;
 mod table;
+#[cfg(any(feature = "queue", feature = "blob"))]
+mod traced;
 
 #[cfg(feature = "blob")]
 pub(crate) use connect::connect_blobs;
