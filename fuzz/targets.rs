@@ -15,7 +15,7 @@ use chrono::{DateTime, Utc};
 use tablekit::account::{AccountKey, SasToken, TableSas, TableSasPermissions};
 use tablekit::codec::{entity_from_json, entity_to_json};
 use tablekit::entity::RawEntity;
-use tablekit::filter::{matches, parse};
+use tablekit::filter::Filter;
 use tablekit::{__fuzz, Account, Continuation, DynamicEntity, TableProperties};
 use uuid::Uuid;
 
@@ -69,9 +69,11 @@ fn sample_entities() -> Vec<DynamicEntity> {
 /// (compared by its printed form, NaN included); evaluation never panics.
 pub fn filter(data: &[u8]) {
     let text = text(data);
-    let Ok(expr) = parse(&text) else { return };
-    let printed = expr.to_string();
-    let again = parse(&printed)
+    let Ok(filter) = Filter::parse(&text) else {
+        return;
+    };
+    let printed = filter.to_string();
+    let again = Filter::parse(&printed)
         .unwrap_or_else(|e| panic!("{text:?} printed as {printed:?}, which does not parse: {e}"));
     assert_eq!(
         again.to_string(),
@@ -79,7 +81,7 @@ pub fn filter(data: &[u8]) {
         "{text:?}: printing is not stable"
     );
     for entity in sample_entities() {
-        let _ = matches(&expr, &entity);
+        let _ = __fuzz::filter_matches(&filter, &entity);
     }
 }
 
@@ -89,9 +91,9 @@ pub fn filter(data: &[u8]) {
 /// DateTime (printed at 100 ns, it reads back as printed) and Edm type names.
 pub fn odata_literal(data: &[u8]) {
     let text = text(data);
-    if let Ok(expr) = parse(&format!("P eq {text}")) {
-        let printed = expr.to_string();
-        let again = parse(&printed).unwrap_or_else(|e| {
+    if let Ok(filter) = Filter::parse(&format!("P eq {text}")) {
+        let printed = filter.to_string();
+        let again = Filter::parse(&printed).unwrap_or_else(|e| {
             panic!("{text:?} printed as {printed:?}, which does not parse: {e}")
         });
         assert_eq!(again.to_string(), printed);

@@ -47,7 +47,72 @@
 //!   cargo bench -p tablekit-benches --bench durable_store -- group_commit
 //!   ```
 //!
-//!   Without a filter the phases above run first, then this benchmark.
+//!   Without a filter the phases above run first, then this benchmark;
+//!   `bulk` and `scan` (below) run only when named.
+//!
+//! - `bulk` (issue 38 item 2): 100,000 rows (`DURABLE_STORE_BULK_N`) of
+//!   the workload's shape over 997 partitions, upserted with `bulk()` (its
+//!   defaults) on a current-thread runtime into a fresh file, once sorted by
+//!   PartitionKey and once as generated (partitions interleaved), each in its
+//!   own child process: rows per second (also counting the close), the
+//!   file's size while open and after the close, the child's peak resident
+//!   set and CPU time, and the ratios interleaved/sorted.
+//!   `DURABLE_STORE_BULK_IN_FLIGHT` and `DURABLE_STORE_BULK_BUFFER` set the
+//!   writer's `in_flight` and `buffer`.
+//!
+//!   ```text
+//!   cargo bench -p tablekit-benches --bench durable_store -- bulk
+//!   ```
+//!
+//!   One run each, on a shared 2-core virtual machine whose disk's `fsync`
+//!   time drifts between runs (so compare the ratios of one run):
+//!
+//!   | | rate interleaved/sorted | file | peak RSS |
+//!   |---|---|---|---|
+//!   | before (plain inserts; 8 in flight, window 10,000) | 0.36 (6,010 / 16,769 rows/s) | 1.94 (69.2 MB / 35.7 MB) | 1.69 (89 / 53 MB) |
+//!   | after, run 1 | 0.92 (35,322 / 38,542 rows/s) | 1.00 (35.7 MB both) | 1.98 (163 / 83 MB) |
+//!   | after, run 2 | 0.88 (28,915 / 33,021 rows/s) | 1.00 | 1.96 (164 / 84 MB) |
+//!   | after, with the old writer settings (8, 10,000) | 0.17 | 0.73 after the close (2.00 open: compacted at the close, 0.68 s) | 2.37 |
+//!
+//!   The cause: interleaved, the window of 10,000 entities gave transactions
+//!   of about 10 rows (9,970 against 1,297), each a commit's share that
+//!   rewrites the pages at its partition's end, so the disk wrote several
+//!   times the bytes (the runs are I/O-bound: 1 to 3 s of CPU in 6 to 17 s),
+//!   and the file kept leaves that inserts into the middle of the tree split
+//!   in halves never filled again, and the pages those many commits freed
+//!   (with the cursor below alone, the old settings left 1.17 times the
+//!   file in one run, 2.00 in another). Now a write's
+//!   new keys go through a redb cursor, which packs the leaf it inserts into
+//!   (`durable/group.rs`; its test: 283 leaves for 280 sorted, where plain
+//!   inserts leave 343), and `bulk()` on a plain embedded store keeps 64
+//!   transactions in flight (sharing commits) and a window of 100,000
+//!   entities (transactions of about 100 rows here), reading ahead only while
+//!   fewer transactions are ready than may be in flight (so sorted input
+//!   holds little of it). The window bounds the writer's memory: about 1 KiB
+//!   an entity of this shape, hence the peak above for interleaved input; a
+//!   smaller `buffer` trades it for rate.
+//!
+//! - `scan` (issue 38 item 3): `DURABLE_STORE_SCAN_N` entities (1,000,000
+//!   by default) filled into a store file and into SQLite (as `sqlite_fill`),
+//!   then, each in its own child process, the whole table read in key order
+//!   and decoded into a `#[derive(TableEntity)]` struct, pages of 1,000 (the
+//!   store: `query().page_size(1000).stream()`; SQLite: `LIMIT 1000` queries
+//!   resumed after the last key, each row's JSON decoded with
+//!   `codec::entity_from_json`); both sum the same fields, checked equal.
+//!
+//!   ```text
+//!   cargo bench -p tablekit-benches --bench durable_store -- scan
+//!   DURABLE_STORE_SCAN_N=100000 cargo bench -p tablekit-benches --bench durable_store -- scan
+//!   ```
+//!
+//!   One run at 1,000,000 (same machine): the store file 3.17 s, SQLite
+//!   5.66 s: tablekit/SQLite 0.56 (peak RSS 78 MB and 9 MB; fills 73 s and
+//!   68 s; files 285 MB and 511 MB). The store decodes its binary records
+//!   straight into the struct (`durable/rows.rs`); SQLite's rows are the
+//!   service's JSON, whose parse is most of its time. A profile of the
+//!   store's scan shows no single hot spot: the record's decode 10%, copies
+//!   of records into the page 7%, UTF-8 checks 5%, allocation of the
+//!   struct's strings about 10%, and redb's page reads through the kernel.
 //!
 //! Resident memory is VmRSS / VmHWM from `/proc/self/status`.
 //! `DURABLE_STORE_CACHE` (bytes) sets the file store's cache for the `read`
@@ -302,8 +367,20 @@ mod sqlite {
     }
 
     pub(super) fn fill(path: &str, n: usize) {
-        let c = open(path);
         let started = Instant::now();
+        fill_quiet(path, n);
+        let fill_s = started.elapsed().as_secs_f64();
+        println!(
+            "{{\"phase\":\"sqlite_fill\",\"n\":{n},\"fill_s\":{fill_s:.3},\"file_bytes\":{},\"peak_rss_kib\":{},\"rss_kib\":{}}}",
+            std::fs::metadata(path).map_or(0, |m| m.len()),
+            status_kib("VmHWM"),
+            status_kib("VmRSS"),
+        );
+    }
+
+    /// Fills a fresh SQLite file with `n` entities, 100 per transaction.
+    pub(super) fn fill_quiet(path: &str, n: usize) {
+        let c = open(path);
         for p in 0..PARTITIONS {
             let rows: Vec<usize> = (p..n).step_by(PARTITIONS).collect();
             for chunk in rows.chunks(100) {
@@ -314,14 +391,6 @@ mod sqlite {
                 c.execute_batch("COMMIT").unwrap();
             }
         }
-        let fill_s = started.elapsed().as_secs_f64();
-        drop(c);
-        println!(
-            "{{\"phase\":\"sqlite_fill\",\"n\":{n},\"fill_s\":{fill_s:.3},\"file_bytes\":{},\"peak_rss_kib\":{},\"rss_kib\":{}}}",
-            std::fs::metadata(path).map_or(0, |m| m.len()),
-            status_kib("VmHWM"),
-            status_kib("VmRSS"),
-        );
     }
 
     pub(super) fn read(path: &str, n: usize) {
@@ -457,6 +526,289 @@ mod sqlite {
             size(),
             started.elapsed().as_secs_f64()
         );
+    }
+}
+
+/// Issue 38 item 2: `bulk()` of the same rows sorted by PartitionKey and as
+/// generated (997 partitions interleaved), each into a fresh file in its own
+/// child process.
+mod bulk {
+    use super::*;
+    use futures::stream;
+    use tablekit::UpdateMode;
+
+    /// How many partitions the bulk rows are spread over.
+    pub(super) const PARTITIONS: usize = 997;
+
+    /// Row `i`: the workload's entity in partition `i % 997`.
+    fn row(i: usize) -> DynamicEntity {
+        let mut e = entity(i);
+        e.partition_key = format!("q{:03}", i % PARTITIONS);
+        e
+    }
+
+    /// The rows' order: by partition (then RowKey), or as generated.
+    fn order(n: usize, sorted: bool) -> Vec<usize> {
+        if sorted {
+            (0..PARTITIONS)
+                .flat_map(|p| (p..n).step_by(PARTITIONS))
+                .collect()
+        } else {
+            (0..n).collect()
+        }
+    }
+
+    /// Child: `n` rows upserted with `bulk()` into a fresh file; the rate,
+    /// the file's size before and after the store's close, the close's time
+    /// and the peak resident set.
+    pub(super) fn write(path: &str, n: usize, sorted: bool) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a tokio runtime");
+        let svc = TableServiceClient::embedded_at(path).expect("the store file opens");
+        let t = svc.table::<DynamicEntity>(TABLE).expect("a valid name");
+        rt.block_on(t.create_table()).expect("create the table");
+        let rows = order(n, sorted);
+        let setting = |name: &str| std::env::var(name).ok().and_then(|v| v.parse().ok());
+        let mut writer = t.bulk();
+        if let Some(v) = setting("DURABLE_STORE_BULK_IN_FLIGHT") {
+            writer = writer.in_flight(v);
+        }
+        if let Some(v) = setting("DURABLE_STORE_BULK_BUFFER") {
+            writer = writer.buffer(v);
+        }
+        let cpu0 = cpu_s();
+        let started = Instant::now();
+        let report = rt
+            .block_on(
+                writer.upsert_all(stream::iter(rows.into_iter().map(row)), UpdateMode::Replace),
+            )
+            .expect("the bulk write runs");
+        let cpu = cpu_s() - cpu0;
+        let write_s = started.elapsed().as_secs_f64();
+        assert_eq!(report.written, n as u64);
+        let size = || std::fs::metadata(path).map_or(0, |m| m.len());
+        let open_bytes = size();
+        let started = Instant::now();
+        drop((t, svc));
+        let close_s = started.elapsed().as_secs_f64();
+        println!(
+            "{{\"phase\":\"bulk_{}\",\"n\":{n},\"partitions\":{PARTITIONS},\"write_s\":{write_s:.3},\
+             \"rows_per_s\":{:.0},\"close_s\":{close_s:.3},\"rows_per_s_with_close\":{:.0},\
+             \"file_bytes_open\":{open_bytes},\"file_bytes\":{},\"peak_rss_kib\":{},\"cpu_s\":{cpu:.3},\"transactions\":{}}}",
+            if sorted { "sorted" } else { "interleaved" },
+            n as f64 / write_s,
+            n as f64 / (write_s + close_s),
+            size(),
+            status_kib("VmHWM"),
+            report.transactions,
+        );
+    }
+
+    /// The CPU time of this process so far (user and system, all threads).
+    fn cpu_s() -> f64 {
+        use nix::sys::resource::{getrusage, UsageWho};
+        let u = getrusage(UsageWho::RUSAGE_SELF).expect("getrusage");
+        let s = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+        s(u.user_time()) + s(u.system_time())
+    }
+
+    /// A number field of a child's JSON line.
+    pub(super) fn field(line: &str, name: &str) -> f64 {
+        let v: serde_json::Value = serde_json::from_str(line).expect("a JSON line");
+        v[name].as_f64().unwrap_or(f64::NAN)
+    }
+
+    /// Sorted, then interleaved, each in a fresh file; then the ratios
+    /// interleaved/sorted.
+    pub(super) fn run() {
+        let n: usize = std::env::var("DURABLE_STORE_BULK_N")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(100_000);
+        let mut lines = Vec::new();
+        for phase in ["bulk_sorted", "bulk_interleaved"] {
+            let path = std::env::temp_dir().join(format!(
+                "tablekit-durable-bulk-{}-{phase}.redb",
+                std::process::id()
+            ));
+            let _ = tablekit::storage::remove_file(&path);
+            let line = child(phase, &path, n);
+            println!("{line}");
+            lines.push(line);
+            let _ = tablekit::storage::remove_file(&path);
+        }
+        let ratio = |name: &str| field(&lines[1], name) / field(&lines[0], name);
+        println!(
+            "{{\"phase\":\"bulk_ratio\",\"n\":{n},\"interleaved_to_sorted_rate\":{:.2},\
+             \"interleaved_to_sorted_rate_with_close\":{:.2},\"interleaved_to_sorted_file\":{:.2},\
+             \"interleaved_to_sorted_file_open\":{:.2},\"interleaved_to_sorted_peak_rss\":{:.2}}}",
+            ratio("rows_per_s"),
+            ratio("rows_per_s_with_close"),
+            ratio("file_bytes"),
+            ratio("file_bytes_open"),
+            ratio("peak_rss_kib"),
+        );
+    }
+}
+
+/// Issue 38 item 3: the whole table scanned, decoded into a typed entity,
+/// pages of 1,000, from the store file and from SQLite, each in its own
+/// child process after both were filled.
+mod scan {
+    use super::*;
+    use tablekit::TableEntity;
+
+    /// The bench's entity as a typed struct (support::entity's properties).
+    #[derive(TableEntity, Debug, Clone, PartialEq)]
+    pub(super) struct Employee {
+        #[tablekit(partition_key)]
+        pk: String,
+        #[tablekit(row_key)]
+        rk: String,
+        first_name: String,
+        last_name: String,
+        email: String,
+        age: i32,
+        salary: f64,
+        employee_id: i64,
+        active: bool,
+        photo: Vec<u8>,
+    }
+
+    impl Employee {
+        /// What the scan adds up, so that no field goes unread.
+        fn weight(&self) -> u64 {
+            (self.pk.len()
+                + self.rk.len()
+                + self.first_name.len()
+                + self.last_name.len()
+                + self.email.len()
+                + self.photo.len()) as u64
+                + self.age as u64
+                + (self.employee_id - 9_000_000_000) as u64
+                + u64::from(self.active)
+                + self.salary as u64
+        }
+    }
+
+    /// Child: fills the store file and the SQLite file with `n` entities.
+    pub(super) fn fill(path: &str, n: usize) {
+        let fill_s = runtime(1).block_on(async {
+            let svc = TableServiceClient::embedded_at(path).expect("the store file opens");
+            fill_service(&svc, n).await
+        });
+        let started = Instant::now();
+        super::sqlite::fill_quiet(&format!("{path}.sqlite"), n);
+        println!(
+            "{{\"phase\":\"scan_fill\",\"n\":{n},\"file_fill_s\":{fill_s:.3},\"sqlite_fill_s\":{:.3},\
+             \"file_bytes\":{},\"sqlite_bytes\":{}}}",
+            started.elapsed().as_secs_f64(),
+            std::fs::metadata(path).map_or(0, |m| m.len()),
+            std::fs::metadata(format!("{path}.sqlite")).map_or(0, |m| m.len()),
+        );
+    }
+
+    /// Child: the store file's table streamed as `Employee`, pages of 1,000.
+    pub(super) fn file(path: &str, n: usize) {
+        let account = Storage::embedded_at_with(path, options()).expect("the file opens");
+        let t = account.table::<Employee>(TABLE).expect("a valid name");
+        let (scan_s, weight) = runtime(1).block_on(async {
+            let started = Instant::now();
+            let mut s = t.query().page_size(1000).stream();
+            let (mut count, mut weight) = (0usize, 0u64);
+            while let Some(e) = s.try_next().await.expect("the stream reads") {
+                count += 1;
+                weight += e.weight();
+            }
+            assert_eq!(count, n);
+            (started.elapsed().as_secs_f64(), weight)
+        });
+        println!(
+            "{{\"phase\":\"scan_file\",\"n\":{n},\"scan_s\":{scan_s:.3},\"weight\":{weight},\"peak_rss_kib\":{}}}",
+            status_kib("VmHWM")
+        );
+    }
+
+    /// Child: the SQLite table read in key order, each row's JSON decoded
+    /// as `Employee`, 1,000 rows a query (a page, resumed after its last key).
+    pub(super) fn sqlite(path: &str, n: usize) {
+        let c = super::sqlite::open(&format!("{path}.sqlite"));
+        let started = Instant::now();
+        let mut first = c
+            .prepare("SELECT pk, rk, body FROM entities ORDER BY pk, rk LIMIT 1000")
+            .unwrap();
+        let mut next = c
+            .prepare(
+                "SELECT pk, rk, body FROM entities WHERE (pk, rk) > (?1, ?2) ORDER BY pk, rk LIMIT 1000",
+            )
+            .unwrap();
+        let (mut count, mut weight) = (0usize, 0u64);
+        let mut last: Option<(String, String)> = None;
+        loop {
+            let read = |r: &rusqlite::Row<'_>| -> rusqlite::Result<(String, String, Vec<u8>)> {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            };
+            let page: Vec<(String, String, Vec<u8>)> = match &last {
+                None => first
+                    .query_map([], read)
+                    .unwrap()
+                    .map(|r| r.unwrap())
+                    .collect(),
+                Some((pk, rk)) => next
+                    .query_map(rusqlite::params![pk, rk], read)
+                    .unwrap()
+                    .map(|r| r.unwrap())
+                    .collect(),
+            };
+            let Some((pk, rk, _)) = page.last() else {
+                break;
+            };
+            last = Some((pk.clone(), rk.clone()));
+            for (_, _, body) in &page {
+                let e: Employee =
+                    tablekit::codec::entity_from_json(body).expect("a stored entity decodes");
+                count += 1;
+                weight += e.weight();
+            }
+        }
+        assert_eq!(count, n);
+        println!(
+            "{{\"phase\":\"scan_sqlite\",\"n\":{n},\"scan_s\":{:.3},\"weight\":{weight},\"peak_rss_kib\":{}}}",
+            started.elapsed().as_secs_f64(),
+            status_kib("VmHWM")
+        );
+    }
+
+    /// Both filled, then each scanned; the ratio tablekit/SQLite of the
+    /// scan times.
+    pub(super) fn run() {
+        let n: usize = std::env::var("DURABLE_STORE_SCAN_N")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1_000_000);
+        let path =
+            std::env::temp_dir().join(format!("tablekit-durable-scan-{}.redb", std::process::id()));
+        let _ = tablekit::storage::remove_file(&path);
+        println!("{}", child("scan_fill", &path, n));
+        let file = child("scan_file", &path, n);
+        println!("{file}");
+        let sqlite = child("scan_sqlite", &path, n);
+        println!("{sqlite}");
+        assert_eq!(
+            super::bulk::field(&file, "weight"),
+            super::bulk::field(&sqlite, "weight"),
+            "both read the same entities"
+        );
+        println!(
+            "{{\"phase\":\"scan_ratio\",\"n\":{n},\"file_to_sqlite_time\":{:.2}}}",
+            super::bulk::field(&file, "scan_s") / super::bulk::field(&sqlite, "scan_s")
+        );
+        let _ = tablekit::storage::remove_file(&path);
+        for tail in [".sqlite", ".sqlite-wal", ".sqlite-shm"] {
+            let _ = std::fs::remove_file(format!("{}{tail}", path.display()));
+        }
     }
 }
 
@@ -659,6 +1011,11 @@ fn main() {
             "sqlite_fill" => sqlite::fill(&format!("{path}.sqlite"), n),
             "sqlite_read" => sqlite::read(&format!("{path}.sqlite"), n),
             "sqlite_writers" => sqlite::writers(&format!("{path}.sqlite"), n),
+            "bulk_sorted" => bulk::write(&path, n, true),
+            "bulk_interleaved" => bulk::write(&path, n, false),
+            "scan_fill" => scan::fill(&path, n),
+            "scan_file" => scan::file(&path, n),
+            "scan_sqlite" => scan::sqlite(&path, n),
             _ => sqlite::compact(&format!("{path}.sqlite"), n),
         }
         return;
@@ -670,9 +1027,21 @@ fn main() {
     }
     // A filter (`-- group_commit`) selects among the criterion benchmarks
     // alone; without one the phases run first.
-    let filtered = std::env::args().skip(1).any(|a| !a.starts_with('-'));
-    if filtered {
-        group_commit::run();
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    if !filters.is_empty() {
+        let selects = |group: &str| filters.iter().any(|f| group.contains(f.as_str()));
+        if selects("bulk") {
+            bulk::run();
+        }
+        if selects("scan") {
+            scan::run();
+        }
+        if selects("group_commit") {
+            group_commit::run();
+        }
         return;
     }
     let n: usize = std::env::var("DURABLE_STORE_N")

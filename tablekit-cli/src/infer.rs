@@ -2,7 +2,7 @@
 //! inferred from a sample of them.
 //!
 //! - Each property becomes a field of the Rust type of its stored Edm type
-//!   (`Int32` → `i32`, `Int64` → `i64`, `Guid` → `uuid::Uuid`, ...), an
+//!   (`Int32` → `i32`, `Int64` → `i64`, `Guid` → `tablekit::uuid::Uuid`, ...), an
 //!   `Option` when some entities lack it; a property stored with several
 //!   types is left out, with a comment (read it through `DynamicEntity`).
 //! - Keys: a template when every key of the sample fits one the derive
@@ -296,9 +296,9 @@ fn rust_type(edm: &str) -> Option<&'static str> {
         "String" => "String",
         "Binary" => "Vec<u8>",
         "Boolean" => "bool",
-        "DateTime" => "chrono::DateTime<chrono::Utc>",
+        "DateTime" => "tablekit::chrono::DateTime<tablekit::chrono::Utc>",
         "Double" => "f64",
-        "Guid" => "uuid::Uuid",
+        "Guid" => "tablekit::uuid::Uuid",
         "Int32" => "i32",
         "Int64" => "i64",
         _ => return None,
@@ -399,7 +399,7 @@ fn structure(out: &mut String, name: &str, group: &[&DynamicEntity], skip: Optio
     }
     let _ = writeln!(
         fields,
-        "    #[tablekit(etag)]\n    pub etag: Option<tablekit::ETag>,\n    #[tablekit(timestamp)]\n    pub timestamp: Option<chrono::DateTime<chrono::Utc>>,"
+        "    #[tablekit(etag)]\n    pub etag: Option<tablekit::ETag>,\n    #[tablekit(timestamp)]\n    pub timestamp: Option<tablekit::chrono::DateTime<tablekit::chrono::Utc>>,"
     );
     let _ = writeln!(
         out,

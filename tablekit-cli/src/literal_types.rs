@@ -5,18 +5,19 @@
 //! (Azurite is laxer and may match.) The CLI knows the types of the entities
 //! it has read, so it can say so.
 
-use tablekit::filter::Expr;
+use tablekit::filter::Filter;
 use tablekit::{edm::EdmType, DynamicEntity};
 
 /// One warning per comparison of `filter` whose property the entities of
 /// `sample` hold, but never with the literal's type.
-pub(crate) fn mismatches(filter: &Expr, sample: &[DynamicEntity]) -> Vec<String> {
+pub(crate) fn mismatches(filter: &Filter<DynamicEntity>, sample: &[DynamicEntity]) -> Vec<String> {
     let mut warnings = Vec::new();
-    visit(filter, &mut |property, op, literal| {
+    for c in filter.comparisons() {
+        let (property, op, literal) = (c.property(), c.operator(), c.value());
         let held = held_types(sample, property);
         let want = literal.edm_type();
         if held.is_empty() || held.contains(&want) {
-            return;
+            continue;
         }
         let types: Vec<String> = held.iter().map(ToString::to_string).collect();
         let warning = format!(
@@ -27,25 +28,8 @@ pub(crate) fn mismatches(filter: &Expr, sample: &[DynamicEntity]) -> Vec<String>
         if !warnings.contains(&warning) {
             warnings.push(warning);
         }
-    });
-    warnings
-}
-
-fn visit(e: &Expr, f: &mut impl FnMut(&str, &str, &tablekit::EdmValue)) {
-    match e {
-        Expr::Cmp {
-            property,
-            op,
-            value,
-        } => f(property, op.as_str(), value),
-        Expr::And(a, b) | Expr::Or(a, b) => {
-            visit(a, f);
-            visit(b, f);
-        }
-        Expr::Not(a) => visit(a, f),
-        // A form this version does not know compares nothing it can check.
-        _ => {}
     }
+    warnings
 }
 
 /// The types `property` has in `sample`, in the order first seen.

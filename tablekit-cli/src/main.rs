@@ -454,7 +454,7 @@ async fn run_sized(
                 .map_err(|e| e.to_string());
             // Warned before the result, and also when the query failed (Azurite
             // answers 500 to some comparisons of mismatched types).
-            if let Some(expr) = filter.and_then(|f| tablekit::filter::parse(&f).ok()) {
+            if let Some(expr) = filter.and_then(|f| tablekit::filter::Filter::parse(&f).ok()) {
                 let sample = match &found {
                     Ok(found) if !found.is_empty() => found.clone(),
                     // Only a hint: a failure to read the sample is not the query's.

@@ -19,7 +19,35 @@ const COLUMN_METHODS: &[&str] = &[
     "between",
     "is_in",
     "starts_with",
+    "is_none",
+    "is_some",
 ];
+
+/// `None` or `Some(value)` on the value side of a comparison: the Rust
+/// meaning of comparing an `Option` field, which `filter!` keeps.
+enum OptionValue<'e> {
+    None,
+    Some(&'e Expr),
+}
+
+/// Whether `e` is written `None` / `Some(x)` (or `Option::None`, ...).
+fn option_value(e: &Expr) -> Option<OptionValue<'_>> {
+    let last = |p: &syn::Path| p.segments.last().map(|s| s.ident.to_string());
+    match e {
+        Expr::Paren(p) => option_value(&p.expr),
+        Expr::Group(g) => option_value(&g.expr),
+        Expr::Path(p) if p.qself.is_none() && last(&p.path).as_deref() == Some("None") => {
+            Some(OptionValue::None)
+        }
+        Expr::Call(c) if c.args.len() == 1 => match &*c.func {
+            Expr::Path(p) if p.qself.is_none() && last(&p.path).as_deref() == Some("Some") => {
+                Some(OptionValue::Some(&c.args[0]))
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}
 
 struct Rewriter {
     param: Ident,
@@ -219,6 +247,9 @@ impl Rewriter {
                 return self.fail(b.span(), message);
             }
         };
+        if let Some(option) = option_value(value) {
+            return self.option_comparison(b, column, option);
+        }
         let method = match (&b.op, flipped) {
             (BinOp::Eq(_), _) => "eq",
             (BinOp::Ne(_), _) => "ne",
@@ -232,6 +263,44 @@ impl Rewriter {
         let column = self.column(column);
         let value = self.value(value);
         quote_spanned!(b.op.span()=> #column.#method(#value))
+    }
+
+    /// `column == None`, `column != Some(v)`, ...: the comparisons of Rust's
+    /// `Option`, where `None` is a property that is not set. `== None` is
+    /// `is_none()`, `!= None` `is_some()`, `== Some(v)` `eq(v)` (set and
+    /// equal), and `!= Some(v)` `not (eq(v))` (not set, or another value).
+    /// Ordering against an `Option` is refused: the service has no order
+    /// between a missing property and a value.
+    fn option_comparison(
+        &mut self,
+        b: &syn::ExprBinary,
+        column: &Expr,
+        option: OptionValue<'_>,
+    ) -> TokenStream {
+        let span = b.op.span();
+        let equal = match b.op {
+            BinOp::Eq(_) => true,
+            BinOp::Ne(_) => false,
+            _ => {
+                return self.fail(
+                    span,
+                    "filter! cannot order a column against `None` or `Some(..)`: the service has no order between a property that is not set and a value; compare with the value itself (`e.age < 30` holds only where Age is set)",
+                )
+            }
+        };
+        let column = self.column(column);
+        match (option, equal) {
+            (OptionValue::None, true) => quote_spanned!(span=> #column.is_none()),
+            (OptionValue::None, false) => quote_spanned!(span=> #column.is_some()),
+            (OptionValue::Some(v), true) => {
+                let v = self.value(v);
+                quote_spanned!(span=> #column.eq(#v))
+            }
+            (OptionValue::Some(v), false) => {
+                let v = self.value(v);
+                quote_spanned!(span=> ::tablekit::__private_0_1::filter_not(#column.eq(#v)))
+            }
+        }
     }
 
     /// A value: a literal, a variable or constant, a reference to one, a negative
@@ -321,6 +390,42 @@ mod tests {
         assert!(out.contains(". ge (min)"), "{out}");
         assert!(out.contains("filter_not"), "{out}");
         assert!(out.contains("filter_of"), "{out}");
+    }
+
+    #[test]
+    fn none_and_some_keep_the_meaning_of_option() {
+        let out = expand_str("|e| e.age == None");
+        assert!(out.contains(". is_none ()"), "{out}");
+        let out = expand_str("|e| None != e.age");
+        assert!(out.contains(". is_some ()"), "{out}");
+        let out = expand_str("|e| e.age == Option::None");
+        assert!(out.contains(". is_none ()"), "{out}");
+        let out = expand_str("|e| e.age == Some(30)");
+        assert!(
+            out.contains(". eq (30)") && !out.contains("filter_not"),
+            "{out}"
+        );
+        let out = expand_str("|e| e.age != Some(min)");
+        assert!(
+            out.contains("filter_not") && out.contains(". eq (min)"),
+            "{out}"
+        );
+        let out = expand_str("|e| e.age.is_none() || e.name.is_some()");
+        assert!(
+            out.contains(". is_none ()") && out.contains(". is_some ()"),
+            "{out}"
+        );
+        for refused in [
+            "|e| e.age < None",
+            "|e| e.age >= Some(3)",
+            "|e| Some(3) > e.age",
+        ] {
+            let out = expand_str(refused);
+            assert!(
+                out.contains("cannot order a column against"),
+                "{refused}: {out}"
+            );
+        }
     }
 
     #[test]

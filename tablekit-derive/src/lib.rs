@@ -73,6 +73,51 @@ pub fn derive_table_properties(input: TokenStream) -> TokenStream {
 /// column's Rust type. Values are literals and variables; arithmetic, `if`,
 /// comparing two columns, calling methods on values and fields of other structs
 /// are compile errors at the offending token. Pass the result to `Query::filter`.
+///
+/// # `None`: properties that are not set
+///
+/// The Table service has no null. An `Option` field that is `None` is not
+/// written at all, and every comparison with a missing property is false, `ne`
+/// included. `filter!` keeps the meaning Rust gives to comparing an `Option`:
+///
+/// | written | selects | sent as |
+/// |---|---|---|
+/// | `e.age == None`, `e.age.is_none()` | Age not set | `not (Age eq 0 or Age ne 0)` |
+/// | `e.age != None`, `e.age.is_some()` | Age set | `Age eq 0 or Age ne 0` |
+/// | `e.age == Some(30)` | Age set and 30 | `Age eq 30` |
+/// | `e.age != Some(30)` | Age not set, or not 30 | `not (Age eq 30)` |
+/// | `e.age != 30` | Age set and not 30 (a plain comparison needs a value) | `Age ne 30` |
+///
+/// "Not set" also takes in a property stored as another Edm type than the
+/// column's, which a typed read could not decode anyway. A test for `None`
+/// costs two of the 15 comparisons a filter may hold, and no index serves it.
+/// Ordering against `None` or `Some(..)` (`e.age < None`) and a variable of
+/// type `Option` (`e.age == maybe`) are compile errors: match on the
+/// `Option` before the filter. `odata!` refuses `null` for the same reason.
+///
+/// ```
+/// use tablekit::{filter, TableEntity};
+///
+/// #[derive(TableEntity)]
+/// #[tablekit(partition_key = "{team}", row_key = "{name}")]
+/// struct Player {
+///     team: String,
+///     name: String,
+///     email: Option<String>,
+///     age: Option<i32>,
+/// }
+///
+/// let svc = tablekit::TableServiceClient::from_connection_string("UseDevelopmentStorage=true")?;
+/// let players = svc.table::<Player>("Players")?;
+/// let q = players
+///     .query()
+///     .filter(filter!(|e| e.email == None && e.age != Some(30)));
+/// assert_eq!(
+///     q.filter_text()?.as_deref(),
+///     Some("not (Email eq '' or Email ne '') and not (Age eq 30)")
+/// );
+/// # Ok::<(), tablekit::Error>(())
+/// ```
 #[proc_macro]
 pub fn filter(input: TokenStream) -> TokenStream {
     filter_macro::expand(input.into()).into()
@@ -82,6 +127,10 @@ pub fn filter(input: TokenStream) -> TokenStream {
 /// whose `{placeholders}` (variables, or `{}` with arguments) are written as typed,
 /// escaped literals (`'O''Brien'`, `30`, `9000000000L`, `datetime'…'`). Pass the
 /// result to `Query::filter_raw`; it is parsed before any request.
+///
+/// `null` is a compile error (the service stores no nulls), and so is a value
+/// of type `Option`: test a property that is not set with `filter!`'s
+/// `e.field == None`.
 #[proc_macro]
 pub fn odata(input: TokenStream) -> TokenStream {
     odata_macro::expand(input.into()).into()

@@ -98,6 +98,22 @@ fn expand_inner(input: TokenStream) -> syn::Result<TokenStream> {
             other => literal.push(other),
         }
     }
+    let says_null = |text: &str| {
+        text.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .any(|word| word == "null")
+    };
+    if pieces
+        .iter()
+        .any(|p| matches!(p, Piece::Text(t) if says_null(t)))
+        || says_null(&literal)
+    {
+        return Err(err(
+            "odata!: `null` is not supported: the Table service stores no nulls (a property that \
+             is not set is missing, and every comparison with it is false). Test absence with \
+             `filter!(|e| e.field == None)` or a column's `is_none()`"
+                .into(),
+        ));
+    }
     if next_positional < args.len() {
         return Err(syn::Error::new(
             template.span(),
@@ -142,6 +158,8 @@ mod tests {
             quote!("Name eq {}", a, b),
             quote!("Name eq {1 + 2}"),
             quote!("a } b"),
+            quote!("Age eq null"),
+            quote!("(Email ne null) and Age gt {}", 3),
         ] {
             let out = expand(src.clone()).to_string();
             assert!(out.contains("compile_error"), "{src}: {out}");

@@ -54,7 +54,7 @@ impl StepHook<usize> {
         match &self.0 {
             Some(hook) => {
                 let hook = hook.clone();
-                plan.before_send_shared(Arc::new(move |attempt| hook(attempt)))
+                plan.before_send(move |attempt| hook(attempt))
             }
             None => plan,
         }

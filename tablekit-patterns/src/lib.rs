@@ -20,6 +20,7 @@
 //! | [`periodic`] | high-volume delete (§3.8): one table per period | [`periodic::PeriodicTables`] |
 //! | [`series`] | data series (§3.9) with daily rollover | [`series::DataSeries`], [`series::HourlyCounters`] |
 //! | [`eventual`] | eventually consistent transactions through a queue (§3.3) | [`eventual::Worker`] running [`eventual::Operation`]s such as [`eventual::Archive`] |
+//! | [`relationships`] | modelling relationships (§5.7) and the materialized view (§3.14): one-to-many in one partition with moves, one-to-one links, join in the client, CQRS view | [`relationships::OneToMany`], [`relationships::Link`], [`relationships::KeyConvention`], [`relationships::LookupCache`], [`relationships::MaterializedView`] |
 //! | [`upgrade`] | background schema upgrade | [`upgrade::SchemaUpgrade`] |
 //! | [`range`] | the range queries all patterns read with | [`range::KeyRange`] |
 //! | [`keys`] | key encodings: inverted ticks, padding | functions |
@@ -39,6 +40,10 @@
 //! | [`index_entity`] (option 3, [`SeparateIndexEntities`](index_entity::SeparateIndexEntities)) | two writes in an order that keeps a promise (see the module) | an index entity listing an id whose entity is gone or changed, which `find` leaves out; never an entity its index does not list |
 //! | [`inter_index`] | **eventually consistent** through a queue: the client sends one message, a worker writes the primary and the copies | the primary changed and a copy not yet, or a copy under a value no longer current (`lookup_verified` checks it) |
 //! | [`eventual`] | eventually consistent: at-least-once delivery, idempotent steps | any state between two steps of an operation |
+//! | [`relationships`]: [`OneToMany`](relationships::OneToMany) insert and delete | **atomic**: the entity and its department's count in one transaction | nothing |
+//! | [`relationships`]: [`move_to`](relationships::OneToMany::move_to) | eventually consistent through the worker: two transactions, each with its count | the employee in both departments, each counting it; counts always equal the entities |
+//! | [`relationships`]: [`MaterializedView`](relationships::MaterializedView) | eventually consistent through the worker, rebuildable | view rows of a source state older than the current one while its change is pending |
+//! | [`relationships`]: [`Link`](relationships::Link), [`LookupCache`](relationships::LookupCache) | no promise across entities: one point read; a copy as old as its time to live | a link naming a deleted entity; a department changed less than a TTL ago in its old version |
 //! | [`large`] | a blob written before the entity that names it, deleted after | an orphan blob until a sweep; never an entity whose blob is missing |
 //! | [`log_data`], [`periodic`], [`upgrade`] | one request each, no multi-entity promise | as each request leaves it |
 //!
@@ -68,6 +73,8 @@
 //! | `append` | [`log_tail`] | an insert under a RowKey the pattern makes from the time |
 //! | `add`, `set`, `record` | [`series`] | additions to and values of one slot of a series entity, not whole entities |
 //! | `enqueue`, `requeue` | [`eventual`] | messages to a queue, not table writes |
+//! | `move_to`, `changed` | [`relationships`] | messages to the worker: a move between partitions, "this source entity changed" |
+//! | `resolve`, `join`, `refresh`, `rebuild`, `lag` | [`relationships`] | reads through a link or a cache, and the upkeep of a cache or a view |
 //!
 //! Refusals before any request are [`ValidationError::Pattern`](tablekit::error::ValidationError::Pattern)
 //! (`is_invalid_input()`), and a value of a unique index held by another
@@ -242,6 +249,7 @@ pub mod periodic;
 pub mod plan;
 mod props;
 pub mod range;
+pub mod relationships;
 pub mod series;
 pub mod summary;
 pub mod upgrade;

@@ -214,6 +214,11 @@ impl<T: TableEntity> CountedPartition<T> {
         &self.table
     }
 
+    /// The RowKey of the summary entity of each partition.
+    pub fn summary_row_key(&self) -> &str {
+        &self.summary_row_key
+    }
+
     /// The summary entity of a partition (with every denormalised property).
     pub async fn summary(&self, partition_key: &str) -> Result<Option<DynamicEntity>> {
         self.raw

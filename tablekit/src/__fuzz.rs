@@ -3,8 +3,9 @@
 //! not write but that are not public API. Only with the non-default `fuzzing`
 //! feature; hidden, unstable, not for use outside tablekit's own tests.
 
-use crate::entity::{ETag, TableEntity};
+use crate::entity::{DynamicEntity, ETag, TableEntity};
 use crate::error::Result;
+use crate::filter::Filter;
 
 /// Decodes a query page body (`{"value":[...]}`) into `T`s.
 pub fn decode_page<T: TableEntity>(body: &[u8]) -> Result<Vec<T>> {
@@ -49,4 +50,13 @@ pub fn blob_listing(body: &[u8]) -> Result<usize> {
             "a blob listing read as another answer",
         )),
     }
+}
+
+/// Whether `entity` matches `filter`, evaluated whatever its number of
+/// comparisons (`Filter::matches`, with `test-support`, refuses more than 15
+/// first); false for a filter that cannot be sent.
+pub fn filter_matches(filter: &Filter<DynamicEntity>, entity: &DynamicEntity) -> bool {
+    filter
+        .unchecked_expr()
+        .is_some_and(|e| crate::filter::matches(e, entity))
 }

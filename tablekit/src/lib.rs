@@ -105,7 +105,7 @@
 //! | `reqwest` | a second transport, reqwest's client: `Transport::Reqwest` (the default transport is tablekit's own, on hyper) | reqwest and its dependencies | no |
 //! | `entra` | Microsoft Entra ID through the official identity crates: `Credential::entra` takes any `azure_identity` credential | azure_core (its `TokenCredential` trait; no HTTP client of its own) | no |
 //! | `opentelemetry` | trace context on the wire (each attempt sends the W3C `traceparent` and `tracestate` of its span) and metrics through the OpenTelemetry API (request durations, retries, throttled answers, ambiguous writes and their settlement, the counts of [`Stats`](table::Stats)); the spans themselves are `tracing`'s with or without it (see "Traces and metrics" in the guide's chapter 6) | opentelemetry (the API, no SDK), tracing-opentelemetry | no |
-//! | `test-support` | proptest strategies for tests of code built on tablekit (`filter::strategies`) | proptest | no |
+//! | `test-support` | for tests of code built on tablekit: proptest strategies (`filter::strategies`) and `Filter::matches` (the service's filter rules, as a model) | proptest | no |
 //! | `fuzzing` | hidden entry points to internal parsers, for tablekit's own fuzz targets: unstable, not for use outside tablekit | | no |
 //!
 //! Code that only talks to Azure tables over HTTP needs
@@ -171,6 +171,9 @@ pub mod service_properties;
 pub mod simulation;
 pub mod storage;
 pub mod table;
+#[cfg(feature = "test-support")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-support")))]
+pub mod testing;
 pub mod validate;
 
 pub mod transport {

@@ -114,9 +114,25 @@ pub struct FileReport {
 ///
 /// # Errors
 ///
-/// A configuration error naming the file and what is wrong with it: missing,
-/// in use, damaged (the page or entity found), of another format, or not a
-/// store.
+/// A configuration error whose message names the file and what is wrong
+/// with it, and where:
+///
+/// - missing, in use by another open store, empty, not a redb database, a
+///   redb database that is not a store, or of a format this build does not
+///   read;
+/// - damaged, found by redb's check of the pages: the page that fails its
+///   checksum, by its number and byte range (`page 12 (bytes
+///   49152..53248) fails its checksum`; page 0 is the header), or a file cut
+///   short (its length, fewer bytes than its header records);
+/// - damaged, found reading the entities: the table and the entity, by its
+///   PartitionKey and RowKey (`in table Orders, the entity ("p1", "r7") is
+///   unreadable: ...`), a key that is unreadable (named by the entity
+///   before it), two entities out of order (both named), or a page redb
+///   cannot read (the last entity read before it).
+///
+/// No value of an entity is shown. Where redb reported the damage, its own
+/// error is the [`source`](std::error::Error::source) of the error (and its
+/// wording is quoted in the message). A file that fails is not sealed.
 #[cfg(feature = "durable")]
 #[cfg_attr(docsrs, doc(cfg(feature = "durable")))]
 pub fn check_file(path: impl AsRef<Path>) -> Result<FileReport> {
@@ -134,7 +150,11 @@ pub fn check_file(path: impl AsRef<Path>) -> Result<FileReport> {
 /// system. The file must not be open (in this process or another). The
 /// file's size in bytes before and after. A store also compacts its file
 /// when it closes if the entities deleted since its last compaction took at
-/// least 1 MiB and a quarter of the file's size.
+/// least 1 MiB and a quarter of the file's size, or if its entities take at
+/// most half of a file of at least 4 MiB that holds no queue or blob
+/// (whatever freed the rest: updates that shrank entities, sparse pages).
+/// That costs the close about what this call costs (0.7 s for a file of
+/// 100,000 entities of the `durable_store` bench).
 ///
 /// # Errors
 ///
@@ -755,7 +775,10 @@ mod tests {
         assert!(notes.get(("p", "r")).await.unwrap().is_some());
         drop((notes, again));
         let other = root.join("x").join("y").join("other.redb");
+        #[cfg(feature = "queue")]
         drop(crate::QueueServiceClient::embedded_at(&other).expect("queues make folders too"));
+        #[cfg(not(feature = "queue"))]
+        drop(crate::TableServiceClient::embedded_at(&other).expect("tables make folders too"));
 
         // A folder that cannot be made (a file is in the way) is a clear error.
         let blocked = root.join("app.redb").join("inner.redb");

@@ -6,9 +6,10 @@
 use chrono::{DateTime, TimeZone as _, Utc};
 use tablekit::account::{BlobSasPermissions, QueueSasPermissions, TableSasPermissions};
 use tablekit::acl::StoredAccessPolicy;
-use tablekit::{BlobServiceClient, DynamicEntity, QueueServiceClient};
+use tablekit::DynamicEntity;
 
 use crate::common;
+use tablekit::testing::TestEnv;
 
 fn at(y: i32, m: u32, d: u32) -> DateTime<Utc> {
     Utc.with_ymd_and_hms(y, m, d, 0, 0, 0).unwrap()
@@ -33,8 +34,9 @@ fn table_policies() -> Vec<StoredAccessPolicy<TableSasPermissions>> {
     ]
 }
 
-crate::both! {
-    async fn table_policies_are_set_read_back_and_cleared(svc, backend) {
+tablekit::testing::conformance! {
+    async fn table_policies_are_set_read_back_and_cleared(env) {
+        let svc = env.tables().clone();
         let table = common::fresh_table::<DynamicEntity>(&svc, "Acl").await;
         assert!(table.access_policies().await.unwrap().is_empty());
         table.set_access_policies(&table_policies()).await.unwrap();
@@ -49,11 +51,13 @@ crate::both! {
     }
 }
 
-crate::both! {
+tablekit::testing::conformance! {
     /// The service lets a policy leave its start, expiry or permissions to
     /// the SAS; Azurite 3.35 answers 400 (empty body) to a table policy
     /// without all three (its queue and container policies may leave them).
-    async fn a_table_policy_may_leave_parts_to_the_sas(svc, backend) {
+    async fn a_table_policy_may_leave_parts_to_the_sas(env) {
+        let svc = env.tables().clone();
+        let backend = env.backend();
         let table = common::fresh_table::<DynamicEntity>(&svc, "AclPart").await;
         let partial = [StoredAccessPolicy::new("writers").permissions(TableSasPermissions {
             add: true,
@@ -70,8 +74,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn five_table_policies_are_kept(svc, backend) {
+tablekit::testing::conformance! {
+    async fn five_table_policies_are_kept(env) {
+        let svc = env.tables().clone();
         let table = common::fresh_table::<DynamicEntity>(&svc, "AclFive").await;
         let five: Vec<_> = (0..5)
             .map(|i| {
@@ -87,8 +92,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn policies_of_a_missing_table_are_not_found(svc, backend) {
+tablekit::testing::conformance! {
+    async fn policies_of_a_missing_table_are_not_found(env) {
+        let svc = env.tables().clone();
         let missing = svc
             .table::<DynamicEntity>(&common::unique_name("NoAcl"))
             .unwrap();
@@ -102,8 +108,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn a_table_deleted_and_created_again_has_no_policies(svc, backend) {
+tablekit::testing::conformance! {
+    async fn a_table_deleted_and_created_again_has_no_policies(env) {
+        let svc = env.tables().clone();
         let table = common::fresh_table::<DynamicEntity>(&svc, "AclGone").await;
         table.set_access_policies(&table_policies()).await.unwrap();
         table.delete_table().await.unwrap();
@@ -136,48 +143,13 @@ async fn a_sixth_policy_or_a_bad_id_is_refused_before_any_io() {
     assert!(common::assert_invalid(&err).contains("twice"), "{err}");
 }
 
-/// The queue and blob services of one backend.
-struct Env {
-    queues: QueueServiceClient,
-    blobs: BlobServiceClient,
-    _files: Vec<common::TempStore>,
-}
-
-impl Env {
-    fn embedded() -> Self {
-        Env {
-            queues: QueueServiceClient::embedded(),
-            blobs: BlobServiceClient::embedded(),
-            _files: Vec::new(),
-        }
-    }
-
-    fn embedded_file() -> Self {
-        let (q, b) = (common::TempStore::new(), common::TempStore::new());
-        Env {
-            queues: QueueServiceClient::embedded_at(q.path()).unwrap(),
-            blobs: BlobServiceClient::embedded_at(b.path()).unwrap(),
-            _files: vec![q, b],
-        }
-    }
-
-    fn azurite() -> Option<Self> {
-        let conn = common::connection_string()?;
-        Some(Env {
-            queues: common::queues(&conn).unwrap(),
-            blobs: common::blobs(&conn).unwrap(),
-            _files: Vec::new(),
-        })
-    }
-}
-
 /// A queue or container name: lower case, unique.
 fn lower_name(prefix: &str) -> String {
     common::unique_name(prefix).to_ascii_lowercase()
 }
 
-async fn queue_policies_are_set_read_back_and_gone_with_the_queue(env: Env) {
-    let queue = env.queues.queue(&lower_name("acl")).unwrap();
+async fn queue_policies_are_set_read_back_and_gone_with_the_queue(env: TestEnv) {
+    let queue = env.queues().queue(&lower_name("acl")).unwrap();
     let err = queue.access_policies().await.unwrap_err();
     assert!(err.is_not_found(), "{err:?}");
     queue.create_queue().await.unwrap();
@@ -201,8 +173,8 @@ async fn queue_policies_are_set_read_back_and_gone_with_the_queue(env: Env) {
     queue.delete_queue().await.unwrap();
 }
 
-async fn container_policies_are_set_read_back_and_gone_with_the_container(env: Env) {
-    let container = env.blobs.container(&lower_name("acl")).unwrap();
+async fn container_policies_are_set_read_back_and_gone_with_the_container(env: TestEnv) {
+    let container = env.blobs().container(&lower_name("acl")).unwrap();
     let err = container.access_policies().await.unwrap_err();
     assert!(err.is_not_found(), "{err:?}");
     container.create_container().await.unwrap();
@@ -224,8 +196,7 @@ async fn container_policies_are_set_read_back_and_gone_with_the_container(env: E
     assert!(err.is_not_found(), "{err:?}");
 }
 
-crate::on_both_with!(
-    Env;
+tablekit::testing::conformance!(
     queue_policies_are_set_read_back_and_gone_with_the_queue,
     container_policies_are_set_read_back_and_gone_with_the_container,
 );

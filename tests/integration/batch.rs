@@ -15,8 +15,9 @@ async fn exists(t: &TableClient<DynamicEntity>, rk: &str) -> bool {
     t.get((PK, rk)).await.unwrap().is_some()
 }
 
-crate::both! {
-    async fn transaction_of_every_operation_kind_applies_all_and_returns_etags(svc, backend) {
+tablekit::testing::conformance! {
+    async fn transaction_of_every_operation_kind_applies_all_and_returns_etags(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Batch").await;
 
         for rk in ["merge", "replace", "update", "delete"] {
@@ -74,8 +75,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn transaction_failing_at_its_third_operation_names_index_2_and_writes_nothing(svc, backend) {
+tablekit::testing::conformance! {
+    async fn transaction_failing_at_its_third_operation_names_index_2_and_writes_nothing(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Batch").await;
 
         t.insert(&row("c")).await.unwrap();
@@ -101,8 +103,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn transaction_with_a_stale_etag_fails_with_412_and_writes_nothing(svc, backend) {
+tablekit::testing::conformance! {
+    async fn transaction_with_a_stale_etag_fails_with_412_and_writes_nothing(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Batch").await;
 
         let v1 = t.insert(&row("u")).await.unwrap();
@@ -129,8 +132,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn transaction_delete_of_a_missing_entity_fails_and_writes_nothing(svc, backend) {
+tablekit::testing::conformance! {
+    async fn transaction_delete_of_a_missing_entity_fails_and_writes_nothing(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Batch").await;
 
         let mut tx = t.transaction();
@@ -283,8 +287,9 @@ async fn empty_transaction_is_rejected_before_io() {
     );
 }
 
-crate::both! {
-    async fn transaction_of_100_operations_is_accepted(svc, backend) {
+tablekit::testing::conformance! {
+    async fn transaction_of_100_operations_is_accepted(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Batch").await;
 
         let mut tx = t.transaction();
@@ -300,10 +305,11 @@ crate::both! {
     }
 }
 
-crate::both! {
+tablekit::testing::conformance! {
     /// A transaction on a table that does not exist fails at its first
     /// operation (index 0), as the service's answer says, on every backend.
-    async fn a_transaction_on_a_missing_table_fails_at_operation_0(svc, backend) {
+    async fn a_transaction_on_a_missing_table_fails_at_operation_0(env) {
+        let svc = env.tables().clone();
         let t = svc
             .table::<DynamicEntity>(&common::unique_name("Missing"))
             .unwrap();
@@ -383,11 +389,12 @@ async fn a_bad_entity_in_a_transaction_is_refused_alike_on_both_backends() {
     assert_eq!(keys, want);
 }
 
-crate::both! {
+tablekit::testing::conformance! {
     /// Entities of different shapes in one transaction (names in another
     /// order, fewer, more, of other types) are stored with their own names
     /// and values, and a later merge into them keeps every name right.
-    async fn a_transaction_of_entities_of_different_shapes_stores_each_as_it_is(svc, backend) {
+    async fn a_transaction_of_entities_of_different_shapes_stores_each_as_it_is(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Shapes").await;
         let shapes = [
             DynamicEntity::new(PK, "1").with("A", 1).with("B", "b").with("C", true),

@@ -11,43 +11,7 @@ use tablekit::account::{BlobSas, BlobSasPermissions, SasProtocol};
 use tablekit::{error::ErrorCode, BlobServiceClient, ContainerClient};
 
 use crate::common;
-
-/// Where a case runs: the embedded store, or Azurite (whose deviations a case
-/// may have to accept).
-struct Env {
-    blobs: BlobServiceClient,
-    azurite: bool,
-    /// The store file of `embedded_file`, removed with the case.
-    _file: Option<common::TempStore>,
-}
-
-impl Env {
-    fn embedded() -> Self {
-        Env {
-            blobs: BlobServiceClient::embedded(),
-            azurite: false,
-            _file: None,
-        }
-    }
-
-    /// The embedded store kept in a fresh file.
-    fn embedded_file() -> Self {
-        let file = common::TempStore::new();
-        Env {
-            blobs: BlobServiceClient::embedded_at(file.path()).unwrap(),
-            azurite: false,
-            _file: Some(file),
-        }
-    }
-
-    fn azurite() -> Option<Self> {
-        Some(Env {
-            blobs: common::blobs(&common::connection_string()?).unwrap(),
-            azurite: true,
-            _file: None,
-        })
-    }
-}
+use tablekit::testing::TestEnv;
 
 async fn fresh_container(blobs: &BlobServiceClient) -> ContainerClient {
     let name = format!("c{}", &uuid::Uuid::new_v4().simple().to_string()[..20]);
@@ -56,8 +20,7 @@ async fn fresh_container(blobs: &BlobServiceClient) -> ContainerClient {
     c
 }
 
-crate::on_both_with!(
-    Env;
+tablekit::testing::conformance!(
     container_lifecycle_and_names,
     small_upload_round_trips_with_properties_and_ranges,
     large_uploads_go_in_blocks_and_come_back_whole,
@@ -71,7 +34,8 @@ fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 31 % 251) as u8).collect()
 }
 
-async fn container_lifecycle_and_names(Env { blobs, .. }: Env) {
+async fn container_lifecycle_and_names(env: TestEnv) {
+    let blobs = env.blobs().clone();
     for bad in ["ab", "Photos", "-photos", "a--b", "ph_otos"] {
         assert!(
             blobs.container(bad).unwrap_err().is_invalid_input(),
@@ -94,7 +58,8 @@ async fn container_lifecycle_and_names(Env { blobs, .. }: Env) {
     assert!(!c.delete_container_if_exists().await.unwrap());
 }
 
-async fn small_upload_round_trips_with_properties_and_ranges(Env { blobs, .. }: Env) {
+async fn small_upload_round_trips_with_properties_and_ranges(env: TestEnv) {
+    let blobs = env.blobs().clone();
     let c = fresh_container(&blobs).await;
     let photo = c.blob("employees/000456 photo.jpg").unwrap();
     let body = pattern(10_000);
@@ -153,7 +118,8 @@ async fn small_upload_round_trips_with_properties_and_ranges(Env { blobs, .. }: 
     assert!(empty.download().bytes().await.unwrap().is_empty());
 }
 
-async fn large_uploads_go_in_blocks_and_come_back_whole(Env { blobs, .. }: Env) {
+async fn large_uploads_go_in_blocks_and_come_back_whole(env: TestEnv) {
+    let blobs = env.blobs().clone();
     let c = fresh_container(&blobs).await;
     let body = pattern(1024 * 1024 + 123);
 
@@ -202,7 +168,8 @@ async fn large_uploads_go_in_blocks_and_come_back_whole(Env { blobs, .. }: Env) 
     assert!(err.is_invalid_input());
 }
 
-async fn conditions_protect_blobs(Env { blobs, .. }: Env) {
+async fn conditions_protect_blobs(env: TestEnv) {
+    let blobs = env.blobs().clone();
     let c = fresh_container(&blobs).await;
     let b = c.blob("report.txt").unwrap();
     let first = b
@@ -266,7 +233,8 @@ async fn conditions_protect_blobs(Env { blobs, .. }: Env) {
     assert!(!b.exists().await.unwrap());
 }
 
-async fn listing_by_prefix_pages_in_name_order(Env { blobs, .. }: Env) {
+async fn listing_by_prefix_pages_in_name_order(env: TestEnv) {
+    let blobs = env.blobs().clone();
     let c = fresh_container(&blobs).await;
     // The log-data pattern: blobs named by time, read by a time window's prefix.
     for name in [
@@ -329,7 +297,9 @@ async fn listing_by_prefix_pages_in_name_order(Env { blobs, .. }: Env) {
         .is_invalid_input());
 }
 
-async fn missing_things_are_named_errors(Env { blobs, azurite, .. }: Env) {
+async fn missing_things_are_named_errors(env: TestEnv) {
+    let blobs = env.blobs().clone();
+    let azurite = env.backend().is_azurite();
     let missing = blobs.container("no-such-container").unwrap();
     let err = missing.blob("x").unwrap().upload("x").await.unwrap_err();
     assert_eq!(err.code(), Some(&ErrorCode::ContainerNotFound), "{err}");
@@ -359,7 +329,8 @@ async fn missing_things_are_named_errors(Env { blobs, azurite, .. }: Env) {
     }
 }
 
-async fn a_failing_source_leaves_the_blob_as_it_was(Env { blobs, .. }: Env) {
+async fn a_failing_source_leaves_the_blob_as_it_was(env: TestEnv) {
+    let blobs = env.blobs().clone();
     let c = fresh_container(&blobs).await;
     let b = c.blob("kept").unwrap().with_blocks(1024, 2).unwrap();
     b.upload("original").await.unwrap();

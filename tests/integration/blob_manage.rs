@@ -11,56 +11,7 @@ use tablekit::error::ErrorCode;
 use tablekit::{BlobServiceClient, ContainerClient, IfMatch};
 
 use crate::common;
-
-/// Where a case runs. On the embedded store time is a manual clock, so that
-/// cases about leases ending can move it; Azurite's leases last at least 15
-/// real seconds, so those steps run on the embedded store only.
-struct Env {
-    blobs: BlobServiceClient,
-    clock: Option<ManualClock>,
-    /// The blob endpoint a copy source URL starts with.
-    endpoint: String,
-    _file: Option<common::TempStore>,
-}
-
-impl Env {
-    fn embedded() -> Self {
-        let clock = ManualClock::starting_now();
-        Env {
-            blobs: BlobServiceClient::embedded_with_clock(clock.clone()),
-            clock: Some(clock),
-            endpoint: "http://127.0.0.1:10000/devstoreaccount1".into(),
-            _file: None,
-        }
-    }
-
-    fn embedded_file() -> Self {
-        let file = common::TempStore::new();
-        let clock = ManualClock::starting_now();
-        Env {
-            blobs: BlobServiceClient::embedded_at_with_clock(file.path(), clock.clone()).unwrap(),
-            clock: Some(clock),
-            // The embedded store reads only the URL's path.
-            endpoint: "https://example.invalid".into(),
-            _file: Some(file),
-        }
-    }
-
-    fn azurite() -> Option<Self> {
-        let conn = common::connection_string()?;
-        let account = tablekit::Account::from_connection_string(&conn).unwrap();
-        Some(Env {
-            blobs: common::blobs(&conn).unwrap(),
-            clock: None,
-            endpoint: account
-                .blob_endpoint()
-                .unwrap()
-                .trim_end_matches('/')
-                .to_owned(),
-            _file: None,
-        })
-    }
-}
+use tablekit::testing::{Backend, TestEnv};
 
 fn unique(prefix: &str) -> String {
     format!(
@@ -82,8 +33,7 @@ fn md(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect()
 }
 
-crate::on_both_with!(
-    Env;
+tablekit::testing::conformance!(
     containers_list_by_prefix_in_pages_with_their_metadata,
     a_listing_by_delimiter_rolls_names_up_into_folders,
     metadata_and_http_headers_are_set_after_an_upload,
@@ -93,7 +43,8 @@ crate::on_both_with!(
     a_copy_within_the_account_carries_bytes_headers_and_metadata,
 );
 
-async fn containers_list_by_prefix_in_pages_with_their_metadata(Env { blobs, .. }: Env) {
+async fn containers_list_by_prefix_in_pages_with_their_metadata(env: TestEnv) {
+    let blobs = env.blobs().clone();
     let prefix = unique("lc");
     let names: Vec<String> = ["-c", "-a", "-b"]
         .iter()
@@ -171,7 +122,8 @@ async fn containers_list_by_prefix_in_pages_with_their_metadata(Env { blobs, .. 
     }
 }
 
-async fn a_listing_by_delimiter_rolls_names_up_into_folders(Env { blobs, .. }: Env) {
+async fn a_listing_by_delimiter_rolls_names_up_into_folders(env: TestEnv) {
+    let blobs = env.blobs().clone();
     let c = fresh_container(&blobs).await;
     for name in [
         "2014/07/31/a.log",
@@ -257,7 +209,8 @@ async fn a_listing_by_delimiter_rolls_names_up_into_folders(Env { blobs, .. }: E
     c.delete_container().await.unwrap();
 }
 
-async fn metadata_and_http_headers_are_set_after_an_upload(Env { blobs, .. }: Env) {
+async fn metadata_and_http_headers_are_set_after_an_upload(env: TestEnv) {
+    let blobs = env.blobs().clone();
     let c = fresh_container(&blobs).await;
     let report = c.blob("reports/2014.csv").unwrap();
     let v1 = report
@@ -364,7 +317,8 @@ async fn metadata_and_http_headers_are_set_after_an_upload(Env { blobs, .. }: En
     c.delete_container().await.unwrap();
 }
 
-async fn a_blob_lease_guards_writes_deletes_and_sets(Env { blobs, .. }: Env) {
+async fn a_blob_lease_guards_writes_deletes_and_sets(env: TestEnv) {
+    let blobs = env.blobs().clone();
     let c = fresh_container(&blobs).await;
     let job = c.blob("jobs/nightly.json").unwrap();
     job.upload("{}").await.unwrap();
@@ -518,8 +472,8 @@ async fn a_blob_lease_guards_writes_deletes_and_sets(Env { blobs, .. }: Env) {
     c.delete_container().await.unwrap();
 }
 
-async fn a_lease_ends_on_the_clock_and_breaks_after_its_period(env: Env) {
-    let c = fresh_container(&env.blobs).await;
+async fn a_lease_ends_on_the_clock_and_breaks_after_its_period(env: TestEnv) {
+    let c = fresh_container(env.blobs()).await;
     let job = c.blob("job").unwrap();
     job.upload("v1").await.unwrap();
     let lease = job
@@ -555,7 +509,7 @@ async fn a_lease_ends_on_the_clock_and_breaks_after_its_period(env: Env) {
     assert!(err.is_lease_held(), "{err}");
 
     // The rest needs time to pass: on the embedded store's clock only.
-    let Some(clock) = env.clock else {
+    let Some(clock) = env.clock() else {
         job.break_lease(Some(Duration::ZERO)).await.unwrap();
         c.delete_container().await.unwrap();
         return;
@@ -639,7 +593,8 @@ async fn a_lease_ends_on_the_clock_and_breaks_after_its_period(env: Env) {
     c.delete_container().await.unwrap();
 }
 
-async fn a_container_lease_guards_its_deletion(Env { blobs, .. }: Env) {
+async fn a_container_lease_guards_its_deletion(env: TestEnv) {
+    let blobs = env.blobs().clone();
     let c = fresh_container(&blobs).await;
     c.blob("a").unwrap().upload("a").await.unwrap();
     let lease = c.acquire_lease(LeaseDuration::Infinite).await.unwrap();
@@ -692,10 +647,27 @@ async fn a_container_lease_guards_its_deletion(Env { blobs, .. }: Env) {
     assert!(!c.delete_container_if_exists().await.unwrap());
 }
 
-async fn a_copy_within_the_account_carries_bytes_headers_and_metadata(env: Env) {
-    let Env {
-        blobs, endpoint, ..
-    } = env;
+/// The blob endpoint a copy source URL starts with: Azurite's, or any on the
+/// embedded store, which reads only the URL's path.
+fn blob_endpoint(env: &TestEnv) -> String {
+    match env.backend() {
+        Backend::Azurite => {
+            let conn = common::connection_string().expect("the env is Azurite's");
+            let account = tablekit::Account::from_connection_string(&conn).unwrap();
+            account
+                .blob_endpoint()
+                .unwrap()
+                .trim_end_matches('/')
+                .to_owned()
+        }
+        Backend::Memory => "http://127.0.0.1:10000/devstoreaccount1".into(),
+        Backend::File => "https://example.invalid".into(),
+    }
+}
+
+async fn a_copy_within_the_account_carries_bytes_headers_and_metadata(env: TestEnv) {
+    let blobs = env.blobs().clone();
+    let endpoint = blob_endpoint(&env);
     let c = fresh_container(&blobs).await;
     let body: Vec<u8> = (0..20_000).map(|i| (i * 7 % 256) as u8).collect();
     let original = c

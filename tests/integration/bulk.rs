@@ -12,7 +12,6 @@ use tablekit::options::{ClientOptions, RetryPolicy};
 use tablekit::table::bulk::{BulkOp, BulkResult, Checkpoint, EntityOutcome};
 use tablekit::{DynamicEntity, EdmValue, IfMatch, TableClient, TableServiceClient, UpdateMode};
 
-use crate::both;
 use crate::common::{
     self,
     fault_proxy::{Fate, FaultProxy},
@@ -37,8 +36,9 @@ fn collector() -> (
     (seen, move |o| kept.lock().unwrap().push(o))
 }
 
-both! {
-    async fn every_entity_is_written_once_and_each_refusal_is_reported(svc, backend) {
+tablekit::testing::conformance! {
+    async fn every_entity_is_written_once_and_each_refusal_is_reported(env) {
+        let svc = env.tables().clone();
         let table = common::fresh_table::<DynamicEntity>(&svc, "Bulk").await;
         // Entity 5 exists already: its insert is refused, the rest written.
         let squatter = DynamicEntity::new("p5", "000005").with("V", -1i64);
@@ -83,8 +83,9 @@ both! {
     }
 }
 
-both! {
-    async fn an_invalid_entity_is_refused_before_sending_and_the_rest_written(svc, backend) {
+tablekit::testing::conformance! {
+    async fn an_invalid_entity_is_refused_before_sending_and_the_rest_written(env) {
+        let svc = env.tables().clone();
         let table = common::fresh_table::<DynamicEntity>(&svc, "BulkBad").await;
         let ops = vec![
             BulkOp::Upsert(entity(0, 1), UpdateMode::Replace),
@@ -296,8 +297,9 @@ async fn a_crash_with_an_applied_transaction_in_flight_resumes_without_refusing_
     common::drop_table(&direct).await;
 }
 
-both! {
-    async fn a_run_dropped_mid_flight_resumes_from_its_checkpoint(svc, backend) {
+tablekit::testing::conformance! {
+    async fn a_run_dropped_mid_flight_resumes_from_its_checkpoint(env) {
+        let svc = env.tables().clone();
         let table = common::fresh_table::<DynamicEntity>(&svc, "BulkResume").await;
         let file = common::TempStore::new();
         let inserts: Vec<DynamicEntity> = (0..1_000).map(|i| entity(i, 10)).collect();

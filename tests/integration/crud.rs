@@ -1,7 +1,8 @@
 //! Single-entity operations against Azurite: insert, get, upsert, update, delete,
 //! optimistic concurrency, and what errors show.
 
-use crate::common::{self, BackendKind};
+use crate::common;
+use tablekit::testing::Backend;
 
 use chrono::Utc;
 use tablekit::{DynamicEntity, EdmValue, IfMatch, TableServiceClient, UpdateMode};
@@ -12,8 +13,9 @@ fn blog(rk: &str) -> DynamicEntity {
         .with("Rating", 3)
 }
 
-crate::both! {
-    async fn insert_returns_etag_and_timestamp_from_the_etag(svc, backend) {
+tablekit::testing::conformance! {
+    async fn insert_returns_etag_and_timestamp_from_the_etag(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Crud").await;
 
         let before = Utc::now();
@@ -33,8 +35,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn insert_twice_is_a_conflict_with_entity_already_exists(svc, backend) {
+tablekit::testing::conformance! {
+    async fn insert_twice_is_a_conflict_with_entity_already_exists(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Crud").await;
 
         t.insert(&blog("a")).await.unwrap();
@@ -47,8 +50,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn get_existing_is_some_with_etag_and_missing_is_none(svc, backend) {
+tablekit::testing::conformance! {
+    async fn get_existing_is_some_with_etag_and_missing_is_none(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Crud").await;
 
         t.insert(&blog("a")).await.unwrap();
@@ -67,8 +71,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn get_with_select_returns_only_selected_properties(svc, backend) {
+tablekit::testing::conformance! {
+    async fn get_with_select_returns_only_selected_properties(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Crud").await;
 
         t.insert(&blog("a").with("Extra", true)).await.unwrap();
@@ -87,8 +92,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn upsert_merge_keeps_other_properties_and_replace_removes_them(svc, backend) {
+tablekit::testing::conformance! {
+    async fn upsert_merge_keeps_other_properties_and_replace_removes_them(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Crud").await;
 
         t.insert(&blog("m")).await.unwrap();
@@ -108,8 +114,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn upsert_inserts_a_missing_entity_in_both_modes(svc, backend) {
+tablekit::testing::conformance! {
+    async fn upsert_inserts_a_missing_entity_in_both_modes(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Crud").await;
 
         for (rk, mode) in [("m", UpdateMode::Merge), ("r", UpdateMode::Replace)] {
@@ -126,8 +133,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn update_with_current_etag_applies_merge_and_replace(svc, backend) {
+tablekit::testing::conformance! {
+    async fn update_with_current_etag_applies_merge_and_replace(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Crud").await;
 
         let w = t.insert(&blog("a")).await.unwrap();
@@ -153,8 +161,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn update_with_if_match_any_ignores_the_version(svc, backend) {
+tablekit::testing::conformance! {
+    async fn update_with_if_match_any_ignores_the_version(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Crud").await;
 
         t.insert(&blog("a")).await.unwrap();
@@ -181,8 +190,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn update_with_stale_etag_is_rejected(svc, backend) {
+tablekit::testing::conformance! {
+    async fn update_with_stale_etag_is_rejected(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Crud").await;
 
         let v1 = t.insert(&blog("a")).await.unwrap();
@@ -205,8 +215,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn update_of_a_missing_entity_is_not_found(svc, backend) {
+tablekit::testing::conformance! {
+    async fn update_of_a_missing_entity_is_not_found(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Crud").await;
 
         for mode in [UpdateMode::Merge, UpdateMode::Replace] {
@@ -226,8 +237,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn delete_with_stale_etag_is_precondition_failed_and_keeps_the_entity(svc, backend) {
+tablekit::testing::conformance! {
+    async fn delete_with_stale_etag_is_precondition_failed_and_keeps_the_entity(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Crud").await;
 
         let v1 = t.insert(&blog("a")).await.unwrap();
@@ -247,8 +259,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn delete_if_exists_returns_true_then_false(svc, backend) {
+tablekit::testing::conformance! {
+    async fn delete_if_exists_returns_true_then_false(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Crud").await;
 
         t.insert(&blog("a")).await.unwrap();
@@ -265,8 +278,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn insert_through_mut_fills_the_etag_and_through_ref_does_not(svc, backend) {
+tablekit::testing::conformance! {
+    async fn insert_through_mut_fills_the_etag_and_through_ref_does_not(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Crud").await;
 
         let by_ref = blog("ref");
@@ -292,8 +306,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn modify_reads_changes_and_writes(svc, backend) {
+tablekit::testing::conformance! {
+    async fn modify_reads_changes_and_writes(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Crud").await;
 
         t.insert(&blog("a")).await.unwrap();
@@ -324,7 +339,7 @@ crate::both! {
 /// Another writer, on its own runtime and client, changes the entity while
 /// `modify` holds a copy: the conditional write gets 412, and `modify` must read
 /// again and re-apply its change on the new version.
-fn concurrent_write(table_name: &str, svc: &TableServiceClient, backend: BackendKind) {
+fn concurrent_write(table_name: &str, svc: &TableServiceClient, backend: Backend) {
     let name = table_name.to_owned();
     // An embedded client belongs to no runtime: a clone shares the store.
     let embedded = (!backend.is_azurite()).then(|| svc.clone());
@@ -349,8 +364,10 @@ fn concurrent_write(table_name: &str, svc: &TableServiceClient, backend: Backend
     .expect("the other writer succeeded");
 }
 
-crate::both! {
-    async fn modify_retries_after_a_concurrent_write(svc, backend) {
+tablekit::testing::conformance! {
+    async fn modify_retries_after_a_concurrent_write(env) {
+        let svc = env.tables().clone();
+        let backend = env.backend();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Crud").await;
 
         t.insert(&DynamicEntity::new("Channel9", "a").with("Counter", 0))
@@ -379,16 +396,18 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn two_writers_second_gets_412_then_rereads_and_wins(svc, backend) {
+tablekit::testing::conformance! {
+    async fn two_writers_second_gets_412_then_rereads_and_wins(env) {
+        let svc = env.tables().clone();
+        let backend = env.backend();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Crud").await;
         // A second client: its own connection pool on Azurite, the same store embedded.
         let other = match backend {
-            BackendKind::Azurite => common::tables(
+            Backend::Azurite => common::tables(
                 &std::env::var(common::CONNECTION_STRING_VAR).unwrap(),
             )
             .unwrap(),
-            BackendKind::Embedded => svc.clone(),
+            Backend::Memory | Backend::File => svc.clone(),
         }
         .table::<DynamicEntity>(t.name())
         .unwrap();
@@ -429,8 +448,10 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn service_error_display_has_status_and_code_but_no_key(svc, backend) {
+tablekit::testing::conformance! {
+    async fn service_error_display_has_status_and_code_but_no_key(env) {
+        let svc = env.tables().clone();
+        let backend = env.backend();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Crud").await;
 
         t.insert(&blog("a")).await.unwrap();

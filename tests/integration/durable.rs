@@ -4,7 +4,7 @@
 //! commits on a current-thread runtime), transactions are all or nothing,
 //! and a file in use cannot be opened a second time. (The behaviour
 //! suite runs on the file-backed store too: the `embedded_file` tests of
-//! `both!`.)
+//! `tablekit::testing::conformance!`.)
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::process::{Command, Stdio};

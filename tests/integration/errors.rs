@@ -77,8 +77,9 @@ fn cause<E: std::error::Error + 'static>(err: &tablekit::Error) -> &E {
         .unwrap_or_else(|| panic!("{err}: the source {source:?} is not the expected type"))
 }
 
-crate::both! {
-    async fn a_stored_value_a_derived_field_cannot_hold_keeps_its_cause(svc, backend) {
+tablekit::testing::conformance! {
+    async fn a_stored_value_a_derived_field_cannot_hold_keeps_its_cause(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Decode").await;
         t.insert(
             &DynamicEntity::new("p", "wide")

@@ -154,7 +154,7 @@ mod regressions {
     #[test]
     fn odata_literal_negative_year_datetime() {
         replay("odata_literal", "negative-year-datetime");
-        assert!(tablekit::filter::parse("P eq datetime'-070-07-23T21:20:4'").is_err());
+        assert!(tablekit::Filter::parse("P eq datetime'-070-07-23T21:20:4'").is_err());
     }
 
     /// A DateTime with nanoseconds prints at 100 ns (documented truncation):

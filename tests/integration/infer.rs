@@ -165,6 +165,38 @@ fn inferred_source_is_the_committed_one() {
     );
 }
 
+/// The printed types name no crate but tablekit (`tablekit::chrono`,
+/// `tablekit::uuid`, never `chrono::` or `uuid::`), so that they compile in a
+/// crate whose one dependency is tablekit: every path outside the comments
+/// starts at `tablekit` (this package has chrono and uuid too, so compiling
+/// the types here does not show it).
+#[test]
+fn inferred_types_need_no_crate_but_tablekit() {
+    let source = generated_source();
+    let mut roots = std::collections::BTreeSet::new();
+    for line in source.lines() {
+        let code = line.split("//").next().unwrap_or("");
+        let bytes = code.as_bytes();
+        for (at, _) in code.match_indices("::") {
+            // The first segment of a path: an identifier not itself after `::`.
+            let start = code[..at]
+                .rfind(|c: char| !(c.is_alphanumeric() || c == '_'))
+                .map_or(0, |i| i + 1);
+            let after_colons = start >= 2 && &bytes[start - 2..start] == b"::";
+            if start < at && !after_colons {
+                roots.insert(code[start..at].to_owned());
+            }
+        }
+    }
+    assert_eq!(
+        roots.into_iter().collect::<Vec<_>>(),
+        ["tablekit"],
+        "paths of the inferred types"
+    );
+    assert!(source.contains("tablekit::uuid::Uuid"));
+    assert!(source.contains("tablekit::chrono::DateTime<tablekit::chrono::Utc>"));
+}
+
 /// Keys and properties, in name order (a struct writes its fields in its
 /// own order).
 fn normalised(e: &DynamicEntity) -> (String, String, Vec<(String, EdmValue)>) {

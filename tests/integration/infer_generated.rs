@@ -24,7 +24,7 @@ pub mod employees {
         #[tablekit(etag)]
         pub etag: Option<tablekit::ETag>,
         #[tablekit(timestamp)]
-        pub timestamp: Option<chrono::DateTime<chrono::Utc>>,
+        pub timestamp: Option<tablekit::chrono::DateTime<tablekit::chrono::Utc>>,
     }
 }
 
@@ -45,7 +45,7 @@ pub mod blogs {
         #[tablekit(etag)]
         pub etag: Option<tablekit::ETag>,
         #[tablekit(timestamp)]
-        pub timestamp: Option<chrono::DateTime<chrono::Utc>>,
+        pub timestamp: Option<tablekit::chrono::DateTime<tablekit::chrono::Utc>>,
     }
 }
 
@@ -64,7 +64,7 @@ pub mod social {
         #[tablekit(etag)]
         pub etag: Option<tablekit::ETag>,
         #[tablekit(timestamp)]
-        pub timestamp: Option<chrono::DateTime<chrono::Utc>>,
+        pub timestamp: Option<tablekit::chrono::DateTime<tablekit::chrono::Utc>>,
     }
 
     #[derive(tablekit::TableEntity, Debug, Clone, PartialEq)]
@@ -84,7 +84,7 @@ pub mod social {
         #[tablekit(etag)]
         pub etag: Option<tablekit::ETag>,
         #[tablekit(timestamp)]
-        pub timestamp: Option<chrono::DateTime<chrono::Utc>>,
+        pub timestamp: Option<tablekit::chrono::DateTime<tablekit::chrono::Utc>>,
     }
 
     // 2 entity types, told apart by the String property "EntityType" that all 3 entities hold: "Blog" x1, "Photo" x2.
@@ -113,7 +113,7 @@ pub mod org {
         #[tablekit(etag)]
         pub etag: Option<tablekit::ETag>,
         #[tablekit(timestamp)]
-        pub timestamp: Option<chrono::DateTime<chrono::Utc>>,
+        pub timestamp: Option<tablekit::chrono::DateTime<tablekit::chrono::Utc>>,
     }
 
     #[derive(tablekit::TableEntity, Debug, Clone, PartialEq)]
@@ -131,7 +131,7 @@ pub mod org {
         #[tablekit(etag)]
         pub etag: Option<tablekit::ETag>,
         #[tablekit(timestamp)]
-        pub timestamp: Option<chrono::DateTime<chrono::Utc>>,
+        pub timestamp: Option<tablekit::chrono::DateTime<tablekit::chrono::Utc>>,
     }
 
     // 2 entity types, told apart by the RowKey prefix of all 3 entities: "DEPARTMENT_" x1, "EMPLOYEE_" x2.
@@ -164,11 +164,11 @@ pub mod edge_types {
         // Flag: Boolean x3 in 3 of 3 entities
         pub flag: bool,
         // When: DateTime x3 in 3 of 3 entities
-        pub when: chrono::DateTime<chrono::Utc>,
+        pub when: tablekit::chrono::DateTime<tablekit::chrono::Utc>,
         // Ratio: Double x3 in 3 of 3 entities
         pub ratio: f64,
         // Id: Guid x3 in 3 of 3 entities
-        pub id: uuid::Uuid,
+        pub id: tablekit::uuid::Uuid,
         // Small: Int32 x3 in 3 of 3 entities
         pub small: i32,
         // Big: Int64 x3 in 3 of 3 entities
@@ -178,6 +178,6 @@ pub mod edge_types {
         #[tablekit(etag)]
         pub etag: Option<tablekit::ETag>,
         #[tablekit(timestamp)]
-        pub timestamp: Option<chrono::DateTime<chrono::Utc>>,
+        pub timestamp: Option<tablekit::chrono::DateTime<tablekit::chrono::Utc>>,
     }
 }

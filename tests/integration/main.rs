@@ -4,7 +4,7 @@
 //! service_rules, differential) runs every case three times: against the Azurite
 //! (or Azure) account named by `TABLEKIT_TEST_CONNECTION_STRING`, which
 //! `scripts/test.sh` starts and sets, on the embedded backend, and on the
-//! embedded backend kept in a file (see `common::both!`; `durable` tests the
+//! embedded backend kept in a file (see `tablekit::testing::conformance!`; `durable` tests the
 //! file itself). auth, metadata and tracing are HTTP-only; the `derive_*`
 //! offline ones and `retry` need no emulator.
 
@@ -35,11 +35,13 @@ mod entra_identity;
 mod errors;
 mod filter_macros;
 mod fuzz_replay;
+mod harness;
 mod infer;
 mod lost_answers;
 mod lying_server;
 mod metadata;
 mod modify;
+mod null_filters;
 mod outcomes;
 mod query;
 mod query_dsl;

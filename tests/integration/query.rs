@@ -1,7 +1,8 @@
 //! Queries against Azurite over 2,500 entities: ordering, paging with `page_size`,
 //! `take`, resumable continuations, filters, projection and client-side limits.
 
-use crate::common::{self, BackendKind};
+use crate::common;
+use tablekit::testing::Backend;
 
 use futures::TryStreamExt;
 use tablekit::{
@@ -26,16 +27,13 @@ fn entity(n: i32) -> DynamicEntity {
 /// The name of a table holding entities 0..2,500 (25 partitions × 100), seeded
 /// once per test binary by whichever test gets here first (25 transactions).
 /// Each test uses its own client: a client belongs to the runtime it runs on.
-async fn seeded_table(
-    svc: &TableServiceClient,
-    backend: BackendKind,
-) -> TableClient<DynamicEntity> {
+async fn seeded_table(svc: &TableServiceClient, backend: Backend) -> TableClient<DynamicEntity> {
     static AZURITE: OnceCell<String> = OnceCell::const_new();
     static EMBEDDED: OnceCell<String> = OnceCell::const_new();
     let svc = common::seed_service(svc, backend);
     let cell = match backend {
-        BackendKind::Azurite => &AZURITE,
-        BackendKind::Embedded => &EMBEDDED,
+        Backend::Azurite => &AZURITE,
+        Backend::Memory | Backend::File => &EMBEDDED,
     };
     let name = cell
         .get_or_init(|| async {
@@ -77,8 +75,10 @@ async fn collect_pages(
     pages.try_collect().await.unwrap()
 }
 
-crate::both! {
-    async fn stream_without_page_size_returns_everything_in_key_order(svc, backend) {
+tablekit::testing::conformance! {
+    async fn stream_without_page_size_returns_everything_in_key_order(env) {
+        let svc = env.tables().clone();
+        let backend = env.backend();
         let t = seeded_table(&svc, backend).await;
 
         let all: Vec<DynamicEntity> = t.query().stream().try_collect().await.unwrap();
@@ -97,8 +97,10 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn fetch_all_returns_everything(svc, backend) {
+tablekit::testing::conformance! {
+    async fn fetch_all_returns_everything(env) {
+        let svc = env.tables().clone();
+        let backend = env.backend();
         let t = seeded_table(&svc, backend).await;
         let all = t.query().fetch_all().await.unwrap();
         assert_eq!(numbers(&all), all_numbers());
@@ -119,8 +121,10 @@ fn assert_pages_cover_everything(pages: &[Page<DynamicEntity>], page_size: usize
     assert_eq!(numbers(&all), all_numbers());
 }
 
-crate::both! {
-    async fn pages_with_page_size_1000_span_at_least_three_pages(svc, backend) {
+tablekit::testing::conformance! {
+    async fn pages_with_page_size_1000_span_at_least_three_pages(env) {
+        let svc = env.tables().clone();
+        let backend = env.backend();
         let t = seeded_table(&svc, backend).await;
 
         let pages = collect_pages(t.query().page_size(1000).pages()).await;
@@ -129,8 +133,10 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn pages_without_page_size_hold_at_most_1000_entities(svc, backend) {
+tablekit::testing::conformance! {
+    async fn pages_without_page_size_hold_at_most_1000_entities(env) {
+        let svc = env.tables().clone();
+        let backend = env.backend();
         let t = seeded_table(&svc, backend).await;
 
         let pages = collect_pages(t.query().pages()).await;
@@ -139,8 +145,10 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn pages_with_page_size_300_span_at_least_nine_pages(svc, backend) {
+tablekit::testing::conformance! {
+    async fn pages_with_page_size_300_span_at_least_nine_pages(env) {
+        let svc = env.tables().clone();
+        let backend = env.backend();
         let t = seeded_table(&svc, backend).await;
 
         let pages = collect_pages(t.query().page_size(300).pages()).await;
@@ -149,8 +157,10 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn take_returns_exactly_that_many_and_stops_fetching(svc, backend) {
+tablekit::testing::conformance! {
+    async fn take_returns_exactly_that_many_and_stops_fetching(env) {
+        let svc = env.tables().clone();
+        let backend = env.backend();
         let t = seeded_table(&svc, backend).await;
 
         let first: Vec<DynamicEntity> = t.query().take(250).stream().try_collect().await.unwrap();
@@ -172,16 +182,20 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn take_zero_returns_nothing(svc, backend) {
+tablekit::testing::conformance! {
+    async fn take_zero_returns_nothing(env) {
+        let svc = env.tables().clone();
+        let backend = env.backend();
         let t = seeded_table(&svc, backend).await;
         let none = t.query().take(0).fetch_all().await.unwrap();
         assert!(none.is_empty());
     }
 }
 
-crate::both! {
-    async fn next_page_then_continue_from_resumes_exactly_where_it_stopped(svc, backend) {
+tablekit::testing::conformance! {
+    async fn next_page_then_continue_from_resumes_exactly_where_it_stopped(env) {
+        let svc = env.tables().clone();
+        let backend = env.backend();
         let t = seeded_table(&svc, backend).await;
 
         let first = t.query().page_size(700).next_page().await.unwrap();
@@ -212,8 +226,10 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn filter_on_a_property_returns_only_matching_entities(svc, backend) {
+tablekit::testing::conformance! {
+    async fn filter_on_a_property_returns_only_matching_entities(env) {
+        let svc = env.tables().clone();
+        let backend = env.backend();
         let t = seeded_table(&svc, backend).await;
 
         let high = t
@@ -228,8 +244,10 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn filter_on_partition_key_returns_that_partition_in_row_key_order(svc, backend) {
+tablekit::testing::conformance! {
+    async fn filter_on_partition_key_returns_that_partition_in_row_key_order(env) {
+        let svc = env.tables().clone();
+        let backend = env.backend();
         let t = seeded_table(&svc, backend).await;
 
         let p07 = t
@@ -260,8 +278,10 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn fetch_optional_returns_the_first_match_or_none(svc, backend) {
+tablekit::testing::conformance! {
+    async fn fetch_optional_returns_the_first_match_or_none(env) {
+        let svc = env.tables().clone();
+        let backend = env.backend();
         let t = seeded_table(&svc, backend).await;
 
         let one = t
@@ -289,8 +309,10 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn empty_result_is_one_empty_page_without_continuation(svc, backend) {
+tablekit::testing::conformance! {
+    async fn empty_result_is_one_empty_page_without_continuation(env) {
+        let svc = env.tables().clone();
+        let backend = env.backend();
         let t = seeded_table(&svc, backend).await;
 
         let q = || t.query().filter_raw("PartitionKey eq 'nope'");
@@ -304,8 +326,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn query_of_an_empty_table_is_empty(svc, backend) {
+tablekit::testing::conformance! {
+    async fn query_of_an_empty_table_is_empty(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Empty").await;
         assert!(t.query().fetch_all().await.unwrap().is_empty());
         assert!(t.query().fetch_optional().await.unwrap().is_none());
@@ -313,8 +336,10 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn select_returns_only_the_selected_properties(svc, backend) {
+tablekit::testing::conformance! {
+    async fn select_returns_only_the_selected_properties(env) {
+        let svc = env.tables().clone();
+        let backend = env.backend();
         let t = seeded_table(&svc, backend).await;
 
         let rows = t
@@ -334,8 +359,10 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn select_naming_the_keys_too_returns_keys_and_selected_properties(svc, backend) {
+tablekit::testing::conformance! {
+    async fn select_naming_the_keys_too_returns_keys_and_selected_properties(env) {
+        let svc = env.tables().clone();
+        let backend = env.backend();
         let t = seeded_table(&svc, backend).await;
 
         let rows = t
@@ -401,8 +428,9 @@ async fn malformed_continuation_text_is_rejected() {
     }
 }
 
-crate::both! {
-    async fn fetch_one_gives_the_match_or_not_found_and_the_first_of_several(svc, backend) {
+tablekit::testing::conformance! {
+    async fn fetch_one_gives_the_match_or_not_found_and_the_first_of_several(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "FetchOne").await;
         for (pk, rk, n) in [("a", "2", 2), ("a", "1", 1), ("b", "1", 3)] {
             t.insert(&DynamicEntity::new(pk, rk).with("N", n)).await.unwrap();

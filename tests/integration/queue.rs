@@ -8,76 +8,12 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use tablekit::account::{QueueSas, QueueSasPermissions, SasProtocol};
-use tablekit::{
-    clock::ManualClock, error::ErrorCode, queue::MessageEncoding, QueueClient, QueueServiceClient,
-};
+use tablekit::{error::ErrorCode, queue::MessageEncoding, QueueServiceClient};
 
 use crate::common;
+use tablekit::testing::TestEnv;
 
-/// Where a case runs: the embedded store and its clock, or Azurite.
-struct Env {
-    queues: QueueServiceClient,
-    clock: Option<ManualClock>,
-    /// The store file of `embedded_file`, removed with the case.
-    _file: Option<common::TempStore>,
-}
-
-impl Env {
-    fn embedded() -> Self {
-        let clock = ManualClock::new("2014-07-31T18:00:00Z".parse().unwrap());
-        Env {
-            queues: QueueServiceClient::embedded_with_clock(clock.clone()),
-            clock: Some(clock),
-            _file: None,
-        }
-    }
-
-    /// The embedded store kept in a fresh file, with a clock the case moves.
-    fn embedded_file() -> Self {
-        let clock = ManualClock::new("2014-07-31T18:00:00Z".parse().unwrap());
-        let file = common::TempStore::new();
-        Env {
-            queues: QueueServiceClient::embedded_at_with_clock(file.path(), clock.clone()).unwrap(),
-            clock: Some(clock),
-            _file: Some(file),
-        }
-    }
-
-    fn azurite() -> Option<Self> {
-        let conn = common::connection_string()?;
-        Some(Env {
-            queues: common::queues(&conn).unwrap(),
-            clock: None,
-            _file: None,
-        })
-    }
-
-    /// The time now, as the backend sees it.
-    fn now(&self) -> DateTime<Utc> {
-        match &self.clock {
-            Some(c) => c.now(),
-            None => Utc::now(),
-        }
-    }
-
-    /// Lets `d` pass: the embedded clock moves, Azurite's time is waited for.
-    async fn wait(&self, d: Duration) {
-        match &self.clock {
-            Some(c) => c.advance(d),
-            None => tokio::time::sleep(d).await,
-        }
-    }
-
-    async fn fresh_queue(&self) -> QueueClient {
-        let name = format!("q{}", &uuid::Uuid::new_v4().simple().to_string()[..20]);
-        let q = self.queues.queue(&name).unwrap();
-        assert!(q.create_queue_if_not_exists().await.unwrap());
-        q
-    }
-}
-
-crate::on_both_with!(
-    Env;
+tablekit::testing::conformance!(
     received_message_is_invisible_until_its_timeout_then_comes_back_counted,
     update_extends_visibility_replaces_the_body_and_the_receipt,
     delay_and_time_to_live,
@@ -95,8 +31,8 @@ crate::on_both_with!(
 
 const SECOND: Duration = Duration::from_secs(1);
 
-async fn received_message_is_invisible_until_its_timeout_then_comes_back_counted(env: Env) {
-    let q = env.fresh_queue().await;
+async fn received_message_is_invisible_until_its_timeout_then_comes_back_counted(env: TestEnv) {
+    let q = env.fresh_queue("q").await;
     q.send("job 1").await.unwrap();
 
     let first = q
@@ -130,8 +66,8 @@ async fn received_message_is_invisible_until_its_timeout_then_comes_back_counted
     assert_eq!(err.code(), Some(&ErrorCode::MessageNotFound), "{err}");
 }
 
-async fn update_extends_visibility_replaces_the_body_and_the_receipt(env: Env) {
-    let q = env.fresh_queue().await;
+async fn update_extends_visibility_replaces_the_body_and_the_receipt(env: TestEnv) {
+    let q = env.fresh_queue("q").await;
     q.send_json(&serde_json::json!({"step": 1})).await.unwrap();
     let mut m = q.receive().await.unwrap().pop().unwrap();
     let old = m.clone();
@@ -153,8 +89,8 @@ async fn update_extends_visibility_replaces_the_body_and_the_receipt(env: Env) {
     assert_eq!(back.dequeue_count(), 2);
 }
 
-async fn delay_and_time_to_live(env: Env) {
-    let q = env.fresh_queue().await;
+async fn delay_and_time_to_live(env: TestEnv) {
+    let q = env.fresh_queue("q").await;
     q.send("later").visibility_delay(3 * SECOND).await.unwrap();
     q.send("short-lived")
         .time_to_live(2 * SECOND)
@@ -183,7 +119,7 @@ async fn delay_and_time_to_live(env: Env) {
         .collect();
     // By the time they became visible: the delayed one last.
     assert_eq!(texts, ["forever", "later"], "the 2 s message expired");
-    if env.clock.is_none() {
+    if env.clock().is_none() {
         return; // Azurite: no waiting 7 days.
     }
     env.wait(Duration::from_secs(8 * 24 * 3600)).await;
@@ -197,8 +133,8 @@ async fn delay_and_time_to_live(env: Env) {
     assert_eq!(texts, ["forever"], "the default lifetime is 7 days");
 }
 
-async fn receive_takes_up_to_max_in_order_and_peek_has_no_receipt(env: Env) {
-    let q = env.fresh_queue().await;
+async fn receive_takes_up_to_max_in_order_and_peek_has_no_receipt(env: TestEnv) {
+    let q = env.fresh_queue("q").await;
     for i in 0..40 {
         q.send(format!("m{i}")).await.unwrap();
     }
@@ -215,9 +151,9 @@ async fn receive_takes_up_to_max_in_order_and_peek_has_no_receipt(env: Env) {
     assert_eq!(q.approximate_message_count().await.unwrap(), 0);
 }
 
-async fn any_bytes_travel_base64_and_limits_are_checked_before_sending(env: Env) {
+async fn any_bytes_travel_base64_and_limits_are_checked_before_sending(env: TestEnv) {
     let q = env
-        .fresh_queue()
+        .fresh_queue("q")
         .await
         .with_encoding(MessageEncoding::Base64);
     let bytes: Vec<u8> = (0..=255).collect();
@@ -263,12 +199,12 @@ async fn any_bytes_travel_base64_and_limits_are_checked_before_sending(env: Env)
     assert!(err.is_invalid_input(), "{err}");
 }
 
-async fn queue_lifecycle_and_names(env: Env) {
-    let queues = env.queues.clone();
+async fn queue_lifecycle_and_names(env: TestEnv) {
+    let queues = env.queues().clone();
     for bad in ["ab", "Jobs", "-jobs", "jobs-", "a--b", "job_s"] {
         assert!(queues.queue(bad).unwrap_err().is_invalid_input(), "{bad}");
     }
-    let q = env.fresh_queue().await;
+    let q = env.fresh_queue("q").await;
     q.delete_queue().await.unwrap();
     let err = q.send("x").await.unwrap_err();
     assert_eq!(err.code(), Some(&ErrorCode::QueueNotFound));
@@ -391,8 +327,8 @@ fn near(a: DateTime<Utc>, b: DateTime<Utc>, secs: i64) {
     );
 }
 
-async fn received_messages_carry_their_insertion_expiry_and_visibility_times(env: Env) {
-    let q = env.fresh_queue().await;
+async fn received_messages_carry_their_insertion_expiry_and_visibility_times(env: TestEnv) {
+    let q = env.fresh_queue("q").await;
     let before = env.now();
     let sent = q
         .send("timed")
@@ -412,7 +348,7 @@ async fn received_messages_carry_their_insertion_expiry_and_visibility_times(env
     assert_eq!(m.inserted_on(), sent.inserted_on());
     assert_eq!(m.expires_on(), Some(m.inserted_on() + ttl));
     let next_visible = m.next_visible_on().expect("a received message has one");
-    if env.clock.is_some() {
+    if env.clock().is_some() {
         // The embedded store's times are the ManualClock's, to the second.
         assert_eq!(m.inserted_on(), before);
         assert_eq!(next_visible, received_at + chrono::Duration::seconds(90));
@@ -424,8 +360,8 @@ async fn received_messages_carry_their_insertion_expiry_and_visibility_times(env
     assert!(peeked.is_empty(), "hidden for 90 s");
 }
 
-async fn every_operation_on_a_missing_queue_is_queue_not_found(env: Env) {
-    let q = env.fresh_queue().await;
+async fn every_operation_on_a_missing_queue_is_queue_not_found(env: TestEnv) {
+    let q = env.fresh_queue("q").await;
     q.send("m").await.unwrap();
     let mut received = q.receive().await.unwrap().pop().unwrap();
     q.delete_queue().await.unwrap();
@@ -458,9 +394,9 @@ async fn every_operation_on_a_missing_queue_is_queue_not_found(env: Env) {
     }
 }
 
-async fn the_64_kib_limit_is_exact_on_the_wire(env: Env) {
+async fn the_64_kib_limit_is_exact_on_the_wire(env: TestEnv) {
     let q = env
-        .fresh_queue()
+        .fresh_queue("q")
         .await
         .with_encoding(MessageEncoding::Base64);
     // Base64: 48 KiB of bytes is exactly 65,536 characters, which the service takes.
@@ -489,8 +425,11 @@ async fn the_64_kib_limit_is_exact_on_the_wire(env: Env) {
     assert_eq!(q.approximate_message_count().await.unwrap(), 1);
 }
 
-async fn text_mode_round_trips_markup_and_multibyte_text(env: Env) {
-    let q = env.fresh_queue().await.with_encoding(MessageEncoding::Text);
+async fn text_mode_round_trips_markup_and_multibyte_text(env: TestEnv) {
+    let q = env
+        .fresh_queue("q")
+        .await
+        .with_encoding(MessageEncoding::Text);
     let samples = [
         "plain",
         "<order id=\"456\"> & 'quotes' </order>",
@@ -535,8 +474,8 @@ async fn text_mode_round_trips_markup_and_multibyte_text(env: Env) {
     assert_eq!(m.encoding(), MessageEncoding::Text);
 }
 
-async fn peek_leaves_the_dequeue_count_alone(env: Env) {
-    let q = env.fresh_queue().await;
+async fn peek_leaves_the_dequeue_count_alone(env: TestEnv) {
+    let q = env.fresh_queue("q").await;
     q.send("counted").await.unwrap();
     for _ in 0..3 {
         let peeked = q.peek(1).await.unwrap();
@@ -650,8 +589,8 @@ fn pairs(p: &[(&str, &str)]) -> Vec<(String, String)> {
         .collect()
 }
 
-async fn metadata_is_set_read_in_lower_case_replaced_and_cleared(env: Env) {
-    let q = env.fresh_queue().await;
+async fn metadata_is_set_read_in_lower_case_replaced_and_cleared(env: TestEnv) {
+    let q = env.fresh_queue("q").await;
     let p = q.properties().await.unwrap();
     assert!(p.metadata().is_empty());
     assert_eq!(p.approximate_message_count(), 0);
@@ -703,7 +642,7 @@ async fn metadata_is_set_read_in_lower_case_replaced_and_cleared(env: Env) {
     q.delete_queue().await.unwrap();
 }
 
-async fn queues_are_listed_by_prefix_in_name_order_across_pages_with_metadata(env: Env) {
+async fn queues_are_listed_by_prefix_in_name_order_across_pages_with_metadata(env: TestEnv) {
     let prefix = format!("lq{}-", &uuid::Uuid::new_v4().simple().to_string()[..10]);
     // Created in name order: Azurite's listing marker is its internal row id
     // (NextMarker `199`), and with queues created out of name order its pages
@@ -714,19 +653,19 @@ async fn queues_are_listed_by_prefix_in_name_order_across_pages_with_metadata(en
         .map(|s| format!("{prefix}{s}"))
         .collect();
     for n in &names {
-        env.queues.queue(n).unwrap().create_queue().await.unwrap();
+        env.queues().queue(n).unwrap().create_queue().await.unwrap();
     }
-    let b = env.queues.queue(&format!("{prefix}b")).unwrap();
+    let b = env.queues().queue(&format!("{prefix}b")).unwrap();
     b.set_metadata([("Owner", "billing")]).await.unwrap();
     // A neighbour outside the prefix.
     let outside = env
-        .queues
+        .queues()
         .queue(&format!("{}x", &prefix[..prefix.len() - 1]))
         .unwrap();
     outside.create_queue().await.unwrap();
 
     let listed = env
-        .queues
+        .queues()
         .list_queues()
         .prefix(prefix.as_str())
         .page_size(2)
@@ -741,7 +680,7 @@ async fn queues_are_listed_by_prefix_in_name_order_across_pages_with_metadata(en
 
     // Without include_metadata, names only.
     let plain = env
-        .queues
+        .queues()
         .list_queues()
         .prefix(prefix.as_str())
         .fetch_all()
@@ -752,7 +691,7 @@ async fn queues_are_listed_by_prefix_in_name_order_across_pages_with_metadata(en
 
     for n in [0, 5001] {
         let err = env
-            .queues
+            .queues()
             .list_queues()
             .page_size(n)
             .fetch_all()
@@ -761,7 +700,7 @@ async fn queues_are_listed_by_prefix_in_name_order_across_pages_with_metadata(en
         assert!(err.is_invalid_input(), "{n}: {err}");
     }
     for n in &names {
-        env.queues.queue(n).unwrap().delete_queue().await.unwrap();
+        env.queues().queue(n).unwrap().delete_queue().await.unwrap();
     }
     outside.delete_queue().await.unwrap();
 }

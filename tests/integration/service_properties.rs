@@ -8,9 +8,9 @@
 use tablekit::service_properties::{
     CorsRule, GeoReplicationStatus, Logging, Metrics, ServiceProperties,
 };
-use tablekit::{BlobServiceClient, QueueServiceClient};
 
 use crate::common;
+use tablekit::testing::TestEnv;
 
 fn settings() -> ServiceProperties {
     let mut cors = CorsRule::new(["http://www.contoso.example"], ["GET", "PUT"], 600);
@@ -46,8 +46,9 @@ fn only_cors_cleared() -> ServiceProperties {
     p
 }
 
-crate::both! {
-    async fn table_service_properties_are_set_and_read_back(svc, backend) {
+tablekit::testing::conformance! {
+    async fn table_service_properties_are_set_and_read_back(env) {
+        let svc = env.tables().clone();
         let before = svc.service_properties().await.unwrap();
         svc.set_service_properties(&settings()).await.unwrap();
         let first = svc.service_properties().await.unwrap();
@@ -58,8 +59,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn table_service_stats_say_the_secondary_is_live(svc, backend) {
+tablekit::testing::conformance! {
+    async fn table_service_stats_say_the_secondary_is_live(env) {
+        let svc = env.tables().clone();
         // Azurite answers at `/{account}-secondary`; the embedded store's one
         // copy is always in sync.
         let stats = svc.service_stats().await.unwrap();
@@ -87,36 +89,8 @@ async fn bad_settings_are_refused_before_any_io() {
     );
 }
 
-/// The queue and blob services of one backend.
-struct Env {
-    queues: QueueServiceClient,
-    blobs: BlobServiceClient,
-}
-
-impl Env {
-    fn embedded() -> Self {
-        Env {
-            queues: QueueServiceClient::embedded(),
-            blobs: BlobServiceClient::embedded(),
-        }
-    }
-
-    fn embedded_file() -> Self {
-        // The settings are kept in memory whether or not the store has a file.
-        Env::embedded()
-    }
-
-    fn azurite() -> Option<Self> {
-        let conn = common::connection_string()?;
-        Some(Env {
-            queues: common::queues(&conn).unwrap(),
-            blobs: common::blobs(&conn).unwrap(),
-        })
-    }
-}
-
-async fn queue_service_properties_are_set_and_read_back(env: Env) {
-    let q = &env.queues;
+async fn queue_service_properties_are_set_and_read_back(env: TestEnv) {
+    let q = &env.queues();
     let before = q.service_properties().await.unwrap();
     q.set_service_properties(&settings()).await.unwrap();
     let first = q.service_properties().await.unwrap();
@@ -128,8 +102,8 @@ async fn queue_service_properties_are_set_and_read_back(env: Env) {
     assert_set_then_cors_cleared(&first, &second);
 }
 
-async fn blob_service_properties_are_set_and_read_back(env: Env) {
-    let b = &env.blobs;
+async fn blob_service_properties_are_set_and_read_back(env: TestEnv) {
+    let b = &env.blobs();
     let before = b.service_properties().await.unwrap();
     b.set_service_properties(&settings()).await.unwrap();
     let first = b.service_properties().await.unwrap();
@@ -141,8 +115,7 @@ async fn blob_service_properties_are_set_and_read_back(env: Env) {
     assert_set_then_cors_cleared(&first, &second);
 }
 
-crate::on_both_with!(
-    Env;
+tablekit::testing::conformance!(
     queue_service_properties_are_set_and_read_back,
     blob_service_properties_are_set_and_read_back,
 );

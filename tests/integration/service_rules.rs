@@ -3,7 +3,8 @@
 //! `tablekit/src/backend/embedded/mod.rs`) the case asserts Azurite's answer on
 //! Azurite and the service's on embedded.
 
-use crate::common::{self, BackendKind};
+use crate::common;
+use tablekit::testing::Backend;
 
 use tablekit::{
     error::ErrorCode, filter::col, DynamicEntity, EdmValue, IfMatch, TableServiceClient, UpdateMode,
@@ -13,8 +14,9 @@ fn row_keys(items: &[DynamicEntity]) -> Vec<&str> {
     items.iter().map(|e| e.row_key.as_str()).collect()
 }
 
-crate::both! {
-    async fn entities_come_back_in_ordinal_utf16_key_order(svc, backend) {
+tablekit::testing::conformance! {
+    async fn entities_come_back_in_ordinal_utf16_key_order(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Rules").await;
         // Inserted out of order; U+1F600 is a surrogate pair (D83D DE00), so in
         // UTF-16 it sorts before U+E000, unlike in code point (Rust str) order.
@@ -43,8 +45,10 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn every_write_gets_a_new_etag_and_a_later_timestamp(svc, backend) {
+tablekit::testing::conformance! {
+    async fn every_write_gets_a_new_etag_and_a_later_timestamp(env) {
+        let svc = env.tables().clone();
+        let backend = env.backend();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Rules").await;
         let mut seen = Vec::new();
         seen.push(t.insert(&DynamicEntity::new("p", "a")).await.unwrap());
@@ -66,12 +70,12 @@ crate::both! {
             let (a, b) = (pair[0].timestamp().unwrap(), pair[1].timestamp().unwrap());
             match backend {
                 // Strictly later, so no two writes share an ETag.
-                BackendKind::Embedded => {
+                Backend::Memory | Backend::File => {
                     assert!(b > a, "{a} then {b}");
                     assert_ne!(pair[0].etag(), pair[1].etag());
                 }
                 // Azurite stamps from a millisecond clock: later or equal.
-                BackendKind::Azurite => assert!(b >= a, "{a} then {b}"),
+                Backend::Azurite => assert!(b >= a, "{a} then {b}"),
             }
         }
         let last = seen.last().unwrap();
@@ -79,7 +83,7 @@ crate::both! {
         assert_eq!(read.etag.as_ref(), Some(last.etag()));
         assert_eq!(read.timestamp, last.timestamp());
         assert_eq!(read.get("N"), Some(&EdmValue::Int32(29)));
-        if backend == BackendKind::Embedded {
+        if backend.is_embedded() {
             let etags: std::collections::HashSet<_> = tx.etags().iter().flatten().collect();
             assert_eq!(etags.len(), 3, "one ETag per operation");
         }
@@ -87,8 +91,10 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn a_merge_that_exceeds_255_properties_is_refused_by_the_service(svc, backend) {
+tablekit::testing::conformance! {
+    async fn a_merge_that_exceeds_255_properties_is_refused_by_the_service(env) {
+        let svc = env.tables().clone();
+        let backend = env.backend();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Rules").await;
         let mut first = DynamicEntity::new("p", "wide");
         for i in 0..200 {
@@ -103,14 +109,14 @@ crate::both! {
         let merged = t.update(&second, UpdateMode::Merge, IfMatch::Any).await;
         let read = t.get(("p", "wide")).await.unwrap().unwrap();
         match backend {
-            BackendKind::Embedded => {
+            Backend::Memory | Backend::File => {
                 let err = merged.unwrap_err();
                 assert_eq!(err.status(), Some(400), "{err:?}");
                 assert_eq!(err.code(), Some(&ErrorCode::TooManyProperties));
                 assert_eq!(read.properties.len(), 200, "unchanged");
             }
             // Azurite does not enforce the property count (a listed deviation).
-            BackendKind::Azurite => {
+            Backend::Azurite => {
                 merged.unwrap();
                 assert_eq!(read.properties.len(), 300);
             }
@@ -119,19 +125,21 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn keys_up_to_1024_characters_are_stored(svc, backend) {
+tablekit::testing::conformance! {
+    async fn keys_up_to_1024_characters_are_stored(env) {
+        let svc = env.tables().clone();
+        let backend = env.backend();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Rules").await;
         let long = "k".repeat(1024);
         let inserted = t.insert(&DynamicEntity::new("p", long.as_str())).await;
         match backend {
-            BackendKind::Embedded => {
+            Backend::Memory | Backend::File => {
                 inserted.unwrap();
                 let read = t.get(("p", long.as_str())).await.unwrap().unwrap();
                 assert_eq!(read.row_key.len(), 1024);
             }
             // Azurite caps keys at 512 characters (a listed deviation).
-            BackendKind::Azurite => {
+            Backend::Azurite => {
                 let err = inserted.unwrap_err();
                 assert_eq!(err.status(), Some(400), "{err:?}");
             }
@@ -142,8 +150,10 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn a_filter_literal_of_another_type_matches_nothing(svc, backend) {
+tablekit::testing::conformance! {
+    async fn a_filter_literal_of_another_type_matches_nothing(env) {
+        let svc = env.tables().clone();
+        let backend = env.backend();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Rules").await;
         t.insert(&DynamicEntity::new("p", "a").with("Rating", 2)).await.unwrap();
         t.insert(&DynamicEntity::new("p", "b").with("Rating", 2.5)).await.unwrap();
@@ -153,24 +163,24 @@ crate::both! {
         let got = t.query().filter_raw("Rating gt 1.2").fetch_all().await.unwrap();
         match backend {
             // The data model's example: only the Double matches.
-            BackendKind::Embedded => assert_eq!(row_keys(&got), ["b"]),
+            Backend::Memory | Backend::File => assert_eq!(row_keys(&got), ["b"]),
             // Azurite 3.35 coerces like JavaScript (a listed deviation): all four.
-            BackendKind::Azurite => assert_eq!(row_keys(&got), ["a", "b", "c", "d"]),
+            Backend::Azurite => assert_eq!(row_keys(&got), ["a", "b", "c", "d"]),
         }
         let got = t.query().filter_raw("Rating eq '2'").fetch_all().await.unwrap();
         match backend {
-            BackendKind::Embedded => assert_eq!(row_keys(&got), ["c"]),
+            Backend::Memory | Backend::File => assert_eq!(row_keys(&got), ["c"]),
             // The String, and the Int64 (which Azurite holds as the text "2").
-            BackendKind::Azurite => assert_eq!(row_keys(&got), ["c", "d"]),
+            Backend::Azurite => assert_eq!(row_keys(&got), ["c", "d"]),
         }
         let got = t.query().filter_raw("Rating eq 2").fetch_all().await.unwrap();
         assert_eq!(row_keys(&got), ["a"], "both agree on an Int32 literal");
         let got = t.query().filter_raw("Rating eq 2L").fetch_all().await;
         match backend {
-            BackendKind::Embedded => assert_eq!(row_keys(&got.unwrap()), ["d"]),
+            Backend::Memory | Backend::File => assert_eq!(row_keys(&got.unwrap()), ["d"]),
             // An Int64 literal over a table where the name also holds an Int32:
             // Azurite 3.35 fails the query, a 500 with an empty body (no code).
-            BackendKind::Azurite => {
+            Backend::Azurite => {
                 let err = got.unwrap_err();
                 assert_eq!(err.status(), Some(500), "{err:?}");
                 assert_eq!(err.code(), None, "{err:?}");
@@ -180,8 +190,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn a_continuation_resumes_correctly_after_concurrent_inserts_and_deletes(svc, backend) {
+tablekit::testing::conformance! {
+    async fn a_continuation_resumes_correctly_after_concurrent_inserts_and_deletes(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Rules").await;
         let mut tx = t.transaction();
         for i in 0..10 {
@@ -212,8 +223,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn a_selected_property_the_entity_lacks_is_absent(svc, backend) {
+tablekit::testing::conformance! {
+    async fn a_selected_property_the_entity_lacks_is_absent(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Rules").await;
         t.insert(&DynamicEntity::new("p", "a").with("X", 1).with("Y", "y")).await.unwrap();
         t.insert(&DynamicEntity::new("p", "b").with("Y", "only y")).await.unwrap();
@@ -229,8 +241,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn entity_operations_on_a_missing_table_are_table_not_found(svc, backend) {
+tablekit::testing::conformance! {
+    async fn entity_operations_on_a_missing_table_are_table_not_found(env) {
+        let svc = env.tables().clone();
         let t = svc.table::<DynamicEntity>(&common::unique_name("Gone")).unwrap();
         let e = DynamicEntity::new("p", "r");
         let errs = [
@@ -281,11 +294,12 @@ async fn thirty_two_tasks_modifying_one_entity_lose_no_increment() {
     assert_eq!(read.get("N"), Some(&EdmValue::Int32(3200)));
 }
 
-crate::both! {
+tablekit::testing::conformance! {
     /// What the client refuses before any I/O, it refuses on both backends with
     /// the same validation error (the store never answers `Invalid`, so on
     /// embedded too the refusal came from the client), and nothing is written.
-    async fn client_side_refusals_are_identical_and_write_nothing(svc, backend) {
+    async fn client_side_refusals_are_identical_and_write_nothing(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Rules").await;
         let mut wide = DynamicEntity::new("p", "wide");
         for i in 0..253 {
@@ -345,8 +359,10 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn binary_comparisons_order_the_bytes(svc, backend) {
+tablekit::testing::conformance! {
+    async fn binary_comparisons_order_the_bytes(env) {
+        let svc = env.tables().clone();
+        let backend = env.backend();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Rules").await;
         t.insert(&DynamicEntity::new("p", "a").with("H", vec![255_u8])).await.unwrap();
         t.insert(&DynamicEntity::new("p", "b").with("H", vec![0_u8, 1])).await.unwrap();
@@ -357,13 +373,13 @@ crate::both! {
         assert_eq!(row_keys(&eq), ["a"], "both agree on equality");
         match backend {
             // Bytewise: [255] is above [0, 1] and [1]; [0, 1] is below [1].
-            BackendKind::Embedded => {
+            Backend::Memory | Backend::File => {
                 assert_eq!(row_keys(&lt), Vec::<&str>::new());
                 assert_eq!(row_keys(&gt), ["a"]);
             }
             // Azurite 3.35 orders the base64 text: "/w==" < "AAE=" < "AQ==" (a listed
             // deviation; the differential test keeps Binary to eq and ne).
-            BackendKind::Azurite => {
+            Backend::Azurite => {
                 assert_eq!(row_keys(&lt), ["a"]);
                 assert_eq!(row_keys(&gt), Vec::<&str>::new());
             }

@@ -12,15 +12,16 @@ use tablekit::table::{RequestKind, ScanPolicy, Stats};
 use tablekit::{DynamicEntity, IfMatch, TableClient, TableServiceClient, UpdateMode};
 use tablekit_test_support::{field, Recorder};
 
-use crate::both;
 use crate::common;
 
 fn delta(after: &Stats, before: &Stats, kind: RequestKind) -> u64 {
     after.requests(kind) - before.requests(kind)
 }
 
-both! {
-    async fn requests_are_counted_by_kind_entities_bytes_and_partition(svc, backend) {
+tablekit::testing::conformance! {
+    async fn requests_are_counted_by_kind_entities_bytes_and_partition(env) {
+        let svc = env.tables().clone();
+        let backend = env.backend();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Costed").await;
         let s0 = t.stats();
         assert_eq!(s0.requests(RequestKind::Table), 1, "the creation");
@@ -71,8 +72,10 @@ both! {
     }
 }
 
-both! {
-    async fn a_transaction_counts_the_json_of_its_entities_as_bytes_sent(svc, backend) {
+tablekit::testing::conformance! {
+    async fn a_transaction_counts_the_json_of_its_entities_as_bytes_sent(env) {
+        let svc = env.tables().clone();
+        let backend = env.backend();
         let t = common::fresh_table::<DynamicEntity>(&svc, "CostedTx").await;
         let s0 = t.stats();
         let entities: Vec<DynamicEntity> = (0..3)
@@ -95,8 +98,9 @@ both! {
     }
 }
 
-both! {
-    async fn a_bounded_key_range_takes_the_requests_it_expected(svc, backend) {
+tablekit::testing::conformance! {
+    async fn a_bounded_key_range_takes_the_requests_it_expected(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Planned").await;
         for chunk in 0..3 {
             let mut tx = t.transaction();

@@ -3,10 +3,12 @@
 
 use crate::common;
 
+use tablekit::testing::Backend;
 use tablekit::DynamicEntity;
 
-crate::both! {
-    async fn create_table_then_create_again_is_a_conflict(svc, backend) {
+tablekit::testing::conformance! {
+    async fn create_table_then_create_again_is_a_conflict(env) {
+        let svc = env.tables().clone();
         let name = common::unique_name("Tbl");
 
         svc.create_table(&name).await.unwrap();
@@ -17,8 +19,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn create_table_if_not_exists_is_true_then_false(svc, backend) {
+tablekit::testing::conformance! {
+    async fn create_table_if_not_exists_is_true_then_false(env) {
+        let svc = env.tables().clone();
         let name = common::unique_name("Tbl");
 
         assert!(svc.create_table_if_not_exists(&name).await.unwrap());
@@ -29,8 +32,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn delete_table_removes_it_and_a_second_delete_is_not_found(svc, backend) {
+tablekit::testing::conformance! {
+    async fn delete_table_removes_it_and_a_second_delete_is_not_found(env) {
+        let svc = env.tables().clone();
         let name = common::unique_name("Tbl");
 
         svc.create_table(&name).await.unwrap();
@@ -43,8 +47,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn delete_table_if_exists_is_true_then_false(svc, backend) {
+tablekit::testing::conformance! {
+    async fn delete_table_if_exists_is_true_then_false(env) {
+        let svc = env.tables().clone();
         let name = common::unique_name("Tbl");
 
         svc.create_table(&name).await.unwrap();
@@ -60,8 +65,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn operations_on_a_deleted_table_are_not_found(svc, backend) {
+tablekit::testing::conformance! {
+    async fn operations_on_a_deleted_table_are_not_found(env) {
+        let svc = env.tables().clone();
         let table = common::fresh_table::<DynamicEntity>(&svc, "Tbl").await;
         table.delete_table().await.unwrap();
 
@@ -74,8 +80,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn list_tables_sees_created_tables(svc, backend) {
+tablekit::testing::conformance! {
+    async fn list_tables_sees_created_tables(env) {
+        let svc = env.tables().clone();
         let a = common::fresh_table::<DynamicEntity>(&svc, "Lst").await;
         let b = common::fresh_table::<DynamicEntity>(&svc, "Lst").await;
 
@@ -106,8 +113,9 @@ async fn prefixed_tables(svc: &tablekit::TableServiceClient) -> (String, Vec<Str
     (prefix, names, outsider)
 }
 
-crate::both! {
-    async fn list_tables_with_prefix_returns_exactly_the_prefixed_tables(svc, backend) {
+tablekit::testing::conformance! {
+    async fn list_tables_with_prefix_returns_exactly_the_prefixed_tables(env) {
+        let svc = env.tables().clone();
         let (prefix, names, outsider) = prefixed_tables(&svc).await;
 
         let mut listed = svc.list_tables().prefix(&prefix).fetch_all().await.unwrap();
@@ -121,8 +129,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn list_tables_with_page_size_one_follows_next_table_name(svc, backend) {
+tablekit::testing::conformance! {
+    async fn list_tables_with_page_size_one_follows_next_table_name(env) {
+        let svc = env.tables().clone();
         let (prefix, names, outsider) = prefixed_tables(&svc).await;
 
         let listed = svc
@@ -213,8 +222,10 @@ async fn valid_table_names_are_accepted() {
     }
 }
 
-crate::both! {
-    async fn creating_a_table_differing_only_in_case_is_a_conflict(svc, backend) {
+tablekit::testing::conformance! {
+    async fn creating_a_table_differing_only_in_case_is_a_conflict(env) {
+        let svc = env.tables().clone();
+        let backend = env.backend();
         let name = common::unique_name("Case");
 
         svc.create_table(&name).await.unwrap();
@@ -233,12 +244,12 @@ crate::both! {
             .insert(&tablekit::DynamicEntity::new("p", "r"))
             .await;
         match backend {
-            common::BackendKind::Embedded => {
+            Backend::Memory | Backend::File => {
                 inserted.unwrap();
                 let same = svc.table::<tablekit::DynamicEntity>(&name).unwrap();
                 assert!(same.get(("p", "r")).await.unwrap().is_some());
             }
-            common::BackendKind::Azurite => {
+            Backend::Azurite => {
                 let err = inserted.unwrap_err();
                 assert_eq!(err.code(), Some(&tablekit::error::ErrorCode::TableNotFound), "{err:?}");
             }
@@ -247,8 +258,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn list_tables_with_a_typed_filter_a_raw_filter_and_a_prefix_together(svc, backend) {
+tablekit::testing::conformance! {
+    async fn list_tables_with_a_typed_filter_a_raw_filter_and_a_prefix_together(env) {
+        let svc = env.tables().clone();
         use tablekit::table::TableItem;
         let (prefix, names, outsider) = prefixed_tables(&svc).await;
         let [a, b, c] = [&names[0], &names[1], &names[2]];

@@ -9,8 +9,8 @@
 //! the same case on `TableServiceClient::embedded()`.
 //!
 //! The wire cases also run on reqwest with `TABLEKIT_TRANSPORT=reqwest`: the
-//! suite (`common::client_options`) reads it and sets `HttpOptions::transport`;
-//! the library reads no such variable.
+//! harness (`tablekit::testing::client_options`) reads it and sets
+//! `HttpOptions::transport`; the clients themselves read no such variable.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

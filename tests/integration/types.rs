@@ -119,8 +119,9 @@ async fn insert_and_read_both_ways(
     (got, queried)
 }
 
-crate::both! {
-    async fn every_edm_type_round_trips_exactly_through_dynamic_entity(svc, backend) {
+tablekit::testing::conformance! {
+    async fn every_edm_type_round_trips_exactly_through_dynamic_entity(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Types").await;
 
         let cases = all_types();
@@ -139,8 +140,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn integral_double_reads_back_as_double(svc, backend) {
+tablekit::testing::conformance! {
+    async fn integral_double_reads_back_as_double(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Types").await;
 
         // Azurite answers `"D":2.0` without a type annotation; a reader that took
@@ -162,8 +164,10 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn nan_and_negative_zero_read_back_as_doubles(svc, backend) {
+tablekit::testing::conformance! {
+    async fn nan_and_negative_zero_read_back_as_doubles(env) {
+        let svc = env.tables().clone();
+        let backend = env.backend();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Types").await;
 
         let e = DynamicEntity::new("p", "r")
@@ -188,8 +192,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn datetime_keeps_100_ns_precision_and_truncates_finer(svc, backend) {
+tablekit::testing::conformance! {
+    async fn datetime_keeps_100_ns_precision_and_truncates_finer(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Types").await;
 
         let fine = Utc.timestamp_opt(1_595_539_241, 666_778_299).unwrap();
@@ -202,8 +207,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn properties_of_one_name_may_have_different_types_in_different_entities(svc, backend) {
+tablekit::testing::conformance! {
+    async fn properties_of_one_name_may_have_different_types_in_different_entities(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Types").await;
 
         t.insert(&DynamicEntity::new("p", "a").with("Rating", 2))
@@ -247,8 +253,9 @@ fn pk_filter(pk: &str) -> String {
     format!("PartitionKey eq '{}'", pk.replace('\'', "''"))
 }
 
-crate::both! {
-    async fn awkward_keys_round_trip_through_every_single_entity_operation(svc, backend) {
+tablekit::testing::conformance! {
+    async fn awkward_keys_round_trip_through_every_single_entity_operation(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Keys").await;
 
         for &k in AWKWARD_KEYS {
@@ -292,8 +299,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn empty_row_key_round_trips(svc, backend) {
+tablekit::testing::conformance! {
+    async fn empty_row_key_round_trips(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Keys").await;
 
         t.insert(&DynamicEntity::new("Channels", "").with("Owner", "joe"))
@@ -308,8 +316,9 @@ crate::both! {
     }
 }
 
-crate::both! {
-    async fn awkward_keys_round_trip_through_a_transaction(svc, backend) {
+tablekit::testing::conformance! {
+    async fn awkward_keys_round_trip_through_a_transaction(env) {
+        let svc = env.tables().clone();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Keys").await;
         let pk = "O'Brien & Co = 100% + é😀";
 

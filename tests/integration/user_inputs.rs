@@ -144,10 +144,10 @@ proptest! {
 
     #[test]
     fn filters(text in hostile()) {
-        match tablekit::filter::parse(&text) {
+        match tablekit::Filter::parse(&text) {
             Ok(expr) => {
                 let printed = expr.to_string();
-                let again = tablekit::filter::parse(&printed);
+                let again = tablekit::Filter::parse(&printed);
                 prop_assert!(again.is_ok(), "{:?} printed as {:?}", text, printed);
             }
             Err(e) => {

@@ -1,6 +1,7 @@
 //! Compile-time errors of tablekit's macros: `#[derive(TableEntity)]`
 //! (topics attrs, enums, generics, keys, names, projection, types, version) and
-//! `filter!`/`odata!` (topic filter). Each case in `ui/<topic>/fail_*.rs`
+//! `filter!`/`odata!` (topic filter) and `tablekit::testing::conformance!`
+//! (topic testing). Each case in `ui/<topic>/fail_*.rs`
 //! must fail to compile with the messages in the `.stderr` beside it.
 //! Regenerate with `UI_TESTS=overwrite cargo test -p tablekit-ui-tests --test ui`
 //! and read every diff. The `pass_*.rs` cases beside them, which must

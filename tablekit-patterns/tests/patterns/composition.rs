@@ -5,6 +5,7 @@
 
 use crate::common;
 use crate::common::BeforeWrite as _;
+use tablekit::testing::TestEnv;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -75,7 +76,7 @@ fn manager_of(table: &TableClient<Employee>) -> Denormalized<Employee> {
     })
 }
 
-async fn env(svc: &TableServiceClient) -> Env {
+async fn setup(svc: &TableServiceClient) -> Env {
     let table = common::fresh_table::<Employee>(svc, "Compose").await;
     let by_email = Index::new("email", "email_", |e: &Employee| e.email.clone());
     let indexed = IndexedTable::new(table.clone())
@@ -103,10 +104,9 @@ async fn department(table: &TableClient<Employee>) -> Option<Department> {
 
 /// The guide's combination: a new employee with its index copy, the
 /// department's count and the department's new manager, one transaction.
-async fn an_employee_its_index_the_count_and_the_manager_are_one_transaction(
-    svc: TableServiceClient,
-) {
-    let env = env(&svc).await;
+async fn an_employee_its_index_the_count_and_the_manager_are_one_transaction(env: TestEnv) {
+    let svc = env.tables().clone();
+    let env = setup(&svc).await;
     let jones = employee(223, "Jones");
     let applied = env
         .indexed
@@ -184,8 +184,9 @@ async fn an_employee_its_index_the_count_and_the_manager_are_one_transaction(
 /// A change of the department between the plan's read and its transaction
 /// makes the transaction stale: the plan is worked out again from a fresh
 /// read, and nothing is lost.
-async fn a_stale_plan_is_planned_again_from_fresh_reads(svc: TableServiceClient) {
-    let env = env(&svc).await;
+async fn a_stale_plan_is_planned_again_from_fresh_reads(env: TestEnv) {
+    let svc = env.tables().clone();
+    let env = setup(&svc).await;
     let mut first = employee(1, "Adams");
     env.counted.insert(&mut first).await.unwrap();
     let other = common::second_service(&svc)
@@ -234,8 +235,9 @@ async fn a_stale_plan_is_planned_again_from_fresh_reads(svc: TableServiceClient)
 /// The department entity holds its manager's details (§3.5): a write of the
 /// manager changes both in one transaction; a write of anyone else leaves
 /// the department alone; a failed write of the manager changes neither.
-async fn the_department_follows_its_manager_in_the_same_transaction(svc: TableServiceClient) {
-    let env = env(&svc).await;
+async fn the_department_follows_its_manager_in_the_same_transaction(env: TestEnv) {
+    let svc = env.tables().clone();
+    let env = setup(&svc).await;
     let mut jones = employee(223, "Jones");
     let mut smith = employee(224, "Smith");
     env.indexed.insert(&mut jones).await.unwrap();
@@ -282,8 +284,9 @@ async fn the_department_follows_its_manager_in_the_same_transaction(svc: TableSe
 /// Another writer changes the department between the manager write's read
 /// and its transaction: the write starts again from a fresh read, and the
 /// other writer's change (a new count) is kept.
-async fn a_manager_write_racing_a_department_change_is_retried(svc: TableServiceClient) {
-    let env = env(&svc).await;
+async fn a_manager_write_racing_a_department_change_is_retried(env: TestEnv) {
+    let svc = env.tables().clone();
+    let env = setup(&svc).await;
     let mut jones = employee(223, "Jones");
     env.counted.insert(&mut jones).await.unwrap();
     env.manager.assign(&mut jones).await.unwrap();
@@ -321,7 +324,8 @@ async fn a_manager_write_racing_a_department_change_is_retried(svc: TableService
 }
 
 /// A wide entity's parts and its index copy in one transaction.
-async fn a_wide_entity_and_its_index_copy_are_one_transaction(svc: TableServiceClient) {
+async fn a_wide_entity_and_its_index_copy_are_one_transaction(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<DynamicEntity>(&svc, "ComposeWide").await;
     let wide = WideTable::new(table.clone());
     let owner = |e: &DynamicEntity| match e.get("Owner") {
@@ -440,10 +444,12 @@ async fn the_rules_of_one_transaction_are_checked_for_the_combined_plan() {
     );
 }
 
-common::on_both!(
+tablekit::testing::conformance!(
     an_employee_its_index_the_count_and_the_manager_are_one_transaction,
-    a_stale_plan_is_planned_again_from_fresh_reads [flavor = "multi_thread", worker_threads = 2],
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
+    a_stale_plan_is_planned_again_from_fresh_reads,
     the_department_follows_its_manager_in_the_same_transaction,
-    a_manager_write_racing_a_department_change_is_retried [flavor = "multi_thread", worker_threads = 2],
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
+    a_manager_write_racing_a_department_change_is_retried,
     a_wide_entity_and_its_index_copy_are_one_transaction,
 );

@@ -4,8 +4,7 @@
 
 use crate::common;
 use crate::common::BeforeWrite as _;
-
-use tablekit::TableServiceClient;
+use tablekit::testing::TestEnv;
 
 use std::sync::{Arc, Mutex};
 
@@ -17,7 +16,8 @@ fn at(d: u32, h: u32) -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2014, 7, d, h, 0, 0).unwrap()
 }
 
-async fn hourly_counts_live_in_one_entity_and_read_in_one_request(svc: TableServiceClient) {
+async fn hourly_counts_live_in_one_entity_and_read_in_one_request(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<DynamicEntity>(&svc, "Hourly").await;
     let series = DataSeries::new(&table, SeriesLayout::hourly());
     assert!(series
@@ -54,7 +54,8 @@ async fn hourly_counts_live_in_one_entity_and_read_in_one_request(svc: TableServ
     assert_eq!(series.read("000123", "").await.unwrap().values[9], 40);
 }
 
-async fn daily_counts_are_split_over_entities_01_and_02(svc: TableServiceClient) {
+async fn daily_counts_are_split_over_entities_01_and_02(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<DynamicEntity>(&svc, "Daily").await;
     let series = DataSeries::new(&table, SeriesLayout::daily());
     series.add("000123", "", 0, 7).await.unwrap();
@@ -100,7 +101,8 @@ async fn daily_counts_are_split_over_entities_01_and_02(svc: TableServiceClient)
 
 /// Two clients increment one slot at the same time: every increment lands,
 /// because each is a merge under the ETag read, retried on 412/409.
-async fn concurrent_increments_are_never_lost(svc: TableServiceClient) {
+async fn concurrent_increments_are_never_lost(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<DynamicEntity>(&svc, "Contend").await;
     let mine = DataSeries::new(&table, SeriesLayout::hourly());
     let theirs = DataSeries::new(
@@ -121,7 +123,8 @@ async fn concurrent_increments_are_never_lost(svc: TableServiceClient) {
 /// Another client increments the slot between our read of its entity and our
 /// write: the write is refused (409 when the other created the entity, 412
 /// after), read again and retried, and both increments land.
-async fn an_increment_raced_between_its_read_and_its_write_is_read_again(svc: TableServiceClient) {
+async fn an_increment_raced_between_its_read_and_its_write_is_read_again(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<DynamicEntity>(&svc, "SeriesInject").await;
     let theirs = DataSeries::new(
         &common::second_service(&svc)
@@ -151,7 +154,8 @@ async fn an_increment_raced_between_its_read_and_its_write_is_read_again(svc: Ta
     assert_eq!(rows[0].get("H05"), Some(&EdmValue::Int64(22)));
 }
 
-async fn hourly_counters_roll_over_to_a_new_series_each_day(svc: TableServiceClient) {
+async fn hourly_counters_roll_over_to_a_new_series_each_day(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<DynamicEntity>(&svc, "Rollover").await;
     let counters = HourlyCounters::new(&table);
     counters.record("000123", at(30, 5), 100).await.unwrap(); // more than 24 h before
@@ -204,10 +208,12 @@ async fn bad_layouts_slots_and_keys_are_refused_before_any_request() {
     common::assert_invalid(&series.set("000123", "", 99, 1).await.unwrap_err());
 }
 
-common::on_both! {
+tablekit::testing::conformance!(
     hourly_counts_live_in_one_entity_and_read_in_one_request,
     daily_counts_are_split_over_entities_01_and_02,
-    concurrent_increments_are_never_lost [flavor = "multi_thread", worker_threads = 2],
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
+    concurrent_increments_are_never_lost,
     hourly_counters_roll_over_to_a_new_series_each_day,
-    an_increment_raced_between_its_read_and_its_write_is_read_again [flavor = "multi_thread", worker_threads = 2],
-}
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
+    an_increment_raced_between_its_read_and_its_write_is_read_again,
+);

@@ -6,11 +6,10 @@
 
 use crate::common;
 use crate::common::BeforeWrite as _;
+use tablekit::testing::TestEnv;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-
-use tablekit::TableServiceClient;
 
 use tablekit::{DynamicEntity, ETag, EdmValue, IfMatch, TableClient, TableEntity};
 use tablekit_patterns::summary::CountedPartition;
@@ -64,7 +63,8 @@ async fn assert_count(table: &TableClient<Employee>, pk: &str, base: i32) -> i32
     base + employees
 }
 
-async fn the_marketing_department_counts_its_employees(svc: TableServiceClient) {
+async fn the_marketing_department_counts_its_employees(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "Dept").await;
     // §1.1: Marketing/Department with EmployeeCount=153, plus manager details (§3.5).
     table
@@ -123,7 +123,8 @@ async fn the_marketing_department_counts_its_employees(svc: TableServiceClient) 
     assert_eq!(staff.count("Finance").await.unwrap(), 0);
 }
 
-async fn a_summary_without_its_count_is_an_error_that_writes_nothing(svc: TableServiceClient) {
+async fn a_summary_without_its_count_is_an_error_that_writes_nothing(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "DeptBad").await;
     table
         .with_type::<DynamicEntity>()
@@ -142,7 +143,8 @@ async fn a_summary_without_its_count_is_an_error_that_writes_nothing(svc: TableS
     assert_eq!(common::rows(&table, "Sales").await.len(), 1);
 }
 
-async fn duplicates_and_stale_deletes_leave_the_count_right(svc: TableServiceClient) {
+async fn duplicates_and_stale_deletes_leave_the_count_right(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "DeptDup").await;
     let staff = staff(table.clone());
     let mut ken = employee("Sales", 10, "Ken", "Kwok", 23);
@@ -178,7 +180,8 @@ async fn duplicates_and_stale_deletes_leave_the_count_right(svc: TableServiceCli
     assert_eq!(assert_count(&table, "Sales", 0).await, 1);
 }
 
-async fn concurrent_inserts_are_all_counted(svc: TableServiceClient) {
+async fn concurrent_inserts_are_all_counted(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "DeptRace").await;
     let mine = staff(table.clone());
     let theirs = staff(
@@ -219,7 +222,8 @@ fn typed_staff(table: TableClient<Staff>) -> CountedPartition<Staff> {
         .with_summary_property("EntityType", "Department")
 }
 
-async fn the_department_and_its_employees_read_as_one_typed_partition(svc: TableServiceClient) {
+async fn the_department_and_its_employees_read_as_one_typed_partition(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Staff>(&svc, "DeptTyped").await;
     table
         .insert(&Staff::Department(Department {
@@ -297,9 +301,8 @@ async fn the_department_and_its_employees_read_as_one_typed_partition(svc: Table
 /// The other writer adds an employee between our read of the summary and our
 /// transaction: the transaction fails on the summary (409 when it created
 /// it, 412 after), the hook sees a second attempt, and the count is right.
-async fn a_summary_changed_between_its_read_and_the_transaction_is_read_again(
-    svc: TableServiceClient,
-) {
+async fn a_summary_changed_between_its_read_and_the_transaction_is_read_again(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "DeptInject").await;
     let other = staff(
         common::second_service(&svc)
@@ -382,11 +385,13 @@ async fn bad_keys_are_refused_before_any_request() {
     );
 }
 
-common::on_both! {
+tablekit::testing::conformance!(
     the_marketing_department_counts_its_employees,
     a_summary_without_its_count_is_an_error_that_writes_nothing,
     duplicates_and_stale_deletes_leave_the_count_right,
-    concurrent_inserts_are_all_counted [flavor = "multi_thread", worker_threads = 2],
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
+    concurrent_inserts_are_all_counted,
     the_department_and_its_employees_read_as_one_typed_partition,
-    a_summary_changed_between_its_read_and_the_transaction_is_read_again [flavor = "multi_thread", worker_threads = 2],
-}
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
+    a_summary_changed_between_its_read_and_the_transaction_is_read_again,
+);

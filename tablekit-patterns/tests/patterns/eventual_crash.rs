@@ -10,6 +10,7 @@
 //! time) and on the embedded store (a `ManualClock` moved past the timeout).
 
 use crate::common;
+use tablekit::testing::TestEnv;
 
 use common::Services;
 
@@ -164,27 +165,42 @@ async fn an_archive_message_is_the_versioned_envelope() {
     );
 }
 
-common::on_both_services!(
+tablekit::testing::conformance!(
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     the_archive_of_twenty_employees_moves_each_once,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     a_worker_stopped_at_each_step_boundary_is_recovered_by_a_fresh_one,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     two_workers_racing_on_the_same_messages_leave_one_copy_each,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     an_entity_changed_after_the_read_is_archived_in_its_new_version,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     an_archive_that_can_never_succeed_lands_in_poison_with_its_error,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     unreadable_messages_go_to_poison_at_once,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     a_message_whose_workers_kept_dying_is_poisoned_without_running,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     the_heartbeat_keeps_a_long_operation_hidden,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     run_stops_on_shutdown_after_finishing_what_it_holds,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     an_operation_waits_out_a_worker_outage_of_eight_days,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     an_operation_with_a_time_to_live_of_one_day_is_gone_after_two,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     a_message_from_a_newer_client_waits_for_a_worker_that_knows_it,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     an_unknown_kind_is_poisoned_at_the_dequeue_limit,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     an_operation_enqueued_as_base64_by_an_older_client_still_runs,
 );
 
 /// A message enqueued before the queue client's default encoding became the
 /// text as is (Base64 then) runs after the upgrade: the worker, reading as
 /// text, finds the envelope in the text's Base64 reading.
-async fn an_operation_enqueued_as_base64_by_an_older_client_still_runs(s: Services) {
+async fn an_operation_enqueued_as_base64_by_an_older_client_still_runs(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     env.current.insert(&employee(456)).await.unwrap();
     let op = Archive::<Employee>::new(env.current.name(), env.archive.name(), ("Sales", "000456"))
@@ -208,7 +224,8 @@ async fn an_operation_enqueued_as_base64_by_an_older_client_still_runs(s: Servic
     env.assert_archived(&[456]).await;
 }
 
-async fn the_archive_of_twenty_employees_moves_each_once(s: Services) {
+async fn the_archive_of_twenty_employees_moves_each_once(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     env.seed(&ids()).await;
     let report = env
@@ -233,7 +250,8 @@ async fn the_archive_of_twenty_employees_moves_each_once(s: Services) {
 /// fails; a fresh worker then finishes the work. (All six are stopped first,
 /// each in its own tables and queue, then the visibility timeout passes once
 /// for all of them, then each is recovered.)
-async fn a_worker_stopped_at_each_step_boundary_is_recovered_by_a_fresh_one(s: Services) {
+async fn a_worker_stopped_at_each_step_boundary_is_recovered_by_a_fresh_one(env: TestEnv) {
+    let s = Services::of(&env);
     let ids = ids();
     let n = ids.len();
     let mut stopped = Vec::new();
@@ -324,7 +342,8 @@ async fn a_worker_stopped_at_each_step_boundary_is_recovered_by_a_fresh_one(s: S
 /// Worker A is held after step `held_at` while the message's visibility
 /// lapses (its heartbeat is stopped); worker B receives the same messages and
 /// archives them all; then A goes on and finds the work done.
-async fn two_workers_racing_on_the_same_messages_leave_one_copy_each(s: Services) {
+async fn two_workers_racing_on_the_same_messages_leave_one_copy_each(env: TestEnv) {
+    let s = Services::of(&env);
     let ids = ids();
     for held_at in [1usize, 2] {
         let env = Env::new(&s).await;
@@ -373,7 +392,8 @@ async fn two_workers_racing_on_the_same_messages_leave_one_copy_each(s: Services
 /// The guarded delete: someone renames the employee in Current after the
 /// worker read it; the delete fails with 412 and the worker archives the new
 /// version instead of the stale copy it had written.
-async fn an_entity_changed_after_the_read_is_archived_in_its_new_version(s: Services) {
+async fn an_entity_changed_after_the_read_is_archived_in_its_new_version(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     env.seed(&[456]).await;
     let current = env.current.clone();
@@ -419,7 +439,8 @@ const DAY: Duration = Duration::from_secs(24 * 3600);
 /// there when a worker comes back, and is applied. On Azurite, where time
 /// cannot be moved, the message says it never expires (the service's
 /// 9999-12-31), as sent and as received.
-async fn an_operation_waits_out_a_worker_outage_of_eight_days(s: Services) {
+async fn an_operation_waits_out_a_worker_outage_of_eight_days(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     env.current.insert(&employee(456)).await.unwrap();
     let op = Archive::<Employee>::new(env.current.name(), env.archive.name(), ("Sales", "000456"))
@@ -441,7 +462,8 @@ async fn an_operation_waits_out_a_worker_outage_of_eight_days(s: Services) {
 
 /// A time to live is a choice, with its price: the operation is dropped
 /// unrun once it has passed (on Azurite: the expiry the service stored).
-async fn an_operation_with_a_time_to_live_of_one_day_is_gone_after_two(s: Services) {
+async fn an_operation_with_a_time_to_live_of_one_day_is_gone_after_two(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     env.current.insert(&employee(456)).await.unwrap();
     let op = Archive::<Employee>::new(env.current.name(), env.archive.name(), ("Sales", "000456"))
@@ -474,7 +496,8 @@ const COUNT_KIND: &str = "test.count";
 /// its retry delay. Once that has passed, a newer worker (one that knows
 /// the kind) runs the first; the second, which no worker here reads, stays
 /// as it was sent.
-async fn a_message_from_a_newer_client_waits_for_a_worker_that_knows_it(s: Services) {
+async fn a_message_from_a_newer_client_waits_for_a_worker_that_knows_it(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     let counted = Eventual::new(env.jobs.clone())
         .enqueue_kind(COUNT_KIND, &serde_json::json!({"n": 1}))
@@ -533,7 +556,8 @@ async fn poisoned(poison: &QueueClient) -> Vec<PoisonedMessage> {
 /// The archive table does not exist: every attempt fails the same way; after
 /// the third the message is in the poison queue with that error, and the
 /// entity is still in Current.
-async fn an_archive_that_can_never_succeed_lands_in_poison_with_its_error(s: Services) {
+async fn an_archive_that_can_never_succeed_lands_in_poison_with_its_error(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     env.current.insert(&employee(456)).await.unwrap();
     let missing = common::unique_name("Missing");
@@ -571,7 +595,8 @@ async fn an_archive_that_can_never_succeed_lands_in_poison_with_its_error(s: Ser
 /// What no worker can ever read goes to the poison queue on its first
 /// receive; a newer client's kind or version too, with
 /// `poison_unknown_at_once`.
-async fn unreadable_messages_go_to_poison_at_once(s: Services) {
+async fn unreadable_messages_go_to_poison_at_once(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     env.jobs.send("archive employee 456").await.unwrap();
     env.jobs
@@ -637,7 +662,8 @@ async fn unreadable_messages_go_to_poison_at_once(s: Services) {
 
 /// A kind no worker ever comes to know is poisoned once it has been
 /// received the dequeue limit's number of times, and not before.
-async fn an_unknown_kind_is_poisoned_at_the_dequeue_limit(s: Services) {
+async fn an_unknown_kind_is_poisoned_at_the_dequeue_limit(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     Eventual::new(env.jobs.clone())
         .enqueue_kind("fire-everyone", &())
@@ -664,7 +690,8 @@ async fn an_unknown_kind_is_poisoned_at_the_dequeue_limit(s: Services) {
 
 /// Received three times by workers that died before recording anything: a
 /// worker allowing two receives moves it to poison without running it.
-async fn a_message_whose_workers_kept_dying_is_poisoned_without_running(s: Services) {
+async fn a_message_whose_workers_kept_dying_is_poisoned_without_running(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     env.seed(&[456]).await;
     for _ in 0..2 {
@@ -708,7 +735,8 @@ async fn a_message_whose_workers_kept_dying_is_poisoned_without_running(s: Servi
 /// An operation held for longer than two visibility timeouts stays hidden
 /// from other receivers because the worker renews it, and is deleted with the
 /// pop receipt of the last renewal.
-async fn the_heartbeat_keeps_a_long_operation_hidden(s: Services) {
+async fn the_heartbeat_keeps_a_long_operation_hidden(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     env.seed(&[456]).await;
     let release = Arc::new(Notify::new());
@@ -766,7 +794,8 @@ async fn the_heartbeat_keeps_a_long_operation_hidden(s: Services) {
 
 /// `run` with a shutdown signal: the operations it holds when the signal
 /// comes are finished, and it returns.
-async fn run_stops_on_shutdown_after_finishing_what_it_holds(s: Services) {
+async fn run_stops_on_shutdown_after_finishing_what_it_holds(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     env.seed(&ids()[..4]).await;
     let release = Arc::new(Notify::new());

@@ -6,6 +6,7 @@
 //! from the main queue.
 
 use crate::common;
+use tablekit::testing::TestEnv;
 
 use common::Services;
 
@@ -127,7 +128,8 @@ fn assert_entry(p: &PoisonedMessage, original: &[u8], table: &str) {
 /// poisoned at once. Each entry gives back the message whole, requeued
 /// they run again with their operations intact, and the kept bodies are
 /// deleted after.
-async fn poisoned_messages_up_to_the_largest_enqueue_accepts_come_back_whole(s: Services) {
+async fn poisoned_messages_up_to_the_largest_enqueue_accepts_come_back_whole(env: TestEnv) {
+    let s = Services::of(&env);
     let (jobs, poison) = common::fresh_queues(&s.queues, "poison-size-").await;
     let eventual = Eventual::new(jobs.clone());
     let too_large = operation_of_envelope_size(MAX_MESSAGE_BYTES + 1);
@@ -212,7 +214,8 @@ async fn poisoned_messages_up_to_the_largest_enqueue_accepts_come_back_whole(s: 
 /// On queues that encode as Base64 (the older SDKs' default), the largest
 /// operation `enqueue` accepts is 48 KiB of JSON, and a message that is not
 /// even UTF-8 is poisoned at once: both come back byte for byte.
-async fn base64_queues_keep_the_largest_and_non_utf8_messages_whole(s: Services) {
+async fn base64_queues_keep_the_largest_and_non_utf8_messages_whole(env: TestEnv) {
+    let s = Services::of(&env);
     let (jobs, poison) = common::fresh_queues(&s.queues, "poison-b64-").await;
     let (jobs, poison) = (
         jobs.with_encoding(MessageEncoding::Base64),
@@ -268,7 +271,8 @@ async fn base64_queues_keep_the_largest_and_non_utf8_messages_whole(s: Services)
 /// message from the main queue, loses nothing: a fresh worker poisons what
 /// is left, and every message has an entry that gives it back whole (after
 /// the second stop, two: the duplicate the module docs promise).
-async fn a_worker_stopped_while_poisoning_loses_no_message(s: Services) {
+async fn a_worker_stopped_while_poisoning_loses_no_message(env: TestEnv) {
+    let s = Services::of(&env);
     for stop_after_sending in [false, true] {
         let (jobs, poison) = common::fresh_queues(&s.queues, "poison-stop-").await;
         // A table of its own, which the worker creates when it first needs it.
@@ -369,8 +373,11 @@ fn a_poison_body_table_name_the_service_refuses_is_refused_at_build() {
     assert!(err.is_invalid_input(), "{err}");
 }
 
-common::on_both_services!(
+tablekit::testing::conformance!(
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     poisoned_messages_up_to_the_largest_enqueue_accepts_come_back_whole,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     base64_queues_keep_the_largest_and_non_utf8_messages_whole,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     a_worker_stopped_while_poisoning_loses_no_message,
 );

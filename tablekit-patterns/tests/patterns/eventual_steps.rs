@@ -4,6 +4,7 @@
 //! stopped at each of its steps. On Azurite and on the embedded store.
 
 use crate::common;
+use tablekit::testing::TestEnv;
 
 use common::Services;
 
@@ -17,13 +18,17 @@ use tablekit_patterns::eventual::{
     Event, Eventual, Guarded, OpResult, Operation, StepContext, Worker,
 };
 
-common::on_both_services!(
+tablekit::testing::conformance!(
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     table_steps_repeat_safely_and_guarded_ones_report_changed_or_gone,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     blob_steps_repeat_safely_and_guarded_ones_report_changed_or_gone,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     an_export_to_a_blob_stopped_at_each_step_is_recovered,
 );
 
-async fn table_steps_repeat_safely_and_guarded_ones_report_changed_or_gone(s: Services) {
+async fn table_steps_repeat_safely_and_guarded_ones_report_changed_or_gone(env: TestEnv) {
+    let s = Services::of(&env);
     let ctx = StepContext::detached(s.tables.clone(), None);
     let t = common::fresh_table::<DynamicEntity>(&s.tables, "Steps").await;
     let e = DynamicEntity::new("p", "r").with("N", 1);
@@ -92,7 +97,8 @@ async fn table_steps_repeat_safely_and_guarded_ones_report_changed_or_gone(s: Se
     assert!(ctx.blobs().is_err(), "no Blob service was given");
 }
 
-async fn blob_steps_repeat_safely_and_guarded_ones_report_changed_or_gone(s: Services) {
+async fn blob_steps_repeat_safely_and_guarded_ones_report_changed_or_gone(env: TestEnv) {
+    let s = Services::of(&env);
     let ctx = StepContext::detached(s.tables.clone(), Some(s.blobs.clone()));
     let container = s
         .blobs
@@ -167,7 +173,8 @@ impl Operation for Export {
     }
 }
 
-async fn an_export_to_a_blob_stopped_at_each_step_is_recovered(s: Services) {
+async fn an_export_to_a_blob_stopped_at_each_step_is_recovered(env: TestEnv) {
+    let s = Services::of(&env);
     for boundary in 1..=3usize {
         let t = common::fresh_table::<DynamicEntity>(&s.tables, "Export").await;
         let container = s
@@ -362,7 +369,8 @@ async fn put_blob_if_not_exists_reports_a_conflict_other_than_an_existing_blob()
 /// finishing, once, before the message is poisoned; not for one whose last
 /// attempt failed (its handler had its own error path), and not again once
 /// the give-up itself stopped.
-async fn a_give_up_runs_once_for_a_last_attempt_that_stopped(s: Services) {
+async fn a_give_up_runs_once_for_a_last_attempt_that_stopped(env: TestEnv) {
+    let s = Services::of(&env);
     let (jobs, poison) = common::fresh_queues(&s.queues, "giveup-").await;
     let given_up = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let stopped = Arc::new(tokio::sync::Notify::new());
@@ -462,4 +470,7 @@ async fn a_give_up_runs_once_for_a_last_attempt_that_stopped(s: Services) {
     );
 }
 
-common::on_both_services!(a_give_up_runs_once_for_a_last_attempt_that_stopped);
+tablekit::testing::conformance!(
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
+    a_give_up_runs_once_for_a_last_attempt_that_stopped,
+);

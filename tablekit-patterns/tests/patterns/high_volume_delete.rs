@@ -2,6 +2,7 @@
 //! routed writes, windows over several days, and the retention sweep.
 
 use crate::common;
+use tablekit::testing::TestEnv;
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use tablekit::{TableEntity, TableServiceClient, UpdateMode};
@@ -47,7 +48,8 @@ async fn names(svc: &TableServiceClient, prefix: &str) -> Vec<String> {
     n
 }
 
-async fn writes_are_routed_to_the_table_of_their_day(svc: TableServiceClient) {
+async fn writes_are_routed_to_the_table_of_their_day(env: TestEnv) {
+    let svc = env.tables().clone();
     let seed = PeriodicTables::new(
         svc.clone(),
         "LoginAttempts",
@@ -92,7 +94,8 @@ async fn writes_are_routed_to_the_table_of_their_day(svc: TableServiceClient) {
     assert!(err.is_conflict(), "a taken key: {err:?}");
 }
 
-async fn a_window_over_several_days_is_merged_in_key_order(svc: TableServiceClient) {
+async fn a_window_over_several_days_is_merged_in_key_order(env: TestEnv) {
+    let svc = env.tables().clone();
     let log = logins(&svc);
     // Written out of order, over Jul 30, Jul 31 and Aug 2 (Aug 1 has no table).
     for t in [
@@ -143,9 +146,8 @@ async fn a_window_over_several_days_is_merged_in_key_order(svc: TableServiceClie
     assert_eq!(times, [day(8, 2, 1), day(7, 31, 12), day(7, 31, 2)]);
 }
 
-async fn the_sweep_drops_whole_tables_past_the_retention_and_is_idempotent(
-    svc: TableServiceClient,
-) {
+async fn the_sweep_drops_whole_tables_past_the_retention_and_is_idempotent(env: TestEnv) {
+    let svc = env.tables().clone();
     let log = logins(&svc);
     let p = log.prefix().to_owned();
     for d in [(7, 31), (8, 1), (8, 2), (8, 3)] {
@@ -189,7 +191,8 @@ async fn the_sweep_drops_whole_tables_past_the_retention_and_is_idempotent(
     assert_eq!(rows.len(), 3);
 }
 
-async fn two_first_writers_of_a_new_day_both_land(svc: TableServiceClient) {
+async fn two_first_writers_of_a_new_day_both_land(env: TestEnv) {
+    let svc = env.tables().clone();
     let mine = logins(&svc);
     let theirs = PeriodicTables::new(
         common::second_service(&svc),
@@ -245,9 +248,9 @@ fn period_names_parse_back_only_when_canonical() {
     );
 }
 
-common::on_both! {
+tablekit::testing::conformance!(
     writes_are_routed_to_the_table_of_their_day,
     a_window_over_several_days_is_merged_in_key_order,
     the_sweep_drops_whole_tables_past_the_retention_and_is_idempotent,
     two_first_writers_of_a_new_day_both_land,
-}
+);

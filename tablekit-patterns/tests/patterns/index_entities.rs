@@ -9,8 +9,7 @@
 
 use crate::common;
 use crate::common::BeforeWrite as _;
-
-use tablekit::TableServiceClient;
+use tablekit::testing::TestEnv;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -99,7 +98,8 @@ async fn assert_consistent(table: &TableClient<Employee>) -> Vec<(String, Vec<St
     index
 }
 
-async fn adding_000152_jones_updates_the_jones_index_entity(svc: TableServiceClient) {
+async fn adding_000152_jones_updates_the_jones_index_entity(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "IdxEnt").await;
     let idx = by_last_name(table.clone());
     idx.insert(&mut employee(100, "Jones")).await.unwrap(); // creates lastname_Jones
@@ -159,7 +159,8 @@ async fn adding_000152_jones_updates_the_jones_index_entity(svc: TableServiceCli
         .is_none());
 }
 
-async fn stale_writes_and_duplicates_change_nothing(svc: TableServiceClient) {
+async fn stale_writes_and_duplicates_change_nothing(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "IdxEntStale").await;
     let idx = by_last_name(table.clone());
     let other = by_last_name(
@@ -206,7 +207,8 @@ async fn stale_writes_and_duplicates_change_nothing(svc: TableServiceClient) {
 /// Two clients add employees of one last name at once, the index entity not
 /// existing yet: creations collide (409) and updates race (412), and every
 /// loser starts again from the read, so no RowKey is lost.
-async fn concurrent_writers_of_one_index_entity_lose_nothing(svc: TableServiceClient) {
+async fn concurrent_writers_of_one_index_entity_lose_nothing(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "IdxEntRace").await;
     let mine = by_last_name(table.clone());
     let theirs = by_last_name(
@@ -234,7 +236,8 @@ fn employee_in(dept: &str, id: u32, last: &str) -> Employee {
 
 /// Three 6-digit RowKeys fill an index entity of 20 UTF-16 code units
 /// (`000001\n000002\n000003`).
-async fn a_list_grows_over_several_index_entities_and_shrinks_back(svc: TableServiceClient) {
+async fn a_list_grows_over_several_index_entities_and_shrinks_back(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "IdxEntSplit").await;
     let idx = by_last_name(table.clone()).with_chunk_capacity(20).unwrap();
     for id in 1..=7 {
@@ -289,7 +292,8 @@ async fn a_list_grows_over_several_index_entities_and_shrinks_back(svc: TableSer
     assert!(common::rows(&table, "Sales").await.is_empty());
 }
 
-async fn a_full_64_kib_index_entity_spills_into_the_next(svc: TableServiceClient) {
+async fn a_full_64_kib_index_entity_spills_into_the_next(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "IdxEntBig").await;
     let idx = by_last_name(table.clone());
     // 4,681 RowKeys of 6 digits: 32,766 UTF-16 code units (65,532 bytes), just
@@ -324,7 +328,8 @@ async fn a_full_64_kib_index_entity_spills_into_the_next(svc: TableServiceClient
 /// Two RowKeys fill an index entity of 13 code units: a rename takes an entry
 /// out of one split list and adds it to another, creating and deleting index
 /// entities in the same transaction as the employee.
-async fn a_last_name_change_moves_an_entry_between_split_lists(svc: TableServiceClient) {
+async fn a_last_name_change_moves_an_entry_between_split_lists(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "IdxEntMove").await;
     let idx = by_last_name(table.clone()).with_chunk_capacity(13).unwrap();
     for (id, last) in [(1, "Jones"), (2, "Jones"), (3, "Jones"), (4, "Smith")] {
@@ -388,9 +393,8 @@ impl Injector {
     }
 }
 
-async fn an_index_entity_changed_between_its_read_and_the_transaction_is_read_again(
-    svc: TableServiceClient,
-) {
+async fn an_index_entity_changed_between_its_read_and_the_transaction_is_read_again(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "IdxEntInject").await;
     let other = by_last_name(
         common::second_service(&svc)
@@ -536,7 +540,8 @@ async fn assert_separate_consistent(
     listed
 }
 
-async fn a_separate_index_lists_the_joneses_of_every_department(svc: TableServiceClient) {
+async fn a_separate_index_lists_the_joneses_of_every_department(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "IdxSep").await;
     let index = common::fresh_table::<DynamicEntity>(&svc, "IdxSepIndex").await;
     let idx = separate(table.clone(), &index)
@@ -629,9 +634,8 @@ async fn a_separate_index_lists_the_joneses_of_every_department(svc: TableServic
 /// rename and after the entity delete (a panic in the hook, which runs right
 /// before the second index write): each leaves only entries that point at
 /// nothing, which lookups skip and report.
-async fn a_crash_between_the_two_writes_leaves_only_an_entry_pointing_at_nothing(
-    svc: TableServiceClient,
-) {
+async fn a_crash_between_the_two_writes_leaves_only_an_entry_pointing_at_nothing(env: TestEnv) {
+    let svc = env.tables().clone();
     // The index in another partition of the entities' own table.
     let table = common::fresh_table::<Employee>(&svc, "IdxCrash").await;
     let index = table.with_type::<DynamicEntity>();
@@ -721,8 +725,9 @@ async fn a_crash_between_the_two_writes_leaves_only_an_entry_pointing_at_nothing
 }
 
 async fn a_separate_index_entity_changed_between_its_read_and_its_write_is_read_again(
-    svc: TableServiceClient,
+    env: TestEnv,
 ) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "IdxSepInject").await;
     let index = common::fresh_table::<DynamicEntity>(&svc, "IdxSepInjectIx").await;
     let second = common::second_service(&svc);
@@ -786,7 +791,8 @@ async fn a_separate_index_entity_changed_between_its_read_and_its_write_is_read_
 /// (the hook, after the delete has read the index entity), another client
 /// inserts the same employee with the same last name: the entry the re-insert
 /// relies on must survive the delete's removal of its own.
-async fn a_delete_racing_a_reinsert_of_the_same_entity_leaves_it_listed(svc: TableServiceClient) {
+async fn a_delete_racing_a_reinsert_of_the_same_entity_leaves_it_listed(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "IdxSepReins").await;
     let index = common::fresh_table::<DynamicEntity>(&svc, "IdxSepReinsIx").await;
     let second = common::second_service(&svc);
@@ -830,9 +836,8 @@ async fn a_delete_racing_a_reinsert_of_the_same_entity_leaves_it_listed(svc: Tab
 /// An insert whose entity write fails takes its entry out again. Between the
 /// failure and the removal (the hook's second call), another client inserts
 /// the employee with that last name: its entry must survive the removal.
-async fn a_failed_write_taking_its_entry_back_leaves_a_concurrent_insert_listed(
-    svc: TableServiceClient,
-) {
+async fn a_failed_write_taking_its_entry_back_leaves_a_concurrent_insert_listed(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "IdxSepTakeBack").await;
     let index = common::fresh_table::<DynamicEntity>(&svc, "IdxSepTakeBackIx").await;
     let second = common::second_service(&svc);
@@ -880,7 +885,8 @@ async fn a_failed_write_taking_its_entry_back_leaves_a_concurrent_insert_listed(
 /// `current` says Jones, but another client renamed the employee to Smith
 /// since: a write under `IfMatch::Any` must change the lists of the stored
 /// value, not of `current`'s.
-async fn a_write_under_any_changes_the_lists_of_the_stored_value(svc: TableServiceClient) {
+async fn a_write_under_any_changes_the_lists_of_the_stored_value(env: TestEnv) {
+    let svc = env.tables().clone();
     // Option 2.
     let table = common::fresh_table::<Employee>(&svc, "IdxEntAny").await;
     let idx = by_last_name(table.clone());
@@ -927,7 +933,8 @@ async fn a_write_under_any_changes_the_lists_of_the_stored_value(svc: TableServi
     assert!(err.is_not_found(), "{err:?}");
 }
 
-async fn concurrent_writers_of_one_separate_index_entity_lose_nothing(svc: TableServiceClient) {
+async fn concurrent_writers_of_one_separate_index_entity_lose_nothing(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "IdxSepRace").await;
     let index = common::fresh_table::<DynamicEntity>(&svc, "IdxSepRaceIx").await;
     let second = common::second_service(&svc);
@@ -985,19 +992,26 @@ async fn bad_values_and_keys_are_refused_before_any_request() {
     common::assert_invalid(&sep.update(&e, &mut moved, IfMatch::Any).await.unwrap_err());
 }
 
-common::on_both! {
+tablekit::testing::conformance!(
     adding_000152_jones_updates_the_jones_index_entity,
     stale_writes_and_duplicates_change_nothing,
-    concurrent_writers_of_one_index_entity_lose_nothing [flavor = "multi_thread", worker_threads = 2],
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
+    concurrent_writers_of_one_index_entity_lose_nothing,
     a_list_grows_over_several_index_entities_and_shrinks_back,
     a_full_64_kib_index_entity_spills_into_the_next,
     a_last_name_change_moves_an_entry_between_split_lists,
-    an_index_entity_changed_between_its_read_and_the_transaction_is_read_again [flavor = "multi_thread", worker_threads = 2],
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
+    an_index_entity_changed_between_its_read_and_the_transaction_is_read_again,
     a_separate_index_lists_the_joneses_of_every_department,
-    a_crash_between_the_two_writes_leaves_only_an_entry_pointing_at_nothing [flavor = "multi_thread", worker_threads = 2],
-    a_separate_index_entity_changed_between_its_read_and_its_write_is_read_again [flavor = "multi_thread", worker_threads = 2],
-    concurrent_writers_of_one_separate_index_entity_lose_nothing [flavor = "multi_thread", worker_threads = 2],
-    a_delete_racing_a_reinsert_of_the_same_entity_leaves_it_listed [flavor = "multi_thread", worker_threads = 2],
-    a_failed_write_taking_its_entry_back_leaves_a_concurrent_insert_listed [flavor = "multi_thread", worker_threads = 2],
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
+    a_crash_between_the_two_writes_leaves_only_an_entry_pointing_at_nothing,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
+    a_separate_index_entity_changed_between_its_read_and_its_write_is_read_again,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
+    concurrent_writers_of_one_separate_index_entity_lose_nothing,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
+    a_delete_racing_a_reinsert_of_the_same_entity_leaves_it_listed,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
+    a_failed_write_taking_its_entry_back_leaves_a_concurrent_insert_listed,
     a_write_under_any_changes_the_lists_of_the_stored_value,
-}
+);

@@ -8,6 +8,7 @@
 //! gives its claims up first. On Azurite and on the embedded store.
 
 use crate::common;
+use tablekit::testing::TestEnv;
 
 use common::Services;
 
@@ -188,7 +189,8 @@ fn is_claim(d: &DynamicEntity) -> bool {
 /// claiming; the new worker runs the change again: the claim is its own.
 /// Applied, it becomes the copy; refused (the badge is taken), it is given
 /// up and deleted.
-async fn a_claim_from_before_claims_named_their_message_is_its_changes(s: Services) {
+async fn a_claim_from_before_claims_named_their_message_is_its_changes(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     let stamp = env.put(&emp(223, "jones@contoso.com", "b1")).await;
     env.claim(223, "jones@contoso.com", stamp, None, "").await;
@@ -214,7 +216,8 @@ async fn a_claim_from_before_claims_named_their_message_is_its_changes(s: Servic
 /// with the first one waiting: if it goes through, the claim becomes the
 /// copy; if it is refused, the claim goes back to the first delivery, which
 /// is still to run, instead of being deleted under it.
-async fn a_claim_of_another_delivery_goes_back_to_it(s: Services) {
+async fn a_claim_of_another_delivery_goes_back_to_it(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     let stamp = env.put(&emp(223, "jones@contoso.com", "b1")).await;
     env.claim(223, "jones@contoso.com", stamp, Some("first"), "")
@@ -242,7 +245,8 @@ async fn a_claim_of_another_delivery_goes_back_to_it(s: Services) {
 /// (the badge is 223's), it gives the claim back to the older holder, with
 /// the one waiting still listed; applied (with a free badge), the older
 /// changes are overtaken and the claim becomes the copy.
-async fn a_claim_of_older_changes_goes_back_down_the_line(s: Services) {
+async fn a_claim_of_older_changes_goes_back_down_the_line(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     env.put(&emp(223, "jones@contoso.com", "b1")).await;
     assert_eq!(env.drain().await, (1, 0));
@@ -278,7 +282,8 @@ async fn a_claim_of_older_changes_goes_back_down_the_line(s: Services) {
 /// worker gives the claim up, then poisons it, and the email is free for
 /// 224. Had the attempt stopped after writing the primary, the primary
 /// keeps the email, and the claim becomes its copy.
-async fn a_change_whose_last_attempt_stopped_gives_up_its_claims(s: Services) {
+async fn a_change_whose_last_attempt_stopped_gives_up_its_claims(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     env.put(&emp(223, "jones@contoso.com", "b1")).await;
     env.stop_at("claim", 1).await;
@@ -309,7 +314,8 @@ async fn a_change_whose_last_attempt_stopped_gives_up_its_claims(s: Services) {
 /// The give-up runs once: if it stops too (on the receive after the limit),
 /// the next receive poisons the message without it, and the claim stays
 /// (the case the module docs name).
-async fn a_give_up_that_stops_too_is_not_run_again(s: Services) {
+async fn a_give_up_that_stops_too_is_not_run_again(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     env.put(&emp(223, "jones@contoso.com", "b1")).await;
     env.stop_at("claim", 1).await;
@@ -327,7 +333,8 @@ async fn a_give_up_that_stops_too_is_not_run_again(s: Services) {
 /// write (with the primary naming them), the delete came first: 224 found
 /// jones@ free and took it, the give-up wrote 223's copy back over nothing
 /// (224's was there), and both primaries showed jones@, the lookup naming 224.
-async fn a_value_moved_off_is_not_taken_before_the_primary_moves(s: Services) {
+async fn a_value_moved_off_is_not_taken_before_the_primary_moves(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     env.put(&emp(223, "jones@contoso.com", "b1")).await;
     assert_eq!(env.drain().await, (1, 0));
@@ -361,7 +368,8 @@ async fn a_value_moved_off_is_not_taken_before_the_primary_moves(s: Services) {
 /// newer change (which turns it into 224's copy if it gives up). Before, it
 /// failed on every attempt while the newer claim stood, and ended in the
 /// poison queue although its primary was written.
-async fn a_put_whose_primary_is_written_finishes_past_a_newer_claim(s: Services) {
+async fn a_put_whose_primary_is_written_finishes_past_a_newer_claim(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     let kim = emp(224, "kim@contoso.com", "b2");
     let stamp = env.put(&kim).await;
@@ -438,12 +446,19 @@ async fn a_put_whose_primary_is_written_finishes_past_a_newer_claim(s: Services)
     );
 }
 
-common::on_both_services!(
+tablekit::testing::conformance!(
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     a_put_whose_primary_is_written_finishes_past_a_newer_claim,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     a_value_moved_off_is_not_taken_before_the_primary_moves,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     a_change_whose_last_attempt_stopped_gives_up_its_claims,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     a_give_up_that_stops_too_is_not_run_again,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     a_claim_from_before_claims_named_their_message_is_its_changes,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     a_claim_of_another_delivery_goes_back_to_it,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     a_claim_of_older_changes_goes_back_down_the_line,
 );

@@ -6,6 +6,7 @@
 //! at a missing primary. On Azurite and on the embedded store.
 
 use crate::common;
+use tablekit::testing::TestEnv;
 
 use common::Services;
 
@@ -287,7 +288,8 @@ fn set(keys: &[(&str, &str)]) -> BTreeSet<(String, String)> {
 /// after its write (`MovedCopies`); a put that moves off nothing names none;
 /// reads leave the property out, and an entity type of its own with a
 /// property of that name is refused before any message is sent.
-async fn a_primary_names_the_copies_its_put_moved_off(s: Services) {
+async fn a_primary_names_the_copies_its_put_moved_off(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     env.index.put(&jones()).await.unwrap();
     env.drain().await;
@@ -360,16 +362,26 @@ async fn a_primary_names_the_copies_its_put_moved_off(s: Services) {
     assert_eq!(env.jobs.approximate_message_count().await.unwrap(), before);
 }
 
-common::on_both_services!(
+tablekit::testing::conformance!(
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     a_primary_names_the_copies_its_put_moved_off,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     the_seed_copies_are_written_and_read_by_point_and_range,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     an_email_change_moves_the_copy_and_a_remove_deletes_every_copy,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     a_worker_stopped_at_each_step_of_a_change_is_recovered,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     a_verified_lookup_repairs_stale_and_dangling_entries,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     an_older_put_delivered_after_a_newer_one_changes_nothing,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     two_changes_interleaved_at_every_step_end_at_the_newer,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     a_copy_written_after_a_newer_change_is_undone_when_redelivered,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     a_put_older_than_a_remove_does_not_resurrect_the_entity,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     purge_tombstones_deletes_only_old_tombstones,
 );
 
@@ -412,7 +424,8 @@ async fn assert_newer_won(env: &Env, context: &str) {
     assert_eq!(by_name, [newer()], "{context}");
 }
 
-async fn an_older_put_delivered_after_a_newer_one_changes_nothing(s: Services) {
+async fn an_older_put_delivered_after_a_newer_one_changes_nothing(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     env.index.put(&jones()).await.unwrap();
     env.drain().await;
@@ -437,7 +450,8 @@ async fn an_older_put_delivered_after_a_newer_one_changes_nothing(s: Services) {
 ///    ends, then the newer;
 /// 3. the older pauses after its primary write, the newer runs to step
 ///    `at`, the older ends, then the newer.
-async fn two_changes_interleaved_at_every_step_end_at_the_newer(s: Services) {
+async fn two_changes_interleaved_at_every_step_end_at_the_newer(env: TestEnv) {
+    let s = Services::of(&env);
     for order in 1..=3 {
         for at in 1.. {
             let env = Env::new(&s).await;
@@ -499,7 +513,8 @@ async fn two_changes_interleaved_at_every_step_end_at_the_newer(s: Services) {
 /// newer one runs whole; the older one writes its copies and stops before
 /// its re-read. Its copy under the same last name (older content) is stale
 /// until the message runs again; its email copy is not written at all.
-async fn a_copy_written_after_a_newer_change_is_undone_when_redelivered(s: Services) {
+async fn a_copy_written_after_a_newer_change_is_undone_when_redelivered(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     env.index.put(&jones()).await.unwrap();
     env.drain().await;
@@ -651,7 +666,8 @@ async fn assert_gone(env: &Env, context: &str) {
     );
 }
 
-async fn a_put_older_than_a_remove_does_not_resurrect_the_entity(s: Services) {
+async fn a_put_older_than_a_remove_does_not_resurrect_the_entity(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     env.index
         .put(&emp(100, "Abbott", "abbotta@contoso.com"))
@@ -687,7 +703,8 @@ async fn a_put_older_than_a_remove_does_not_resurrect_the_entity(s: Services) {
     assert_eq!(env.tombstones().await, BTreeSet::new());
 }
 
-async fn purge_tombstones_deletes_only_old_tombstones(s: Services) {
+async fn purge_tombstones_deletes_only_old_tombstones(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     env.index.put(&jones()).await.unwrap();
     env.index
@@ -724,7 +741,8 @@ async fn purge_tombstones_deletes_only_old_tombstones(s: Services) {
     );
 }
 
-async fn the_seed_copies_are_written_and_read_by_point_and_range(s: Services) {
+async fn the_seed_copies_are_written_and_read_by_point_and_range(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     env.index.put(&jones()).await.unwrap();
     for (id, name, email) in [
@@ -841,7 +859,8 @@ async fn the_seed_copies_are_written_and_read_by_point_and_range(s: Services) {
     assert_eq!(joneses, [152, 223]);
 }
 
-async fn an_email_change_moves_the_copy_and_a_remove_deletes_every_copy(s: Services) {
+async fn an_email_change_moves_the_copy_and_a_remove_deletes_every_copy(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     env.index.put(&jones()).await.unwrap();
     env.drain().await;
@@ -881,7 +900,8 @@ async fn an_email_change_moves_the_copy_and_a_remove_deletes_every_copy(s: Servi
 /// Each of the 25 stops has its own tables and queue: all are stopped
 /// first, then the visibility timeout passes once for all of them (on
 /// Azurite, one real wait instead of 25), then each is recovered.
-async fn a_worker_stopped_at_each_step_of_a_change_is_recovered(s: Services) {
+async fn a_worker_stopped_at_each_step_of_a_change_is_recovered(env: TestEnv) {
+    let s = Services::of(&env);
     #[derive(Clone, Copy, Debug)]
     enum Case {
         Insert,
@@ -970,7 +990,8 @@ async fn a_worker_stopped_at_each_step_of_a_change_is_recovered(s: Services) {
     }
 }
 
-async fn a_verified_lookup_repairs_stale_and_dangling_entries(s: Services) {
+async fn a_verified_lookup_repairs_stale_and_dangling_entries(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     env.index.put(&jones()).await.unwrap();
     env.drain().await;
@@ -1059,13 +1080,20 @@ async fn bad_input_is_refused_before_any_message() {
     assert_eq!(env.jobs.approximate_message_count().await.unwrap(), 0);
 }
 
-common::on_both_services!(
+tablekit::testing::conformance!(
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     two_employees_with_one_last_name_are_both_listed,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     one_jones_leaving_keeps_the_other_findable,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     taking_another_employees_email_is_refused_and_leaves_its_copy,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     a_refused_change_is_applied_once_the_holder_lets_the_value_go,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     a_value_range_of_a_non_unique_index_keeps_its_bounds,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     an_older_change_of_another_entity_keeps_the_value_it_took,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
     a_change_refused_on_its_second_unique_index_gives_back_the_first,
 );
 
@@ -1073,7 +1101,8 @@ fn ids(employees: Vec<Employee>) -> Vec<u32> {
     employees.into_iter().map(|e| e.employee_id).collect()
 }
 
-async fn two_employees_with_one_last_name_are_both_listed(s: Services) {
+async fn two_employees_with_one_last_name_are_both_listed(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     env.index
         .put(&emp(223, "Jones", "jonesj@contoso.com"))
@@ -1115,7 +1144,8 @@ async fn two_employees_with_one_last_name_are_both_listed(s: Services) {
     );
 }
 
-async fn one_jones_leaving_keeps_the_other_findable(s: Services) {
+async fn one_jones_leaving_keeps_the_other_findable(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     env.index
         .put(&emp(223, "Jones", "jonesj@contoso.com"))
@@ -1165,7 +1195,8 @@ async fn one_jones_leaving_keeps_the_other_findable(s: Services) {
 /// 224 wants 223's email: the change is refused as a whole (its primary is
 /// not written), reported as a constraint violation through the worker
 /// (failed, then poisoned with the error), and 223's copy is untouched.
-async fn taking_another_employees_email_is_refused_and_leaves_its_copy(s: Services) {
+async fn taking_another_employees_email_is_refused_and_leaves_its_copy(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     let kim = emp(224, "Kim", "kim@contoso.com");
     env.index.put(&jones()).await.unwrap();
@@ -1231,7 +1262,8 @@ async fn taking_another_employees_email_is_refused_and_leaves_its_copy(s: Servic
 /// Delivery is not in order: 224's change to 223's email can run before
 /// 223's change away from it. It is refused, retried after the retry
 /// delay, and applied once the value is free.
-async fn a_refused_change_is_applied_once_the_holder_lets_the_value_go(s: Services) {
+async fn a_refused_change_is_applied_once_the_holder_lets_the_value_go(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     env.index.put(&jones()).await.unwrap();
     env.drain().await;
@@ -1269,7 +1301,8 @@ async fn a_refused_change_is_applied_once_the_holder_lets_the_value_go(s: Servic
 
 /// Values that are prefixes of each other, and values with spaces and `!`
 /// (escaped in the RowKeys): a value range returns exactly its values.
-async fn a_value_range_of_a_non_unique_index_keeps_its_bounds(s: Services) {
+async fn a_value_range_of_a_non_unique_index_keeps_its_bounds(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     for (id, name) in [
         (1, "Van"),
@@ -1327,7 +1360,8 @@ async fn a_value_range_of_a_non_unique_index_keeps_its_bounds(s: Services) {
 /// primaries never show the value. Once 223's change has written its
 /// primary and deleted the copy it moved off, 224's retry takes jonesj@
 /// (with a stamp older than 223's), and keeps it.
-async fn an_older_change_of_another_entity_keeps_the_value_it_took(s: Services) {
+async fn an_older_change_of_another_entity_keeps_the_value_it_took(env: TestEnv) {
+    let s = Services::of(&env);
     let env = Env::new(&s).await;
     env.index.put(&jones()).await.unwrap();
     env.drain().await;
@@ -1481,7 +1515,8 @@ fn a_refusal_is_a_warn_event_naming_the_index_the_value_and_both_employees() {
 /// The next attempt is refused and gives the email copy back as the primary
 /// shows it: the same stamp, no claim left. Without the stop, the refusal
 /// comes before any write.
-async fn a_change_refused_on_its_second_unique_index_gives_back_the_first(s: Services) {
+async fn a_change_refused_on_its_second_unique_index_gives_back_the_first(env: TestEnv) {
+    let s = Services::of(&env);
     for stop_after_restamp in [false, true] {
         let env = Env::new(&s).await;
         let by_badge = InterIndex::unique("badge", "badge_", |e: &Employee| e.last_name.clone());

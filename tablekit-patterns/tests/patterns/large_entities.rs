@@ -5,11 +5,12 @@
 
 use crate::common;
 use crate::common::OnStep as _;
+use tablekit::testing::TestEnv;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{assert_invalid, fresh_table, offline_service, on_both, second_service, unique_name};
+use common::{assert_invalid, fresh_table, offline_service, second_service, unique_name};
 use tablekit::{
     clock::ManualClock,
     options::{ClientOptions, RetryPolicy},
@@ -133,7 +134,8 @@ fn same_employee(a: &Employee, b: &Employee) {
     assert_eq!(strip(a), strip(b));
 }
 
-async fn seed_photo_goes_to_a_blob_and_comes_back_whole(svc: TableServiceClient) {
+async fn seed_photo_goes_to_a_blob_and_comes_back_whole(env: TestEnv) {
+    let svc = env.tables().clone();
     let (large, table) = setup(&svc).await;
     let mut don = don_hall(200 * 1024);
     large.insert(&mut don).await.unwrap();
@@ -186,7 +188,8 @@ async fn seed_photo_goes_to_a_blob_and_comes_back_whole(svc: TableServiceClient)
     assert!(large.get(("Marketing", "00002")).await.unwrap().is_none());
 }
 
-async fn a_small_photo_stays_in_the_entity(svc: TableServiceClient) {
+async fn a_small_photo_stays_in_the_entity(env: TestEnv) {
+    let svc = env.tables().clone();
     let (large, table) = setup(&svc).await;
     // Exactly 64 KiB still fits a Binary property.
     let mut don = don_hall(64 * 1024);
@@ -218,7 +221,8 @@ async fn a_small_photo_stays_in_the_entity(svc: TableServiceClient) {
     assert!(blobs(large.container()).await.is_empty());
 }
 
-async fn always_in_blob_keeps_a_small_photo_in_a_blob(svc: TableServiceClient) {
+async fn always_in_blob_keeps_a_small_photo_in_a_blob(env: TestEnv) {
+    let svc = env.tables().clone();
     let (large, table) = setup(&svc).await;
     let large = large.always_in_blob("Photo");
     let mut don = don_hall(1000);
@@ -232,7 +236,8 @@ async fn always_in_blob_keeps_a_small_photo_in_a_blob(svc: TableServiceClient) {
     );
 }
 
-async fn an_entity_over_1_mib_of_small_properties_moves_the_largest(svc: TableServiceClient) {
+async fn an_entity_over_1_mib_of_small_properties_moves_the_largest(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = fresh_table::<DynamicEntity>(&svc, "Large").await;
     let large = LargeTable::new(table.clone(), fresh_container(&svc).await);
     // 20 Binary properties of 60 KiB each (every one under 64 KiB, 1.2 MB in
@@ -267,7 +272,8 @@ async fn an_entity_over_1_mib_of_small_properties_moves_the_largest(svc: TableSe
     }
 }
 
-async fn replace_writes_a_new_blob_and_then_deletes_the_old(svc: TableServiceClient) {
+async fn replace_writes_a_new_blob_and_then_deletes_the_old(env: TestEnv) {
+    let svc = env.tables().clone();
     let (large, table) = setup(&svc).await;
     let mut don = don_hall(100 * 1024);
     large.insert(&mut don).await.unwrap();
@@ -331,7 +337,8 @@ async fn replace_writes_a_new_blob_and_then_deletes_the_old(svc: TableServiceCli
     assert_eq!(blobs(large.container()).await.len(), 2);
 }
 
-async fn a_failed_insert_deletes_the_blob_it_uploaded(svc: TableServiceClient) {
+async fn a_failed_insert_deletes_the_blob_it_uploaded(env: TestEnv) {
+    let svc = env.tables().clone();
     let (large, table) = setup(&svc).await;
     let mut don = don_hall(100 * 1024);
     large.insert(&mut don).await.unwrap();
@@ -366,7 +373,8 @@ where
     assert!(err.is_panic(), "the operation reached the crash point");
 }
 
-async fn crash_after_the_upload_leaves_an_orphan_the_sweep_removes(svc: TableServiceClient) {
+async fn crash_after_the_upload_leaves_an_orphan_the_sweep_removes(env: TestEnv) {
+    let svc = env.tables().clone();
     let (large, table) = setup(&svc).await;
     crash_at(&large, Step::BlobsUploaded, |l| {
         Box::pin(async move {
@@ -400,7 +408,8 @@ async fn crash_after_the_upload_leaves_an_orphan_the_sweep_removes(svc: TableSer
     );
 }
 
-async fn crash_after_the_entity_delete_leaves_an_orphan_the_sweep_removes(svc: TableServiceClient) {
+async fn crash_after_the_entity_delete_leaves_an_orphan_the_sweep_removes(env: TestEnv) {
+    let svc = env.tables().clone();
     let (large, table) = setup(&svc).await;
     let mut don = don_hall(100 * 1024);
     large.insert(&mut don).await.unwrap();
@@ -446,7 +455,8 @@ async fn crash_after_the_entity_delete_leaves_an_orphan_the_sweep_removes(svc: T
     );
 }
 
-async fn crash_after_a_replace_leaves_the_old_blob_for_the_sweep(svc: TableServiceClient) {
+async fn crash_after_a_replace_leaves_the_old_blob_for_the_sweep(env: TestEnv) {
+    let svc = env.tables().clone();
     let (large, _table) = setup(&svc).await;
     let mut don = don_hall(100 * 1024);
     large.insert(&mut don).await.unwrap();
@@ -526,7 +536,8 @@ fn racing(
     (hooked, action)
 }
 
-async fn a_concurrent_replace_leaves_no_dangling_pointer_and_no_lost_blob(svc: TableServiceClient) {
+async fn a_concurrent_replace_leaves_no_dangling_pointer_and_no_lost_blob(env: TestEnv) {
+    let svc = env.tables().clone();
     let (large, table) = setup(&svc).await;
     let other = LargeTable::new(
         second_service(&svc)
@@ -586,7 +597,8 @@ async fn a_concurrent_replace_leaves_no_dangling_pointer_and_no_lost_blob(svc: T
 /// `get` reads the entity, then downloads the blob it names; another writer
 /// replacing the entity in between deletes that blob. The download finds it
 /// gone, and `get` reads the entity again and returns the new whole entity.
-async fn get_rereads_when_a_concurrent_replace_deleted_its_blob(svc: TableServiceClient) {
+async fn get_rereads_when_a_concurrent_replace_deleted_its_blob(env: TestEnv) {
+    let svc = env.tables().clone();
     let (large, table) = setup(&svc).await;
     let other = LargeTable::new(
         second_service(&svc)
@@ -646,7 +658,8 @@ fn slow_writer(large: &LargeTable<Employee>, delay: Duration) -> LargeTable<Empl
         })
 }
 
-async fn a_write_past_its_deadline_deletes_its_blob_and_writes_nothing(svc: TableServiceClient) {
+async fn a_write_past_its_deadline_deletes_its_blob_and_writes_nothing(env: TestEnv) {
+    let svc = env.tables().clone();
     let (large, table) = setup(&svc).await;
     assert_eq!(large.write_deadline(), DEFAULT_GRACE / 2);
     // Grace 60 s, so the deadline is 30 s: 31 s after the upload started is too late.
@@ -691,7 +704,8 @@ async fn a_write_past_its_deadline_deletes_its_blob_and_writes_nothing(svc: Tabl
 
 /// The sweep and the writers share one clock and one grace: a blob is swept
 /// only once the grace has passed on that clock.
-async fn the_sweep_waits_out_the_grace_on_the_tables_clock(svc: TableServiceClient) {
+async fn the_sweep_waits_out_the_grace_on_the_tables_clock(env: TestEnv) {
+    let svc = env.tables().clone();
     let (large, table) = setup(&svc).await;
     let clock = ManualClock::starting_now();
     let large = large
@@ -714,7 +728,8 @@ async fn the_sweep_waits_out_the_grace_on_the_tables_clock(svc: TableServiceClie
     assert!(blobs(large.container()).await.is_empty());
 }
 
-async fn delete_removes_the_entity_then_its_blob(svc: TableServiceClient) {
+async fn delete_removes_the_entity_then_its_blob(env: TestEnv) {
+    let svc = env.tables().clone();
     let (large, table) = setup(&svc).await;
     let mut don = don_hall(100 * 1024);
     large.insert(&mut don).await.unwrap();
@@ -835,7 +850,8 @@ async fn sweep_with_cutoff<T: TableEntity>(
 /// One insert's two blobs a second apart, and a sweep whose cutoff falls
 /// between them: the older blob is a candidate, the younger is not, and the
 /// entity's list names both. The live photo must stay.
-async fn a_sweep_between_an_entitys_two_blobs_keeps_both(svc: TableServiceClient) {
+async fn a_sweep_between_an_entitys_two_blobs_keeps_both(env: TestEnv) {
+    let svc = env.tables().clone();
     let (large, blob_clock) = applicants(&svc).await;
     let mut ann = applicant("a1", 1);
     large.insert(&mut ann).await.unwrap();
@@ -865,7 +881,8 @@ async fn a_sweep_between_an_entitys_two_blobs_keeps_both(svc: TableServiceClient
 /// Two entities with two blobs each and one orphan, swept together at a
 /// cutoff between each entity's two blobs, then past all of them: only the
 /// orphan goes.
-async fn two_entities_with_two_blobs_each_are_swept_together(svc: TableServiceClient) {
+async fn two_entities_with_two_blobs_each_are_swept_together(env: TestEnv) {
+    let svc = env.tables().clone();
     let (large, blob_clock) = applicants(&svc).await;
     let mut ann = applicant("a1", 1);
     let mut bob = applicant("b2", 2);
@@ -931,7 +948,8 @@ async fn two_entities_with_two_blobs_each_are_swept_together(svc: TableServiceCl
 
 /// An entity whose blob list does not read is skipped and counted, never
 /// taken as "points to nothing": its blobs stay.
-async fn a_row_whose_blob_list_does_not_read_keeps_its_blobs(svc: TableServiceClient) {
+async fn a_row_whose_blob_list_does_not_read_keeps_its_blobs(env: TestEnv) {
+    let svc = env.tables().clone();
     let (large, _) = applicants(&svc).await;
     let mut ann = applicant("a1", 1);
     large.insert(&mut ann).await.unwrap();
@@ -966,24 +984,27 @@ async fn a_row_whose_blob_list_does_not_read_keeps_its_blobs(svc: TableServiceCl
     assert_eq!(listed(large.container()).await.len(), 4);
 }
 
-on_both!(
+tablekit::testing::conformance!(
     a_sweep_between_an_entitys_two_blobs_keeps_both,
     two_entities_with_two_blobs_each_are_swept_together,
     a_row_whose_blob_list_does_not_read_keeps_its_blobs,
 );
 
-on_both!(
+tablekit::testing::conformance!(
     seed_photo_goes_to_a_blob_and_comes_back_whole,
     a_small_photo_stays_in_the_entity,
     always_in_blob_keeps_a_small_photo_in_a_blob,
     an_entity_over_1_mib_of_small_properties_moves_the_largest,
-    replace_writes_a_new_blob_and_then_deletes_the_old[flavor = "multi_thread"],
+    #[runtime(flavor = "multi_thread")]
+    replace_writes_a_new_blob_and_then_deletes_the_old,
     a_failed_insert_deletes_the_blob_it_uploaded,
     crash_after_the_upload_leaves_an_orphan_the_sweep_removes,
     crash_after_the_entity_delete_leaves_an_orphan_the_sweep_removes,
     crash_after_a_replace_leaves_the_old_blob_for_the_sweep,
-    a_concurrent_replace_leaves_no_dangling_pointer_and_no_lost_blob[flavor = "multi_thread"],
-    get_rereads_when_a_concurrent_replace_deleted_its_blob[flavor = "multi_thread"],
+    #[runtime(flavor = "multi_thread")]
+    a_concurrent_replace_leaves_no_dangling_pointer_and_no_lost_blob,
+    #[runtime(flavor = "multi_thread")]
+    get_rereads_when_a_concurrent_replace_deleted_its_blob,
     a_write_past_its_deadline_deletes_its_blob_and_writes_nothing,
     the_sweep_waits_out_the_grace_on_the_tables_clock,
     delete_removes_the_entity_then_its_blob,
@@ -991,7 +1012,8 @@ on_both!(
 
 // ---- split properties: no blob ----
 
-async fn split_round_trips_at_the_64_kib_boundary(svc: TableServiceClient) {
+async fn split_round_trips_at_the_64_kib_boundary(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = fresh_table::<Employee>(&svc, "Split").await;
     let split = SplitTable::new(table.clone());
     // Exactly 64 KiB: one Binary property, as is.
@@ -1044,7 +1066,8 @@ async fn split_round_trips_at_the_64_kib_boundary(svc: TableServiceClient) {
     assert!(split.get(("Marketing", "00001")).await.unwrap().is_none());
 }
 
-async fn split_strings_round_trip(svc: TableServiceClient) {
+async fn split_strings_round_trip(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = fresh_table::<DynamicEntity>(&svc, "Split").await;
     let split = SplitTable::new(table.clone());
     // 40,000 characters are 80,000 bytes as UTF-16 (over 64 KiB), 40,000 as
@@ -1079,7 +1102,8 @@ fn photo_only(len: usize) -> DynamicEntity {
     DynamicEntity::new("Marketing", "00001").with("Photo", photo(len, 1))
 }
 
-async fn split_takes_an_entity_of_exactly_1_mib(svc: TableServiceClient) {
+async fn split_takes_an_entity_of_exactly_1_mib(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = fresh_table::<DynamicEntity>(&svc, "Split").await;
     let split = SplitTable::new(table.clone());
     let mut e = photo_only(LARGEST_SPLIT_PHOTO);
@@ -1157,7 +1181,7 @@ fn large_table_refuses_bad_input_before_any_request() {
     );
 }
 
-on_both!(
+tablekit::testing::conformance!(
     split_round_trips_at_the_64_kib_boundary,
     split_strings_round_trip,
     split_takes_an_entity_of_exactly_1_mib,

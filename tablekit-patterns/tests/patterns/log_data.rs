@@ -3,11 +3,12 @@
 //! 15:04–15:06, the metadata range, two writers, and the flush policies.
 
 use crate::common;
+use tablekit::testing::TestEnv;
 
 use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
-use common::{on_both, unique_name};
+use common::unique_name;
 use futures::TryStreamExt;
 use tablekit::{clock::ManualClock, BlobServiceClient, ContainerClient, TableServiceClient};
 use tablekit_patterns::log_data::{LogReader, LogWriter, END_TIME, RECORD_COUNT, START_TIME};
@@ -54,7 +55,8 @@ fn meta(props: &tablekit::blob::BlobProperties, name: &str) -> String {
     found.map(|(_, v)| v.clone()).unwrap_or_default()
 }
 
-async fn the_seed_window_reads_only_its_hour_and_records(svc: TableServiceClient) {
+async fn the_seed_window_reads_only_its_hour_and_records(env: TestEnv) {
+    let svc = env.tables().clone();
     let logs = fresh_container(&svc).await;
     let mut writer = LogWriter::new(logs.clone(), "queue")
         .unwrap()
@@ -218,7 +220,8 @@ async fn the_seed_window_reads_only_its_hour_and_records(svc: TableServiceClient
     assert_eq!(across.last().map(String::as_str), Some("next hour"));
 }
 
-async fn two_writers_never_overwrite_each_other(svc: TableServiceClient) {
+async fn two_writers_never_overwrite_each_other(env: TestEnv) {
+    let svc = env.tables().clone();
     let logs = fresh_container(&svc).await;
     let mut a = LogWriter::new(logs.clone(), "queue").unwrap();
     let mut b = LogWriter::new(logs.clone(), "queue").unwrap();
@@ -253,7 +256,8 @@ async fn two_writers_never_overwrite_each_other(svc: TableServiceClient) {
     );
 }
 
-async fn batches_flush_by_count_bytes_and_on_demand(svc: TableServiceClient) {
+async fn batches_flush_by_count_bytes_and_on_demand(env: TestEnv) {
+    let svc = env.tables().clone();
     let logs = fresh_container(&svc).await;
     // Every record as it comes: the reliable end.
     let mut each = LogWriter::new(logs.clone(), "each").unwrap().max_records(1);
@@ -334,7 +338,8 @@ async fn batches_flush_by_count_bytes_and_on_demand(svc: TableServiceClient) {
 /// `flush_every`: `log` writes the batch once its oldest record has waited
 /// the interval on the writer's clock, `flush_if_due` does so when idle, and
 /// neither makes a request before (no sleeping: a manual clock).
-async fn a_timed_flush_writes_the_batch_once_its_oldest_record_is_due(svc: TableServiceClient) {
+async fn a_timed_flush_writes_the_batch_once_its_oldest_record_is_due(env: TestEnv) {
+    let svc = env.tables().clone();
     let logs = fresh_container(&svc).await;
     let clock = ManualClock::starting_now();
     let mut writer = LogWriter::new(logs.clone(), "queue")
@@ -413,7 +418,7 @@ async fn a_timed_flush_writes_the_batch_once_its_oldest_record_is_due(svc: Table
     assert_eq!(messages, ["a", "b", "c", "d"]);
 }
 
-on_both!(
+tablekit::testing::conformance!(
     a_timed_flush_writes_the_batch_once_its_oldest_record_is_due,
     the_seed_window_reads_only_its_hour_and_records,
     two_writers_never_overwrite_each_other,

@@ -1,8 +1,7 @@
 //! Compound keys (§3.6) and the log tail (§3.7) against a live service.
 
 use crate::common;
-
-use tablekit::TableServiceClient;
+use tablekit::testing::TestEnv;
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use tablekit::{DynamicEntity, ETag, IfMatch, TableEntity, UpdateMode};
@@ -64,7 +63,8 @@ fn expense(at: DateTime<Utc>, tie: &str, amount: f64) -> Expense {
     }
 }
 
-async fn latest_returns_the_newest_entries_first_with_ties_kept(svc: TableServiceClient) {
+async fn latest_returns_the_newest_entries_first_with_ties_kept(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Expense>(&svc, "Tail").await;
     let log = LogTail::new(table.clone());
     let t0 = seed_instant();
@@ -99,7 +99,8 @@ async fn latest_returns_the_newest_entries_first_with_ties_kept(svc: TableServic
     assert_eq!(rows.last().unwrap().row_key, "2519936321679999999_000");
 }
 
-async fn between_returns_a_half_open_window_newest_first(svc: TableServiceClient) {
+async fn between_returns_a_half_open_window_newest_first(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Expense>(&svc, "TailWin").await;
     let log = LogTail::new(table);
     let t0 = seed_instant();
@@ -120,7 +121,8 @@ async fn between_returns_a_half_open_window_newest_first(svc: TableServiceClient
     assert_eq!(amounts, [6.0, 5.0, 4.0, 3.0]);
 }
 
-async fn two_writers_of_one_instant_need_different_tie_breakers(svc: TableServiceClient) {
+async fn two_writers_of_one_instant_need_different_tie_breakers(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Expense>(&svc, "TailDup").await;
     let mine = LogTail::new(table.clone());
     let theirs = LogTail::new(
@@ -167,7 +169,8 @@ async fn bad_keys_are_refused_before_any_request() {
     common::assert_invalid(&err);
 }
 
-async fn compound_keys_read_an_employee_and_their_reviews_in_one_range(svc: TableServiceClient) {
+async fn compound_keys_read_an_employee_and_their_reviews_in_one_range(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<DynamicEntity>(&svc, "Compound").await;
 
     assert_eq!(Review::row_key(123, 2012).unwrap(), "empid_000123_2012");
@@ -216,7 +219,8 @@ async fn compound_keys_read_an_employee_and_their_reviews_in_one_range(svc: Tabl
 /// The employee and a review share a partition, so one transaction changes
 /// both; a concurrent change of either (a second client, between the read and
 /// the write) refuses the whole transaction and both stay as they were.
-async fn a_compound_family_changes_together_or_not_at_all(svc: TableServiceClient) {
+async fn a_compound_family_changes_together_or_not_at_all(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Review>(&svc, "CompoundTx").await;
     let mut r2012 = Review {
         department: "Sales".into(),
@@ -280,7 +284,8 @@ async fn a_compound_family_changes_together_or_not_at_all(svc: TableServiceClien
 
 /// A log tail of a type whose RowKey template starts with `claim_` reads only
 /// its own rows of a shared partition, with no prefix given again.
-async fn a_log_tail_takes_its_prefix_from_the_derive(svc: TableServiceClient) {
+async fn a_log_tail_takes_its_prefix_from_the_derive(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Claim>(&svc, "TailClaim").await;
     let log = LogTail::new(table.clone());
     let t0 = seed_instant();
@@ -309,11 +314,11 @@ async fn a_log_tail_takes_its_prefix_from_the_derive(svc: TableServiceClient) {
     assert_eq!(latest, [2.0, 1.0, 0.0]);
 }
 
-common::on_both! {
+tablekit::testing::conformance!(
     a_log_tail_takes_its_prefix_from_the_derive,
     latest_returns_the_newest_entries_first_with_ties_kept,
     between_returns_a_half_open_window_newest_first,
     two_writers_of_one_instant_need_different_tie_breakers,
     compound_keys_read_an_employee_and_their_reviews_in_one_range,
     a_compound_family_changes_together_or_not_at_all,
-}
+);

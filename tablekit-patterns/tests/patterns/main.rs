@@ -1,8 +1,8 @@
 //! The pattern tests, in one binary (one link instead of one per file).
 //!
 //! Every case of the behaviour suites runs on the three backends a user can
-//! pick, through the one harness in `common` (`on_both!`,
-//! `on_both_services!`): Azurite (or Azure) named by
+//! pick, through the library's harness (`tablekit::testing::conformance!`):
+//! Azurite (or Azure) named by
 //! `TABLEKIT_TEST_CONNECTION_STRING`, which `scripts/test.sh` starts and
 //! sets; the embedded store in memory; and the durable embedded store in a
 //! scratch file. The `*_model` modules are model-based property tests:
@@ -33,6 +33,7 @@ mod log_data;
 mod log_tail;
 mod partition_model;
 mod plans;
+mod relationships;
 mod request_counts;
 mod schema_upgrade;
 mod secondary_index;

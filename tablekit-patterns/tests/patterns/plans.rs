@@ -8,13 +8,12 @@
 //! case runs on Azurite, the embedded store and the durable embedded store.
 
 use crate::common;
+use tablekit::testing::TestEnv;
 
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, TimeZone, Utc};
-use tablekit::{
-    DynamicEntity, ETag, EdmValue, IfMatch, TableClient, TableEntity, TableServiceClient,
-};
+use tablekit::{DynamicEntity, ETag, EdmValue, IfMatch, TableClient, TableEntity};
 use tablekit_patterns::index_entity::{chunk_row_key, IndexEntities, ENTITY_IDS};
 use tablekit_patterns::log_tail::{LogTail, NewestFirst};
 use tablekit_patterns::plan::Plan;
@@ -128,7 +127,8 @@ where
 /// every write: inserts that fill and split the lists, a change of value
 /// under an ETag and under `IfMatch::Any`, an update keeping the value, and
 /// deletes under both.
-async fn index_entity_plans_write_what_the_methods_write(svc: TableServiceClient) {
+async fn index_entity_plans_write_what_the_methods_write(env: TestEnv) {
+    let svc = env.tables().clone();
     let by_method = common::fresh_table::<Employee>(&svc, "PlanIdxM").await;
     let by_plan = common::fresh_table::<Employee>(&svc, "PlanIdxP").await;
     let (m, p) = (
@@ -278,7 +278,8 @@ async fn index_entity_plans_write_what_the_methods_write(svc: TableServiceClient
 
 /// An index-entity write and the partition's count in one transaction, from
 /// one read each: insert, rename and delete, with the count following.
-async fn index_entity_plans_join_a_count_of_the_partition(svc: TableServiceClient) {
+async fn index_entity_plans_join_a_count_of_the_partition(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "PlanIdxCount").await;
     let idx = by_last_name(table.clone());
     let count = counted(table.clone());
@@ -399,7 +400,8 @@ async fn index_rows(table: &TableClient<Employee>, value: &str) -> Vec<(String, 
 /// a rename and an insert. An entry the read's index entity has no room
 /// for once the earlier change is made is refused before the transaction,
 /// nothing written.
-async fn two_index_entity_plans_of_one_value_list_both(svc: TableServiceClient) {
+async fn two_index_entity_plans_of_one_value_list_both(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "PlanIdxTwo").await;
     let idx = roomy(table.clone());
     let count = counted(table.clone());
@@ -508,7 +510,8 @@ async fn two_index_entity_plans_of_one_value_list_both(svc: TableServiceClient) 
 /// delete of its last entry and an insert refill it (one update). An update
 /// that moves an entry into a value and a delete of the same entity, in one
 /// plan (what a unit of work may collect), take it out again.
-async fn an_add_and_a_remove_of_one_index_entity_in_one_plan(svc: TableServiceClient) {
+async fn an_add_and_a_remove_of_one_index_entity_in_one_plan(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "PlanIdxMix").await;
     let idx = roomy(table.clone());
     for id in [1, 2] {
@@ -617,7 +620,8 @@ async fn an_add_and_a_remove_of_one_index_entity_in_one_plan(svc: TableServiceCl
 /// (409) on an index entity the plan read as absent, so the plan is worked
 /// out again from fresh reads and joins it. Then another writer changes an
 /// index entity a rename reads (412): again from fresh reads.
-async fn an_index_entity_plan_raced_by_another_writer_is_worked_out_again(svc: TableServiceClient) {
+async fn an_index_entity_plan_raced_by_another_writer_is_worked_out_again(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "PlanIdxRace").await;
     let idx = by_last_name(table.clone());
     let count = counted(table.clone());
@@ -679,7 +683,8 @@ async fn an_index_entity_plan_raced_by_another_writer_is_worked_out_again(svc: T
 /// Additions and sets planned leave the series as `add` and `set` do (the
 /// values read back are the same), and an entity a plan creates holds every
 /// slot of it.
-async fn series_plans_write_what_the_methods_write(svc: TableServiceClient) {
+async fn series_plans_write_what_the_methods_write(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<DynamicEntity>(&svc, "PlanSeries").await;
     let series = DataSeries::new(&table, SeriesLayout::daily());
     let steps: [(bool, usize, i64); 8] = [
@@ -733,7 +738,8 @@ async fn series_plans_write_what_the_methods_write(svc: TableServiceClient) {
 /// or not; a set then an addition adds to the set value; additions to two
 /// slots of a new entity are one insert. Another writer adding in between
 /// makes the plan be worked out again, and nothing is lost.
-async fn series_additions_in_one_plan_add_up(svc: TableServiceClient) {
+async fn series_additions_in_one_plan_add_up(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<DynamicEntity>(&svc, "PlanSeriesAdd").await;
     let series = DataSeries::new(&table, SeriesLayout::hourly());
     let plan = |slot, n| series.plan_add("000123", "", slot, n).unwrap();
@@ -795,7 +801,8 @@ async fn series_additions_in_one_plan_add_up(svc: TableServiceClient) {
 /// and additions to a slot holding another type (counted as 0, as `add`
 /// counts it). Another writer adding to the slot between the plan's read
 /// and its transaction makes the plan be worked out again.
-async fn series_additions_to_a_slot_the_entity_lacks_add_up(svc: TableServiceClient) {
+async fn series_additions_to_a_slot_the_entity_lacks_add_up(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<DynamicEntity>(&svc, "PlanSeriesLack").await;
     let series = DataSeries::new(&table, SeriesLayout::hourly());
     let plan = |slot, n| series.plan_add("000123", "", slot, n).unwrap();
@@ -903,7 +910,8 @@ fn entry_and_counts<'a>(
 
 /// An expense claim, its hour's count and the partition's claim count in
 /// one transaction: the log tail's entry and two other patterns' additions.
-async fn a_log_entry_its_hour_and_its_count_are_one_transaction(svc: TableServiceClient) {
+async fn a_log_entry_its_hour_and_its_count_are_one_transaction(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Claim>(&svc, "PlanTail").await;
     let log = LogTail::new(table.clone());
     let hours = HourlyCounters::new(&table);
@@ -1060,14 +1068,17 @@ async fn a_plan_of_the_same_partition_key_in_another_table_is_refused() {
     assert_eq!(plan.table().map(|t| t.table()), Some("Employees"));
 }
 
-common::on_both!(
+tablekit::testing::conformance!(
     index_entity_plans_write_what_the_methods_write,
     index_entity_plans_join_a_count_of_the_partition,
     two_index_entity_plans_of_one_value_list_both,
     an_add_and_a_remove_of_one_index_entity_in_one_plan,
-    an_index_entity_plan_raced_by_another_writer_is_worked_out_again [flavor = "multi_thread", worker_threads = 2],
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
+    an_index_entity_plan_raced_by_another_writer_is_worked_out_again,
     series_plans_write_what_the_methods_write,
-    series_additions_in_one_plan_add_up [flavor = "multi_thread", worker_threads = 2],
-    series_additions_to_a_slot_the_entity_lacks_add_up [flavor = "multi_thread", worker_threads = 2],
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
+    series_additions_in_one_plan_add_up,
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
+    series_additions_to_a_slot_the_entity_lacks_add_up,
     a_log_entry_its_hour_and_its_count_are_one_transaction,
 );

@@ -2,8 +2,7 @@
 //! posts, `Rating` (V1, no version) becoming `Stars` (version 2).
 
 use crate::common;
-
-use tablekit::TableServiceClient;
+use tablekit::testing::TestEnv;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -56,7 +55,8 @@ async fn stored(table: &TableClient<BlogV1>, channel: &str) -> Vec<DynamicEntity
     common::rows(table, channel).await
 }
 
-async fn old_entities_are_rewritten_in_the_current_version_once(svc: TableServiceClient) {
+async fn old_entities_are_rewritten_in_the_current_version_once(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<BlogV1>(&svc, "Upgrade").await;
     for (i, rating) in [1, 2, 3, 4, 5].into_iter().enumerate() {
         table
@@ -116,7 +116,8 @@ async fn old_entities_are_rewritten_in_the_current_version_once(svc: TableServic
     assert_eq!((again.upgraded, again.current), (0, 6));
 }
 
-async fn one_partition_and_resumable_pages(svc: TableServiceClient) {
+async fn one_partition_and_resumable_pages(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<BlogV1>(&svc, "UpgradePart").await;
     for i in 0..5 {
         table.insert(&v1("A", &format!("p{i}"), 1)).await.unwrap();
@@ -182,7 +183,8 @@ impl RacingBlog {
     }
 }
 
-async fn a_concurrent_old_writer_is_not_overwritten_with_a_stale_copy(svc: TableServiceClient) {
+async fn a_concurrent_old_writer_is_not_overwritten_with_a_stale_copy(env: TestEnv) {
+    let svc = env.tables().clone();
     // The race hook's statics are shared by this case's two runs (Azurite and
     // embedded): one at a time.
     static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -217,7 +219,8 @@ async fn a_concurrent_old_writer_is_not_overwritten_with_a_stale_copy(svc: Table
 /// new process (a new client and a new `SchemaUpgrade`) parses it and
 /// upgrades the rest, reporting each page, without reading the first page
 /// again.
-async fn a_saved_continuation_resumes_in_a_fresh_instance_with_progress(svc: TableServiceClient) {
+async fn a_saved_continuation_resumes_in_a_fresh_instance_with_progress(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<BlogV1>(&svc, "UpgradeResume").await;
     for i in 0..7 {
         table
@@ -277,9 +280,10 @@ async fn a_saved_continuation_resumes_in_a_fresh_instance_with_progress(svc: Tab
         .is_err());
 }
 
-common::on_both! {
+tablekit::testing::conformance!(
     a_saved_continuation_resumes_in_a_fresh_instance_with_progress,
     old_entities_are_rewritten_in_the_current_version_once,
     one_partition_and_resumable_pages,
-    a_concurrent_old_writer_is_not_overwritten_with_a_stale_copy [flavor = "multi_thread", worker_threads = 2],
-}
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
+    a_concurrent_old_writer_is_not_overwritten_with_a_stale_copy,
+);

@@ -4,8 +4,7 @@
 
 use crate::common;
 use crate::common::BeforeWrite as _;
-
-use tablekit::TableServiceClient;
+use tablekit::testing::TestEnv;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -115,7 +114,8 @@ async fn assert_consistent(table: &TableClient<Employee>) -> Vec<(String, String
     primaries
 }
 
-async fn insert_writes_every_copy_and_lookups_find_the_seed_keys(svc: TableServiceClient) {
+async fn insert_writes_every_copy_and_lookups_find_the_seed_keys(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "Idx").await;
     let (dir, email) = directory(table.clone());
 
@@ -156,7 +156,8 @@ async fn insert_writes_every_copy_and_lookups_find_the_seed_keys(svc: TableServi
         .is_none());
 }
 
-async fn ranges_come_back_in_the_order_of_the_chosen_index(svc: TableServiceClient) {
+async fn ranges_come_back_in_the_order_of_the_chosen_index(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "IdxRange").await;
     let (dir, email) = directory(table.clone());
     for (id, last, mail) in [
@@ -198,7 +199,8 @@ async fn ranges_come_back_in_the_order_of_the_chosen_index(svc: TableServiceClie
     assert_consistent(&table).await;
 }
 
-async fn projected_copies_hold_only_the_projection(svc: TableServiceClient) {
+async fn projected_copies_hold_only_the_projection(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "IdxProj").await;
     let contact = by_email().projected(|e: &Employee| Contact {
         department: e.department.clone(),
@@ -249,7 +251,8 @@ async fn projected_copies_hold_only_the_projection(svc: TableServiceClient) {
     assert_eq!(keys, ["email_jj@contoso.com", "empid_000223"]);
 }
 
-async fn changing_an_indexed_value_moves_its_copy_in_one_transaction(svc: TableServiceClient) {
+async fn changing_an_indexed_value_moves_its_copy_in_one_transaction(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "IdxMove").await;
     let (dir, email) = directory(table.clone());
     let mut jones = employee(223, "Jones", "jonesj@contoso.com");
@@ -281,7 +284,8 @@ async fn changing_an_indexed_value_moves_its_copy_in_one_transaction(svc: TableS
     assert_eq!(found.age, 41);
 }
 
-async fn a_taken_key_or_indexed_value_is_a_conflict_that_writes_nothing(svc: TableServiceClient) {
+async fn a_taken_key_or_indexed_value_is_a_conflict_that_writes_nothing(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "IdxDup").await;
     let (dir, _) = directory(table.clone());
     dir.insert(&mut employee(223, "Jones", "jonesj@contoso.com"))
@@ -327,7 +331,8 @@ async fn a_taken_key_or_indexed_value_is_a_conflict_that_writes_nothing(svc: Tab
 /// Failure injected between the read and the write of an update and of a
 /// delete: a second client changes the entity. The stale write is refused
 /// (412) and the table holds exactly the other writer's consistent version.
-async fn a_stale_write_is_refused_and_leaves_the_copies_consistent(svc: TableServiceClient) {
+async fn a_stale_write_is_refused_and_leaves_the_copies_consistent(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "IdxStale").await;
     let (dir, _) = directory(table.clone());
     let other_table = common::second_service(&svc)
@@ -376,7 +381,8 @@ async fn a_stale_write_is_refused_and_leaves_the_copies_consistent(svc: TableSer
 
 /// The retrying operations: the closure runs between the read and the write,
 /// so a write from a second client there is a deterministic interleaving.
-async fn modify_starts_again_from_the_read_after_a_concurrent_writer(svc: TableServiceClient) {
+async fn modify_starts_again_from_the_read_after_a_concurrent_writer(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "IdxRetry").await;
     let (dir, _) = directory(table.clone());
     let other_table = common::second_service(&svc)
@@ -421,7 +427,8 @@ async fn modify_starts_again_from_the_read_after_a_concurrent_writer(svc: TableS
     assert!(rows.iter().any(|r| r.row_key == "email_other@contoso.com"));
 }
 
-async fn upsert_and_delete_key_handle_present_and_missing_entities(svc: TableServiceClient) {
+async fn upsert_and_delete_key_handle_present_and_missing_entities(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "IdxUpsert").await;
     let (dir, _) = directory(table.clone());
 
@@ -448,7 +455,8 @@ async fn upsert_and_delete_key_handle_present_and_missing_entities(svc: TableSer
 /// read and the transaction (inserting the entity the upsert found missing,
 /// changing the one it found, changing the one to delete). Each transaction
 /// is refused, read again and retried, and the copies stay consistent.
-async fn upsert_and_delete_key_start_again_after_a_concurrent_writer(svc: TableServiceClient) {
+async fn upsert_and_delete_key_start_again_after_a_concurrent_writer(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "IdxUpsRace").await;
     let other_table = common::second_service(&svc)
         .table::<Employee>(table.name())
@@ -602,14 +610,16 @@ async fn what_cannot_fit_one_transaction_is_refused_before_any_request() {
     common::assert_invalid(&err);
 }
 
-common::on_both! {
+tablekit::testing::conformance!(
     insert_writes_every_copy_and_lookups_find_the_seed_keys,
     ranges_come_back_in_the_order_of_the_chosen_index,
     projected_copies_hold_only_the_projection,
     changing_an_indexed_value_moves_its_copy_in_one_transaction,
     a_taken_key_or_indexed_value_is_a_conflict_that_writes_nothing,
     a_stale_write_is_refused_and_leaves_the_copies_consistent,
-    modify_starts_again_from_the_read_after_a_concurrent_writer [flavor = "multi_thread", worker_threads = 2],
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
+    modify_starts_again_from_the_read_after_a_concurrent_writer,
     upsert_and_delete_key_handle_present_and_missing_entities,
-    upsert_and_delete_key_start_again_after_a_concurrent_writer [flavor = "multi_thread", worker_threads = 2],
-}
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
+    upsert_and_delete_key_start_again_after_a_concurrent_writer,
+);

@@ -2,8 +2,7 @@
 //! parts, replace, merge, delete, concurrency and the limits.
 
 use crate::common;
-
-use tablekit::TableServiceClient;
+use tablekit::testing::TestEnv;
 
 use std::borrow::Cow;
 
@@ -84,7 +83,8 @@ async fn parts<T: TableEntity>(table: &TableClient<T>, value: i32) -> Vec<(Strin
         .collect()
 }
 
-async fn a_year_of_daily_counts_is_two_parts_written_and_read_together(svc: TableServiceClient) {
+async fn a_year_of_daily_counts_is_two_parts_written_and_read_together(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<DynamicEntity>(&svc, "Wide").await;
     let wide = WideTable::new(table.clone());
 
@@ -108,7 +108,8 @@ async fn a_year_of_daily_counts_is_two_parts_written_and_read_together(svc: Tabl
     assert_eq!(parts(&table, 7).await.len(), 2);
 }
 
-async fn replace_merge_and_delete_act_on_every_part(svc: TableServiceClient) {
+async fn replace_merge_and_delete_act_on_every_part(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<DynamicEntity>(&svc, "WideOps").await;
     let wide = WideTable::new(table.clone());
     let mut stats = year(1, 365);
@@ -192,7 +193,8 @@ async fn replace_merge_and_delete_act_on_every_part(svc: TableServiceClient) {
     assert!(err.is_not_found(), "{err:?}");
 }
 
-async fn a_typed_logical_entity_round_trips(svc: TableServiceClient) {
+async fn a_typed_logical_entity_round_trips(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<MessageStats>(&svc, "WideTyped").await;
     let wide = WideTable::new(table.clone());
     let mut stats = MessageStats {
@@ -220,7 +222,8 @@ async fn a_typed_logical_entity_round_trips(svc: TableServiceClient) {
 /// A second client changes the entity between our read and our write: the
 /// stale replace is refused and the table holds the other writer's parts
 /// only; `modify` starts again from the read and applies on top of it.
-async fn a_concurrent_writer_never_leaves_mixed_parts(svc: TableServiceClient) {
+async fn a_concurrent_writer_never_leaves_mixed_parts(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<DynamicEntity>(&svc, "WideRace").await;
     let wide = WideTable::new(table.clone());
     let other = WideTable::new(
@@ -283,7 +286,8 @@ async fn a_concurrent_writer_never_leaves_mixed_parts(svc: TableServiceClient) {
     assert_eq!(parts(&table, 8).await.len(), 2);
 }
 
-async fn a_missing_part_is_reported_not_read_as_a_smaller_entity(svc: TableServiceClient) {
+async fn a_missing_part_is_reported_not_read_as_a_smaller_entity(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<DynamicEntity>(&svc, "WideGap").await;
     let wide = WideTable::new(table.clone());
     wide.insert(&mut year(1, 365)).await.unwrap();
@@ -333,10 +337,11 @@ async fn what_cannot_fit_one_transaction_is_refused_before_any_request() {
     common::assert_invalid(&err);
 }
 
-common::on_both! {
+tablekit::testing::conformance!(
     a_year_of_daily_counts_is_two_parts_written_and_read_together,
     replace_merge_and_delete_act_on_every_part,
     a_typed_logical_entity_round_trips,
-    a_concurrent_writer_never_leaves_mixed_parts [flavor = "multi_thread", worker_threads = 2],
+    #[runtime(flavor = "multi_thread", worker_threads = 2)]
+    a_concurrent_writer_never_leaves_mixed_parts,
     a_missing_part_is_reported_not_read_as_a_smaller_entity,
-}
+);

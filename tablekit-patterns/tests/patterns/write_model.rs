@@ -8,6 +8,7 @@
 //! as the model says or is refused before any write.
 
 use crate::common;
+use tablekit::testing::TestEnv;
 
 use std::collections::BTreeMap;
 
@@ -43,7 +44,8 @@ fn employee(id: u32) -> Employee {
 /// its count; two counted deletes in one plan take two away. (Before the
 /// write model, the three equal "count = 1" writes were merged into one:
 /// the count ended at 1.)
-async fn three_counted_inserts_in_one_plan_count_three(svc: TableServiceClient) {
+async fn three_counted_inserts_in_one_plan_count_three(env: TestEnv) {
+    let svc = env.tables().clone();
     let table = common::fresh_table::<Employee>(&svc, "Counted3").await;
     let counted = CountedPartition::new(table.clone(), "Department", "EmployeeCount");
     let (mut a, mut b, mut c) = (employee(1), employee(2), employee(3));
@@ -92,7 +94,8 @@ async fn three_counted_inserts_in_one_plan_count_three(svc: TableServiceClient) 
 /// An index over Employees joined with a count over Contractors, of the same
 /// PartitionKey: refused before any request, naming both tables. (Before the
 /// write model, the contractor and its count were written into Employees.)
-async fn a_plan_never_writes_into_another_table(svc: TableServiceClient) {
+async fn a_plan_never_writes_into_another_table(env: TestEnv) {
+    let svc = env.tables().clone();
     let employees = common::fresh_table::<Employee>(&svc, "TwoTablesE").await;
     let contractors = common::fresh_table::<Employee>(&svc, "TwoTablesC").await;
     let by_email = Index::new("email", "email_", |e: &Employee| e.email.clone());
@@ -132,7 +135,8 @@ async fn a_plan_never_writes_into_another_table(svc: TableServiceClient) {
 /// writes of one entity go to successive transactions; a refused
 /// transaction leaves its partition's later ones unsent and the others
 /// written; every write has its outcome.
-async fn a_unit_of_work_saves_many_partitions_in_order(svc: TableServiceClient) {
+async fn a_unit_of_work_saves_many_partitions_in_order(env: TestEnv) {
+    let svc = env.tables().clone();
     let orders = common::fresh_table::<DynamicEntity>(&svc, "UowOrders").await;
     let lines = common::fresh_table::<DynamicEntity>(&svc, "UowLines").await;
     let mut rows: Vec<DynamicEntity> = (0..130)
@@ -207,7 +211,7 @@ async fn a_unit_of_work_saves_many_partitions_in_order(svc: TableServiceClient) 
     );
 }
 
-common::on_both!(
+tablekit::testing::conformance!(
     three_counted_inserts_in_one_plan_count_three,
     a_plan_never_writes_into_another_table,
     a_unit_of_work_saves_many_partitions_in_order,
@@ -555,8 +559,8 @@ proptest! {
 
     #[test]
     fn random_groups_end_as_one_by_one_embedded_file(groups in groups(12)) {
-        let dir = common::ScratchDir::new();
-        runtime().block_on(case(common::file_service(&dir), groups));
+        let env = TestEnv::file();
+        runtime().block_on(case(env.tables().clone(), groups));
     }
 }
 

@@ -94,17 +94,26 @@ pub(crate) fn decode_rows<T: TableEntity>(
     let mut raw = RawEntity::default();
     let keep = |n: &str| select.is_none_or(|s| s.keeps(n));
     let timestamp = select.is_none_or(|s| s.timestamp);
-    for (key, record) in rows.iter() {
+    for (i, (key, record)) in rows.iter().enumerate() {
         if !crate::backend::embedded::durable::rows::fill(&mut raw, key, record, keep, timestamp) {
-            return Err(crate::error::Error::service(
-                500,
-                crate::error::ErrorCode::InternalError,
-                "the file could not be read: an entity is unreadable",
-            ));
+            return Err(unreadable_row(rows, i));
         }
         out.push(T::decode(&raw)?);
     }
     Ok(())
+}
+
+/// The error of row `i` of a page read from a store file that `fill` refused.
+#[cfg(feature = "durable")]
+fn unreadable_row(
+    rows: &crate::backend::embedded::durable::rows::Rows,
+    i: usize,
+) -> crate::error::Error {
+    crate::error::Error::service(
+        500,
+        crate::error::ErrorCode::InternalError,
+        format!("the file could not be read: {}", rows.unreadable(i)),
+    )
 }
 
 /// The strings one row's decode leaves for the next (see [`decode_row_at`]).
@@ -125,14 +134,7 @@ pub(crate) fn decode_row_at<T: TableEntity>(
     select: Option<&Selection>,
     spare: &mut Spare,
 ) -> Result<T> {
-    let unreadable = || {
-        crate::error::Error::service(
-            500,
-            crate::error::ErrorCode::InternalError,
-            "the file could not be read: an entity is unreadable",
-        )
-    };
-    let (key, record) = rows.get(i).ok_or_else(unreadable)?;
+    let (key, record) = rows.get(i).ok_or_else(|| unreadable_row(rows, i))?;
     let mut raw = RawEntity {
         timestamp: spare.timestamp.take().map(Cow::Owned),
         etag: spare.etag.take().map(Cow::Owned),
@@ -141,7 +143,7 @@ pub(crate) fn decode_row_at<T: TableEntity>(
     let keep = |n: &str| select.is_none_or(|s| s.keeps(n));
     let timestamp = select.is_none_or(|s| s.timestamp);
     if !crate::backend::embedded::durable::rows::fill(&mut raw, key, record, keep, timestamp) {
-        return Err(unreadable());
+        return Err(unreadable_row(rows, i));
     }
     let decoded = T::decode(&raw);
     if let Some(Cow::Owned(s)) = raw.timestamp.take() {

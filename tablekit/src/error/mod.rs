@@ -45,6 +45,9 @@ struct Inner {
     /// Who answered a [`ErrorKind::Service`] error when it was not the
     /// service: an embedded store, named with its file.
     answered_by: Option<Box<str>>,
+    /// The cause of an error whose kind keeps none of its own (a store
+    /// file's database error behind a configuration or service error).
+    cause: Option<Arc<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
 /// What went wrong, by category.
@@ -266,6 +269,18 @@ impl Error {
         if matches!(self.inner.kind, ErrorKind::Service(_)) {
             self.inner.answered_by = Some(who.into());
         }
+        self
+    }
+
+    /// Keeps `cause` as this error's [`std::error::Error::source`], for a
+    /// kind that keeps no cause of its own (the embedded store file's
+    /// database errors behind its configuration and service errors).
+    #[cfg_attr(not(feature = "durable"), allow(dead_code))]
+    pub(crate) fn with_cause(
+        mut self,
+        cause: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        self.inner.cause = Some(Arc::new(cause));
         self
     }
 
@@ -542,6 +557,7 @@ impl From<ErrorKind> for Error {
                 client_request_id: None,
                 read_back: None,
                 answered_by: None,
+                cause: None,
             }),
         }
     }
@@ -602,7 +618,11 @@ impl std::error::Error for Error {
         match &self.inner.kind {
             ErrorKind::Transport(t) => std::error::Error::source(t),
             ErrorKind::Decode(d) => std::error::Error::source(d),
-            _ => None,
+            _ => self
+                .inner
+                .cause
+                .as_deref()
+                .map(|e| e as &(dyn std::error::Error + 'static)),
         }
     }
 }

@@ -302,7 +302,8 @@ impl ValidationError {
     }
 }
 
-/// Why a filter text could not be parsed: where in the text the problem is
+/// Why a filter text could not be parsed ([`Filter::parse`](crate::filter::Filter::parse),
+/// [`Query::filter_raw`](crate::table::Query::filter_raw)): where in the text the problem is
 /// ([`position`](Self::position), [`column`](Self::column)), what is wrong
 /// ([`message`](Self::message)) and, where the grammar allowed only some
 /// tokens, what was expected ([`expected`](Self::expected)).
@@ -311,7 +312,7 @@ impl ValidationError {
 /// ([`ValidationError::Filter`], which keeps this value).
 ///
 /// ```
-/// let e = tablekit::filter::parse("(Rating gt 3").unwrap_err();
+/// let e = tablekit::filter::Filter::parse("(Rating gt 3").unwrap_err();
 /// assert_eq!(e.position(), 12);
 /// assert_eq!(e.column(), 13);
 /// assert_eq!(e.expected(), Some("`)`"));

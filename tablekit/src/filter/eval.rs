@@ -1,4 +1,5 @@
-//! The evaluator of filter expressions over entities (see [`matches`]).
+//! The evaluator of filter expressions over entities (see [`matches`], and the
+//! rules in the docs of [`crate::filter`](mod@crate::filter)).
 
 use std::cmp::Ordering;
 
@@ -8,58 +9,11 @@ use super::expr::{CmpOp, Expr};
 use crate::edm::EdmValue;
 use crate::entity::DynamicEntity;
 
-/// Whether `entity` satisfies `expr`, with the Table service's semantics: what
-/// the embedded backend runs, and what the service and emulators are checked against.
-///
-/// # Semantics
-///
-/// * `PartitionKey` and `RowKey` are `Edm.String`s; `Timestamp` is an
-///   `Edm.DateTime` taken from [`DynamicEntity::timestamp`] (missing when `None`).
-///   Those names always mean the system properties, never a custom property.
-/// * **A missing property makes every comparison false**, `ne` included: the
-///   service has no nulls, and it skips entities that lack the property.
-/// * **A literal of another Edm type than the property's makes every comparison
-///   false**, `ne` included (the data model's type-mismatch rule: `Rating gt 1.2`
-///   over `{A: Int32 2, B: Double 2.5}` returns only B). There are no numeric
-///   promotions: an `Edm.Int32` property does not match `2L`, nor an `Edm.Int64`
-///   property `2`, nor either `2.0`.
-/// * `not` negates the result of its operand, so `not (Rating eq 2)` **is true**
-///   for an entity without `Rating` or whose `Rating` is a Double: the negation of
-///   a false comparison is true.
-/// * Strings compare **ordinally by UTF-16 code units**, as .NET's
-///   `string.CompareOrdinal` does (the service stores UTF-16; the data model
-///   leaves its exact collation unspecified, so keep range-queried keys ASCII):
-///   no case folding or normalisation, and a character outside the Basic
-///   Multilingual Plane (a surrogate pair, `0xD800..=0xDFFF`) sorts *before*
-///   `U+E000..=U+FFFF`, unlike code-point (Rust `str`) order.
-/// * Doubles follow IEEE 754: a NaN property is unordered, so `eq`, `gt`, `ge`,
-///   `lt`, `le` are false and `ne` is true; `-0.0 eq 0.0` is true.
-/// * Int32, Int64 and DateTime compare numerically (DateTime chronologically);
-///   Boolean `false < true`; Binary bytewise (lexicographic, a prefix first).
-/// * Guids compare by their 128-bit big-endian value, which is the order of their
-///   hyphenated text form and of .NET's `Guid.CompareTo` (`Data1` as an unsigned
-///   32-bit number, then `Data2`, `Data3`, then the 8 last bytes in order).
-///
-/// # Example
-///
-/// ```
-/// use tablekit::filter::{matches, parse};
-/// use tablekit::DynamicEntity;
-///
-/// let a = DynamicEntity::new("Channel9", "a").with("Rating", 2); // Int32
-/// let b = DynamicEntity::new("Channel9", "b").with("Rating", 2.5); // Double
-/// let c = DynamicEntity::new("Channel9", "c"); // no Rating
-///
-/// // The literal's type must be the property's: only B matches.
-/// let f = parse("Rating gt 1.2")?;
-/// assert!(!matches(&f, &a) && matches(&f, &b) && !matches(&f, &c));
-///
-/// // A missing property fails every comparison, so its negation holds.
-/// assert!(!matches(&parse("Rating ne 7")?, &c));
-/// assert!(matches(&parse("not (Rating eq 7)")?, &c));
-/// # Ok::<(), tablekit::filter::ParseError>(())
-/// ```
-pub fn matches(expr: &Expr, entity: &DynamicEntity) -> bool {
+/// Whether `entity` satisfies `expr`, with the Table service's semantics
+/// (the rules are in the docs of [`crate::filter`](mod@crate::filter)): what the embedded backend
+/// runs, and what the service and emulators are checked against (through
+/// `Filter::matches` of `test-support`).
+pub(crate) fn matches(expr: &Expr, entity: &DynamicEntity) -> bool {
     match expr {
         Expr::Cmp {
             property,

@@ -51,6 +51,12 @@ impl CmpOp {
     }
 
     /// Whether `ordering` (of property against literal) satisfies the operator.
+    #[cfg(any(
+        test,
+        feature = "embedded",
+        feature = "test-support",
+        feature = "fuzzing"
+    ))]
     pub fn holds(self, ordering: std::cmp::Ordering) -> bool {
         use std::cmp::Ordering::*;
         match self {

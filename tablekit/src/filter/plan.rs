@@ -111,7 +111,8 @@ pub(crate) fn keys_only(filter: &Expr) -> bool {
 }
 
 /// Classifies a filter; `None` (no filter) is a table scan.
-pub fn plan(filter: Option<&Expr>) -> QueryPlan {
+#[cfg(any(test, feature = "embedded"))]
+pub(crate) fn plan(filter: Option<&Expr>) -> QueryPlan {
     plan_with_residual(filter).0
 }
 

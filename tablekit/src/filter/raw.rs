@@ -118,6 +118,12 @@ pub fn filter_of<E, A: Condition<E>>(a: A) -> Filter<E> {
 }
 
 /// A value interpolated by `odata!`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be written as an OData literal",
+    label = "no OData literal for this value",
+    note = "odata! takes strings, integers, finite floats, booleans, DateTime, Uuid and bytes",
+    note = "an `Option` is not a value: the service has no null. Interpolate the value inside, and test absence with `e.field == None` in `filter!` or `column.is_none()`"
+)]
 pub trait ODataValue {
     /// The value as a typed literal, or why it has none.
     fn odata(&self) -> Result<EdmValue, String>;

@@ -1,7 +1,8 @@
-//! [proptest] strategies for filters: random expression trees, literals of
-//! every Edm type, and random filters built through the typed DSL ([`col`],
-//! `starts_with`, `&`, `|`, `not`), for tablekit's own property tests and for
-//! the cross-crate differential test of the two backends.
+//! [proptest](mod@proptest) strategies for filters: literals of every Edm
+//! type, and random filters built through the typed DSL ([`col`],
+//! `starts_with`, `&`, `|`, `not`), for property tests of code built on
+//! tablekit, tablekit's own, and the cross-crate differential test of the two
+//! backends (with [`Filter::matches`] as the model of the service).
 //!
 //! Compiled for tablekit's unit tests and behind the non-default
 //! `test-support` feature. A feature rather than an always-compiled
@@ -13,13 +14,17 @@ use chrono::{DateTime, Utc};
 use proptest::prelude::*;
 use uuid::Uuid;
 
-use super::{CmpOp, Expr, Filter};
+use super::expr::CmpOp;
+#[cfg(test)]
+use super::expr::Expr;
+use super::Filter;
 use crate::columns::col;
 use crate::edm::{max_datetime, min_datetime, EdmType, EdmValue};
 use crate::entity::DynamicEntity;
 
 /// Property names, the three system properties included.
-pub const NAMES: &[&str] = &[
+#[cfg(test)]
+const NAMES: &[&str] = &[
     "PartitionKey",
     "RowKey",
     "Timestamp",
@@ -30,7 +35,8 @@ pub const NAMES: &[&str] = &[
 ];
 
 /// The six comparison operators.
-pub fn op() -> impl Strategy<Value = CmpOp> {
+#[cfg(test)]
+fn op() -> impl Strategy<Value = CmpOp> {
     prop::sample::select(vec![
         CmpOp::Eq,
         CmpOp::Ne,
@@ -141,8 +147,12 @@ pub fn small_value(nan: bool) -> impl Strategy<Value = EdmValue> {
     prop::strategy::Union::new(arms)
 }
 
-/// Random trees: and/or/not nested up to depth 4 over comparisons.
-pub fn expr(literal: impl Strategy<Value = EdmValue> + 'static) -> impl Strategy<Value = Expr> {
+/// Random trees (of the crate's expression type): and/or/not nested up to
+/// depth 4 over comparisons.
+#[cfg(test)]
+pub(crate) fn expr(
+    literal: impl Strategy<Value = EdmValue> + 'static,
+) -> impl Strategy<Value = Expr> {
     let leaf = (prop::sample::select(NAMES), op(), literal)
         .prop_map(|(name, op, value)| Expr::cmp(name, op, value));
     leaf.prop_recursive(4, 32, 2, |inner| {
@@ -156,7 +166,7 @@ pub fn expr(literal: impl Strategy<Value = EdmValue> + 'static) -> impl Strategy
 
 /// The typed DSL's comparison `col::<T>(name).op(value)`, where `T` is the Rust
 /// type of the value's Edm type (`i32` for Int32, `Vec<u8>` for Binary, ...).
-pub fn dsl_comparison(name: &str, op: CmpOp, value: EdmValue) -> Filter<DynamicEntity> {
+fn dsl_comparison(name: &str, op: CmpOp, value: EdmValue) -> Filter<DynamicEntity> {
     fn apply<V>(c: super::DynColumn<V>, op: CmpOp, v: V) -> Filter<DynamicEntity>
     where
         V: super::FilterValue,

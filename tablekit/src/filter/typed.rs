@@ -16,7 +16,7 @@ use super::expr::{CmpOp, Expr};
 use crate::columns::{Column, DynColumn};
 use crate::edm::{EdmType, EdmValue};
 use crate::entity::DynamicEntity;
-use crate::error::{Error, Result, ValidationError};
+use crate::error::{Error, ParseError, Result, ValidationError};
 
 /// The most discrete comparisons the service accepts in one filter.
 pub const MAX_COMPARISONS: usize = 15;
@@ -117,7 +117,7 @@ impl<E> Filter<E> {
 
     /// The expression tree, checked: every value has a literal and there are at
     /// most 15 comparisons.
-    pub fn expr(&self) -> Result<&Expr> {
+    pub(crate) fn expr(&self) -> Result<&Expr> {
         let expr = self.inner.as_ref().map_err(|reason| {
             Error::invalid(ValidationError::Query {
                 reason: reason.clone(),
@@ -134,6 +134,13 @@ impl<E> Filter<E> {
         Ok(expr)
     }
 
+    /// The expression tree, without the check of the 15-comparison limit
+    /// (`None`: a value without a literal).
+    #[cfg(feature = "fuzzing")]
+    pub(crate) fn unchecked_expr(&self) -> Option<&Expr> {
+        self.inner.as_ref().ok()
+    }
+
     /// The OData `$filter` text.
     pub fn to_odata(&self) -> Result<String> {
         self.expr().map(ToString::to_string)
@@ -145,6 +152,188 @@ impl<E> Filter<E> {
             inner: self.inner,
             _entity: PhantomData,
         }
+    }
+
+    /// The filter's comparisons, left to right as its text writes them: what
+    /// it compares, whatever `and`, `or` and `not` join them. None for a
+    /// filter that cannot be sent (a value without a literal).
+    ///
+    /// ```
+    /// use tablekit::filter::Filter;
+    ///
+    /// let f = Filter::parse("Rating gt 3L and not (Name eq 'x')")?;
+    /// let found: Vec<(&str, &str, String)> = f
+    ///     .comparisons()
+    ///     .map(|c| (c.property(), c.operator(), c.value().to_string()))
+    ///     .collect();
+    /// assert_eq!(found, [("Rating", "gt", "3L".to_owned()), ("Name", "eq", "'x'".to_owned())]);
+    /// # Ok::<(), tablekit::filter::ParseError>(())
+    /// ```
+    pub fn comparisons(&self) -> impl Iterator<Item = Comparison<'_>> {
+        let mut out = Vec::new();
+        if let Ok(e) = &self.inner {
+            collect_comparisons(e, &mut out);
+        }
+        out.into_iter()
+    }
+
+    /// Whether `entity` matches the filter, by the rules of the Table service
+    /// (see [how entities are compared](mod@crate::filter#how-entities-are-compared)):
+    /// the embedded store's evaluator, which the suite checks against Azurite.
+    /// An error for a filter that cannot be sent (a value without a literal,
+    /// more than 15 comparisons).
+    ///
+    /// Only with the `test-support` feature: a model of the service for tests
+    /// (what a query should find), not a way to query.
+    ///
+    /// ```
+    /// use tablekit::{filter::Filter, DynamicEntity};
+    ///
+    /// let a = DynamicEntity::new("Channel9", "a").with("Rating", 2); // Int32
+    /// let b = DynamicEntity::new("Channel9", "b").with("Rating", 2.5); // Double
+    /// let c = DynamicEntity::new("Channel9", "c"); // no Rating
+    ///
+    /// // The literal's type must be the property's: only B matches.
+    /// let f = Filter::parse("Rating gt 1.2")?;
+    /// assert!(!f.matches(&a)? && f.matches(&b)? && !f.matches(&c)?);
+    ///
+    /// // A missing property fails every comparison, so its negation holds.
+    /// assert!(!Filter::parse("Rating ne 7")?.matches(&c)?);
+    /// assert!(Filter::parse("not (Rating eq 7)")?.matches(&c)?);
+    /// # Ok::<(), tablekit::Error>(())
+    /// ```
+    #[cfg(any(test, feature = "test-support"))]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-support")))]
+    pub fn matches(&self, entity: &DynamicEntity) -> Result<bool> {
+        self.expr().map(|e| super::eval::matches(e, entity))
+    }
+}
+
+impl Filter<DynamicEntity> {
+    /// Parses the text of an OData `$filter`, the subset of OData v3 the
+    /// Table service accepts, as [`Query::filter_raw`](crate::table::Query::filter_raw)
+    /// parses it before sending: the check of a filter a user typed, and a
+    /// filter to look into ([`comparisons`](Self::comparisons)).
+    ///
+    /// The filter prints (`Display`, [`to_odata`](Self::to_odata)) in a
+    /// canonical form (minimal parentheses, property first, literals spelled
+    /// one way) that parses back to the same filter. An error is a
+    /// [`ParseError`] (byte offset and reason), which converts into
+    /// [`crate::Error`] with `?`. The service's limit of 15 comparisons is
+    /// not checked here: [`to_odata`](Self::to_odata) checks it.
+    ///
+    /// ```
+    /// use tablekit::filter::Filter;
+    ///
+    /// let f = Filter::parse("PartitionKey eq 'Sales'  and (RowKey ge 'empid_000100')")?;
+    /// assert_eq!(f.to_string(), "PartitionKey eq 'Sales' and RowKey ge 'empid_000100'");
+    /// // A literal on the left is moved to the right.
+    /// assert_eq!(Filter::parse("5 lt Age")?.to_string(), "Age gt 5");
+    /// // A Boolean property alone is a condition.
+    /// assert_eq!(Filter::parse("not Active")?.to_string(), "not (Active eq true)");
+    ///
+    /// let err = Filter::parse("startswith(RowKey, 'a')").unwrap_err();
+    /// assert_eq!(err.offset(), 0);
+    /// # Ok::<(), tablekit::filter::ParseError>(())
+    /// ```
+    ///
+    /// # Grammar
+    ///
+    /// ```text
+    /// filter     := or END
+    /// or         := and ("or" and)*                      left-associative
+    /// and        := unary ("and" unary)*                 left-associative
+    /// unary      := "not" operand | primary
+    /// operand    := "(" or ")" | "not" operand | Property          (Property alone: `Property eq true`)
+    /// primary    := "(" or ")" | side op side | Property           (exactly one side a Property)
+    /// side       := Property | literal
+    /// op         := "eq" | "ne" | "gt" | "ge" | "lt" | "le"
+    /// Property   := [A-Za-z_][A-Za-z0-9_]*  (not a reserved word)
+    /// ```
+    ///
+    /// * Keywords, operators and literal prefixes are case-sensitive, as on the
+    ///   service: `EQ`, `And` or `DateTime'…'` are refused.
+    /// * Any amount of ASCII whitespace may stand between tokens. The text is the
+    ///   decoded `$filter` value: percent-decoding is the caller's (the URL layer's) job.
+    /// * `Literal op Property` is normalised to property-first, the operator
+    ///   flipped: `5 lt Age` reads as `Age gt 5`.
+    /// * A Boolean property on its own is a condition: `Active` reads as
+    ///   `Active eq true`, and `not Active` as `not (Active eq true)`.
+    /// * In OData `not` binds tighter than the comparisons, so `not Active eq true`
+    ///   would mean `(not Active) eq true`, a comparison of an expression, which the
+    ///   service does not support. `not` therefore takes a parenthesised expression, a
+    ///   Boolean property or another `not`; `not A eq 1` is refused with a hint to
+    ///   write `not (A eq 1)`, which is also how a filter prints it.
+    /// * Reserved words (`and`, `or`, `not`, the six operators, `true`, `false`,
+    ///   `null` and the arithmetic operators `add`, `sub`, `mul`, `div`, `mod`) are never
+    ///   property names here.
+    ///
+    /// # Literals
+    ///
+    /// | Text | Value |
+    /// |---|---|
+    /// | `'O''Brien'` (a quote inside is doubled) | `Edm.String` |
+    /// | `123`, `-5` (must fit 32 bits) | `Edm.Int32` |
+    /// | `123L`, `123l` | `Edm.Int64` |
+    /// | `2.0`, `1e300`, `1.5E-7`, `2d`, `2.5D` | `Edm.Double` (finite) |
+    /// | `true`, `false` | `Edm.Boolean` |
+    /// | `datetime'2009-05-01T00:00:00Z'` | `Edm.DateTime` (any RFC 3339 form; no zone means UTC) |
+    /// | `guid'01234567-89ab-cdef-0123-456789abcdef'` | `Edm.Guid` (hyphenated form only) |
+    /// | `X'01ff'`, `binary'01FF'` | `Edm.Binary` (an even number of hex digits) |
+    ///
+    /// An integer without suffix that does not fit in 32 bits is **refused**, as the
+    /// service refuses it (`Unrecognized 'Edm.Int32' literal`): write `3000000000L`.
+    /// `Edm.Decimal` (`1m`) and `Edm.Single` (`1f`) literals, `null`, `NaN` and `INF`
+    /// are refused too: the service stores none of them.
+    pub fn parse(text: &str) -> std::result::Result<Self, ParseError> {
+        super::parse::parse(text).map(Filter::from_expr)
+    }
+}
+
+/// One comparison of a filter, as [`Filter::comparisons`] gives them: a
+/// property, an operator and a literal (`Rating gt 3`), the property always
+/// on the left.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Comparison<'a> {
+    property: &'a str,
+    op: CmpOp,
+    value: &'a EdmValue,
+}
+
+impl<'a> Comparison<'a> {
+    /// The property compared: a custom property, or `PartitionKey`, `RowKey`
+    /// or `Timestamp`.
+    pub fn property(&self) -> &'a str {
+        self.property
+    }
+
+    /// The operator's OData keyword: `eq`, `ne`, `gt`, `ge`, `lt` or `le`.
+    pub fn operator(&self) -> &'static str {
+        self.op.as_str()
+    }
+
+    /// The literal, with its Edm type ([`EdmValue::edm_type`]).
+    pub fn value(&self) -> &'a EdmValue {
+        self.value
+    }
+}
+
+fn collect_comparisons<'e>(e: &'e Expr, out: &mut Vec<Comparison<'e>>) {
+    match e {
+        Expr::Cmp {
+            property,
+            op,
+            value,
+        } => out.push(Comparison {
+            property,
+            op: *op,
+            value,
+        }),
+        Expr::And(a, b) | Expr::Or(a, b) => {
+            collect_comparisons(a, out);
+            collect_comparisons(b, out);
+        }
+        Expr::Not(a) => collect_comparisons(a, out),
     }
 }
 
@@ -171,13 +360,22 @@ impl<E> Not for Filter<E> {
 
 /// A Rust type that has an OData literal: the value types of comparable columns.
 pub trait FilterValue {
+    /// The Edm type every value of this Rust type is written as, when there is
+    /// one: what [`Column::is_none`] and [`Column::is_some`] test a property
+    /// against. The default, `None`, is for a type whose literal's type depends
+    /// on the value; on such a column, those two tests are refused before any
+    /// request (give the column an Edm type with `#[tablekit(edm = "...")]`).
+    const EDM_TYPE: Option<EdmType> = None;
+
     /// The value as a typed literal, or why it has none.
     fn to_edm(&self) -> std::result::Result<EdmValue, String>;
 }
 
 macro_rules! filter_value {
-    ($($t:ty => |$v:ident| $e:expr),* $(,)?) => {$(
+    ($($t:ty [$edm:ident] => |$v:ident| $e:expr),* $(,)?) => {$(
         impl FilterValue for $t {
+            const EDM_TYPE: Option<EdmType> = Some(EdmType::$edm);
+
             fn to_edm(&self) -> std::result::Result<EdmValue, String> {
                 let $v = self;
                 $e
@@ -197,25 +395,54 @@ fn finite(v: f64) -> std::result::Result<EdmValue, String> {
 }
 
 filter_value! {
-    String => |v| Ok(EdmValue::String(v.clone())),
-    bool => |v| Ok(EdmValue::Boolean(*v)),
-    i8 => |v| Ok(EdmValue::Int32(i32::from(*v))),
-    i16 => |v| Ok(EdmValue::Int32(i32::from(*v))),
-    i32 => |v| Ok(EdmValue::Int32(*v)),
-    u8 => |v| Ok(EdmValue::Int32(i32::from(*v))),
-    u16 => |v| Ok(EdmValue::Int32(i32::from(*v))),
-    i64 => |v| Ok(EdmValue::Int64(*v)),
-    u32 => |v| Ok(EdmValue::Int64(i64::from(*v))),
-    u64 => |v| i64::try_from(*v)
+    String [String] => |v| Ok(EdmValue::String(v.clone())),
+    bool [Boolean] => |v| Ok(EdmValue::Boolean(*v)),
+    i8 [Int32] => |v| Ok(EdmValue::Int32(i32::from(*v))),
+    i16 [Int32] => |v| Ok(EdmValue::Int32(i32::from(*v))),
+    i32 [Int32] => |v| Ok(EdmValue::Int32(*v)),
+    u8 [Int32] => |v| Ok(EdmValue::Int32(i32::from(*v))),
+    u16 [Int32] => |v| Ok(EdmValue::Int32(i32::from(*v))),
+    i64 [Int64] => |v| Ok(EdmValue::Int64(*v)),
+    u32 [Int64] => |v| Ok(EdmValue::Int64(i64::from(*v))),
+    u64 [Int64] => |v| i64::try_from(*v)
         .map(EdmValue::Int64)
         .map_err(|_| format!("{v} does not fit Edm.Int64")),
-    f32 => |v| finite(f64::from(*v)),
-    f64 => |v| finite(*v),
-    DateTime<Utc> => |v| Ok(EdmValue::DateTime(*v)),
-    DateTime<FixedOffset> => |v| Ok(EdmValue::DateTime(v.with_timezone(&Utc))),
-    Uuid => |v| Ok(EdmValue::Guid(*v)),
-    Vec<u8> => |v| Ok(EdmValue::Binary(v.clone())),
-    bytes::Bytes => |v| Ok(EdmValue::Binary(v.to_vec())),
+    f32 [Double] => |v| finite(f64::from(*v)),
+    f64 [Double] => |v| finite(*v),
+    DateTime<Utc> [DateTime] => |v| Ok(EdmValue::DateTime(*v)),
+    DateTime<FixedOffset> [DateTime] => |v| Ok(EdmValue::DateTime(v.with_timezone(&Utc))),
+    Uuid [Guid] => |v| Ok(EdmValue::Guid(*v)),
+    Vec<u8> [Binary] => |v| Ok(EdmValue::Binary(v.clone())),
+    bytes::Bytes [Binary] => |v| Ok(EdmValue::Binary(v.to_vec())),
+}
+
+/// A value of `edm`, any one: `Prop eq v or Prop ne v` holds exactly for the
+/// entities whose `Prop` is stored as `edm` (a NaN Double is `ne` every
+/// value), since a missing property, or one of another type, fails both.
+fn presence_sample(edm: EdmType) -> EdmValue {
+    match edm {
+        EdmType::String => EdmValue::String(String::new()),
+        EdmType::Binary => EdmValue::Binary(Vec::new()),
+        EdmType::Boolean => EdmValue::Boolean(false),
+        EdmType::DateTime => EdmValue::DateTime(DateTime::<Utc>::UNIX_EPOCH),
+        EdmType::Double => EdmValue::Double(0.0),
+        EdmType::Guid => EdmValue::Guid(Uuid::nil()),
+        EdmType::Int32 => EdmValue::Int32(0),
+        EdmType::Int64 => EdmValue::Int64(0),
+    }
+}
+
+/// `name` is set and stored as `edm` (see [`presence_sample`]); the column's
+/// Edm type is its override, else its Rust type's.
+fn presence<E>(name: &str, edm: Option<EdmType>) -> Filter<E> {
+    let Some(edm) = edm else {
+        return Filter::invalid(format!(
+            "{name}: is_none/is_some need the column's Edm type, and its Rust type has no fixed one \
+             (FilterValue::EDM_TYPE); give the field `#[tablekit(edm = \"...\")]`"
+        ));
+    };
+    let sample = presence_sample(edm);
+    compare::<E>(name, CmpOp::Eq, Ok(sample.clone())).or(compare(name, CmpOp::Ne, Ok(sample)))
 }
 
 /// A value usable where a column of type `V` is compared: `V` itself, `&V`, and
@@ -223,7 +450,8 @@ filter_value! {
 #[diagnostic::on_unimplemented(
     message = "a column of type `{V}` cannot be compared with a value of type `{Self}`",
     label = "expected a `{V}` (or `&{V}`) here",
-    note = "a filter compares a column with a value of the column's own Rust type; the service cannot compare two columns"
+    note = "a filter compares a column with a value of the column's own Rust type; the service cannot compare two columns",
+    note = "an `Option` is not a value: the service has no null. Compare with the value inside, and test absence with `e.field == None` in `filter!` or `column.is_none()`"
 )]
 pub trait IntoFilterValue<V> {
     /// The value as a typed literal, or why it has none.
@@ -365,6 +593,48 @@ macro_rules! column_methods {
                     .and_then(|v| coerce(v, self.edm_override())),
             )
         }
+        /// The property is **not set** on the entity (an `Option` field that
+        /// is `None`), or is stored as another Edm type than the column's,
+        /// which a typed read could not decode anyway: what
+        /// `filter!(|e| e.field == None)` writes.
+        ///
+        /// The Table service has no null: a property that is not set is
+        /// missing, and every comparison with a missing property is false,
+        /// `ne` included. So this is written as the negation of a test that
+        /// holds for every value of the column's type,
+        /// `not (Prop eq v or Prop ne v)`: two of the 15 comparisons a filter
+        /// may hold. No index serves it; it reads the whole range it is
+        /// given. Refused before any request if the column's Rust type has
+        /// no fixed Edm type ([`FilterValue::EDM_TYPE`]).
+        ///
+        /// ```
+        /// use tablekit::filter::col;
+        ///
+        /// let f = col::<i32>("Age").is_none();
+        /// assert_eq!(f.to_odata().unwrap(), "not (Age eq 0 or Age ne 0)");
+        /// ```
+        pub fn is_none(&self) -> Filter<$E>
+        where
+            V: FilterValue,
+        {
+            self.is_some().not()
+        }
+        /// The property is set, as the column's Edm type: what
+        /// `filter!(|e| e.field != None)` writes, `Prop eq v or Prop ne v`
+        /// (see [`is_none`](Self::is_none)).
+        ///
+        /// ```
+        /// use tablekit::filter::col;
+        ///
+        /// let f = col::<String>("Email").is_some();
+        /// assert_eq!(f.to_odata().unwrap(), "Email eq '' or Email ne ''");
+        /// ```
+        pub fn is_some(&self) -> Filter<$E>
+        where
+            V: FilterValue,
+        {
+            presence(self.name(), self.edm_override().or(V::EDM_TYPE))
+        }
         /// `low <= column <= high`: `column ge low and column le high`.
         pub fn between<Q: IntoFilterValue<V>, R: IntoFilterValue<V>>(
             &self,
@@ -482,24 +752,78 @@ impl DynColumn<String> {
     string_methods!(DynamicEntity);
 }
 
-impl<V> From<DynColumn<V>> for Filter<DynamicEntity>
-where
-    DynColumn<V>: DynBool,
-{
-    fn from(c: DynColumn<V>) -> Self {
+/// The Boolean dynamic column stands as a condition on its own (`Active eq true`).
+impl From<DynColumn<bool>> for Filter<DynamicEntity> {
+    fn from(c: DynColumn<bool>) -> Self {
         compare(c.name(), CmpOp::Eq, Ok(EdmValue::Boolean(true)))
     }
 }
-
-/// Marks the Boolean dynamic column, which can stand as a condition on its own.
-pub trait DynBool {}
-impl DynBool for DynColumn<bool> {}
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::columns::col;
     use crate::edm::parse_datetime;
+
+    #[test]
+    fn parsed_filters_are_the_parser_s_tree_and_print_canonically() {
+        let f = Filter::parse("Rating gt 3 and (not (Name eq 'x') or 2L ge Big)").unwrap();
+        assert_eq!(
+            f.expr().unwrap(),
+            &super::super::parse("Rating gt 3 and (not (Name eq 'x') or Big le 2L)").unwrap()
+        );
+        assert_eq!(
+            f.to_string(),
+            "Rating gt 3 and (not (Name eq 'x') or Big le 2L)"
+        );
+        let again = Filter::parse(&f.to_odata().unwrap()).unwrap();
+        assert_eq!(again.expr().unwrap(), f.expr().unwrap());
+        let err = Filter::parse("Rating gt").unwrap_err();
+        assert_eq!(err, super::super::parse("Rating gt").unwrap_err());
+    }
+
+    #[test]
+    fn comparisons_are_listed_left_to_right_with_the_property_first() {
+        let f = col::<i32>("A").gt(1) & !(col::<String>("B").eq("b") | col::<i64>("C").le(3));
+        let found: Vec<_> = f
+            .comparisons()
+            .map(|c| (c.property(), c.operator(), c.value().clone()))
+            .collect();
+        assert_eq!(
+            found,
+            [
+                ("A", "gt", EdmValue::Int32(1)),
+                ("B", "eq", EdmValue::from("b")),
+                ("C", "le", EdmValue::Int64(3)),
+            ]
+        );
+        let flipped = Filter::parse("5 lt Age").unwrap();
+        let c = flipped.comparisons().next().unwrap();
+        assert_eq!((c.property(), c.operator()), ("Age", "gt"));
+        // A filter that cannot be sent compares nothing.
+        assert_eq!(col::<f64>("D").gt(f64::NAN).comparisons().count(), 0);
+    }
+
+    #[test]
+    fn a_dynamic_boolean_column_is_a_condition() {
+        let f: Filter<DynamicEntity> = col::<bool>("Active").into();
+        assert_eq!(f.to_string(), "Active eq true");
+        let f = col::<i32>("A").gt(1).and(col::<bool>("Active"));
+        assert_eq!(f.to_string(), "A gt 1 and Active eq true");
+    }
+
+    #[test]
+    fn matching_checks_the_filter_first() {
+        let e = DynamicEntity::new("p", "r").with("A", 2);
+        assert!(col::<i32>("A").gt(1).matches(&e).unwrap());
+        assert!(!col::<i64>("A").gt(1).matches(&e).unwrap());
+        assert!(col::<f64>("A").gt(f64::NAN).matches(&e).is_err());
+        let mut many = col::<i32>("A").eq(0);
+        for i in 1..=MAX_COMPARISONS as i32 {
+            many = many | col::<i32>("A").eq(i);
+        }
+        assert!(many.matches(&e).is_err());
+    }
 
     struct Emp;
     #[allow(non_upper_case_globals)]
@@ -640,5 +964,97 @@ mod tests {
             .and(age.is_in(0..14))
             .to_odata()
             .is_err());
+    }
+
+    /// Every (Rust type, stored value) pair: `is_some` holds exactly where
+    /// the property is stored as the column's Edm type (NaN included), and
+    /// `is_none` exactly where it is missing or of another type, on the
+    /// evaluator that follows the service's rules.
+    #[test]
+    fn is_none_and_is_some_split_entities_by_presence_as_the_column_type() {
+        use crate::filter::eval::matches;
+        let stored: Vec<Option<EdmValue>> = vec![
+            None,
+            Some(EdmValue::String(String::new())),
+            Some(EdmValue::String("x".into())),
+            Some(EdmValue::Binary(vec![])),
+            Some(EdmValue::Binary(vec![1])),
+            Some(EdmValue::Boolean(false)),
+            Some(EdmValue::Boolean(true)),
+            Some(EdmValue::DateTime(DateTime::<Utc>::UNIX_EPOCH)),
+            Some(EdmValue::DateTime(
+                parse_datetime("2024-05-01T00:00:00Z").unwrap(),
+            )),
+            Some(EdmValue::Double(0.0)),
+            Some(EdmValue::Double(-0.0)),
+            Some(EdmValue::Double(f64::NAN)),
+            Some(EdmValue::Double(f64::INFINITY)),
+            Some(EdmValue::Guid(Uuid::nil())),
+            Some(EdmValue::Guid(Uuid::from_u128(7))),
+            Some(EdmValue::Int32(0)),
+            Some(EdmValue::Int32(i32::MIN)),
+            Some(EdmValue::Int64(0)),
+            Some(EdmValue::Int64(i64::MAX)),
+        ];
+        fn check<V: FilterValue>(stored: &[Option<EdmValue>]) {
+            let edm = V::EDM_TYPE.expect("built-in types have one");
+            let some = col::<V>("P").is_some();
+            let none = col::<V>("P").is_none();
+            assert_eq!(none.expr().unwrap().comparisons(), 2);
+            for value in stored {
+                let mut e = DynamicEntity::new("pk", "rk");
+                if let Some(v) = value {
+                    e = e.with("P", v.clone());
+                }
+                let present = value.as_ref().is_some_and(|v| v.edm_type() == edm);
+                assert_eq!(
+                    matches(some.expr().unwrap(), &e),
+                    present,
+                    "{edm} is_some {value:?}"
+                );
+                assert_eq!(
+                    matches(none.expr().unwrap(), &e),
+                    !present,
+                    "{edm} is_none {value:?}"
+                );
+            }
+        }
+        check::<String>(&stored);
+        check::<Vec<u8>>(&stored);
+        check::<bool>(&stored);
+        check::<DateTime<Utc>>(&stored);
+        check::<f64>(&stored);
+        check::<Uuid>(&stored);
+        check::<i32>(&stored);
+        check::<u8>(&stored);
+        check::<i64>(&stored);
+        check::<u64>(&stored);
+    }
+
+    #[test]
+    fn presence_follows_an_edm_override_and_refuses_a_type_without_one() {
+        const WIDE: Column<Emp, i32> = Column::with_edm("Wide", EdmType::Int64);
+        assert_eq!(text(WIDE.is_some()), "Wide eq 0L or Wide ne 0L");
+        assert_eq!(text(age.is_none()), "not (Age eq 0 or Age ne 0)");
+        assert_eq!(
+            text(last.eq("a").and(last.is_none())),
+            "LastName eq 'a' and not (LastName eq '' or LastName ne '')"
+        );
+
+        struct Code(u16);
+        impl FilterValue for Code {
+            fn to_edm(&self) -> std::result::Result<EdmValue, String> {
+                Ok(EdmValue::Int32(i32::from(self.0)))
+            }
+        }
+        const CODE: Column<Emp, Code> = Column::new("Code");
+        assert_eq!(text(CODE.eq(Code(3))), "Code eq 3");
+        let err = CODE.is_none().to_odata().unwrap_err().to_string();
+        assert!(
+            err.contains("Code: is_none/is_some need the column's Edm type"),
+            "{err}"
+        );
+        const TYPED: Column<Emp, Code> = Column::with_edm("Code", EdmType::Int32);
+        assert_eq!(text(TYPED.is_some()), "Code eq 0 or Code ne 0");
     }
 }

@@ -1,7 +1,9 @@
-//! The one place the pattern tests get their Table service from. Each case
-//! is an `async fn case(svc: TableServiceClient)` run twice by [`on_both!`]:
-//! on Azurite (from `TABLEKIT_TEST_CONNECTION_STRING`) and on the embedded
-//! store, each in its own freshly created, uniquely named table.
+//! The shared helpers of the pattern tests. Each case is an `async fn
+//! case(env: TestEnv)` that the library's harness,
+//! [`tablekit::testing::conformance!`], runs on every backend a user can pick:
+//! Azurite (from `TABLEKIT_TEST_CONNECTION_STRING`), the embedded store in
+//! memory and the embedded store in a scratch file, each case in its own
+//! freshly created, uniquely named tables.
 
 // Every test binary compiles this module and uses a different part of it.
 #![allow(dead_code)]
@@ -11,106 +13,36 @@ use std::time::Duration;
 use tablekit::{
     clock::ManualClock,
     options::{ClientOptions, RetryPolicy},
+    testing::TestEnv,
     Account, BlobServiceClient, DynamicEntity, QueueClient, QueueServiceClient, TableClient,
     TableEntity, TableServiceClient,
 };
 
-/// The environment variable holding the test account's connection string.
-pub const CONNECTION_STRING_VAR: &str = "TABLEKIT_TEST_CONNECTION_STRING";
+pub use tablekit::testing::{fresh_table, unique_name, CONNECTION_STRING_VAR};
 
 /// The well-known development key of Azurite and the storage emulator (public).
 const EMULATOR_KEY: &str =
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
 
-static SKIP_BANNER: std::sync::Once = std::sync::Once::new();
-
-/// Says once per test binary that the Azurite half did not run, on stderr
-/// itself: libtest captures `eprintln!` and shows it only for failing tests,
-/// so a green run would otherwise hide that half the cases checked nothing.
-fn azurite_skipped_banner() {
-    use std::io::Write;
-    SKIP_BANNER.call_once(|| {
-        let line = "=".repeat(78);
-        let _ = writeln!(
-            std::io::stderr(),
-            "\n{line}\n  AZURITE PATTERN CASES SKIPPED: {CONNECTION_STRING_VAR} is not set (and CI is \
-             not true).\n  Every `::azurite` test of this binary passed without checking anything. \
-             Run\n  scripts/test.sh, or eval \"$(bash scripts/azurite.sh start)\" first.\n{line}\n"
-        );
-    });
-}
-
-/// The service the tests run against: Azurite (or any loopback emulator) named
-/// by `TABLEKIT_TEST_CONNECTION_STRING`. Without it: a panic when `CI=true`,
-/// otherwise `None` after a note on stderr, and the test returns early.
+/// The Table service of Azurite (or any loopback emulator) named by
+/// `TABLEKIT_TEST_CONNECTION_STRING`. Without it: a panic when `CI=true`,
+/// otherwise `None` after the harness's banner, and the test returns early.
 pub fn service() -> Option<TableServiceClient> {
-    let conn = match std::env::var(CONNECTION_STRING_VAR) {
-        Ok(s) if !s.trim().is_empty() => s,
-        _ => {
-            if std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true")) {
-                panic!(
-                    "{CONNECTION_STRING_VAR} is not set but CI=true: the pattern tests need \
-                     Azurite (eval \"$(bash scripts/azurite.sh start)\")"
-                );
-            }
-            azurite_skipped_banner();
-            return None;
-        }
-    };
-    assert!(
-        conn.contains("127.0.0.1")
-            || conn.contains("localhost")
-            || conn.contains("[::1]")
-            || conn.contains("UseDevelopmentStorage=true"),
-        "{CONNECTION_STRING_VAR} must point at a loopback emulator"
-    );
-    Some(TableServiceClient::from_connection_string(&conn).expect("valid connection string"))
+    Some(TestEnv::azurite()?.tables().clone())
 }
 
 /// A second client of the same account: the "other writer" of the concurrency
-/// tests. Over HTTP it is an independent client (its own connections); on the
-/// embedded backend, a clone sharing the store, which is what another
-/// process's client would see.
+/// tests. Over HTTP it is an independent client of Azurite (its own
+/// connections, as `TestEnv::second_tables`); on the embedded backend, a clone
+/// sharing the store, which is what another process's client would see.
 pub fn second_service(svc: &TableServiceClient) -> TableServiceClient {
     if svc.is_embedded() {
         return svc.clone();
     }
-    let conn = std::env::var(CONNECTION_STRING_VAR).expect("service() succeeded before");
-    TableServiceClient::from_connection_string(&conn).expect("valid connection string")
+    TestEnv::azurite()
+        .expect("a client over HTTP is Azurite's")
+        .second_tables()
 }
-
-/// The conformance harness: turns each `async fn case(svc:
-/// TableServiceClient)` into three tests, one per backend a user can pick:
-/// `case::azurite` (skipped without an emulator, a failure with `CI=true`),
-/// `case::embedded` (the in-memory store) and `case::embedded_file` (the durable
-/// store in a scratch file). `case [flavor = "multi_thread"]` passes the
-/// runtime flavour on to `#[tokio::test]`.
-#[allow(unused_macros)] // request_counts counts HTTP requests: Azurite only.
-macro_rules! on_both {
-    ($($case:ident $([$($flavor:tt)*])?),* $(,)?) => {$(
-        mod $case {
-            #[tokio::test$(($($flavor)*))?]
-            async fn azurite() {
-                if let Some(svc) = crate::common::service() {
-                    super::$case(svc).await
-                }
-            }
-
-            #[tokio::test$(($($flavor)*))?]
-            async fn embedded() {
-                super::$case(::tablekit::TableServiceClient::embedded()).await
-            }
-
-            #[tokio::test$(($($flavor)*))?]
-            async fn embedded_file() {
-                let dir = crate::common::ScratchDir::new();
-                super::$case(crate::common::file_service(&dir)).await
-            }
-        }
-    )*};
-}
-#[allow(unused_imports)]
-pub(crate) use on_both;
 
 /// The table, queue and blob services of one backend, and how time passes
 /// on it: the patterns that run through a queue worker take these.
@@ -126,101 +58,28 @@ pub struct Services {
     pub visibility: Duration,
 }
 
+impl Services {
+    /// The services of a case's backend (sharing its stores and clock).
+    pub fn of(env: &TestEnv) -> Services {
+        Services {
+            tables: env.tables().clone(),
+            queues: env.queues().clone(),
+            blobs: env.blobs().clone(),
+            clock: env.clock().cloned(),
+            visibility: env.visibility_timeout(),
+        }
+    }
+}
+
 /// The services of Azurite, or `None` (a failure with `CI=true`) without it.
 pub fn azurite_services() -> Option<Services> {
-    let tables = service()?;
-    let conn = std::env::var(CONNECTION_STRING_VAR).expect("service() found it");
-    Some(Services {
-        tables,
-        queues: QueueServiceClient::from_connection_string(&conn).expect("valid connection string"),
-        blobs: BlobServiceClient::from_connection_string(&conn).expect("valid connection string"),
-        clock: None,
-        visibility: Duration::from_secs(2),
-    })
+    Some(Services::of(&TestEnv::azurite()?))
 }
 
-/// A scratch folder for the durable store's files, removed when dropped
-/// (after the clients using it, which the case owns and drops first).
-pub struct ScratchDir(std::path::PathBuf);
-
-impl ScratchDir {
-    pub fn new() -> Self {
-        let dir = std::env::temp_dir().join(unique_name("tablekit-pattern-"));
-        std::fs::create_dir_all(&dir).expect("create a scratch folder");
-        ScratchDir(dir)
-    }
-
-    pub fn file(&self, name: &str) -> std::path::PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for ScratchDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// The Table service of the durable embedded store, in a file of `dir`.
-pub fn file_service(dir: &ScratchDir) -> TableServiceClient {
-    TableServiceClient::embedded_at(dir.file("tables.redb")).expect("open the store file")
-}
-
-/// The services of the durable embedded store, in files of `dir`, the
-/// queues on a manual clock.
-pub fn file_services(dir: &ScratchDir) -> Services {
-    let clock = ManualClock::starting_now();
-    Services {
-        tables: file_service(dir),
-        queues: QueueServiceClient::embedded_at_with_clock(dir.file("queues.redb"), clock.clone())
-            .expect("open the queue file"),
-        blobs: BlobServiceClient::embedded_at(dir.file("blobs.redb")).expect("open the blob file"),
-        clock: Some(clock),
-        visibility: Duration::from_secs(30),
-    }
-}
-
-/// The services of the embedded store, on one manual clock.
+/// The services of the embedded store in memory, on one manual clock.
 pub fn embedded_services() -> Services {
-    let clock = ManualClock::starting_now();
-    Services {
-        tables: TableServiceClient::embedded(),
-        queues: QueueServiceClient::embedded_with_clock(clock.clone()),
-        blobs: BlobServiceClient::embedded(),
-        clock: Some(clock),
-        visibility: Duration::from_secs(30),
-    }
+    Services::of(&TestEnv::memory())
 }
-
-/// Turns each `async fn case(s: Services)` into `case::azurite`,
-/// `case::embedded` and `case::embedded_file` (as [`on_both!`]), on a two-thread
-/// runtime.
-#[allow(unused_macros)]
-macro_rules! on_both_services {
-    ($($case:ident),* $(,)?) => {$(
-        mod $case {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn azurite() {
-                if let Some(s) = crate::common::azurite_services() {
-                    super::$case(s).await
-                }
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn embedded() {
-                super::$case(crate::common::embedded_services()).await
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn embedded_file() {
-                let dir = crate::common::ScratchDir::new();
-                super::$case(crate::common::file_services(&dir)).await
-            }
-        }
-    )*};
-}
-#[allow(unused_imports)]
-pub(crate) use on_both_services;
 
 /// A client for an account at a closed loopback port (the discard port 9), with
 /// no retries: anything that reaches the network fails with a transport error,
@@ -234,21 +93,6 @@ pub fn offline_service() -> TableServiceClient {
     let mut options = ClientOptions::default();
     options.http.retry = RetryPolicy::none();
     TableServiceClient::with_options(account, options).expect("client builds")
-}
-
-/// `prefix` followed by 12 hex characters of a v4 UUID.
-pub fn unique_name(prefix: &str) -> String {
-    let id = uuid::Uuid::new_v4().simple().to_string();
-    format!("{prefix}{}", &id[..12])
-}
-
-/// Creates a table with a unique name, so tests can run in parallel.
-pub async fn fresh_table<T: TableEntity>(svc: &TableServiceClient, prefix: &str) -> TableClient<T> {
-    let table = svc
-        .table::<T>(&unique_name(prefix))
-        .expect("valid table name");
-    table.create_table().await.expect("create the test table");
-    table
 }
 
 /// Creates a work queue with a unique name and its poison queue

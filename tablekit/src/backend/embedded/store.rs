@@ -393,7 +393,7 @@ impl Table {
             let (pk, rk) = (&key.partition_key, &key.row_key);
             // Held from this read to the end of the commit (see `Durable::write`).
             let partition = file.lock_partition(self.id, pk).await;
-            let current = file.snapshot(self.id)?.get(pk, rk)?;
+            let current = file.snapshot(self.id, &self.name)?.get(pk, rk)?;
             let change = decide(current.as_ref(), kind, entity)?;
             let stored = versioned(change, &store.clock);
             let put = Put {
@@ -433,7 +433,7 @@ impl Table {
         #[cfg(feature = "durable")]
         if let Some(file) = &store.durable {
             let found = file
-                .snapshot(self.id)?
+                .snapshot(self.id, &self.name)?
                 .get(&key.partition_key, &key.row_key)?;
             return Ok(found.map(Arc::new));
         }
@@ -544,7 +544,7 @@ impl Table {
             let partition = file.lock_partition(self.id, pk).await;
             let mut changes = Vec::with_capacity(ops.len());
             {
-                let snapshot = file.snapshot(self.id)?;
+                let snapshot = file.snapshot(self.id, &self.name)?;
                 for (i, (op, entity)) in ops.iter_mut().zip(entities).enumerate() {
                     let rk = std::mem::take(&mut op.key.row_key);
                     let current = snapshot.get(pk, &rk)?;
@@ -611,7 +611,7 @@ impl Table {
         let (lo, hi) = partition_bounds(filter);
         #[cfg(feature = "durable")]
         if let Some(file) = &store.durable {
-            return file_query(file, self.id, filter, top, (lo, hi), from);
+            return file_query(file, (self.id, &self.name), filter, top, (lo, hi), from);
         }
         let (entities, next) = self.memory_query(filter, top, (lo, hi), from);
         Ok((Page::Shared(entities), next))
@@ -673,7 +673,7 @@ impl Table {
 #[cfg(feature = "durable")]
 fn file_query(
     file: &Durable,
-    id: u64,
+    (id, name): (u64, &str),
     filter: Option<&Expr>,
     top: usize,
     (lo, hi): (Bound<Key>, Bound<Key>),
@@ -695,36 +695,44 @@ fn file_query(
         Bound::Included(k) | Bound::Excluded(k) => Some(partition_range(&k.0).1),
         Bound::Unbounded => None,
     };
-    let mut rows = super::durable::rows::Rows::default();
+    let snapshot = file.snapshot(id, name)?;
+    let mut rows = super::durable::rows::Rows::new(snapshot.origin());
     if end.as_ref().is_some_and(|e| &start >= e) {
         return Ok((Page::Records(rows), None));
     }
     let keys_only = filter.is_none_or(names_only_keys);
-    let unreadable = || super::durable::read_error("an entity key is unreadable");
+    let unreadable = || {
+        super::durable::read_error(format_args!(
+            "{}: an entity key is unreadable",
+            snapshot.origin()
+        ))
+    };
     let mut next = None;
-    file.snapshot(id)?
-        .scan(&start, end.as_deref(), |key, value| {
-            if rows.len() == top {
-                let (pk, rk) = decode_entity_key(key).ok_or_else(unreadable)?;
-                next = Some(Continuation {
-                    next_partition_key: pk,
-                    next_row_key: Some(rk),
-                });
-                return Ok(false);
+    snapshot.scan(&start, end.as_deref(), |key, value| {
+        if rows.len() == top {
+            let (pk, rk) = decode_entity_key(key).ok_or_else(unreadable)?;
+            next = Some(Continuation {
+                next_partition_key: pk,
+                next_row_key: Some(rk),
+            });
+            return Ok(false);
+        }
+        let keep = match filter {
+            None => true,
+            Some(f) if keys_only => {
+                let (pk, rk) = split_entity_key(key).ok_or_else(unreadable)?;
+                matches(f, &DynamicEntity::new(pk, rk))
             }
-            let keep = match filter {
-                None => true,
-                Some(f) if keys_only => {
-                    let (pk, rk) = split_entity_key(key).ok_or_else(unreadable)?;
-                    matches(f, &DynamicEntity::new(pk, rk))
-                }
-                Some(f) => matches(f, &super::durable::decode_row(key, value)?.entity),
-            };
-            if keep {
-                super::durable::push_row(&mut rows, key, value)?;
-            }
-            Ok(true)
-        })?;
+            Some(f) => matches(
+                f,
+                &super::durable::decode_row_of(&snapshot, key, value)?.entity,
+            ),
+        };
+        if keep {
+            super::durable::push_row(&snapshot, &mut rows, key, value)?;
+        }
+        Ok(true)
+    })?;
     Ok((Page::Records(rows), next))
 }
 

@@ -14,83 +14,11 @@ use lex::{arithmetic, describe, is_arithmetic, is_reserved, Tok, Token};
 const MAX_DEPTH: usize = 100;
 
 /// Parses the text of an OData `$filter` into an [`Expr`]: the subset of OData
-/// v3 that the Table service accepts.
-///
-/// The text [`Expr`]'s `Display` prints parses back to the same tree. Errors
-/// are a [`ParseError`] (byte offset and reason), which converts into
-/// [`crate::Error`] with `?`.
-///
-/// # Grammar
-///
-/// ```text
-/// filter     := or END
-/// or         := and ("or" and)*                      left-associative
-/// and        := unary ("and" unary)*                 left-associative
-/// unary      := "not" operand | primary
-/// operand    := "(" or ")" | "not" operand | Property          (Property alone: `Property eq true`)
-/// primary    := "(" or ")" | side op side | Property           (exactly one side a Property)
-/// side       := Property | literal
-/// op         := "eq" | "ne" | "gt" | "ge" | "lt" | "le"
-/// Property   := [A-Za-z_][A-Za-z0-9_]*  (not a reserved word)
-/// ```
-///
-/// * Keywords, operators and literal prefixes are case-sensitive, as on the
-///   service: `EQ`, `And` or `DateTime'…'` are refused.
-/// * Any amount of ASCII whitespace may stand between tokens. The text is the
-///   decoded `$filter` value: percent-decoding is the caller's (the URL layer's) job.
-/// * `Literal op Property` is normalised to property-first with
-///   [`CmpOp::flipped`]: `5 lt Age` reads as `Age gt 5`.
-/// * A Boolean property on its own is a condition: `Active` reads as
-///   `Active eq true`, and `not Active` as `not (Active eq true)`.
-/// * In OData `not` binds tighter than the comparisons, so `not Active eq true`
-///   would mean `(not Active) eq true`, a comparison of an expression, which the
-///   service does not support. `not` therefore takes a parenthesised expression, a
-///   Boolean property or another `not`; `not A eq 1` is refused with a hint to
-///   write `not (A eq 1)`, which is also how [`Expr`]'s printer writes it.
-/// * Reserved words (`and`, `or`, `not`, the six operators, `true`, `false`,
-///   `null` and the arithmetic operators `add`, `sub`, `mul`, `div`, `mod`) are never
-///   property names here.
-/// * The parser does not enforce the service's limit of 15 comparisons: check
-///   [`Expr::comparisons`].
-///
-/// # Literals
-///
-/// | Text | Value |
-/// |---|---|
-/// | `'O''Brien'` (a quote inside is doubled) | `Edm.String` |
-/// | `123`, `-5` (must fit 32 bits) | `Edm.Int32` |
-/// | `123L`, `123l` | `Edm.Int64` |
-/// | `2.0`, `1e300`, `1.5E-7`, `2d`, `2.5D` | `Edm.Double` (finite) |
-/// | `true`, `false` | `Edm.Boolean` |
-/// | `datetime'2009-05-01T00:00:00Z'` | `Edm.DateTime` (any RFC 3339 form; no zone means UTC) |
-/// | `guid'01234567-89ab-cdef-0123-456789abcdef'` | `Edm.Guid` (hyphenated form only) |
-/// | `X'01ff'`, `binary'01FF'` | `Edm.Binary` (an even number of hex digits) |
-///
-/// An integer without suffix that does not fit in 32 bits is **refused**, as the
-/// service refuses it (`Unrecognized 'Edm.Int32' literal`): write `3000000000L`.
-/// `Edm.Decimal` (`1m`) and `Edm.Single` (`1f`) literals, `null`, `NaN` and `INF`
-/// are refused too: the service stores none of them.
-///
-/// # Example
-///
-/// ```
-/// use tablekit::filter::{parse, CmpOp, Expr};
-///
-/// let e = parse("PartitionKey eq 'Sales' and RowKey ge 'empid_000100'")?;
-/// assert_eq!(
-///     e,
-///     Expr::cmp("PartitionKey", CmpOp::Eq, "Sales")
-///         .and(Expr::cmp("RowKey", CmpOp::Ge, "empid_000100"))
-/// );
-/// // A literal on the left is moved to the right.
-/// assert_eq!(parse("5 lt Age")?, Expr::cmp("Age", CmpOp::Gt, 5));
-/// assert_eq!(parse(&e.to_string())?, e);
-///
-/// let err = parse("startswith(RowKey, 'a')").unwrap_err();
-/// assert_eq!(err.offset(), 0);
-/// # Ok::<(), tablekit::filter::ParseError>(())
-/// ```
-pub fn parse(text: &str) -> Result<Expr, ParseError> {
+/// v3 that the Table service accepts. The grammar and the literals are in the
+/// docs of `Filter::parse`, its public form. The text [`Expr`]'s `Display`
+/// prints parses back to the same tree; the 15-comparison limit is not checked
+/// here ([`Expr::comparisons`]).
+pub(crate) fn parse(text: &str) -> Result<Expr, ParseError> {
     let mut p = Parser {
         text,
         pos: 0,

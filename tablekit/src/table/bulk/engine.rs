@@ -193,7 +193,10 @@ impl<'a, T: TableEntity + Send + 'static> Engine<'a, T> {
             if nothing_left && sending.is_empty() {
                 break;
             }
-            let want_input = !input_done && fatal.is_none() && self.buffered < self.settings.buffer;
+            let want_input = !input_done
+                && fatal.is_none()
+                && self.buffered < self.settings.buffer
+                && !self.enough_ready();
             let wake = poll_fn(|cx| {
                 if let Poll::Ready(Some(done)) = sending.poll_next_unpin(cx) {
                     return Poll::Ready(Wake::Done(Box::new(done)));
@@ -239,6 +242,21 @@ impl<'a, T: TableEntity + Send + 'static> Engine<'a, T> {
         }
         flushed?;
         Ok(self.snapshot())
+    }
+
+    /// Whether reading further ahead can wait: without rate limits (a
+    /// store that never throttles), once there are transactions ready for
+    /// every slot of `in_flight`, reading on would only hold more entities
+    /// in memory. Open transactions (those still growing) are not ready, so
+    /// input interleaved over many partitions is still read up to `buffer`
+    /// to grow them; sorted input stops at about `in_flight` transactions
+    /// ahead. With rate limits a ready partition may wait for its limit
+    /// while another further on could go, so the input is read up to
+    /// `buffer` as before.
+    fn enough_ready(&self) -> bool {
+        let unlimited =
+            self.settings.partition_rate.is_infinite() && self.settings.account_rate.is_infinite();
+        unlimited && self.runnable.len() >= self.settings.in_flight
     }
 
     fn snapshot(&self) -> BulkProgress {

@@ -153,10 +153,9 @@ impl fmt::Display for TableRef {
     }
 }
 
-/// A test hook run with the attempt number before each transaction of a
-/// plan (see [`Plan::before_send`]): an error fails the plan there.
-#[doc(hidden)]
-pub type SendHook =
+/// A hook run with the attempt number before each transaction of a plan
+/// (see [`Plan::before_send`]): an error fails the plan there.
+type SendHook =
     Arc<dyn Fn(usize) -> Pin<Box<dyn Future<Output = Result<()>> + Send>> + Send + Sync>;
 
 /// Works out writes from an entity as read (`None`: there is none).
@@ -466,23 +465,18 @@ impl<'a> Plan<'a> {
     }
 
     /// Runs `hook` with the attempt number (1 first) after the plan's reads
-    /// and before its transaction, and waits for it: the place where a test
-    /// lets another writer in. An error it returns fails the plan there.
-    /// Not part of the stable API.
-    #[doc(hidden)]
+    /// and before its transaction, and waits for it: for tracing retries,
+    /// and in tests the place where another writer is let in (the attempt
+    /// then fails its condition and the plan is worked out again, up to
+    /// [`MAX_ATTEMPTS`]). An error it returns fails the plan there, before
+    /// the transaction is sent. The hooks of tablekit-patterns' `step_hook`s
+    /// are this one.
     pub fn before_send<F, Fut>(mut self, hook: F) -> Self
     where
         F: Fn(usize) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<()>> + Send + 'static,
     {
         self.before_send = Some(Arc::new(move |attempt| Box::pin(hook(attempt))));
-        self
-    }
-
-    /// [`before_send`](Self::before_send) with a hook already shared.
-    #[doc(hidden)]
-    pub fn before_send_shared(mut self, hook: SendHook) -> Self {
-        self.before_send = Some(hook);
         self
     }
 

@@ -64,6 +64,9 @@ pub(crate) struct LazySync<B> {
     inner: B,
     /// Whether the open runs (syncs are deferred while it does).
     opening: Arc<AtomicBool>,
+    /// The bytes the open read last (offset, length), which is the page a
+    /// failed integrity check stopped at (see [`Opening::last_read`]).
+    last_read: Arc<Mutex<Option<(u64, u64)>>>,
     /// Whether a deferred sync waits to be performed.
     pending: AtomicBool,
     /// Held while a deferred sync is performed, so a write racing it waits
@@ -73,7 +76,18 @@ pub(crate) struct LazySync<B> {
 
 /// While this lives, the [`LazySync`] it came with defers its syncs; dropped
 /// when the open returns.
-pub(crate) struct Opening(Arc<AtomicBool>);
+pub(crate) struct Opening(Arc<AtomicBool>, Arc<Mutex<Option<(u64, u64)>>>);
+
+impl Opening {
+    /// The bytes of the file the open read last: their offset and length.
+    /// redb's integrity check reads each page of the committed trees and
+    /// stops at the first whose checksum (or whose structure) is wrong, so
+    /// after a check that failed this is the damaged page (or the header,
+    /// if that is what failed).
+    pub(crate) fn last_read(&self) -> Option<(u64, u64)> {
+        *self.1.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
 
 impl Drop for Opening {
     fn drop(&mut self) {
@@ -85,13 +99,15 @@ impl<B: StorageBackend> LazySync<B> {
     /// `inner`, with its syncs deferred until the [`Opening`] is dropped.
     pub(crate) fn new(inner: B) -> (LazySync<B>, Opening) {
         let opening = Arc::new(AtomicBool::new(true));
+        let last_read = Arc::new(Mutex::new(None));
         let lazy = LazySync {
             inner,
             opening: opening.clone(),
+            last_read: last_read.clone(),
             pending: AtomicBool::new(false),
             performing: Mutex::new(()),
         };
-        (lazy, Opening(opening))
+        (lazy, Opening(opening, last_read))
     }
 
     /// Performs the deferred sync, if any, before a change to the file.
@@ -113,6 +129,10 @@ impl<B: StorageBackend> StorageBackend for LazySync<B> {
     }
 
     fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
+        if self.opening.load(Ordering::Relaxed) {
+            *self.last_read.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some((offset, out.len() as u64));
+        }
         self.inner.read(offset, out)
     }
 

@@ -218,7 +218,7 @@ fn the_open_of_a_store_file_waits_for_no_fsync_and_the_first_write_pays_it() {
     assert!(open_log.contains(&Event::AskedSync), "{open_log:?}");
     assert!(!open_log.contains(&Event::Sync), "{open_log:?}");
     // Reads change nothing and sync nothing.
-    let snap = d.snapshot(id).unwrap();
+    let snap = d.snapshot(id, "T").unwrap();
     assert!(snap.get("p", "r0001").unwrap().is_some());
     drop(snap);
     assert!(disk.take_log().iter().all(|e| !matches!(e, Event::Sync)));
@@ -245,7 +245,12 @@ fn a_session_that_only_reads_syncs_only_at_its_close() {
     let id = closed_store(&disk, 2);
     disk.take_log();
     let d = open_sim(&disk, false);
-    assert!(d.snapshot(id).unwrap().get("p", "r0000").unwrap().is_some());
+    assert!(d
+        .snapshot(id, "T")
+        .unwrap()
+        .get("p", "r0000")
+        .unwrap()
+        .is_some());
     assert!(!disk.take_log().contains(&Event::Sync));
     drop(d);
     // redb's close flushes and writes its header; the deferred sync is
@@ -316,7 +321,12 @@ fn a_crash_at_any_point_of_a_session_keeps_every_acknowledged_write() {
 
     // The session: a reopen (its sync deferred), reads, five writes.
     let d = open_sim(&disk, false);
-    assert!(d.snapshot(id).unwrap().get("p", "r0002").unwrap().is_some());
+    assert!(d
+        .snapshot(id, "T")
+        .unwrap()
+        .get("p", "r0002")
+        .unwrap()
+        .is_some());
     for i in 3..8 {
         put_acked(&d, &disk, id, i);
     }

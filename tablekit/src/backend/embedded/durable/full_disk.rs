@@ -320,7 +320,7 @@ fn writes_arriving_during_a_commit_share_the_next_and_wait_for_its_fsync() {
     );
     let mut rows = Vec::new();
     durable
-        .snapshot(id)
+        .snapshot(id, "T")
         .unwrap()
         .scan(&[], None, |k, v| {
             rows.push(decode_row(k, v)?.entity.row_key);
@@ -443,7 +443,7 @@ pub(crate) fn entities(durable: &Durable, loaded: &Loaded) -> Vec<(String, Store
     let mut out = Vec::new();
     for t in &loaded.tables {
         durable
-            .snapshot(t.id)
+            .snapshot(t.id, &t.name)
             .unwrap()
             .scan(&[], None, |k, v| {
                 out.push((t.name.clone(), decode_row(k, v)?));

@@ -111,7 +111,7 @@ fn concurrent_writers_on_a_current_thread_runtime_share_commits() {
     );
     // The first commit held one write or more; the rest waited for one more.
     assert!(commits <= 2, "{commits}");
-    let snapshot = file(&b).snapshot(1).unwrap();
+    let snapshot = file(&b).snapshot(1, "T").unwrap();
     for w in 0..WRITERS {
         assert!(snapshot.get(&format!("w{w}"), "r").unwrap().is_some());
     }

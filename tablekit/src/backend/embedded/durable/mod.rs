@@ -104,7 +104,13 @@
 //! entities copied in key order into a new tree that replaces the old one,
 //! then the pages moved towards the start and the file cut, with no commit
 //! after the moves, which would grow the file again), and `freed` starts
-//! again from 0. At
+//! again from 0. Files created by this version (and files compacted since)
+//! also keep `meta`'s `live`, the bytes of all their entities (keys and
+//! records, adjusted by each commit); the close compacts too when `live` is
+//! at most half of a file of at least 4 MiB that holds no queue or blob,
+//! whatever freed the rest (updates that shrank entities, sparse pages); a
+//! densely filled file holds its entities in well over half of it (the
+//! `durable_store` bench's `bulk` files are not compacted at their close). At
 //! the close nothing reads or writes, so nothing waits for it but the close
 //! itself (and other opens in this process, which the registry's lock holds
 //! meanwhile). `storage::compact_file` does it on demand. Queue messages and
@@ -137,7 +143,12 @@
 //!   verifies the checksum of every page of the committed trees (redb's
 //!   integrity check), which reads the whole file once, unless the file is
 //!   as its last clean close left it, which the seal written at that close
-//!   tells without reading the file (`seal.rs`). Without the check redb
+//!   tells without reading the file (`seal.rs`). The error names where the
+//!   damage is: the page whose checksum fails (the bytes the check read
+//!   last, recorded by `barrier.rs` while the file opens), or the length of
+//!   a file cut short; redb's error is its source. A record that does not
+//!   decode is named by its table and entity (PartitionKey, RowKey) where a
+//!   read meets it, and by `storage::check_file`. Without the check redb
 //!   trusts a cleanly closed file and panics on a damaged page it later
 //!   reads; with it nothing is caught or unwound, so this holds with
 //!   `panic = "abort"` too.
@@ -201,8 +212,8 @@ mod seal;
 #[cfg(test)]
 mod tests;
 
-use files::FREED;
 pub(crate) use files::{check_file, compact_file, remove_file};
+use files::{FREED, LIVE};
 use group::*;
 use record::{decode, encode};
 
@@ -487,6 +498,8 @@ pub(crate) struct Snapshot {
     /// `None` if the table has no entities yet (its database table is made by
     /// its first write).
     table: Option<redb::ReadOnlyTable<&'static [u8], &'static [u8]>>,
+    /// The table and the file, as errors name them.
+    origin: String,
 }
 
 impl Snapshot {
@@ -496,12 +509,20 @@ impl Snapshot {
             return Ok(None);
         };
         let key = super::key::entity_key(pk, rk);
-        match table.get(key.as_slice()).map_err(read_error)? {
+        let found = table
+            .get(key.as_slice())
+            .map_err(|e| read_failed(&self.origin, Some(&key), e.into()))?;
+        match found {
             Some(v) => decode(pk.to_owned(), rk.to_owned(), v.value())
                 .map(Some)
-                .map_err(read_error),
+                .map_err(|what| read_error(format_args!("{}: {what}", self.origin))),
             None => Ok(None),
         }
+    }
+
+    /// How errors name this snapshot's table and file.
+    pub(crate) fn origin(&self) -> &str {
+        &self.origin
     }
 
     /// Calls `each` with the (PartitionKey, RowKey, entity bytes) of every
@@ -519,34 +540,70 @@ impl Snapshot {
         let end = end.map_or(Bound::Unbounded, Bound::Excluded);
         let range = table
             .range::<&[u8]>((Bound::Included(start), end))
-            .map_err(read_error)?;
+            .map_err(|e| read_failed(&self.origin, Some(start), e.into()))?;
+        // The key of the last row read, to say where a failed read was.
+        let mut last: Vec<u8> = start.to_vec();
         for row in range {
-            let (k, v) = row.map_err(read_error)?;
+            let (k, v) = row.map_err(|e| read_failed(&self.origin, Some(&last), e.into()))?;
             if !each(k.value(), v.value())? {
                 break;
             }
+            last.clear();
+            last.extend_from_slice(k.value());
         }
         Ok(())
     }
 }
 
+/// A read of `origin` (a table of a file) failed in redb, at or after the
+/// on-disk key `at` if known: the entity it names, and redb's error as the
+/// source.
+fn read_failed(origin: &str, at: Option<&[u8]>, e: redb::Error) -> Error {
+    let near = at
+        .and_then(super::key::decode_entity_key)
+        .map(|(pk, rk)| format!(" at or after the entity ({pk:?}, {rk:?})"))
+        .unwrap_or_default();
+    let what = match &e {
+        redb::Error::Corrupted(_) => "it is damaged",
+        _ => "redb failed",
+    };
+    read_error(format_args!("{origin}{near}: {what} ({e})")).with_cause(e)
+}
+
 /// The entity of an on-disk key and value, read.
+#[cfg(test)]
 pub(crate) fn decode_row(key: &[u8], value: &[u8]) -> Result<StoredEntity> {
     let (pk, rk) = super::key::decode_entity_key(key)
         .ok_or_else(|| read_error("an entity key is unreadable"))?;
     decode(pk, rk, value).map_err(read_error)
 }
 
+/// [`decode_row`] of a row of `snapshot`: an error names its table and file.
+pub(crate) fn decode_row_of(snapshot: &Snapshot, key: &[u8], value: &[u8]) -> Result<StoredEntity> {
+    let (pk, rk) = super::key::decode_entity_key(key).ok_or_else(|| {
+        read_error(format_args!(
+            "{}: an entity key is unreadable",
+            snapshot.origin
+        ))
+    })?;
+    decode(pk, rk, value).map_err(|what| read_error(format_args!("{}: {what}", snapshot.origin)))
+}
+
 /// Adds the entity of an on-disk key and record to a page's `rows`, in the
 /// binary form (a format 2 record is converted). A binary record is copied
 /// as it is: the page's decode (`rows::fill`) reads it whole, once, and
 /// reports damage there.
-pub(crate) fn push_row(rows: &mut rows::Rows, key: &[u8], record: &[u8]) -> Result<()> {
+pub(crate) fn push_row(
+    snapshot: &Snapshot,
+    rows: &mut rows::Rows,
+    key: &[u8],
+    record: &[u8],
+) -> Result<()> {
     if record.first() == Some(&rows::BINARY) {
         rows.push(key, record);
     } else {
         // Format 2's JSON, or damage (which this decode reports).
-        let e = decode_row(key, record)?;
+        let e = decode_row_of(snapshot, key, record)?;
         let mut binary = Vec::new();
         encode(&e, &mut binary);
         rows.push(key, &binary);
@@ -655,47 +712,106 @@ fn open_db(path: &Path, options: &FileOptions, trust_seal: bool) -> Result<(Data
         .truncate(false)
         .open(path)
         .map_err(DatabaseError::from);
-    let opened = file
-        .and_then(FileBackend::new)
-        .and_then(|backend| open_backend(backend, options, check_whole));
-    opened.map(|db| (db, check_whole)).map_err(|e| match e {
-        DatabaseError::DatabaseAlreadyOpen => open_error(
-            path,
-            "it is in use by another open store (in this or another process)",
-        ),
-        DatabaseError::UpgradeRequired(v) => open_error(
-            path,
-            format!(
-                "it has redb file format {v} (written by a tablekit built on redb 2.x), which this build (redb 4, file format 3) cannot read"
-            ),
-        ),
-        DatabaseError::Storage(StorageError::Corrupted(what)) => {
-            open_error(path, format_args!("it is damaged: {what}"))
+    let mut last_read = None;
+    let opened = file.and_then(FileBackend::new).and_then(|backend| {
+        let (opened, read) = open_backend(backend, options, check_whole);
+        last_read = read;
+        opened
+    });
+    opened
+        .map(|db| (db, check_whole))
+        .map_err(|e| open_db_error(path, e, last_read))
+}
+
+/// The error of a failed open of the database at `path`, naming the damage
+/// and where it was found: `last_read` is the bytes the open read last (the
+/// page redb's integrity check stopped at, see `barrier::Opening::last_read`).
+/// redb's own error is its source.
+fn open_db_error(path: &Path, e: DatabaseError, last_read: Option<(u64, u64)>) -> Error {
+    let len = std::fs::metadata(path).map_or(0, |m| m.len());
+    let message = match &e {
+        DatabaseError::DatabaseAlreadyOpen => {
+            return open_error(
+                path,
+                "it is in use by another open store (in this or another process)",
+            )
         }
-        DatabaseError::Storage(StorageError::Io(e))
-            if e.kind() == std::io::ErrorKind::UnexpectedEof =>
+        DatabaseError::UpgradeRequired(v) => {
+            return open_error(
+                path,
+                format!(
+                    "it has redb file format {v} (written by a tablekit built on redb 2.x), which this build (redb 4, file format 3) cannot read"
+                ),
+            )
+        }
+        DatabaseError::Storage(StorageError::Corrupted(what)) if what.contains("truncated") => {
+            format!("it is damaged: it is cut short ({len} bytes, fewer than its header records) (redb: {what})")
+        }
+        DatabaseError::Storage(StorageError::Corrupted(what)) => format!(
+            "it is damaged: {} (redb: {what})",
+            where_damaged(last_read, len)
+        ),
+        DatabaseError::Storage(StorageError::Io(io))
+            if io.kind() == std::io::ErrorKind::UnexpectedEof =>
         {
-            open_error(path, "it is damaged: it ends inside its header (truncated)")
+            match last_read {
+                Some((at, n)) if at >= PAGE => format!(
+                    "it is damaged: it is cut short ({len} bytes): {} lies past its end",
+                    page_at(at, n)
+                ),
+                _ => format!("it is damaged: it ends inside its header (truncated to {len} bytes)"),
+            }
         }
-        other => open_error(path, other),
-    })
+        other => other.to_string(),
+    };
+    open_error(path, message).with_cause(e)
+}
+
+/// The size of a page of the file (redb's default, which the store uses).
+const PAGE: u64 = 4096;
+
+/// The bytes `at..at + n` of a store file, named as a page.
+fn page_at(at: u64, n: u64) -> String {
+    if n == PAGE && at.is_multiple_of(PAGE) {
+        format!("page {} (bytes {at}..{})", at / PAGE, at + n)
+    } else {
+        format!("the page at bytes {at}..{}", at + n)
+    }
+}
+
+/// Where redb's integrity check found a file of `len` bytes damaged, from
+/// the bytes it read last.
+fn where_damaged(last_read: Option<(u64, u64)>, len: u64) -> String {
+    match last_read {
+        Some((at, _)) if at < PAGE => "its header (page 0) fails its checks".to_owned(),
+        Some((at, n)) if at + n > len => format!(
+            "it is cut short ({len} bytes): {} lies past its end",
+            page_at(at, n)
+        ),
+        Some((at, n)) => format!("{} fails its checksum", page_at(at, n)),
+        None => "redb's integrity check fails".to_owned(),
+    }
 }
 
 /// Opens (or creates) the redb database on `backend`, checking every page if
 /// `check_whole`; the open's `fsync` is deferred to the first write after it
-/// (`barrier.rs`).
+/// (`barrier.rs`). Also the bytes of the file the open read last.
 fn open_backend(
     backend: impl redb::StorageBackend,
     options: &FileOptions,
     check_whole: bool,
-) -> std::result::Result<Database, DatabaseError> {
+) -> (
+    std::result::Result<Database, DatabaseError>,
+    Option<(u64, u64)>,
+) {
     let (backend, opening) = barrier::LazySync::new(backend);
     let opened = Database::builder()
         .set_cache_size(options.cache_bytes)
         .set_check_integrity_on_open(check_whole)
         .create_with_backend(backend);
+    let last_read = opening.last_read();
     drop(opening);
-    opened
+    (opened, last_read)
 }
 
 /// Writes the format version into a new file; refuses a file of another
@@ -742,6 +858,7 @@ fn check_format(db: &Database, path: &Path) -> Result<()> {
                 meta.insert("format", FORMAT_VERSION)
                     .map_err(|e| fail(&e))?;
                 meta.insert("next_table", 1).map_err(|e| fail(&e))?;
+                meta.insert(LIVE, 0).map_err(|e| fail(&e))?;
             }
         }
     }
@@ -825,15 +942,41 @@ impl Durable {
         }
     }
 
-    /// The entities of table `id` as of the last commit.
-    pub(crate) fn snapshot(&self, id: u64) -> Result<Snapshot> {
-        let txn = self.claim.db().begin_read().map_err(read_error)?;
-        let name = entities_name(id);
-        match txn.open_table(entities_def(&name)) {
-            Ok(table) => Ok(Snapshot { table: Some(table) }),
-            Err(redb::TableError::TableDoesNotExist(_)) => Ok(Snapshot { table: None }),
-            Err(e) => Err(read_error(e)),
+    /// The entities of table `id` (named `name`, for errors) as of the last
+    /// commit.
+    pub(crate) fn snapshot(&self, id: u64, name: &str) -> Result<Snapshot> {
+        let in_table = |e: redb::Error| self.read_error_in(name, None, e);
+        let txn = self
+            .claim
+            .db()
+            .begin_read()
+            .map_err(|e| in_table(e.into()))?;
+        let entities = entities_name(id);
+        match txn.open_table(entities_def(&entities)) {
+            Ok(table) => Ok(Snapshot {
+                table: Some(table),
+                origin: self.origin(name),
+            }),
+            Err(redb::TableError::TableDoesNotExist(_)) => Ok(Snapshot {
+                table: None,
+                origin: self.origin(name),
+            }),
+            Err(e) => Err(in_table(e.into())),
         }
+    }
+
+    /// How errors name table `name` of this file.
+    fn origin(&self, name: &str) -> String {
+        format!(
+            "table {name} of the embedded store file {}",
+            self.claim.path().display()
+        )
+    }
+
+    /// A read of table `name` failed in redb (near the entity after `at`,
+    /// an on-disk key, if known); redb's error is the source.
+    fn read_error_in(&self, name: &str, at: Option<&[u8]>, e: redb::Error) -> Error {
+        read_failed(&self.origin(name), at, e)
     }
 
     /// Commits a new table; returns its id.

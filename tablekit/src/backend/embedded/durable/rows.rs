@@ -37,9 +37,36 @@ pub(crate) struct Rows {
     buf: Vec<u8>,
     /// Where each row's key and record end in `buf`.
     ends: Vec<(usize, usize)>,
+    /// The table and file the rows were read from, as errors name them.
+    origin: String,
 }
 
 impl Rows {
+    /// No rows yet, of the table and file `origin` names.
+    pub(crate) fn new(origin: &str) -> Rows {
+        Rows {
+            origin: origin.to_owned(),
+            ..Rows::default()
+        }
+    }
+
+    /// Why row `i` cannot be decoded (`fill` refused it): the entity its key
+    /// names, if the key reads, with the table and file. No value of the
+    /// entity is shown.
+    pub(crate) fn unreadable(&self, i: usize) -> String {
+        let whose = match self.get(i).map(|(k, _)| split_entity_key(k)) {
+            Some(Some((pk, rk))) => format!(
+                "the entity ({pk:?}, {rk:?}) is unreadable: its record is cut short or malformed"
+            ),
+            _ => "an entity key is unreadable".to_owned(),
+        };
+        if self.origin.is_empty() {
+            whose
+        } else {
+            format!("{}: {whose}", self.origin)
+        }
+    }
+
     /// Appends a row: an on-disk key and its binary record.
     pub(crate) fn push(&mut self, key: &[u8], record: &[u8]) {
         self.buf.extend_from_slice(key);

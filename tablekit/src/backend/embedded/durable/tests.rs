@@ -221,6 +221,26 @@ fn damaged_files_are_errors_naming_the_file_never_panics() {
                 assert!(matches!(e.kind(), ErrorKind::Config(_)), "{what}: {e:?}");
                 let message = e.to_string();
                 assert!(message.contains(&shown), "{what}: {message}");
+                // The damage is named where it was found: the page
+                // overwritten, or a file cut short; redb's error is the source.
+                let expected = match what.strip_suffix(" overwritten") {
+                    Some(page) if page != "page 0" => format!("{page} (bytes "),
+                    _ if what.starts_with("cut") && message.contains("it is damaged") => {
+                        let len = bytes.len();
+                        if len < 512 {
+                            format!("truncated to {len} bytes")
+                        } else {
+                            format!("it is cut short ({len} bytes")
+                        }
+                    }
+                    _ => String::new(),
+                };
+                assert!(message.contains(&expected), "{what}: {message}");
+                if message.contains("it is damaged") {
+                    let source = std::error::Error::source(&e)
+                        .unwrap_or_else(|| panic!("{what}: no source: {message}"));
+                    assert!(!source.to_string().is_empty(), "{what}");
+                }
                 assert!(
                     ["it is damaged", "not a tablekit store", "it is empty"]
                         .iter()
@@ -234,6 +254,66 @@ fn damaged_files_are_errors_naming_the_file_never_panics() {
             }
         }
     }
+}
+
+#[test]
+fn a_damaged_record_is_named_by_its_table_and_entity_in_reads_and_the_check() {
+    let file = TempFile::new();
+    sample_store(&file.0);
+    // The record of ("p3", "r0010") in table T2x, cut short: its pages'
+    // checksums are right (redb wrote it), its content is not.
+    let key = crate::backend::embedded::key::entity_key("p3", "r0010");
+    {
+        let db = Database::create(&file.0).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(entities_def(&entities_name(2)))
+            .unwrap()
+            .insert(key.as_slice(), [rows::BINARY, 1, 2].as_slice())
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let shown = file.0.display().to_string();
+    let names_it = |message: &str| {
+        assert!(message.contains("table T2x"), "{message}");
+        assert!(message.contains("(\"p3\", \"r0010\")"), "{message}");
+        assert!(message.contains(&shown), "{message}");
+    };
+    {
+        let (d, _) = Durable::open(&file.0).unwrap();
+        // A point read.
+        let e = d
+            .snapshot(2, "T2x")
+            .unwrap()
+            .get("p3", "r0010")
+            .unwrap_err();
+        names_it(&e.to_string());
+        // A page of a query: the record is kept as it is and decoded by the
+        // reader, whose error names it too.
+        let snapshot = d.snapshot(2, "T2x").unwrap();
+        let mut page = rows::Rows::new(snapshot.origin());
+        snapshot
+            .scan(&key, None, |k, v| {
+                push_row(&snapshot, &mut page, k, v)?;
+                Ok(false)
+            })
+            .unwrap();
+        let mut out: Vec<DynamicEntity> = Vec::new();
+        let e = crate::backend::stored::decode_rows(&page, None, &mut out).unwrap_err();
+        names_it(&e.to_string());
+        let mut spare = crate::backend::stored::Spare::default();
+        let e = crate::backend::stored::decode_row_at::<DynamicEntity>(&page, 0, None, &mut spare)
+            .unwrap_err();
+        names_it(&e.to_string());
+    }
+    // The offline check.
+    let e = check_file(&file.0).unwrap_err();
+    let message = e.to_string();
+    names_it(&message);
+    assert!(message.contains("it is damaged: in table T2x"), "{message}");
+    assert!(
+        !seal::exists(&file.0),
+        "a file that fails its check is not sealed"
+    );
 }
 
 #[test]
@@ -627,4 +707,182 @@ fn a_compacted_file_ends_near_its_last_used_page() {
         after <= used + used / 4 + 64 * 1024,
         "{before} -> {after}, {used} bytes of pages in use"
     );
+}
+
+/// The leaf pages of the entities of table 1 of `db`, and their rows.
+fn leaf_pages(db: &Database) -> (u64, u64) {
+    use redb::ReadableTableMetadata as _;
+    let txn = db.begin_write().unwrap();
+    let stats = txn.stats().unwrap();
+    let rows = txn
+        .open_table(entities_def(&entities_name(1)))
+        .unwrap()
+        .len()
+        .unwrap();
+    txn.abort().unwrap();
+    (stats.leaf_pages(), rows)
+}
+
+#[test]
+fn writes_of_partitions_in_turn_leave_leaves_as_full_as_sorted_writes() {
+    // 40 partitions, 12 rounds: each round writes 10 rows at the end of
+    // every partition's range, as a bulk write of interleaved input does.
+    let (partitions, rounds, per) = (40usize, 12usize, 10usize);
+    let record = vec![0x01u8; 150];
+    let key = |p: usize, r: usize| {
+        crate::backend::embedded::key::entity_key(&format!("p{p:03}"), &format!("r{r:05}"))
+    };
+    let job = |p: usize, round: usize| -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+        // In the write's order, not the keys' (a transaction's rows may come
+        // in any order).
+        (0..per)
+            .rev()
+            .map(|k| (key(p, round * per + k), Some(record.clone())))
+            .collect()
+    };
+    let fill = |interleaved: bool| -> (u64, u64) {
+        let file = TempFile::new();
+        let db = Database::create(&file.0).unwrap();
+        let order: Vec<(usize, usize)> = if interleaved {
+            (0..rounds)
+                .flat_map(|r| (0..partitions).map(move |p| (p, r)))
+                .collect()
+        } else {
+            (0..partitions)
+                .flat_map(|p| (0..rounds).map(move |r| (p, r)))
+                .collect()
+        };
+        for chunk in order.chunks(8) {
+            let mut txn = db.begin_write().unwrap();
+            txn.set_durability(redb::Durability::None).unwrap();
+            {
+                let mut t = txn.open_table(entities_def(&entities_name(1))).unwrap();
+                for &(p, r) in chunk {
+                    group::apply_rows(&mut t, &job(p, r)).unwrap();
+                }
+            }
+            txn.commit().unwrap();
+        }
+        leaf_pages(&db)
+    };
+    let (sorted, rows) = fill(false);
+    assert_eq!(rows, (partitions * rounds * per) as u64);
+    let (interleaved, rows) = fill(true);
+    assert_eq!(rows, (partitions * rounds * per) as u64);
+    assert!(
+        // Plain inserts leave 343 leaves for 288 (the halves of split leaves
+        // before each partition's gap); the cursor's runs 283 for 280.
+        interleaved * 100 <= sorted * 105,
+        "leaf pages: interleaved {interleaved}, sorted {sorted}"
+    );
+}
+
+#[test]
+fn a_write_of_several_rows_replaces_and_removes_what_exists_and_adds_the_rest() {
+    let file = TempFile::new();
+    let db = Database::create(&file.0).unwrap();
+    let key = |r: usize| crate::backend::embedded::key::entity_key("p", &format!("r{r:03}"));
+    let txn = db.begin_write().unwrap();
+    {
+        let mut t = txn.open_table(entities_def(&entities_name(1))).unwrap();
+        // Even rows exist.
+        let rows: Vec<_> = (0..20)
+            .step_by(2)
+            .map(|r| (key(r), Some(vec![1u8, r as u8])))
+            .collect();
+        let added = group::apply_rows(&mut t, &rows).unwrap();
+        let k = key(0).len() as i64;
+        assert_eq!(added.freed, 0);
+        assert_eq!(added.live, 10 * (k + 2), "ten keys and records of 2 bytes");
+        // One write: rows 0..20 put (replacing the even ones), but 4 and 7
+        // removed (4 exists, 7 does not); in no particular order.
+        let mut rows: Vec<_> = (0..20)
+            .filter(|r| *r != 4 && *r != 7)
+            .map(|r| (key(r), Some(vec![2u8, r as u8, 0])))
+            .collect();
+        rows.reverse();
+        rows.swap(0, 5);
+        rows.push((key(4), None));
+        rows.push((key(7), None));
+        let sizes = group::apply_rows(&mut t, &rows).unwrap();
+        assert_eq!(sizes.freed, (k + 2) as u64, "row 4's key and record");
+        // 9 even rows grown from 2 to 3 bytes, 9 odd ones (not 7) added, row
+        // 4 removed.
+        assert_eq!(sizes.live, 9 + 9 * (k + 3) - (k + 2));
+        let got: Vec<(Vec<u8>, Vec<u8>)> = t
+            .iter()
+            .unwrap()
+            .map(|r| {
+                let (k, v) = r.unwrap();
+                (k.value().to_vec(), v.value().to_vec())
+            })
+            .collect();
+        let want: Vec<(Vec<u8>, Vec<u8>)> = (0..20)
+            .filter(|r| *r != 4 && *r != 7)
+            .map(|r| (key(r), vec![2u8, r as u8, 0]))
+            .collect();
+        assert_eq!(got, want);
+    }
+    txn.commit().unwrap();
+}
+
+#[test]
+fn a_file_whose_entities_take_at_most_half_of_it_is_compacted_when_it_closes() {
+    // Not by deletes: 120 entities of 60 KB replaced by entities of 10 bytes.
+    let file = TempFile::new();
+    let len = || std::fs::metadata(&file.0).unwrap().len();
+    let live = |path: &Path| {
+        let db = Database::create(path).unwrap();
+        let txn = db.begin_read().unwrap();
+        let meta = txn.open_table(META).unwrap();
+        meta.get(LIVE).unwrap().map(|v| v.value())
+    };
+    let big = "x".repeat(60_000);
+    {
+        let (d, _) = Durable::open(&file.0).unwrap();
+        let id = d.create_table("t1x", "T1x").unwrap();
+        for i in 0..120 {
+            put(&d, "t1x", id, i, Some(&big));
+        }
+    }
+    let full = len();
+    assert!(full > 7_000_000, "{full}");
+    let before = live(&file.0).expect("a new file keeps its entities' size");
+    assert!(before > 7_200_000 && before < 7_300_000, "{before}");
+    assert_eq!(len(), full, "not compacted: its entities fill it");
+    {
+        let (d, _) = Durable::open(&file.0).unwrap();
+        for i in 0..120 {
+            put(&d, "t1x", 1, i, Some("small"));
+        }
+    }
+    let after = len();
+    assert!(
+        after < full / 10,
+        "compacted at the close: {full} -> {after}"
+    );
+    let now = live(&file.0).unwrap();
+    assert!(now < 10_000, "{now}");
+    let (d, loaded) = Durable::open(&file.0).unwrap();
+    assert_eq!(entities(&d, &loaded).len(), 120);
+}
+
+#[test]
+fn compaction_at_close_is_decided_on_deletes_or_on_the_entities_share_of_the_file() {
+    use files::worth_compacting as worth;
+    let mib = 1 << 20;
+    // Deletes: at least 1 MiB and a quarter of the file.
+    assert!(worth(8 * mib, 2 * mib, None, true));
+    assert!(!worth(8 * mib, 2 * mib - 1, None, true));
+    assert!(!worth(2 * mib, mib - 1, None, true));
+    // The entities' share: at most half of a file of at least 4 MiB that
+    // holds no queue or blob.
+    assert!(worth(8 * mib, 0, Some(4 * mib), true));
+    assert!(!worth(8 * mib, 0, Some(4 * mib + 1), true));
+    assert!(!worth(4 * mib - 1, 0, Some(0), true));
+    assert!(
+        !worth(8 * mib, 0, Some(0), false),
+        "queues and blobs are not counted"
+    );
+    assert!(!worth(8 * mib, 0, None, true), "unknown in an older file");
 }

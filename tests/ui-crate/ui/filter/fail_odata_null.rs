@@ -1,0 +1,5 @@
+use tablekit::odata;
+
+fn main() {
+    let _ = odata!("Age eq null");
+}
