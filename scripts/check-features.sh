@@ -32,6 +32,7 @@ SETS=(
     "--no-default-features --features derive,entra"
     "--no-default-features --features derive,reqwest"
     "--no-default-features --features encryption"
+    "--no-default-features --features derive,opentelemetry"
 )
 
 failed=0

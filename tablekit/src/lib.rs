@@ -105,6 +105,7 @@
 //! | `reqwest` | a second transport, reqwest's client: `Transport::Reqwest` (the default transport is tablekit's own, on hyper) | reqwest and its dependencies | no |
 //! | `entra` | Microsoft Entra ID through the official identity crates: `Credential::entra` takes any `azure_identity` credential | azure_core (its `TokenCredential` trait; no HTTP client of its own) | no |
 //! | `encryption` | client-side encryption of chosen string properties in the wire format of the .NET storage library and the legacy Python table library (`encryption`: `TableClient::encrypted`, `#[tablekit(encrypt)]`, A256KW and RSA-OAEP key-encryption keys, key rotation) | RustCrypto's aes, cbc, aes-kw, rsa, sha1, rand_core, zeroize | no |
+//! | `opentelemetry` | trace context on the wire (each attempt sends the W3C `traceparent` and `tracestate` of its span) and metrics through the OpenTelemetry API (request durations, retries, throttled answers, ambiguous writes and their settlement, the counts of [`Stats`](table::Stats)); the spans themselves are `tracing`'s with or without it (see "Traces and metrics" in the guide's chapter 6) | opentelemetry (the API, no SDK), tracing-opentelemetry | no |
 //! | `test-support` | for tests of code built on tablekit: the conformance harness (`testing`: one test on the in-memory store, the store file and Azurite), proptest strategies (`filter::strategies`) and `Filter::matches` (the service's filter rules, as a model); turns on `durable` | proptest | no |
 //! | `fuzzing` | hidden entry points to internal parsers, for tablekit's own fuzz targets: unstable, not for use outside tablekit | | no |
 //!
@@ -161,6 +162,7 @@ pub mod error;
 pub mod filter;
 #[cfg(test)]
 mod layering;
+mod observe;
 pub mod options;
 #[cfg(feature = "queue")]
 #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]

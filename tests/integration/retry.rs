@@ -535,11 +535,10 @@ async fn a_tls_handshake_failure_is_not_retried() {
     assert_eq!(connections.load(Ordering::SeqCst), 1, "no retry");
 }
 
-/// An untraced call on the built-in transport makes its first attempt the
-/// short way (signed, sent and read in the caller's own future), and only a
-/// failure of it starts the retry loop; a traced call goes the general way
-/// from the start. Both send the same requests, under one client request id,
-/// and end alike.
+/// A call retries alike traced or not (one way for every attempt): the same
+/// requests, under one client request id, and the same end; traced, it is
+/// one public-call span and one span per attempt, with the attempt's status
+/// and resend count.
 #[tokio::test]
 async fn a_call_retries_alike_whether_or_not_it_is_traced() {
     const ENTITY: &str =
@@ -576,17 +575,44 @@ async fn a_call_retries_alike_whether_or_not_it_is_traced() {
         assert!(ids.iter().all(|id| *id == ids[0]), "one id: {ids:?}");
         let spans = recorder.spans();
         let requests = spans.iter().filter(|(name, _)| name == "tablekit.request");
+        let attempts: Vec<_> = spans
+            .iter()
+            .filter(|(name, _)| name == "GET")
+            .map(|(_, f)| f)
+            .collect();
         match traced {
-            false => assert_eq!(requests.count(), 0),
+            false => assert_eq!((requests.count(), attempts.len()), (0, 0)),
             true => {
                 let fields: Vec<_> = requests.map(|(_, f)| f).collect();
                 assert_eq!(fields.len(), 1, "one span for the call");
-                let f = fields[0];
-                assert_eq!(tablekit_test_support::field(f, "status"), Some("200"));
                 assert_eq!(
-                    tablekit_test_support::field(f, "client_request_id"),
-                    Some(ids[0].as_str())
+                    tablekit_test_support::field(fields[0], "otel.name"),
+                    Some("TableClient.get")
                 );
+                // One span per attempt: its status, its resend count, one
+                // client request id.
+                let field = |f, name| tablekit_test_support::field(f, name);
+                let seen: Vec<_> = attempts
+                    .iter()
+                    .map(|f| {
+                        (
+                            field(f, "http.response.status_code"),
+                            field(f, "http.request.resend_count"),
+                            field(f, "az.client_request_id"),
+                        )
+                    })
+                    .collect();
+                let id = Some(ids[0].as_str());
+                assert_eq!(
+                    seen,
+                    [
+                        (Some("503"), None, id),
+                        (Some("500"), Some("1"), id),
+                        (Some("200"), Some("2"), id),
+                    ]
+                );
+                assert_eq!(field(attempts[0], "error.type"), Some("503"));
+                assert_eq!(field(attempts[2], "error.type"), None);
             }
         }
     }

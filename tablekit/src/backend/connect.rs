@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 #[cfg(feature = "blob")]
 use super::blob::BlobBackend;
-use super::direct::TableBackend;
 #[cfg(all(feature = "embedded", feature = "blob"))]
 use super::embedded::blobs::Blobs;
 #[cfg(all(feature = "embedded", feature = "queue"))]
@@ -19,7 +18,6 @@ use super::http::queue::HttpQueueBackend;
 use super::http::HttpBackend;
 #[cfg(feature = "queue")]
 use super::queue::QueueBackend;
-#[cfg(feature = "embedded")]
 use super::Backend;
 use crate::account::Account;
 #[cfg(all(feature = "embedded", any(feature = "queue", feature = "blob")))]
@@ -28,11 +26,8 @@ use crate::error::Result;
 use crate::options::ClientOptions;
 
 /// The Table service of `account`, over HTTP.
-pub(crate) fn connect(account: Account, options: &ClientOptions) -> Result<TableBackend> {
-    Ok(TableBackend::Http(Arc::new(HttpBackend::new(
-        account,
-        &options.http,
-    )?)))
+pub(crate) fn connect(account: Account, options: &ClientOptions) -> Result<Arc<dyn Backend>> {
+    Ok(Arc::new(HttpBackend::new(account, &options.http)?))
 }
 
 /// A fresh, empty, in-process table store.
@@ -193,13 +188,16 @@ pub(crate) fn connect_queues(
     account: Account,
     options: &ClientOptions,
 ) -> Result<Arc<dyn QueueBackend>> {
-    Ok(Arc::new(HttpQueueBackend::new(account, &options.http)?))
+    Ok(traced_queues(Arc::new(HttpQueueBackend::new(
+        account,
+        &options.http,
+    )?)))
 }
 
 /// A fresh, empty, in-process queue store on `clock`.
 #[cfg(all(feature = "embedded", feature = "queue"))]
 pub(crate) fn embedded_queues(clock: Clock) -> Arc<dyn QueueBackend> {
-    Arc::new(Queues::new(clock))
+    traced_queues(Arc::new(Queues::new(clock)))
 }
 
 /// The in-process queue store kept in the file at `path` (created if missing),
@@ -209,7 +207,7 @@ pub(crate) fn embedded_queues_at(
     path: &std::path::Path,
     clock: Clock,
 ) -> Result<Arc<dyn QueueBackend>> {
-    Ok(Arc::new(Queues::open(path, clock)?))
+    Ok(traced_queues(Arc::new(Queues::open(path, clock)?)))
 }
 
 /// The Blob service of `account`, over HTTP.
@@ -218,13 +216,16 @@ pub(crate) fn connect_blobs(
     account: Account,
     options: &ClientOptions,
 ) -> Result<Arc<dyn BlobBackend>> {
-    Ok(Arc::new(HttpBlobBackend::new(account, &options.http)?))
+    Ok(traced_blobs(Arc::new(HttpBlobBackend::new(
+        account,
+        &options.http,
+    )?)))
 }
 
 /// A fresh, empty, in-process blob store on `clock`.
 #[cfg(all(feature = "embedded", feature = "blob"))]
 pub(crate) fn embedded_blobs(clock: Clock) -> Arc<dyn BlobBackend> {
-    Arc::new(Blobs::new(clock))
+    traced_blobs(Arc::new(Blobs::new(clock)))
 }
 
 /// The in-process blob store kept in the file at `path` (created if missing),
@@ -234,7 +235,19 @@ pub(crate) fn embedded_blobs_at(
     path: &std::path::Path,
     clock: Clock,
 ) -> Result<Arc<dyn BlobBackend>> {
-    Ok(Arc::new(Blobs::open(path, clock)?))
+    Ok(traced_blobs(Arc::new(Blobs::open(path, clock)?)))
+}
+
+/// `backend` with a public-call span per call (see `super::traced`).
+#[cfg(feature = "queue")]
+fn traced_queues(backend: Arc<dyn QueueBackend>) -> Arc<dyn QueueBackend> {
+    Arc::new(super::traced::Traced(backend))
+}
+
+/// `backend` with a public-call span per call (see `super::traced`).
+#[cfg(feature = "blob")]
+fn traced_blobs(backend: Arc<dyn BlobBackend>) -> Arc<dyn BlobBackend> {
+    Arc::new(super::traced::Traced(backend))
 }
 
 #[cfg(test)]

@@ -9,7 +9,6 @@ pub(crate) mod admin;
 #[cfg(feature = "blob")]
 pub(crate) mod blob;
 mod connect;
-mod direct;
 #[cfg(feature = "embedded")]
 pub(crate) mod embedded;
 pub(crate) mod http;
@@ -17,6 +16,8 @@ pub(crate) mod http;
 pub(crate) mod queue;
 mod stored;
 mod table;
+#[cfg(any(feature = "queue", feature = "blob"))]
+mod traced;
 
 #[cfg(feature = "blob")]
 pub(crate) use connect::connect_blobs;
@@ -39,7 +40,6 @@ pub(crate) use connect::{connect, target, Target};
 pub(crate) use connect::{embedded, embedded_simulated};
 #[cfg(feature = "durable")]
 pub(crate) use connect::{embedded_at, embedded_at_simulated};
-pub(crate) use direct::TableBackend;
 #[cfg(feature = "embedded")]
 pub(crate) use stored::{Selection, StoredEntity};
 pub use table::Written;

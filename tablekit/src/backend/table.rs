@@ -418,6 +418,12 @@ pub(crate) trait Backend: Send + Sync + fmt::Debug {
         Err(super::admin::unsupported(&op))
     }
 
+    /// The account's table endpoint, for a backend that has one (over
+    /// HTTP): who the account is. `None` for an in-process store.
+    fn table_endpoint(&self) -> Option<&str> {
+        None
+    }
+
     /// Whether single writes should come as [`EntityBody::Bag`] rather than JSON.
     fn stores_property_bags(&self) -> bool {
         false

@@ -31,14 +31,13 @@ impl TableHandle {
     /// Who the account is: its table endpoint over HTTP, or the store
     /// itself (by address) for an in-process backend.
     pub(crate) fn account_id(&self) -> String {
-        match &self.backend.inner {
-            crate::backend::TableBackend::Http(http) => http.table_endpoint().to_string(),
-            crate::backend::TableBackend::Dyn(b) => {
-                format!(
-                    "in-process store {:p}",
-                    std::sync::Arc::as_ptr(b).cast::<()>()
-                )
-            }
+        let backend = &self.backend.inner;
+        match backend.table_endpoint() {
+            Some(endpoint) => endpoint.to_owned(),
+            None => format!(
+                "in-process store {:p}",
+                std::sync::Arc::as_ptr(backend).cast::<()>()
+            ),
         }
     }
 

@@ -234,6 +234,8 @@ pub(crate) async fn resolve(
                 error = %read_error,
                 "the outcome of a write is unknown and reading it back failed"
             );
+            #[cfg(feature = "opentelemetry")]
+            crate::observe::count_settlement(operation, "unknown");
             return Err(error);
         }
     };
@@ -249,6 +251,8 @@ pub(crate) async fn resolve(
         applied = met,
         "the outcome of an ambiguous write was decided by read-back"
     );
+    #[cfg(feature = "opentelemetry")]
+    crate::observe::count_settlement(operation, if met { "applied" } else { "not_applied" });
     if met {
         let mut written = Vec::with_capacity(reads.len());
         for (intent, read) in intents.iter().zip(reads) {

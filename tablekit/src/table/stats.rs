@@ -12,10 +12,11 @@ use std::fmt;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
 
-use crate::backend::{EntityBody, Operation, Payload, Response, TableBackend};
+use crate::backend::{Backend, EntityBody, Operation, Payload, Response};
 use crate::clock::ManualClock;
 use crate::error::Result;
 use crate::filter::QueryPlan;
+use tracing::Instrument as _;
 
 /// Azure's published target for one partition: 2,000 entities per second.
 pub const PARTITION_TARGET: u32 = 2_000;
@@ -72,6 +73,21 @@ impl RequestKind {
         RequestKind::Transaction,
         RequestKind::Table,
     ];
+
+    /// The kind's name, as in the enum (`QueryPage`): the metrics' attribute.
+    #[cfg(feature = "opentelemetry")]
+    fn name(self) -> &'static str {
+        match self {
+            RequestKind::Insert => "Insert",
+            RequestKind::Upsert => "Upsert",
+            RequestKind::Update => "Update",
+            RequestKind::Delete => "Delete",
+            RequestKind::Get => "Get",
+            RequestKind::QueryPage => "QueryPage",
+            RequestKind::Transaction => "Transaction",
+            RequestKind::Table => "Table",
+        }
+    }
 
     fn of(op: &Operation<'_>) -> Self {
         match op {
@@ -225,6 +241,9 @@ struct PartitionCounter {
 struct TableCounters {
     /// The table's name as first used.
     name: Box<str>,
+    /// The name as the metrics' attribute, shared (no copy per request).
+    #[cfg(feature = "opentelemetry")]
+    otel_name: opentelemetry::StringValue,
     by_kind: [AtomicU64; 8],
     entities_written: AtomicU64,
     entities_read: AtomicU64,
@@ -240,6 +259,8 @@ impl TableCounters {
     fn new(name: &str) -> Self {
         TableCounters {
             name: name.into(),
+            #[cfg(feature = "opentelemetry")]
+            otel_name: Arc::<str>::from(name).into(),
             by_kind: Default::default(),
             entities_written: AtomicU64::new(0),
             entities_read: AtomicU64::new(0),
@@ -472,22 +493,19 @@ fn payload_bytes(p: &Payload) -> u64 {
 ///
 /// A table's handle calls [`Counted::execute_in`] with its table's counters,
 /// found once when the handle was made: a request then looks up only its
-/// partition, and its future (with the HTTP backend's, see [`TableBackend`])
-/// lives inside the caller's, with no boxed future per layer. Requests by
+/// partition; the backend's future is the one boxed future of a request (the
+/// [`Backend`] trait's, measured as free: see `backend::http::pipeline`). Requests by
 /// table name (creating, deleting and listing tables) find the table's
 /// counters by name.
 pub(crate) struct Counted {
-    pub(crate) inner: TableBackend,
+    pub(crate) inner: Arc<dyn Backend>,
     pub(crate) recorder: Arc<Recorder>,
 }
 
 impl fmt::Debug for Counted {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The backend it counts for, as before counting existed.
-        match &self.inner {
-            TableBackend::Http(http) => http.fmt(f),
-            TableBackend::Dyn(backend) => backend.fmt(f),
-        }
+        self.inner.fmt(f)
     }
 }
 
@@ -561,31 +579,42 @@ impl Counted {
             t.entities_written.fetch_add(written, Relaxed);
             t.bytes_up.fetch_add(up, Relaxed);
             let partition = partition.map(|pk| rec.partition(t, pk));
-            // The backend's future right inside this one (no layer of
-            // `TableBackend::execute` between).
-            let result = match &self.inner {
-                TableBackend::Http(http) => http.call(op).await,
-                TableBackend::Dyn(backend) => backend.execute(op).await,
+            #[cfg(feature = "opentelemetry")]
+            let kind = RequestKind::of(&op);
+            // The public call's span (see `crate::observe`), around the
+            // backend's, HTTP or embedded alike.
+            let span = crate::observe::table_call_span(&op);
+            let backend = self.inner.execute(op);
+            let result = if span.is_disabled() {
+                backend.await
+            } else {
+                backend.instrument(span.clone()).await
             };
-            let read = match &result {
-                Ok(Response::Entity(Some(p))) => {
-                    t.bytes_down.fetch_add(payload_bytes(p), Relaxed);
-                    1
-                }
-                Ok(Response::Page { payload, .. }) => {
-                    t.bytes_down.fetch_add(payload_bytes(payload), Relaxed);
-                    0
-                }
-                Ok(_) => 0,
+            crate::observe::end_call(&span, &result);
+            let (read, down) = match &result {
+                Ok(Response::Entity(Some(p))) => (1, payload_bytes(p)),
+                Ok(Response::Page { payload, .. }) => (0, payload_bytes(payload)),
+                Ok(_) => (0, 0),
                 Err(e) => {
                     t.failed.fetch_add(1, Relaxed);
                     if e.is_throttled() {
                         t.throttled.fetch_add(1, Relaxed);
                     }
-                    0
+                    (0, 0)
                 }
             };
+            t.bytes_down.fetch_add(down, Relaxed);
             t.entities_read.fetch_add(read, Relaxed);
+            #[cfg(feature = "opentelemetry")]
+            crate::observe::count_table_call(
+                kind.name(),
+                &t.otel_name,
+                &result,
+                written,
+                read,
+                up,
+                down,
+            );
             if let Some(p) = partition {
                 rec.count(t, &p, written + read);
             }
@@ -598,6 +627,8 @@ impl Counted {
     pub(crate) fn page_read_in(&self, t: &TableCount, partition: Option<&str>, entities: usize) {
         let t = &*t.0;
         t.entities_read.fetch_add(entities as u64, Relaxed);
+        #[cfg(feature = "opentelemetry")]
+        crate::observe::count_page_read(&t.otel_name, entities as u64);
         if let Some(pk) = partition {
             let p = self.recorder.partition(t, pk);
             self.recorder.count(t, &p, entities as u64);

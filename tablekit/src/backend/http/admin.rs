@@ -115,7 +115,13 @@ pub(crate) async fn call(
     op: AdminOp<'_>,
 ) -> Result<AdminResponse> {
     let req = build(service, &op);
-    let span = Pipeline::span(op.name(), op.resource());
+    let span = crate::observe::call_span(
+        service.client(),
+        op.name(),
+        service.namespace(),
+        op.name(),
+        op.resource(),
+    );
     pipeline
         .call(req, op.name(), op.repeat(), span, |resp| {
             interpret(pipeline, &op, resp)

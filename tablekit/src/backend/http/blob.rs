@@ -620,7 +620,8 @@ fn properties_of(name: &str, headers: &HeaderMap, status: StatusCode) -> Result<
 impl BlobBackend for HttpBlobBackend {
     async fn blob(&self, op: BlobOp<'_>) -> Result<BlobResponse> {
         let req = Self::outgoing(self.build(&op))?;
-        let span = Pipeline::span(op.name(), None);
+        // The call's span is the client's (`backend::traced`), around this future.
+        let span = tracing::Span::none();
         self.pipeline
             .call(req, op.name(), op.repeat(), span, |resp| {
                 self.interpret(&op, resp)

@@ -380,47 +380,32 @@ impl Body {
     }
 }
 
-impl HttpBackend {
-    /// The account's table endpoint (no credential in it): who the account is.
-    pub(crate) fn table_endpoint(&self) -> &str {
-        self.account.table_endpoint().unwrap_or_default()
-    }
-
-    /// Carries out `op`: [`Backend::execute`] without its boxed future, for
-    /// a caller that holds the HTTP backend itself.
-    // Not an `async fn`: its arguments would be kept twice in the future,
-    // once as captured and once moved into locals.
-    #[allow(clippy::manual_async_fn)]
-    pub(crate) fn call<'a>(
-        &'a self,
-        op: Operation<'a>,
-    ) -> impl std::future::Future<Output = Result<Response>> + Send + 'a {
-        async move {
-            let span = Pipeline::span(op.name(), Some(op.table().unwrap_or("")));
-            let mut req = self.build(&op)?;
-            if self.cosmos {
-                cosmos::tunnel_merge(&mut req);
-                cosmos::check(&op, &req)?;
-                self.cosmos_names.check(&op)?;
-            }
-            let answer = self
-                .pipeline
-                .call(req, op.name(), op.repeat(), span, |resp| {
-                    self.interpret(&op, resp)
-                })
-                .await;
-            if self.cosmos && answer.is_ok() {
-                self.cosmos_names.record(&op);
-            }
-            answer
-        }
-    }
-}
-
 #[async_trait::async_trait]
 impl Backend for HttpBackend {
     async fn execute(&self, op: Operation<'_>) -> Result<Response> {
-        self.call(op).await
+        // The call's span is the client's (`Counted`), around this future.
+        let span = tracing::Span::none();
+        let mut req = self.build(&op)?;
+        if self.cosmos {
+            cosmos::tunnel_merge(&mut req);
+            cosmos::check(&op, &req)?;
+            self.cosmos_names.check(&op)?;
+        }
+        let answer = self
+            .pipeline
+            .call(req, op.name(), op.repeat(), span, |resp| {
+                self.interpret(&op, resp)
+            })
+            .await;
+        if self.cosmos && answer.is_ok() {
+            self.cosmos_names.record(&op);
+        }
+        answer
+    }
+
+    /// The account's table endpoint (no credential in it).
+    fn table_endpoint(&self) -> Option<&str> {
+        self.account.table_endpoint()
     }
 
     #[cfg(feature = "admin")]

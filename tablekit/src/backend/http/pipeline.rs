@@ -2,19 +2,52 @@
 //! [`Outgoing`] request once; each attempt stamps it (date, client request id,
 //! version), has the account's [`RequestSigner`] sign it, hands it to the
 //! transport, and the backend reads the answer. Retries, ambiguity, request ids
-//! and the `tablekit.request` span live here, once, for tables, queues and blobs.
+//! and the attempts' spans (see [`crate::observe`]) live here, once, for
+//! tables, queues and blobs.
 //!
-//! Most calls succeed at their first attempt, so that attempt takes a short
-//! way when it can (no span wanted, a signer that signs at once, the
-//! built-in transport): it is made right in the caller's future, and the
-//! retry loop, boxed, starts only if it fails. See [`Pipeline::call`].
+//! Every attempt, the first as any other, takes one way: the retry loop
+//! ([`with_retries`]) around one attempt function ([`Pipeline::send_once`]),
+//! whatever the signer (a key, a SAS, a bearer token) and the transport.
+//!
+//! # One path, measured (issue 37)
+//!
+//! Until this change the first attempt took one of three ways (a short way
+//! made in the caller's future when no span was wanted, the signer signed at
+//! once and the transport was the built-in one; the boxed retry loop; and in
+//! it a sign-at-once way beside the signing way of a bearer token), and table
+//! calls went around the [`Backend`](crate::backend::Backend) trait through an
+//! enum (`TableBackend`) to keep the HTTP backend's future unboxed. Both were
+//! kept for speed, so they were measured by latency and CPU, not cache misses:
+//! `benches/benches/floor.rs` with `FLOOR_MODE=pair` against Azurite, which
+//! alternates tablekit's point reads, inserts and upsert-merges (1,000 each)
+//! with the same requests by a bare hyper loop in one process, so the ratio
+//! tablekit / floor cancels the load of the machine. One run, five binaries
+//! alternating, 3 × 4 rounds each, 2 shared cores under other builds (load
+//! 9-15); the median of 36 per-round ratios (3 workloads × 12 rounds), their
+//! quartiles in brackets:
+//!
+//! | build | CPU, tablekit / floor | wall, tablekit / floor |
+//! |---|---|---|
+//! | before: three ways, the enum | 1.114 [1.029-1.169] | 1.040 [0.822-1.303] |
+//! | one path, the enum kept | 1.116 [1.088-1.233] | 1.088 [0.967-1.308] |
+//! | one path, through the `Backend` trait (a boxed future per call) | 1.100 [1.058-1.184] | 1.020 [0.928-1.168] |
+//!
+//! After / before, CPU: 1.00 (one path), 0.99 (and the trait): within the
+//! noise, which is ±5% here, while a boxed future costs one allocation
+//! (tens of ns) against 56-70 µs of CPU and about 1 ms of latency per
+//! request. So one path, and no enum: the table clients hold an
+//! `Arc<dyn Backend>` whatever the backend. (Signing at once where the signer
+//! can is kept inside the one attempt function, in `sign`: the unit test
+//! `signing_at_once_signs_as_the_signers_future_does` checks it per signer
+//! kind.)
 
 use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+#[cfg(feature = "opentelemetry")]
+use std::time::Instant;
 
 use bytes::Bytes;
 use http::header::{HeaderMap, HeaderName, HeaderValue};
@@ -23,12 +56,12 @@ use tracing::Instrument;
 
 use super::limits::AnswerLimits;
 use super::signer::{self, Attempt, RequestSigner, Service};
-use super::transport::hyper::HyperTransport;
-use super::transport::{HttpTransport, Incoming, Origin, Via};
+use super::transport::{HttpTransport, Incoming, Origin};
 use super::wire::{names, push_query_pair};
 use crate::account::Account;
 use crate::backend::Repeat;
 use crate::error::{Error, Result};
+use crate::observe;
 use crate::options::{full_jitter, HttpOptions, RetryPolicy};
 
 /// The REST API version tablekit speaks. 2019-02-02 is what the current official
@@ -133,38 +166,30 @@ impl RequestId {
 }
 
 /// Runs `attempt` until it succeeds, fails for good, or the policy's retries run
-/// out. Every attempt sends the same `client_request_id` (one per logical
+/// out; each is given how many were made before it. Every attempt sends the same `client_request_id` (one per logical
 /// call, from [`client_request_id`]), which the error of a failed call carries.
 ///
 /// When an attempt of a write fails in a way that leaves its outcome unknown
 /// ([`Error::outcome_unknown`]), the call's final error, whatever it is, is
 /// marked [`Error::is_ambiguous`]; a [`Repeat::Never`] request is not resent
 /// after such an attempt.
-///
-/// `first` is the error of a first attempt already made (by
-/// [`Pipeline::call`]'s short way): the loop starts from it, as if its own
-/// first attempt had failed so.
 pub(crate) async fn with_retries<T, F, Fut>(
     policy: &RetryPolicy,
     operation: &'static str,
     repeat: Repeat,
     client_request_id: &str,
-    mut first: Option<Error>,
     mut attempt: F,
 ) -> Result<T>
 where
-    F: FnMut() -> Fut,
+    F: FnMut(u32) -> Fut,
     Fut: std::future::Future<Output = Result<T>>,
 {
     let mut retry = 0;
     let mut unknown = false;
     loop {
-        let e = match first.take() {
-            Some(e) => e,
-            None => match attempt().await {
-                Ok(v) => return Ok(v),
-                Err(e) => e,
-            },
+        let e = match attempt(retry).await {
+            Ok(v) => return Ok(v),
+            Err(e) => e,
         };
         let this_unknown = repeat != Repeat::Read && e.outcome_unknown();
         let resend = e.is_retryable()
@@ -214,6 +239,14 @@ pub(crate) struct Outgoing {
 pub(crate) struct Pipeline {
     transport: HttpTransport,
     signer: Arc<dyn RequestSigner>,
+    /// The endpoint's origin: `server.address`, `server.port` and the
+    /// prefix of `url.full` in the attempts' spans.
+    origin: Origin,
+    /// `az.namespace` of the service.
+    namespace: &'static str,
+    /// `server.address` of the metrics, shared (no copy per attempt).
+    #[cfg(feature = "opentelemetry")]
+    otel_host: opentelemetry::StringValue,
     /// The endpoint's path (percent-encoded, no trailing `/`).
     base_path: String,
     retry: RetryPolicy,
@@ -238,7 +271,12 @@ impl Pipeline {
         options: &HttpOptions,
     ) -> Result<Self> {
         let (base, base_path) = parse_endpoint(endpoint, service.name())?;
+        let origin = Origin::of(&base)?;
         Ok(Pipeline {
+            #[cfg(feature = "opentelemetry")]
+            otel_host: Arc::<str>::from(origin.host.as_str()).into(),
+            origin,
+            namespace: service.namespace(),
             signer: signer::for_account(service, account)?,
             transport: HttpTransport::new(&base, options)?,
             base_path,
@@ -252,33 +290,15 @@ impl Pipeline {
         &self.limits
     }
 
-    /// The `tablekit.request` span of one call: its fields are filled as the
-    /// call goes.
-    pub(crate) fn span(operation: &'static str, table: Option<&str>) -> tracing::Span {
-        tracing::debug_span!(
-            "tablekit.request",
-            operation,
-            table = table.unwrap_or(""),
-            method = tracing::field::Empty,
-            status = tracing::field::Empty,
-            request_id = tracing::field::Empty,
-            client_request_id = tracing::field::Empty,
-            duration_us = tracing::field::Empty,
-        )
-    }
-
     /// Sends `req` (with retries, by `repeat`'s rules) and reads each answer
-    /// with `interpret` until one is final. The call runs in `span`.
+    /// with `interpret` until one is final. The call runs in `span`, its
+    /// public-call span (see [`crate::observe`]), unless that is
+    /// [`tracing::Span::none`] (a table call, whose span the client made);
+    /// each attempt in a span of its own, a child of the current one.
     ///
-    /// The first attempt takes the short way when it can: with `span`
-    /// disabled (no subscriber wants it), a signer that signs at once (a key,
-    /// a SAS) and the built-in transport, it is signed, sent and read right
-    /// here, in the caller's future, with nothing of the retry loop around
-    /// it. Only if it fails do the retries start, in a future of their own
-    /// (boxed: they are rare, and their future would otherwise weigh on every
-    /// request's), from its error and with its client request id. Any other
-    /// call goes the general way, boxed too. Both ways send the same
-    /// requests and give the same answers and errors.
+    /// Every attempt, the first as any other, goes one way: the retry loop
+    /// ([`with_retries`]) around one attempt function
+    /// ([`Pipeline::send_once`]), whatever the signer and the transport.
     // Not an `async fn`: its arguments would be kept twice in the future,
     // once as captured and once moved into locals.
     #[allow(clippy::manual_async_fn)]
@@ -302,40 +322,8 @@ impl Pipeline {
                 req: &req,
                 id: &id,
             };
-            // A disabled span (no subscriber wants it) costs nothing: no clock
-            // reads and no header lookups for its fields.
-            let short = if span.is_disabled() {
-                self.inline_request(&call)
-            } else {
-                None
-            };
-            let Some(first) = short else {
-                return self
-                    .attempts_boxed(&call, operation, repeat, span, None, interpret)
-                    .await;
-            };
-            // Written out rather than in an `async` block of its own with `?`:
-            // one layer fewer in every request's future.
-            let answer = match first {
-                Ok((request, hyper)) => match hyper.send(request).await {
-                    Ok((status, mut body)) => {
-                        let headers = body.take_headers();
-                        match self.checked(Incoming::inline(status, headers, body)) {
-                            Ok(resp) => interpret(resp).await,
-                            Err(e) => Err(e),
-                        }
-                    }
-                    Err(e) => Err(e),
-                },
-                Err(e) => Err(e),
-            };
-            match answer {
-                Ok(v) => Ok(v),
-                Err(e) => {
-                    self.attempts_boxed(&call, operation, repeat, span, Some(e), interpret)
-                        .await
-                }
-            }
+            self.attempts(&call, operation, repeat, span, interpret)
+                .await
         }
     }
 
@@ -357,130 +345,162 @@ impl Pipeline {
             .map_err(|_| Error::config("the request path holds characters a URI does not allow"))
     }
 
-    /// The first attempt's request, signed and completed for the built-in
-    /// transport, if the call can take the short way (see
-    /// [`Pipeline::call`]); `None`, with nothing done, if it cannot.
-    fn inline_request(
-        &self,
-        call: &Call<'_>,
-    ) -> Option<Result<(http::Request<Bytes>, &HyperTransport)>> {
-        let hyper = self.transport.inline()?;
-        let signed = self.sign_at_once(call)?;
-        Some(signed.and_then(|request| Ok((self.transport.complete(request)?, hyper))))
-    }
-
-    /// [`Pipeline::attempts`], boxed, by a function of its own: their future,
-    /// larger than the short way's, sits neither in the caller's future nor
-    /// in the stack frame that polls it.
-    #[inline(never)]
-    #[allow(clippy::type_complexity)]
-    fn attempts_boxed<'c, T, F, Fut>(
-        &'c self,
-        call: &'c Call<'c>,
-        operation: &'static str,
-        repeat: Repeat,
-        span: tracing::Span,
-        first: Option<Error>,
-        interpret: F,
-    ) -> Pin<Box<dyn Future<Output = Result<T>> + Send + 'c>>
-    where
-        T: Send + 'c,
-        F: Fn(Incoming) -> Fut + Send + Sync + 'c,
-        Fut: Future<Output = Result<T>> + Send + 'c,
-    {
-        Box::pin(self.attempts(call, operation, repeat, span, first, interpret))
-    }
-
-    /// The attempts of a call, with retries, in `span`; `first` is the error
-    /// of a first attempt the short way already made.
+    /// The attempts of a call, with retries, in `span`.
     async fn attempts<T, F, Fut>(
         &self,
         call: &Call<'_>,
         operation: &'static str,
         repeat: Repeat,
         span: tracing::Span,
-        first: Option<Error>,
         interpret: F,
     ) -> Result<T>
     where
         F: Fn(Incoming) -> Fut,
         Fut: Future<Output = Result<T>>,
     {
-        let traced = !span.is_disabled();
-        let start = traced.then(Instant::now);
         let id_text = call.id.as_str();
-        if traced {
-            span.record("method", call.req.method.as_str());
-            span.record("client_request_id", id_text);
-        }
-        let span_ref = &span;
-        let attempts = with_retries(&self.retry, operation, repeat, id_text, first, || async {
-            let resp = self.send_once(call).await?;
-            if traced {
-                span_ref.record("status", resp.status().as_u16());
-                if let Some(rid) = resp
-                    .headers()
-                    .get(&names::X_MS_REQUEST_ID)
-                    .and_then(|v| v.to_str().ok())
-                {
-                    span_ref.record("request_id", rid);
-                }
+        let interpret = &interpret;
+        let attempts = with_retries(&self.retry, operation, repeat, id_text, |resend| {
+            let attempt_span = observe::attempt_span(
+                &call.req.method,
+                self.namespace,
+                id_text,
+                &self.origin.host,
+                self.origin.port,
+                resend,
+            );
+            #[cfg(feature = "opentelemetry")]
+            let meters = observe::Meters::get();
+            #[cfg(feature = "opentelemetry")]
+            if resend > 0 {
+                meters.retries.add(
+                    1,
+                    &[opentelemetry::KeyValue::new(
+                        "tablekit.operation",
+                        operation,
+                    )],
+                );
             }
-            interpret(resp).await
+            let inner = attempt_span.clone();
+            async move {
+                #[cfg(feature = "opentelemetry")]
+                let start = Instant::now();
+                #[cfg(feature = "opentelemetry")]
+                let mut status = None;
+                let result = match self.send_once(call, &inner).await {
+                    Ok(resp) => {
+                        #[cfg(feature = "opentelemetry")]
+                        {
+                            status = Some(resp.status().as_u16());
+                        }
+                        if !inner.is_disabled() {
+                            let request_id = resp
+                                .headers()
+                                .get(&names::X_MS_REQUEST_ID)
+                                .and_then(|v| v.to_str().ok());
+                            observe::record_answer(&inner, resp.status().as_u16(), request_id);
+                        }
+                        interpret(resp).await
+                    }
+                    Err(e) => Err(e),
+                };
+                observe::end_attempt(&inner, &result);
+                #[cfg(feature = "opentelemetry")]
+                {
+                    let outcome = match (status, &result) {
+                        (Some(status), _) => Ok(status),
+                        (None, Err(e)) => Err(observe::error_type(e)),
+                        (None, Ok(_)) => Ok(0),
+                    };
+                    if matches!(status, Some(429 | 503)) {
+                        meters.throttled.add(
+                            1,
+                            &[opentelemetry::KeyValue::new(
+                                "tablekit.operation",
+                                operation,
+                            )],
+                        );
+                    }
+                    meters.record_attempt(
+                        start.elapsed().as_secs_f64(),
+                        operation,
+                        observe::method_name(&call.req.method),
+                        &self.otel_host,
+                        self.origin.port,
+                        outcome,
+                    );
+                }
+                result
+            }
+            .instrument(attempt_span)
         });
-        let result = if traced {
-            attempts.instrument(span.clone()).await
-        } else {
+        let result = if span.is_none() {
             attempts.await
+        } else {
+            attempts.instrument(span.clone()).await
         };
-        if let Some(start) = start {
-            span.record("duration_us", start.elapsed().as_micros() as u64);
-        }
         let result = result.map_err(|e| self.signer.explain(e));
         if let Err(e) = &result {
+            #[cfg(feature = "opentelemetry")]
+            if e.is_ambiguous() {
+                observe::Meters::get().ambiguous.add(
+                    1,
+                    &[opentelemetry::KeyValue::new(
+                        "tablekit.operation",
+                        operation,
+                    )],
+                );
+            }
             span.in_scope(|| tracing::debug!(error = %e, "request failed"));
         }
+        observe::end_call(&span, &result);
         result
     }
 
-    /// One attempt: the common headers, the signature, the transport.
+    /// One attempt, whatever the signer: the common headers, the signature
+    /// (at once for a key or a SAS, through the signer's future for a bearer
+    /// token), the transport, and once more after a challenge if the signer
+    /// reads challenges and asks for it.
     ///
-    /// A signer that signs at once and reads no challenges (a key, a SAS)
-    /// takes the short way: the request is signed and handed to the
-    /// transport, and this future holds the transport's, not the request nor
-    /// its headers. Any other signer (a bearer token, which may have to be
-    /// fetched, and answers a challenge) takes the boxed way.
-    // Not an `async fn`: its arguments would be kept twice in the future,
-    // once as captured and once moved into locals.
-    #[allow(clippy::manual_async_fn)]
-    fn send_once<'a>(
-        &'a self,
-        call: &'a Call<'_>,
-    ) -> impl Future<Output = Result<Incoming>> + Send + 'a {
-        async move {
-            let request = match self.sign_at_once(call) {
-                Some(request) => request?,
-                None => return Box::pin(self.send_signing(call)).await,
-            };
-            let (request, via) = self.transport.ready(request)?;
-            let resp = match via {
-                Via::Inline(hyper) => hyper.respond(request).await?,
-                Via::Service(service) => service.call(request).await?,
-            };
-            self.checked(resp)
+    /// `span` is the attempt's: with the `opentelemetry` feature its trace
+    /// context goes on the wire (`traceparent`), and `url.full` is recorded
+    /// on it, redacted.
+    async fn send_once(&self, call: &Call<'_>, span: &tracing::Span) -> Result<Incoming> {
+        #[cfg_attr(not(feature = "opentelemetry"), allow(unused_mut))]
+        let mut headers = self.headers(call);
+        #[cfg(feature = "opentelemetry")]
+        observe::inject(span, &mut headers);
+        let mut attempt = call.attempt(headers);
+        // A bearer signer may want the request once more after a 401 (a
+        // challenge): keep what it needs to sign again.
+        let again = self
+            .signer
+            .reads_challenges()
+            .then(|| attempt.headers.clone());
+        sign(&*self.signer, &mut attempt).await?;
+        let sent = again
+            .as_ref()
+            .and(attempt.headers.get(http::header::AUTHORIZATION).cloned());
+        let request = call.request(attempt)?;
+        if !span.is_disabled() {
+            let target = request.uri().path_and_query().map_or("/", |p| p.as_str());
+            span.record(
+                "url.full",
+                observe::redacted_url(&self.origin.prefix, target).as_str(),
+            );
         }
-    }
-
-    /// The attempt's request, signed, if the signer signs at once and reads
-    /// no challenges. A function of its own: what it borrows (the attempt)
-    /// is never kept in the attempt's future.
-    fn sign_at_once(&self, call: &Call<'_>) -> Option<Result<http::Request<Bytes>>> {
-        if self.signer.reads_challenges() {
-            return None;
+        let mut resp = self.transport.send(request).await?;
+        if let Some(headers) = again {
+            if resp.status() == http::StatusCode::UNAUTHORIZED
+                && self.signer.unauthorized(sent.as_ref(), resp.headers())?
+            {
+                let mut attempt = call.attempt(headers);
+                sign(&*self.signer, &mut attempt).await?;
+                let request = call.request(attempt)?;
+                resp = self.transport.send(request).await?;
+            }
         }
-        let mut attempt = call.attempt(self.headers(call));
-        let signed = self.signer.sign_now(&mut attempt)?;
-        Some(signed.and_then(|()| call.request(attempt)))
+        self.checked(resp)
     }
 
     /// The headers every attempt sends: the request's own, then the date,
@@ -503,35 +523,6 @@ impl Pipeline {
     fn checked(&self, resp: Incoming) -> Result<Incoming> {
         self.limits.check_head(resp.headers())?;
         Ok(resp)
-    }
-
-    /// [`Pipeline::send_once`] through the signer's future, and once more
-    /// after a challenge if the signer asks for it.
-    async fn send_signing(&self, call: &Call<'_>) -> Result<Incoming> {
-        let mut attempt = call.attempt(self.headers(call));
-        // A bearer signer may want the request once more after a 401 (a
-        // challenge): keep what it needs to sign again.
-        let again = self
-            .signer
-            .reads_challenges()
-            .then(|| attempt.headers.clone());
-        sign(&*self.signer, &mut attempt).await?;
-        let sent = again
-            .as_ref()
-            .and(attempt.headers.get(http::header::AUTHORIZATION).cloned());
-        let request = call.request(attempt)?;
-        let mut resp = self.transport.send(request).await?;
-        if let Some(headers) = again {
-            if resp.status() == http::StatusCode::UNAUTHORIZED
-                && self.signer.unauthorized(sent.as_ref(), resp.headers())?
-            {
-                let mut attempt = call.attempt(headers);
-                sign(&*self.signer, &mut attempt).await?;
-                let request = call.request(attempt)?;
-                resp = self.transport.send(request).await?;
-            }
-        }
-        self.checked(resp)
     }
 }
 
@@ -640,13 +631,12 @@ mod tests {
         assert_eq!(signed, 4, "keys and SAS sign at once");
     }
 
-    /// `with_retries` from the error of a first attempt made elsewhere (the
-    /// short way): as if its own first attempt had failed so.
+    /// What `with_retries` resends and what its final error says.
     #[tokio::test]
-    async fn retries_start_from_a_first_attempt_made_elsewhere() {
-        /// `with_retries` (2 retries) from a first error `first` (the status
-        /// of a service answer), each of its own attempts answering as `next`
-        /// says; its result and how many attempts it made.
+    async fn retries_resend_what_may_be_resent_and_mark_unknown_outcomes() {
+        /// `with_retries` (2 retries) whose first attempt fails with the
+        /// status `first` and whose later ones answer as `next` says; its
+        /// result and how many attempts it made.
         async fn from(
             repeat: Repeat,
             id: &str,
@@ -659,53 +649,48 @@ mod tests {
                 max_delay: Duration::from_millis(1),
             };
             let calls = std::cell::Cell::new(0);
-            let attempt = || {
+            let attempt = |resend: u32| {
+                assert_eq!(resend, calls.get(), "the resends before this attempt");
                 calls.set(calls.get() + 1);
-                std::future::ready(match next {
-                    None => Ok(calls.get()),
-                    Some(status) => Err(answer(status, None)),
+                std::future::ready(match (calls.get(), next) {
+                    (1, _) => Err(answer(first, None)),
+                    (n, None) => Ok(n - 1),
+                    (_, Some(status)) => Err(answer(status, None)),
                 })
             };
-            let got = with_retries(
-                &policy,
-                "op",
-                repeat,
-                id,
-                Some(answer(first, None)),
-                attempt,
-            );
+            let got = with_retries(&policy, "op", repeat, id, attempt);
             (got.await, calls.get())
         }
 
         // A transient first error: retried, and the retry's answer stands.
-        let (got, _) = from(Repeat::Read, "id-1", 503, None).await;
-        assert_eq!(got.unwrap(), 1, "one attempt after the first");
+        let (got, calls) = from(Repeat::Read, "id-1", 503, None).await;
+        assert_eq!((got.unwrap(), calls), (1, 2), "one attempt after the first");
 
-        // A permanent first error: no attempt at all, the error carries the id.
+        // A permanent first error: no second attempt, the error carries the id.
         let (got, calls) = from(Repeat::Read, "id-2", 404, None).await;
         let e = got.unwrap_err();
-        assert_eq!(calls, 0);
+        assert_eq!(calls, 1);
         assert_eq!(
             (e.status(), e.client_request_id()),
             (Some(404), Some("id-2"))
         );
         assert!(!e.is_ambiguous());
 
-        // The retries count the first attempt: two more, then the last error.
+        // The retries count after the first attempt: two more, then the last error.
         let (got, calls) = from(Repeat::Read, "id-3", 503, Some(503)).await;
-        assert_eq!((calls, got.unwrap_err().status()), (2, Some(503)));
+        assert_eq!((calls, got.unwrap_err().status()), (3, Some(503)));
 
         // A first attempt of a write whose outcome is unknown: a write that
         // must not be repeated is not resent, and its error is ambiguous...
         let (got, calls) = from(Repeat::Never, "id-4", 500, None).await;
         let e = got.unwrap_err();
-        assert_eq!(calls, 0);
+        assert_eq!(calls, 1);
         assert!(e.is_ambiguous() && e.status() == Some(500));
         // ... and one that may be is resent, and its final error, whatever it
         // is, stays ambiguous.
         let (got, calls) = from(Repeat::Detected, "id-5", 500, Some(409)).await;
         let e = got.unwrap_err();
-        assert_eq!(calls, 1);
+        assert_eq!(calls, 2);
         assert!(e.is_ambiguous() && e.status() == Some(409));
     }
 

@@ -261,7 +261,8 @@ impl HttpQueueBackend {
 impl QueueBackend for HttpQueueBackend {
     async fn queue(&self, op: QueueOp<'_>) -> Result<QueueResponse> {
         let req = self.build(&op);
-        let span = Pipeline::span(op.name(), None);
+        // The call's span is the client's (`backend::traced`), around this future.
+        let span = tracing::Span::none();
         self.pipeline
             .call(req, op.name(), op.repeat(), span, |resp| {
                 self.interpret(&op, resp)

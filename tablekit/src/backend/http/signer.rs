@@ -49,6 +49,29 @@ pub(crate) enum Service {
 }
 
 impl Service {
+    /// The service's `az.namespace` in spans.
+    pub(crate) fn namespace(self) -> &'static str {
+        match self {
+            Service::Table => crate::observe::TABLES,
+            #[cfg(feature = "queue")]
+            Service::Queue => crate::observe::STORAGE,
+            #[cfg(feature = "blob")]
+            Service::Blob => crate::observe::STORAGE,
+        }
+    }
+
+    /// The client of the service, in the names of spans.
+    #[cfg(feature = "admin")]
+    pub(crate) fn client(self) -> &'static str {
+        match self {
+            Service::Table => "TableServiceClient",
+            #[cfg(feature = "queue")]
+            Service::Queue => "QueueServiceClient",
+            #[cfg(feature = "blob")]
+            Service::Blob => "BlobServiceClient",
+        }
+    }
+
     /// The service's name in messages.
     pub(crate) fn name(self) -> &'static str {
         match self {

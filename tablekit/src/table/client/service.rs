@@ -8,7 +8,7 @@ use std::sync::Arc;
 use futures::stream::{self, BoxStream, Stream, StreamExt, TryStreamExt};
 
 use crate::account::Account;
-use crate::backend::{self, Operation, Response, TableBackend};
+use crate::backend::{self, Backend, Operation, Response};
 use crate::entity::TableEntity;
 use crate::error::{Error, ErrorCode, Result, ValidationError};
 use crate::filter::{Column, Filter, RawFilter, MAX_COMPARISONS};
@@ -200,14 +200,14 @@ impl TableServiceClient {
     /// Counts the requests sent to `backend` (see [`Stats`]); heat is
     /// measured on `clock` against `partition_target`.
     fn counted(
-        backend: impl Into<TableBackend>,
+        backend: Arc<dyn Backend>,
         clock: Option<crate::clock::ManualClock>,
         partition_target: u32,
     ) -> Self {
         let stats = Arc::new(Recorder::new(clock, partition_target));
         TableServiceClient {
             backend: Arc::new(Counted {
-                inner: backend.into(),
+                inner: backend,
                 recorder: stats.clone(),
             }),
             stats,

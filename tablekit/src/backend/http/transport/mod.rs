@@ -87,35 +87,19 @@ impl HttpTransport {
 
     /// Sends one request. Its URI is origin-form (path and query); the
     /// transport adds `Host` (or the endpoint's origin) and `User-Agent`.
+    /// The built-in transport's future is awaited in this one (no boxed
+    /// future); any other is called behind its trait.
     pub(crate) async fn send(&self, req: http::Request<Bytes>) -> Result<Incoming> {
-        match self.ready(req)? {
-            (req, Via::Inline(hyper)) => hyper.respond(req).await,
-            (req, Via::Service(service)) => service.call(req).await,
-        }
-    }
-
-    /// `req` as the transport takes it, and the transport: for a caller that
-    /// awaits the transport's own future in its own, with no layer between.
-    pub(crate) fn ready(
-        &self,
-        req: http::Request<Bytes>,
-    ) -> Result<(http::Request<Bytes>, Via<'_>)> {
         let req = self.complete(req)?;
-        Ok(match &self.inline {
-            Some(hyper) => (req, Via::Inline(hyper)),
-            None => (req, Via::Service(&*self.service)),
-        })
-    }
-
-    /// The built-in transport, if it is the one requests go on (see
-    /// [`HttpTransport::ready`]).
-    pub(crate) fn inline(&self) -> Option<&self::hyper::HyperTransport> {
-        self.inline.as_deref()
+        match &self.inline {
+            Some(hyper) => hyper.respond(req).await,
+            None => self.service.call(req).await,
+        }
     }
 
     /// `req` with the endpoint's origin (for a transport that wants it) and
     /// after the request hooks.
-    pub(crate) fn complete(&self, mut req: http::Request<Bytes>) -> Result<http::Request<Bytes>> {
+    fn complete(&self, mut req: http::Request<Bytes>) -> Result<http::Request<Bytes>> {
         if let Some(prefix) = &self.prefix {
             let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
             let mut absolute = String::with_capacity(prefix.len() + target.len());
@@ -129,14 +113,6 @@ impl HttpTransport {
         }
         Ok(req)
     }
-}
-
-/// The transport a request goes on (see [`HttpTransport::ready`]).
-pub(crate) enum Via<'a> {
-    /// The built-in transport, called directly.
-    Inline(&'a self::hyper::HyperTransport),
-    /// Any other, behind its trait.
-    Service(&'a dyn HttpService),
 }
 
 /// The built-in transport, tablekit's own HTTP/1.1 client on hyper, as a
