@@ -596,7 +596,11 @@ mod tests {
         let mut signed = 0;
         for conn in &accounts {
             let account = Account::from_connection_string(conn).unwrap();
-            for service in [Service::Table, Service::Queue] {
+            for service in [
+                Service::Table,
+                #[cfg(feature = "queue")]
+                Service::Queue,
+            ] {
                 let signer = signer::for_account(service, &account).unwrap();
                 let attempt = || {
                     let mut headers = HeaderMap::new();

@@ -333,6 +333,7 @@ fn writes_arriving_during_a_commit_share_the_next_and_wait_for_its_fsync() {
 
 /// The refusal of a write the file could not take: 500, saying nothing
 /// was applied.
+#[cfg(any(feature = "queue", feature = "blob"))]
 #[track_caller]
 pub(crate) fn assert_not_applied(err: &Error) {
     assert_eq!(err.status(), Some(500), "{err:?}");
@@ -344,6 +345,7 @@ pub(crate) fn assert_not_applied(err: &Error) {
 /// The refusal of the first write on a full disk: as
 /// [`assert_not_applied`], and naming the cause (later writes name redb's
 /// "previous I/O error" until the file is reopened).
+#[cfg(any(feature = "queue", feature = "blob"))]
 #[track_caller]
 pub(crate) fn assert_refused_for_space(err: &Error) {
     assert_not_applied(err);
