@@ -221,7 +221,7 @@ pub const DEFAULT_GRACE: Duration = Duration::from_secs(60 * 60);
 pub const MAX_ATTEMPTS: usize = 16;
 
 /// The boundaries between the steps of a [`LargeTable`] operation, given to
-/// the [`on_step`](LargeTable::on_step) callback.
+/// the [`step_hook`](LargeTable::step_hook) callback.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Step {
