@@ -36,7 +36,9 @@ check | --bless | --list) ;;
     ;;
 esac
 
-cargo doc --quiet -p tablekit --all-features --no-deps
+# Built with warnings as errors: a broken intra-doc link fails here, before
+# the list is read.
+RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc --quiet -p tablekit --all-features --no-deps
 DOC="${CARGO_TARGET_DIR:-target}/doc/tablekit"
 
 # `filter/struct.Column.html` -> `tablekit::filter::Column`.
