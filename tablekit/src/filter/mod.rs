@@ -58,9 +58,9 @@ pub use crate::columns::{col, Column, DynColumn, DynamicColumns, EntityColumns, 
 pub use crate::error::ParseError;
 #[cfg(any(test, feature = "embedded", feature = "fuzzing"))]
 pub(crate) use eval::matches;
-pub(crate) use expr::Expr;
 #[cfg(any(test, feature = "embedded"))]
 pub(crate) use expr::CmpOp;
+pub(crate) use expr::Expr;
 pub(crate) use parse::parse;
 #[cfg(any(test, feature = "embedded"))]
 pub(crate) use plan::plan;
