@@ -5,13 +5,16 @@
 //! `otel.status_code = "ERROR"` when it failed; the table calls it makes
 //! are its children. Backend-independent, so it runs on the embedded store.
 
+use crate::common;
 use tablekit::filter::EntityColumns as _;
+use tablekit::testing::TestEnv;
 use tablekit::{QueueServiceClient, TableEntity, TableServiceClient};
 use tablekit_patterns::eventual::Worker;
 use tablekit_patterns::index::{Index, IndexedTable};
 use tablekit_patterns::relationships::OneToMany;
 use tablekit_patterns::summary::CountedPartition;
 use tablekit_test_support::{field, Recorder, SpanRecord};
+use tracing::instrument::WithSubscriber as _;
 
 /// An entity value that no span nor event may carry.
 const SECRET: &str = "do-not-trace@example.com";
@@ -269,3 +272,51 @@ fn a_move_is_a_span_when_sent_and_when_the_worker_runs_it() {
     );
     assert_no_secret(&recorder);
 }
+
+/// The same on every backend, Azurite's HTTP included: the operation's
+/// span with its transaction under it, the conflict's `error.type`, and no
+/// entity value in any span (`url.full` and the attempts' spans among them).
+async fn an_indexed_insert_and_its_conflict_are_spans_on_every_backend(env: TestEnv) {
+    let recorder = Recorder::default();
+    let table = common::fresh_table::<Employee>(env.tables(), "Spans").await;
+    let table_name = table.name().to_owned();
+    let by_email = Index::new("email", "email_", |e: &Employee| e.email.clone());
+    let directory = IndexedTable::new(table)
+        .unwrap()
+        .with_index(&by_email)
+        .unwrap();
+    async {
+        directory.insert(&mut employee(1, SECRET)).await.unwrap();
+        let err = directory
+            .insert(&mut employee(2, SECRET))
+            .await
+            .unwrap_err();
+        assert!(err.is_conflict(), "{err}");
+    }
+    .with_subscriber(recorder.clone())
+    .await;
+
+    let spans = recorder.spans();
+    let inserts = calls(&spans, "IndexedTable.insert");
+    assert_eq!(inserts.len(), 2, "{spans:?}");
+    for &i in &inserts {
+        assert_eq!(
+            field(&spans[i].1, "tablekit.table"),
+            Some(table_name.as_str())
+        );
+        assert_eq!(
+            children(&recorder, i, "Transaction.send").len(),
+            1,
+            "{spans:?}"
+        );
+    }
+    assert_eq!(field(&spans[inserts[0]].1, "error.type"), None);
+    assert_eq!(field(&spans[inserts[1]].1, "error.type"), Some("409"));
+    assert_eq!(
+        field(&spans[inserts[1]].1, "otel.status_code"),
+        Some("ERROR")
+    );
+    assert_no_secret(&recorder);
+}
+
+tablekit::testing::conformance!(an_indexed_insert_and_its_conflict_are_spans_on_every_backend);
