@@ -68,9 +68,11 @@
 //! `tablekit.table` (when it works on one table), and `error.type` and
 //! `otel.status_code = "ERROR"` when it failed. The table calls it makes
 //! (its `Transaction.send`, its `TableClient.get`, and the spans of the
-//! operations it is made of) are its children. The operations the worker
-//! runs (`OneToMany.apply_move`, `MaterializedView.apply`) are children of
-//! the worker's `eventual.message` span. No entity value is in them, and
+//! operations it is made of) are its children. The worker's run of an
+//! operation is a `Worker.run_operation` span in the message's
+//! `eventual.message` span, and the spans of what it runs
+//! (`OneToMany.apply_move`, `MaterializedView.apply`, a step's table calls)
+//! are its children. No entity value is in them, and
 //! with no subscriber they cost a check each.
 //!
 //! # One verb family

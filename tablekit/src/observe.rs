@@ -19,7 +19,7 @@
 //!   operations of `tablekit-patterns` have the same span, named for their
 //!   type and method (`IndexedTable.insert`, `CountedPartition.insert`,
 //!   `Denormalized.assign`, `LogTail.append`, `OneToMany.move_to`,
-//!   `OneToMany.apply_move` as the worker runs it, ...), through
+//!   `OneToMany.apply_move`, the worker's `Worker.run_operation`, ...), through
 //!   [`pattern_span`] and [`end_call`]: the table calls an operation makes
 //!   (its `Transaction.send`, its `TableClient.get`) are its children.
 //! - one per HTTP attempt, a child of the first, named by its method (`GET`,

@@ -9,7 +9,7 @@ use crate::common;
 use tablekit::filter::EntityColumns as _;
 use tablekit::testing::TestEnv;
 use tablekit::{QueueServiceClient, TableEntity, TableServiceClient};
-use tablekit_patterns::eventual::Worker;
+use tablekit_patterns::eventual::{Eventual, OpError, StepContext, Worker};
 use tablekit_patterns::index::{Index, IndexedTable};
 use tablekit_patterns::relationships::OneToMany;
 use tablekit_patterns::summary::CountedPartition;
@@ -261,8 +261,15 @@ fn a_move_is_a_span_when_sent_and_when_the_worker_runs_it() {
     let apply = &spans[applied[0]].1;
     assert_eq!(field(apply, "tablekit.operation"), Some("apply_move"));
     assert_eq!(field(apply, "error.type"), None);
-    // Run by the worker: a child of the message's span.
-    let message = parents[applied[0]].expect("the worker's span");
+    // Run by the worker: a child of its run of the operation, in the
+    // message's span.
+    let run = parents[applied[0]].expect("the worker's span");
+    assert_eq!(
+        field(&spans[run].1, "otel.name"),
+        Some("Worker.run_operation")
+    );
+    assert_eq!(field(&spans[run].1, "error.type"), None);
+    let message = parents[run].expect("the message's span");
     assert_eq!(spans[message].0, "eventual.message");
     // Its two transactions, one per partition, are its children.
     assert_eq!(
@@ -320,3 +327,37 @@ async fn an_indexed_insert_and_its_conflict_are_spans_on_every_backend(env: Test
 }
 
 tablekit::testing::conformance!(an_indexed_insert_and_its_conflict_are_spans_on_every_backend);
+
+#[test]
+fn a_failed_operation_run_by_the_worker_records_its_error_type() {
+    let recorder = Recorder::default();
+    recorded(&recorder, async {
+        let tables = TableServiceClient::embedded();
+        let queues = QueueServiceClient::embedded();
+        let jobs = queues.queue("jobs").unwrap();
+        let poison = queues.queue("jobs-poison").unwrap();
+        jobs.create_queue().await.unwrap();
+        poison.create_queue().await.unwrap();
+        Eventual::new(jobs.clone())
+            .enqueue_kind("fails", SECRET)
+            .await
+            .unwrap();
+        let worker = Worker::builder(jobs, tables)
+            .handle("fails", |_: String, _: StepContext| async {
+                Err::<(), OpError>("the step failed".into())
+            })
+            .poison_queue(poison)
+            .build()
+            .unwrap();
+        let report = worker.run_once().await.unwrap();
+        assert_eq!(report.failed, 1);
+    });
+
+    let spans = recorder.spans();
+    let runs = calls(&spans, "Worker.run_operation");
+    assert_eq!(runs.len(), 1, "{spans:?}");
+    assert_eq!(field(&spans[runs[0]].1, "error.type"), Some("operation"));
+    assert_eq!(field(&spans[runs[0]].1, "otel.status_code"), Some("ERROR"));
+    assert_eq!(field(&spans[runs[0]].1, "tablekit.table"), None);
+    assert_no_secret(&recorder);
+}
