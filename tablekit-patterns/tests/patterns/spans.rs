@@ -8,9 +8,10 @@
 use crate::common;
 use tablekit::filter::EntityColumns as _;
 use tablekit::testing::TestEnv;
-use tablekit::{QueueServiceClient, TableEntity, TableServiceClient};
+use tablekit::{DynamicEntity, QueueServiceClient, TableEntity, TableServiceClient};
 use tablekit_patterns::eventual::{Eventual, OpError, StepContext, Worker};
 use tablekit_patterns::index::{Index, IndexedTable};
+use tablekit_patterns::log_tail::LogTail;
 use tablekit_patterns::relationships::OneToMany;
 use tablekit_patterns::summary::CountedPartition;
 use tablekit_test_support::{field, Recorder, SpanRecord};
@@ -359,5 +360,32 @@ fn a_failed_operation_run_by_the_worker_records_its_error_type() {
     assert_eq!(field(&spans[runs[0]].1, "error.type"), Some("operation"));
     assert_eq!(field(&spans[runs[0]].1, "otel.status_code"), Some("ERROR"));
     assert_eq!(field(&spans[runs[0]].1, "tablekit.table"), None);
+    assert_no_secret(&recorder);
+}
+
+#[test]
+fn a_log_tail_append_is_a_span_whose_child_is_its_insert() {
+    let recorder = Recorder::default();
+    recorded(&recorder, async {
+        let tables = TableServiceClient::embedded();
+        let table = tables.table::<DynamicEntity>("Log").unwrap();
+        table.create_table().await.unwrap();
+        let tail = LogTail::new(table).with_prefix("");
+        let mut entry = DynamicEntity::new("Sales", "0001");
+        entry.set("Note", SECRET);
+        tail.append(&mut entry).await.unwrap();
+        let err = tail.append(&mut entry).await.unwrap_err();
+        assert!(err.is_conflict(), "{err}");
+    });
+
+    let spans = recorder.spans();
+    let appends = calls(&spans, "LogTail.append");
+    assert_eq!(appends.len(), 2, "{spans:?}");
+    for &i in &appends {
+        assert_eq!(field(&spans[i].1, "tablekit.operation"), Some("append"));
+        assert_eq!(children(&recorder, i, "TableClient.insert").len(), 1);
+    }
+    assert_eq!(field(&spans[appends[0]].1, "error.type"), None);
+    assert_eq!(field(&spans[appends[1]].1, "error.type"), Some("409"));
     assert_no_secret(&recorder);
 }
