@@ -280,12 +280,20 @@ impl<S: TableEntity> Denormalized<S> {
     /// transaction; again from a fresh read of the target when another
     /// writer changed the target meanwhile. Sets `source`'s ETag.
     pub async fn update(&self, source: &mut S, if_match: impl Into<IfMatch>) -> Result<()> {
-        let refresh = self.plan_refresh(source)?;
-        let plan = self
-            .table
-            .plan_update(&mut *source, UpdateMode::Replace, if_match)?
-            .and(refresh)?;
-        self.before_write.attach(plan).send().await.map(drop)
+        crate::trace::traced(
+            "Denormalized",
+            "update",
+            Some(self.table.name()),
+            async move {
+                let refresh = self.plan_refresh(source)?;
+                let plan = self
+                    .table
+                    .plan_update(&mut *source, UpdateMode::Replace, if_match)?
+                    .and(refresh)?;
+                self.before_write.attach(plan).send().await.map(drop)
+            },
+        )
+        .await
     }
 
     /// Makes `source` the holder of its partition's target (the
@@ -295,12 +303,20 @@ impl<S: TableEntity> Denormalized<S> {
     /// transaction also requires `source` unchanged (see
     /// [`plan_assign`](Self::plan_assign)) and sets `source`'s new ETag.
     pub async fn assign(&self, source: &mut S) -> Result<()> {
-        let key = source.key();
-        let plan = self.plan_assign(source)?;
-        let done = self.before_write.attach(plan).send().await?;
-        if let Some(etag) = done.etag(&key) {
-            source.set_etag(etag.clone());
-        }
-        Ok(())
+        crate::trace::traced(
+            "Denormalized",
+            "assign",
+            Some(self.table.name()),
+            async move {
+                let key = source.key();
+                let plan = self.plan_assign(source)?;
+                let done = self.before_write.attach(plan).send().await?;
+                if let Some(etag) = done.etag(&key) {
+                    source.set_etag(etag.clone());
+                }
+                Ok(())
+            },
+        )
+        .await
     }
 }

@@ -441,12 +441,20 @@ impl<T: TableEntity> IndexedTable<T> {
     /// (the entity's or an indexed value) fails with a conflict and writes
     /// nothing. Sets the entity's ETag.
     pub async fn insert(&self, entity: &mut T) -> Result<()> {
-        let key = entity.key();
-        let done = self.plan_insert(entity)?.send().await?;
-        if let Some(etag) = done.etag(&key) {
-            entity.set_etag(etag.clone());
-        }
-        Ok(())
+        crate::trace::traced(
+            "IndexedTable",
+            "insert",
+            Some(self.table.name()),
+            async move {
+                let key = entity.key();
+                let done = self.plan_insert(entity)?.send().await?;
+                if let Some(etag) = done.etag(&key) {
+                    entity.set_etag(etag.clone());
+                }
+                Ok(())
+            },
+        )
+        .await
     }
 
     /// The replacement of `current` (the value as read, whose indexed values
@@ -508,12 +516,20 @@ impl<T: TableEntity> IndexedTable<T> {
         new: &mut T,
         if_match: impl Into<IfMatch>,
     ) -> Result<()> {
-        let key = new.key();
-        let done = self.plan_update(current, new, if_match)?.send().await?;
-        if let Some(etag) = done.etag(&key) {
-            new.set_etag(etag.clone());
-        }
-        Ok(())
+        crate::trace::traced(
+            "IndexedTable",
+            "update",
+            Some(self.table.name()),
+            async move {
+                let key = new.key();
+                let done = self.plan_update(current, new, if_match)?.send().await?;
+                if let Some(etag) = done.etag(&key) {
+                    new.set_etag(etag.clone());
+                }
+                Ok(())
+            },
+        )
+        .await
     }
 
     /// The delete of `current` (the value as read) under `if_match` and of
@@ -542,7 +558,13 @@ impl<T: TableEntity> IndexedTable<T> {
     /// Deletes `current` (the value as read) and its copies in one transaction,
     /// on the condition `if_match` on the primary copy.
     pub async fn delete(&self, current: &T, if_match: impl Into<IfMatch>) -> Result<()> {
-        self.plan_delete(current, if_match)?.send().await.map(drop)
+        crate::trace::traced(
+            "IndexedTable",
+            "delete",
+            Some(self.table.name()),
+            async move { self.plan_delete(current, if_match)?.send().await.map(drop) },
+        )
+        .await
     }
 
     /// Reads the primary copy with its ETag (whether or not `T` keeps one).
@@ -550,19 +572,30 @@ impl<T: TableEntity> IndexedTable<T> {
         &self,
         key: impl Into<EntityKey>,
     ) -> Result<Option<(T, tablekit::ETag)>> {
-        let Some(d) = self.raw.get(key).await? else {
-            return Ok(None);
-        };
-        let etag = d
-            .etag
-            .clone()
-            .ok_or_else(|| Error::from(DecodeError::new("the service returned no ETag")))?;
-        Ok(Some((T::decode(&RawEntity::from_dynamic(&d))?, etag)))
+        crate::trace::traced(
+            "IndexedTable",
+            "get_with_etag",
+            Some(self.table.name()),
+            async move {
+                let Some(d) = self.raw.get(key).await? else {
+                    return Ok(None);
+                };
+                let etag = d
+                    .etag
+                    .clone()
+                    .ok_or_else(|| Error::from(DecodeError::new("the service returned no ETag")))?;
+                Ok(Some((T::decode(&RawEntity::from_dynamic(&d))?, etag)))
+            },
+        )
+        .await
     }
 
     /// Reads an entity by its own key (a point read of the primary copy).
     pub async fn get(&self, key: impl Into<EntityKey>) -> Result<Option<T>> {
-        Ok(self.get_with_etag(key).await?.map(|(e, _)| e))
+        crate::trace::traced("IndexedTable", "get", Some(self.table.name()), async move {
+            Ok(self.get_with_etag(key).await?.map(|(e, _)| e))
+        })
+        .await
     }
 
     /// Reads the entity whose value in `index` is `value`: one point read of its
@@ -573,11 +606,19 @@ impl<T: TableEntity> IndexedTable<T> {
         partition_key: &str,
         value: &str,
     ) -> Result<Option<P>> {
-        let key = EntityKey::new(partition_key, index.row_key_of(value));
-        match self.raw.get(key).await? {
-            Some(d) => decode_copy(d).map(Some),
-            None => Ok(None),
-        }
+        crate::trace::traced(
+            "IndexedTable",
+            "lookup",
+            Some(self.table.name()),
+            async move {
+                let key = EntityKey::new(partition_key, index.row_key_of(value));
+                match self.raw.get(key).await? {
+                    Some(d) => decode_copy(d).map(Some),
+                    None => Ok(None),
+                }
+            },
+        )
+        .await
     }
 
     /// The entities of a partition whose value in `index` lies in `range`, in
@@ -589,24 +630,40 @@ impl<T: TableEntity> IndexedTable<T> {
         partition_key: &str,
         range: KeyRange,
     ) -> Result<Vec<P>> {
-        let rows = self
-            .raw
-            .query()
-            .filter_by(range.filter(partition_key, &index.def.prefix))
-            .fetch_all()
-            .await?;
-        rows.into_iter().map(decode_copy).collect()
+        crate::trace::traced(
+            "IndexedTable",
+            "list",
+            Some(self.table.name()),
+            async move {
+                let rows = self
+                    .raw
+                    .query()
+                    .filter_by(range.filter(partition_key, &index.def.prefix))
+                    .fetch_all()
+                    .await?;
+                rows.into_iter().map(decode_copy).collect()
+            },
+        )
+        .await
     }
 
     /// The entities of a partition whose own RowKey, after the primary prefix,
     /// lies in `range`, in RowKey order (`RowKey ge 'empid_000100' and RowKey le
     /// 'empid_000199'` for `KeyRange::inclusive("000100", "000199")`).
     pub async fn list_primary(&self, partition_key: &str, range: KeyRange) -> Result<Vec<T>> {
-        self.table
-            .query()
-            .filter_by(range.filter(partition_key, &self.primary_prefix))
-            .fetch_all()
-            .await
+        crate::trace::traced(
+            "IndexedTable",
+            "list_primary",
+            Some(self.table.name()),
+            async move {
+                self.table
+                    .query()
+                    .filter_by(range.filter(partition_key, &self.primary_prefix))
+                    .fetch_all()
+                    .await
+            },
+        )
+        .await
     }
 }
 
@@ -620,60 +677,88 @@ impl<T: TableEntity + Clone> IndexedTable<T> {
     where
         F: FnMut(&mut T) + Send,
     {
-        let key = key.into();
-        let mut attempt = 1;
-        loop {
-            let Some((current, etag)) = self.get_with_etag(key.clone()).await? else {
-                return Ok(None);
-            };
-            let mut new = current.clone();
-            change(&mut new);
-            self.before_write.call(attempt).await?;
-            match self.update(&current, &mut new, IfMatch::ETag(etag)).await {
-                Ok(()) => return Ok(Some(new)),
-                Err(e) if e.is_precondition_failed() && attempt < MAX_ATTEMPTS => attempt += 1,
-                Err(e) => return Err(e),
-            }
-        }
+        crate::trace::traced(
+            "IndexedTable",
+            "modify",
+            Some(self.table.name()),
+            async move {
+                let key = key.into();
+                let mut attempt = 1;
+                loop {
+                    let Some((current, etag)) = self.get_with_etag(key.clone()).await? else {
+                        return Ok(None);
+                    };
+                    let mut new = current.clone();
+                    change(&mut new);
+                    self.before_write.call(attempt).await?;
+                    match self.update(&current, &mut new, IfMatch::ETag(etag)).await {
+                        Ok(()) => return Ok(Some(new)),
+                        Err(e) if e.is_precondition_failed() && attempt < MAX_ATTEMPTS => {
+                            attempt += 1
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            },
+        )
+        .await
     }
 
     /// Inserts the entity, or replaces the stored one (read first, to know which
     /// index copies to remove). Retries from the read when another writer
     /// inserted, changed or deleted it in between (at most [`MAX_ATTEMPTS`] times).
     pub async fn upsert(&self, entity: &mut T) -> Result<()> {
-        let key = entity.key();
-        let mut attempt = 1;
-        loop {
-            let stored = self.get_with_etag(key.clone()).await?;
-            self.before_write.call(attempt).await?;
-            let result = match stored {
-                None => self.insert(entity).await,
-                Some((current, etag)) => self.update(&current, entity, IfMatch::ETag(etag)).await,
-            };
-            match result {
-                Err(e) if is_race(&e) && attempt < MAX_ATTEMPTS => attempt += 1,
-                other => return other,
-            }
-        }
+        crate::trace::traced(
+            "IndexedTable",
+            "upsert",
+            Some(self.table.name()),
+            async move {
+                let key = entity.key();
+                let mut attempt = 1;
+                loop {
+                    let stored = self.get_with_etag(key.clone()).await?;
+                    self.before_write.call(attempt).await?;
+                    let result = match stored {
+                        None => self.insert(entity).await,
+                        Some((current, etag)) => {
+                            self.update(&current, entity, IfMatch::ETag(etag)).await
+                        }
+                    };
+                    match result {
+                        Err(e) if is_race(&e) && attempt < MAX_ATTEMPTS => attempt += 1,
+                        other => return other,
+                    }
+                }
+            },
+        )
+        .await
     }
 
     /// Deletes the entity with this key and its copies (read first, to know the
     /// copies' keys); returns whether there was one. Retries from the read when
     /// another writer changed it in between (at most [`MAX_ATTEMPTS`] times).
     pub async fn delete_key(&self, key: impl Into<EntityKey>) -> Result<bool> {
-        let key = key.into();
-        let mut attempt = 1;
-        loop {
-            let Some((current, etag)) = self.get_with_etag(key.clone()).await? else {
-                return Ok(false);
-            };
-            self.before_write.call(attempt).await?;
-            match self.delete(&current, IfMatch::ETag(etag)).await {
-                Ok(()) => return Ok(true),
-                Err(e) if is_race(&e) && attempt < MAX_ATTEMPTS => attempt += 1,
-                Err(e) => return Err(e),
-            }
-        }
+        crate::trace::traced(
+            "IndexedTable",
+            "delete_key",
+            Some(self.table.name()),
+            async move {
+                let key = key.into();
+                let mut attempt = 1;
+                loop {
+                    let Some((current, etag)) = self.get_with_etag(key.clone()).await? else {
+                        return Ok(false);
+                    };
+                    self.before_write.call(attempt).await?;
+                    match self.delete(&current, IfMatch::ETag(etag)).await {
+                        Ok(()) => return Ok(true),
+                        Err(e) if is_race(&e) && attempt < MAX_ATTEMPTS => attempt += 1,
+                        Err(e) => return Err(e),
+                    }
+                }
+            },
+        )
+        .await
     }
 }
 

@@ -57,6 +57,24 @@
 //! operation; `tablekit-patterns/tests/patterns/request_counts.rs` counts them
 //! against hand-written code.
 //!
+//! # Traces
+//!
+//! Each public async operation of a pattern is a `tracing` span like a
+//! table call's ([`tablekit::observe`]): `tablekit.request`, named for
+//! OpenTelemetry after its type and method (`IndexedTable.insert`,
+//! `CountedPartition.insert`, `Denormalized.assign`, `LogTail.append`,
+//! `OneToMany.move_to`, `MaterializedView.rebuild`, ...), kind internal,
+//! with `az.namespace`, `tablekit.operation` (the method) and
+//! `tablekit.table` (when it works on one table), and `error.type` and
+//! `otel.status_code = "ERROR"` when it failed. The table calls it makes
+//! (its `Transaction.send`, its `TableClient.get`, and the spans of the
+//! operations it is made of) are its children. The worker's run of an
+//! operation is a `Worker.run_operation` span in the message's
+//! `eventual.message` span, and the spans of what it runs
+//! (`OneToMany.apply_move`, `MaterializedView.apply`, a step's table calls)
+//! are its children. No entity value is in them, and
+//! with no subscriber they cost a check each.
+//!
 //! # One verb family
 //!
 //! The patterns use [`TableClient`](tablekit::TableClient)'s verbs where
@@ -252,5 +270,6 @@ pub mod range;
 pub mod relationships;
 pub mod series;
 pub mod summary;
+mod trace;
 pub mod upgrade;
 pub mod wide;

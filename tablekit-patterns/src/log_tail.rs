@@ -191,7 +191,10 @@ impl<T: TableEntity> LogTail<T> {
     /// ([`tablekit::Error::is_conflict`]): pick another tie-breaker. Sets
     /// the entry's ETag.
     pub async fn append(&self, entry: &mut T) -> Result<()> {
-        self.table.insert(entry).await.map(drop)
+        crate::trace::traced("LogTail", "append", Some(self.table.name()), async move {
+            self.table.insert(entry).await.map(drop)
+        })
+        .await
     }
 
     /// The insert of an entry, planned: what [`append`](Self::append)
@@ -221,13 +224,16 @@ impl<T: TableEntity> LogTail<T> {
     /// that asks for `n` (`$top`) and follows continuations only until `n`
     /// have arrived (the service may return fewer than asked with a token).
     pub async fn latest(&self, partition_key: &str, n: usize) -> Result<Vec<T>> {
-        if n == 0 {
-            return Ok(Vec::new());
-        }
-        self.query(partition_key, &KeyRange::all())
-            .take(n)
-            .fetch_all()
-            .await
+        crate::trace::traced("LogTail", "latest", Some(self.table.name()), async move {
+            if n == 0 {
+                return Ok(Vec::new());
+            }
+            self.query(partition_key, &KeyRange::all())
+                .take(n)
+                .fetch_all()
+                .await
+        })
+        .await
     }
 
     /// The entries of a partition at `from <= t < to`, newest first.
@@ -237,9 +243,12 @@ impl<T: TableEntity> LogTail<T> {
         from: DateTime<Utc>,
         to: DateTime<Utc>,
     ) -> Result<Vec<T>> {
-        self.query(partition_key, &instants(from, to))
-            .fetch_all()
-            .await
+        crate::trace::traced("LogTail", "between", Some(self.table.name()), async move {
+            self.query(partition_key, &instants(from, to))
+                .fetch_all()
+                .await
+        })
+        .await
     }
 }
 

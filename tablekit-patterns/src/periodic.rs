@@ -249,12 +249,18 @@ impl<T: TableEntity> PeriodicTables<T> {
     /// Inserts the entity into its period's table, creating the table on the
     /// period's first write. A taken key is a conflict.
     pub async fn insert(&self, entity: &mut T) -> Result<()> {
-        self.routed(entity, None).await
+        crate::trace::traced("PeriodicTables", "insert", None, async move {
+            self.routed(entity, None).await
+        })
+        .await
     }
 
     /// Inserts or replaces/merges the entity in its period's table.
     pub async fn upsert(&self, entity: &mut T, mode: UpdateMode) -> Result<()> {
-        self.routed(entity, Some(mode)).await
+        crate::trace::traced("PeriodicTables", "upsert", None, async move {
+            self.routed(entity, Some(mode)).await
+        })
+        .await
     }
 
     /// The tables of the periods that overlap `from <= t < to`, oldest first.
@@ -287,20 +293,25 @@ impl<T: TableEntity> PeriodicTables<T> {
     where
         F: Fn(Query<T>) -> Query<T>,
     {
-        let mut all = Vec::new();
-        for table in self.tables_between(from, to)? {
-            match build(table.query()).fetch_all().await {
-                Ok(rows) => all.extend(rows.into_iter().filter(|e| {
-                    let t = (self.at)(e);
-                    from <= t && t < to
-                })),
-                Err(e) if is_table_missing(&e) => {}
-                Err(e) => return Err(e),
+        crate::trace::traced("PeriodicTables", "query", None, async move {
+            let mut all = Vec::new();
+            for table in self.tables_between(from, to)? {
+                match build(table.query()).fetch_all().await {
+                    Ok(rows) => all.extend(rows.into_iter().filter(|e| {
+                        let t = (self.at)(e);
+                        from <= t && t < to
+                    })),
+                    Err(e) if is_table_missing(&e) => {}
+                    Err(e) => return Err(e),
+                }
             }
-        }
-        // Each table's rows are sorted already; a stable sort keeps equal keys in period order.
-        all.sort_by(|a, b| (a.partition_key(), a.row_key()).cmp(&(b.partition_key(), b.row_key())));
-        Ok(all)
+            // Each table's rows are sorted already; a stable sort keeps equal keys in period order.
+            all.sort_by(|a, b| {
+                (a.partition_key(), a.row_key()).cmp(&(b.partition_key(), b.row_key()))
+            });
+            Ok(all)
+        })
+        .await
     }
 
     /// Deletes every table of this prefix whose period ended at least the
@@ -308,29 +319,32 @@ impl<T: TableEntity> PeriodicTables<T> {
     /// oldest first. Tables already gone (another sweeper) are not an error;
     /// names that are not this prefix and period's are left alone.
     pub async fn sweep(&self, now: DateTime<Utc>) -> Result<Vec<String>> {
-        let cutoff = now - self.retention;
-        let mut expired: Vec<(DateTime<Utc>, String)> = self
-            .service
-            .list_tables()
-            .prefix(self.prefix.clone())
-            .stream()
-            .try_filter_map(|name| async move {
-                Ok(self
-                    .period
-                    .parse(&self.prefix, &name)
-                    .filter(|start| self.period.next(*start) <= cutoff)
-                    .map(|start| (start, name)))
-            })
-            .try_collect()
-            .await?;
-        expired.sort();
-        let mut deleted = Vec::with_capacity(expired.len());
-        for (_, name) in expired {
-            if self.service.delete_table_if_exists(&name).await? {
-                deleted.push(name);
+        crate::trace::traced("PeriodicTables", "sweep", None, async move {
+            let cutoff = now - self.retention;
+            let mut expired: Vec<(DateTime<Utc>, String)> = self
+                .service
+                .list_tables()
+                .prefix(self.prefix.clone())
+                .stream()
+                .try_filter_map(|name| async move {
+                    Ok(self
+                        .period
+                        .parse(&self.prefix, &name)
+                        .filter(|start| self.period.next(*start) <= cutoff)
+                        .map(|start| (start, name)))
+                })
+                .try_collect()
+                .await?;
+            expired.sort();
+            let mut deleted = Vec::with_capacity(expired.len());
+            for (_, name) in expired {
+                if self.service.delete_table_if_exists(&name).await? {
+                    deleted.push(name);
+                }
             }
-        }
-        Ok(deleted)
+            Ok(deleted)
+        })
+        .await
     }
 }
 

@@ -258,15 +258,18 @@ impl DataSeries {
     /// Reads the whole series `series` of partition `partition_key`: one range
     /// query over its entities.
     pub async fn read(&self, partition_key: &str, series: &str) -> Result<SeriesData> {
-        let last = chunk(self.layout.entities() - 1);
-        let range = KeyRange::inclusive(row_key(series, "01"), row_key(series, &last));
-        let rows = self
-            .table
-            .query()
-            .filter_by(range.filter(partition_key, ""))
-            .fetch_all()
-            .await?;
-        Ok(self.assemble(series, &rows))
+        crate::trace::traced("DataSeries", "read", Some(self.table.name()), async move {
+            let last = chunk(self.layout.entities() - 1);
+            let range = KeyRange::inclusive(row_key(series, "01"), row_key(series, &last));
+            let rows = self
+                .table
+                .query()
+                .filter_by(range.filter(partition_key, ""))
+                .fetch_all()
+                .await?;
+            Ok(self.assemble(series, &rows))
+        })
+        .await
     }
 
     fn assemble(&self, series: &str, rows: &[DynamicEntity]) -> SeriesData {
@@ -298,9 +301,12 @@ impl DataSeries {
         slot: usize,
         value: i64,
     ) -> Result<()> {
-        let (suffix, name) = self.layout.slot(slot)?;
-        let e = DynamicEntity::new(partition_key, row_key(series, &suffix)).with(name, value);
-        self.table.upsert(&e, UpdateMode::Merge).await.map(drop)
+        crate::trace::traced("DataSeries", "set", Some(self.table.name()), async move {
+            let (suffix, name) = self.layout.slot(slot)?;
+            let e = DynamicEntity::new(partition_key, row_key(series, &suffix)).with(name, value);
+            self.table.upsert(&e, UpdateMode::Merge).await.map(drop)
+        })
+        .await
     }
 
     /// The key of the entity that holds slot `slot` of `series`, and the
@@ -405,35 +411,38 @@ impl DataSeries {
         slot: usize,
         delta: i64,
     ) -> Result<i64> {
-        let (suffix, name) = self.layout.slot(slot)?;
-        let key = EntityKey::new(partition_key, row_key(series, &suffix));
-        key.validate().map_err(Error::from)?;
-        let mut attempt = 1;
-        loop {
-            let stored = self.table.get(key.clone()).await?;
-            let value = count(stored.as_ref().and_then(|e| e.get(&name))) + delta;
-            let e = DynamicEntity::new(key.partition_key.as_str(), key.row_key.as_str())
-                .with(name.as_str(), value);
-            self.before_write.call(attempt).await?;
-            let result = match stored.and_then(|s| s.etag) {
-                Some(etag) => self
-                    .table
-                    .update(&e, UpdateMode::Merge, IfMatch::ETag(etag))
-                    .await
-                    .map(drop),
-                None => self.table.insert(&e).await.map(drop),
-            };
-            match result {
-                Ok(()) => return Ok(value),
-                Err(e)
-                    if (e.is_precondition_failed() || e.is_conflict() || e.is_not_found())
-                        && attempt < MAX_ATTEMPTS =>
-                {
-                    attempt += 1
+        crate::trace::traced("DataSeries", "add", Some(self.table.name()), async move {
+            let (suffix, name) = self.layout.slot(slot)?;
+            let key = EntityKey::new(partition_key, row_key(series, &suffix));
+            key.validate().map_err(Error::from)?;
+            let mut attempt = 1;
+            loop {
+                let stored = self.table.get(key.clone()).await?;
+                let value = count(stored.as_ref().and_then(|e| e.get(&name))) + delta;
+                let e = DynamicEntity::new(key.partition_key.as_str(), key.row_key.as_str())
+                    .with(name.as_str(), value);
+                self.before_write.call(attempt).await?;
+                let result = match stored.and_then(|s| s.etag) {
+                    Some(etag) => self
+                        .table
+                        .update(&e, UpdateMode::Merge, IfMatch::ETag(etag))
+                        .await
+                        .map(drop),
+                    None => self.table.insert(&e).await.map(drop),
+                };
+                match result {
+                    Ok(()) => return Ok(value),
+                    Err(e)
+                        if (e.is_precondition_failed() || e.is_conflict() || e.is_not_found())
+                            && attempt < MAX_ATTEMPTS =>
+                    {
+                        attempt += 1
+                    }
+                    Err(e) => return Err(e),
                 }
-                Err(e) => return Err(e),
             }
-        }
+        })
+        .await
     }
 }
 
@@ -476,9 +485,17 @@ impl HourlyCounters {
 
     /// Adds `delta` to the count of the hour of `t` and returns the new count.
     pub async fn record(&self, partition_key: &str, t: DateTime<Utc>, delta: i64) -> Result<i64> {
-        self.series
-            .add(partition_key, &day_of(t), t.hour() as usize, delta)
-            .await
+        crate::trace::traced(
+            "HourlyCounters",
+            "record",
+            Some(self.series.table.name()),
+            async move {
+                self.series
+                    .add(partition_key, &day_of(t), t.hour() as usize, delta)
+                    .await
+            },
+        )
+        .await
     }
 
     /// The counts of the 24 hours up to and including the hour of `now`,
@@ -489,30 +506,38 @@ impl HourlyCounters {
         partition_key: &str,
         now: DateTime<Utc>,
     ) -> Result<Vec<(DateTime<Utc>, i64)>> {
-        let this_hour = now
-            .with_minute(0)
-            .and_then(|t| t.with_second(0))
-            .and_then(|t| t.with_nanosecond(0))
-            .expect("the start of an hour exists");
-        let first = this_hour - Duration::hours(23);
-        let (yesterday, today) = (day_of(first), day_of(this_hour));
-        let range = KeyRange::inclusive(row_key(&yesterday, "01"), row_key(&today, "01"));
-        let rows = self
-            .series
-            .table
-            .query()
-            .filter_by(range.filter(partition_key, ""))
-            .fetch_all()
-            .await?;
-        let old = self.series.assemble(&yesterday, &rows);
-        let new = self.series.assemble(&today, &rows);
-        Ok((0..24)
-            .map(|i| {
-                let t = first + Duration::hours(i);
-                let data = if day_of(t) == today { &new } else { &old };
-                (t, data.values[t.hour() as usize])
-            })
-            .collect())
+        crate::trace::traced(
+            "HourlyCounters",
+            "last_24_hours",
+            Some(self.series.table.name()),
+            async move {
+                let this_hour = now
+                    .with_minute(0)
+                    .and_then(|t| t.with_second(0))
+                    .and_then(|t| t.with_nanosecond(0))
+                    .expect("the start of an hour exists");
+                let first = this_hour - Duration::hours(23);
+                let (yesterday, today) = (day_of(first), day_of(this_hour));
+                let range = KeyRange::inclusive(row_key(&yesterday, "01"), row_key(&today, "01"));
+                let rows = self
+                    .series
+                    .table
+                    .query()
+                    .filter_by(range.filter(partition_key, ""))
+                    .fetch_all()
+                    .await?;
+                let old = self.series.assemble(&yesterday, &rows);
+                let new = self.series.assemble(&today, &rows);
+                Ok((0..24)
+                    .map(|i| {
+                        let t = first + Duration::hours(i);
+                        let data = if day_of(t) == today { &new } else { &old };
+                        (t, data.values[t.hour() as usize])
+                    })
+                    .collect())
+            },
+        )
+        .await
     }
 }
 

@@ -198,15 +198,23 @@ impl<T: TableEntity> CountedPartition<T> {
     /// §4.8), in RowKey order. One partition query (one request per 1,000
     /// entities).
     pub async fn read_partition<E: TableEntity>(&self, partition_key: &str) -> Result<Vec<E>> {
-        EntityKey::new(partition_key, self.summary_row_key.as_str())
-            .validate()
-            .map_err(Error::from)?;
-        self.table
-            .with_type::<E>()
-            .query()
-            .filter_by(KeyRange::all().filter(partition_key, ""))
-            .fetch_all()
-            .await
+        crate::trace::traced(
+            "CountedPartition",
+            "read_partition",
+            Some(self.table.name()),
+            async move {
+                EntityKey::new(partition_key, self.summary_row_key.as_str())
+                    .validate()
+                    .map_err(Error::from)?;
+                self.table
+                    .with_type::<E>()
+                    .query()
+                    .filter_by(KeyRange::all().filter(partition_key, ""))
+                    .fetch_all()
+                    .await
+            },
+        )
+        .await
     }
 
     /// The typed table client.
@@ -221,9 +229,17 @@ impl<T: TableEntity> CountedPartition<T> {
 
     /// The summary entity of a partition (with every denormalised property).
     pub async fn summary(&self, partition_key: &str) -> Result<Option<DynamicEntity>> {
-        self.raw
-            .get((partition_key, self.summary_row_key.as_str()))
-            .await
+        crate::trace::traced(
+            "CountedPartition",
+            "summary",
+            Some(self.table.name()),
+            async move {
+                self.raw
+                    .get((partition_key, self.summary_row_key.as_str()))
+                    .await
+            },
+        )
+        .await
     }
 
     fn read_count(&self, summary: &DynamicEntity) -> Result<i32> {
@@ -248,10 +264,18 @@ impl<T: TableEntity> CountedPartition<T> {
 
     /// The count of a partition: one point read of its summary (0 if none).
     pub async fn count(&self, partition_key: &str) -> Result<i32> {
-        match self.summary(partition_key).await? {
-            Some(s) => self.read_count(&s),
-            None => Ok(0),
-        }
+        crate::trace::traced(
+            "CountedPartition",
+            "count",
+            Some(self.table.name()),
+            async move {
+                match self.summary(partition_key).await? {
+                    Some(s) => self.read_count(&s),
+                    None => Ok(0),
+                }
+            },
+        )
+        .await
     }
 
     fn check(&self, entity: &T) -> Result<()> {
@@ -339,9 +363,17 @@ impl<T: TableEntity> CountedPartition<T> {
     /// writer changed it meanwhile); returns the new count. A taken key is a
     /// conflict. Sets the entity's ETag.
     pub async fn insert(&self, entity: &mut T) -> Result<i32> {
-        let pk = entity.partition_key().into_owned();
-        let plan = self.plan_insert(&mut *entity)?;
-        self.send_counted(plan, &pk).await
+        crate::trace::traced(
+            "CountedPartition",
+            "insert",
+            Some(self.table.name()),
+            async move {
+                let pk = entity.partition_key().into_owned();
+                let plan = self.plan_insert(&mut *entity)?;
+                self.send_counted(plan, &pk).await
+            },
+        )
+        .await
     }
 
     /// Deletes the entity with this key under `if_match` and subtracts one
@@ -351,9 +383,17 @@ impl<T: TableEntity> CountedPartition<T> {
         key: impl Into<EntityKey>,
         if_match: impl Into<IfMatch>,
     ) -> Result<i32> {
-        let key = key.into();
-        let pk = key.partition_key.clone();
-        let plan = self.plan_delete(key, if_match)?;
-        self.send_counted(plan, &pk).await
+        crate::trace::traced(
+            "CountedPartition",
+            "delete",
+            Some(self.table.name()),
+            async move {
+                let key = key.into();
+                let pk = key.partition_key.clone();
+                let plan = self.plan_delete(key, if_match)?;
+                self.send_counted(plan, &pk).await
+            },
+        )
+        .await
     }
 }

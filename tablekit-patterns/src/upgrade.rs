@@ -160,30 +160,45 @@ impl<T: TableEntity> SchemaUpgrade<T> {
 
     /// Upgrades one page of entities, starting at `from` (the start when `None`).
     pub async fn run_page(&self, from: Option<Continuation>) -> Result<UpgradePage> {
-        let mut query = self.raw.query().page_size(self.page_size);
-        if let Some(pk) = &self.partition {
-            query = query.filter_by(Column::<DynamicEntity, String>::new("PartitionKey").eq(pk));
-        }
-        if let Some(c) = from {
-            query = query.continue_from(c);
-        }
-        let page = query.next_page().await?;
-        let mut report = UpgradeReport {
-            scanned: page.items.len(),
-            ..UpgradeReport::default()
-        };
-        for row in page.items {
-            report += self.upgrade_one(row).await?;
-        }
-        Ok(UpgradePage {
-            report,
-            continuation: page.continuation,
-        })
+        crate::trace::traced(
+            "SchemaUpgrade",
+            "run_page",
+            Some(self.table.name()),
+            async move {
+                let mut query = self.raw.query().page_size(self.page_size);
+                if let Some(pk) = &self.partition {
+                    query = query
+                        .filter_by(Column::<DynamicEntity, String>::new("PartitionKey").eq(pk));
+                }
+                if let Some(c) = from {
+                    query = query.continue_from(c);
+                }
+                let page = query.next_page().await?;
+                let mut report = UpgradeReport {
+                    scanned: page.items.len(),
+                    ..UpgradeReport::default()
+                };
+                for row in page.items {
+                    report += self.upgrade_one(row).await?;
+                }
+                Ok(UpgradePage {
+                    report,
+                    continuation: page.continuation,
+                })
+            },
+        )
+        .await
     }
 
     /// Upgrades every page.
     pub async fn run(&self) -> Result<UpgradeReport> {
-        self.run_from(None, |_| {}).await
+        crate::trace::traced(
+            "SchemaUpgrade",
+            "run",
+            Some(self.table.name()),
+            async move { self.run_from(None, |_| {}).await },
+        )
+        .await
     }
 
     /// Upgrades every page from `from` (the start when `None`) and returns
@@ -196,17 +211,25 @@ impl<T: TableEntity> SchemaUpgrade<T> {
         from: Option<Continuation>,
         mut on_page: impl FnMut(&UpgradePage),
     ) -> Result<UpgradeReport> {
-        let mut total = UpgradeReport::default();
-        let mut from = from;
-        loop {
-            let page = self.run_page(from).await?;
-            total += page.report;
-            on_page(&page);
-            match page.continuation {
-                Some(c) => from = Some(c),
-                None => return Ok(total),
-            }
-        }
+        crate::trace::traced(
+            "SchemaUpgrade",
+            "run_from",
+            Some(self.table.name()),
+            async move {
+                let mut total = UpgradeReport::default();
+                let mut from = from;
+                loop {
+                    let page = self.run_page(from).await?;
+                    total += page.report;
+                    on_page(&page);
+                    match page.continuation {
+                        Some(c) => from = Some(c),
+                        None => return Ok(total),
+                    }
+                }
+            },
+        )
+        .await
     }
 
     async fn upgrade_one(&self, mut row: DynamicEntity) -> Result<UpgradeReport> {

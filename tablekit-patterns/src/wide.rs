@@ -182,15 +182,18 @@ impl<T: TableEntity> WideTable<T> {
     /// Inserts the logical entity: one transaction inserting every part. An
     /// entity that exists is a conflict. Sets the entity's ETag (part 0's).
     pub async fn insert(&self, entity: &mut T) -> Result<()> {
-        let part0 = EntityKey::new(
-            entity.partition_key().as_ref(),
-            part_row_key(&entity.row_key(), 0),
-        );
-        let done = self.plan_insert(entity)?.send().await?;
-        if let Some(etag) = done.etag(&part0) {
-            entity.set_etag(etag.clone());
-        }
-        Ok(())
+        crate::trace::traced("WideTable", "insert", Some(self.raw.name()), async move {
+            let part0 = EntityKey::new(
+                entity.partition_key().as_ref(),
+                part_row_key(&entity.row_key(), 0),
+            );
+            let done = self.plan_insert(entity)?.send().await?;
+            if let Some(etag) = done.etag(&part0) {
+                entity.set_etag(etag.clone());
+            }
+            Ok(())
+        })
+        .await
     }
 
     async fn read(&self, key: &EntityKey, keys_only: bool) -> Result<Option<Stored>> {
@@ -221,16 +224,27 @@ impl<T: TableEntity> WideTable<T> {
 
     /// Reads the logical entity (one range query over its parts) with its ETag.
     pub async fn get_with_etag(&self, key: impl Into<EntityKey>) -> Result<Option<(T, ETag)>> {
-        let key = key.into();
-        match self.read(&key, false).await? {
-            Some(stored) => Ok(Some((Self::assemble(&key, &stored)?, stored.etag))),
-            None => Ok(None),
-        }
+        crate::trace::traced(
+            "WideTable",
+            "get_with_etag",
+            Some(self.raw.name()),
+            async move {
+                let key = key.into();
+                match self.read(&key, false).await? {
+                    Some(stored) => Ok(Some((Self::assemble(&key, &stored)?, stored.etag))),
+                    None => Ok(None),
+                }
+            },
+        )
+        .await
     }
 
     /// Reads the logical entity: one range query over its parts.
     pub async fn get(&self, key: impl Into<EntityKey>) -> Result<Option<T>> {
-        Ok(self.get_with_etag(key).await?.map(|(e, _)| e))
+        crate::trace::traced("WideTable", "get", Some(self.raw.name()), async move {
+            Ok(self.get_with_etag(key).await?.map(|(e, _)| e))
+        })
+        .await
     }
 
     /// The write of `entity` over the parts `stored`: part 0 replaced under
@@ -328,10 +342,13 @@ impl<T: TableEntity> WideTable<T> {
         mode: UpdateMode,
         if_match: impl Into<IfMatch>,
     ) -> Result<()> {
-        match mode {
-            UpdateMode::Merge => self.merge(entity, if_match.into()).await,
-            _ => self.replace(entity, if_match.into()).await,
-        }
+        crate::trace::traced("WideTable", "update", Some(self.raw.name()), async move {
+            match mode {
+                UpdateMode::Merge => self.merge(entity, if_match.into()).await,
+                _ => self.replace(entity, if_match.into()).await,
+            }
+        })
+        .await
     }
 
     async fn replace(&self, entity: &mut T, if_match: IfMatch) -> Result<()> {
@@ -366,11 +383,14 @@ impl<T: TableEntity> WideTable<T> {
         key: impl Into<EntityKey>,
         if_match: impl Into<IfMatch>,
     ) -> Result<()> {
-        let key = key.into();
-        match self.delete_if_exists(key.clone(), if_match).await? {
-            true => Ok(()),
-            false => Err(not_found(&key, self.raw.name())),
-        }
+        crate::trace::traced("WideTable", "delete", Some(self.raw.name()), async move {
+            let key = key.into();
+            match self.delete_if_exists(key.clone(), if_match).await? {
+                true => Ok(()),
+                false => Err(not_found(&key, self.raw.name())),
+            }
+        })
+        .await
     }
 
     /// Like [`delete`](Self::delete); returns whether the entity existed
@@ -380,34 +400,42 @@ impl<T: TableEntity> WideTable<T> {
         key: impl Into<EntityKey>,
         if_match: impl Into<IfMatch>,
     ) -> Result<bool> {
-        let key = key.into();
-        let if_match = if_match.into();
-        let mut attempt = 1;
-        loop {
-            let Some(stored) = self.read(&key, true).await? else {
-                return Ok(false);
-            };
-            let mut tx = self.raw.transaction();
-            for (i, p) in stored.parts.iter().enumerate() {
-                let condition = match (&if_match, i) {
-                    (IfMatch::Any, 0) => IfMatch::ETag(stored.etag.clone()),
-                    (given, 0) => given.clone(),
-                    _ => IfMatch::Any,
-                };
-                tx.delete((p.partition_key.as_str(), p.row_key.as_str()), condition)?;
-            }
-            match tx.send().await {
-                Ok(_) => return Ok(true),
-                Err(e)
-                    if e.is_precondition_failed()
-                        && matches!(if_match, IfMatch::Any)
-                        && attempt < MAX_ATTEMPTS =>
-                {
-                    attempt += 1
+        crate::trace::traced(
+            "WideTable",
+            "delete_if_exists",
+            Some(self.raw.name()),
+            async move {
+                let key = key.into();
+                let if_match = if_match.into();
+                let mut attempt = 1;
+                loop {
+                    let Some(stored) = self.read(&key, true).await? else {
+                        return Ok(false);
+                    };
+                    let mut tx = self.raw.transaction();
+                    for (i, p) in stored.parts.iter().enumerate() {
+                        let condition = match (&if_match, i) {
+                            (IfMatch::Any, 0) => IfMatch::ETag(stored.etag.clone()),
+                            (given, 0) => given.clone(),
+                            _ => IfMatch::Any,
+                        };
+                        tx.delete((p.partition_key.as_str(), p.row_key.as_str()), condition)?;
+                    }
+                    match tx.send().await {
+                        Ok(_) => return Ok(true),
+                        Err(e)
+                            if e.is_precondition_failed()
+                                && matches!(if_match, IfMatch::Any)
+                                && attempt < MAX_ATTEMPTS =>
+                        {
+                            attempt += 1
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
-                Err(e) => return Err(e),
-            }
-        }
+            },
+        )
+        .await
     }
 
     async fn merge(&self, entity: &mut T, if_match: IfMatch) -> Result<()> {
@@ -453,27 +481,32 @@ impl<T: TableEntity> WideTable<T> {
     where
         F: FnMut(&mut T) + Send,
     {
-        let key = key.into();
-        let mut attempt = 1;
-        loop {
-            let Some(stored) = self.read(&key, false).await? else {
-                return Ok(None);
-            };
-            let mut entity = Self::assemble(&key, &stored)?;
-            change(&mut entity);
-            if entity.key() != key {
-                return Err(refused(
-                    "wide",
-                    format!("modify keeps the entity's key {key}; delete and insert to move it"),
-                ));
+        crate::trace::traced("WideTable", "modify", Some(self.raw.name()), async move {
+            let key = key.into();
+            let mut attempt = 1;
+            loop {
+                let Some(stored) = self.read(&key, false).await? else {
+                    return Ok(None);
+                };
+                let mut entity = Self::assemble(&key, &stored)?;
+                change(&mut entity);
+                if entity.key() != key {
+                    return Err(refused(
+                        "wide",
+                        format!(
+                            "modify keeps the entity's key {key}; delete and insert to move it"
+                        ),
+                    ));
+                }
+                let etag = IfMatch::ETag(stored.etag.clone());
+                match self.write_over(&mut entity, &stored, etag).await {
+                    Ok(()) => return Ok(Some(entity)),
+                    Err(e) if e.is_precondition_failed() && attempt < MAX_ATTEMPTS => attempt += 1,
+                    Err(e) => return Err(e),
+                }
             }
-            let etag = IfMatch::ETag(stored.etag.clone());
-            match self.write_over(&mut entity, &stored, etag).await {
-                Ok(()) => return Ok(Some(entity)),
-                Err(e) if e.is_precondition_failed() && attempt < MAX_ATTEMPTS => attempt += 1,
-                Err(e) => return Err(e),
-            }
-        }
+        })
+        .await
     }
 }
 

@@ -162,7 +162,7 @@ pub mod error;
 pub mod filter;
 #[cfg(test)]
 mod layering;
-mod observe;
+pub mod observe;
 pub mod options;
 #[cfg(feature = "queue")]
 #[cfg_attr(docsrs, doc(cfg(feature = "queue")))]

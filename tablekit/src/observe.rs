@@ -15,7 +15,13 @@
 //!   looks the same in tests and in production. Table calls get it from the
 //!   client's counting layer (`table::stats::Counted`), queue and blob calls
 //!   from `backend::traced`; the service and account calls of `acl` and
-//!   `service_properties` over HTTP from the pipeline's caller.
+//!   `service_properties` over HTTP from the pipeline's caller. The
+//!   operations of `tablekit-patterns` have the same span, named for their
+//!   type and method (`IndexedTable.insert`, `CountedPartition.insert`,
+//!   `Denormalized.assign`, `LogTail.append`, `OneToMany.move_to`,
+//!   `OneToMany.apply_move`, the worker's `Worker.run_operation`, ...), through
+//!   [`pattern_span`] and [`end_call`]: the table calls an operation makes
+//!   (its `Transaction.send`, its `TableClient.get`) are its children.
 //! - one per HTTP attempt, a child of the first, named by its method (`GET`,
 //!   `POST`, `MERGE`, ...), kind client (`otel.kind = "client"`), with
 //!   `az.namespace`, `az.client_request_id`, `az.service_request.id`,
@@ -122,6 +128,24 @@ pub(crate) fn call_span(
     )
 }
 
+/// The span of a public operation of a pattern (`tablekit-patterns`), the
+/// same as a table call's: named `tablekit.request` for `tracing` and
+/// `pattern.method` for OpenTelemetry (`otel.name`, such as
+/// `IndexedTable.insert`), kind internal, `az.namespace =
+/// "Microsoft.Tables"`, `tablekit.operation = method` and `tablekit.table`
+/// when the operation works on one table.
+///
+/// Run the operation in it (`tracing::Instrument`) so the table calls it
+/// makes are its children, and end it with [`end_call`]. Disabled (no
+/// subscriber wants it), it is a check: nothing is formatted or allocated.
+pub fn pattern_span(
+    pattern: &'static str,
+    method: &'static str,
+    table: Option<&str>,
+) -> tracing::Span {
+    call_span(pattern, method, TABLES, method, table)
+}
+
 /// The public-call span of a table operation.
 pub(crate) fn table_call_span(op: &Operation<'_>) -> tracing::Span {
     let (client, method) = match op {
@@ -133,9 +157,11 @@ pub(crate) fn table_call_span(op: &Operation<'_>) -> tracing::Span {
     call_span(client, method, TABLES, op.name(), op.table())
 }
 
-/// Records the end of a call on its span: `error.type` and the error
-/// status, if it failed.
-pub(crate) fn end_call<T>(span: &tracing::Span, result: &crate::Result<T>) {
+/// Records the end of a call on its span (such as a [`pattern_span`]):
+/// `error.type` (the status of the service's answer, such as `409`, or what
+/// failed, such as `invalid_input`) and `otel.status_code = "ERROR"`, if it
+/// failed; nothing if it succeeded or the span is disabled.
+pub fn end_call<T>(span: &tracing::Span, result: &crate::Result<T>) {
     if let Err(e) = result {
         if !span.is_disabled() {
             span.record("otel.status_code", "ERROR");
@@ -144,9 +170,10 @@ pub(crate) fn end_call<T>(span: &tracing::Span, result: &crate::Result<T>) {
     }
 }
 
-/// `error.type` of `e`: the status of a service's answer (`404`, `503`), or
-/// what failed.
-pub(crate) fn error_type(e: &Error) -> std::borrow::Cow<'static, str> {
+/// `error.type` of `e`, as [`end_call`] records it: the status of a
+/// service's answer (`404`, `503`), or what failed (`timeout`, `transport`,
+/// `invalid_input`, `decode`, ...). Never anything of the request.
+pub fn error_type(e: &Error) -> std::borrow::Cow<'static, str> {
     if let Some(status) = e.status() {
         return status.to_string().into();
     }

@@ -4,7 +4,9 @@
 //! [`Recorder`] is a `tracing` subscriber that keeps every span and event as
 //! text, for the tests of what tablekit and its patterns report.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
 
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -25,12 +27,24 @@ pub type SpanRecord = (String, FieldList);
 pub struct Recorder {
     spans: Arc<Mutex<Vec<SpanRecord>>>,
     events: Arc<Mutex<Vec<FieldList>>>,
+    /// The parent of each span: its index in `spans`.
+    parents: Arc<Mutex<Vec<Option<usize>>>>,
+    /// The spans each thread is in (entered, not yet exited), innermost
+    /// last.
+    entered: Arc<Mutex<HashMap<ThreadId, Vec<usize>>>>,
 }
 
 impl Recorder {
     /// The spans so far, in the order they were created.
     pub fn spans(&self) -> Vec<SpanRecord> {
         self.spans.lock().unwrap().clone()
+    }
+
+    /// The parent of each span of [`spans`](Self::spans), as its index
+    /// there: the span given as its parent, or else the innermost span its
+    /// thread was in when it was created (`None` for a root).
+    pub fn parents(&self) -> Vec<Option<usize>> {
+        self.parents.lock().unwrap().clone()
     }
 
     /// The events so far, in order.
@@ -67,7 +81,18 @@ impl Subscriber for Recorder {
         let mut spans = self.spans.lock().unwrap();
         let mut fields = Vec::new();
         attrs.record(&mut Fields(&mut fields));
+        let parent = if attrs.is_root() {
+            None
+        } else if let Some(id) = attrs.parent() {
+            Some(id.into_u64() as usize - 1)
+        } else {
+            let entered = self.entered.lock().unwrap();
+            entered
+                .get(&std::thread::current().id())
+                .and_then(|stack| stack.last().copied())
+        };
         spans.push((attrs.metadata().name().to_owned(), fields));
+        self.parents.lock().unwrap().push(parent);
         Id::from_u64(spans.len() as u64)
     }
     fn record(&self, id: &Id, values: &Record<'_>) {
@@ -82,8 +107,22 @@ impl Subscriber for Recorder {
         event.record(&mut Fields(&mut fields));
         self.events.lock().unwrap().push(fields);
     }
-    fn enter(&self, _: &Id) {}
-    fn exit(&self, _: &Id) {}
+    fn enter(&self, id: &Id) {
+        let mut entered = self.entered.lock().unwrap();
+        entered
+            .entry(std::thread::current().id())
+            .or_default()
+            .push(id.into_u64() as usize - 1);
+    }
+    fn exit(&self, id: &Id) {
+        let mut entered = self.entered.lock().unwrap();
+        if let Some(stack) = entered.get_mut(&std::thread::current().id()) {
+            let index = id.into_u64() as usize - 1;
+            if let Some(at) = stack.iter().rposition(|&i| i == index) {
+                stack.remove(at);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -110,5 +149,19 @@ mod tests {
         assert_eq!(field(&events[0], "reason"), Some("r"));
         assert_eq!(field(&events[0], "message"), Some("went wrong"));
         assert_eq!(field(&events[0], "missing"), None);
+    }
+
+    #[test]
+    fn a_span_made_inside_another_is_its_child() {
+        let recorder = Recorder::default();
+        tracing::subscriber::with_default(recorder.clone(), || {
+            let outer = tracing::info_span!("outer");
+            let _before = tracing::info_span!("before");
+            let entered = outer.enter();
+            let _inner = tracing::info_span!("inner");
+            drop(entered);
+            let _after = tracing::info_span!("after");
+        });
+        assert_eq!(recorder.parents(), [None, None, Some(0), None]);
     }
 }

@@ -418,6 +418,11 @@ impl WorkerBuilder {
 /// Progress goes to `tracing`: one `eventual.message` span per message
 /// (queue, message id, dequeue count, kind), with events at `debug` for each
 /// step, `info` on success, `warn` on a failure and `error` on poisoning.
+/// Inside it, the run of the operation itself is a `tablekit.request` span
+/// named `Worker.run_operation` for OpenTelemetry (kind internal), with
+/// `error.type` and `otel.status_code = "ERROR"` when it failed (a tablekit
+/// error's type, or `operation` for any other error); the operation's own
+/// spans and table calls are its children.
 #[derive(Clone)]
 pub struct Worker {
     inner: Arc<WorkerInner>,
@@ -736,7 +741,12 @@ impl WorkerInner {
             return self.defer_unknown(&mut message, &why).await;
         };
         let result = {
-            let run = handler(envelope.op.clone(), self.context(&message, count));
+            let run = crate::trace::traced_op(
+                "Worker",
+                "run_operation",
+                None,
+                handler(envelope.op.clone(), self.context(&message, count)),
+            );
             tokio::pin!(run);
             let mut beat = tokio::time::interval_at(
                 tokio::time::Instant::now() + self.heartbeat,

@@ -390,13 +390,21 @@ impl<T: TableEntity> IndexEntities<T> {
     /// `value`, in the order they were added (while no index entity was
     /// emptied): one range query over the value's index entities.
     pub async fn ids(&self, partition_key: &str, value: &str) -> Result<Vec<String>> {
-        Ok(self
-            .store
-            .read(partition_key, value)
-            .await?
-            .entries()
-            .cloned()
-            .collect())
+        crate::trace::traced(
+            "IndexEntities",
+            "ids",
+            Some(self.table.name()),
+            async move {
+                Ok(self
+                    .store
+                    .read(partition_key, value)
+                    .await?
+                    .entries()
+                    .cloned()
+                    .collect())
+            },
+        )
+        .await
     }
 
     /// The entities of partition `partition_key` whose value is `value`, in
@@ -404,19 +412,27 @@ impl<T: TableEntity> IndexEntities<T> {
     /// entity (concurrently). An entity listed but missing, or with another
     /// value, is left out.
     pub async fn find(&self, partition_key: &str, value: &str) -> Result<Vec<T>> {
-        let mut ids = self.ids(partition_key, value).await?;
-        let mut seen = HashSet::new();
-        ids.retain(|id| seen.insert(id.clone()));
-        let found = try_join_all(
-            ids.iter()
-                .map(|id| self.table.get((partition_key, id.as_str())).send()),
+        crate::trace::traced(
+            "IndexEntities",
+            "find",
+            Some(self.table.name()),
+            async move {
+                let mut ids = self.ids(partition_key, value).await?;
+                let mut seen = HashSet::new();
+                ids.retain(|id| seen.insert(id.clone()));
+                let found = try_join_all(
+                    ids.iter()
+                        .map(|id| self.table.get((partition_key, id.as_str())).send()),
+                )
+                .await?;
+                Ok(found
+                    .into_iter()
+                    .flatten()
+                    .filter(|e| (self.key)(e) == value)
+                    .collect())
+            },
         )
-        .await?;
-        Ok(found
-            .into_iter()
-            .flatten()
-            .filter(|e| (self.key)(e) == value)
-            .collect())
+        .await
     }
 
     /// The indexed value and ETag of the stored entity `key` as a plan read
@@ -587,27 +603,35 @@ impl<T: TableEntity> IndexEntities<T> {
     /// it); starts again from the read when another writer changed it. A
     /// taken key is a conflict.
     pub async fn insert(&self, entity: &mut T) -> Result<()> {
-        self.check(entity)?;
-        let pk = entity.partition_key().into_owned();
-        let rk = entity.row_key().into_owned();
-        let value = (self.key)(entity);
-        let body = bag(entity)?;
-        let mut attempt = 1;
-        loop {
-            let write = self.store.read(&pk, &value).await?.add(&rk)?;
-            let mut tx = self.store.raw.transaction();
-            tx.insert(&body)?;
-            write.add_to(&mut tx)?;
-            self.before_write.call(attempt).await?;
-            match tx.send().await {
-                Ok(done) => {
-                    set_etag(entity, done.etag(0).cloned());
-                    return Ok(());
+        crate::trace::traced(
+            "IndexEntities",
+            "insert",
+            Some(self.table.name()),
+            async move {
+                self.check(entity)?;
+                let pk = entity.partition_key().into_owned();
+                let rk = entity.row_key().into_owned();
+                let value = (self.key)(entity);
+                let body = bag(entity)?;
+                let mut attempt = 1;
+                loop {
+                    let write = self.store.read(&pk, &value).await?.add(&rk)?;
+                    let mut tx = self.store.raw.transaction();
+                    tx.insert(&body)?;
+                    write.add_to(&mut tx)?;
+                    self.before_write.call(attempt).await?;
+                    match tx.send().await {
+                        Ok(done) => {
+                            set_etag(entity, done.etag(0).cloned());
+                            return Ok(());
+                        }
+                        Err(e) if index_race(&e) && attempt < MAX_ATTEMPTS => attempt += 1,
+                        Err(e) => return Err(e),
+                    }
                 }
-                Err(e) if index_race(&e) && attempt < MAX_ATTEMPTS => attempt += 1,
-                Err(e) => return Err(e),
-            }
-        }
+            },
+        )
+        .await
     }
 
     /// Deletes `current` (the value as read with the ETag of `if_match`) and
@@ -616,8 +640,16 @@ impl<T: TableEntity> IndexEntities<T> {
     /// entity. Under [`IfMatch::Any`] the stored entity is read first, for its
     /// value (see the [module docs](super#writes-under-ifmatchany)).
     pub async fn delete(&self, current: &T, if_match: impl Into<IfMatch>) -> Result<()> {
-        let plan = self.plan_delete(current, if_match)?;
-        self.before_write.attach(plan).send().await.map(drop)
+        crate::trace::traced(
+            "IndexEntities",
+            "delete",
+            Some(self.table.name()),
+            async move {
+                let plan = self.plan_delete(current, if_match)?;
+                self.before_write.attach(plan).send().await.map(drop)
+            },
+        )
+        .await
     }
 
     /// Replaces `current` (the value as read with the ETag of `if_match`)
@@ -632,52 +664,60 @@ impl<T: TableEntity> IndexEntities<T> {
         new: &mut T,
         if_match: impl Into<IfMatch>,
     ) -> Result<()> {
-        self.check(new)?;
-        if current.key() != new.key() {
-            return Err(refused(
-                "index_entity",
-                "an update keeps the entity's key; delete and insert to move it",
-            ));
-        }
-        let if_match = if_match.into();
-        let new_value = (self.key)(new);
-        let pk = new.partition_key().into_owned();
-        let rk = new.row_key().into_owned();
-        let body = bag(new)?;
-        let mut attempt = 1;
-        loop {
-            let was = Replacing::of(&self.table, &*self.key, current, &if_match).await?;
-            if was.value == new_value {
-                match self
-                    .table
-                    .update(&mut *new, UpdateMode::Replace, was.if_match.clone())
-                    .await
-                {
-                    Ok(_) => return Ok(()),
-                    Err(e) if was.retry_after(&e) && attempt < MAX_ATTEMPTS => {
-                        attempt += 1;
-                        continue;
+        crate::trace::traced(
+            "IndexEntities",
+            "update",
+            Some(self.table.name()),
+            async move {
+                self.check(new)?;
+                if current.key() != new.key() {
+                    return Err(refused(
+                        "index_entity",
+                        "an update keeps the entity's key; delete and insert to move it",
+                    ));
+                }
+                let if_match = if_match.into();
+                let new_value = (self.key)(new);
+                let pk = new.partition_key().into_owned();
+                let rk = new.row_key().into_owned();
+                let body = bag(new)?;
+                let mut attempt = 1;
+                loop {
+                    let was = Replacing::of(&self.table, &*self.key, current, &if_match).await?;
+                    if was.value == new_value {
+                        match self
+                            .table
+                            .update(&mut *new, UpdateMode::Replace, was.if_match.clone())
+                            .await
+                        {
+                            Ok(_) => return Ok(()),
+                            Err(e) if was.retry_after(&e) && attempt < MAX_ATTEMPTS => {
+                                attempt += 1;
+                                continue;
+                            }
+                            Err(e) => return Err(e),
+                        }
                     }
-                    Err(e) => return Err(e),
+                    let old = self.store.read(&pk, &was.value).await?.remove(&rk)?;
+                    let fresh = self.store.read(&pk, &new_value).await?.add(&rk)?;
+                    let mut tx = self.store.raw.transaction();
+                    tx.update(&body, UpdateMode::Replace, was.if_match.clone())?;
+                    if let Some(old) = old {
+                        old.add_to(&mut tx)?;
+                    }
+                    fresh.add_to(&mut tx)?;
+                    self.before_write.call(attempt).await?;
+                    match tx.send().await {
+                        Ok(done) => {
+                            set_etag(new, done.etag(0).cloned());
+                            return Ok(());
+                        }
+                        Err(e) if was.retry_after(&e) && attempt < MAX_ATTEMPTS => attempt += 1,
+                        Err(e) => return Err(e),
+                    }
                 }
-            }
-            let old = self.store.read(&pk, &was.value).await?.remove(&rk)?;
-            let fresh = self.store.read(&pk, &new_value).await?.add(&rk)?;
-            let mut tx = self.store.raw.transaction();
-            tx.update(&body, UpdateMode::Replace, was.if_match.clone())?;
-            if let Some(old) = old {
-                old.add_to(&mut tx)?;
-            }
-            fresh.add_to(&mut tx)?;
-            self.before_write.call(attempt).await?;
-            match tx.send().await {
-                Ok(done) => {
-                    set_etag(new, done.etag(0).cloned());
-                    return Ok(());
-                }
-                Err(e) if was.retry_after(&e) && attempt < MAX_ATTEMPTS => attempt += 1,
-                Err(e) => return Err(e),
-            }
-        }
+            },
+        )
+        .await
     }
 }

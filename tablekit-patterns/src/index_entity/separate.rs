@@ -158,13 +158,21 @@ impl<T: TableEntity> SeparateIndexEntities<T> {
     /// whose entity is missing or has another value (see the
     /// [module docs](super#option-3-eventually-consistent-never-unlisted)).
     pub async fn keys(&self, value: &str) -> Result<Vec<EntityKey>> {
-        let chunks = self.store.read(&self.partition, value).await?;
-        let mut seen = HashSet::new();
-        Ok(chunks
-            .entries()
-            .filter(|e| seen.insert(e.as_str()))
-            .filter_map(|e| parse_entry(e))
-            .collect())
+        crate::trace::traced(
+            "SeparateIndexEntities",
+            "keys",
+            Some(self.table.name()),
+            async move {
+                let chunks = self.store.read(&self.partition, value).await?;
+                let mut seen = HashSet::new();
+                Ok(chunks
+                    .entries()
+                    .filter(|e| seen.insert(e.as_str()))
+                    .filter_map(|e| parse_entry(e))
+                    .collect())
+            },
+        )
+        .await
     }
 
     /// The entities whose value is `value`: the index entities (one range
@@ -172,19 +180,28 @@ impl<T: TableEntity> SeparateIndexEntities<T> {
     /// entities that are missing or have another value are reported in
     /// [`Lookup::dangling`] and not returned.
     pub async fn find(&self, value: &str) -> Result<Lookup<T>> {
-        let keys = self.keys(value).await?;
-        let found = try_join_all(keys.iter().map(|k| self.table.get(k.clone()).send())).await?;
-        let mut lookup = Lookup {
-            entities: Vec::new(),
-            dangling: Vec::new(),
-        };
-        for (key, entity) in keys.into_iter().zip(found) {
-            match entity {
-                Some(e) if (self.key)(&e) == value => lookup.entities.push(e),
-                _ => lookup.dangling.push(key),
-            }
-        }
-        Ok(lookup)
+        crate::trace::traced(
+            "SeparateIndexEntities",
+            "find",
+            Some(self.table.name()),
+            async move {
+                let keys = self.keys(value).await?;
+                let found =
+                    try_join_all(keys.iter().map(|k| self.table.get(k.clone()).send())).await?;
+                let mut lookup = Lookup {
+                    entities: Vec::new(),
+                    dangling: Vec::new(),
+                };
+                for (key, entity) in keys.into_iter().zip(found) {
+                    match entity {
+                        Some(e) if (self.key)(&e) == value => lookup.entities.push(e),
+                        _ => lookup.dangling.push(key),
+                    }
+                }
+                Ok(lookup)
+            },
+        )
+        .await
     }
 
     /// Makes one index entity change: reads the value's index entities, asks
@@ -258,16 +275,24 @@ impl<T: TableEntity> SeparateIndexEntities<T> {
     /// Claims the entity's key under its value, then inserts it. A taken key
     /// is a conflict, and the claim is taken out again.
     pub async fn insert(&self, entity: &mut T) -> Result<()> {
-        let key = self.check(entity)?;
-        let value = (self.key)(entity);
-        self.claim(&value, &key).await?;
-        match self.table.insert(&mut *entity).await {
-            Ok(_) => Ok(()),
-            Err(e) => {
-                self.take_back(&value, &key, &e).await;
-                Err(e)
-            }
-        }
+        crate::trace::traced(
+            "SeparateIndexEntities",
+            "insert",
+            Some(self.table.name()),
+            async move {
+                let key = self.check(entity)?;
+                let value = (self.key)(entity);
+                self.claim(&value, &key).await?;
+                match self.table.insert(&mut *entity).await {
+                    Ok(_) => Ok(()),
+                    Err(e) => {
+                        self.take_back(&value, &key, &e).await;
+                        Err(e)
+                    }
+                }
+            },
+        )
+        .await
     }
 
     /// Deletes `current` (the value as read with the ETag of `if_match`),
@@ -276,19 +301,27 @@ impl<T: TableEntity> SeparateIndexEntities<T> {
     /// and deleted under its ETag (see the
     /// [module docs](super#writes-under-ifmatchany)).
     pub async fn delete(&self, current: &T, if_match: impl Into<IfMatch>) -> Result<()> {
-        let key = self.check(current)?;
-        let if_match = if_match.into();
-        let mut attempt = 1;
-        let value = loop {
-            let was = Replacing::of(&self.table, &*self.key, current, &if_match).await?;
-            self.store.check_value(&self.partition, &was.value)?;
-            match self.table.delete(key.clone(), was.if_match.clone()).await {
-                Ok(()) => break was.value,
-                Err(e) if was.retry_after(&e) && attempt < MAX_ATTEMPTS => attempt += 1,
-                Err(e) => return Err(e),
-            }
-        };
-        self.unclaim(&value, &key).await
+        crate::trace::traced(
+            "SeparateIndexEntities",
+            "delete",
+            Some(self.table.name()),
+            async move {
+                let key = self.check(current)?;
+                let if_match = if_match.into();
+                let mut attempt = 1;
+                let value = loop {
+                    let was = Replacing::of(&self.table, &*self.key, current, &if_match).await?;
+                    self.store.check_value(&self.partition, &was.value)?;
+                    match self.table.delete(key.clone(), was.if_match.clone()).await {
+                        Ok(()) => break was.value,
+                        Err(e) if was.retry_after(&e) && attempt < MAX_ATTEMPTS => attempt += 1,
+                        Err(e) => return Err(e),
+                    }
+                };
+                self.unclaim(&value, &key).await
+            },
+        )
+        .await
     }
 
     /// Replaces `current` (the value as read with the ETag of `if_match`)
@@ -303,41 +336,49 @@ impl<T: TableEntity> SeparateIndexEntities<T> {
         new: &mut T,
         if_match: impl Into<IfMatch>,
     ) -> Result<()> {
-        let key = self.check(new)?;
-        if current.key() != key {
-            return Err(refused(
-                "index_entity",
-                "an update keeps the entity's key; delete and insert to move it",
-            ));
-        }
-        let if_match = if_match.into();
-        let new_value = (self.key)(new);
-        let mut attempt = 1;
-        loop {
-            let was = Replacing::of(&self.table, &*self.key, current, &if_match).await?;
-            let changes = was.value != new_value;
-            if changes {
-                self.store.check_value(&self.partition, &was.value)?;
-                self.claim(&new_value, &key).await?;
-            }
-            match self
-                .table
-                .update(&mut *new, UpdateMode::Replace, was.if_match.clone())
-                .await
-            {
-                Ok(_) if changes => return self.unclaim(&was.value, &key).await,
-                Ok(_) => return Ok(()),
-                Err(e) => {
-                    if changes {
-                        self.take_back(&new_value, &key, &e).await;
-                    }
-                    if !(was.retry_after(&e) && attempt < MAX_ATTEMPTS) {
-                        return Err(e);
-                    }
-                    attempt += 1;
+        crate::trace::traced(
+            "SeparateIndexEntities",
+            "update",
+            Some(self.table.name()),
+            async move {
+                let key = self.check(new)?;
+                if current.key() != key {
+                    return Err(refused(
+                        "index_entity",
+                        "an update keeps the entity's key; delete and insert to move it",
+                    ));
                 }
-            }
-        }
+                let if_match = if_match.into();
+                let new_value = (self.key)(new);
+                let mut attempt = 1;
+                loop {
+                    let was = Replacing::of(&self.table, &*self.key, current, &if_match).await?;
+                    let changes = was.value != new_value;
+                    if changes {
+                        self.store.check_value(&self.partition, &was.value)?;
+                        self.claim(&new_value, &key).await?;
+                    }
+                    match self
+                        .table
+                        .update(&mut *new, UpdateMode::Replace, was.if_match.clone())
+                        .await
+                    {
+                        Ok(_) if changes => return self.unclaim(&was.value, &key).await,
+                        Ok(_) => return Ok(()),
+                        Err(e) => {
+                            if changes {
+                                self.take_back(&new_value, &key, &e).await;
+                            }
+                            if !(was.retry_after(&e) && attempt < MAX_ATTEMPTS) {
+                                return Err(e);
+                            }
+                            attempt += 1;
+                        }
+                    }
+                }
+            },
+        )
+        .await
     }
 
     /// Takes the [`Lookup::dangling`] entries of `value` out of its index
@@ -347,10 +388,19 @@ impl<T: TableEntity> SeparateIndexEntities<T> {
     /// the claim of a writer about to take one out; removing either could
     /// leave an entity unlisted.
     pub async fn remove_dangling(&self, value: &str) -> Result<Vec<EntityKey>> {
-        let found = self.find(value).await?;
-        let live: HashSet<String> = found.entities.iter().map(|e| entry(&e.key())).collect();
-        while self.change_index(value, false, |c| c.prune(&live)).await? {}
-        Ok(found.dangling)
+        crate::trace::traced(
+            "SeparateIndexEntities",
+            "remove_dangling",
+            Some(self.table.name()),
+            async move {
+                let found = self.find(value).await?;
+                let live: HashSet<String> =
+                    found.entities.iter().map(|e| entry(&e.key())).collect();
+                while self.change_index(value, false, |c| c.prune(&live)).await? {}
+                Ok(found.dangling)
+            },
+        )
+        .await
     }
 }
 

@@ -651,39 +651,56 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     /// refused before any request. Whether a unique value is free is known
     /// only when the worker applies the change (see the [module docs](self)).
     pub async fn put(&self, entity: &T) -> Result<SentMessage> {
-        self.stored(entity, 0)?;
-        let json = entity_to_json(entity)?;
-        let value: serde_json::Value = serde_json::from_slice(&json).map_err(|e| {
-            refused(
-                "inter_index",
-                format!("the entity's JSON does not read back: {e}"),
-            )
-        })?;
-        let change = Change::Put {
-            entity: value,
-            stamp: self.stamp(),
-        };
-        self.inner
-            .queue
-            .enqueue_kind(&self.inner.kind, &change)
-            .await
+        crate::trace::traced(
+            "InterPartitionIndex",
+            "put",
+            Some(self.inner.primary.name()),
+            async move {
+                self.stored(entity, 0)?;
+                let json = entity_to_json(entity)?;
+                let value: serde_json::Value = serde_json::from_slice(&json).map_err(|e| {
+                    refused(
+                        "inter_index",
+                        format!("the entity's JSON does not read back: {e}"),
+                    )
+                })?;
+                let change = Change::Put {
+                    entity: value,
+                    stamp: self.stamp(),
+                };
+                self.inner
+                    .queue
+                    .enqueue_kind(&self.inner.kind, &change)
+                    .await
+            },
+        )
+        .await
     }
 
     /// Sends the message that removes the entity `key` (its own keys, say
     /// `("Sales", "000223")`) and its copies, stamped with this client's
     /// clock. The worker leaves a tombstone in place of the primary.
     pub async fn remove(&self, key: impl Into<EntityKey>) -> Result<SentMessage> {
-        let key = key.into();
-        key.validate()?;
-        EntityKey::new(self.primary_partition_key(&key.partition_key), &key.row_key).validate()?;
-        let change = Change::Remove {
-            partition_key: key.partition_key,
-            row_key: key.row_key,
-            stamp: self.stamp(),
-        };
-        self.inner
-            .queue
-            .enqueue_kind(&self.inner.kind, &change)
-            .await
+        crate::trace::traced(
+            "InterPartitionIndex",
+            "remove",
+            Some(self.inner.primary.name()),
+            async move {
+                let key = key.into();
+                key.validate()?;
+                EntityKey::new(self.primary_partition_key(&key.partition_key), &key.row_key)
+                    .validate()?;
+                let change = Change::Remove {
+                    partition_key: key.partition_key,
+                    row_key: key.row_key,
+                    stamp: self.stamp(),
+                };
+                self.inner
+                    .queue
+                    .enqueue_kind(&self.inner.kind, &change)
+                    .await
+            },
+        )
+        .await
     }
 }

@@ -85,12 +85,20 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     /// Reads an entity by its own keys (`("Sales", "000223")`) from its
     /// primary partition (`empid_Sales`): one point read.
     pub async fn get(&self, key: impl Into<EntityKey>) -> Result<Option<T>> {
-        let key = key.into();
-        let pk = self.primary_partition_key(&key.partition_key);
-        match self.inner.primary.get((&*pk, &*key.row_key)).await? {
-            Some(d) if !is_tombstone(&d) => Ok(Some(self.decode_primary(d)?)),
-            _ => Ok(None),
-        }
+        crate::trace::traced(
+            "InterPartitionIndex",
+            "get",
+            Some(self.inner.primary.name()),
+            async move {
+                let key = key.into();
+                let pk = self.primary_partition_key(&key.partition_key);
+                match self.inner.primary.get((&*pk, &*key.row_key)).await? {
+                    Some(d) if !is_tombstone(&d) => Ok(Some(self.decode_primary(d)?)),
+                    _ => Ok(None),
+                }
+            },
+        )
+        .await
     }
 
     /// Reads the copy of the **unique** `index` for `value` in partition
@@ -104,12 +112,20 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         partition_key: &str,
         value: &str,
     ) -> Result<Option<T>> {
-        let def = self.unique_def(index, "lookup")?;
-        let pk = format!("{}{partition_key}", def.prefix);
-        match self.table_of(def).get((&*pk, value)).await? {
-            Some(d) if !is_pending(&d) => Ok(Some(self.decode_copy(def, d)?)),
-            _ => Ok(None),
-        }
+        crate::trace::traced(
+            "InterPartitionIndex",
+            "lookup",
+            Some(self.inner.primary.name()),
+            async move {
+                let def = self.unique_def(index, "lookup")?;
+                let pk = format!("{}{partition_key}", def.prefix);
+                match self.table_of(def).get((&*pk, value)).await? {
+                    Some(d) if !is_pending(&d) => Ok(Some(self.decode_copy(def, d)?)),
+                    _ => Ok(None),
+                }
+            },
+        )
+        .await
     }
 
     /// Every entity whose value in `index` is `value`, in partition
@@ -122,8 +138,16 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         partition_key: &str,
         value: &str,
     ) -> Result<Vec<T>> {
-        self.list(index, partition_key, KeyRange::inclusive(value, value))
-            .await
+        crate::trace::traced(
+            "InterPartitionIndex",
+            "lookup_all",
+            Some(self.inner.primary.name()),
+            async move {
+                self.list(index, partition_key, KeyRange::inclusive(value, value))
+                    .await
+            },
+        )
+        .await
     }
 
     /// Like [`lookup`](Self::lookup), then reads the primary the copy names
@@ -139,13 +163,21 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         partition_key: &str,
         value: &str,
     ) -> Result<Option<T>> {
-        let def = self.unique_def(index, "lookup")?;
-        let pk = format!("{}{partition_key}", def.prefix);
-        let table = self.table_of(def);
-        let Some(copy) = table.get((&*pk, value)).await? else {
-            return Ok(None);
-        };
-        self.verify(def, &table, copy).await
+        crate::trace::traced(
+            "InterPartitionIndex",
+            "lookup_verified",
+            Some(self.inner.primary.name()),
+            async move {
+                let def = self.unique_def(index, "lookup")?;
+                let pk = format!("{}{partition_key}", def.prefix);
+                let table = self.table_of(def);
+                let Some(copy) = table.get((&*pk, value)).await? else {
+                    return Ok(None);
+                };
+                self.verify(def, &table, copy).await
+            },
+        )
+        .await
     }
 
     async fn verify(
@@ -218,12 +250,20 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         partition_key: &str,
         range: KeyRange,
     ) -> Result<Vec<T>> {
-        let def = self.def(index)?;
-        let rows = self.copies_in(def, partition_key, &range).await?;
-        rows.into_iter()
-            .filter(|d| !is_pending(d))
-            .map(|d| self.decode_copy(def, d))
-            .collect()
+        crate::trace::traced(
+            "InterPartitionIndex",
+            "list",
+            Some(self.inner.primary.name()),
+            async move {
+                let def = self.def(index)?;
+                let rows = self.copies_in(def, partition_key, &range).await?;
+                rows.into_iter()
+                    .filter(|d| !is_pending(d))
+                    .map(|d| self.decode_copy(def, d))
+                    .collect()
+            },
+        )
+        .await
     }
 
     /// Like [`list`](Self::list), with each copy checked against its primary
@@ -235,33 +275,49 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
         partition_key: &str,
         range: KeyRange,
     ) -> Result<Vec<T>> {
-        let def = self.def(index)?;
-        let table = self.table_of(def);
-        let rows = self.copies_in(def, partition_key, &range).await?;
-        let mut out = Vec::with_capacity(rows.len());
-        for d in rows {
-            if let Some(e) = self.verify(def, &table, d).await? {
-                out.push(e);
-            }
-        }
-        Ok(out)
+        crate::trace::traced(
+            "InterPartitionIndex",
+            "list_verified",
+            Some(self.inner.primary.name()),
+            async move {
+                let def = self.def(index)?;
+                let table = self.table_of(def);
+                let rows = self.copies_in(def, partition_key, &range).await?;
+                let mut out = Vec::with_capacity(rows.len());
+                for d in rows {
+                    if let Some(e) = self.verify(def, &table, d).await? {
+                        out.push(e);
+                    }
+                }
+                Ok(out)
+            },
+        )
+        .await
     }
 
     /// The primaries of partition `partition_key` whose RowKeys are in
     /// `range`, in key order (appendix A: `PartitionKey eq 'empid_Sales' and
     /// RowKey ge '000100' and RowKey le '000199'`).
     pub async fn list_primary(&self, partition_key: &str, range: KeyRange) -> Result<Vec<T>> {
-        let rows = self
-            .inner
-            .primary
-            .query()
-            .filter_by(range.filter(&self.primary_partition_key(partition_key), ""))
-            .fetch_all()
-            .await?;
-        rows.into_iter()
-            .filter(|d| !is_tombstone(d))
-            .map(|d| self.decode_primary(d))
-            .collect()
+        crate::trace::traced(
+            "InterPartitionIndex",
+            "list_primary",
+            Some(self.inner.primary.name()),
+            async move {
+                let rows = self
+                    .inner
+                    .primary
+                    .query()
+                    .filter_by(range.filter(&self.primary_partition_key(partition_key), ""))
+                    .fetch_all()
+                    .await?;
+                rows.into_iter()
+                    .filter(|d| !is_tombstone(d))
+                    .map(|d| self.decode_primary(d))
+                    .collect()
+            },
+        )
+        .await
     }
 
     /// Deletes the tombstones that removes left in the primary partitions
@@ -276,37 +332,45 @@ impl<T: TableEntity + Send + Sync + 'static> InterPartitionIndex<T> {
     /// (7 days unless the messages were sent with another), plus the time a
     /// message may wait in the poison queue if you re-send poisoned messages.
     pub async fn purge_tombstones(&self, older_than: Duration) -> Result<u64> {
-        let older = i64::try_from(older_than.as_micros()).unwrap_or(i64::MAX);
-        let cutoff = now_micros().saturating_sub(older);
-        let prefix = &self.inner.prefix;
-        let partition_key = Column::<DynamicEntity, String>::new("PartitionKey");
-        let mut filter = Column::<DynamicEntity, bool>::new(REMOVED).eq(true);
-        if !prefix.is_empty() {
-            filter = filter & partition_key.ge(prefix);
-            if let Some(next) = prefix_successor(prefix) {
-                filter = filter & partition_key.lt(next);
-            }
-        }
-        let rows = self
-            .inner
-            .primary
-            .query()
-            .filter_by(filter)
-            .fetch_all()
-            .await?;
-        let mut purged = 0;
-        for d in rows {
-            if !is_tombstone(&d) || stamp_of(&d) > cutoff {
-                continue;
-            }
-            let guard = d.etag.clone().map_or(IfMatch::Any, IfMatch::ETag);
-            let key = EntityKey::new(&d.partition_key, &d.row_key);
-            match self.inner.primary.delete(key, guard).await {
-                Ok(()) => purged += 1,
-                Err(e) if e.is_precondition_failed() || e.is_not_found() => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(purged)
+        crate::trace::traced(
+            "InterPartitionIndex",
+            "purge_tombstones",
+            Some(self.inner.primary.name()),
+            async move {
+                let older = i64::try_from(older_than.as_micros()).unwrap_or(i64::MAX);
+                let cutoff = now_micros().saturating_sub(older);
+                let prefix = &self.inner.prefix;
+                let partition_key = Column::<DynamicEntity, String>::new("PartitionKey");
+                let mut filter = Column::<DynamicEntity, bool>::new(REMOVED).eq(true);
+                if !prefix.is_empty() {
+                    filter = filter & partition_key.ge(prefix);
+                    if let Some(next) = prefix_successor(prefix) {
+                        filter = filter & partition_key.lt(next);
+                    }
+                }
+                let rows = self
+                    .inner
+                    .primary
+                    .query()
+                    .filter_by(filter)
+                    .fetch_all()
+                    .await?;
+                let mut purged = 0;
+                for d in rows {
+                    if !is_tombstone(&d) || stamp_of(&d) > cutoff {
+                        continue;
+                    }
+                    let guard = d.etag.clone().map_or(IfMatch::Any, IfMatch::ETag);
+                    let key = EntityKey::new(&d.partition_key, &d.row_key);
+                    match self.inner.primary.delete(key, guard).await {
+                        Ok(()) => purged += 1,
+                        Err(e) if e.is_precondition_failed() || e.is_not_found() => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(purged)
+            },
+        )
+        .await
     }
 }

@@ -27,29 +27,34 @@ impl<T: TableEntity> LargeTable<T> {
     /// one blob). A blob gone between the two (a concurrent replace or delete)
     /// reads the entity again.
     pub async fn get(&self, key: impl Into<EntityKey>) -> Result<Option<T>> {
-        let key = key.into();
-        let mut attempt = 1;
-        loop {
-            let Some(row) = self.raw.get(key.clone()).await? else {
-                return Ok(None);
-            };
-            let refs = blob_refs(&row)?;
-            self.hook.call(Step::EntityRead).await?;
-            let values = match self.download(&refs).await {
-                Ok(v) => v,
-                Err(e) if e.code() == Some(&ErrorCode::BlobNotFound) && attempt < MAX_ATTEMPTS => {
-                    attempt += 1;
-                    continue;
+        crate::trace::traced("LargeTable", "get", Some(self.raw.name()), async move {
+            let key = key.into();
+            let mut attempt = 1;
+            loop {
+                let Some(row) = self.raw.get(key.clone()).await? else {
+                    return Ok(None);
+                };
+                let refs = blob_refs(&row)?;
+                self.hook.call(Step::EntityRead).await?;
+                let values = match self.download(&refs).await {
+                    Ok(v) => v,
+                    Err(e)
+                        if e.code() == Some(&ErrorCode::BlobNotFound) && attempt < MAX_ATTEMPTS =>
+                    {
+                        attempt += 1;
+                        continue;
+                    }
+                    Err(e) => return Err(e),
+                };
+                let mut whole = row;
+                whole.properties.remove(BLOBS);
+                for (r, bytes) in refs.iter().zip(values) {
+                    whole.set(r.property.as_str(), r.kind.value(&r.property, bytes)?);
                 }
-                Err(e) => return Err(e),
-            };
-            let mut whole = row;
-            whole.properties.remove(BLOBS);
-            for (r, bytes) in refs.iter().zip(values) {
-                whole.set(r.property.as_str(), r.kind.value(&r.property, bytes)?);
+                return T::decode(&RawEntity::from_dynamic(&whole)).map(Some);
             }
-            return T::decode(&RawEntity::from_dynamic(&whole)).map(Some);
-        }
+        })
+        .await
     }
 
     /// Reads the entity without its blobs, one request: `U` is decoded from
@@ -60,18 +65,26 @@ impl<T: TableEntity> LargeTable<T> {
         &self,
         key: impl Into<EntityKey>,
     ) -> Result<Option<WithoutBlobs<U>>> {
-        let Some(mut row) = self.raw.get(key).await? else {
-            return Ok(None);
-        };
-        let blobs = blob_refs(&row)?;
-        row.properties.remove(BLOBS);
-        for r in &blobs {
-            row.properties.remove(&r.property);
-        }
-        Ok(Some(WithoutBlobs {
-            entity: U::decode(&RawEntity::from_dynamic(&row))?,
-            blobs,
-        }))
+        crate::trace::traced(
+            "LargeTable",
+            "get_without_blobs",
+            Some(self.raw.name()),
+            async move {
+                let Some(mut row) = self.raw.get(key).await? else {
+                    return Ok(None);
+                };
+                let blobs = blob_refs(&row)?;
+                row.properties.remove(BLOBS);
+                for r in &blobs {
+                    row.properties.remove(&r.property);
+                }
+                Ok(Some(WithoutBlobs {
+                    entity: U::decode(&RawEntity::from_dynamic(&row))?,
+                    blobs,
+                }))
+            },
+        )
+        .await
     }
 
     /// Deletes the entity on the condition `if_match` (with [`IfMatch::Any`],
@@ -82,46 +95,49 @@ impl<T: TableEntity> LargeTable<T> {
         key: impl Into<EntityKey>,
         if_match: impl Into<IfMatch>,
     ) -> Result<bool> {
-        let key = key.into();
-        key.validate()?;
-        let if_match = if_match.into();
-        let mut attempt = 1;
-        loop {
-            let Some(current) = self.raw.get(key.clone()).await? else {
-                return Ok(false);
-            };
-            let read = current.etag.clone().ok_or_else(|| no_etag(&key))?;
-            let condition = match &if_match {
-                IfMatch::Any => read.clone(),
-                IfMatch::ETag(e) => e.clone(),
-            };
-            match self
-                .raw
-                .delete(key.clone(), IfMatch::ETag(condition.clone()))
-                .await
-            {
-                Ok(()) => {
-                    self.hook.call(Step::EntityDeleted).await?;
-                    if condition == read {
-                        let refs = blob_refs(&current)?;
-                        let none = DynamicEntity::new("", "");
-                        self.delete_blobs(&refs, &none).await;
-                    }
-                    return Ok(true);
-                }
-                Err(e) if e.is_not_found() && !matches!(if_match, IfMatch::Any) => {
-                    return Ok(false)
-                }
-                Err(e)
-                    if matches!(if_match, IfMatch::Any)
-                        && (e.is_precondition_failed() || e.is_not_found())
-                        && attempt < MAX_ATTEMPTS =>
+        crate::trace::traced("LargeTable", "delete", Some(self.raw.name()), async move {
+            let key = key.into();
+            key.validate()?;
+            let if_match = if_match.into();
+            let mut attempt = 1;
+            loop {
+                let Some(current) = self.raw.get(key.clone()).await? else {
+                    return Ok(false);
+                };
+                let read = current.etag.clone().ok_or_else(|| no_etag(&key))?;
+                let condition = match &if_match {
+                    IfMatch::Any => read.clone(),
+                    IfMatch::ETag(e) => e.clone(),
+                };
+                match self
+                    .raw
+                    .delete(key.clone(), IfMatch::ETag(condition.clone()))
+                    .await
                 {
-                    attempt += 1
+                    Ok(()) => {
+                        self.hook.call(Step::EntityDeleted).await?;
+                        if condition == read {
+                            let refs = blob_refs(&current)?;
+                            let none = DynamicEntity::new("", "");
+                            self.delete_blobs(&refs, &none).await;
+                        }
+                        return Ok(true);
+                    }
+                    Err(e) if e.is_not_found() && !matches!(if_match, IfMatch::Any) => {
+                        return Ok(false)
+                    }
+                    Err(e)
+                        if matches!(if_match, IfMatch::Any)
+                            && (e.is_precondition_failed() || e.is_not_found())
+                            && attempt < MAX_ATTEMPTS =>
+                    {
+                        attempt += 1
+                    }
+                    Err(e) => return Err(e),
                 }
-                Err(e) => return Err(e),
             }
-        }
+        })
+        .await
     }
 }
 

@@ -177,38 +177,50 @@ impl<T: TableEntity> SplitTable<T> {
 
     /// Inserts the entity (one request); a conflict if it exists. Sets its ETag.
     pub async fn insert(&self, entity: &mut T) -> Result<()> {
-        let mut row = self.encode(entity)?;
-        self.raw.insert(&mut row).await?.apply_to(entity);
-        Ok(())
+        crate::trace::traced("SplitTable", "insert", Some(self.raw.name()), async move {
+            let mut row = self.encode(entity)?;
+            self.raw.insert(&mut row).await?.apply_to(entity);
+            Ok(())
+        })
+        .await
     }
 
     /// Inserts or replaces the entity whatever its version (one request).
     pub async fn upsert(&self, entity: &mut T) -> Result<()> {
-        let mut row = self.encode(entity)?;
-        self.raw
-            .upsert(&mut row, UpdateMode::Replace)
-            .await?
-            .apply_to(entity);
-        Ok(())
+        crate::trace::traced("SplitTable", "upsert", Some(self.raw.name()), async move {
+            let mut row = self.encode(entity)?;
+            self.raw
+                .upsert(&mut row, UpdateMode::Replace)
+                .await?
+                .apply_to(entity);
+            Ok(())
+        })
+        .await
     }
 
     /// Replaces the stored entity on the condition `if_match` (one request):
     /// parts no longer needed go with the replace.
     pub async fn replace(&self, entity: &mut T, if_match: impl Into<IfMatch>) -> Result<()> {
-        let mut row = self.encode(entity)?;
-        self.raw
-            .update(&mut row, UpdateMode::Replace, if_match)
-            .await?
-            .apply_to(entity);
-        Ok(())
+        crate::trace::traced("SplitTable", "replace", Some(self.raw.name()), async move {
+            let mut row = self.encode(entity)?;
+            self.raw
+                .update(&mut row, UpdateMode::Replace, if_match)
+                .await?
+                .apply_to(entity);
+            Ok(())
+        })
+        .await
     }
 
     /// Reads the entity (one point read) and joins its parts.
     pub async fn get(&self, key: impl Into<EntityKey>) -> Result<Option<T>> {
-        match self.raw.get(key).await? {
-            Some(row) => Ok(Some(self.decode(&row)?)),
-            None => Ok(None),
-        }
+        crate::trace::traced("SplitTable", "get", Some(self.raw.name()), async move {
+            match self.raw.get(key).await? {
+                Some(row) => Ok(Some(self.decode(&row)?)),
+                None => Ok(None),
+            }
+        })
+        .await
     }
 
     /// Deletes the entity with all its parts (one request); returns whether it existed.
@@ -217,6 +229,9 @@ impl<T: TableEntity> SplitTable<T> {
         key: impl Into<EntityKey>,
         if_match: impl Into<IfMatch>,
     ) -> Result<bool> {
-        self.raw.delete_if_exists(key, if_match).await
+        crate::trace::traced("SplitTable", "delete", Some(self.raw.name()), async move {
+            self.raw.delete_if_exists(key, if_match).await
+        })
+        .await
     }
 }

@@ -23,46 +23,55 @@ impl<T: TableEntity> LargeTable<T> {
     /// [the sweep](super#the-sweep). A failed request ends the sweep with its
     /// error; running it again is safe.
     pub async fn sweep_orphans(&self) -> Result<SweepReport> {
-        let grace = chrono::Duration::from_std(self.grace).map_err(|_| {
-            refused(
-                "large",
-                format!("grace period {:?} is too long", self.grace),
-            )
-        })?;
-        let cutoff = self.now() - grace;
-        let mut report = SweepReport::default();
-        let mut listing = self
-            .container
-            .list_blobs()
-            .prefix(self.blob_prefix())
-            .stream();
-        // Blobs come in name order, so the blobs of one entity come together.
-        let mut group: Option<(EntityKey, Vec<Candidate>)> = None;
-        while let Some(blob) = listing.try_next().await? {
-            report.listed += 1;
-            let Some((key, property)) = parse_blob_name(self.raw.name(), blob.name()) else {
-                report.foreign += 1;
-                continue;
-            };
-            if blob.last_modified() > cutoff {
-                report.too_young += 1;
-                continue;
-            }
-            let candidate = (blob.name().to_owned(), property, blob.etag().clone());
-            match &mut group {
-                Some((k, blobs)) if *k == key => blobs.push(candidate),
-                _ => {
-                    if let Some((k, blobs)) = group.take() {
-                        self.sweep_entity(k, blobs, &mut report).await?;
+        crate::trace::traced(
+            "LargeTable",
+            "sweep_orphans",
+            Some(self.raw.name()),
+            async move {
+                let grace = chrono::Duration::from_std(self.grace).map_err(|_| {
+                    refused(
+                        "large",
+                        format!("grace period {:?} is too long", self.grace),
+                    )
+                })?;
+                let cutoff = self.now() - grace;
+                let mut report = SweepReport::default();
+                let mut listing = self
+                    .container
+                    .list_blobs()
+                    .prefix(self.blob_prefix())
+                    .stream();
+                // Blobs come in name order, so the blobs of one entity come together.
+                let mut group: Option<(EntityKey, Vec<Candidate>)> = None;
+                while let Some(blob) = listing.try_next().await? {
+                    report.listed += 1;
+                    let Some((key, property)) = parse_blob_name(self.raw.name(), blob.name())
+                    else {
+                        report.foreign += 1;
+                        continue;
+                    };
+                    if blob.last_modified() > cutoff {
+                        report.too_young += 1;
+                        continue;
                     }
-                    group = Some((key, vec![candidate]));
+                    let candidate = (blob.name().to_owned(), property, blob.etag().clone());
+                    match &mut group {
+                        Some((k, blobs)) if *k == key => blobs.push(candidate),
+                        _ => {
+                            if let Some((k, blobs)) = group.take() {
+                                self.sweep_entity(k, blobs, &mut report).await?;
+                            }
+                            group = Some((key, vec![candidate]));
+                        }
+                    }
                 }
-            }
-        }
-        if let Some((k, blobs)) = group.take() {
-            self.sweep_entity(k, blobs, &mut report).await?;
-        }
-        Ok(report)
+                if let Some((k, blobs)) = group.take() {
+                    self.sweep_entity(k, blobs, &mut report).await?;
+                }
+                Ok(report)
+            },
+        )
+        .await
     }
 
     async fn sweep_entity(

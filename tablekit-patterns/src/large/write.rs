@@ -241,7 +241,10 @@ impl<T: TableEntity> LargeTable<T> {
     /// entity with this key exists) deletes the uploaded blobs again. Sets the
     /// entity's ETag.
     pub async fn insert(&self, entity: &mut T) -> Result<()> {
-        self.write(entity, Mode::Insert).await
+        crate::trace::traced("LargeTable", "insert", Some(self.raw.name()), async move {
+            self.write(entity, Mode::Insert).await
+        })
+        .await
     }
 
     /// Replaces the stored entity on the condition `if_match`: reads it (to
@@ -254,13 +257,19 @@ impl<T: TableEntity> LargeTable<T> {
     /// with a mode: a large entity is always written whole, its blobs with it,
     /// so there is no merge of a large entity.
     pub async fn replace(&self, entity: &mut T, if_match: impl Into<IfMatch>) -> Result<()> {
-        self.write(entity, Mode::Replace(if_match.into())).await
+        crate::trace::traced("LargeTable", "replace", Some(self.raw.name()), async move {
+            self.write(entity, Mode::Replace(if_match.into())).await
+        })
+        .await
     }
 
     /// Inserts the entity, or replaces the stored one whatever its version
     /// (still conditional on the version whose blobs it deletes).
     pub async fn upsert(&self, entity: &mut T) -> Result<()> {
-        self.write(entity, Mode::Upsert).await
+        crate::trace::traced("LargeTable", "upsert", Some(self.raw.name()), async move {
+            self.write(entity, Mode::Upsert).await
+        })
+        .await
     }
 }
 

@@ -259,21 +259,37 @@ impl<T: TableEntity + Send + Sync + 'static> LookupCache<T> {
     /// older than the time to live (one load at a time: a reader that
     /// waited for another's load uses it).
     pub async fn snapshot(&self) -> Result<Arc<Snapshot<T>>> {
-        if let Some(s) = self.fresh() {
-            return Ok(s);
-        }
-        let _one_at_a_time = self.inner.refreshing.lock().await;
-        if let Some(s) = self.fresh() {
-            return Ok(s); // loaded by the reader we waited for
-        }
-        self.load().await
+        crate::trace::traced(
+            "LookupCache",
+            "snapshot",
+            Some(self.inner.table.name()),
+            async move {
+                if let Some(s) = self.fresh() {
+                    return Ok(s);
+                }
+                let _one_at_a_time = self.inner.refreshing.lock().await;
+                if let Some(s) = self.fresh() {
+                    return Ok(s); // loaded by the reader we waited for
+                }
+                self.load().await
+            },
+        )
+        .await
     }
 
     /// Loads the table again now, whatever the age of the current load (a
     /// load under way is waited for first, then this one is made).
     pub async fn refresh(&self) -> Result<Arc<Snapshot<T>>> {
-        let _one_at_a_time = self.inner.refreshing.lock().await;
-        self.load().await
+        crate::trace::traced(
+            "LookupCache",
+            "refresh",
+            Some(self.inner.table.name()),
+            async move {
+                let _one_at_a_time = self.inner.refreshing.lock().await;
+                self.load().await
+            },
+        )
+        .await
     }
 
     /// Drops the current load: the next read loads the table.
@@ -291,8 +307,16 @@ impl<T: TableEntity + Send + Sync + 'static> LookupCache<T> {
     where
         T: Clone,
     {
-        let key = key.into();
-        Ok(self.snapshot().await?.get(&key).cloned())
+        crate::trace::traced(
+            "LookupCache",
+            "get",
+            Some(self.inner.table.name()),
+            async move {
+                let key = key.into();
+                Ok(self.snapshot().await?.get(&key).cloned())
+            },
+        )
+        .await
     }
 
     /// The join in the client: each item of `stream` (a query's entities, for

@@ -70,7 +70,10 @@ impl<T: TableEntity> Link<T> {
     /// The linked entity, read from `table` in one point read; `None` if
     /// there is none (it was deleted, or never written).
     pub async fn resolve(&self, table: &TableClient<T>) -> Result<Option<T>> {
-        table.get(self.key()).await
+        crate::trace::traced("Link", "resolve", Some(table.name()), async move {
+            table.get(self.key()).await
+        })
+        .await
     }
 }
 
@@ -185,6 +188,9 @@ impl<A: TableEntity, B: TableEntity> KeyConvention<A, B> {
     /// The `B` of `entity`, read from `table` in one point read; `None` if
     /// there is none.
     pub async fn resolve(&self, entity: &A, table: &TableClient<B>) -> Result<Option<B>> {
-        table.get(self.key(entity)).await
+        crate::trace::traced("KeyConvention", "resolve", Some(table.name()), async move {
+            table.get(self.key(entity)).await
+        })
+        .await
     }
 }

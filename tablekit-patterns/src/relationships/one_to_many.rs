@@ -102,7 +102,13 @@ impl<T: TableEntity + Send + Sync + 'static> OneToMany<T> {
     /// Inserts the entity and adds one to its partition's count, in one
     /// transaction ([`CountedPartition::insert`]); returns the new count.
     pub async fn insert(&self, entity: &mut T) -> Result<i32> {
-        self.counted.insert(entity).await
+        crate::trace::traced(
+            "OneToMany",
+            "insert",
+            Some(self.counted.table().name()),
+            async move { self.counted.insert(entity).await },
+        )
+        .await
     }
 
     /// Deletes the entity under `if_match` and subtracts one from its
@@ -112,19 +118,37 @@ impl<T: TableEntity + Send + Sync + 'static> OneToMany<T> {
         key: impl Into<EntityKey>,
         if_match: impl Into<IfMatch>,
     ) -> Result<i32> {
-        self.counted.delete(key, if_match).await
+        crate::trace::traced(
+            "OneToMany",
+            "delete",
+            Some(self.counted.table().name()),
+            async move { self.counted.delete(key, if_match).await },
+        )
+        .await
     }
 
     /// The count of a partition: one point read.
     pub async fn count(&self, partition_key: &str) -> Result<i32> {
-        self.counted.count(partition_key).await
+        crate::trace::traced(
+            "OneToMany",
+            "count",
+            Some(self.counted.table().name()),
+            async move { self.counted.count(partition_key).await },
+        )
+        .await
     }
 
     /// The whole partition, the "one" and its "many", in **one query**,
     /// decoded into `E` (an enum derived with [`TableEntity`]); see
     /// [`CountedPartition::read_partition`].
     pub async fn read_partition<E: TableEntity>(&self, partition_key: &str) -> Result<Vec<E>> {
-        self.counted.read_partition(partition_key).await
+        crate::trace::traced(
+            "OneToMany",
+            "read_partition",
+            Some(self.counted.table().name()),
+            async move { self.counted.read_partition(partition_key).await },
+        )
+        .await
     }
 
     fn check_move(&self, from: &EntityKey, to: &str) -> Result<()> {
@@ -151,14 +175,22 @@ impl<T: TableEntity + Send + Sync + 'static> OneToMany<T> {
     /// are refused before any request). A worker with this relationship
     /// [attached](Self::attach) runs it.
     pub async fn move_to(&self, key: impl Into<EntityKey>, to: &str) -> Result<SentMessage> {
-        let key = key.into();
-        self.check_move(&key, to)?;
-        let message = Move {
-            partition_key: key.partition_key,
-            row_key: key.row_key,
-            to: to.to_owned(),
-        };
-        self.eventual.enqueue_kind(&self.kind, &message).await
+        crate::trace::traced(
+            "OneToMany",
+            "move_to",
+            Some(self.counted.table().name()),
+            async move {
+                let key = key.into();
+                self.check_move(&key, to)?;
+                let message = Move {
+                    partition_key: key.partition_key,
+                    row_key: key.row_key,
+                    to: to.to_owned(),
+                };
+                self.eventual.enqueue_kind(&self.kind, &message).await
+            },
+        )
+        .await
     }
 
     /// Registers this relationship's moves with a worker builder.
@@ -187,54 +219,66 @@ impl<T: TableEntity + Send + Sync + 'static> OneToMany<T> {
     /// (measured on every backend by the tests), besides the worker's
     /// queue requests.
     pub async fn apply_move(&self, m: &Move, ctx: &StepContext) -> OpResult {
-        // A message is input from outside: check it as `move_to` does.
-        let from = m.from_key();
-        self.check_move(&from, &m.to)?;
-        let raw = self.counted.table().with_type::<DynamicEntity>();
-        for _ in 0..MAX_REREADS {
-            let Some((mut copy, etag)) = ctx.read(&raw, from.clone()).await? else {
-                return Ok(()); // moved by an earlier attempt, or deleted
-            };
-            copy.partition_key = m.to.clone();
-            copy.etag = None;
-            copy.timestamp = None;
-            let (counted, target) = (self.counted.clone(), raw.clone());
-            Plan::after_read(&raw, m.to_key(), move |found| match found {
-                None => Plan::op(&target, TransactionOp::Insert(copy.clone()))?
-                    .and(counted.plan_count(&copy.partition_key, 1)?),
-                Some(_) => Plan::op(
-                    &target,
-                    TransactionOp::Upsert(copy.clone(), UpdateMode::Replace),
-                ),
-            })?
-            .send()
-            .await?;
-            ctx.step(&format!("insert {} with the count of {}", raw.name(), m.to))
-                .await?;
-            let done = match self
-                .counted
-                .plan_delete(from.clone(), IfMatch::ETag(etag))?
-                .send()
-                .await
-            {
-                Ok(_) => true,
-                Err(e) if e.is_precondition_failed() => false,
-                Err(e) if e.is_not_found() && e.code() != Some(&ErrorCode::TableNotFound) => true,
-                Err(e) => return Err(e.into()),
-            };
-            ctx.step(&format!(
-                "delete {} with the count of {}",
-                raw.name(),
-                m.partition_key
-            ))
-            .await?;
-            if done {
-                return Ok(());
-            }
-        }
-        Err(
-            format!("{from} changed {MAX_REREADS} times while being moved; will retry later")
-                .into(),
+        crate::trace::traced_op(
+            "OneToMany",
+            "apply_move",
+            Some(self.counted.table().name()),
+            async move {
+                // A message is input from outside: check it as `move_to` does.
+                let from = m.from_key();
+                self.check_move(&from, &m.to)?;
+                let raw = self.counted.table().with_type::<DynamicEntity>();
+                for _ in 0..MAX_REREADS {
+                    let Some((mut copy, etag)) = ctx.read(&raw, from.clone()).await? else {
+                        return Ok(()); // moved by an earlier attempt, or deleted
+                    };
+                    copy.partition_key = m.to.clone();
+                    copy.etag = None;
+                    copy.timestamp = None;
+                    let (counted, target) = (self.counted.clone(), raw.clone());
+                    Plan::after_read(&raw, m.to_key(), move |found| match found {
+                        None => Plan::op(&target, TransactionOp::Insert(copy.clone()))?
+                            .and(counted.plan_count(&copy.partition_key, 1)?),
+                        Some(_) => Plan::op(
+                            &target,
+                            TransactionOp::Upsert(copy.clone(), UpdateMode::Replace),
+                        ),
+                    })?
+                    .send()
+                    .await?;
+                    ctx.step(&format!("insert {} with the count of {}", raw.name(), m.to))
+                        .await?;
+                    let done = match self
+                        .counted
+                        .plan_delete(from.clone(), IfMatch::ETag(etag))?
+                        .send()
+                        .await
+                    {
+                        Ok(_) => true,
+                        Err(e) if e.is_precondition_failed() => false,
+                        Err(e)
+                            if e.is_not_found() && e.code() != Some(&ErrorCode::TableNotFound) =>
+                        {
+                            true
+                        }
+                        Err(e) => return Err(e.into()),
+                    };
+                    ctx.step(&format!(
+                        "delete {} with the count of {}",
+                        raw.name(),
+                        m.partition_key
+                    ))
+                    .await?;
+                    if done {
+                        return Ok(());
+                    }
+                }
+                Err(format!(
+                    "{from} changed {MAX_REREADS} times while being moved; will retry later"
+                )
+                .into())
+            },
         )
+        .await
     }
 }

@@ -290,17 +290,25 @@ where
     /// of the source (insert, update or delete). The view catches up when a
     /// worker runs the message. The key is checked before any request.
     pub async fn changed(&self, key: impl Into<EntityKey>) -> Result<SentMessage> {
-        let key = key.into();
-        key.validate()?;
-        let message = Changed {
-            partition_key: key.partition_key,
-            row_key: key.row_key,
-            at_ms: self.now().timestamp_millis(),
-        };
-        self.inner
-            .eventual
-            .enqueue_kind(&self.inner.kind, &message)
-            .await
+        crate::trace::traced(
+            "MaterializedView",
+            "changed",
+            Some(self.inner.view.name()),
+            async move {
+                let key = key.into();
+                key.validate()?;
+                let message = Changed {
+                    partition_key: key.partition_key,
+                    row_key: key.row_key,
+                    at_ms: self.now().timestamp_millis(),
+                };
+                self.inner
+                    .eventual
+                    .enqueue_kind(&self.inner.kind, &message)
+                    .await
+            },
+        )
+        .await
     }
 
     /// Registers this view's changes with a worker builder.
@@ -353,72 +361,75 @@ where
     /// ends last read the source last: the view ends at the latest state,
     /// whatever order the messages ran in.
     pub async fn apply(&self, key: EntityKey, ctx: &StepContext) -> OpResult {
-        key.validate()?;
-        let i = &self.inner;
-        let mut written: BTreeSet<EntityKey> = BTreeSet::new();
-        for attempt in 0..MAX_REREADS {
-            if attempt > 0 {
-                // Runs of one key at once take turns: a random pause,
-                // growing, so that one gets from its step 3 to its step 6.
-                let ceiling = 2u64 << attempt.min(5);
-                tokio::time::sleep(Duration::from_micros(fastrand::u64(0..=ceiling * 1000))).await;
-            }
-            let (old, etag) = match ctx.read(&i.keys, key.clone()).await? {
-                Some((row, etag)) => (keys_from_row(&row)?, Some(etag)),
-                None => (BTreeSet::new(), None),
-            };
-            let rows = match i.source.get(key.clone()).await? {
-                Some(entity) => (i.project)(&entity),
-                None => Vec::new(),
-            };
-            ctx.step(&format!("read {}", i.source.name())).await?;
-            let new: BTreeSet<EntityKey> = rows
-                .iter()
-                .map(|r| EntityKey::new(r.partition_key(), r.row_key()))
-                .collect();
-            let listed: BTreeSet<EntityKey> = old.union(&written).chain(&new).cloned().collect();
-            let listing = DynamicEntity::new(key.partition_key.as_str(), key.row_key.as_str())
-                .with(ROWS_PROPERTY, keys_to_json(&listed));
-            let etag = match etag {
-                None => {
-                    let inserted = match i.keys.insert(&listing).await {
-                        Ok(w) => Some(w.etag().clone()),
-                        Err(e) if e.is_conflict() => None,
-                        Err(e) => return Err(e.into()),
-                    };
-                    ctx.step(&format!("insert {}", i.keys.name())).await?;
-                    match inserted {
-                        Some(etag) => etag,
-                        None => continue,
-                    }
+        crate::trace::traced_op("MaterializedView", "apply", Some(self.inner.view.name()), async move {
+            key.validate()?;
+            let i = &self.inner;
+            let mut written: BTreeSet<EntityKey> = BTreeSet::new();
+            for attempt in 0..MAX_REREADS {
+                if attempt > 0 {
+                    // Runs of one key at once take turns: a random pause,
+                    // growing, so that one gets from its step 3 to its step 6.
+                    let ceiling = 2u64 << attempt.min(5);
+                    tokio::time::sleep(Duration::from_micros(fastrand::u64(0..=ceiling * 1000))).await;
                 }
-                Some(etag) => match ctx.replace_if_unchanged(&i.keys, &listing, &etag).await? {
-                    Guarded::Done(Some(etag)) => etag,
-                    _ => continue,
-                },
-            };
-            for row in &rows {
-                ctx.insert_or_replace(&i.view, row).await?;
-                written.insert(EntityKey::new(row.partition_key(), row.row_key()));
-            }
-            for stale in listed.difference(&new) {
-                ctx.delete_if_exists(&i.view, stale.clone()).await?;
-            }
-            let finished = if new.is_empty() {
-                ctx.delete_if_unchanged(&i.keys, key.clone(), &etag).await?
-            } else {
+                let (old, etag) = match ctx.read(&i.keys, key.clone()).await? {
+                    Some((row, etag)) => (keys_from_row(&row)?, Some(etag)),
+                    None => (BTreeSet::new(), None),
+                };
+                let rows = match i.source.get(key.clone()).await? {
+                    Some(entity) => (i.project)(&entity),
+                    None => Vec::new(),
+                };
+                ctx.step(&format!("read {}", i.source.name())).await?;
+                let new: BTreeSet<EntityKey> = rows
+                    .iter()
+                    .map(|r| EntityKey::new(r.partition_key(), r.row_key()))
+                    .collect();
+                let listed: BTreeSet<EntityKey> = old.union(&written).chain(&new).cloned().collect();
                 let listing = DynamicEntity::new(key.partition_key.as_str(), key.row_key.as_str())
-                    .with(ROWS_PROPERTY, keys_to_json(&new));
-                ctx.replace_if_unchanged(&i.keys, &listing, &etag).await?
-            };
-            if matches!(finished, Guarded::Done(_)) {
-                return Ok(());
+                    .with(ROWS_PROPERTY, keys_to_json(&listed));
+                let etag = match etag {
+                    None => {
+                        let inserted = match i.keys.insert(&listing).await {
+                            Ok(w) => Some(w.etag().clone()),
+                            Err(e) if e.is_conflict() => None,
+                            Err(e) => return Err(e.into()),
+                        };
+                        ctx.step(&format!("insert {}", i.keys.name())).await?;
+                        match inserted {
+                            Some(etag) => etag,
+                            None => continue,
+                        }
+                    }
+                    Some(etag) => match ctx.replace_if_unchanged(&i.keys, &listing, &etag).await? {
+                        Guarded::Done(Some(etag)) => etag,
+                        _ => continue,
+                    },
+                };
+                for row in &rows {
+                    ctx.insert_or_replace(&i.view, row).await?;
+                    written.insert(EntityKey::new(row.partition_key(), row.row_key()));
+                }
+                for stale in listed.difference(&new) {
+                    ctx.delete_if_exists(&i.view, stale.clone()).await?;
+                }
+                let finished = if new.is_empty() {
+                    ctx.delete_if_unchanged(&i.keys, key.clone(), &etag).await?
+                } else {
+                    let listing = DynamicEntity::new(key.partition_key.as_str(), key.row_key.as_str())
+                        .with(ROWS_PROPERTY, keys_to_json(&new));
+                    ctx.replace_if_unchanged(&i.keys, &listing, &etag).await?
+                };
+                if matches!(finished, Guarded::Done(_)) {
+                    return Ok(());
+                }
             }
-        }
-        Err(format!(
-            "{key} changed {MAX_REREADS} times while its view rows were written; will retry later"
-        )
-        .into())
+            Err(format!(
+                "{key} changed {MAX_REREADS} times while its view rows were written; will retry later"
+            )
+            .into())
+        })
+        .await
     }
 
     /// Makes the view again from the source, while workers may run:
@@ -434,57 +445,73 @@ where
     /// Step 1 comes first because a worker lists a row before writing it: a
     /// row seen in step 1 is listed in step 4 unless it is no longer wanted.
     pub async fn rebuild(&self) -> Result<RebuildReport> {
-        let i = &self.inner;
-        let ctx = StepContext::detached(i.tables.clone(), None);
-        // The steps fail with tablekit's errors, boxed; give them back as they were.
-        let run = |r: OpResult| {
-            r.map_err(|e| match e.downcast::<Error>() {
-                Ok(e) => *e,
-                Err(other) => Error::from(DecodeError::new(other.to_string())),
-            })
-        };
-        let mut report = RebuildReport::default();
-        let before = keys_of(i.view.with_type()).await?;
-        let sources = keys_of(i.source.with_type()).await?;
-        for key in &sources {
-            run(self.apply(key.clone(), &ctx).await)?;
-            report.sources += 1;
-        }
-        for key in keys_of(i.keys.clone()).await? {
-            if !sources.contains(&key) {
-                run(self.apply(key, &ctx).await)?;
-                report.gone += 1;
-            }
-        }
-        let mut listed = BTreeSet::new();
-        let mut rows = i.keys.query().stream();
-        while let Some(row) = rows.next().await {
-            listed.extend(keys_from_row(&row?)?);
-        }
-        for stray in before.difference(&listed) {
-            if i.view.delete_if_exists(stray.clone(), IfMatch::Any).await? {
-                report.strays += 1;
-            }
-        }
-        Ok(report)
+        crate::trace::traced(
+            "MaterializedView",
+            "rebuild",
+            Some(self.inner.view.name()),
+            async move {
+                let i = &self.inner;
+                let ctx = StepContext::detached(i.tables.clone(), None);
+                // The steps fail with tablekit's errors, boxed; give them back as they were.
+                let run = |r: OpResult| {
+                    r.map_err(|e| match e.downcast::<Error>() {
+                        Ok(e) => *e,
+                        Err(other) => Error::from(DecodeError::new(other.to_string())),
+                    })
+                };
+                let mut report = RebuildReport::default();
+                let before = keys_of(i.view.with_type()).await?;
+                let sources = keys_of(i.source.with_type()).await?;
+                for key in &sources {
+                    run(self.apply(key.clone(), &ctx).await)?;
+                    report.sources += 1;
+                }
+                for key in keys_of(i.keys.clone()).await? {
+                    if !sources.contains(&key) {
+                        run(self.apply(key, &ctx).await)?;
+                        report.gone += 1;
+                    }
+                }
+                let mut listed = BTreeSet::new();
+                let mut rows = i.keys.query().stream();
+                while let Some(row) = rows.next().await {
+                    listed.extend(keys_from_row(&row?)?);
+                }
+                for stray in before.difference(&listed) {
+                    if i.view.delete_if_exists(stray.clone(), IfMatch::Any).await? {
+                        report.strays += 1;
+                    }
+                }
+                Ok(report)
+            },
+        )
+        .await
     }
 
     /// How far the view is behind: the changes waiting, the age of the
     /// oldest (by the view's clock), and the last change applied by a
     /// worker of this process. Two requests (a count and a peek).
     pub async fn lag(&self) -> Result<ViewLag> {
-        let queue = self.inner.eventual.queue();
-        let pending = queue.approximate_message_count().await?;
-        let oldest = queue.peek(32).await?.iter().map(|m| m.inserted_on()).min();
-        let now = self.now();
-        Ok(ViewLag {
-            pending,
-            oldest_pending: oldest.map(|t| (now - t).to_std().unwrap_or_default()),
-            last_applied: *self
-                .inner
-                .last_applied
-                .lock()
-                .unwrap_or_else(|e| e.into_inner()),
-        })
+        crate::trace::traced(
+            "MaterializedView",
+            "lag",
+            Some(self.inner.view.name()),
+            async move {
+                let queue = self.inner.eventual.queue();
+                let pending = queue.approximate_message_count().await?;
+                let oldest = queue.peek(32).await?.iter().map(|m| m.inserted_on()).min();
+                let now = self.now();
+                Ok(ViewLag {
+                    pending,
+                    oldest_pending: oldest.map(|t| (now - t).to_std().unwrap_or_default()),
+                    last_applied: *self
+                        .inner
+                        .last_applied
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner()),
+                })
+            },
+        )
+        .await
     }
 }

@@ -38,6 +38,7 @@ mod request_counts;
 mod schema_upgrade;
 mod secondary_index;
 mod series_model;
+mod spans;
 mod wide_entity;
 mod wide_model;
 mod write_model;
