@@ -106,9 +106,14 @@ pub async fn read<T: TableEntity>(
     partition_key: &str,
     range: &KeyRange,
 ) -> Result<Vec<T>> {
-    table
-        .query()
-        .filter_by(range.filter(partition_key, ""))
-        .fetch_all()
-        .await
+    crate::trace::traced(
+        "compound",
+        "read",
+        Some(table.name()),
+        table
+            .query()
+            .filter_by(range.filter(partition_key, ""))
+            .fetch_all(),
+    )
+    .await
 }

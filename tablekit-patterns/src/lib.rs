@@ -72,7 +72,10 @@
 //! operation is a `Worker.run_operation` span in the message's
 //! `eventual.message` span, and the spans of what it runs
 //! (`OneToMany.apply_move`, `MaterializedView.apply`, a step's table calls)
-//! are its children. No entity value is in them, and
+//! are its children. The operations on queues and blobs (`Eventual.enqueue`
+//! and `requeue`, `LogWriter.flush`, `LogReader.blobs`) are spans of the
+//! same kind in `az.namespace = "Microsoft.Storage"`, and
+//! [`compound::read`] one of `Microsoft.Tables`. No entity value is in them, and
 //! with no subscriber they cost a check each.
 //!
 //! # One verb family

@@ -489,6 +489,11 @@ impl<R: Serialize> LogWriter<R> {
     /// Writes the batch as a new blob, if there is one. On failure the batch
     /// stays in the buffer for the next flush.
     pub async fn flush(&mut self) -> Result<Option<LogBlob>> {
+        crate::trace::traced_storage("LogWriter", "flush", self.flush_in_span()).await
+    }
+
+    /// [`LogWriter::flush`], inside its span.
+    async fn flush_in_span(&mut self) -> Result<Option<LogBlob>> {
         if self.buffer.is_empty() {
             return Ok(None);
         }
@@ -676,14 +681,18 @@ impl<R: DeserializeOwned + Send + 'static> LogReader<R> {
         &self,
         window: impl RangeBounds<DateTime<Utc>>,
     ) -> Result<Vec<BlobProperties>> {
-        let window = Window::new(window)?;
-        let (mut hour, last) = window.hours();
-        let mut out = Vec::new();
-        while hour <= last {
-            out.extend(self.blobs_of_hour(hour, window).await?);
-            hour += Duration::hours(1);
-        }
-        Ok(out)
+        let window = Window::new(window);
+        crate::trace::traced_storage("LogReader", "blobs", async move {
+            let window = window?;
+            let (mut hour, last) = window.hours();
+            let mut out = Vec::new();
+            while hour <= last {
+                out.extend(self.blobs_of_hour(hour, window).await?);
+                hour += Duration::hours(1);
+            }
+            Ok(out)
+        })
+        .await
     }
 
     async fn blobs_of_hour(

@@ -4,7 +4,7 @@
 
 use std::future::Future;
 
-use tablekit::observe::{end_call, error_type, pattern_span};
+use tablekit::observe::{end_call, error_type, pattern_span, storage_pattern_span};
 use tablekit::Result;
 use tracing::Instrument as _;
 
@@ -19,6 +19,19 @@ pub(crate) async fn traced<T>(
     op: impl Future<Output = Result<T>>,
 ) -> Result<T> {
     let span = pattern_span(pattern, method, table);
+    let result = op.instrument(span.clone()).await;
+    end_call(&span, &result);
+    result
+}
+
+/// [`traced`] for an operation on queues or blobs
+/// (`az.namespace = "Microsoft.Storage"`).
+pub(crate) async fn traced_storage<T>(
+    pattern: &'static str,
+    method: &'static str,
+    op: impl Future<Output = Result<T>>,
+) -> Result<T> {
+    let span = storage_pattern_span(pattern, method);
     let result = op.instrument(span.clone()).await;
     end_call(&span, &result);
     result

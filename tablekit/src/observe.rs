@@ -21,7 +21,10 @@
 //!   `Denormalized.assign`, `LogTail.append`, `OneToMany.move_to`,
 //!   `OneToMany.apply_move`, the worker's `Worker.run_operation`, ...), through
 //!   [`pattern_span`] and [`end_call`]: the table calls an operation makes
-//!   (its `Transaction.send`, its `TableClient.get`) are its children.
+//!   (its `Transaction.send`, its `TableClient.get`) are its children. The
+//!   patterns' operations on queues and blobs (`Eventual.enqueue`,
+//!   `Eventual.requeue`, `LogWriter.flush`, `LogReader.blobs`) take
+//!   [`storage_pattern_span`], in `Microsoft.Storage`.
 //! - one per HTTP attempt, a child of the first, named by its method (`GET`,
 //!   `POST`, `MERGE`, ...), kind client (`otel.kind = "client"`), with
 //!   `az.namespace`, `az.client_request_id`, `az.service_request.id`,
@@ -103,7 +106,6 @@ use crate::error::{Error, ErrorKind};
 /// `az.namespace` of the Table service.
 pub(crate) const TABLES: &str = "Microsoft.Tables";
 /// `az.namespace` of the Queue and Blob services.
-#[cfg(any(feature = "queue", feature = "blob"))]
 pub(crate) const STORAGE: &str = "Microsoft.Storage";
 
 /// The public-call span of `client`'s `method` (its OpenTelemetry name is
@@ -144,6 +146,13 @@ pub fn pattern_span(
     table: Option<&str>,
 ) -> tracing::Span {
     call_span(pattern, method, TABLES, method, table)
+}
+
+/// [`pattern_span`] for a pattern operation on queues or blobs (an
+/// enqueue, a log flush): `az.namespace = "Microsoft.Storage"` and no
+/// table.
+pub fn storage_pattern_span(pattern: &'static str, method: &'static str) -> tracing::Span {
+    call_span(pattern, method, STORAGE, method, None)
 }
 
 /// The public-call span of a table operation.

@@ -344,10 +344,13 @@ impl Eventual {
         kind: &str,
         body: &M,
     ) -> Result<SentMessage> {
-        if kind.is_empty() {
-            return Err(refused("eventual", "an operation kind must not be empty"));
-        }
-        self.send(envelope_bytes(kind, body)?).await
+        crate::trace::traced_storage("Eventual", "enqueue", async move {
+            if kind.is_empty() {
+                return Err(refused("eventual", "an operation kind must not be empty"));
+            }
+            self.send(envelope_bytes(kind, body)?).await
+        })
+        .await
     }
 
     /// Sends a poisoned message again, once its cause is fixed: its
@@ -363,7 +366,10 @@ impl Eventual {
         poisoned: &PoisonedMessage,
         tables: &TableServiceClient,
     ) -> Result<SentMessage> {
-        self.send(poisoned.whole_body(tables).await?).await
+        crate::trace::traced_storage("Eventual", "requeue", async move {
+            self.send(poisoned.whole_body(tables).await?).await
+        })
+        .await
     }
 
     async fn send(&self, body: Vec<u8>) -> Result<SentMessage> {

@@ -247,8 +247,12 @@ fn a_move_is_a_span_when_sent_and_when_the_worker_runs_it() {
     let moves = calls(&spans, "OneToMany.move_to");
     assert_eq!(moves.len(), 2, "{spans:?}");
     assert_eq!(field(&spans[moves[0]].1, "error.type"), None);
+    // The move is sent through the worker's queue: its enqueue is a span
+    // of its own, whose child is the queue call.
+    let sent = children(&recorder, moves[0], "Eventual.enqueue");
+    assert_eq!(sent.len(), 1, "{spans:?}");
     assert_eq!(
-        children(&recorder, moves[0], "QueueClient.send_message").len(),
+        children(&recorder, sent[0], "QueueClient.send_message").len(),
         1
     );
     assert_eq!(
@@ -387,5 +391,112 @@ fn a_log_tail_append_is_a_span_whose_child_is_its_insert() {
     }
     assert_eq!(field(&spans[appends[0]].1, "error.type"), None);
     assert_eq!(field(&spans[appends[1]].1, "error.type"), Some("409"));
+    assert_no_secret(&recorder);
+}
+
+/// The children of span `parent` whose `otel.name` starts with `prefix`.
+fn children_named(recorder: &Recorder, parent: usize, prefix: &str) -> Vec<String> {
+    let parents = recorder.parents();
+    recorder
+        .spans()
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| parents[*i] == Some(parent))
+        .filter_map(|(_, (_, f))| field(f, "otel.name").map(str::to_owned))
+        .filter(|name| name.starts_with(prefix))
+        .collect()
+}
+
+#[test]
+fn queue_and_blob_operations_and_compound_reads_are_spans_too() {
+    let recorder = Recorder::default();
+    recorded(&recorder, async {
+        let queues = QueueServiceClient::embedded();
+        let jobs = queues.queue("jobs").unwrap();
+        jobs.create_queue().await.unwrap();
+        let eventual = Eventual::new(jobs);
+        eventual
+            .enqueue_kind("tablekit.test", &serde_json::json!({ "email": SECRET }))
+            .await
+            .unwrap();
+        let refused = eventual.enqueue_kind("", &1).await.unwrap_err();
+        assert!(refused.is_invalid_input(), "{refused}");
+
+        let blobs = tablekit::BlobServiceClient::embedded();
+        let logs = blobs.container("logs").unwrap();
+        logs.create_container().await.unwrap();
+        let mut writer =
+            tablekit_patterns::log_data::LogWriter::<serde_json::Value>::new(logs.clone(), "web")
+                .unwrap();
+        let t = chrono::DateTime::parse_from_rfc3339("2024-05-01T10:00:00Z")
+            .unwrap()
+            .to_utc();
+        writer
+            .append(t, &serde_json::json!({ "user": SECRET }))
+            .unwrap();
+        writer.flush().await.unwrap().expect("a blob was written");
+        let reader =
+            tablekit_patterns::log_data::LogReader::<serde_json::Value>::new(logs, "web").unwrap();
+        assert_eq!(
+            reader
+                .blobs(t..t + chrono::Duration::hours(1))
+                .await
+                .unwrap()
+                .len(),
+            1
+        );
+
+        let tables = TableServiceClient::embedded();
+        let table = tables.table::<DynamicEntity>("Family").unwrap();
+        table.create_table().await.unwrap();
+        table
+            .insert(&DynamicEntity::new("p", "parent").with("Note", SECRET))
+            .await
+            .unwrap();
+        let family = tablekit_patterns::compound::family("parent");
+        let rows = tablekit_patterns::compound::read(&table, "p", &family)
+            .await
+            .unwrap();
+        assert_eq!(rows.len(), 1);
+    });
+
+    let spans = recorder.spans();
+    let enqueues = calls(&spans, "Eventual.enqueue");
+    assert_eq!(enqueues.len(), 2, "{spans:?}");
+    assert_eq!(
+        field(&spans[enqueues[0]].1, "az.namespace"),
+        Some("Microsoft.Storage")
+    );
+    assert_eq!(
+        children_named(&recorder, enqueues[0], "QueueClient."),
+        ["QueueClient.send_message"]
+    );
+    assert_eq!(
+        field(&spans[enqueues[1]].1, "error.type"),
+        Some("invalid_input")
+    );
+
+    let flushes = calls(&spans, "LogWriter.flush");
+    assert_eq!(flushes.len(), 1, "{spans:?}");
+    assert!(
+        !children_named(&recorder, flushes[0], "BlobClient.").is_empty()
+            || !children_named(&recorder, flushes[0], "ContainerClient.").is_empty(),
+        "{spans:?}"
+    );
+    let listings = calls(&spans, "LogReader.blobs");
+    assert_eq!(listings.len(), 1, "{spans:?}");
+    assert!(
+        !children_named(&recorder, listings[0], "").is_empty(),
+        "{spans:?}"
+    );
+
+    let reads = calls(&spans, "compound.read");
+    assert_eq!(reads.len(), 1, "{spans:?}");
+    assert_eq!(field(&spans[reads[0]].1, "tablekit.table"), Some("Family"));
+    assert_eq!(
+        field(&spans[reads[0]].1, "az.namespace"),
+        Some("Microsoft.Tables")
+    );
+    assert_eq!(children(&recorder, reads[0], "Query.page").len(), 1);
     assert_no_secret(&recorder);
 }
