@@ -122,6 +122,12 @@ impl AccountKey {
         &self.bytes
     }
 
+    /// The key as base64, for the connection string a server prints.
+    #[cfg(feature = "server")]
+    pub(crate) fn to_base64(&self) -> String {
+        base64::engine::general_purpose::STANDARD.encode(&self.bytes)
+    }
+
     /// HMAC-SHA256 of `message` keyed with this key, from a clone of the MAC set
     /// up at decoding: the signature of Shared Key and of a SAS.
     pub(crate) fn hmac_sha256(&self, message: &str) -> impl AsRef<[u8]> + use<> {

@@ -1,0 +1,592 @@
+//! A storage emulator: the Table, Queue and Blob REST APIs served over HTTP
+//! from the embedded store, in memory or in a store file, with the store's
+//! strict rules (feature `server`).
+//!
+//! Any client that speaks the protocol reaches it as it reaches Azurite: the
+//! official SDKs of every language, Storage Explorer, tablekit over HTTP, and
+//! several processes at once (an application and its eventual-consistency
+//! worker). The ports default to Azurite's (blob 10000, queue 10001, table
+//! 10002) and the account to the emulator's well-known one, so
+//! `UseDevelopmentStorage=true` reaches it unchanged. `tablekit-cli serve`
+//! runs it.
+//!
+//! ```
+//! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+//! # async fn main() -> tablekit::Result<()> {
+//! use tablekit::server::Server;
+//! use tablekit::{DynamicEntity, Storage};
+//!
+//! // Port 0: free ports, so this example never meets a running emulator.
+//! let server = Server::builder().ports(0, 0, 0).start().await?;
+//! let storage = Storage::from_connection_string(&server.connection_string())?;
+//! let table = storage.table::<DynamicEntity>("Served")?;
+//! assert!(table.create_table_if_not_exists().await?); // created
+//! assert!(!table.create_table_if_not_exists().await?); // there already
+//! server.shutdown().await?;
+//! # Ok(())
+//! # }
+//! ```
+
+// Parts of the skeleton the services use as they are filled in.
+#![allow(dead_code)]
+
+mod auth;
+mod blob;
+mod queue;
+mod reply;
+mod table;
+
+use std::convert::Infallible;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::{HeaderValue, Request};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+
+use crate::account::AccountKey;
+use crate::backend::blob::BlobBackend;
+use crate::backend::queue::QueueBackend;
+use crate::backend::Backend;
+use crate::clock::Clock;
+use crate::error::{Error, Result};
+
+pub(crate) use auth::Access;
+pub(crate) use reply::{Failure, Reply};
+
+/// The emulator's well-known account name.
+pub const DEV_ACCOUNT: &str = "devstoreaccount1";
+/// The emulator's well-known account key (public, documented by Microsoft:
+/// not a secret).
+pub const DEV_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+
+/// The largest request body the server reads: a transaction's 4 MiB, a
+/// block's 4000 MiB being out of reach of an emulator, it takes 256 MiB (a
+/// larger body is answered 413 `RequestBodyTooLarge`).
+pub const MAX_BODY: usize = 256 << 20;
+
+/// One of the three services.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Service {
+    Blob,
+    Queue,
+    Table,
+}
+
+/// How to build a [`Server`]: [`Server::builder`].
+#[derive(Clone)]
+pub struct ServerBuilder {
+    file: Option<PathBuf>,
+    host: IpAddr,
+    blob_port: u16,
+    queue_port: u16,
+    table_port: u16,
+    accounts: Vec<(String, AccountKey)>,
+    bearer: Option<auth::BearerConfig>,
+}
+
+impl fmt::Debug for ServerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerBuilder")
+            .field("file", &self.file)
+            .field("host", &self.host)
+            .field("blob_port", &self.blob_port)
+            .field("queue_port", &self.queue_port)
+            .field("table_port", &self.table_port)
+            .field(
+                "accounts",
+                &self.accounts.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServerBuilder {
+    /// Keeps the store in `path` (created if missing): what the server
+    /// acknowledged is there after a crash, and the next start finds it. The
+    /// same file an application opens with `Storage::embedded_at`, but one
+    /// process at a time. Without it, the store is in memory and gone when
+    /// the server stops.
+    pub fn file(mut self, path: impl AsRef<Path>) -> Self {
+        self.file = Some(path.as_ref().to_path_buf());
+        self
+    }
+
+    /// The address to listen on (default `127.0.0.1`).
+    pub fn host(mut self, host: IpAddr) -> Self {
+        self.host = host;
+        self
+    }
+
+    /// The ports of the Blob, Queue and Table services (default Azurite's:
+    /// 10000, 10001, 10002). Port 0 picks a free port; [`Server`] says which.
+    pub fn ports(mut self, blob: u16, queue: u16, table: u16) -> Self {
+        self.blob_port = blob;
+        self.queue_port = queue;
+        self.table_port = table;
+        self
+    }
+
+    /// Serves one more account, `name` with the base64 key `key`. The
+    /// emulator's account ([`DEV_ACCOUNT`], [`DEV_KEY`]) is always served.
+    /// With a [file](ServerBuilder::file), an account other than the
+    /// emulator's keeps its store in the file beside it named
+    /// `<file>.<name>`.
+    ///
+    /// # Errors
+    ///
+    /// A configuration error for a name that is not 3 to 24 lower-case
+    /// letters and digits, a key that is not base64, or a name given twice.
+    pub fn account(mut self, name: &str, key: &str) -> Result<Self> {
+        let valid = (3..=24).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+        if !valid {
+            return Err(Error::config(format!(
+                "account name `{name}`: 3 to 24 lower-case letters and digits"
+            )));
+        }
+        if self.accounts.iter().any(|(n, _)| n == name) {
+            return Err(Error::config(format!("account `{name}` is given twice")));
+        }
+        self.accounts
+            .push((name.to_owned(), AccountKey::from_base64(key)?));
+        Ok(self)
+    }
+
+    /// Starts serving: binds the three ports, opens the store, and answers
+    /// until [`Server::shutdown`].
+    ///
+    /// # Errors
+    ///
+    /// A configuration error if the store file cannot be opened (in use by
+    /// another process, damaged, of a newer format), and a transport error
+    /// if a port cannot be bound.
+    pub async fn start(self) -> Result<Server> {
+        let mut accounts = Vec::with_capacity(self.accounts.len());
+        for (name, key) in &self.accounts {
+            let file = self.file.as_ref().map(|f| {
+                if name == DEV_ACCOUNT {
+                    f.clone()
+                } else {
+                    let mut other = f.clone().into_os_string();
+                    other.push(format!(".{name}"));
+                    PathBuf::from(other)
+                }
+            });
+            accounts.push(AccountState::open(name, key.clone(), file.as_deref())?);
+        }
+        let state = Arc::new(State {
+            accounts,
+            bearer: self.bearer.clone(),
+        });
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let (done_tx, done_rx) = mpsc::channel::<Infallible>(1);
+        let mut addresses = Vec::with_capacity(3);
+        for (service, port) in [
+            (Service::Blob, self.blob_port),
+            (Service::Queue, self.queue_port),
+            (Service::Table, self.table_port),
+        ] {
+            let listener = TcpListener::bind((self.host, port)).await.map_err(|e| {
+                Error::config(format!(
+                    "cannot listen on {}:{port} for the {service:?} service: {e}",
+                    self.host
+                ))
+            })?;
+            let address = listener
+                .local_addr()
+                .map_err(|e| Error::config(format!("the bound address: {e}")))?;
+            addresses.push(address);
+            tokio::spawn(accept(
+                listener,
+                service,
+                state.clone(),
+                stop_rx.clone(),
+                done_tx.clone(),
+            ));
+        }
+        drop(done_tx);
+        tracing::info!(
+            target: "tablekit::server",
+            blob = %addresses[0], queue = %addresses[1], table = %addresses[2],
+            file = ?self.file,
+            "serving"
+        );
+        Ok(Server {
+            blob: addresses[0],
+            queue: addresses[1],
+            table: addresses[2],
+            state,
+            stop: stop_tx,
+            done: done_rx,
+        })
+    }
+}
+
+/// A running emulator; see the [module docs](self).
+pub struct Server {
+    blob: SocketAddr,
+    queue: SocketAddr,
+    table: SocketAddr,
+    state: Arc<State>,
+    stop: watch::Sender<bool>,
+    done: mpsc::Receiver<Infallible>,
+}
+
+impl fmt::Debug for Server {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Server")
+            .field("blob", &self.blob)
+            .field("queue", &self.queue)
+            .field("table", &self.table)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Server {
+    /// A builder with the defaults: in memory, `127.0.0.1`, Azurite's ports,
+    /// the emulator's account.
+    pub fn builder() -> ServerBuilder {
+        ServerBuilder {
+            file: None,
+            host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            blob_port: 10000,
+            queue_port: 10001,
+            table_port: 10002,
+            accounts: vec![(
+                DEV_ACCOUNT.to_owned(),
+                AccountKey::from_base64(DEV_KEY).expect("the emulator's key is base64"),
+            )],
+            bearer: None,
+        }
+    }
+
+    /// The address the Blob service listens on.
+    pub fn blob_address(&self) -> SocketAddr {
+        self.blob
+    }
+
+    /// The address the Queue service listens on.
+    pub fn queue_address(&self) -> SocketAddr {
+        self.queue
+    }
+
+    /// The address the Table service listens on.
+    pub fn table_address(&self) -> SocketAddr {
+        self.table
+    }
+
+    /// The connection string of the emulator's account on this server, with
+    /// its three endpoints (path-style, as Azurite's): what a client of any
+    /// SDK is given.
+    pub fn connection_string(&self) -> String {
+        self.connection_string_for(DEV_ACCOUNT)
+            .expect("the emulator's account is always served")
+    }
+
+    /// The connection string of the served account `name`, with its key;
+    /// `None` if the server does not serve it.
+    pub fn connection_string_for(&self, name: &str) -> Option<String> {
+        let account = self.state.accounts.iter().find(|a| a.name == name)?;
+        let endpoint = |a: SocketAddr| format!("http://{a}/{name}");
+        Some(format!(
+            "DefaultEndpointsProtocol=http;AccountName={name};AccountKey={key};\
+             BlobEndpoint={};QueueEndpoint={};TableEndpoint={};",
+            endpoint(self.blob),
+            endpoint(self.queue),
+            endpoint(self.table),
+            key = account.key.to_base64(),
+        ))
+    }
+
+    /// Stops accepting connections, lets the requests in flight finish and
+    /// their connections close, and closes the store: everything
+    /// acknowledged is in the file.
+    ///
+    /// # Errors
+    ///
+    /// None today; the `Result` leaves room for a store that reports its
+    /// close.
+    pub async fn shutdown(mut self) -> Result<()> {
+        let _ = self.stop.send(true);
+        // Every accept loop and connection holds a sender: `None` when all
+        // are gone.
+        while self.done.recv().await.is_some() {}
+        tracing::info!(target: "tablekit::server", "stopped");
+        Ok(())
+    }
+}
+
+/// What every connection shares: the accounts and how tokens are checked.
+pub(crate) struct State {
+    pub(crate) accounts: Vec<AccountState>,
+    pub(crate) bearer: Option<auth::BearerConfig>,
+}
+
+impl State {
+    pub(crate) fn account(&self, name: &str) -> Option<&AccountState> {
+        self.accounts.iter().find(|a| a.name == name)
+    }
+}
+
+/// One served account: its key and its three stores.
+pub(crate) struct AccountState {
+    pub(crate) name: String,
+    pub(crate) key: AccountKey,
+    pub(crate) tables: Arc<dyn Backend>,
+    pub(crate) queues: Arc<dyn QueueBackend>,
+    pub(crate) blobs: Arc<dyn BlobBackend>,
+    /// The store file, held open while the account is served.
+    _file: Option<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+impl AccountState {
+    fn open(name: &str, key: AccountKey, file: Option<&Path>) -> Result<Self> {
+        let clock = Clock::System;
+        Ok(match file {
+            None => AccountState {
+                name: name.to_owned(),
+                key,
+                tables: crate::backend::embedded(),
+                queues: crate::backend::embedded_queues(clock.clone()),
+                blobs: crate::backend::embedded_blobs(clock),
+                _file: None,
+            },
+            Some(path) => {
+                let options = crate::options::FileOptions::new();
+                let held = crate::backend::embedded::hold_file(path, &options)?;
+                AccountState {
+                    name: name.to_owned(),
+                    key,
+                    tables: crate::backend::embedded_at(path)?,
+                    queues: crate::backend::embedded_queues_at(path, clock.clone())?,
+                    blobs: crate::backend::embedded_blobs_at(path, clock)?,
+                    _file: Some(Box::new(held)),
+                }
+            }
+        })
+    }
+}
+
+/// One request, as a service's handler sees it: authenticated, its body
+/// read, its path split.
+pub(crate) struct Ctx<'a> {
+    pub(crate) account: &'a AccountState,
+    pub(crate) access: &'a Access,
+    pub(crate) parts: &'a Parts,
+    /// The path after `/<account>`, percent-decoded, without its leading
+    /// `/` (`Tables`, `mytable(PartitionKey='a',RowKey='b')`, `queue/messages`,
+    /// `container/dir/blob`).
+    pub(crate) path: &'a str,
+    /// The query string's parameters, percent-decoded, in order.
+    pub(crate) query: &'a [(String, String)],
+    pub(crate) body: Bytes,
+    pub(crate) request_id: &'a str,
+}
+
+impl Ctx<'_> {
+    /// The first value of the query parameter `name` (case-sensitive, as the
+    /// service's are).
+    pub(crate) fn param(&self, name: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The request header `name` as text, if present and visible ASCII.
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        self.parts.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+async fn accept(
+    listener: TcpListener,
+    service: Service,
+    state: Arc<State>,
+    mut stop: watch::Receiver<bool>,
+    done: mpsc::Sender<Infallible>,
+) {
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    tracing::warn!(target: "tablekit::server", error = %e, "accept failed");
+                    continue;
+                }
+            },
+            _ = stop.changed() => return,
+        };
+        let _ = stream.set_nodelay(true);
+        let state = state.clone();
+        let mut stop = stop.clone();
+        let done = done.clone();
+        tokio::spawn(async move {
+            let _done = done;
+            let answer = service_fn(move |req| {
+                let state = state.clone();
+                async move { Ok::<_, Infallible>(answer(&state, service, req).await) }
+            });
+            let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), answer);
+            tokio::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = stop.changed() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
+            }
+        });
+    }
+}
+
+/// Answers one request: reads its body, finds its account, authenticates
+/// it, hands it to its service, and stamps the headers every answer has.
+async fn answer(state: &State, service: Service, req: Request<Incoming>) -> Reply {
+    let request_id = uuid::Uuid::new_v4().to_string();
+    let (parts, body) = req.into_parts();
+    let result = async {
+        let body = match Limited::new(body, MAX_BODY).collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                return Err(Failure::new(
+                    413,
+                    "RequestBodyTooLarge",
+                    "The request body is too large.",
+                ));
+            }
+            Err(_) => {
+                return Err(Failure::new(
+                    400,
+                    "InvalidInput",
+                    "The request body could not be read.",
+                ));
+            }
+        };
+        let (account_name, path) = split_path(parts.uri.path())?;
+        let account = state.account(&account_name).ok_or_else(|| {
+            Failure::new(
+                400,
+                "InvalidUri",
+                format!("The account `{account_name}` is not served here."),
+            )
+        })?;
+        let query = parse_query(parts.uri.query().unwrap_or(""));
+        let access = auth::authenticate(state, account, service, &parts, &query, &path).await?;
+        let ctx = Ctx {
+            account,
+            access: &access,
+            parts: &parts,
+            path: &path,
+            query: &query,
+            body,
+            request_id: &request_id,
+        };
+        match service {
+            Service::Table => table::handle(ctx).await,
+            Service::Queue => queue::handle(ctx).await,
+            Service::Blob => blob::handle(ctx).await,
+        }
+    }
+    .await;
+    let mut reply = result.unwrap_or_else(|failure| failure.into_reply(service, &request_id));
+    let headers = reply.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&request_id) {
+        headers.insert("x-ms-request-id", v);
+    }
+    if let Some(id) = parts.headers.get("x-ms-client-request-id") {
+        headers.insert("x-ms-client-request-id", id.clone());
+    }
+    let version = parts
+        .headers
+        .get("x-ms-version")
+        .cloned()
+        .unwrap_or(HeaderValue::from_static(reply::VERSION));
+    headers.insert("x-ms-version", version);
+    if let Ok(date) = HeaderValue::from_str(&reply::http_date(chrono::Utc::now())) {
+        headers.insert(http::header::DATE, date);
+    }
+    headers.insert(
+        http::header::SERVER,
+        HeaderValue::from_static(concat!("tablekit/", env!("CARGO_PKG_VERSION"))),
+    );
+    reply
+}
+
+/// `/<account>/<rest>` into the account and `<rest>`, percent-decoded.
+fn split_path(path: &str) -> std::result::Result<(String, String), Failure> {
+    let decoded = percent_encoding::percent_decode_str(path)
+        .decode_utf8()
+        .map_err(|_| Failure::new(400, "InvalidUri", "The path is not UTF-8."))?;
+    let trimmed = decoded.strip_prefix('/').unwrap_or(&decoded);
+    let (account, rest) = trimmed.split_once('/').unwrap_or((trimmed, ""));
+    if account.is_empty() {
+        return Err(Failure::new(
+            400,
+            "InvalidUri",
+            "The path names no account (path-style: /<account>/...).",
+        ));
+    }
+    Ok((account.to_owned(), rest.to_owned()))
+}
+
+/// The query string's parameters, percent-decoded (`+` stays `+`, as the
+/// service reads it).
+fn parse_query(query: &str) -> Vec<(String, String)> {
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            let decode = |s: &str| {
+                percent_encoding::percent_decode_str(s)
+                    .decode_utf8_lossy()
+                    .into_owned()
+            };
+            (decode(k), decode(v))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_path_splits_into_its_account_and_the_rest_decoded() {
+        assert_eq!(
+            split_path("/devstoreaccount1/my%20container/a%2Fb").unwrap(),
+            ("devstoreaccount1".to_owned(), "my container/a/b".to_owned())
+        );
+        assert_eq!(
+            split_path("/devstoreaccount1").unwrap(),
+            ("devstoreaccount1".to_owned(), String::new())
+        );
+        assert!(split_path("/").is_err());
+    }
+
+    #[test]
+    fn query_parameters_are_decoded_in_order() {
+        assert_eq!(
+            parse_query("comp=list&prefix=a%20b&x"),
+            vec![
+                ("comp".to_owned(), "list".to_owned()),
+                ("prefix".to_owned(), "a b".to_owned()),
+                ("x".to_owned(), String::new()),
+            ]
+        );
+    }
+}
