@@ -23,32 +23,105 @@ const K: [u32; 64] = [
 
 fn block(state: &mut [u32; 4], chunk: &[u8]) {
     let mut m = [0u32; 16];
-    for (i, w) in m.iter_mut().enumerate() {
-        *w = u32::from_le_bytes([
-            chunk[4 * i],
-            chunk[4 * i + 1],
-            chunk[4 * i + 2],
-            chunk[4 * i + 3],
-        ]);
+    for (w, bytes) in m.iter_mut().zip(chunk.chunks_exact(4)) {
+        *w = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
     }
     let [mut a, mut b, mut c, mut d] = *state;
-    for i in 0..64 {
-        let (f, g) = match i / 16 {
-            0 => ((b & c) | (!b & d), i),
-            1 => ((d & b) | (!d & c), (5 * i + 1) % 16),
-            2 => (b ^ c ^ d, (3 * i + 5) % 16),
-            _ => (c ^ (b | !d), (7 * i) % 16),
-        };
-        let rotated = a
-            .wrapping_add(f)
-            .wrapping_add(K[i])
-            .wrapping_add(m[g])
-            .rotate_left(S[i]);
-        a = d;
-        d = c;
-        c = b;
-        b = b.wrapping_add(rotated);
+    // The 64 steps unrolled, each one's function, constants and word index
+    // fixed: twice as fast in a debug build, where tests hash 256 MiB.
+    macro_rules! step {
+        ($f:expr, $i:expr, $g:expr) => {{
+            let rotated = a
+                .wrapping_add($f)
+                .wrapping_add(K[$i])
+                .wrapping_add(m[$g])
+                .rotate_left(S[$i]);
+            a = d;
+            d = c;
+            c = b;
+            b = b.wrapping_add(rotated);
+        }};
     }
+    #[inline(always)]
+    fn f1(b: u32, c: u32, d: u32) -> u32 {
+        (b & c) | (!b & d)
+    }
+    #[inline(always)]
+    fn f2(b: u32, c: u32, d: u32) -> u32 {
+        (d & b) | (!d & c)
+    }
+    #[inline(always)]
+    fn f3(b: u32, c: u32, d: u32) -> u32 {
+        b ^ c ^ d
+    }
+    #[inline(always)]
+    fn f4(b: u32, c: u32, d: u32) -> u32 {
+        c ^ (b | !d)
+    }
+    step!(f1(b, c, d), 0, 0);
+    step!(f1(b, c, d), 1, 1);
+    step!(f1(b, c, d), 2, 2);
+    step!(f1(b, c, d), 3, 3);
+    step!(f1(b, c, d), 4, 4);
+    step!(f1(b, c, d), 5, 5);
+    step!(f1(b, c, d), 6, 6);
+    step!(f1(b, c, d), 7, 7);
+    step!(f1(b, c, d), 8, 8);
+    step!(f1(b, c, d), 9, 9);
+    step!(f1(b, c, d), 10, 10);
+    step!(f1(b, c, d), 11, 11);
+    step!(f1(b, c, d), 12, 12);
+    step!(f1(b, c, d), 13, 13);
+    step!(f1(b, c, d), 14, 14);
+    step!(f1(b, c, d), 15, 15);
+    step!(f2(b, c, d), 16, 1);
+    step!(f2(b, c, d), 17, 6);
+    step!(f2(b, c, d), 18, 11);
+    step!(f2(b, c, d), 19, 0);
+    step!(f2(b, c, d), 20, 5);
+    step!(f2(b, c, d), 21, 10);
+    step!(f2(b, c, d), 22, 15);
+    step!(f2(b, c, d), 23, 4);
+    step!(f2(b, c, d), 24, 9);
+    step!(f2(b, c, d), 25, 14);
+    step!(f2(b, c, d), 26, 3);
+    step!(f2(b, c, d), 27, 8);
+    step!(f2(b, c, d), 28, 13);
+    step!(f2(b, c, d), 29, 2);
+    step!(f2(b, c, d), 30, 7);
+    step!(f2(b, c, d), 31, 12);
+    step!(f3(b, c, d), 32, 5);
+    step!(f3(b, c, d), 33, 8);
+    step!(f3(b, c, d), 34, 11);
+    step!(f3(b, c, d), 35, 14);
+    step!(f3(b, c, d), 36, 1);
+    step!(f3(b, c, d), 37, 4);
+    step!(f3(b, c, d), 38, 7);
+    step!(f3(b, c, d), 39, 10);
+    step!(f3(b, c, d), 40, 13);
+    step!(f3(b, c, d), 41, 0);
+    step!(f3(b, c, d), 42, 3);
+    step!(f3(b, c, d), 43, 6);
+    step!(f3(b, c, d), 44, 9);
+    step!(f3(b, c, d), 45, 12);
+    step!(f3(b, c, d), 46, 15);
+    step!(f3(b, c, d), 47, 2);
+    step!(f4(b, c, d), 48, 0);
+    step!(f4(b, c, d), 49, 7);
+    step!(f4(b, c, d), 50, 14);
+    step!(f4(b, c, d), 51, 5);
+    step!(f4(b, c, d), 52, 12);
+    step!(f4(b, c, d), 53, 3);
+    step!(f4(b, c, d), 54, 10);
+    step!(f4(b, c, d), 55, 1);
+    step!(f4(b, c, d), 56, 8);
+    step!(f4(b, c, d), 57, 15);
+    step!(f4(b, c, d), 58, 6);
+    step!(f4(b, c, d), 59, 13);
+    step!(f4(b, c, d), 60, 4);
+    step!(f4(b, c, d), 61, 11);
+    step!(f4(b, c, d), 62, 2);
+    step!(f4(b, c, d), 63, 9);
     state[0] = state[0].wrapping_add(a);
     state[1] = state[1].wrapping_add(b);
     state[2] = state[2].wrapping_add(c);
