@@ -434,8 +434,16 @@ impl Preconditions {
     }
 
     /// The conditions of a read of `p`: `Ok(false)` if it is not modified
-    /// (304), a 412 if a condition fails.
+    /// (304), a 412 if a condition fails. `If-None-Match: *` cannot be met
+    /// by a read of something that exists: 400 `UnsatisfiableCondition`.
     fn check_read(&self, p: &BlobProperties) -> Result<bool, Failure> {
+        if self.if_none_match.as_deref() == Some("*") {
+            return Err(Failure::new(
+                400,
+                "UnsatisfiableCondition",
+                "The condition specified is unsatisfiable.",
+            ));
+        }
         if let Some(m) = &self.if_match {
             if !names_etag(m, &p.etag) {
                 return Err(condition_not_met());

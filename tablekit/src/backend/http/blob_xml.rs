@@ -266,10 +266,10 @@ pub(crate) struct ListingHead<'a> {
 
 #[cfg(feature = "server")]
 fn push_element(xml: &mut String, tag: &str, value: Option<&str>) {
-    use quick_xml::escape::escape;
+    use quick_xml::escape::partial_escape;
     match value {
         Some(v) if !v.is_empty() => {
-            xml.push_str(&format!("<{tag}>{}</{tag}>", escape(v)));
+            xml.push_str(&format!("<{tag}>{}</{tag}>", partial_escape(v)));
         }
         _ => xml.push_str(&format!("<{tag} />")),
     }
@@ -312,10 +312,13 @@ pub(crate) fn copy_status_word(status: CopyStatus) -> &'static str {
 
 #[cfg(feature = "server")]
 fn push_metadata(xml: &mut String, metadata: &[(String, String)]) {
-    use quick_xml::escape::escape;
+    use quick_xml::escape::partial_escape;
     xml.push_str("<Metadata>");
     for (name, value) in metadata {
-        xml.push_str(&format!("<{name}>{}</{name}>", escape(value.as_str())));
+        xml.push_str(&format!(
+            "<{name}>{}</{name}>",
+            partial_escape(value.as_str())
+        ));
     }
     xml.push_str("</Metadata>");
 }
@@ -332,7 +335,7 @@ pub(crate) fn encode_listing(
     prefixes: &[String],
     next_marker: Option<&str>,
 ) -> String {
-    use quick_xml::escape::escape;
+    use quick_xml::escape::{escape, partial_escape};
     use std::fmt::Write as _;
     let mut xml = format!(
         "<?xml version=\"1.0\" encoding=\"utf-8\"?><EnumerationResults ServiceEndpoint=\"{}\" ContainerName=\"{}\">",
@@ -366,7 +369,7 @@ pub(crate) fn encode_listing(
             let _ = write!(
                 xml,
                 "<BlobPrefix><Name>{}</Name></BlobPrefix>",
-                escape(prefix.as_str())
+                partial_escape(prefix.as_str())
             );
             continue;
         }
@@ -375,9 +378,9 @@ pub(crate) fn encode_listing(
         let _ = write!(
             xml,
             "<Blob><Name>{}</Name><Properties><Last-Modified>{}</Last-Modified><Etag>{}</Etag><Content-Length>{}</Content-Length>",
-            escape(blob.name.as_str()),
+            partial_escape(blob.name.as_str()),
             http_date_text(blob.last_modified),
-            escape(blob.etag.as_str()),
+            partial_escape(blob.etag.as_str()),
             blob.size
         );
         push_element(&mut xml, "Content-Type", h.content_type.as_deref());
@@ -442,7 +445,7 @@ pub(crate) fn encode_containers(
     containers: &[ContainerProperties],
     next_marker: Option<&str>,
 ) -> String {
-    use quick_xml::escape::escape;
+    use quick_xml::escape::{escape, partial_escape};
     use std::fmt::Write as _;
     let mut xml = format!(
         "<?xml version=\"1.0\" encoding=\"utf-8\"?><EnumerationResults ServiceEndpoint=\"{}\">",
@@ -463,9 +466,9 @@ pub(crate) fn encode_containers(
         let _ = write!(
             xml,
             "<Container><Name>{}</Name><Properties><Last-Modified>{}</Last-Modified><Etag>{}</Etag><LeaseStatus>{status}</LeaseStatus><LeaseState>{state}</LeaseState>",
-            escape(c.name.as_str()),
+            partial_escape(c.name.as_str()),
             http_date_text(c.last_modified),
-            escape(c.etag.as_str()),
+            partial_escape(c.etag.as_str()),
         );
         if let Some(d) = duration {
             let _ = write!(xml, "<LeaseDuration>{d}</LeaseDuration>");
