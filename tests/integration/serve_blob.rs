@@ -1037,3 +1037,47 @@ async fn the_largest_body_is_put_whole_and_one_byte_more_is_refused() {
     assert_eq!(none.status, 404, "nothing of a refused body is stored");
     server.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_served_store_file_keeps_blobs_leases_and_metadata_across_restarts() {
+    let dir = std::env::temp_dir().join(format!("serve-blob-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("store.redb");
+    let start = || Server::builder().file(&file).ports(0, 0, 0).start();
+
+    let server = start().await.unwrap();
+    let blobs = BlobServiceClient::from_connection_string(&server.connection_string()).unwrap();
+    let c = blobs.container("kept").unwrap();
+    c.create_container().await.unwrap();
+    c.set_metadata([("owner", "hr")]).send().await.unwrap();
+    let b = c.blob("a/b.txt").unwrap().with_blocks(4, 2).unwrap();
+    let written = b
+        .upload(&b"in four-byte blocks"[..])
+        .content_type("text/plain")
+        .metadata("k", "v")
+        .await
+        .unwrap();
+    b.acquire_lease(LeaseDuration::Infinite).await.unwrap();
+    server.shutdown().await.unwrap();
+
+    let server = start().await.unwrap();
+    let blobs = BlobServiceClient::from_connection_string(&server.connection_string()).unwrap();
+    let c = blobs.container("kept").unwrap();
+    assert_eq!(
+        c.properties().await.unwrap().metadata(),
+        [("owner".to_owned(), "hr".to_owned())]
+    );
+    let b = c.blob("a/b.txt").unwrap();
+    let p = b.properties().await.unwrap();
+    assert_eq!(p.etag(), written.etag());
+    assert_eq!(p.content_type(), Some("text/plain"));
+    assert_eq!(p.metadata(), [("k".to_owned(), "v".to_owned())]);
+    assert!(p.lease().is_locked(), "the lease is in the file too");
+    assert_eq!(
+        &b.download().bytes().await.unwrap()[..],
+        b"in four-byte blocks"
+    );
+    assert!(b.upload("x").await.unwrap_err().is_lease_held());
+    server.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
