@@ -850,6 +850,25 @@ async fn raw_inputs_are_checked_with_the_services_codes() {
         .await
         .assert_error(501, "NotImplemented");
 
+    // What the store cannot do is named, never with the request's SAS.
+    let tier = raw
+        .send(
+            "PUT",
+            "cat/blocks",
+            "comp=tier",
+            &[("x-ms-access-tier", "Cool")],
+            "",
+        )
+        .await;
+    tier.assert_error(501, "NotImplemented");
+    assert!(tier.text().contains("comp=tier"), "{}", tier.text());
+    assert!(!tier.text().contains("sig="), "{}", tier.text());
+    let odd = raw
+        .send("POST", "cat/blocks", "comp=frobnicate", &[], "")
+        .await;
+    odd.assert_error(501, "NotImplemented");
+    assert!(!odd.text().contains("sig="), "{}", odd.text());
+
     // Leases: the headers each action needs.
     let lease = |action: &str, extra: &[(&'static str, String)]| {
         let mut h: Vec<(&str, String)> = vec![("x-ms-lease-action", action.to_owned())];

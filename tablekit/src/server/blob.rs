@@ -87,14 +87,17 @@ fn not_implemented(what: &str) -> Failure {
     )
 }
 
+/// 501 for a request this service does not serve, named by its method,
+/// path and `restype` / `comp` (never the rest of its query, which may carry
+/// a SAS signature).
 fn unsupported(ctx: &Ctx<'_>) -> Failure {
-    let query: Vec<String> = ctx.query.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    not_implemented(&format!(
-        "{} /{}?{}",
-        ctx.parts.method,
-        ctx.path,
-        query.join("&")
-    ))
+    let mut what = format!("{} /{}", ctx.parts.method, ctx.path);
+    for name in ["restype", "comp"] {
+        if let Some(v) = ctx.param(name) {
+            what.push_str(&format!(" {name}={v}"));
+        }
+    }
+    not_implemented(&what)
 }
 
 fn container_not_found() -> Failure {
@@ -114,14 +117,11 @@ fn condition_not_met() -> Failure {
 }
 
 fn header_value_invalid(name: &str) -> Failure {
-    let mut f = Failure::new(
+    Failure::new(
         400,
         "InvalidHeaderValue",
-        "The value for one of the HTTP headers is not in the correct format.",
-    );
-    f.detail = None;
-    f.message.push_str(&format!(" (header `{name}`)"));
-    f
+        format!("The value for one of the HTTP headers is not in the correct format: `{name}`."),
+    )
 }
 
 fn missing_header(name: &str) -> Failure {
