@@ -950,6 +950,18 @@ async fn raw_inputs_are_checked_with_the_services_codes() {
         .await;
     assert_eq!(copied.status, 202, "{}", copied.text());
     assert_eq!(copied.header("x-ms-copy-status"), "success");
+    // A source reached with a SAS: its signature is not kept.
+    let signed = format!("{src}?{}", raw.sas);
+    let copied2 = raw
+        .send("PUT", "cat/copy2", "", &[("x-ms-copy-source", &signed)], "")
+        .await;
+    assert_eq!(copied2.status, 202, "{}", copied2.text());
+    let head = raw.send("HEAD", "cat/copy2", "", &[], "").await;
+    let kept = head.header("x-ms-copy-source");
+    assert!(
+        kept.contains("sig=REDACTED") && !raw.sas.contains("sig=REDACTED"),
+        "{kept}"
+    );
     let abort = raw
         .send(
             "PUT",

@@ -1521,6 +1521,22 @@ fn source_container(url: &str, account: &str) -> Option<String> {
     )
 }
 
+/// A copy source URL as the service keeps it (`x-ms-copy-source` of the
+/// destination): a SAS signature in it redacted.
+fn redacted_source(url: &str) -> String {
+    let Some((base, query)) = url.split_once('?') else {
+        return url.to_owned();
+    };
+    let query: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((k, _)) if k.eq_ignore_ascii_case("sig") => format!("{k}=REDACTED"),
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{base}?{}", query.join("&"))
+}
+
 async fn copy(ctx: &Ctx<'_>, container: &str, blob: &str) -> Result<Reply, Failure> {
     let only_create = create_or_write(ctx, container)?;
     let source = header(ctx, "x-ms-copy-source")?.unwrap_or_default();
@@ -1549,7 +1565,7 @@ async fn copy(ctx: &Ctx<'_>, container: &str, blob: &str) -> Result<Reply, Failu
         .blob(BlobOp::Copy {
             container,
             blob,
-            source: CopySource::Url(source),
+            source: CopySource::Url(&redacted_source(source)),
             metadata: &metadata,
             conditions: &conditions,
         })
@@ -1605,6 +1621,15 @@ mod tests {
         assert_eq!(block_id(&BASE64.encode([7u8; 65])), None);
         assert_eq!(block_id("not base64!"), None);
         assert_eq!(block_id(""), None);
+    }
+
+    #[test]
+    fn a_copy_sources_signature_is_redacted() {
+        assert_eq!(
+            redacted_source("http://h/acc/c/b?sv=2021&sig=abc%2Bdef&sp=r"),
+            "http://h/acc/c/b?sv=2021&sig=REDACTED&sp=r"
+        );
+        assert_eq!(redacted_source("http://h/acc/c/b"), "http://h/acc/c/b");
     }
 
     #[test]
