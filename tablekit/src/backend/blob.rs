@@ -260,6 +260,8 @@ pub struct BlobProperties {
     pub(crate) size: u64,
     pub(crate) etag: ETag,
     pub(crate) last_modified: DateTime<Utc>,
+    /// When the blob was first created (`x-ms-creation-time`), when known.
+    pub(crate) created: Option<DateTime<Utc>>,
     pub(crate) http: BlobHttpHeaders,
     pub(crate) metadata: Vec<(String, String)>,
     pub(crate) lease: LeaseInfo,

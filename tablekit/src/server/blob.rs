@@ -1587,6 +1587,48 @@ async fn copy(ctx: &Ctx<'_>, container: &str, blob: &str) -> Result<Reply, Failu
 mod tests {
     use super::*;
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_blob_keeps_its_creation_time_when_written_over_and_in_listings() {
+        let clock = crate::clock::ManualClock::starting_now();
+        let server = super::super::Server::builder()
+            .ports(0, 0, 0)
+            .clock(clock.clone())
+            .start()
+            .await
+            .unwrap();
+        let blobs =
+            crate::BlobServiceClient::from_connection_string(&server.connection_string()).unwrap();
+        let c = blobs.container("created").unwrap();
+        c.create_container().await.unwrap();
+        let b = c.blob("a.txt").unwrap();
+        let first = b.upload("one").await.unwrap();
+        clock.advance(std::time::Duration::from_secs(90));
+        let second = b.upload("two").await.unwrap();
+        assert!(second.last_modified() > first.last_modified());
+        let p = b.properties().await.unwrap();
+        assert_eq!(
+            p.created,
+            Some(first.last_modified()),
+            "over HTTP, from x-ms-creation-time"
+        );
+        assert_eq!(p.last_modified, second.last_modified());
+        let listed = c.list_blobs().fetch_all().await.unwrap();
+        assert_eq!(
+            listed[0].created,
+            Some(first.last_modified()),
+            "from Creation-Time"
+        );
+        // Deleted and put again, it is a new blob.
+        b.delete(crate::IfMatch::Any).await.unwrap();
+        clock.advance(std::time::Duration::from_secs(90));
+        let third = b.upload("three").await.unwrap();
+        assert_eq!(
+            b.properties().await.unwrap().created,
+            Some(third.last_modified())
+        );
+        server.shutdown().await.unwrap();
+    }
+
     #[test]
     fn ranges_are_bytes_from_first_to_an_optional_last() {
         assert_eq!(parse_range("bytes=0-"), Some((0, None)));

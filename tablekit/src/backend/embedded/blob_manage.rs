@@ -280,6 +280,7 @@ impl Blobs {
                     data,
                     etag,
                     last_modified,
+                    created: last_modified,
                     headers,
                     lease: Default::default(),
                     copy: Some(CopyInfo {

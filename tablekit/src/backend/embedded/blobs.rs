@@ -50,6 +50,8 @@ pub(super) struct Blob {
     pub(super) data: Bytes,
     pub(super) etag: ETag,
     pub(super) last_modified: DateTime<Utc>,
+    /// When it was first created: a write over it keeps this.
+    pub(super) created: DateTime<Utc>,
     pub(super) headers: BlobHeaders,
     pub(super) lease: Lease,
     /// The last copy into it, until a put or block list replaces it.
@@ -126,6 +128,10 @@ struct Record {
     lease: Lease,
     #[serde(default)]
     copy: Option<CopyRecord>,
+    /// Its creation, in whole seconds since the Unix epoch (absent in files
+    /// written before blobs had one: Last-Modified stands in).
+    #[serde(default)]
+    created: Option<i64>,
 }
 
 /// The HTTP headers besides the content type.
@@ -166,6 +172,7 @@ impl Record {
         Record {
             etag: blob.etag.as_str().to_owned(),
             modified: blob.last_modified.timestamp(),
+            created: Some(blob.created.timestamp()),
             content_type: h.content_type.clone(),
             metadata: blob.headers.metadata.clone(),
             http: HttpRecord {
@@ -191,6 +198,7 @@ impl Record {
             data,
             etag: ETag::new(self.etag),
             last_modified: DateTime::from_timestamp(self.modified, 0)?,
+            created: DateTime::from_timestamp(self.created.unwrap_or(self.modified), 0)?,
             headers: BlobHeaders {
                 http: crate::backend::blob::BlobHttpHeaders {
                     content_type: self.content_type,
@@ -345,6 +353,7 @@ pub(super) fn properties(name: &str, blob: &Blob, now: DateTime<Utc>) -> BlobPro
         size: blob.data.len() as u64,
         etag: blob.etag.clone(),
         last_modified: blob.last_modified,
+        created: Some(blob.created),
         http: blob.headers.http.clone(),
         metadata: answered_metadata(&blob.headers.metadata),
         lease: blob.lease.info(now),
@@ -511,6 +520,7 @@ impl Blobs {
                 data,
                 etag,
                 last_modified,
+                created: last_modified,
                 headers,
                 lease: Lease::default(),
                 copy: None,
@@ -531,6 +541,7 @@ impl Blobs {
         let (etag, last_modified) = (new.etag.clone(), new.last_modified);
         if let Some(old) = c.blobs.get(blob) {
             new.lease = old.lease.after_write(self.clock.now());
+            new.created = old.created;
         }
         self.persist(Change::Blob(
             container,

@@ -536,6 +536,7 @@ const X_MS_COPY_COMPLETION_TIME: HeaderName = HeaderName::from_static("x-ms-copy
 const X_MS_COPY_STATUS_DESCRIPTION: HeaderName =
     HeaderName::from_static("x-ms-copy-status-description");
 const CONTENT_MD5: HeaderName = HeaderName::from_static("content-md5");
+const X_MS_CREATION_TIME: HeaderName = HeaderName::from_static("x-ms-creation-time");
 const X_MS_BLOB_CONTENT_MD5: HeaderName = HeaderName::from_static("x-ms-blob-content-md5");
 
 fn etag_of(headers: &HeaderMap) -> Result<ETag> {
@@ -598,6 +599,7 @@ fn properties_of(name: &str, headers: &HeaderMap, status: StatusCode) -> Result<
         size,
         etag: etag_of(headers)?,
         last_modified: last_modified(headers)?,
+        created: header_str(headers, &X_MS_CREATION_TIME).and_then(http_date),
         http: BlobHttpHeaders {
             content_type: text(&http::header::CONTENT_TYPE),
             content_encoding: text(&http::header::CONTENT_ENCODING),
@@ -644,6 +646,9 @@ pub(crate) fn properties_headers(
     }
     out.push((http::header::ETAG, p.etag.as_str().to_owned()));
     out.push((http::header::LAST_MODIFIED, http_date_text(p.last_modified)));
+    if let Some(t) = p.created {
+        out.push((X_MS_CREATION_TIME, http_date_text(t)));
+    }
     let h = &p.http;
     for (name, value) in [
         (http::header::CONTENT_TYPE, &h.content_type),
@@ -743,6 +748,7 @@ mod tests {
             size: 10,
             etag: ETag::new("\"0x8DC1\""),
             last_modified: "2014-07-31T18:00:00Z".parse().unwrap(),
+            created: Some("2014-07-30T18:00:00Z".parse().unwrap()),
             http: BlobHttpHeaders {
                 content_type: Some("text/plain".into()),
                 content_encoding: Some("gzip".into()),

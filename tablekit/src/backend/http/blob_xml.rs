@@ -102,6 +102,8 @@ pub(crate) fn parse_listing(body: &[u8]) -> Result<BlobResponse> {
     }
     #[derive(serde::Deserialize)]
     struct Props {
+        #[serde(rename = "Creation-Time")]
+        creation_time: Option<String>,
         #[serde(rename = "Last-Modified")]
         last_modified: String,
         #[serde(rename = "Etag")]
@@ -167,6 +169,7 @@ pub(crate) fn parse_listing(body: &[u8]) -> Result<BlobResponse> {
         };
         blobs.push(BlobProperties {
             last_modified: date(&b.name, &p.last_modified)?,
+            created: p.creation_time.as_deref().and_then(http_date),
             name: b.name,
             size: p.content_length,
             etag: ETag::new(p.etag),
@@ -377,8 +380,12 @@ pub(crate) fn encode_listing(
         let h = &blob.http;
         let _ = write!(
             xml,
-            "<Blob><Name>{}</Name><Properties><Last-Modified>{}</Last-Modified><Etag>{}</Etag><Content-Length>{}</Content-Length>",
+            "<Blob><Name>{}</Name><Properties>{}<Last-Modified>{}</Last-Modified><Etag>{}</Etag><Content-Length>{}</Content-Length>",
             partial_escape(blob.name.as_str()),
+            blob.created.map_or_else(String::new, |t| format!(
+                "<Creation-Time>{}</Creation-Time>",
+                http_date_text(t)
+            )),
             http_date_text(blob.last_modified),
             partial_escape(blob.etag.as_str()),
             blob.size
@@ -670,6 +677,7 @@ mod tests {
             size: 12,
             etag: ETag::new("\"0x8DC0000000000001\""),
             last_modified: "2014-07-31T18:00:00Z".parse().unwrap(),
+            created: copy.then(|| "2014-07-30T18:00:00Z".parse().unwrap()),
             http: BlobHttpHeaders {
                 content_type: Some("text/plain".into()),
                 content_encoding: Some("gzip".into()),
