@@ -639,7 +639,7 @@ fn request_metadata(ctx: &Ctx<'_>) -> Result<Vec<(String, String)>, Failure> {
 /// service checks them: at most five, ids of 1 to 64 characters, each once,
 /// ISO 8601 times, the queue's permission letters (`InvalidXmlDocument`).
 fn request_policies(body: &[u8]) -> Result<Vec<crate::acl::RawPolicy>, Failure> {
-    let policies = crate::acl::decode(body)
+    let mut policies = crate::acl::decode(body)
         .map_err(|_| invalid_xml("The access policies are not the expected XML."))?;
     if policies.len() > crate::acl::MAX_POLICIES {
         return Err(invalid_xml(format!(
@@ -652,11 +652,6 @@ fn request_policies(body: &[u8]) -> Result<Vec<crate::acl::RawPolicy>, Failure> 
         if policies[..i].iter().any(|q| q.id == p.id) {
             return Err(invalid_xml(format!("The id {:?} is given twice.", p.id)));
         }
-        for time in [&p.start, &p.expiry].into_iter().flatten() {
-            if chrono::DateTime::parse_from_rfc3339(time).is_err() {
-                return Err(invalid_xml(format!("{time:?} is not an ISO 8601 time.")));
-            }
-        }
         if let Some(letters) = &p.permission {
             if let Some(c) = letters.chars().find(|c| !QUEUE_POLICY_LETTERS.contains(*c)) {
                 return Err(invalid_xml(format!(
@@ -665,7 +660,39 @@ fn request_policies(body: &[u8]) -> Result<Vec<crate::acl::RawPolicy>, Failure> 
             }
         }
     }
+    for p in &mut policies {
+        for time in [&mut p.start, &mut p.expiry].into_iter().flatten() {
+            let t = acl_time(time)
+                .ok_or_else(|| invalid_xml(format!("{time:?} is not an ISO 8601 time.")))?;
+            // Kept and answered as the service writes them.
+            *time = format!(
+                "{}.{:07}Z",
+                t.format("%Y-%m-%dT%H:%M:%S"),
+                t.timestamp_subsec_nanos() / 100
+            );
+        }
+    }
     Ok(policies)
+}
+
+/// A policy's start or expiry in one of the ISO 8601 forms the service takes:
+/// `YYYY-MM-DD`, `YYYY-MM-DDThh:mmTZD`, `YYYY-MM-DDThh:mm:ss[.f]TZD`.
+fn acl_time(text: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+    use chrono::{DateTime, NaiveDate, NaiveDateTime};
+    if let Ok(t) = DateTime::parse_from_rfc3339(text) {
+        return Some(t.to_utc());
+    }
+    if let Ok(d) = NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+        return Some(d.and_hms_opt(0, 0, 0)?.and_utc());
+    }
+    if let Some(naive) = text.strip_suffix('Z') {
+        return NaiveDateTime::parse_from_str(naive, "%Y-%m-%dT%H:%M")
+            .ok()
+            .map(|t| t.and_utc());
+    }
+    DateTime::parse_from_str(text, "%Y-%m-%dT%H:%M%:z")
+        .ok()
+        .map(|t| t.to_utc())
 }
 
 /// A message text within the service's 64 KiB (UTF-8 bytes, as unescaped).
@@ -801,6 +828,21 @@ mod tests {
         let body = |p: &[crate::acl::RawPolicy]| crate::acl::encode(p).into_bytes();
         let ok = [policy("a", Some("2026-11-29T06:00:00.0000000Z"), "raup")];
         assert_eq!(request_policies(&body(&ok)).unwrap(), ok);
+        // Every form the service takes is kept as it writes times.
+        for (given, kept) in [
+            ("2026-11-29T06:00:00Z", "2026-11-29T06:00:00.0000000Z"),
+            (
+                "2026-11-29T06:00:00.1234567Z",
+                "2026-11-29T06:00:00.1234567Z",
+            ),
+            ("2026-11-29T07:00:00+01:00", "2026-11-29T06:00:00.0000000Z"),
+            ("2026-11-29T06:00Z", "2026-11-29T06:00:00.0000000Z"),
+            ("2026-11-29T07:00+01:00", "2026-11-29T06:00:00.0000000Z"),
+            ("2026-11-29", "2026-11-29T00:00:00.0000000Z"),
+        ] {
+            let got = request_policies(&body(&[policy("a", Some(given), "r")])).unwrap();
+            assert_eq!(got[0].start.as_deref(), Some(kept), "{given}");
+        }
         assert!(request_policies(b"").unwrap().is_empty());
         for bad in [
             vec![policy("a", None, "w")],
