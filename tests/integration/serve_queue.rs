@@ -744,3 +744,55 @@ async fn a_served_store_file_keeps_queues_and_messages_across_restarts() {
     server.shutdown().await.unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The interpreter of the interop venv that `scripts/test.sh` makes (see
+/// `encryption_interop`), which has the official queue SDK too.
+const PYTHON_VAR: &str = "TABLEKIT_INTEROP_PYTHON";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_official_python_queue_sdk_runs_its_checks_against_the_server() {
+    let python = match std::env::var(PYTHON_VAR) {
+        Ok(p) if !p.trim().is_empty() => p,
+        _ => {
+            assert!(
+                !std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true")),
+                "{PYTHON_VAR} is not set but CI=true: scripts/test.sh makes the venv"
+            );
+            eprintln!(
+                "\n=========== serve_queue: the Python SDK check is SKIPPED ===========\n\
+                 {PYTHON_VAR} is not set. Make the venv: python3 -m venv target/encryption-venv && \\\n  \
+                 target/encryption-venv/bin/pip install --no-deps -r tools/python/encryption-interop-requirements.txt\n\
+                 and set {PYTHON_VAR}=target/encryption-venv/bin/python\n\
+                 ====================================================================\n"
+            );
+            return;
+        }
+    };
+    let (server, _) = start().await;
+    let conn = server.connection_string();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/integration/python/serve_queue_sdk.py"
+    );
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(&python)
+            .arg(script)
+            .arg(conn)
+            .output()
+            .unwrap_or_else(|e| panic!("running {python}: {e}"))
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the SDK's checks failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.ends_with("0 failed\n"), "{stdout}");
+    assert!(
+        stdout.lines().filter(|l| l.starts_with("ok ")).count() >= 30,
+        "{stdout}"
+    );
+    server.shutdown().await.unwrap();
+}
