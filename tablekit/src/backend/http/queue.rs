@@ -486,10 +486,20 @@ pub(crate) mod serve {
             return MessageBody::Malformed;
         }
         match quick_xml::de::from_str::<Message>(text) {
+            // A character reference to a character XML 1.0 cannot hold
+            // (`&#1;`) makes the document invalid, as the service reads it.
+            Ok(Message { text: Some(t) }) if !t.value.chars().all(xml_char) => {
+                MessageBody::Malformed
+            }
             Ok(Message { text: Some(t) }) => MessageBody::Text(t.value),
             Ok(Message { text: None }) => MessageBody::NoText,
             Err(_) => MessageBody::Malformed,
         }
+    }
+
+    /// Whether XML 1.0 can hold `c` (its `Char` production).
+    fn xml_char(c: char) -> bool {
+        matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
     }
 
     /// The name of the document's root element, if it is well-formed up to it.
@@ -645,6 +655,9 @@ pub(crate) mod serve {
                 b"<QueueMessage><MessageText>a</QueueMessage>",
                 b"<Other><MessageText>a</MessageText></Other>",
                 b"<QueueMessage><MessageText>&bogus;</MessageText></QueueMessage>",
+                b"<QueueMessage><MessageText>a&#1;b</MessageText></QueueMessage>",
+                b"<QueueMessage><MessageText>a\x01b</MessageText></QueueMessage>",
+                b"<QueueMessage><MessageText>a&#xFFFE;b</MessageText></QueueMessage>",
                 b"\xff",
                 b"",
             ] {
