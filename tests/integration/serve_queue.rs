@@ -284,6 +284,31 @@ async fn answers_carry_the_services_xml_and_headers() {
     assert_eq!(sent.all("TimeNextVisible").len(), 1);
     assert!(sent.all("MessageText").is_empty() && sent.all("DequeueCount").is_empty());
     let id = sent.all("MessageId").remove(0);
+    // A time to live of centuries ends, as the service caps it, in year 9999.
+    let centuries = raw
+        .send(
+            "POST",
+            "/jobs/messages?messagettl=9223372036854775807",
+            &[],
+            &message_xml("long"),
+        )
+        .await;
+    assert_eq!(centuries.status, 201, "{}", centuries.body);
+    assert_eq!(
+        centuries.all("ExpirationTime"),
+        ["Fri, 31 Dec 9999 23:59:59 GMT"]
+    );
+    let long_id = centuries.all("MessageId").remove(0);
+    let long_receipt = centuries.all("PopReceipt").remove(0);
+    let gone = raw
+        .send(
+            "DELETE",
+            &format!("/jobs/messages/{long_id}?popreceipt={long_receipt}"),
+            &[],
+            b"",
+        )
+        .await;
+    assert_eq!(gone.status, 204, "a send's receipt deletes its message");
 
     // Peek: text and dequeue count, no receipt.
     let peek = raw

@@ -403,11 +403,13 @@ pub(crate) mod serve {
     use crate::backend::queue::RawMessage;
 
     /// An XML time as the Queue service writes them (RFC 1123); the service's
-    /// year 9999 for "never".
+    /// last second of year 9999 for "never", and for any later time (a time
+    /// to live of centuries), as the service caps it.
     pub(crate) fn xml_time(t: Option<DateTime<Utc>>) -> String {
+        use chrono::Datelike as _;
         match t {
-            Some(t) => t.format("%a, %d %b %Y %H:%M:%S GMT").to_string(),
-            None => "Fri, 31 Dec 9999 23:59:59 GMT".to_owned(),
+            Some(t) if t.year() < 9999 => t.format("%a, %d %b %Y %H:%M:%S GMT").to_string(),
+            _ => "Fri, 31 Dec 9999 23:59:59 GMT".to_owned(),
         }
     }
 
@@ -614,6 +616,16 @@ pub(crate) mod serve {
             assert_eq!(back[0].pop_receipt.as_deref(), Some("receipt"));
             assert_eq!(back[0].next_visible_on, sent[0].next_visible_on);
             assert_eq!(back[0].expires_on, sent[0].expires_on);
+        }
+
+        #[test]
+        fn times_past_year_9999_are_written_as_the_services_never() {
+            assert_eq!(xml_time(None), "Fri, 31 Dec 9999 23:59:59 GMT");
+            assert_eq!(xml_time(Some(DateTime::<Utc>::MAX_UTC)), xml_time(None));
+            let t = DateTime::parse_from_rfc3339("2026-11-29T06:05:04.9Z")
+                .unwrap()
+                .to_utc();
+            assert_eq!(xml_time(Some(t)), "Sun, 29 Nov 2026 06:05:04 GMT");
         }
 
         #[test]
