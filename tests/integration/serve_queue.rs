@@ -821,3 +821,40 @@ async fn the_official_python_queue_sdk_runs_its_checks_against_the_server() {
     );
     server.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_receivers_over_http_get_each_message_once() {
+    let (server, svc) = start().await;
+    let q = svc.queue("work").unwrap();
+    q.create_queue().await.unwrap();
+    for i in 0..96 {
+        q.send(format!("job {i}")).await.unwrap();
+    }
+    let receivers = (0..6).map(|_| {
+        let q = q.clone();
+        tokio::spawn(async move {
+            let mut got = Vec::new();
+            loop {
+                let batch = q
+                    .receive()
+                    .max_messages(7)
+                    .visibility_timeout(Duration::from_secs(600))
+                    .await
+                    .unwrap();
+                if batch.is_empty() {
+                    return got;
+                }
+                got.extend(batch.into_iter().map(|m| m.text().unwrap().to_owned()));
+            }
+        })
+    });
+    let mut all = Vec::new();
+    for r in receivers.collect::<Vec<_>>() {
+        all.extend(r.await.unwrap());
+    }
+    all.sort();
+    let mut want: Vec<String> = (0..96).map(|i| format!("job {i}")).collect();
+    want.sort();
+    assert_eq!(all, want, "every message once, none twice");
+    server.shutdown().await.unwrap();
+}
