@@ -92,10 +92,6 @@ pub use ip::SasIpRange;
 pub use queue::{QueueSas, QueueSasPermissions};
 pub use table::{TableSas, TableSasPermissions};
 
-/// The signed version of tablekit's SAS tokens, for the server's tests.
-#[cfg(all(test, feature = "server"))]
-pub(crate) const TABLEKIT_SAS_VERSION: &str = SAS_VERSION;
-
 /// The signed version (`sv`) of the SAS tokens tablekit makes.
 const SAS_VERSION: &str = "2019-02-02";
 
