@@ -530,6 +530,143 @@ mod tests {
         assert!(!KeyRange::default().is_bounded());
     }
 
+    fn grant(service: Service, perms: &str, scope: Scope) -> Grant {
+        Grant {
+            service,
+            perms: perms.to_owned(),
+            scope,
+        }
+    }
+
+    fn code(result: Result<(), Failure>) -> String {
+        result.map_or_else(|f| f.code, |()| "ok".to_owned())
+    }
+
+    #[test]
+    fn an_account_sas_grants_by_level_and_letter() {
+        let account = |service, perms: &str, srt: &str| {
+            grant(
+                service,
+                perms,
+                Scope::Account {
+                    srt: srt.to_owned(),
+                },
+            )
+        };
+        // Listing and creating tables are container-level; properties service-level.
+        let tables = account(Service::Table, "lc", "c");
+        assert_eq!(code(tables.check(Need::Service(Perm::List))), "ok");
+        assert_eq!(code(tables.check(Need::Service(Perm::Create))), "ok");
+        assert_eq!(
+            code(tables.check(Need::Service(Perm::Read))),
+            "AuthorizationResourceTypeMismatch"
+        );
+        assert_eq!(
+            code(account(Service::Table, "a", "c").check(Need::Service(Perm::Create))),
+            "ok"
+        );
+        let objects = account(Service::Queue, "rp", "o");
+        let message = |perm| Need::Object {
+            container: "jobs",
+            key: None,
+            perm,
+        };
+        assert_eq!(code(objects.check(message(Perm::Process))), "ok");
+        assert_eq!(
+            code(objects.check(message(Perm::Add))),
+            "AuthorizationPermissionMismatch"
+        );
+        assert_eq!(
+            code(objects.check(Need::Container {
+                name: "jobs",
+                perm: Perm::Read
+            })),
+            "AuthorizationResourceTypeMismatch"
+        );
+        // A new queue or container: `c` or `w`; the ACL never.
+        let writer = account(Service::Blob, "w", "sco");
+        let container = |perm| Need::Container {
+            name: "photos",
+            perm,
+        };
+        assert_eq!(code(writer.check(container(Perm::Create))), "ok");
+        assert_eq!(
+            code(writer.check(container(Perm::Acl))),
+            "AuthorizationPermissionMismatch"
+        );
+    }
+
+    #[test]
+    fn a_service_sas_grants_its_own_resource_only() {
+        let queue = grant(
+            Service::Queue,
+            "rp",
+            Scope::Queue {
+                queue: "jobs".into(),
+            },
+        );
+        let on = |container, perm| Need::Object {
+            container,
+            key: None,
+            perm,
+        };
+        assert_eq!(code(queue.check(on("jobs", Perm::Process))), "ok");
+        assert_ne!(code(queue.check(on("other", Perm::Process))), "ok");
+        assert_ne!(code(queue.check(on("jobs", Perm::Update))), "ok");
+        assert_eq!(
+            code(queue.check(Need::Container {
+                name: "jobs",
+                perm: Perm::Read
+            })),
+            "ok"
+        );
+        assert_ne!(
+            code(queue.check(Need::Container {
+                name: "jobs",
+                perm: Perm::Delete
+            })),
+            "ok"
+        );
+        let blob = grant(
+            Service::Blob,
+            "rl",
+            Scope::Blob {
+                container: "photos".into(),
+                whole: false,
+            },
+        );
+        let list = Need::Container {
+            name: "photos",
+            perm: Perm::List,
+        };
+        assert_eq!(code(blob.check(on("photos", Perm::Read))), "ok");
+        assert_ne!(code(blob.check(list)), "ok", "a blob SAS lists nothing");
+        let container = grant(
+            Service::Blob,
+            "rl",
+            Scope::Blob {
+                container: "photos".into(),
+                whole: true,
+            },
+        );
+        assert_eq!(code(container.check(list)), "ok");
+        assert_ne!(code(container.check(on("photos", Perm::Delete))), "ok");
+        assert_ne!(code(container.check(Need::Service(Perm::List))), "ok");
+        let table = grant(
+            Service::Table,
+            "ra",
+            Scope::Table {
+                table: "Orders".into(),
+                range: KeyRange::default(),
+            },
+        );
+        assert_eq!(code(table.check(on("orders", Perm::Add))), "ok");
+        assert_ne!(code(table.check(on("orders", Perm::Delete))), "ok");
+        assert_ne!(code(table.check(on("other", Perm::Read))), "ok");
+        assert_ne!(code(table.check(Need::Service(Perm::Create))), "ok");
+        assert!(table.key_range("Orders").is_none(), "no range set");
+    }
+
     #[test]
     fn sas_times_parse_in_the_forms_the_sdks_write() {
         let t = |s: &str| parse_time(Some(s)).unwrap().unwrap().to_rfc3339();
