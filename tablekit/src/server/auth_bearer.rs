@@ -394,6 +394,44 @@ mod tests {
         assert_eq!(unconfigured.status, 401);
     }
 
+    /// The public half of a throwaway 1024-bit key pair (`openssl
+    /// genpkey`), and a token signed with its private half by `openssl dgst
+    /// -sha256 -sign` over `header.payload` (claims: `aud`
+    /// https://storage.azure.com, `iss` https://sts.windows.net/rs256-test/,
+    /// `exp` 2100-01-01).
+    const TEST_PUBLIC_KEY: &str = "-----BEGIN PUBLIC KEY-----\n\
+MIGfMA0GCSqGSIb3DQEBAQUAA4GNADCBiQKBgQDGOrep0Buw3dt0w/xdx9EjH1tB\n\
+jdbgARP23Zlhhe2HP679omm+Ql8rizlLiZqHrpAgzmwQVom19rb21JB9GIKIErj1\n\
+/566Ajwlss4CSSkfbVjBgrUq2IlvIaTuZ748lsdAVNN/7FWHyPqi0oMrz1/AXymT\n\
+TfLGk/uZzsmZEW9nhwIDAQAB\n\
+-----END PUBLIC KEY-----";
+
+    const OPENSSL_RS256_TOKEN: &str = "eyJhbGciOiJSUzI1NiIsInR5cCI6IkpXVCJ9.eyJhdWQiOiJodHRwczovL3N0b3JhZ2UuYXp1cmUuY29tIiwiZXhwIjo0MTAyNDQ0ODAwLCJpc3MiOiJodHRwczovL3N0cy53aW5kb3dzLm5ldC9yczI1Ni10ZXN0LyJ9.QHlVQ4wVZHP6A-Qn3eM0lXPkmFcN9b7cUlIfD_MUfH2w-H2-_qtKMu-Egsj36WvURZkNPsU5mF6DuPwfgoVnL0LXqZ6tLsea8qewmKqiqEyHIoPYgwigyFmWvi7mpnPSUOVO0t5u8nREMaWlwuo8PREv7FFiWEiWooJrAzC60dY";
+
+    #[test]
+    fn an_rs256_token_verifies_with_the_public_key_only() {
+        let now = Utc::now();
+        let config = BearerConfig::rs256_pem(TEST_PUBLIC_KEY).unwrap();
+        assert!(format!("{config:?}").contains("RS256"));
+        let token = OPENSSL_RS256_TOKEN;
+        assert!(verify(Some(&config), &account(), &parts(), token, now).is_ok());
+        let claims = serde_json::json!({ "aud": STORAGE_AUDIENCE, "exp": now.timestamp() + 600 });
+        // Claims changed after signing.
+        let (signed, signature) = token.rsplit_once('.').unwrap();
+        let (header, _) = signed.split_once('.').unwrap();
+        let mut other = claims.clone();
+        other["aud"] = serde_json::json!("https://storage.azure.com/other");
+        let forged = format!(
+            "{header}.{}.{signature}",
+            BASE64URL.encode(other.to_string())
+        );
+        assert!(verify(Some(&config), &account(), &parts(), &forged, now).is_err());
+        // An HS256 token keyed with the public key's text (the classic
+        // algorithm confusion) is refused.
+        let confused = hs256_token(TEST_PUBLIC_KEY.as_bytes(), claims);
+        assert!(verify(Some(&config), &account(), &parts(), &confused, now).is_err());
+    }
+
     #[test]
     fn configured_audiences_replace_the_defaults() {
         let config = BearerConfig::hs256(b"k").audience("api://mine");
