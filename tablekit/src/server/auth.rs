@@ -212,7 +212,9 @@ mod tests {
     fn state() -> State {
         let key = AccountKey::from_base64(DEV_KEY).unwrap();
         State {
-            accounts: vec![AccountState::open(DEV_ACCOUNT, key, None).unwrap()],
+            accounts: vec![
+                AccountState::open(DEV_ACCOUNT, key, None, crate::clock::Clock::System).unwrap(),
+            ],
             bearer: None,
         }
     }

@@ -302,6 +302,7 @@ mod tests {
             "devstoreaccount1",
             crate::account::AccountKey::from_base64(super::super::super::DEV_KEY).unwrap(),
             None,
+            crate::clock::Clock::System,
         )
         .unwrap()
     }
