@@ -51,13 +51,14 @@ pub(crate) enum Access {
 /// `l`, `p`).
 ///
 /// What each operation asks, as the REST reference's tables "Account SAS
-/// permissions by operation" and the service SAS pages say:
+/// permissions by operation" and the service SAS pages say (and Azurite's
+/// maps of operations to permissions agree):
 ///
 /// | Operation | Need |
 /// |---|---|
 /// | list tables / queues / containers | `Service(List)` |
 /// | service properties, stats | `Service(Read)`, `Service(Write)` |
-/// | create table | `Service(Create)` (an account SAS asks `srt=c` and `a` or `c`) |
+/// | create table | `Service(Create)` (an account SAS asks `srt=c` and `c` or `w`) |
 /// | delete table | `Container { table, Delete }` or `Service(Delete)` |
 /// | create queue / container | `Container { name, Create }` |
 /// | delete queue / container | `Container { name, Delete }` |

@@ -121,9 +121,11 @@ impl Grant {
             },
             Scope::Blob { container, whole } => match need {
                 Need::Object { container: c, .. } if c == container => {}
+                // A container SAS lists blobs; it reads nothing else of the
+                // container (its properties, metadata, ACL).
                 Need::Container {
                     name,
-                    perm: Perm::List | Perm::Read,
+                    perm: Perm::List,
                 } if *whole && name == container => {}
                 _ => return Err(Failure::permission()),
             },
@@ -142,11 +144,9 @@ impl Grant {
         match perm {
             Perm::Read => has('r'),
             Perm::Add => has('a') || (self.service == Service::Blob && has('w')),
-            Perm::Create => match self.service {
-                // An account SAS creates a table with `a` or `c`.
-                Service::Table => account && (has('a') || has('c')),
-                Service::Queue | Service::Blob => has('c') || has('w'),
-            },
+            // A new table (account SAS only), queue, container or blob:
+            // `c` or `w`.
+            Perm::Create => (account || self.service != Service::Table) && (has('c') || has('w')),
             Perm::Update => has('u'),
             Perm::Write => has('w'),
             Perm::Delete => has('d'),
@@ -562,8 +562,12 @@ mod tests {
             "AuthorizationResourceTypeMismatch"
         );
         assert_eq!(
-            code(account(Service::Table, "a", "c").check(Need::Service(Perm::Create))),
+            code(account(Service::Table, "w", "c").check(Need::Service(Perm::Create))),
             "ok"
+        );
+        assert_eq!(
+            code(account(Service::Table, "a", "c").check(Need::Service(Perm::Create))),
+            "AuthorizationPermissionMismatch"
         );
         let objects = account(Service::Queue, "rp", "o");
         let message = |perm| Need::Object {
@@ -650,6 +654,11 @@ mod tests {
             },
         );
         assert_eq!(code(container.check(list)), "ok");
+        let properties = Need::Container {
+            name: "photos",
+            perm: Perm::Read,
+        };
+        assert_ne!(code(container.check(properties)), "ok");
         assert_ne!(code(container.check(on("photos", Perm::Delete))), "ok");
         assert_ne!(code(container.check(Need::Service(Perm::List))), "ok");
         let table = grant(
