@@ -123,8 +123,20 @@ impl Access {
         }
     }
 
+    /// The answer headers a blob or container SAS overrides (`rscc`,
+    /// `rscd`, `rsce`, `rscl`, `rsct`: `Cache-Control`,
+    /// `Content-Disposition`, `Content-Encoding`, `Content-Language`,
+    /// `Content-Type`), which a blob read answers with instead of the
+    /// blob's own.
+    pub(crate) fn answer_overrides(&self) -> &[(&'static str, String)] {
+        match self {
+            Access::Sas(grant) => grant.answer_overrides(),
+            _ => &[],
+        }
+    }
+
     /// Whether the request carries no credential (a public container may
-    /// still be read).
+    /// still be read; a CORS preflight is answered).
     pub(crate) fn is_anonymous(&self) -> bool {
         matches!(self, Access::Anonymous(_))
     }
@@ -160,6 +172,11 @@ pub(crate) async fn authenticate(
         return sas::verify(account, service, parts, query, path, peer, now).await;
     }
     let Some(authorization) = parts.headers.get(http::header::AUTHORIZATION) else {
+        // A browser's CORS preflight carries no credential: its answer is
+        // the service's CORS rules', not a refusal.
+        if parts.method == http::Method::OPTIONS {
+            return Ok(Access::Anonymous(service));
+        }
         return match service {
             Service::Blob => Ok(Access::Anonymous(service)),
             Service::Table | Service::Queue => Err(no_credentials(service)),
@@ -424,6 +441,38 @@ mod tests {
             .detail
             .unwrap()
             .contains("is not the account of the request"));
+        // A CORS preflight carries no credential and is let through.
+        let preflight = request(
+            Method::OPTIONS,
+            "/devstoreaccount1/Tables",
+            HeaderMap::new(),
+        );
+        assert!(auth(&state, Service::Table, &preflight)
+            .await
+            .unwrap()
+            .is_anonymous());
+        let anonymous = request(Method::GET, "/devstoreaccount1/Tables", HeaderMap::new());
+        assert_eq!(
+            refusal(auth(&state, Service::Table, &anonymous).await).code,
+            "AuthenticationFailed"
+        );
+        let blob = request(
+            Method::GET,
+            "/devstoreaccount1/photos/a.txt",
+            HeaderMap::new(),
+        );
+        let access = auth(&state, Service::Blob, &blob).await.unwrap();
+        let refused = access
+            .check(Need::Object {
+                container: "photos",
+                key: None,
+                perm: Perm::Read,
+            })
+            .unwrap_err();
+        assert_eq!(
+            (refused.status, refused.code.as_str()),
+            (401, "NoAuthenticationInformation")
+        );
         // A scheme the service does not know.
         let basic = with_header(&parts, "authorization", "Basic dXNlcjpwYXNz");
         assert_eq!(
@@ -543,6 +592,10 @@ mod tests {
             perm: Perm::Read,
         };
         access.check(read).unwrap();
+        assert_eq!(
+            access.answer_overrides(),
+            [("content-type", "text/plain".to_owned())]
+        );
         // The same with the override left out of the query: not what was signed.
         let cut = blob.replace("&rsct=text%2Fplain", "");
         assert!(auth(

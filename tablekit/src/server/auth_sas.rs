@@ -25,6 +25,8 @@ pub(crate) struct Grant {
     /// The `sp` letters in force (the SAS's or its policy's).
     perms: String,
     scope: Scope,
+    /// A blob SAS's answer header overrides, by header name.
+    overrides: Vec<(&'static str, String)>,
 }
 
 /// The resource a SAS is for.
@@ -156,6 +158,11 @@ impl Grant {
         }
     }
 
+    /// A blob SAS's answer header overrides.
+    pub(super) fn answer_overrides(&self) -> &[(&'static str, String)] {
+        &self.overrides
+    }
+
     /// The key range of a table SAS for `table`.
     pub(super) fn key_range(&self, table: &str) -> Option<&KeyRange> {
         match &self.scope {
@@ -285,6 +292,7 @@ pub(super) async fn verify(
             scope: Scope::Account {
                 srt: o("srt").to_owned(),
             },
+            overrides: Vec::new(),
         })));
     }
 
@@ -420,10 +428,24 @@ pub(super) async fn verify(
     check_window(st, se, now)?;
     check_ip(q("sip"), peer)?;
     check_protocol(q("spr"))?;
+    let overrides = match service {
+        Service::Blob => [
+            ("rscc", "cache-control"),
+            ("rscd", "content-disposition"),
+            ("rsce", "content-encoding"),
+            ("rscl", "content-language"),
+            ("rsct", "content-type"),
+        ]
+        .into_iter()
+        .filter_map(|(param, header)| Some((header, q(param)?.to_owned())))
+        .collect(),
+        Service::Table | Service::Queue => Vec::new(),
+    };
     Ok(Access::Sas(Box::new(Grant {
         service,
         perms: sp,
         scope,
+        overrides,
     })))
 }
 
@@ -535,6 +557,7 @@ mod tests {
             service,
             perms: perms.to_owned(),
             scope,
+            overrides: Vec::new(),
         }
     }
 
