@@ -53,6 +53,7 @@ mod readme;
 mod retry;
 mod sas_account;
 mod scripted;
+mod serve_auth;
 mod serve_queue;
 mod service_properties;
 mod service_rules;
