@@ -462,26 +462,6 @@ pub(crate) fn decode_stats(body: &[u8]) -> Result<ServiceStats> {
     })
 }
 
-/// The `StorageServiceStats` answer of `stats` (the server's half of
-/// [`decode_stats`]).
-#[cfg(feature = "server")]
-pub(crate) fn encode_stats(stats: &ServiceStats) -> String {
-    let status = match stats.status {
-        GeoReplicationStatus::Live => "live",
-        GeoReplicationStatus::Bootstrap => "bootstrap",
-        GeoReplicationStatus::Unavailable => "unavailable",
-    };
-    let sync = stats
-        .last_sync_time
-        .map(|t| t.format("%a, %d %b %Y %H:%M:%S GMT").to_string())
-        .unwrap_or_default();
-    format!(
-        "<?xml version=\"1.0\" encoding=\"utf-8\"?><StorageServiceStats><GeoReplication>\
-         <Status>{status}</Status><LastSyncTime>{sync}</LastSyncTime></GeoReplication>\
-         </StorageServiceStats>"
-    )
-}
-
 /// Applies a set to the stored settings: the parts it carries replace theirs.
 #[cfg(feature = "embedded")]
 pub(crate) fn merge(stored: &mut ServiceProperties, set: &ServiceProperties) {

@@ -55,10 +55,72 @@ impl Raw {
     ) -> Answer {
         let sep = if query.is_empty() { "" } else { "&" };
         let url = format!("{}/{path}?{query}{sep}{}", self.base, self.sas);
+        self.request(method, url, headers, None, body).await
+    }
+
+    /// The same request signed with the account key (Shared Key Lite), for
+    /// what only the key may do (stored access policies).
+    async fn send_keyed(
+        &self,
+        method: &str,
+        path: &str,
+        query: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<Vec<u8>>,
+    ) -> Answer {
+        use base64::Engine as _;
+        use hmac::Mac as _;
+        let date = chrono::Utc::now()
+            .format("%a, %d %b %Y %H:%M:%S GMT")
+            .to_string();
+        let mut ms: Vec<(String, String)> = vec![
+            ("x-ms-date".into(), date.clone()),
+            ("x-ms-version".into(), "2021-08-06".into()),
+        ];
+        let mut content_type = "";
+        for (k, v) in headers {
+            let k = k.to_ascii_lowercase();
+            if k.starts_with("x-ms-") {
+                ms.push((k, v.trim().to_owned()));
+            } else if k == "content-type" {
+                content_type = v;
+            }
+        }
+        ms.sort();
+        let canonical: String = ms.iter().map(|(k, v)| format!("{k}:{v}\n")).collect();
+        let mut resource = format!("/devstoreaccount1/devstoreaccount1/{path}");
+        if let Some(comp) = query.split('&').find_map(|p| p.strip_prefix("comp=")) {
+            resource.push_str(&format!("?comp={comp}"));
+        }
+        let to_sign = format!("{method}\n\n{content_type}\n\n{canonical}{resource}");
+        let key = base64::engine::general_purpose::STANDARD
+            .decode(tablekit::server::DEV_KEY)
+            .unwrap();
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&key).unwrap();
+        mac.update(to_sign.as_bytes());
+        let signature =
+            base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
+        let url = format!("{}/{path}?{query}", self.base);
+        let auth = format!("SharedKeyLite devstoreaccount1:{signature}");
+        self.request(method, url, headers, Some((date, auth)), body)
+            .await
+    }
+
+    async fn request(
+        &self,
+        method: &str,
+        url: String,
+        headers: &[(&str, &str)],
+        keyed: Option<(String, String)>,
+        body: impl Into<Vec<u8>>,
+    ) -> Answer {
         let mut req = self
             .http
             .request(method.parse().unwrap(), url)
             .header("x-ms-version", "2021-08-06");
+        if let Some((date, auth)) = keyed {
+            req = req.header("x-ms-date", date).header("authorization", auth);
+        }
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
@@ -990,15 +1052,12 @@ async fn raw_acls_and_service_properties_round_trip() {
     let raw = Raw::new(&server);
     raw.send("PUT", "cat", "restype=container", &[], "").await;
     let acl = "<?xml version=\"1.0\" encoding=\"utf-8\"?><SignedIdentifiers><SignedIdentifier><Id>read</Id><AccessPolicy><Start>2026-01-01T00:00:00.0000000Z</Start><Expiry>2027-01-01T00:00:00.0000000Z</Expiry><Permission>r</Permission></AccessPolicy></SignedIdentifier></SignedIdentifiers>";
-    let set = raw
-        .send("PUT", "cat", "restype=container&comp=acl", &[], acl)
-        .await;
+    let q = "restype=container&comp=acl";
+    let set = raw.send_keyed("PUT", "cat", q, &[], acl).await;
     assert_eq!(set.status, 200, "{}", set.text());
     set.header("etag");
-    let got = raw
-        .send("GET", "cat", "restype=container&comp=acl", &[], "")
-        .await;
-    assert_eq!(got.status, 200);
+    let got = raw.send_keyed("GET", "cat", q, &[], "").await;
+    assert_eq!(got.status, 200, "{}", got.text());
     assert!(got.text().contains("<Id>read</Id>"), "{}", got.text());
     let policies = blobs
         .container("cat")
@@ -1007,24 +1066,20 @@ async fn raw_acls_and_service_properties_round_trip() {
         .await
         .unwrap();
     assert_eq!(policies.len(), 1);
-    raw.send(
-        "PUT",
-        "cat",
-        "restype=container&comp=acl",
-        &[("x-ms-blob-public-access", "blob")],
-        acl,
-    )
-    .await
-    .assert_error(501, "NotImplemented");
-    raw.send(
-        "PUT",
-        "cat",
-        "restype=container&comp=acl",
-        &[],
-        "<SignedIdentifiers><Sig",
-    )
-    .await
-    .assert_error(400, "InvalidXmlDocument");
+    // Stored access policies are the key's alone: a SAS with every
+    // permission neither reads nor sets them.
+    raw.send("GET", "cat", q, &[], "")
+        .await
+        .assert_error(403, "AuthorizationPermissionMismatch");
+    raw.send("PUT", "cat", q, &[], acl)
+        .await
+        .assert_error(403, "AuthorizationPermissionMismatch");
+    raw.send_keyed("PUT", "cat", q, &[("x-ms-blob-public-access", "blob")], acl)
+        .await
+        .assert_error(501, "NotImplemented");
+    raw.send_keyed("PUT", "cat", q, &[], "<SignedIdentifiers><Sig")
+        .await
+        .assert_error(400, "InvalidXmlDocument");
 
     let props = blobs.service_properties().await.unwrap();
     blobs.set_service_properties(&props).await.unwrap();
@@ -1120,4 +1175,48 @@ async fn a_served_store_file_keeps_blobs_leases_and_metadata_across_restarts() {
     assert!(b.upload("x").await.unwrap_err().is_lease_held());
     server.shutdown().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blob_sas_answer_overrides_replace_the_blobs_headers_on_reads() {
+    use base64::Engine as _;
+    use hmac::Mac as _;
+    let (server, blobs) = serve().await;
+    let c = blobs.container("cat").unwrap();
+    c.create_container().await.unwrap();
+    c.blob("b.txt")
+        .unwrap()
+        .upload("a,b")
+        .content_type("text/plain")
+        .await
+        .unwrap();
+    // A service SAS as the official SDKs sign it (version 2021-08-06: the
+    // encryption scope, then rscc, rscd, rsce, rscl, rsct).
+    let to_sign = "r\n\n2100-01-01T00:00:00Z\n/blob/devstoreaccount1/cat/b.txt\n\n\n\n2021-08-06\nb\n\n\n\nattachment\n\n\ntext/csv";
+    let key = base64::engine::general_purpose::STANDARD
+        .decode(tablekit::server::DEV_KEY)
+        .unwrap();
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(&key).unwrap();
+    mac.update(to_sign.as_bytes());
+    let sig = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
+    let sig: String = url::form_urlencoded::byte_serialize(sig.as_bytes()).collect();
+    let url = format!(
+        "http://{}/devstoreaccount1/cat/b.txt?sv=2021-08-06&sr=b&sp=r&se=2100-01-01T00%3A00%3A00Z&rscd=attachment&rsct=text%2Fcsv&sig={sig}",
+        server.blob_address()
+    );
+    let http = reqwest::Client::new();
+    for method in [reqwest::Method::GET, reqwest::Method::HEAD] {
+        let resp = http.request(method.clone(), &url).send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), 200, "{method}");
+        assert_eq!(resp.headers()["content-type"], "text/csv", "{method}");
+        assert_eq!(
+            resp.headers()["content-disposition"],
+            "attachment",
+            "{method}"
+        );
+    }
+    // The blob itself keeps its own.
+    let p = c.blob("b.txt").unwrap().properties().await.unwrap();
+    assert_eq!(p.content_type(), Some("text/plain"));
+    server.shutdown().await.unwrap();
 }

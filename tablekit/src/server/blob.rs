@@ -620,7 +620,7 @@ async fn service(
             ctx.access.check(Need::Service(Perm::Read))?;
             match ctx.account.blobs.admin(AdminOp::Stats).await? {
                 AdminResponse::Stats(s) => {
-                    Ok(xml(200, crate::service_properties::encode_stats(&s)))
+                    Ok(xml(200, crate::backend::http::admin::encode_stats(&s)))
                 }
                 other => Err(Failure::new(
                     500,
@@ -764,7 +764,7 @@ async fn container_op(
         (&Method::GET | &Method::HEAD, Some("acl")) => {
             ctx.access.check(Need::Container {
                 name,
-                perm: Perm::Read,
+                perm: Perm::Acl,
             })?;
             let policies = ctx
                 .account
@@ -786,7 +786,7 @@ async fn container_op(
         (&Method::PUT, Some("acl")) => {
             ctx.access.check(Need::Container {
                 name,
-                perm: Perm::Write,
+                perm: Perm::Acl,
             })?;
             match header(ctx, "x-ms-blob-public-access")? {
                 None => {}
@@ -1455,6 +1455,7 @@ async fn get_blob(ctx: &Ctx<'_>, container: &str, blob: &str) -> Result<Reply, F
     for (name, value) in properties_headers(&properties, shown) {
         set(&mut reply, name, &value);
     }
+    answer_overrides(ctx, &mut reply);
     if want_md5 {
         set(
             &mut reply,
@@ -1464,6 +1465,14 @@ async fn get_blob(ctx: &Ctx<'_>, container: &str, blob: &str) -> Result<Reply, F
     }
     set(&mut reply, h("x-ms-server-encrypted"), "true");
     Ok(reply)
+}
+
+/// The headers a blob SAS asks a read to answer with (`rscc`, `rscd`,
+/// `rsce`, `rscl`, `rsct`) in place of the blob's own.
+fn answer_overrides(ctx: &Ctx<'_>, reply: &mut Reply) {
+    for (name, value) in ctx.access.answer_overrides() {
+        set(reply, HeaderName::from_static(name), value);
+    }
 }
 
 async fn head_blob(ctx: &Ctx<'_>, container: &str, blob: &str) -> Result<Reply, Failure> {
@@ -1479,6 +1488,7 @@ async fn head_blob(ctx: &Ctx<'_>, container: &str, blob: &str) -> Result<Reply, 
     for (name, value) in properties_headers(&p, None) {
         set(&mut reply, name, &value);
     }
+    answer_overrides(ctx, &mut reply);
     Ok(reply)
 }
 
