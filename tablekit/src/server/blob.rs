@@ -8,8 +8,8 @@
 //! (names, metadata, block ids, lease ids, ranges, MD5s, sizes, conditional
 //! headers), with the service's status and code. What the store cannot carry
 //! out (page and append blobs, snapshots, versions, tags, tiers, the root
-//! container, committed-block lists, public access levels) is answered 501
-//! `NotImplemented`.
+//! container, committed blocks named again in a block list, public access
+//! levels) is answered 501 `NotImplemented`.
 
 #[path = "blob_md5.rs"]
 mod md5;
@@ -32,8 +32,8 @@ use crate::backend::blob::{
 };
 use crate::backend::http::blob::properties_headers;
 use crate::backend::http::blob_xml::{
-    copy_status_word, encode_containers, encode_listing, http_date_text, lease_words,
-    parse_block_list, BlockKind, ListingHead,
+    copy_status_word, encode_block_list_answer, encode_containers, encode_listing, http_date_text,
+    lease_words, parse_block_list, BlockKind, ListingHead,
 };
 use crate::entity::ETag;
 
@@ -1146,9 +1146,7 @@ async fn blob_op(
                 "There is currently no pending copy operation.",
             ))
         }
-        (&Method::GET, Some("blocklist")) => Err(not_implemented(
-            "Get Block List (the store keeps a committed blob's bytes, not its blocks)",
-        )),
+        (&Method::GET, Some("blocklist")) => get_block_list(ctx, container, blob).await,
         (
             _,
             Some(
@@ -1277,12 +1275,44 @@ async fn put_block(ctx: &Ctx<'_>, container: &str, blob: &str) -> Result<Reply, 
             "A query parameter that's mandatory for this request is not specified: `blockid`.",
         )
     })?;
-    if block_id(id).is_none() {
+    let Some(length) = block_id(id) else {
         return Err(Failure::new(
             400,
             "InvalidBlockId",
             "The specified block ID is invalid. The block ID must be Base64-encoded, of at most 64 bytes.",
         ));
+    };
+    // Every block id of one blob has the same length.
+    match ctx
+        .account
+        .blobs
+        .blob(BlobOp::BlockList { container, blob })
+        .await
+    {
+        Ok(BlobResponse::BlockList {
+            committed,
+            uncommitted,
+            ..
+        }) => {
+            let other = committed
+                .iter()
+                .chain(&uncommitted)
+                .any(|(other, _)| block_id(other).is_some_and(|n| n != length));
+            if other {
+                return Err(Failure::new(
+                    400,
+                    "InvalidBlobOrBlock",
+                    "The specified blob or block content is invalid: the block ids of a blob all have the same length.",
+                ));
+            }
+        }
+        Ok(other) => return Err(internal(&other)),
+        Err(e) => {
+            let f = Failure::from(e);
+            if f.code != "BlobNotFound" {
+                return Err(f);
+            }
+        }
     }
     let body_md5 = checked_body_md5(ctx)?;
     let lease_id = lease_id_header(ctx, "x-ms-lease-id")?;
@@ -1366,6 +1396,53 @@ async fn put_block_list(ctx: &Ctx<'_>, container: &str, blob: &str) -> Result<Re
         .map_err(|e| create_only(e.into(), only_create))?;
     let mut reply = written(answer, 201)?;
     set(&mut reply, h("content-md5"), &BASE64.encode(body_md5));
+    Ok(reply)
+}
+
+/// Get Block List: `blocklisttype` committed (the default), uncommitted or all.
+async fn get_block_list(ctx: &Ctx<'_>, container: &str, blob: &str) -> Result<Reply, Failure> {
+    object(ctx, container, Perm::Read)?;
+    let (committed, uncommitted) = match ctx.param("blocklisttype").map(str::to_ascii_lowercase) {
+        None => (true, false),
+        Some(t) if t == "committed" => (true, false),
+        Some(t) if t == "uncommitted" => (false, true),
+        Some(t) if t == "all" => (true, true),
+        Some(_) => return Err(query_value_invalid("blocklisttype")),
+    };
+    let answer = ctx
+        .account
+        .blobs
+        .blob(BlobOp::BlockList { container, blob })
+        .await?;
+    let BlobResponse::BlockList {
+        committed: c,
+        uncommitted: u,
+        properties,
+    } = answer
+    else {
+        return Err(internal(&answer));
+    };
+    let body = encode_block_list_answer(
+        committed.then_some(c.as_slice()),
+        uncommitted.then_some(u.as_slice()),
+    );
+    let mut reply = xml(200, body);
+    if let Some(p) = properties {
+        if !Preconditions::of(ctx)?.check_read(&p)? {
+            return Ok(not_modified(&p));
+        }
+        set(&mut reply, http::header::ETAG, p.etag.as_str());
+        set(
+            &mut reply,
+            http::header::LAST_MODIFIED,
+            &http_date_text(p.last_modified),
+        );
+        set(
+            &mut reply,
+            h("x-ms-blob-content-length"),
+            &p.size.to_string(),
+        );
+    }
     Ok(reply)
 }
 

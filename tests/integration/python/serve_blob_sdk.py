@@ -54,7 +54,7 @@ try:
     c.create_container()
     raise AssertionError("a second create succeeded")
 except ResourceExistsError as e:
-    check(str(e.error_code.value) == "ContainerAlreadyExists", e.error_code)
+    check(str(getattr(e.error_code, "value", e.error_code)) == "ContainerAlreadyExists", e.error_code)
 props = c.get_container_properties()
 check(props.metadata == {"team": "hr"}, props.metadata)
 check(props.lease.state == "available", props.lease.state)
@@ -88,7 +88,7 @@ try:
     b.upload_blob(b"x", overwrite=False)
     raise AssertionError("overwrite=False replaced a blob")
 except ResourceExistsError as e:
-    check(str(e.error_code.value) == "BlobAlreadyExists", e.error_code)
+    check(str(getattr(e.error_code, "value", e.error_code)) == "BlobAlreadyExists", e.error_code)
 b.set_blob_metadata({"x": "1"})
 b.set_http_headers(ContentSettings(content_type="text/csv"))
 p = b.get_blob_properties()

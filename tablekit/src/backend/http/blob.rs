@@ -15,7 +15,8 @@ use percent_encoding::utf8_percent_encode;
 /// Re-exported for the fuzz entry points (`__fuzz::blob_listing`).
 pub(crate) use super::blob_xml::parse_listing;
 use super::blob_xml::{
-    copy_progress, encode_block_list, http_date, lease_from, md5_from, parse_containers,
+    copy_progress, encode_block_list, http_date, lease_from, md5_from, parse_block_list_answer,
+    parse_containers,
 };
 use super::limits::{bounded_stream, declared_length, AnswerLimits, Kind};
 use super::pipeline::{Outgoing, Pipeline};
@@ -267,6 +268,13 @@ impl HttpBlobBackend {
                 req.method = Method::HEAD;
                 req.path = encode_path(container, Some(blob));
             }
+            BlobOp::BlockList { container, blob } => {
+                req.path = encode_path(container, Some(blob));
+                req.query = vec![
+                    ("comp", "blocklist".to_owned()),
+                    ("blocklisttype", "all".to_owned()),
+                ];
+            }
             BlobOp::Delete {
                 container,
                 blob,
@@ -464,6 +472,26 @@ impl HttpBlobBackend {
                 let body = self.pipeline.limits().read(resp, Kind::Listing).await?;
                 parse_listing(&body)?
             }
+            BlobOp::BlockList { blob, .. } => {
+                // A blob of uncommitted blocks only has no version yet.
+                let properties = header_str(resp.headers(), &http::header::ETAG)
+                    .and(header_str(resp.headers(), &X_MS_BLOB_CONTENT_LENGTH))
+                    .map(|_| -> Result<BlobProperties> {
+                        let mut p = properties_of(blob, resp.headers(), StatusCode::OK)?;
+                        p.size = header_str(resp.headers(), &X_MS_BLOB_CONTENT_LENGTH)
+                            .and_then(|n| n.parse().ok())
+                            .unwrap_or_default();
+                        Ok(p)
+                    })
+                    .transpose()?;
+                let body = self.pipeline.limits().read(resp, Kind::Listing).await?;
+                let (committed, uncommitted) = parse_block_list_answer(&body)?;
+                BlobResponse::BlockList {
+                    committed,
+                    uncommitted,
+                    properties,
+                }
+            }
             BlobOp::ListContainers { .. } => {
                 let body = self.pipeline.limits().read(resp, Kind::Listing).await?;
                 parse_containers(&body)?
@@ -536,6 +564,7 @@ const X_MS_COPY_COMPLETION_TIME: HeaderName = HeaderName::from_static("x-ms-copy
 const X_MS_COPY_STATUS_DESCRIPTION: HeaderName =
     HeaderName::from_static("x-ms-copy-status-description");
 const CONTENT_MD5: HeaderName = HeaderName::from_static("content-md5");
+const X_MS_BLOB_CONTENT_LENGTH: HeaderName = HeaderName::from_static("x-ms-blob-content-length");
 const X_MS_CREATION_TIME: HeaderName = HeaderName::from_static("x-ms-creation-time");
 const X_MS_BLOB_CONTENT_MD5: HeaderName = HeaderName::from_static("x-ms-blob-content-md5");
 

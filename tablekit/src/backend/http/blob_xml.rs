@@ -493,17 +493,81 @@ pub(crate) fn encode_containers(
 }
 
 /// An HTTP date (RFC 1123, GMT), as listings and `Last-Modified` carry it.
+#[cfg(feature = "server")]
 pub(crate) fn http_date_text(t: DateTime<Utc>) -> String {
     t.format("%a, %d %b %Y %H:%M:%S GMT").to_string()
 }
 
 /// An MD5 hash in base64, as headers and listings carry it.
+#[cfg(feature = "server")]
 pub(crate) fn md5_text(md5: Option<&[u8]>) -> Option<String> {
     use base64::Engine as _;
     md5.map(|m| base64::engine::general_purpose::STANDARD.encode(m))
 }
 
+/// The `BlockList` answer of Get Block List (the server's half of
+/// [`parse_block_list_answer`]): committed blocks, then uncommitted ones,
+/// each its id and size; a list not asked for is left out.
+#[cfg(feature = "server")]
+pub(crate) fn encode_block_list_answer(
+    committed: Option<&[(String, u64)]>,
+    uncommitted: Option<&[(String, u64)]>,
+) -> String {
+    use quick_xml::escape::partial_escape;
+    use std::fmt::Write as _;
+    let mut xml = String::from("<?xml version=\"1.0\" encoding=\"utf-8\"?><BlockList>");
+    for (tag, blocks) in [
+        ("CommittedBlocks", committed),
+        ("UncommittedBlocks", uncommitted),
+    ] {
+        let Some(blocks) = blocks else { continue };
+        let _ = write!(xml, "<{tag}>");
+        for (id, size) in blocks {
+            let _ = write!(
+                xml,
+                "<Block><Name>{}</Name><Size>{size}</Size></Block>",
+                partial_escape(id.as_str())
+            );
+        }
+        let _ = write!(xml, "</{tag}>");
+    }
+    xml.push_str("</BlockList>");
+    xml
+}
+
+/// Blocks by id and size, committed and uncommitted.
+pub(crate) type BlockLists = (Vec<(String, u64)>, Vec<(String, u64)>);
+
+/// Reads the `BlockList` answer of Get Block List.
+pub(crate) fn parse_block_list_answer(body: &[u8]) -> Result<BlockLists> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct Answer {
+        #[serde(default)]
+        committed_blocks: Blocks,
+        #[serde(default)]
+        uncommitted_blocks: Blocks,
+    }
+    #[derive(serde::Deserialize, Default)]
+    struct Blocks {
+        #[serde(rename = "Block", default)]
+        blocks: Vec<Block>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "PascalCase")]
+    struct Block {
+        name: String,
+        size: u64,
+    }
+    let text = utf8(body, "a block list")?;
+    let a: Answer = quick_xml::de::from_str(&text)
+        .map_err(|e| Error::decode_caused_by("a block list is not the expected XML", e))?;
+    let pairs = |b: Blocks| b.blocks.into_iter().map(|b| (b.name, b.size)).collect();
+    Ok((pairs(a.committed_blocks), pairs(a.uncommitted_blocks)))
+}
+
 /// Which blocks an entry of a block list names.
+#[cfg(feature = "server")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum BlockKind {
     /// The uncommitted block of that id if there is one, else the committed one.
@@ -793,6 +857,29 @@ mod tests {
         };
         assert_eq!(read, containers);
         assert_eq!(next_marker.as_deref(), Some("pi"));
+    }
+
+    #[cfg(feature = "server")]
+    #[test]
+    fn a_block_list_answer_the_server_writes_reads_back_whole() {
+        let committed = vec![("QUFB".to_owned(), 3), ("Q0ND".to_owned(), 1000)];
+        let uncommitted = vec![("QkJC".to_owned(), 7)];
+        let xml = encode_block_list_answer(Some(&committed), Some(&uncommitted));
+        assert_eq!(
+            parse_block_list_answer(xml.as_bytes()).unwrap(),
+            (committed.clone(), uncommitted)
+        );
+        let only = encode_block_list_answer(Some(&committed), None);
+        assert!(!only.contains("UncommittedBlocks"), "{only}");
+        assert_eq!(
+            parse_block_list_answer(only.as_bytes()).unwrap(),
+            (committed, vec![])
+        );
+        let empty = encode_block_list_answer(Some(&[]), Some(&[]));
+        assert_eq!(
+            parse_block_list_answer(empty.as_bytes()).unwrap(),
+            (vec![], vec![])
+        );
     }
 
     #[cfg(feature = "server")]
