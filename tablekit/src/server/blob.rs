@@ -11,8 +11,6 @@
 //! container, committed blocks named again in a block list, public access
 //! levels) is answered 501 `NotImplemented`.
 
-#[path = "blob_md5.rs"]
-mod md5;
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
@@ -246,7 +244,7 @@ fn md5_header(ctx: &Ctx<'_>, name: &str) -> Result<Option<Vec<u8>>, Failure> {
 
 /// Checks a request's `Content-MD5` against its body: what it hashes to.
 fn checked_body_md5(ctx: &Ctx<'_>) -> Result<[u8; 16], Failure> {
-    let actual = md5::md5(&ctx.body);
+    let actual = md5(&ctx.body);
     if let Some(given) = md5_header(ctx, "content-md5")? {
         if given != actual {
             return Err(Failure::new(
@@ -1537,7 +1535,7 @@ async fn get_blob(ctx: &Ctx<'_>, container: &str, blob: &str) -> Result<Reply, F
         set(
             &mut reply,
             h("content-md5"),
-            &BASE64.encode(md5::md5(&body)),
+            &BASE64.encode(md5(&body)),
         );
     }
     set(&mut reply, h("x-ms-server-encrypted"), "true");
@@ -1670,8 +1668,21 @@ async fn copy(ctx: &Ctx<'_>, container: &str, blob: &str) -> Result<Reply, Failu
     Ok(reply)
 }
 
+/// The MD5 of `data`, as `Content-MD5` carries it (RustCrypto's `md-5`).
+fn md5(data: &[u8]) -> [u8; 16] {
+    use md5::Digest as _;
+    md5::Md5::digest(data).into()
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn content_md5_is_rfc_1321s() {
+        let hex = |d: [u8; 16]| d.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        assert_eq!(hex(super::md5(b"")), "d41d8cd98f00b204e9800998ecf8427e");
+        assert_eq!(hex(super::md5(b"abc")), "900150983cd24fb0d6963f7d28e17f72");
+    }
+
     use super::*;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
