@@ -378,6 +378,16 @@ async fn bad_input_is_refused_with_the_services_status_and_code() {
         (entity(Value::Object(many)), 400, "TooManyProperties"),
         (entity(Value::Object(huge)), 400, "EntityTooLarge"),
         (entity(json!({ "O": { "nested": 1 } })), 400, "InvalidInput"),
+        (
+            entity(json!({ "L@odata.type": "Edm.Int64", "L": 5 })),
+            400,
+            "InvalidInput",
+        ),
+        (
+            entity(json!({ "L@odata.type": "Edm.Int64" })),
+            400,
+            "PropertiesNeedValue",
+        ),
         (json!({ "RowKey": "r" }), 400, "InvalidInput"),
     ];
     for (body, status, code) in cases {

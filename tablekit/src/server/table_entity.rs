@@ -26,6 +26,7 @@ pub(crate) fn entity_of(
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(Failure::invalid("The request body is empty."));
     }
+    check_annotated_values(body)?;
     let decoded = match url_key {
         None => decode_entity::<DynamicEntity>(body, None, None),
         Some(k) => decode_write_body::<DynamicEntity>(body, (&k.partition_key, &k.row_key)),
@@ -43,6 +44,62 @@ pub(crate) fn entity_of(
     entity.etag = None;
     check::check(&entity)?;
     Ok(entity)
+}
+
+/// What the decoder lets through and the service refuses: an annotated
+/// value of the wrong JSON form (an `Edm.Int64` as a number rather than a
+/// string, an `Edm.Double` as a string other than `NaN` or an infinity),
+/// and an annotated property without a value (`PropertiesNeedValue`).
+fn check_annotated_values(body: &[u8]) -> Result<(), Failure> {
+    let Ok(serde_json::Value::Object(members)) = serde_json::from_slice::<serde_json::Value>(body)
+    else {
+        // Not a JSON object: the decoder says why.
+        return Ok(());
+    };
+    for (key, edm) in &members {
+        let Some(name) = key.strip_suffix("@odata.type") else {
+            continue;
+        };
+        if matches!(name, "PartitionKey" | "RowKey" | "Timestamp") {
+            continue;
+        }
+        let Some(edm) = edm.as_str() else {
+            return Err(Failure::invalid(format!(
+                "The type annotation of {name:?} is not a string."
+            )));
+        };
+        let value = match members.get(name) {
+            None | Some(serde_json::Value::Null) => {
+                return Err(Failure::new(
+                    400,
+                    "PropertiesNeedValue",
+                    format!(
+                        "Values have not been specified for all properties in the entity. ({name})"
+                    ),
+                ))
+            }
+            Some(v) => v,
+        };
+        let fits = match edm {
+            "Edm.Int64" | "Edm.String" | "Edm.Guid" | "Edm.DateTime" | "Edm.Binary" => {
+                value.is_string()
+            }
+            "Edm.Int32" => value.is_i64(),
+            "Edm.Boolean" => value.is_boolean(),
+            "Edm.Double" => {
+                value.is_number()
+                    || matches!(value.as_str(), Some("NaN" | "Infinity" | "-Infinity"))
+            }
+            // An unknown type: the decoder refuses it.
+            _ => true,
+        };
+        if !fits {
+            return Err(Failure::invalid(format!(
+                "One of the request inputs is not valid. (the value of {name:?} is not an {edm})"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The `If-Match` of a request: `*` or an ETag.
@@ -368,6 +425,31 @@ mod tests {
             code(br#"{"PartitionKey":"p","RowKey":"r","G@odata.type":"Edm.Nope","G":"x"}"#),
             "InvalidInput"
         );
+        for wrong_form in [
+            r#""L@odata.type":"Edm.Int64","L":5"#,
+            r#""D@odata.type":"Edm.Double","D":"1.5""#,
+            r#""I@odata.type":"Edm.Int32","I":"1""#,
+            r#""B@odata.type":"Edm.Boolean","B":1"#,
+            r#""T@odata.type":"Edm.DateTime","T":1"#,
+            r#""X@odata.type":7,"X":1"#,
+        ] {
+            let body = format!(r#"{{"PartitionKey":"p","RowKey":"r",{wrong_form}}}"#);
+            assert_eq!(code(body.as_bytes()), "InvalidInput", "{wrong_form}");
+        }
+        for no_value in [
+            r#""L@odata.type":"Edm.Int64""#,
+            r#""L@odata.type":"Edm.Int64","L":null"#,
+        ] {
+            let body = format!(r#"{{"PartitionKey":"p","RowKey":"r",{no_value}}}"#);
+            assert_eq!(code(body.as_bytes()), "PropertiesNeedValue", "{no_value}");
+        }
+        // The forms the service accepts.
+        let ok = br#"{"PartitionKey":"p","RowKey":"r","D@odata.type":"Edm.Double","D":"NaN",
+            "E@odata.type":"Edm.Double","E":2,"I@odata.type":"Edm.Int32","I":-3,
+            "PartitionKey@odata.type":"Edm.String"}"#;
+        let e = entity_of(ok, None).unwrap();
+        assert_eq!(e.get("E"), Some(&EdmValue::Double(2.0)));
+        assert_eq!(e.get("I"), Some(&EdmValue::Int32(-3)));
         assert_eq!(
             code(br#"{"PartitionKey":"p/","RowKey":"r"}"#),
             "OutOfRangeInput"
