@@ -516,6 +516,22 @@ async fn updates_merges_and_deletes_follow_if_match() {
         (body["A"].clone(), body["B"].clone(), body["C"].clone()),
         (json!(1), json!("b"), json!(true))
     );
+    // PATCH, as the Python SDK spells MERGE.
+    let a = raw
+        .send(
+            "PATCH",
+            path,
+            &[("Content-Type", "application/json"), ("If-Match", "*")],
+            r#"{"D":4}"#,
+        )
+        .await;
+    assert_eq!(a.status, 204, "{}", a.body);
+    let second = a.header("etag").unwrap().to_owned();
+    let a = raw.send("GET", path, &[], "").await;
+    assert_eq!(
+        (a.json()["C"].clone(), a.json()["D"].clone()),
+        (json!(true), json!(4))
+    );
     // A stale ETag: 412, nothing changed.
     let a = raw
         .send(
@@ -909,5 +925,47 @@ async fn tablekits_clients_work_against_the_server() {
         tablekit::service_properties::GeoReplicationStatus::Live
     );
     table.delete_table().await.unwrap();
+    server.shutdown().await.unwrap();
+}
+
+/// The service's settings and stats in its XML, stats also where the
+/// Python SDK asks for them (the secondary account, then the account again
+/// in the path).
+#[tokio::test]
+async fn service_properties_and_stats_answer_in_xml() {
+    let (server, raw) = start().await;
+    let a = raw
+        .send("GET", "?restype=service&comp=properties", &[], "")
+        .await;
+    assert_eq!(a.status, 200);
+    assert_eq!(a.header("content-type"), Some("application/xml"));
+    assert!(a.body.contains("<StorageServiceProperties>"), "{}", a.body);
+    let a = raw
+        .send("PUT", "?restype=service&comp=properties", &[], "<nope")
+        .await;
+    assert_eq!(
+        (a.status.as_u16(), a.code().as_str()),
+        (400, "InvalidXmlDocument")
+    );
+    let secondary = Raw {
+        http: reqwest::Client::new(),
+        base: format!("http://{}/{DEV_ACCOUNT}-secondary", server.table_address()),
+    };
+    for (client, path) in [
+        (&secondary, "?restype=service&comp=stats".to_owned()),
+        (
+            &secondary,
+            format!("{DEV_ACCOUNT}/?restype=service&comp=stats"),
+        ),
+    ] {
+        let a = client.send("GET", &path, &[], "").await;
+        assert_eq!(a.status, 200, "{path}: {}", a.body);
+        assert!(
+            a.body
+                .contains("<GeoReplication><Status>live</Status><LastSyncTime>"),
+            "{}",
+            a.body
+        );
+    }
     server.shutdown().await.unwrap();
 }

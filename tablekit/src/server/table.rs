@@ -18,7 +18,10 @@ use crate::options::Metadata;
 pub(crate) async fn handle(ctx: Ctx<'_>) -> Result<Reply, Failure> {
     let method = effective_method(&ctx)?;
     let comp = ctx.param("comp");
-    if ctx.path.is_empty() {
+    // The service's root; the Python SDK asks for stats at
+    // `/<account>-secondary/<account>/`, naming the account twice.
+    let root = ctx.path.trim_end_matches('/');
+    if root.is_empty() || (root == ctx.account.name && ctx.param("restype") == Some("service")) {
         return match (ctx.param("restype"), comp) {
             (Some("service"), Some("properties" | "stats")) => {
                 table_admin::service(&ctx, &method).await

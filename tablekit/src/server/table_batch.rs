@@ -146,9 +146,9 @@ fn plan(
     let kind = match (method.as_str(), &key, condition) {
         ("POST", None, _) => BatchKind::Insert,
         ("PUT", Some(_), None) => BatchKind::Upsert(UpdateMode::Replace),
-        ("MERGE", Some(_), None) => BatchKind::Upsert(UpdateMode::Merge),
+        ("MERGE" | "PATCH", Some(_), None) => BatchKind::Upsert(UpdateMode::Merge),
         ("PUT", Some(_), Some(m)) => BatchKind::Update(UpdateMode::Replace, m),
-        ("MERGE", Some(_), Some(m)) => BatchKind::Update(UpdateMode::Merge, m),
+        ("MERGE" | "PATCH", Some(_), Some(m)) => BatchKind::Update(UpdateMode::Merge, m),
         ("DELETE", Some(_), Some(m)) => BatchKind::Delete(m),
         ("DELETE", Some(_), None) => {
             return Err(Failure::new(

@@ -156,7 +156,8 @@ pub(crate) async fn one(
     match method.as_str() {
         "GET" => get(ctx, table, key).await,
         "PUT" => write(ctx, table, key, UpdateMode::Replace).await,
-        "MERGE" => write(ctx, table, key, UpdateMode::Merge).await,
+        // PATCH is how the newer SDKs (Python's azure-data-tables) spell MERGE.
+        "MERGE" | "PATCH" => write(ctx, table, key, UpdateMode::Merge).await,
         "DELETE" => delete(ctx, table, key).await,
         other => Err(Failure::new(
             405,
