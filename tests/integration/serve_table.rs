@@ -207,7 +207,8 @@ async fn an_insert_answers_in_the_format_and_with_the_content_asked_for() {
         "Formats(PartitionKey='p',RowKey='3')"
     );
     assert_eq!(body["Timestamp@odata.type"], "Edm.DateTime");
-    assert_eq!(body["I@odata.type"], "Edm.Int32");
+    assert_eq!(body["G@odata.type"], "Edm.Guid");
+    assert!(body.get("I@odata.type").is_none());
 
     // No metadata: no annotation, no odata member, Int64 still a string.
     let a = raw

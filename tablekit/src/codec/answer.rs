@@ -134,11 +134,12 @@ impl Answer<'_> {
     fn members(&self, out: &mut Vec<u8>, table: &str, e: &DynamicEntity, select: Select<'_>) {
         let keeps = |name: &str| select.is_none_or(|s| s.iter().any(|n| n == name));
         let full = self.metadata == Metadata::Full;
-        let annotate = |edm: EdmType, value: &EdmValue| match self.metadata {
+        // What the JSON form leaves ambiguous, in minimal and full metadata
+        // alike (as the service and Azurite write them): String, Boolean,
+        // Int32 and a finite Double read back as they are (a Double always
+        // has a `.` or an `e`).
+        let annotate = |value: &EdmValue| match self.metadata {
             Metadata::None => false,
-            Metadata::Full => edm != EdmType::String && edm != EdmType::Boolean,
-            // What the JSON form leaves ambiguous: Int32 and a finite Double
-            // read back as they are (a Double always has a `.` or an `e`).
             _ => match value {
                 EdmValue::String(_) | EdmValue::Boolean(_) | EdmValue::Int32(_) => false,
                 EdmValue::Double(d) => !d.is_finite(),
@@ -196,10 +197,9 @@ impl Answer<'_> {
             if !keeps(name) {
                 continue;
             }
-            let edm = value.edm_type();
-            if annotate(edm, value) {
+            if annotate(value) {
                 sep(out);
-                annotation(out, name, edm);
+                annotation(out, name, value.edm_type());
             }
             sep(out);
             member(out, name);
@@ -361,8 +361,9 @@ mod tests {
             "T1(PartitionKey='p%27%271',RowKey='r%2F%C3%A9')"
         );
         assert_eq!(full["Timestamp@odata.type"], "Edm.DateTime");
-        assert_eq!(full["I@odata.type"], "Edm.Int32");
-        assert_eq!(full["D@odata.type"], "Edm.Double");
+        assert_eq!(full["L@odata.type"], "Edm.Int64");
+        assert!(full.get("I@odata.type").is_none());
+        assert!(full.get("D@odata.type").is_none());
     }
 
     #[test]
