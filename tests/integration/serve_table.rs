@@ -2,8 +2,10 @@
 //! client never asks for (the three JSON metadata formats, `Prefer`, the
 //! raw multipart of a batch answer, the service's error JSON and codes for
 //! bad input, continuation tokens across pages), sent raw and signed with
-//! Shared Key Lite as any SDK signs it, and tablekit's clients over HTTP
-//! against an in-process server. (The behaviour suites run on a served store
+//! Shared Key Lite as any SDK signs it, tablekit's clients over HTTP
+//! against an in-process server, and the official Python SDK
+//! (`python/table_sdk_interop.py`, in the interop venv that
+//! `scripts/test.sh` makes). (The behaviour suites run on a served store
 //! too: their `served` tests.)
 
 use base64::Engine as _;
@@ -968,5 +970,64 @@ async fn service_properties_and_stats_answer_in_xml() {
             a.body
         );
     }
+    server.shutdown().await.unwrap();
+}
+
+/// The interpreter of the interop venv (`scripts/test.sh` makes it, with
+/// `tools/python/encryption-interop-requirements.txt`, which holds
+/// azure-data-tables too): `None`, with a banner, without it, and a failure
+/// when `CI=true`, as `encryption_interop` does.
+fn interop_python() -> Option<std::path::PathBuf> {
+    const VAR: &str = "TABLEKIT_INTEROP_PYTHON";
+    match std::env::var(VAR) {
+        Ok(p) if !p.trim().is_empty() => Some(p.into()),
+        _ => {
+            assert!(
+                !std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true")),
+                "{VAR} is not set but CI=true: the Python SDK interop needs the interop venv \
+                 (scripts/test.sh makes it)"
+            );
+            eprintln!(
+                "\n=========== Python table SDK interop SKIPPED ===========\n\
+                 {VAR} is not set: azure-data-tables was not run against the server.\n\
+                 Make the venv: python3 -m venv target/encryption-venv && \\\n  \
+                 target/encryption-venv/bin/pip install --no-deps -r tools/python/encryption-interop-requirements.txt\n\
+                 and set {VAR}=target/encryption-venv/bin/python\n\
+                 ========================================================\n"
+            );
+            None
+        }
+    }
+}
+
+/// The official Python SDK (azure-data-tables) against the server: every
+/// call it makes is answered in a form it reads, as Azure answers it (the
+/// script asserts each answer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_sdk_is_answered_as_azure_answers_it() {
+    let Some(python) = interop_python() else {
+        return;
+    };
+    let server = Server::builder().ports(0, 0, 0).start().await.unwrap();
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/integration/python/table_sdk_interop.py"
+    );
+    let connection = server.connection_string();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(&python)
+            .arg(script)
+            .env("TABLEKIT_SERVED_CONNECTION_STRING", connection)
+            .output()
+            .unwrap_or_else(|e| panic!("run {}: {e}", python.display()))
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "the Python SDK's run failed:\nstdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     server.shutdown().await.unwrap();
 }
