@@ -11,7 +11,7 @@ use super::reply::Reply;
 use super::table::{json_type, metadata_of, prefer_content, resource, unexpected, Resource};
 use super::table_entity::{entity_of, if_match};
 use super::{Ctx, Failure};
-use crate::backend::http::batch::serve::{encode_response, parse_request, PartAnswer, RequestPart};
+use crate::backend::http::batch::{encode_response, parse_request, PartAnswer, RequestPart};
 use crate::backend::{BatchKind, BatchOp, Operation, Response};
 use crate::codec::answer::Answer;
 use crate::codec::bag::CheckedBag;

@@ -336,123 +336,124 @@ fn parse_http(b: &[u8]) -> Result<PartResponse<'_>> {
     })
 }
 
-/// The server's half of the format: a transaction request read (what
-/// [`encode`] writes) and its answer written (what [`parse_response`] reads).
+// The server's half of the format (`tablekit::server`): a transaction
+// request read (what `encode` writes) and its answer written (what
+// `parse_response` reads).
+
+/// One HTTP request inside a batch.
+#[derive(Debug)]
 #[cfg(feature = "server")]
-pub(crate) mod serve {
-    use super::*;
+pub(crate) struct RequestPart<'a> {
+    pub(crate) method: &'a str,
+    /// The request line's URL, as written (absolute or a path).
+    pub(crate) url: &'a str,
+    head: &'a [u8],
+    pub(crate) body: &'a [u8],
+    /// Whether it came inside a changeset (rather than in the batch itself).
+    pub(crate) in_changeset: bool,
+}
 
-    /// One HTTP request inside a batch.
-    #[derive(Debug)]
-    pub(crate) struct RequestPart<'a> {
-        pub(crate) method: &'a str,
-        /// The request line's URL, as written (absolute or a path).
-        pub(crate) url: &'a str,
-        head: &'a [u8],
-        pub(crate) body: &'a [u8],
-        /// Whether it came inside a changeset (rather than in the batch itself).
-        pub(crate) in_changeset: bool,
+#[cfg(feature = "server")]
+impl RequestPart<'_> {
+    /// The value of header `name` (any case), if it is text.
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        header(self.head, name).and_then(|v| std::str::from_utf8(v).ok())
     }
+}
 
-    impl RequestPart<'_> {
-        /// The value of header `name` (any case), if it is text.
-        pub(crate) fn header(&self, name: &str) -> Option<&str> {
-            header(self.head, name).and_then(|v| std::str::from_utf8(v).ok())
-        }
-    }
-
-    /// The requests of a batch body of Content-Type `content_type`, in order.
-    /// A decode error for a body that is not such a multipart.
-    pub(crate) fn parse_request<'a>(
-        content_type: &str,
-        body: &'a [u8],
-    ) -> Result<Vec<RequestPart<'a>>> {
-        let boundary = boundary_of(content_type)
-            .ok_or_else(|| Error::decode("a batch without a multipart boundary"))?;
-        let mut out = Vec::new();
-        walk_parts(body, &boundary, 0, &mut |content, depth| {
-            let (head, body) = split_head(content);
-            let mut lines = lines(head);
-            let request_line = std::str::from_utf8(lines.next().unwrap_or(b""))
-                .map_err(|_| Error::decode("a batch request line that is not text"))?;
-            let mut words = request_line.split_ascii_whitespace();
-            let (Some(method), Some(url)) = (words.next(), words.next()) else {
-                return Err(Error::decode(format!(
-                    "a bad request line in a batch: {request_line:?}"
-                )));
-            };
-            // The head without its request line.
-            let head = memchr::memchr(b'\n', head).map_or(&head[head.len()..], |i| &head[i + 1..]);
-            out.push(RequestPart {
-                method,
-                url,
-                head,
-                body: trim_line_break(body),
-                in_changeset: depth > 0,
-            });
-            Ok(())
-        })?;
-        Ok(out)
-    }
-
-    /// One operation's answer inside a changeset.
-    #[derive(Debug, Default)]
-    pub(crate) struct PartAnswer {
-        pub(crate) status: u16,
-        pub(crate) headers: Vec<(&'static str, String)>,
-        pub(crate) body: Vec<u8>,
-    }
-
-    /// A batch answer holding one changeset with `parts`, as the service
-    /// writes it: its Content-Type and body.
-    pub(crate) fn encode_response(parts: &[PartAnswer]) -> Encoded {
-        let batch = format!("batchresponse_{}", uuid::Uuid::new_v4());
-        let changeset = format!("changesetresponse_{}", uuid::Uuid::new_v4());
-        let mut b =
-            Vec::with_capacity(256 + parts.iter().map(|p| 300 + p.body.len()).sum::<usize>());
-        let line = |b: &mut Vec<u8>, parts: &[&str]| {
-            for p in parts {
-                b.extend_from_slice(p.as_bytes());
-            }
-            b.extend_from_slice(b"\r\n");
+/// The requests of a batch body of Content-Type `content_type`, in order.
+/// A decode error for a body that is not such a multipart.
+#[cfg(feature = "server")]
+pub(crate) fn parse_request<'a>(
+    content_type: &str,
+    body: &'a [u8],
+) -> Result<Vec<RequestPart<'a>>> {
+    let boundary = boundary_of(content_type)
+        .ok_or_else(|| Error::decode("a batch without a multipart boundary"))?;
+    let mut out = Vec::new();
+    walk_parts(body, &boundary, 0, &mut |content, depth| {
+        let (head, body) = split_head(content);
+        let mut lines = lines(head);
+        let request_line = std::str::from_utf8(lines.next().unwrap_or(b""))
+            .map_err(|_| Error::decode("a batch request line that is not text"))?;
+        let mut words = request_line.split_ascii_whitespace();
+        let (Some(method), Some(url)) = (words.next(), words.next()) else {
+            return Err(Error::decode(format!(
+                "a bad request line in a batch: {request_line:?}"
+            )));
         };
-        line(&mut b, &["--", &batch]);
+        // The head without its request line.
+        let head = memchr::memchr(b'\n', head).map_or(&head[head.len()..], |i| &head[i + 1..]);
+        out.push(RequestPart {
+            method,
+            url,
+            head,
+            body: trim_line_break(body),
+            in_changeset: depth > 0,
+        });
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// One operation's answer inside a changeset.
+#[derive(Debug, Default)]
+#[cfg(feature = "server")]
+pub(crate) struct PartAnswer {
+    pub(crate) status: u16,
+    pub(crate) headers: Vec<(&'static str, String)>,
+    pub(crate) body: Vec<u8>,
+}
+
+/// A batch answer holding one changeset with `parts`, as the service
+/// writes it: its Content-Type and body.
+#[cfg(feature = "server")]
+pub(crate) fn encode_response(parts: &[PartAnswer]) -> Encoded {
+    let batch = format!("batchresponse_{}", uuid::Uuid::new_v4());
+    let changeset = format!("changesetresponse_{}", uuid::Uuid::new_v4());
+    let mut b = Vec::with_capacity(256 + parts.iter().map(|p| 300 + p.body.len()).sum::<usize>());
+    let line = |b: &mut Vec<u8>, parts: &[&str]| {
+        for p in parts {
+            b.extend_from_slice(p.as_bytes());
+        }
+        b.extend_from_slice(b"\r\n");
+    };
+    line(&mut b, &["--", &batch]);
+    line(
+        &mut b,
+        &["Content-Type: multipart/mixed; boundary=", &changeset],
+    );
+    line(&mut b, &[]);
+    for p in parts {
+        line(&mut b, &["--", &changeset]);
+        line(&mut b, &["Content-Type: application/http"]);
+        line(&mut b, &["Content-Transfer-Encoding: binary"]);
+        line(&mut b, &[]);
+        let reason = http::StatusCode::from_u16(p.status)
+            .ok()
+            .and_then(|s| s.canonical_reason())
+            .unwrap_or("");
         line(
             &mut b,
-            &["Content-Type: multipart/mixed; boundary=", &changeset],
+            &[
+                "HTTP/1.1 ",
+                itoa::Buffer::new().format(p.status),
+                " ",
+                reason,
+            ],
         );
+        for (name, value) in &p.headers {
+            line(&mut b, &[name, ": ", value]);
+        }
         line(&mut b, &[]);
-        for p in parts {
-            line(&mut b, &["--", &changeset]);
-            line(&mut b, &["Content-Type: application/http"]);
-            line(&mut b, &["Content-Transfer-Encoding: binary"]);
-            line(&mut b, &[]);
-            let reason = http::StatusCode::from_u16(p.status)
-                .ok()
-                .and_then(|s| s.canonical_reason())
-                .unwrap_or("");
-            line(
-                &mut b,
-                &[
-                    "HTTP/1.1 ",
-                    itoa::Buffer::new().format(p.status),
-                    " ",
-                    reason,
-                ],
-            );
-            for (name, value) in &p.headers {
-                line(&mut b, &[name, ": ", value]);
-            }
-            line(&mut b, &[]);
-            b.extend_from_slice(&p.body);
-            line(&mut b, &[]);
-        }
-        line(&mut b, &["--", &changeset, "--"]);
-        line(&mut b, &["--", &batch, "--"]);
-        Encoded {
-            content_type: format!("multipart/mixed; boundary={batch}"),
-            body: b,
-        }
+        b.extend_from_slice(&p.body);
+        line(&mut b, &[]);
+    }
+    line(&mut b, &["--", &changeset, "--"]);
+    line(&mut b, &["--", &batch, "--"]);
+    Encoded {
+        content_type: format!("multipart/mixed; boundary={batch}"),
+        body: b,
     }
 }
 
@@ -647,7 +648,7 @@ mod tests {
             },
         ];
         let e = encode("http://127.0.0.1:1/acct", "T1", &ops);
-        let parts = serve::parse_request(&e.content_type, &e.body).unwrap();
+        let parts = parse_request(&e.content_type, &e.body).unwrap();
         assert_eq!(parts.len(), 3);
         assert!(parts.iter().all(|p| p.in_changeset));
         assert_eq!(
@@ -666,13 +667,12 @@ mod tests {
         );
         assert_eq!(parts[2].header("if-match"), Some("*"));
         assert!(parts[2].body.is_empty());
-        assert!(serve::parse_request("multipart/mixed", &e.body).is_err());
+        assert!(parse_request("multipart/mixed", &e.body).is_err());
     }
 
     #[cfg(feature = "server")]
     #[test]
     fn an_answer_the_server_encodes_is_read_by_the_client() {
-        use serve::{encode_response, PartAnswer};
         let ok = encode_response(&[
             PartAnswer {
                 status: 204,
