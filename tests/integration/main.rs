@@ -53,6 +53,8 @@ mod readme;
 mod retry;
 mod sas_account;
 mod scripted;
+mod serve_auth;
+mod serve_queue;
 mod serve_table;
 mod service_properties;
 mod service_rules;

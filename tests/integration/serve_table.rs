@@ -21,6 +21,9 @@ struct Raw {
     http: reqwest::Client,
     /// `http://127.0.0.1:<port>/devstoreaccount1`
     base: String,
+    /// The path to sign in place of the request's (as the Python SDKs sign
+    /// a request to the secondary: over the primary's path).
+    signed_path: Option<String>,
 }
 
 struct Answer {
@@ -53,6 +56,7 @@ impl Raw {
         Raw {
             http: reqwest::Client::new(),
             base: format!("http://{}/{DEV_ACCOUNT}", server.table_address()),
+            signed_path: None,
         }
     }
 
@@ -70,7 +74,8 @@ impl Raw {
         let date = httpdate(chrono::Utc::now());
         // Shared Key Lite (Table): the date, then the canonical resource,
         // the account named before the path-style path, with `comp` kept.
-        let mut resource = format!("/{DEV_ACCOUNT}{}", parsed.path());
+        let path = self.signed_path.as_deref().unwrap_or(parsed.path());
+        let mut resource = format!("/{DEV_ACCOUNT}{path}");
         if let Some((_, comp)) = parsed.query_pairs().find(|(k, _)| k == "comp") {
             resource.push_str(&format!("?comp={comp}"));
         }
@@ -953,11 +958,23 @@ async fn service_properties_and_stats_answer_in_xml() {
     let secondary = Raw {
         http: reqwest::Client::new(),
         base: format!("http://{}/{DEV_ACCOUNT}-secondary", server.table_address()),
+        signed_path: None,
+    };
+    // As the Python SDK sends it: `/<account>-secondary` put before the
+    // primary's path after the request was signed over it.
+    let python = Raw {
+        http: reqwest::Client::new(),
+        base: secondary.base.clone(),
+        signed_path: Some(format!("/{DEV_ACCOUNT}/")),
     };
     for (client, path) in [
         (&secondary, "?restype=service&comp=stats".to_owned()),
         (
             &secondary,
+            format!("{DEV_ACCOUNT}/?restype=service&comp=stats"),
+        ),
+        (
+            &python,
             format!("{DEV_ACCOUNT}/?restype=service&comp=stats"),
         ),
     ] {
@@ -970,6 +987,23 @@ async fn service_properties_and_stats_answer_in_xml() {
             a.body
         );
     }
+    // Signed over a path that is neither: refused.
+    let wrong = Raw {
+        signed_path: Some(format!("/{DEV_ACCOUNT}/Tables")),
+        ..python
+    };
+    let a = wrong
+        .send(
+            "GET",
+            &format!("{DEV_ACCOUNT}/?restype=service&comp=stats"),
+            &[],
+            "",
+        )
+        .await;
+    assert_eq!(
+        (a.status.as_u16(), a.code().as_str()),
+        (403, "AuthenticationFailed")
+    );
     server.shutdown().await.unwrap();
 }
 
