@@ -49,27 +49,35 @@ pub(crate) async fn batch(ctx: &Ctx<'_>) -> Result<Reply, Failure> {
     }
     let parts = parse_request(content_type, &ctx.body)
         .map_err(|e| Failure::invalid(format!("The batch request body is not valid. ({e})")))?;
+    // A refusal of one operation is the changeset's answer, as a failure of
+    // the store is.
+    let refuse = |index: usize, failure: Failure| {
+        Ok(multipart(&[failed_part(index, &failure, ctx.request_id)]))
+    };
     if parts.is_empty() {
-        return Err(at(
+        return refuse(
             0,
             Failure::invalid("One of the request inputs is not valid."),
-        ));
+        );
     }
     if parts.len() > MAX_BATCH_OPERATIONS {
         // The service names the 100th operation whatever the count.
-        return Err(at(
+        return refuse(
             MAX_BATCH_OPERATIONS - 1,
             Failure::invalid(
                 "The batch request operation exceeds the maximum 100 changes per change set.",
             ),
-        ));
+        );
     }
     let base = super::table::base_url(ctx);
     let mut table: Option<String> = None;
     let mut ops = Vec::with_capacity(parts.len());
     let mut returned = Vec::with_capacity(parts.len());
     for (i, part) in parts.iter().enumerate() {
-        let p = plan(ctx, part, &mut table).map_err(|f| at(i, f))?;
+        let p = match plan(ctx, part, &mut table) {
+            Ok(p) => p,
+            Err(f) => return refuse(i, f),
+        };
         ops.push(p.op);
         returned.push(p.returned);
     }
@@ -104,22 +112,30 @@ pub(crate) async fn batch(ctx: &Ctx<'_>) -> Result<Reply, Failure> {
     Ok(multipart(&answers))
 }
 
-/// `failure` attributed to operation `index`.
-fn at(index: usize, mut failure: Failure) -> Failure {
-    failure.batch_index = Some(index);
-    failure
-}
-
 /// Reads one part into its operation, checked as a single request's.
 fn plan(
     ctx: &Ctx<'_>,
     part: &RequestPart<'_>,
     table: &mut Option<String>,
 ) -> Result<Planned, Failure> {
-    if !part.in_changeset || part.method.eq_ignore_ascii_case("GET") {
-        return Err(Failure::invalid(
-            "A batch holds one changeset of writes: a query is not served in a batch.",
-        ));
+    match part.changeset {
+        Some(0) if !part.method.eq_ignore_ascii_case("GET") => {}
+        Some(0) => {
+            return Err(Failure::invalid(
+                "A changeset holds writes only: a query is not allowed in it.",
+            ))
+        }
+        // The service carries out the first changeset only.
+        Some(_) => {
+            return Err(Failure::invalid(
+                "The Table service supports a single changeset in a batch.",
+            ))
+        }
+        None => {
+            return Err(Failure::invalid(
+                "A batch holds one changeset of writes: a query is not served in a batch.",
+            ))
+        }
     }
     let path = part_path(part.url, &ctx.account.name)?;
     let Resource::Entities { table: name, key } = resource(&path)? else {

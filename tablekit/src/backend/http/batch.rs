@@ -188,7 +188,7 @@ fn collect_parts<'a>(
     out: &mut Vec<PartResponse<'a>>,
     depth: usize,
 ) -> Result<()> {
-    walk_parts(body, boundary, depth, &mut |content, _| {
+    walk_parts(body, boundary, depth, None, &mut |content, _| {
         out.push(parse_http(content)?);
         Ok(())
     })
@@ -196,13 +196,15 @@ fn collect_parts<'a>(
 
 /// Splits `body` at its boundary lines and walks every part: nested
 /// multiparts are entered, and the content of each `application/http` part
-/// (an HTTP message) is handed to `on_http` with the depth it was met at
-/// (0: in the batch itself, 1: in a changeset).
+/// (an HTTP message) is handed to `on_http` with the changeset it was met in
+/// (`None` in the batch itself, else the index of the batch's nested
+/// multipart that holds it).
 fn walk_parts<'a>(
     body: &'a [u8],
     boundary: &str,
     depth: usize,
-    on_http: &mut dyn FnMut(&'a [u8], usize) -> Result<()>,
+    changeset: Option<usize>,
+    on_http: &mut dyn FnMut(&'a [u8], Option<usize>) -> Result<()>,
 ) -> Result<()> {
     if depth > 2 {
         return Err(Error::decode("transaction response nested too deeply"));
@@ -217,6 +219,7 @@ fn walk_parts<'a>(
         return Err(Error::decode("transaction response without its boundary"));
     };
     rest = &rest[first + delim.len()..];
+    let mut nested = 0;
     loop {
         if rest.starts_with(b"--") {
             return Ok(());
@@ -231,9 +234,11 @@ fn walk_parts<'a>(
                 .ok()
                 .and_then(boundary_of)
                 .ok_or_else(|| Error::decode("nested multipart without boundary"))?;
-            walk_parts(content, &inner, depth + 1, on_http)?;
+            let group = changeset.unwrap_or(nested);
+            walk_parts(content, &inner, depth + 1, Some(group), on_http)?;
+            nested += 1;
         } else if starts_with_ignore_case(ct, "application/http") {
-            on_http(content, depth)?;
+            on_http(content, changeset)?;
         }
         if end == rest.len() {
             return Ok(());
@@ -349,8 +354,9 @@ pub(crate) struct RequestPart<'a> {
     pub(crate) url: &'a str,
     head: &'a [u8],
     pub(crate) body: &'a [u8],
-    /// Whether it came inside a changeset (rather than in the batch itself).
-    pub(crate) in_changeset: bool,
+    /// The changeset it came in (`None`: in the batch itself), counted
+    /// from 0 in the batch's order.
+    pub(crate) changeset: Option<usize>,
 }
 
 #[cfg(feature = "server")]
@@ -371,7 +377,7 @@ pub(crate) fn parse_request<'a>(
     let boundary = boundary_of(content_type)
         .ok_or_else(|| Error::decode("a batch without a multipart boundary"))?;
     let mut out = Vec::new();
-    walk_parts(body, &boundary, 0, &mut |content, depth| {
+    walk_parts(body, &boundary, 0, None, &mut |content, changeset| {
         let (head, body) = split_head(content);
         let mut lines = lines(head);
         let request_line = std::str::from_utf8(lines.next().unwrap_or(b""))
@@ -389,7 +395,7 @@ pub(crate) fn parse_request<'a>(
             url,
             head,
             body: trim_line_break(body),
-            in_changeset: depth > 0,
+            changeset,
         });
         Ok(())
     })?;
@@ -650,7 +656,7 @@ mod tests {
         let e = encode("http://127.0.0.1:1/acct", "T1", &ops);
         let parts = parse_request(&e.content_type, &e.body).unwrap();
         assert_eq!(parts.len(), 3);
-        assert!(parts.iter().all(|p| p.in_changeset));
+        assert!(parts.iter().all(|p| p.changeset == Some(0)));
         assert_eq!(
             (parts[0].method, parts[0].url),
             ("POST", "http://127.0.0.1:1/acct/T1")
@@ -668,6 +674,19 @@ mod tests {
         assert_eq!(parts[2].header("if-match"), Some("*"));
         assert!(parts[2].body.is_empty());
         assert!(parse_request("multipart/mixed", &e.body).is_err());
+        // Two changesets and a request in the batch itself: each part says
+        // where it came.
+        let body = "--b\r\nContent-Type: multipart/mixed; boundary=c1\r\n\r\n\
+            --c1\r\nContent-Type: application/http\r\n\r\nPOST http://h/a/T HTTP/1.1\r\n\r\n{}\r\n--c1--\r\n\
+            --b\r\nContent-Type: multipart/mixed; boundary=c2\r\n\r\n\
+            --c2\r\nContent-Type: application/http\r\n\r\nDELETE http://h/a/T(PartitionKey='p',RowKey='r') HTTP/1.1\r\nIf-Match: *\r\n\r\n\r\n--c2--\r\n\
+            --b\r\nContent-Type: application/http\r\n\r\nGET http://h/a/T() HTTP/1.1\r\n\r\n\r\n--b--\r\n";
+        let parts = parse_request("multipart/mixed; boundary=b", body.as_bytes()).unwrap();
+        let seen: Vec<_> = parts.iter().map(|p| (p.method, p.changeset)).collect();
+        assert_eq!(
+            seen,
+            [("POST", Some(0)), ("DELETE", Some(1)), ("GET", None)]
+        );
     }
 
     #[cfg(feature = "server")]
