@@ -56,6 +56,7 @@ mod scripted;
 mod serve_auth;
 mod serve_blob;
 mod serve_queue;
+mod serve_table;
 mod service_properties;
 mod service_rules;
 mod simulated_limits;
