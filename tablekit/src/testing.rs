@@ -958,7 +958,6 @@ macro_rules! conformance {
             }
 
             #[test]
-            #[ignore = "issue 40 in progress: the server does not serve every operation yet"]
             fn served() {
                 $crate::testing::__private::run(
                     __RUNTIME,

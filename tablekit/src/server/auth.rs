@@ -10,7 +10,7 @@
 //! - SAS (`auth_sas.rs`): the string to sign is built by the same functions
 //!   as the client's SAS builders (`account/sas`), for the versions foreign
 //!   SDKs sign too; a stored access policy (`si`) is read from the store.
-//! - Bearer tokens (`auth_bearer.rs`): JWTs checked against a
+//! - Bearer tokens (`bearer.rs`): JWTs checked against a
 //!   [`BearerConfig`]; a valid token gives full access (RBAC roles are not
 //!   modelled).
 //!
@@ -18,8 +18,6 @@
 //! Blob: by [`Access::check`], so that a public container may one day be read
 //! anonymously).
 
-#[path = "auth_bearer.rs"]
-mod bearer;
 #[path = "auth_key.rs"]
 mod key;
 #[path = "auth_sas.rs"]
@@ -31,8 +29,8 @@ use http::request::Parts;
 
 use super::{AccountState, Failure, Service, State};
 
-pub(crate) use bearer::challenge;
-pub use bearer::BearerConfig;
+use super::bearer;
+#[cfg(test)]
 pub(crate) use sas::KeyRange;
 
 /// What an authenticated request may do.
@@ -116,6 +114,7 @@ impl Access {
 
     /// The entities of `table` a table SAS restricts the request to (`spk`,
     /// `srk`, `epk`, `erk`): a query answers only these. `None`: no range.
+    #[cfg(test)]
     pub(crate) fn key_range(&self, table: &str) -> Option<&KeyRange> {
         match self {
             Access::Sas(grant) => grant.key_range(table),
@@ -137,6 +136,7 @@ impl Access {
 
     /// Whether the request carries no credential (a public container may
     /// still be read; a CORS preflight is answered).
+    #[cfg(test)]
     pub(crate) fn is_anonymous(&self) -> bool {
         matches!(self, Access::Anonymous(_))
     }
@@ -191,11 +191,12 @@ pub(crate) async fn authenticate(
         "SharedKeyLite" => key::verify(account, service, parts, query, true, credentials, now),
         "Bearer" => bearer::verify(
             state.bearer.as_ref(),
-            account,
+            &account.name,
             parts,
             credentials.trim(),
             now,
-        ),
+        )
+        .map(|()| Access::Full),
         _ => Err(Failure::auth(format!(
             "Authentication scheme {} is not supported.",
             scheme.chars().take(32).collect::<String>()

@@ -55,6 +55,7 @@ pub(crate) struct KeyRange {
 
 impl KeyRange {
     /// Whether the range sets any bound.
+    #[cfg(test)]
     pub(crate) fn is_bounded(&self) -> bool {
         self.start_partition_key.is_some() || self.end_partition_key.is_some()
     }
@@ -164,6 +165,7 @@ impl Grant {
     }
 
     /// The key range of a table SAS for `table`.
+    #[cfg(test)]
     pub(super) fn key_range(&self, table: &str) -> Option<&KeyRange> {
         match &self.scope {
             Scope::Table { table: t, range }

@@ -11,7 +11,6 @@
 //! container, committed blocks named again in a block list, public access
 //! levels) is answered 501 `NotImplemented`.
 
-
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use bytes::{Bytes, BytesMut};
@@ -1532,11 +1531,7 @@ async fn get_blob(ctx: &Ctx<'_>, container: &str, blob: &str) -> Result<Reply, F
     }
     answer_overrides(ctx, &mut reply);
     if want_md5 {
-        set(
-            &mut reply,
-            h("content-md5"),
-            &BASE64.encode(md5(&body)),
-        );
+        set(&mut reply, h("content-md5"), &BASE64.encode(md5(&body)));
     }
     set(&mut reply, h("x-ms-server-encrypted"), "true");
     Ok(reply)

@@ -27,17 +27,18 @@
 //! # }
 //! ```
 
-// Parts of the skeleton the services use as they are filled in.
-#![allow(dead_code)]
-
 mod auth;
+mod bearer;
 mod blob;
+mod ctx;
 mod queue;
 mod reply;
+mod state;
 mod table;
 mod table_admin;
 mod table_batch;
 mod table_entity;
+mod table_wire;
 
 use std::convert::Infallible;
 use std::fmt;
@@ -45,8 +46,6 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bytes::Bytes;
-use http::request::Parts;
 use http::{HeaderValue, Request};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
@@ -57,15 +56,13 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
 use crate::account::AccountKey;
-use crate::backend::blob::BlobBackend;
-use crate::backend::queue::QueueBackend;
-use crate::backend::Backend;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 
-pub(crate) use auth::Access;
-pub use auth::BearerConfig;
-pub(crate) use reply::{Failure, Reply};
+pub use bearer::BearerConfig;
+pub(crate) use ctx::Ctx;
+pub(crate) use reply::{Failure, Reply, Service};
+pub(crate) use state::{AccountState, State};
 
 /// The emulator's well-known account name.
 pub const DEV_ACCOUNT: &str = "devstoreaccount1";
@@ -79,14 +76,6 @@ pub const DEV_KEY: &str =
 /// larger body is answered 413 `RequestBodyTooLarge`).
 pub const MAX_BODY: usize = 256 << 20;
 
-/// One of the three services.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Service {
-    Blob,
-    Queue,
-    Table,
-}
-
 /// How to build a [`Server`]: [`Server::builder`].
 #[derive(Clone)]
 pub struct ServerBuilder {
@@ -96,7 +85,7 @@ pub struct ServerBuilder {
     queue_port: u16,
     table_port: u16,
     accounts: Vec<(String, AccountKey)>,
-    bearer: Option<auth::BearerConfig>,
+    bearer: Option<BearerConfig>,
     clock: Clock,
 }
 
@@ -193,6 +182,7 @@ impl ServerBuilder {
     /// The queues' and blobs' time from `clock` instead of the system's:
     /// what the test harness's served target uses, so that a test lets a
     /// visibility timeout pass without waiting.
+    #[cfg(any(test, feature = "test-support"))]
     pub(crate) fn clock(mut self, clock: crate::clock::ManualClock) -> Self {
         self.clock = Clock::Manual(clock);
         self
@@ -365,92 +355,6 @@ impl Server {
     }
 }
 
-/// What every connection shares: the accounts and how tokens are checked.
-pub(crate) struct State {
-    pub(crate) accounts: Vec<AccountState>,
-    pub(crate) bearer: Option<auth::BearerConfig>,
-}
-
-impl State {
-    /// The served account `name`; `<name>-secondary` is the same account
-    /// (its secondary location, where clients ask for stats, as Azurite
-    /// serves it).
-    pub(crate) fn account(&self, name: &str) -> Option<&AccountState> {
-        let name = name.strip_suffix("-secondary").unwrap_or(name);
-        self.accounts.iter().find(|a| a.name == name)
-    }
-}
-
-/// One served account: its key and its three stores.
-pub(crate) struct AccountState {
-    pub(crate) name: String,
-    pub(crate) key: AccountKey,
-    pub(crate) tables: Arc<dyn Backend>,
-    pub(crate) queues: Arc<dyn QueueBackend>,
-    pub(crate) blobs: Arc<dyn BlobBackend>,
-    /// The store file, held open while the account is served.
-    _file: Option<Box<dyn std::any::Any + Send + Sync>>,
-}
-
-impl AccountState {
-    fn open(name: &str, key: AccountKey, file: Option<&Path>, clock: Clock) -> Result<Self> {
-        Ok(match file {
-            None => AccountState {
-                name: name.to_owned(),
-                key,
-                tables: crate::backend::embedded(),
-                queues: crate::backend::embedded_queues(clock.clone()),
-                blobs: crate::backend::embedded_blobs(clock),
-                _file: None,
-            },
-            Some(path) => {
-                let options = crate::options::FileOptions::new();
-                let held = crate::backend::embedded::hold_file(path, &options)?;
-                AccountState {
-                    name: name.to_owned(),
-                    key,
-                    tables: crate::backend::embedded_at(path)?,
-                    queues: crate::backend::embedded_queues_at(path, clock.clone())?,
-                    blobs: crate::backend::embedded_blobs_at(path, clock)?,
-                    _file: Some(Box::new(held)),
-                }
-            }
-        })
-    }
-}
-
-/// One request, as a service's handler sees it: authenticated, its body
-/// read, its path split.
-pub(crate) struct Ctx<'a> {
-    pub(crate) account: &'a AccountState,
-    pub(crate) access: &'a Access,
-    pub(crate) parts: &'a Parts,
-    /// The path after `/<account>`, percent-decoded, without its leading
-    /// `/` (`Tables`, `mytable(PartitionKey='a',RowKey='b')`, `queue/messages`,
-    /// `container/dir/blob`).
-    pub(crate) path: &'a str,
-    /// The query string's parameters, percent-decoded, in order.
-    pub(crate) query: &'a [(String, String)],
-    pub(crate) body: Bytes,
-    pub(crate) request_id: &'a str,
-}
-
-impl Ctx<'_> {
-    /// The first value of the query parameter `name` (case-sensitive, as the
-    /// service's are).
-    pub(crate) fn param(&self, name: &str) -> Option<&str> {
-        self.query
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// The request header `name` as text, if present and visible ASCII.
-    pub(crate) fn header(&self, name: &str) -> Option<&str> {
-        self.parts.headers.get(name).and_then(|v| v.to_str().ok())
-    }
-}
-
 async fn accept(
     listener: TcpListener,
     service: Service,
@@ -546,7 +450,7 @@ async fn answer(state: &State, service: Service, peer: IpAddr, req: Request<Inco
     let unauthorized = reply.status() == http::StatusCode::UNAUTHORIZED;
     let headers = reply.headers_mut();
     if unauthorized {
-        if let Ok(v) = HeaderValue::from_str(&auth::challenge(state.bearer.as_ref())) {
+        if let Ok(v) = HeaderValue::from_str(&bearer::challenge(state.bearer.as_ref())) {
             headers.insert(http::header::WWW_AUTHENTICATE, v);
         }
     }

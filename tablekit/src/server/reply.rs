@@ -6,8 +6,15 @@ use chrono::{DateTime, Utc};
 use http::{HeaderValue, Response, StatusCode};
 use http_body_util::Full;
 
-use super::Service;
 use crate::error::{Error, ErrorKind, ValidationError};
+
+/// One of the three services.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Service {
+    Blob,
+    Queue,
+    Table,
+}
 
 /// An answer.
 pub(crate) type Reply = Response<Full<Bytes>>;

@@ -8,8 +8,8 @@ use http_body_util::Full;
 
 use super::auth::{Need, Perm};
 use super::reply::Reply;
-use super::table::{json_type, metadata_of, prefer_content, resource, unexpected, Resource};
 use super::table_entity::{entity_of, if_match};
+use super::table_wire::{json_type, metadata_of, prefer_content, resource, unexpected, Resource};
 use super::{Ctx, Failure};
 use crate::backend::http::batch::{encode_response, parse_request, PartAnswer, RequestPart};
 use crate::backend::{BatchKind, BatchOp, Operation, Response};
@@ -69,7 +69,7 @@ pub(crate) async fn batch(ctx: &Ctx<'_>) -> Result<Reply, Failure> {
             ),
         );
     }
-    let base = super::table::base_url(ctx);
+    let base = super::table_wire::base_url(ctx);
     let mut table: Option<String> = None;
     let mut ops = Vec::with_capacity(parts.len());
     let mut returned = Vec::with_capacity(parts.len());

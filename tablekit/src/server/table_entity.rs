@@ -6,7 +6,7 @@ use http::Method;
 
 use super::auth::{Need, Perm};
 use super::reply::{self, Reply};
-use super::table::{
+use super::table_wire::{
     answer, base_url, created, json_type, metadata, prefer_content, set_header, top, unexpected,
 };
 use super::{Ctx, Failure};

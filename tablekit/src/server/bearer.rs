@@ -10,8 +10,7 @@ use hmac::{Hmac, Mac as _};
 use http::request::Parts;
 use sha2::{Digest as _, Sha256};
 
-use super::super::{AccountState, Failure};
-use super::Access;
+use super::reply::Failure;
 use crate::error::{Error, Result};
 
 /// The audience of Azure Storage's tokens.
@@ -200,14 +199,15 @@ fn refused(detail: &str) -> Failure {
     }
 }
 
-/// Checks the bearer `token` of a request to `account`.
+/// Checks the bearer `token` of a request to the account `account`: `Ok`
+/// for a valid token, which gives full access.
 pub(super) fn verify(
     config: Option<&BearerConfig>,
-    account: &AccountState,
+    account: &str,
     parts: &Parts,
     token: &str,
     now: DateTime<Utc>,
-) -> std::result::Result<Access, Failure> {
+) -> std::result::Result<(), Failure> {
     let Some(config) = config else {
         return Err(refused(
             "Bearer tokens are not accepted: the server was started without a BearerConfig.",
@@ -264,10 +264,10 @@ pub(super) fn verify(
         .and_then(|h| h.to_str().ok())
         .unwrap_or("");
     let audience_ok = match claims.get("aud") {
-        Some(serde_json::Value::String(a)) => config.accepts_audience(a, &account.name, host),
+        Some(serde_json::Value::String(a)) => config.accepts_audience(a, account, host),
         Some(serde_json::Value::Array(list)) => list.iter().any(|a| {
             a.as_str()
-                .is_some_and(|a| config.accepts_audience(a, &account.name, host))
+                .is_some_and(|a| config.accepts_audience(a, account, host))
         }),
         _ => false,
     };
@@ -281,7 +281,7 @@ pub(super) fn verify(
             return Err(refused("Issuer validation failed. Issuer did not match."));
         }
     }
-    Ok(Access::Full)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -297,14 +297,9 @@ mod tests {
         format!("{header}.{payload}.{sig}")
     }
 
-    fn account() -> AccountState {
-        AccountState::open(
-            "devstoreaccount1",
-            crate::account::AccountKey::from_base64(super::super::super::DEV_KEY).unwrap(),
-            None,
-            crate::clock::Clock::System,
-        )
-        .unwrap()
+    /// The account the tokens are for.
+    fn account() -> &'static str {
+        "devstoreaccount1"
     }
 
     fn parts() -> Parts {
@@ -327,7 +322,7 @@ mod tests {
             "https://issuer.test/",
             now.timestamp() + 600,
         );
-        let check = |token: &str| verify(Some(&config), &account(), &parts(), token, now);
+        let check = |token: &str| verify(Some(&config), account(), &parts(), token, now);
         assert!(check(&hs256_token(secret, good.clone())).is_ok());
         // The account's own endpoint, and an array of audiences.
         let own = claims(
@@ -391,7 +386,7 @@ mod tests {
         );
         // Without a configuration every token is refused.
         let unconfigured =
-            verify(None, &account(), &parts(), &hs256_token(secret, good), now).unwrap_err();
+            verify(None, account(), &parts(), &hs256_token(secret, good), now).unwrap_err();
         assert_eq!(unconfigured.status, 401);
     }
 
@@ -415,7 +410,7 @@ TfLGk/uZzsmZEW9nhwIDAQAB\n\
         let config = BearerConfig::rs256_pem(TEST_PUBLIC_KEY).unwrap();
         assert!(format!("{config:?}").contains("RS256"));
         let token = OPENSSL_RS256_TOKEN;
-        assert!(verify(Some(&config), &account(), &parts(), token, now).is_ok());
+        assert!(verify(Some(&config), account(), &parts(), token, now).is_ok());
         let claims = serde_json::json!({ "aud": STORAGE_AUDIENCE, "exp": now.timestamp() + 600 });
         // Claims changed after signing.
         let (signed, signature) = token.rsplit_once('.').unwrap();
@@ -426,11 +421,11 @@ TfLGk/uZzsmZEW9nhwIDAQAB\n\
             "{header}.{}.{signature}",
             BASE64URL.encode(other.to_string())
         );
-        assert!(verify(Some(&config), &account(), &parts(), &forged, now).is_err());
+        assert!(verify(Some(&config), account(), &parts(), &forged, now).is_err());
         // An HS256 token keyed with the public key's text (the classic
         // algorithm confusion) is refused.
         let confused = hs256_token(TEST_PUBLIC_KEY.as_bytes(), claims);
-        assert!(verify(Some(&config), &account(), &parts(), &confused, now).is_err());
+        assert!(verify(Some(&config), account(), &parts(), &confused, now).is_err());
     }
 
     #[test]
