@@ -21,7 +21,7 @@ const SKEW_SECONDS: i64 = 5 * 60;
 
 /// How the server checks bearer tokens (`Authorization: Bearer <JWT>`, as
 /// Microsoft Entra ID issues them): give it to
-/// [`ServerBuilder::bearer`](super::super::ServerBuilder::bearer). Without
+/// [`ServerBuilder::bearer`](super::ServerBuilder::bearer). Without
 /// one, the server refuses every bearer token.
 ///
 /// A token is accepted when its signature verifies with the configured key
