@@ -1,0 +1,444 @@
+//! `tablekit-cli serve` as a process: spawned on free ports (port 0) and a
+//! temporary store file, found through the connection string it prints, and
+//! stopped with SIGTERM (graceful, exit 0) or SIGKILL (nothing acknowledged
+//! lost); a second `serve` on the same file and a port in use are refused
+//! with exit code 2 and a message that says why.
+//!
+//! Every child is stopped by its PID when its guard drops, whatever the test
+//! did before.
+#![cfg(unix)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
+
+use tablekit::{DynamicEntity, Storage};
+
+const BIN: &str = env!("CARGO_BIN_EXE_tablekit-cli");
+
+/// A running `tablekit-cli serve`, killed (SIGKILL) and reaped on drop.
+struct Served {
+    child: Child,
+    /// Standard output after the ready lines, kept open (a closed pipe would
+    /// fail the server's later writes).
+    _stdout: BufReader<ChildStdout>,
+    /// The ready lines, as printed.
+    lines: Vec<String>,
+    connection_string: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Served {
+    /// `tablekit-cli serve <args>` on three free ports, once it has printed
+    /// its connection string.
+    fn start(args: &[&str]) -> Served {
+        let mut child = serve_command(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn tablekit-cli serve");
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+        let mut lines = Vec::new();
+        let connection_string = loop {
+            let mut line = String::new();
+            let n = stdout.read_line(&mut line).expect("read serve's output");
+            if n == 0 {
+                // It exited before it was ready: say why.
+                let mut err = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    let _ = e.read_to_string(&mut err);
+                }
+                let status = child.wait().expect("wait");
+                panic!("serve exited ({status}) before it was ready: {err}\n{lines:?}");
+            }
+            let line = line.trim_end().to_owned();
+            lines.push(line.clone());
+            if let Some(cs) = line.strip_prefix("connection string: ") {
+                break cs.to_owned();
+            }
+        };
+        Served {
+            child,
+            _stdout: stdout,
+            lines,
+            connection_string,
+        }
+    }
+
+    fn storage(&self) -> Storage {
+        Storage::from_connection_string(&self.connection_string).expect("a connection string")
+    }
+
+    fn signal(&self, signal: nix::sys::signal::Signal) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, signal).expect("send the signal");
+    }
+
+    /// Reads standard error up to a line that contains `text` (the lines
+    /// read are gone).
+    fn stderr_until(&mut self, text: &str) -> String {
+        let stderr = self.child.stderr.as_mut().expect("piped");
+        let mut read = Vec::new();
+        let mut byte = [0u8; 1];
+        // Byte by byte, so that nothing after the line is taken from the pipe.
+        loop {
+            match stderr.read(&mut byte).expect("read serve's standard error") {
+                0 => panic!(
+                    "no {text:?} on standard error: {}",
+                    String::from_utf8_lossy(&read)
+                ),
+                _ => read.push(byte[0]),
+            }
+            if byte[0] == b'\n' {
+                let text_read = String::from_utf8_lossy(&read);
+                if text_read.lines().last().is_some_and(|l| l.contains(text)) {
+                    return text_read.into_owned();
+                }
+            }
+        }
+    }
+
+    /// Sends `signal` and waits for the exit (bounded: a server that does
+    /// not stop fails the test instead of hanging it).
+    fn stop_with(&mut self, signal: nix::sys::signal::Signal) -> (ExitStatus, String) {
+        self.signal(signal);
+        self.exit()
+    }
+
+    /// Waits for the exit (bounded); its status and the rest of standard
+    /// error.
+    fn exit(&mut self) -> (ExitStatus, String) {
+        let status = wait_bounded(&mut self.child);
+        let mut err = String::new();
+        if let Some(mut e) = self.child.stderr.take() {
+            e.read_to_string(&mut err)
+                .expect("read serve's standard error");
+        }
+        (status, err)
+    }
+}
+
+fn serve_command(args: &[&str]) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .arg("serve")
+        .args(["--blob-port", "0", "--queue-port", "0", "--table-port", "0"])
+        .args(args)
+        .stdin(Stdio::null());
+    command
+}
+
+/// The exit status of `child`, waited for at most a minute (then killed and
+/// the test failed: a hang guard, not a timing assertion).
+fn wait_bounded(child: &mut Child) -> ExitStatus {
+    for _ in 0..600 {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("serve did not exit within a minute");
+}
+
+/// `tablekit-cli serve <args>` that must fail to start: its exit status and
+/// standard error.
+fn refused(args: &[&str]) -> (ExitStatus, String) {
+    let mut child = serve_command(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tablekit-cli serve");
+    // Killed on the way out if it started after all.
+    struct Guard(Child);
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .expect("piped")
+        .read_to_string(&mut out)
+        .ok();
+    let mut guard = Guard(child);
+    let status = wait_bounded(&mut guard.0);
+    let mut err = String::new();
+    if let Some(mut e) = guard.0.stderr.take() {
+        e.read_to_string(&mut err)
+            .expect("read serve's standard error");
+    }
+    assert!(
+        !out.contains("connection string:"),
+        "it started: {out}\n{err}"
+    );
+    (status, err)
+}
+
+/// A store file path in a fresh temporary folder, removed (with the files
+/// beside it) on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        let dir = std::env::temp_dir().join(format!(
+            "tablekit-cli-serve-{}",
+            uuid::Uuid::new_v4().simple()
+        ));
+        std::fs::create_dir_all(&dir).expect("a temporary folder");
+        TempDir(dir)
+    }
+
+    fn file(&self) -> PathBuf {
+        self.0.join("store.redb")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("a UTF-8 temporary path")
+}
+
+/// The table names a store file holds, opened in this process (the server
+/// that held it is gone).
+fn tables_in(file: &Path) -> Vec<String> {
+    runtime().block_on(async {
+        let storage = Storage::embedded_at(file).expect("the file reopens");
+        storage
+            .tables()
+            .unwrap()
+            .list_tables()
+            .fetch_all()
+            .await
+            .expect("list the tables")
+    })
+}
+
+#[test]
+fn the_printed_lines_name_each_service_and_a_working_connection_string() {
+    let served = Served::start(&[]);
+    let lines = served.lines.join("\n");
+    assert!(lines.contains("(in memory)"), "{lines}");
+    for service in ["blob", "queue", "table"] {
+        let line = served
+            .lines
+            .iter()
+            .find(|l| l.starts_with(&format!("{service}: http://127.0.0.1:")))
+            .unwrap_or_else(|| panic!("no {service} line: {lines}"));
+        let port: u16 = line.rsplit(':').next().unwrap().parse().unwrap();
+        assert_ne!(port, 0, "{line}");
+        assert!(
+            served
+                .connection_string
+                .contains(&format!("http://127.0.0.1:{port}/devstoreaccount1")),
+            "{line} in {}",
+            served.connection_string
+        );
+    }
+    // The printed connection string reaches the server: tablekit over HTTP.
+    let storage = served.storage();
+    runtime().block_on(async {
+        let table = storage.table::<DynamicEntity>("Printed").unwrap();
+        assert!(table.create_table_if_not_exists().await.unwrap());
+        assert!(!table.create_table_if_not_exists().await.unwrap());
+    });
+}
+
+#[test]
+fn sigterm_stops_gracefully_with_exit_0_and_the_file_reopens_with_the_data() {
+    let dir = TempDir::new();
+    let file = dir.file();
+    let mut served = Served::start(&[path_str(&file)]);
+    assert!(
+        served.lines[0].contains(&format!("(store file {})", file.display())),
+        "{:?}",
+        served.lines
+    );
+    let storage = served.storage();
+    runtime().block_on(async {
+        for name in ["Before", "Sigterm"] {
+            storage.tables().unwrap().create_table(name).await.unwrap();
+        }
+    });
+    let (status, err) = served.stop_with(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(err.contains("SIGTERM: stopping"), "{err}");
+    assert!(err.contains("stopped"), "{err}");
+    // Closed: this process can open it, with what was written.
+    assert_eq!(tables_in(&file), ["Before", "Sigterm"]);
+}
+
+#[test]
+fn sigint_stops_gracefully_too() {
+    let mut served = Served::start(&[]);
+    let (status, err) = served.stop_with(nix::sys::signal::Signal::SIGINT);
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(err.contains("SIGINT: stopping"), "{err}");
+}
+
+#[test]
+fn sigkill_after_acknowledged_writes_loses_none_of_them() {
+    const N: usize = 40;
+    let dir = TempDir::new();
+    let file = dir.file();
+    let mut served = Served::start(&[path_str(&file)]);
+    let storage = served.storage();
+    let mut written: Vec<String> = runtime().block_on(async {
+        let mut written = Vec::new();
+        for i in 0..N {
+            let name = format!("Acked{i:03}");
+            // Acknowledged: the server answered 201.
+            storage.tables().unwrap().create_table(&name).await.unwrap();
+            written.push(name);
+        }
+        written
+    });
+    let (status, _) = served.stop_with(nix::sys::signal::Signal::SIGKILL);
+    assert_eq!(status.code(), None, "killed, not exited");
+    written.sort();
+    // The file reopens (repaired if it must be) with every acknowledged write,
+    // in this process and in a new server on it.
+    assert_eq!(tables_in(&file), written);
+    drop(served);
+    let again = Served::start(&[path_str(&file)]);
+    let storage = again.storage();
+    runtime().block_on(async {
+        for name in &written {
+            let table = storage.table::<DynamicEntity>(name).unwrap();
+            assert!(
+                !table.create_table_if_not_exists().await.unwrap(),
+                "{name} is there after the restart"
+            );
+        }
+    });
+}
+
+#[test]
+fn a_second_serve_on_the_same_file_is_refused_naming_the_file() {
+    let dir = TempDir::new();
+    let file = dir.file();
+    let _first = Served::start(&[path_str(&file)]);
+    let (status, err) = refused(&[path_str(&file)]);
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains(path_str(&file)), "{err}");
+    assert!(err.contains("in use"), "{err}");
+}
+
+#[test]
+fn a_port_in_use_is_a_clear_error() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let (status, err) = refused(&["--table-port", &port]);
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "cannot listen on 127.0.0.1:{port} for the Table service"
+        )),
+        "{err}"
+    );
+    assert!(err.contains("--table-port"), "{err}");
+}
+
+#[test]
+fn bad_options_exit_2_with_the_usage() {
+    let (status, err) = refused(&["--table-port", "many"]);
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(err.contains("--table-port needs a port number"), "{err}");
+    assert!(err.contains("usage: tablekit-cli serve"), "{err}");
+    let help = Command::new(BIN)
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    assert!(help.status.success());
+    let help = String::from_utf8(help.stdout).unwrap();
+    assert!(help.contains("SIGTERM"), "{help}");
+    let main_help = Command::new(BIN).arg("--help").output().unwrap();
+    let main_help = String::from_utf8(main_help.stdout).unwrap();
+    assert!(
+        main_help.contains("tablekit-cli serve [<file>]"),
+        "{main_help}"
+    );
+}
+
+/// A request whose body has not all been sent: in flight until the rest
+/// comes. `table_address` is `127.0.0.1:<port>`.
+fn half_sent_request(table_address: &str) -> (std::net::TcpStream, &'static [u8]) {
+    let body: &'static [u8] = br#"{"TableName":"InFlight"}"#;
+    let mut stream = std::net::TcpStream::connect(table_address).unwrap();
+    write!(
+        stream,
+        "POST /devstoreaccount1/Tables HTTP/1.1\r\nHost: {table_address}\r\n\
+         Content-Type: application/json\r\nAccept: application/json;odata=nometadata\r\n\
+         x-ms-version: 2019-02-02\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    stream.write_all(&body[..5]).unwrap();
+    stream.flush().unwrap();
+    (stream, &body[5..])
+}
+
+fn table_address(served: &Served) -> String {
+    served
+        .lines
+        .iter()
+        .find_map(|l| l.strip_prefix("table: http://"))
+        .expect("a table line")
+        .to_owned()
+}
+
+#[test]
+fn a_request_in_flight_at_sigterm_is_answered_before_the_exit() {
+    let mut served = Served::start(&[]);
+    let (mut stream, rest) = half_sent_request(&table_address(&served));
+    served.signal(nix::sys::signal::Signal::SIGTERM);
+    served.stderr_until("SIGTERM: stopping");
+    // The rest of the body, after the signal: the request is answered.
+    stream.write_all(rest).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 "), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("x-ms-request-id:"),
+        "{answer}"
+    );
+    let (status, err) = served.exit();
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(err.contains("stopped"), "{err}");
+}
+
+#[test]
+fn a_second_signal_exits_at_once_without_waiting_for_requests_in_flight() {
+    let mut served = Served::start(&[]);
+    // Never finished: the graceful shutdown would wait for it.
+    let (_stream, _) = half_sent_request(&table_address(&served));
+    served.signal(nix::sys::signal::Signal::SIGTERM);
+    served.stderr_until("SIGTERM: stopping");
+    let (status, err) = served.stop_with(nix::sys::signal::Signal::SIGINT);
+    assert_eq!(status.code(), Some(128 + 2), "{err}");
+    assert!(err.contains("SIGINT: exiting at once"), "{err}");
+    assert!(!err.contains("stopped"), "{err}");
+}
