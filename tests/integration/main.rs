@@ -53,6 +53,7 @@ mod readme;
 mod retry;
 mod sas_account;
 mod scripted;
+mod serve_python;
 mod service_properties;
 mod service_rules;
 mod simulated_limits;
