@@ -649,7 +649,8 @@ def blob_metadata_and_properties(run):
         assert p.content_settings.content_type == "text/html", p.content_settings
         assert p.content_settings.cache_control == "no-cache", p.content_settings
         assert p.blob_type == "BlockBlob", p.blob_type
-        assert p.etag and p.last_modified and p.creation_time, p
+        assert p.etag and p.last_modified, p
+        assert p.creation_time, "no creation time (x-ms-creation-time)"
         etag = p.etag
         b.set_blob_metadata({"a": "1", "b": "2"})
         p = b.get_blob_properties()
