@@ -647,12 +647,12 @@ async fn a_container_lease_guards_its_deletion(env: TestEnv) {
     assert!(!c.delete_container_if_exists().await.unwrap());
 }
 
-/// The blob endpoint a copy source URL starts with: Azurite's, or any on the
-/// embedded store, which reads only the URL's path.
+/// The blob endpoint a copy source URL starts with: the HTTP backend's, or
+/// any on the embedded store, which reads only the URL's path.
 fn blob_endpoint(env: &TestEnv) -> String {
     match env.backend() {
-        Backend::Azurite => {
-            let conn = common::connection_string().expect("the env is Azurite's");
+        Backend::Azurite | Backend::Served => {
+            let conn = env.connection_string().expect("an HTTP backend's");
             let account = tablekit::Account::from_connection_string(&conn).unwrap();
             account
                 .blob_endpoint()

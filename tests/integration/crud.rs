@@ -2,7 +2,7 @@
 //! optimistic concurrency, and what errors show.
 
 use crate::common;
-use tablekit::testing::Backend;
+use tablekit::testing::TestEnv;
 
 use chrono::Utc;
 use tablekit::{DynamicEntity, EdmValue, IfMatch, TableServiceClient, UpdateMode};
@@ -339,17 +339,20 @@ tablekit::testing::conformance! {
 /// Another writer, on its own runtime and client, changes the entity while
 /// `modify` holds a copy: the conditional write gets 412, and `modify` must read
 /// again and re-apply its change on the new version.
-fn concurrent_write(table_name: &str, svc: &TableServiceClient, backend: Backend) {
+fn concurrent_write(table_name: &str, svc: &TableServiceClient, env: &TestEnv) {
     let name = table_name.to_owned();
     // An embedded client belongs to no runtime: a clone shares the store.
-    let embedded = (!backend.is_azurite()).then(|| svc.clone());
+    let embedded = env.backend().is_embedded().then(|| svc.clone());
+    let conn = env.connection_string();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
         rt.block_on(async {
-            let svc = embedded.unwrap_or_else(|| common::service().expect("configured"));
+            let svc = embedded.unwrap_or_else(|| {
+                common::tables(&conn.expect("an HTTP backend has a connection string")).unwrap()
+            });
             let other = svc.table::<DynamicEntity>(&name).unwrap();
             let e = DynamicEntity::new("Channel9", "a")
                 .with("Counter", 10)
@@ -367,7 +370,6 @@ fn concurrent_write(table_name: &str, svc: &TableServiceClient, backend: Backend
 tablekit::testing::conformance! {
     async fn modify_retries_after_a_concurrent_write(env) {
         let svc = env.tables().clone();
-        let backend = env.backend();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Crud").await;
 
         t.insert(&DynamicEntity::new("Channel9", "a").with("Counter", 0))
@@ -378,7 +380,7 @@ tablekit::testing::conformance! {
             .modify(("Channel9", "a"), UpdateMode::Replace, |e| {
                 calls += 1;
                 if calls == 1 {
-                    concurrent_write(t.name(), &svc, backend);
+                    concurrent_write(t.name(), &svc, &env);
                 }
                 let n = e.get("Counter").and_then(EdmValue::as_i32).unwrap();
                 e.set("Counter", n + 1);
@@ -399,18 +401,9 @@ tablekit::testing::conformance! {
 tablekit::testing::conformance! {
     async fn two_writers_second_gets_412_then_rereads_and_wins(env) {
         let svc = env.tables().clone();
-        let backend = env.backend();
         let t = common::fresh_table::<DynamicEntity>(&svc, "Crud").await;
-        // A second client: its own connection pool on Azurite, the same store embedded.
-        let other = match backend {
-            Backend::Azurite => common::tables(
-                &std::env::var(common::CONNECTION_STRING_VAR).unwrap(),
-            )
-            .unwrap(),
-            Backend::Memory | Backend::File => svc.clone(),
-        }
-        .table::<DynamicEntity>(t.name())
-        .unwrap();
+        // A second client: its own connection pool over HTTP, the same store embedded.
+        let other = env.second_tables().table::<DynamicEntity>(t.name()).unwrap();
 
         t.insert(&blog("Oct-29")).await.unwrap();
         // 1. A and B both read v1.
@@ -462,7 +455,7 @@ tablekit::testing::conformance! {
         assert!(!shown.contains(common::KEY_FRAGMENT), "{shown}");
         assert!(!format!("{err:?}").contains(common::KEY_FRAGMENT));
         // The service names its answers; an embedded store made no request.
-        assert_eq!(err.request_id().is_some(), backend.is_azurite(), "{err:?}");
+        assert_eq!(err.request_id().is_some(), backend.is_http(), "{err:?}");
         assert!(!shown.contains('\n'), "one line: {shown:?}");
 
         let missing = svc.delete_table("NoSuchTable").await.unwrap_err();

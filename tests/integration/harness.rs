@@ -27,7 +27,8 @@ tablekit::testing::conformance! {
     /// check reads through another of the same account.
     async fn a_case_runs_on_the_backend_its_test_is_named_after(env) -> tablekit::Result<()> {
         assert_eq!(env.backend(), backend_of_this_test());
-        assert_eq!(env.clock().is_some(), env.backend().is_embedded());
+        assert_eq!(env.clock().is_some(), !env.backend().is_azurite());
+        assert_eq!(env.connection_string().is_some(), env.backend().is_http());
         assert_eq!(env.scratch_dir().is_some(), env.backend() == Backend::File);
         assert_eq!(Handle::current().runtime_flavor(), RuntimeFlavor::CurrentThread);
 

@@ -31,9 +31,12 @@ async fn seeded_table(svc: &TableServiceClient, backend: Backend) -> TableClient
     static AZURITE: OnceCell<String> = OnceCell::const_new();
     static EMBEDDED: OnceCell<String> = OnceCell::const_new();
     let svc = common::seed_service(svc, backend);
+    // The served store is fresh for each test: seeded by each.
+    let each = OnceCell::new();
     let cell = match backend {
         Backend::Azurite => &AZURITE,
         Backend::Memory | Backend::File => &EMBEDDED,
+        Backend::Served => &each,
     };
     let name = cell
         .get_or_init(|| async {

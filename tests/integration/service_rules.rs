@@ -70,7 +70,7 @@ tablekit::testing::conformance! {
             let (a, b) = (pair[0].timestamp().unwrap(), pair[1].timestamp().unwrap());
             match backend {
                 // Strictly later, so no two writes share an ETag.
-                Backend::Memory | Backend::File => {
+                Backend::Memory | Backend::File | Backend::Served => {
                     assert!(b > a, "{a} then {b}");
                     assert_ne!(pair[0].etag(), pair[1].etag());
                 }
@@ -109,7 +109,7 @@ tablekit::testing::conformance! {
         let merged = t.update(&second, UpdateMode::Merge, IfMatch::Any).await;
         let read = t.get(("p", "wide")).await.unwrap().unwrap();
         match backend {
-            Backend::Memory | Backend::File => {
+            Backend::Memory | Backend::File | Backend::Served => {
                 let err = merged.unwrap_err();
                 assert_eq!(err.status(), Some(400), "{err:?}");
                 assert_eq!(err.code(), Some(&ErrorCode::TooManyProperties));
@@ -133,7 +133,7 @@ tablekit::testing::conformance! {
         let long = "k".repeat(1024);
         let inserted = t.insert(&DynamicEntity::new("p", long.as_str())).await;
         match backend {
-            Backend::Memory | Backend::File => {
+            Backend::Memory | Backend::File | Backend::Served => {
                 inserted.unwrap();
                 let read = t.get(("p", long.as_str())).await.unwrap().unwrap();
                 assert_eq!(read.row_key.len(), 1024);
@@ -163,13 +163,13 @@ tablekit::testing::conformance! {
         let got = t.query().filter_raw("Rating gt 1.2").fetch_all().await.unwrap();
         match backend {
             // The data model's example: only the Double matches.
-            Backend::Memory | Backend::File => assert_eq!(row_keys(&got), ["b"]),
+            Backend::Memory | Backend::File | Backend::Served => assert_eq!(row_keys(&got), ["b"]),
             // Azurite 3.35 coerces like JavaScript (a listed deviation): all four.
             Backend::Azurite => assert_eq!(row_keys(&got), ["a", "b", "c", "d"]),
         }
         let got = t.query().filter_raw("Rating eq '2'").fetch_all().await.unwrap();
         match backend {
-            Backend::Memory | Backend::File => assert_eq!(row_keys(&got), ["c"]),
+            Backend::Memory | Backend::File | Backend::Served => assert_eq!(row_keys(&got), ["c"]),
             // The String, and the Int64 (which Azurite holds as the text "2").
             Backend::Azurite => assert_eq!(row_keys(&got), ["c", "d"]),
         }
@@ -177,7 +177,7 @@ tablekit::testing::conformance! {
         assert_eq!(row_keys(&got), ["a"], "both agree on an Int32 literal");
         let got = t.query().filter_raw("Rating eq 2L").fetch_all().await;
         match backend {
-            Backend::Memory | Backend::File => assert_eq!(row_keys(&got.unwrap()), ["d"]),
+            Backend::Memory | Backend::File | Backend::Served => assert_eq!(row_keys(&got.unwrap()), ["d"]),
             // An Int64 literal over a table where the name also holds an Int32:
             // Azurite 3.35 fails the query, a 500 with an empty body (no code).
             Backend::Azurite => {
@@ -373,7 +373,7 @@ tablekit::testing::conformance! {
         assert_eq!(row_keys(&eq), ["a"], "both agree on equality");
         match backend {
             // Bytewise: [255] is above [0, 1] and [1]; [0, 1] is below [1].
-            Backend::Memory | Backend::File => {
+            Backend::Memory | Backend::File | Backend::Served => {
                 assert_eq!(row_keys(&lt), Vec::<&str>::new());
                 assert_eq!(row_keys(&gt), ["a"]);
             }

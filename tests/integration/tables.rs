@@ -244,7 +244,7 @@ tablekit::testing::conformance! {
             .insert(&tablekit::DynamicEntity::new("p", "r"))
             .await;
         match backend {
-            Backend::Memory | Backend::File => {
+            Backend::Memory | Backend::File | Backend::Served => {
                 inserted.unwrap();
                 let same = svc.table::<tablekit::DynamicEntity>(&name).unwrap();
                 assert!(same.get(("p", "r")).await.unwrap().is_some());

@@ -15,7 +15,7 @@ use tablekit::{
     clock::ManualClock,
     options::{ClientOptions, RetryPolicy},
     Account, BlobServiceClient, ContainerClient, DynamicEntity, ETag, EdmValue, IfMatch,
-    TableClient, TableEntity, TableServiceClient,
+    TableClient, TableEntity,
 };
 use tablekit_patterns::large::{
     LargeTable, SplitTable, Step, SweepReport, BLOBS, DEFAULT_GRACE, SPLIT,
@@ -65,15 +65,10 @@ fn don_hall(photo_len: usize) -> Employee {
     }
 }
 
-/// The Blob service of the same account as `svc`, in a fresh container.
-async fn fresh_container(svc: &TableServiceClient) -> ContainerClient {
-    let blobs = if svc.is_embedded() {
-        BlobServiceClient::embedded()
-    } else {
-        let conn = std::env::var(common::CONNECTION_STRING_VAR).expect("service() succeeded");
-        BlobServiceClient::from_connection_string(&conn).expect("valid connection string")
-    };
-    let container = blobs
+/// A fresh container in the Blob service of the case's backend.
+async fn fresh_container(env: &TestEnv) -> ContainerClient {
+    let container = env
+        .blobs()
         .container(&unique_name("large-"))
         .expect("valid container name");
     container
@@ -83,9 +78,9 @@ async fn fresh_container(svc: &TableServiceClient) -> ContainerClient {
     container
 }
 
-async fn setup(svc: &TableServiceClient) -> (LargeTable<Employee>, TableClient<Employee>) {
-    let table = fresh_table::<Employee>(svc, "Large").await;
-    let container = fresh_container(svc).await;
+async fn setup(env: &TestEnv) -> (LargeTable<Employee>, TableClient<Employee>) {
+    let table = fresh_table::<Employee>(env.tables(), "Large").await;
+    let container = fresh_container(env).await;
     (LargeTable::new(table.clone(), container), table)
 }
 
@@ -135,8 +130,7 @@ fn same_employee(a: &Employee, b: &Employee) {
 }
 
 async fn seed_photo_goes_to_a_blob_and_comes_back_whole(env: TestEnv) {
-    let svc = env.tables().clone();
-    let (large, table) = setup(&svc).await;
+    let (large, table) = setup(&env).await;
     let mut don = don_hall(200 * 1024);
     large.insert(&mut don).await.unwrap();
     assert!(don.etag.is_some(), "insert sets the ETag");
@@ -189,8 +183,7 @@ async fn seed_photo_goes_to_a_blob_and_comes_back_whole(env: TestEnv) {
 }
 
 async fn a_small_photo_stays_in_the_entity(env: TestEnv) {
-    let svc = env.tables().clone();
-    let (large, table) = setup(&svc).await;
+    let (large, table) = setup(&env).await;
     // Exactly 64 KiB still fits a Binary property.
     let mut don = don_hall(64 * 1024);
     large.insert(&mut don).await.unwrap();
@@ -222,8 +215,7 @@ async fn a_small_photo_stays_in_the_entity(env: TestEnv) {
 }
 
 async fn always_in_blob_keeps_a_small_photo_in_a_blob(env: TestEnv) {
-    let svc = env.tables().clone();
-    let (large, table) = setup(&svc).await;
+    let (large, table) = setup(&env).await;
     let large = large.always_in_blob("Photo");
     let mut don = don_hall(1000);
     large.insert(&mut don).await.unwrap();
@@ -239,7 +231,7 @@ async fn always_in_blob_keeps_a_small_photo_in_a_blob(env: TestEnv) {
 async fn an_entity_over_1_mib_of_small_properties_moves_the_largest(env: TestEnv) {
     let svc = env.tables().clone();
     let table = fresh_table::<DynamicEntity>(&svc, "Large").await;
-    let large = LargeTable::new(table.clone(), fresh_container(&svc).await);
+    let large = LargeTable::new(table.clone(), fresh_container(&env).await);
     // 20 Binary properties of 60 KiB each (every one under 64 KiB, 1.2 MB in
     // all) and a 50 KiB String (100 KiB as UTF-16: over the limit).
     let mut e = DynamicEntity::new("Sales", "000223");
@@ -273,8 +265,7 @@ async fn an_entity_over_1_mib_of_small_properties_moves_the_largest(env: TestEnv
 }
 
 async fn replace_writes_a_new_blob_and_then_deletes_the_old(env: TestEnv) {
-    let svc = env.tables().clone();
-    let (large, table) = setup(&svc).await;
+    let (large, table) = setup(&env).await;
     let mut don = don_hall(100 * 1024);
     large.insert(&mut don).await.unwrap();
     let old = blobs(large.container()).await;
@@ -338,8 +329,7 @@ async fn replace_writes_a_new_blob_and_then_deletes_the_old(env: TestEnv) {
 }
 
 async fn a_failed_insert_deletes_the_blob_it_uploaded(env: TestEnv) {
-    let svc = env.tables().clone();
-    let (large, table) = setup(&svc).await;
+    let (large, table) = setup(&env).await;
     let mut don = don_hall(100 * 1024);
     large.insert(&mut don).await.unwrap();
     let before = blobs(large.container()).await;
@@ -374,8 +364,7 @@ where
 }
 
 async fn crash_after_the_upload_leaves_an_orphan_the_sweep_removes(env: TestEnv) {
-    let svc = env.tables().clone();
-    let (large, table) = setup(&svc).await;
+    let (large, table) = setup(&env).await;
     crash_at(&large, Step::BlobsUploaded, |l| {
         Box::pin(async move {
             let _ = l.insert(&mut don_hall(100 * 1024)).await;
@@ -409,8 +398,7 @@ async fn crash_after_the_upload_leaves_an_orphan_the_sweep_removes(env: TestEnv)
 }
 
 async fn crash_after_the_entity_delete_leaves_an_orphan_the_sweep_removes(env: TestEnv) {
-    let svc = env.tables().clone();
-    let (large, table) = setup(&svc).await;
+    let (large, table) = setup(&env).await;
     let mut don = don_hall(100 * 1024);
     large.insert(&mut don).await.unwrap();
     let mut jun = don_hall(80 * 1024);
@@ -456,8 +444,7 @@ async fn crash_after_the_entity_delete_leaves_an_orphan_the_sweep_removes(env: T
 }
 
 async fn crash_after_a_replace_leaves_the_old_blob_for_the_sweep(env: TestEnv) {
-    let svc = env.tables().clone();
-    let (large, _table) = setup(&svc).await;
+    let (large, _table) = setup(&env).await;
     let mut don = don_hall(100 * 1024);
     large.insert(&mut don).await.unwrap();
     let mut newer = don.clone();
@@ -538,7 +525,7 @@ fn racing(
 
 async fn a_concurrent_replace_leaves_no_dangling_pointer_and_no_lost_blob(env: TestEnv) {
     let svc = env.tables().clone();
-    let (large, table) = setup(&svc).await;
+    let (large, table) = setup(&env).await;
     let other = LargeTable::new(
         second_service(&svc)
             .table::<Employee>(table.name())
@@ -599,7 +586,7 @@ async fn a_concurrent_replace_leaves_no_dangling_pointer_and_no_lost_blob(env: T
 /// gone, and `get` reads the entity again and returns the new whole entity.
 async fn get_rereads_when_a_concurrent_replace_deleted_its_blob(env: TestEnv) {
     let svc = env.tables().clone();
-    let (large, table) = setup(&svc).await;
+    let (large, table) = setup(&env).await;
     let other = LargeTable::new(
         second_service(&svc)
             .table::<Employee>(table.name())
@@ -659,8 +646,7 @@ fn slow_writer(large: &LargeTable<Employee>, delay: Duration) -> LargeTable<Empl
 }
 
 async fn a_write_past_its_deadline_deletes_its_blob_and_writes_nothing(env: TestEnv) {
-    let svc = env.tables().clone();
-    let (large, table) = setup(&svc).await;
+    let (large, table) = setup(&env).await;
     assert_eq!(large.write_deadline(), DEFAULT_GRACE / 2);
     // Grace 60 s, so the deadline is 30 s: 31 s after the upload started is too late.
     let late = slow_writer(&large, Duration::from_secs(31));
@@ -705,8 +691,7 @@ async fn a_write_past_its_deadline_deletes_its_blob_and_writes_nothing(env: Test
 /// The sweep and the writers share one clock and one grace: a blob is swept
 /// only once the grace has passed on that clock.
 async fn the_sweep_waits_out_the_grace_on_the_tables_clock(env: TestEnv) {
-    let svc = env.tables().clone();
-    let (large, table) = setup(&svc).await;
+    let (large, table) = setup(&env).await;
     let clock = ManualClock::starting_now();
     let large = large
         .grace(Duration::from_secs(600))
@@ -729,8 +714,7 @@ async fn the_sweep_waits_out_the_grace_on_the_tables_clock(env: TestEnv) {
 }
 
 async fn delete_removes_the_entity_then_its_blob(env: TestEnv) {
-    let svc = env.tables().clone();
-    let (large, table) = setup(&svc).await;
+    let (large, table) = setup(&env).await;
     let mut don = don_hall(100 * 1024);
     large.insert(&mut don).await.unwrap();
     let stale: ETag = don.etag.clone().unwrap();
@@ -786,22 +770,11 @@ fn applicant(id: &str, seed: u8) -> Applicant {
 
 /// A LargeTable of applicants and the manual clock of its Blob service
 /// (`None` on Azurite, whose Last-Modified is real time).
-async fn applicants(svc: &TableServiceClient) -> (LargeTable<Applicant>, Option<ManualClock>) {
-    let table = fresh_table::<Applicant>(svc, "Applicants").await;
-    let (blobs, clock) = if svc.is_embedded() {
-        let clock = ManualClock::starting_now();
-        (
-            BlobServiceClient::embedded_with_clock(clock.clone()),
-            Some(clock),
-        )
-    } else {
-        let conn = std::env::var(common::CONNECTION_STRING_VAR).expect("service() succeeded");
-        let blobs = BlobServiceClient::from_connection_string(&conn).expect("connection string");
-        (blobs, None)
-    };
-    let container = blobs.container(&unique_name("large-")).unwrap();
+async fn applicants(env: &TestEnv) -> (LargeTable<Applicant>, Option<ManualClock>) {
+    let table = fresh_table::<Applicant>(env.tables(), "Applicants").await;
+    let container = env.blobs().container(&unique_name("large-")).unwrap();
     container.create_container().await.unwrap();
-    (LargeTable::new(table, container), clock)
+    (LargeTable::new(table, container), env.clock().cloned())
 }
 
 /// Lets at least a second pass on the Blob service's clock (Last-Modified
@@ -851,8 +824,7 @@ async fn sweep_with_cutoff<T: TableEntity>(
 /// between them: the older blob is a candidate, the younger is not, and the
 /// entity's list names both. The live photo must stay.
 async fn a_sweep_between_an_entitys_two_blobs_keeps_both(env: TestEnv) {
-    let svc = env.tables().clone();
-    let (large, blob_clock) = applicants(&svc).await;
+    let (large, blob_clock) = applicants(&env).await;
     let mut ann = applicant("a1", 1);
     large.insert(&mut ann).await.unwrap();
     let before = listed(large.container()).await;
@@ -882,8 +854,7 @@ async fn a_sweep_between_an_entitys_two_blobs_keeps_both(env: TestEnv) {
 /// cutoff between each entity's two blobs, then past all of them: only the
 /// orphan goes.
 async fn two_entities_with_two_blobs_each_are_swept_together(env: TestEnv) {
-    let svc = env.tables().clone();
-    let (large, blob_clock) = applicants(&svc).await;
+    let (large, blob_clock) = applicants(&env).await;
     let mut ann = applicant("a1", 1);
     let mut bob = applicant("b2", 2);
     large.insert(&mut ann).await.unwrap();
@@ -950,7 +921,7 @@ async fn two_entities_with_two_blobs_each_are_swept_together(env: TestEnv) {
 /// taken as "points to nothing": its blobs stay.
 async fn a_row_whose_blob_list_does_not_read_keeps_its_blobs(env: TestEnv) {
     let svc = env.tables().clone();
-    let (large, _) = applicants(&svc).await;
+    let (large, _) = applicants(&env).await;
     let mut ann = applicant("a1", 1);
     large.insert(&mut ann).await.unwrap();
     let mut bob = applicant("b2", 2);

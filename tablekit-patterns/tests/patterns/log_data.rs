@@ -10,7 +10,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeZone, Utc};
 use common::unique_name;
 use futures::TryStreamExt;
-use tablekit::{clock::ManualClock, BlobServiceClient, ContainerClient, TableServiceClient};
+use tablekit::{clock::ManualClock, BlobServiceClient, ContainerClient};
 use tablekit_patterns::log_data::{LogReader, LogWriter, END_TIME, RECORD_COUNT, START_TIME};
 
 #[derive(serde::Serialize, serde::Deserialize, Debug, Clone, PartialEq)]
@@ -30,14 +30,8 @@ fn entry(level: &str, message: &str) -> Entry {
     }
 }
 
-async fn fresh_container(svc: &TableServiceClient) -> ContainerClient {
-    let blobs = if svc.is_embedded() {
-        BlobServiceClient::embedded()
-    } else {
-        let conn = std::env::var(common::CONNECTION_STRING_VAR).expect("service() succeeded");
-        BlobServiceClient::from_connection_string(&conn).expect("valid connection string")
-    };
-    let container = blobs.container(&unique_name("logs-")).unwrap();
+async fn fresh_container(env: &TestEnv) -> ContainerClient {
+    let container = env.blobs().container(&unique_name("logs-")).unwrap();
     container.create_container().await.unwrap();
     container
 }
@@ -56,8 +50,7 @@ fn meta(props: &tablekit::blob::BlobProperties, name: &str) -> String {
 }
 
 async fn the_seed_window_reads_only_its_hour_and_records(env: TestEnv) {
-    let svc = env.tables().clone();
-    let logs = fresh_container(&svc).await;
+    let logs = fresh_container(&env).await;
     let mut writer = LogWriter::new(logs.clone(), "queue")
         .unwrap()
         .max_records(3);
@@ -221,8 +214,7 @@ async fn the_seed_window_reads_only_its_hour_and_records(env: TestEnv) {
 }
 
 async fn two_writers_never_overwrite_each_other(env: TestEnv) {
-    let svc = env.tables().clone();
-    let logs = fresh_container(&svc).await;
+    let logs = fresh_container(&env).await;
     let mut a = LogWriter::new(logs.clone(), "queue").unwrap();
     let mut b = LogWriter::new(logs.clone(), "queue").unwrap();
     let t = at(18, 0, 0);
@@ -257,8 +249,7 @@ async fn two_writers_never_overwrite_each_other(env: TestEnv) {
 }
 
 async fn batches_flush_by_count_bytes_and_on_demand(env: TestEnv) {
-    let svc = env.tables().clone();
-    let logs = fresh_container(&svc).await;
+    let logs = fresh_container(&env).await;
     // Every record as it comes: the reliable end.
     let mut each = LogWriter::new(logs.clone(), "each").unwrap().max_records(1);
     for s in 0..3 {
@@ -339,8 +330,7 @@ async fn batches_flush_by_count_bytes_and_on_demand(env: TestEnv) {
 /// the interval on the writer's clock, `flush_if_due` does so when idle, and
 /// neither makes a request before (no sleeping: a manual clock).
 async fn a_timed_flush_writes_the_batch_once_its_oldest_record_is_due(env: TestEnv) {
-    let svc = env.tables().clone();
-    let logs = fresh_container(&svc).await;
+    let logs = fresh_container(&env).await;
     let clock = ManualClock::starting_now();
     let mut writer = LogWriter::new(logs.clone(), "queue")
         .unwrap()

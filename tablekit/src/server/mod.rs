@@ -93,6 +93,7 @@ pub struct ServerBuilder {
     table_port: u16,
     accounts: Vec<(String, AccountKey)>,
     bearer: Option<auth::BearerConfig>,
+    clock: Clock,
 }
 
 impl fmt::Debug for ServerBuilder {
@@ -174,6 +175,20 @@ impl ServerBuilder {
     /// another process, damaged, of a newer format), and a transport error
     /// if a port cannot be bound.
     pub async fn start(self) -> Result<Server> {
+        self.start_now()
+    }
+
+    /// The queues' and blobs' time from `clock` instead of the system's:
+    /// what the test harness's served target uses, so that a test lets a
+    /// visibility timeout pass without waiting.
+    pub(crate) fn clock(mut self, clock: crate::clock::ManualClock) -> Self {
+        self.clock = Clock::Manual(clock);
+        self
+    }
+
+    /// [`start`](ServerBuilder::start) without awaiting: binds at once. Must
+    /// be called within a Tokio runtime, on which the server's tasks run.
+    pub(crate) fn start_now(self) -> Result<Server> {
         let mut accounts = Vec::with_capacity(self.accounts.len());
         for (name, key) in &self.accounts {
             let file = self.file.as_ref().map(|f| {
@@ -185,7 +200,12 @@ impl ServerBuilder {
                     PathBuf::from(other)
                 }
             });
-            accounts.push(AccountState::open(name, key.clone(), file.as_deref())?);
+            accounts.push(AccountState::open(
+                name,
+                key.clone(),
+                file.as_deref(),
+                self.clock.clone(),
+            )?);
         }
         let state = Arc::new(State {
             accounts,
@@ -199,12 +219,15 @@ impl ServerBuilder {
             (Service::Queue, self.queue_port),
             (Service::Table, self.table_port),
         ] {
-            let listener = TcpListener::bind((self.host, port)).await.map_err(|e| {
+            let cannot = |e: std::io::Error| {
                 Error::config(format!(
                     "cannot listen on {}:{port} for the {service:?} service: {e}",
                     self.host
                 ))
-            })?;
+            };
+            let listener = std::net::TcpListener::bind((self.host, port)).map_err(cannot)?;
+            listener.set_nonblocking(true).map_err(cannot)?;
+            let listener = TcpListener::from_std(listener).map_err(cannot)?;
             let address = listener
                 .local_addr()
                 .map_err(|e| Error::config(format!("the bound address: {e}")))?;
@@ -270,6 +293,7 @@ impl Server {
                 AccountKey::from_base64(DEV_KEY).expect("the emulator's key is base64"),
             )],
             bearer: None,
+            clock: Clock::System,
         }
     }
 
@@ -353,8 +377,7 @@ pub(crate) struct AccountState {
 }
 
 impl AccountState {
-    fn open(name: &str, key: AccountKey, file: Option<&Path>) -> Result<Self> {
-        let clock = Clock::System;
+    fn open(name: &str, key: AccountKey, file: Option<&Path>, clock: Clock) -> Result<Self> {
         Ok(match file {
             None => AccountState {
                 name: name.to_owned(),

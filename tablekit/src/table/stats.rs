@@ -650,6 +650,11 @@ impl Counted {
         self.inner.stores_property_bags()
     }
 
+    /// See [`Backend::table_endpoint`](crate::backend::Backend::table_endpoint).
+    pub(crate) fn table_endpoint(&self) -> Option<&str> {
+        self.inner.table_endpoint()
+    }
+
     /// See [`Backend::may_throttle`](crate::backend::Backend::may_throttle).
     pub(crate) fn may_throttle(&self) -> bool {
         self.inner.may_throttle()

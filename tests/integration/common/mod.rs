@@ -62,14 +62,14 @@ impl Drop for TempStore {
     }
 }
 
-/// The client a seeded, read-only table of a case lives on: for Azurite the
+/// The client a seeded, read-only table of a case lives on: over HTTP the
 /// case's own client (a client belongs to the runtime it runs on), for embedded
 /// one store shared by the whole binary (it belongs to no runtime), so the seed
 /// is written once per backend.
 pub fn seed_service(svc: &TableServiceClient, backend: Backend) -> TableServiceClient {
     static SHARED: std::sync::OnceLock<TableServiceClient> = std::sync::OnceLock::new();
     match backend {
-        Backend::Azurite => svc.clone(),
+        Backend::Azurite | Backend::Served => svc.clone(),
         Backend::Memory | Backend::File => SHARED.get_or_init(TableServiceClient::embedded).clone(),
     }
 }

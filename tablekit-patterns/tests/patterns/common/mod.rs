@@ -32,16 +32,23 @@ pub fn service() -> Option<TableServiceClient> {
 }
 
 /// A second client of the same account: the "other writer" of the concurrency
-/// tests. Over HTTP it is an independent client of Azurite (its own
+/// tests. Over HTTP it is an independent client of the same endpoint (its own
 /// connections, as `TestEnv::second_tables`); on the embedded backend, a clone
 /// sharing the store, which is what another process's client would see.
 pub fn second_service(svc: &TableServiceClient) -> TableServiceClient {
     if svc.is_embedded() {
         return svc.clone();
     }
-    TestEnv::azurite()
-        .expect("a client over HTTP is Azurite's")
-        .second_tables()
+    // Over HTTP: Azurite's, or a served store's (the harness's `served`
+    // backend, whose server has the emulator's account on its own port).
+    let endpoint = svc.endpoint().expect("a client over HTTP has an endpoint");
+    let conn = format!(
+        "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={EMULATOR_KEY};\
+         TableEndpoint={endpoint}"
+    );
+    let account = Account::from_connection_string(&conn).expect("valid connection string");
+    TableServiceClient::with_options(account, tablekit::testing::client_options())
+        .expect("client builds")
 }
 
 /// The table, queue and blob services of one backend, and how time passes

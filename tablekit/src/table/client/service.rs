@@ -232,6 +232,20 @@ impl TableServiceClient {
         self.backend.stores_property_bags()
     }
 
+    /// The Table service endpoint this client sends its requests to, such
+    /// as `http://127.0.0.1:10002/devstoreaccount1` (never a credential);
+    /// `None` for the embedded store, which has none.
+    ///
+    /// ```
+    /// assert_eq!(tablekit::TableServiceClient::embedded().endpoint(), None);
+    /// let svc = tablekit::TableServiceClient::from_connection_string("UseDevelopmentStorage=true")?;
+    /// assert_eq!(svc.endpoint(), Some("http://127.0.0.1:10002/devstoreaccount1"));
+    /// # Ok::<(), tablekit::Error>(())
+    /// ```
+    pub fn endpoint(&self) -> Option<&str> {
+        self.backend.table_endpoint()
+    }
+
     /// A client for the entities of one table, typed as `T`. The name is checked here.
     pub fn table<T: TableEntity>(&self, name: &str) -> Result<TableClient<T>> {
         validate::table_name(name)?;
