@@ -196,7 +196,7 @@ pub(crate) fn main(args: &[String]) -> i32 {
         }
         Ok(Serve::Run(serve)) => serve,
         Err(e) => {
-            let usage: Vec<&str> = HELP.lines().take(2).collect();
+            let usage: Vec<&str> = HELP.lines().take_while(|l| !l.is_empty()).collect();
             eprintln!(
                 "tablekit-cli serve: {e}\n{}\n(tablekit-cli serve --help says more)",
                 usage.join("\n")
