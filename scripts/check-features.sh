@@ -90,7 +90,7 @@ for set in "${SETS[@]}"; do
     expect "$set" "$tree" tablekit-derive derive
     expect "$set" "$tree" reqwest reqwest
     expect "$set" "$tree" azure_core entra
-    expect "$set" "$tree" rsa encryption
+    expect "$set" "$tree" rsa 'encryption|server'
     expect "$set" "$tree" aes encryption
 done
 

@@ -12,7 +12,10 @@
 //! `TABLEKIT_BENCH_BACKEND` picks the backends: `azurite`, `embedded`,
 //! `embedded_file` (the embedded store kept in a file in the temporary
 //! directory, `TableServiceClient::embedded_at`: every write waits for its
-//! `fsync`), `both` (azurite and embedded: the default when a connection string
+//! `fsync`), `served` and `served_file` (tablekit's own emulator,
+//! `tablekit::server` as `tablekit-cli serve` runs it, in a child process of
+//! this bench, over memory or a fresh store file; its CPU is read as
+//! Azurite's is), `both` (azurite and embedded: the default when a connection string
 //! is set; `embedded` otherwise) or `all` (the three), or a comma-separated list. Each JSON
 //! line carries `"backend"`, and with more than one backend a table on stderr puts
 //! the per-request and per-entity CPU figures side by side.
@@ -30,7 +33,14 @@
 //! Each workload prints one JSON line on stdout, with `"entity":"typed"` or
 //! `"dynamic"`; progress and errors go to stderr.
 //! Client CPU is `getrusage(RUSAGE_SELF)` (all threads); the server's is read from
-//! `/proc/$AZURITE_PID/stat`. Correctness is checked after the clock stops.
+//! `/proc/$AZURITE_PID/stat` (or the served child's). Correctness is checked
+//! after the clock stops.
+//!
+//! `TABLEKIT_BENCH_STARTUP=1` measures start-up instead: the time from
+//! spawning a server to its first answer on the Table port, five times each
+//! for the served store (memory and a fresh file) and Azurite
+//! (`--inMemoryPersistence`, as `scripts/azurite.sh` starts it), medians and
+//! their ratio on stderr.
 
 use std::time::Instant;
 
@@ -259,6 +269,10 @@ struct Server {
 impl Server {
     fn from_env() -> Option<Server> {
         let pid = std::env::var("AZURITE_PID").ok()?.trim().parse().ok()?;
+        Server::of(pid)
+    }
+
+    fn of(pid: u32) -> Option<Server> {
         let ticks_per_s = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
             .ok()
             .flatten()
@@ -343,6 +357,7 @@ struct Figure {
     workload: String,
     per_request_us: Option<f64>,
     per_entity_us: Option<f64>,
+    server_per_request_us: Option<f64>,
 }
 
 static FIGURES: std::sync::Mutex<Vec<Figure>> = std::sync::Mutex::new(Vec::new());
@@ -366,6 +381,10 @@ fn emit(entity: &str, id: &str, what: &str, n: usize, requests: usize, cost: &Co
             workload: id.to_owned(),
             per_request_us: per(requests),
             per_entity_us: per(n),
+            server_per_request_us: cost
+                .server_s
+                .filter(|_| requests > 0)
+                .map(|s| round(s * 1e6 / requests as f64, 1)),
         });
     let line = json!({
         "backend": backend,
@@ -798,9 +817,10 @@ fn print_comparison(backends: &[&'static str]) {
     let mut header = format!("{:<8} {:<4}", "entity", "id");
     for b in backends {
         header.push_str(&format!(
-            " {:>20} {:>20}",
+            " {:>20} {:>20} {:>22}",
             format!("{b} us/req"),
-            format!("{b} us/ent")
+            format!("{b} us/ent"),
+            format!("{b} server us/req")
         ));
     }
     eprintln!("\n{header}");
@@ -817,20 +837,243 @@ fn print_comparison(backends: &[&'static str]) {
                 .iter()
                 .find(|f| f.backend == *b && f.entity == entity && f.workload == id);
             line.push_str(&format!(
-                " {:>20} {:>20}",
+                " {:>20} {:>20} {:>22}",
                 show(f.and_then(|f| f.per_request_us)),
-                show(f.and_then(|f| f.per_entity_us))
+                show(f.and_then(|f| f.per_entity_us)),
+                show(f.and_then(|f| f.server_per_request_us))
             ));
         }
         eprintln!("{line}");
     }
 }
 
+/// The served store's child process: this bench binary run with
+/// `--serve-role [FILE]` serves until its standard input closes.
+struct Served {
+    child: std::process::Child,
+    connection: String,
+    file: Option<std::path::PathBuf>,
+}
+
+impl Served {
+    /// Starts the child and waits for its connection string.
+    fn spawn(file: Option<std::path::PathBuf>) -> Served {
+        use std::io::BufRead as _;
+        let mut command = std::process::Command::new(std::env::current_exe().expect("own path"));
+        command.arg("--serve-role");
+        if let Some(f) = &file {
+            let _ = std::fs::remove_file(f);
+            command.arg(f);
+        }
+        let mut child = command
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the served store");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("piped"))
+            .read_line(&mut line)
+            .expect("the server's connection string");
+        Served {
+            child,
+            connection: line.trim().to_owned(),
+            file,
+        }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+        if let Some(f) = &self.file {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
+/// The `--serve-role` child: a server on free ports, its connection string
+/// on stdout, until stdin closes.
+fn serve_role(file: Option<&str>) {
+    use std::io::{Read as _, Write as _};
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    runtime.block_on(async {
+        let mut builder = tablekit::server::Server::builder().ports(0, 0, 0);
+        if let Some(f) = file {
+            builder = builder.file(f);
+        }
+        let server = builder.start().await.expect("start the server");
+        println!("{}", server.connection_string());
+        let _ = std::io::stdout().flush();
+        let _ = tokio::task::spawn_blocking(|| {
+            let mut sink = Vec::new();
+            let _ = std::io::stdin().read_to_end(&mut sink);
+        })
+        .await;
+        server.shutdown().await.expect("stop the server");
+    });
+}
+
+/// The milliseconds from spawning `command` to the first answer of its
+/// Table port `port` (any HTTP status).
+fn time_to_first_answer(
+    mut command: std::process::Command,
+    port: impl Fn(&mut std::process::Child) -> u16,
+) -> f64 {
+    use std::io::{Read as _, Write as _};
+    let start = Instant::now();
+    let mut child = command.spawn().expect("start the server");
+    let port = port(&mut child);
+    loop {
+        if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            let request = format!(
+                "GET /devstoreaccount1/Tables HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+            );
+            let mut answer = [0u8; 12];
+            if stream.write_all(request.as_bytes()).is_ok()
+                && stream.read_exact(&mut answer).is_ok()
+                && answer.starts_with(b"HTTP/1.1 ")
+            {
+                break;
+            }
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "no answer within 60 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let ms = start.elapsed().as_secs_f64() * 1e3;
+    let _ = child.kill();
+    let _ = child.wait();
+    ms
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// `TABLEKIT_BENCH_STARTUP`: start-up times of the served store and Azurite.
+fn startup() {
+    use std::io::BufRead as _;
+    const RUNS: usize = 5;
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let served = |file: Option<std::path::PathBuf>| {
+        let mut command = std::process::Command::new(std::env::current_exe().expect("own path"));
+        command.arg("--serve-role");
+        if let Some(f) = &file {
+            let _ = std::fs::remove_file(f);
+            command.arg(f);
+        }
+        command
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped());
+        let ms = time_to_first_answer(command, |child| {
+            let mut line = String::new();
+            std::io::BufReader::new(child.stdout.take().expect("piped"))
+                .read_line(&mut line)
+                .expect("the server's connection string");
+            let table = line
+                .split(';')
+                .find_map(|s| s.strip_prefix("TableEndpoint=http://127.0.0.1:"))
+                .expect("a table endpoint");
+            table.split('/').next().unwrap().parse().expect("a port")
+        });
+        if let Some(f) = &file {
+            let _ = std::fs::remove_file(f);
+        }
+        ms
+    };
+    let file = std::env::temp_dir().join(format!("tablekit-startup-{}.redb", std::process::id()));
+    let served_memory = median((0..RUNS).map(|_| served(None)).collect());
+    let served_file = median((0..RUNS).map(|_| served(Some(file.clone()))).collect());
+    let azurite_js = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tools/azurite/node_modules/azurite/dist/src/azurite.js");
+    let azurite = azurite_js.exists().then(|| {
+        let work = std::env::temp_dir().join(format!("tablekit-startup-az-{}", std::process::id()));
+        std::fs::create_dir_all(&work).expect("a scratch folder");
+        let ms = median(
+            (0..RUNS)
+                .map(|_| {
+                    let (blob, queue, table) = (free_port(), free_port(), free_port());
+                    let mut command = std::process::Command::new("node");
+                    command
+                        .current_dir(&work)
+                        .arg(&azurite_js)
+                        .args(["--blobHost", "127.0.0.1", "--blobPort", &blob.to_string()])
+                        .args([
+                            "--queueHost",
+                            "127.0.0.1",
+                            "--queuePort",
+                            &queue.to_string(),
+                        ])
+                        .args([
+                            "--tableHost",
+                            "127.0.0.1",
+                            "--tablePort",
+                            &table.to_string(),
+                        ])
+                        .args([
+                            "--inMemoryPersistence",
+                            "--disableTelemetry",
+                            "--skipApiVersionCheck",
+                            "--loose",
+                        ])
+                        .stdout(std::process::Stdio::null())
+                        .stderr(std::process::Stdio::null());
+                    time_to_first_answer(command, |_| table)
+                })
+                .collect(),
+        );
+        let _ = std::fs::remove_dir_all(&work);
+        ms
+    });
+    for (name, ms) in [
+        ("served", Some(served_memory)),
+        ("served_file", Some(served_file)),
+        ("azurite", azurite),
+    ] {
+        println!(
+            "{}",
+            json!({"startup": name, "runs": RUNS, "median_ms": ms.map(|m| round(m, 1))})
+        );
+    }
+    match azurite {
+        Some(az) => eprintln!(
+            "start-up, median of {RUNS}: served {served_memory:.1} ms, served over a file \
+             {served_file:.1} ms, Azurite {az:.1} ms; served/Azurite = {:.3}",
+            served_memory / az
+        ),
+        None => eprintln!(
+            "start-up, median of {RUNS}: served {served_memory:.1} ms, served over a file \
+             {served_file:.1} ms (Azurite not installed: tools/azurite, npm ci)"
+        ),
+    }
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("--serve-role") {
+        serve_role(args.get(2).map(String::as_str));
+        return;
+    }
     // `cargo bench` passes --bench; `cargo test --benches` does not, and a test run
     // must not start a minutes-long workload.
     if !std::env::args().skip(1).any(|a| a == "--bench") {
         eprintln!("workload: run it with `cargo bench --bench workload`; skipped");
+        return;
+    }
+    if std::env::var_os("TABLEKIT_BENCH_STARTUP").is_some() {
+        startup();
         return;
     }
     let connection = [
@@ -854,8 +1097,10 @@ fn main() {
                     "azurite" => picked.push("azurite"),
                     "embedded" => picked.push("embedded"),
                     "embedded_file" => picked.push("embedded_file"),
+                    "served" => picked.push("served"),
+                    "served_file" => picked.push("served_file"),
                     other => {
-                        eprintln!("workload: TABLEKIT_BENCH_BACKEND is azurite, embedded, embedded_file, both or all (or a list), not {other:?}");
+                        eprintln!("workload: TABLEKIT_BENCH_BACKEND is azurite, embedded, embedded_file, served, served_file, both or all (or a list), not {other:?}");
                         std::process::exit(2);
                     }
                 }
@@ -924,7 +1169,20 @@ fn main() {
     // The store file of `embedded_file`, removed at the end.
     let file = std::env::temp_dir().join(format!("tablekit-bench-{}.redb", std::process::id()));
     for &backend in &backends {
-        let (service, server) = if backend == "embedded_file" {
+        // The served store's child, stopped after its backend's run.
+        let mut served = None;
+        let (service, server) = if backend.starts_with("served") {
+            let child = Served::spawn((backend == "served_file").then(|| {
+                std::env::temp_dir()
+                    .join(format!("tablekit-bench-served-{}.redb", std::process::id()))
+            }));
+            let service = Account::from_connection_string(&child.connection)
+                .and_then(TableServiceClient::new)
+                .expect("the served store's connection string");
+            let server = Server::of(child.child.id());
+            served = Some(child);
+            (service, server)
+        } else if backend == "embedded_file" {
             let _ = std::fs::remove_file(&file);
             match TableServiceClient::embedded_at(&file) {
                 Ok(s) => (s, None),
@@ -963,6 +1221,7 @@ fn main() {
         } else {
             runtime.block_on(measured)
         };
+        drop(served);
     }
     let _ = std::fs::remove_file(&file);
     if backends.len() > 1 {

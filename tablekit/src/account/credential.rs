@@ -135,6 +135,16 @@ impl AccountKey {
         mac.update(message.as_bytes());
         mac.finalize().into_bytes()
     }
+
+    /// Whether `signature` is the HMAC-SHA256 of `message` keyed with this
+    /// key, compared in constant time (`hmac`'s `verify_slice`): how the
+    /// server checks a Shared Key or SAS signature.
+    #[cfg(feature = "server")]
+    pub(crate) fn verify_hmac_sha256(&self, message: &str, signature: &[u8]) -> bool {
+        let mut mac = self.mac.clone();
+        mac.update(message.as_bytes());
+        mac.verify_slice(signature).is_ok()
+    }
 }
 
 /// Decodes a key; the error says why without quoting the input (the `base64` crate's

@@ -33,7 +33,7 @@ mod connection_string;
 mod credential;
 mod endpoints;
 mod entra;
-mod sas;
+pub(crate) mod sas;
 
 pub use credential::{AccountKey, Credential, SasToken};
 pub use endpoints::{Account, Target};

@@ -61,6 +61,7 @@ use crate::clock::Clock;
 use crate::error::{Error, Result};
 
 pub(crate) use auth::Access;
+pub use auth::BearerConfig;
 pub(crate) use reply::{Failure, Reply};
 
 /// The emulator's well-known account name.
@@ -164,6 +165,14 @@ impl ServerBuilder {
         self.accounts
             .push((name.to_owned(), AccountKey::from_base64(key)?));
         Ok(self)
+    }
+
+    /// Accepts bearer tokens (`Authorization: Bearer <JWT>`) checked as
+    /// `config` says; without it, the server refuses them. A valid token
+    /// gives full access to the account (roles are not modelled).
+    pub fn bearer(mut self, config: BearerConfig) -> Self {
+        self.bearer = Some(config);
+        self
     }
 
     /// Starts serving: binds the three ports, opens the store, and answers
@@ -443,9 +452,9 @@ async fn accept(
     done: mpsc::Sender<Infallible>,
 ) {
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     tracing::warn!(target: "tablekit::server", error = %e, "accept failed");
                     continue;
@@ -461,7 +470,7 @@ async fn accept(
             let _done = done;
             let answer = service_fn(move |req| {
                 let state = state.clone();
-                async move { Ok::<_, Infallible>(answer(&state, service, req).await) }
+                async move { Ok::<_, Infallible>(answer(&state, service, peer.ip(), req).await) }
             });
             let conn = http1::Builder::new().serve_connection(TokioIo::new(stream), answer);
             tokio::pin!(conn);
@@ -478,7 +487,7 @@ async fn accept(
 
 /// Answers one request: reads its body, finds its account, authenticates
 /// it, hands it to its service, and stamps the headers every answer has.
-async fn answer(state: &State, service: Service, req: Request<Incoming>) -> Reply {
+async fn answer(state: &State, service: Service, peer: IpAddr, req: Request<Incoming>) -> Reply {
     let request_id = uuid::Uuid::new_v4().to_string();
     let (parts, body) = req.into_parts();
     let result = async {
@@ -508,7 +517,8 @@ async fn answer(state: &State, service: Service, req: Request<Incoming>) -> Repl
             )
         })?;
         let query = parse_query(parts.uri.query().unwrap_or(""));
-        let access = auth::authenticate(state, account, service, &parts, &query, &path).await?;
+        let access =
+            auth::authenticate(state, account, service, &parts, &query, &path, Some(peer)).await?;
         let ctx = Ctx {
             account,
             access: &access,
@@ -526,7 +536,13 @@ async fn answer(state: &State, service: Service, req: Request<Incoming>) -> Repl
     }
     .await;
     let mut reply = result.unwrap_or_else(|failure| failure.into_reply(service, &request_id));
+    let unauthorized = reply.status() == http::StatusCode::UNAUTHORIZED;
     let headers = reply.headers_mut();
+    if unauthorized {
+        if let Ok(v) = HeaderValue::from_str(&auth::challenge(state.bearer.as_ref())) {
+            headers.insert(http::header::WWW_AUTHENTICATE, v);
+        }
+    }
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         headers.insert("x-ms-request-id", v);
     }

@@ -6,7 +6,10 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
 
-use super::{letters, sas_query, signing_key, SasIpRange, SasProtocol, SasWindow, SAS_VERSION};
+use super::{
+    account_sas_string_to_sign, letters, sas_query, signing_key, AccountSasFields, SasIpRange,
+    SasProtocol, SasWindow, SAS_VERSION,
+};
 use crate::account::{Account, AccountKey, SasToken};
 use crate::error::{Error, Result};
 
@@ -272,19 +275,19 @@ impl AccountSas {
         // each followed by a newline, values URL-decoded. "Create an account SAS",
         // Constructing the signature string,
         // https://learn.microsoft.com/rest/api/storageservices/create-account-sas
-        let fields = [
+        let string_to_sign = account_sas_string_to_sign(&AccountSasFields {
             account,
-            &sp,
-            &ss,
-            &srt,
-            w.st.as_deref().unwrap_or(""),
-            w.se.as_deref().unwrap_or(""),
-            w.sip.as_deref().unwrap_or(""),
-            w.spr.unwrap_or(""),
-            SAS_VERSION,
-            "",
-        ];
-        let sig = BASE64.encode(key.hmac_sha256(&fields.join("\n")));
+            sp: &sp,
+            ss: &ss,
+            srt: &srt,
+            st: w.st.as_deref().unwrap_or(""),
+            se: w.se.as_deref().unwrap_or(""),
+            sip: w.sip.as_deref().unwrap_or(""),
+            spr: w.spr.unwrap_or(""),
+            sv: SAS_VERSION,
+            ses: "",
+        });
+        let sig = BASE64.encode(key.hmac_sha256(&string_to_sign));
         Ok(sas_query(&[
             ("sv", Some(SAS_VERSION)),
             ("ss", Some(&ss)),

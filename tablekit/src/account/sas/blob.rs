@@ -3,8 +3,8 @@
 use chrono::{DateTime, Utc};
 
 use super::{
-    letters, sign_service_sas, signing_key, SasIpRange, SasPermissions, SasProtocol, SasWindow,
-    ServiceSas,
+    blob_sas_tail, letters, sign_service_sas, signing_key, SasIpRange, SasPermissions, SasProtocol,
+    SasWindow, ServiceSas, SAS_VERSION,
 };
 use crate::account::{Account, AccountKey, SasToken};
 use crate::error::{Error, Result};
@@ -160,14 +160,7 @@ impl BlobSas {
                 resource,
                 resource_params: &[("sr", Some(sr))],
                 range_params: &[],
-                tail: &[
-                    sr, "", // signed snapshot time
-                    "", // rscc: Cache-Control override
-                    "", // rscd: Content-Disposition override
-                    "", // rsce: Content-Encoding override
-                    "", // rscl: Content-Language override
-                    "", // rsct: Content-Type override
-                ],
+                tail: &blob_sas_tail(SAS_VERSION, sr, "", "", [""; 5]),
             },
         )
     }

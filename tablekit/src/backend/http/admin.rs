@@ -209,6 +209,27 @@ pub(crate) fn secondary_endpoint(primary: &str, account: &str) -> Result<String>
     )))
 }
 
+/// The `StorageServiceStats` answer a server gives (the other direction of
+/// [`crate::service_properties::decode_stats`]).
+#[cfg(feature = "server")]
+pub(crate) fn encode_stats(stats: &crate::service_properties::ServiceStats) -> String {
+    use crate::service_properties::GeoReplicationStatus;
+    let status = match stats.status() {
+        GeoReplicationStatus::Live => "live",
+        GeoReplicationStatus::Bootstrap => "bootstrap",
+        GeoReplicationStatus::Unavailable => "unavailable",
+    };
+    let sync = stats
+        .last_sync_time()
+        .map(|t| t.format("%a, %d %b %Y %H:%M:%S GMT").to_string())
+        .unwrap_or_default();
+    format!(
+        "<?xml version=\"1.0\" encoding=\"utf-8\"?><StorageServiceStats><GeoReplication>\
+         <Status>{status}</Status><LastSyncTime>{sync}</LastSyncTime></GeoReplication>\
+         </StorageServiceStats>"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,6 +258,30 @@ mod tests {
         );
         let custom = secondary_endpoint("https://tables.contoso.com", "acc").unwrap_err();
         assert!(custom.to_string().contains("secondary"), "{custom}");
+    }
+
+    #[cfg(feature = "server")]
+    #[test]
+    fn served_stats_read_back_by_the_client_as_written() {
+        use crate::service_properties::{decode_stats, GeoReplicationStatus, ServiceStats};
+        let at = chrono::DateTime::parse_from_rfc3339("2026-11-29T06:05:04Z")
+            .unwrap()
+            .to_utc();
+        for (status, last_sync_time) in [
+            (GeoReplicationStatus::Live, Some(at)),
+            (GeoReplicationStatus::Bootstrap, None),
+            (GeoReplicationStatus::Unavailable, None),
+        ] {
+            let stats = ServiceStats {
+                status,
+                last_sync_time,
+            };
+            let back = decode_stats(encode_stats(&stats).as_bytes()).unwrap();
+            assert_eq!(
+                (back.status(), back.last_sync_time()),
+                (status, last_sync_time)
+            );
+        }
     }
 
     #[test]

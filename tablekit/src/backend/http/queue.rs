@@ -392,6 +392,339 @@ pub(crate) fn parse_messages(body: &[u8]) -> Result<Vec<RawMessage>> {
         .collect()
 }
 
+/// The server's half of the codec: what the client above encodes, read; what
+/// it reads, written. Each is tested as a round trip with the client's half.
+#[cfg(feature = "server")]
+pub(crate) mod serve {
+    use std::fmt::Write as _;
+
+    use chrono::{DateTime, Utc};
+
+    use crate::backend::queue::RawMessage;
+
+    /// An XML time as the Queue service writes them (RFC 1123); the service's
+    /// last second of year 9999 for "never", and for any later time (a time
+    /// to live of centuries), as the service caps it.
+    pub(crate) fn xml_time(t: Option<DateTime<Utc>>) -> String {
+        use chrono::Datelike as _;
+        match t {
+            Some(t) if t.year() < 9999 => t.format("%a, %d %b %Y %H:%M:%S GMT").to_string(),
+            _ => "Fri, 31 Dec 9999 23:59:59 GMT".to_owned(),
+        }
+    }
+
+    /// Which answer a `QueueMessagesList` is: each carries other fields.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub(crate) enum Listed {
+        /// Put Message: id, times, pop receipt and next visibility; no text.
+        Sent,
+        /// Get Messages: everything.
+        Received,
+        /// Peek Messages: no pop receipt, no next visibility.
+        Peeked,
+    }
+
+    /// The `QueueMessagesList` answer of a send, receive or peek.
+    pub(crate) fn encode_messages(messages: &[RawMessage], listed: Listed) -> String {
+        let mut xml = String::from("<?xml version=\"1.0\" encoding=\"utf-8\"?><QueueMessagesList>");
+        for m in messages {
+            let _ = write!(
+                xml,
+                "<QueueMessage><MessageId>{}</MessageId><InsertionTime>{}</InsertionTime>\
+                 <ExpirationTime>{}</ExpirationTime>",
+                quick_xml::escape::escape(m.id.as_str()),
+                xml_time(Some(m.inserted_on)),
+                xml_time(m.expires_on),
+            );
+            if listed != Listed::Peeked {
+                let _ = write!(
+                    xml,
+                    "<PopReceipt>{}</PopReceipt><TimeNextVisible>{}</TimeNextVisible>",
+                    quick_xml::escape::escape(m.pop_receipt.as_deref().unwrap_or_default()),
+                    xml_time(Some(m.next_visible_on.unwrap_or(m.inserted_on))),
+                );
+            }
+            if listed != Listed::Sent {
+                let _ = write!(
+                    xml,
+                    "<DequeueCount>{}</DequeueCount><MessageText>{}</MessageText>",
+                    m.dequeue_count,
+                    quick_xml::escape::escape(m.text.as_str()),
+                );
+            }
+            xml.push_str("</QueueMessage>");
+        }
+        xml.push_str("</QueueMessagesList>");
+        xml
+    }
+
+    /// What a request's `<QueueMessage>` body says.
+    #[derive(Debug, PartialEq, Eq)]
+    pub(crate) enum MessageBody {
+        /// The `MessageText`, XML-unescaped (possibly empty).
+        Text(String),
+        /// An XML `QueueMessage` with no `MessageText`.
+        NoText,
+        /// Not XML, or not a `QueueMessage`.
+        Malformed,
+    }
+
+    /// Reads the `<QueueMessage><MessageText>` body of a send or update.
+    pub(crate) fn decode_message_body(body: &[u8]) -> MessageBody {
+        #[derive(serde::Deserialize)]
+        struct Message {
+            #[serde(rename = "MessageText", default)]
+            text: Option<Text>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Text {
+            #[serde(rename = "$text", default)]
+            value: String,
+        }
+        let Ok(text) = std::str::from_utf8(body) else {
+            return MessageBody::Malformed;
+        };
+        if root_name(text).as_deref() != Some("QueueMessage") {
+            return MessageBody::Malformed;
+        }
+        match quick_xml::de::from_str::<Message>(text) {
+            // A character reference to a character XML 1.0 cannot hold
+            // (`&#1;`) makes the document invalid, as the service reads it.
+            Ok(Message { text: Some(t) }) if !t.value.chars().all(xml_char) => {
+                MessageBody::Malformed
+            }
+            Ok(Message { text: Some(t) }) => MessageBody::Text(t.value),
+            Ok(Message { text: None }) => MessageBody::NoText,
+            Err(_) => MessageBody::Malformed,
+        }
+    }
+
+    /// Whether XML 1.0 can hold `c` (its `Char` production).
+    fn xml_char(c: char) -> bool {
+        matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
+    }
+
+    /// The name of the document's root element, if it is well-formed up to it.
+    fn root_name(text: &str) -> Option<String> {
+        use quick_xml::events::Event;
+        let mut reader = quick_xml::Reader::from_str(text);
+        loop {
+            match reader.read_event().ok()? {
+                Event::Start(e) | Event::Empty(e) => return Some(e.name().as_ref().to_owned()),
+                Event::Decl(_) | Event::Comment(_) | Event::PI(_) => {}
+                Event::Text(t) if t.trim().is_empty() => {}
+                _ => return None,
+            }
+        }
+    }
+
+    /// One page of a queue listing, as `EnumerationResults`.
+    pub(crate) struct Listing<'a> {
+        /// `http://host/account/`.
+        pub(crate) endpoint: &'a str,
+        pub(crate) prefix: Option<&'a str>,
+        pub(crate) marker: Option<&'a str>,
+        pub(crate) max_results: Option<usize>,
+        /// Each queue's name and, when asked for, metadata.
+        pub(crate) queues: &'a [(String, Vec<(String, String)>)],
+        pub(crate) with_metadata: bool,
+        pub(crate) next_marker: Option<&'a str>,
+    }
+
+    /// The `EnumerationResults` answer of a queue listing.
+    pub(crate) fn encode_queue_listing(l: &Listing<'_>) -> String {
+        use quick_xml::escape::escape;
+        let mut xml = format!(
+            "<?xml version=\"1.0\" encoding=\"utf-8\"?><EnumerationResults ServiceEndpoint=\"{}\">",
+            escape(l.endpoint)
+        );
+        if let Some(p) = l.prefix {
+            let _ = write!(xml, "<Prefix>{}</Prefix>", escape(p));
+        }
+        if let Some(m) = l.marker {
+            let _ = write!(xml, "<Marker>{}</Marker>", escape(m));
+        }
+        if let Some(n) = l.max_results {
+            let _ = write!(xml, "<MaxResults>{n}</MaxResults>");
+        }
+        xml.push_str("<Queues>");
+        for (name, metadata) in l.queues {
+            let _ = write!(xml, "<Queue><Name>{}</Name>", escape(name.as_str()));
+            if l.with_metadata {
+                xml.push_str("<Metadata>");
+                for (k, v) in metadata {
+                    // Names are identifiers: element names as they are.
+                    let _ = write!(xml, "<{k}>{}</{k}>", escape(v.as_str()));
+                }
+                xml.push_str("</Metadata>");
+            }
+            xml.push_str("</Queue>");
+        }
+        xml.push_str("</Queues>");
+        match l.next_marker {
+            Some(m) => {
+                let _ = write!(xml, "<NextMarker>{}</NextMarker>", escape(m));
+            }
+            None => xml.push_str("<NextMarker />"),
+        }
+        xml.push_str("</EnumerationResults>");
+        xml
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::super::{parse_messages, parse_queue_listing};
+        use super::*;
+        use crate::backend::queue::QueueResponse;
+
+        fn message(text: &str, expires: bool) -> RawMessage {
+            let t = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().to_utc();
+            RawMessage {
+                id: "id-1".into(),
+                pop_receipt: Some("receipt".into()),
+                dequeue_count: 3,
+                inserted_on: t("2026-11-29T06:00:00Z"),
+                expires_on: expires.then(|| t("2026-12-06T06:00:00Z")),
+                next_visible_on: Some(t("2026-11-29T06:00:30Z")),
+                text: text.into(),
+            }
+        }
+
+        #[test]
+        fn message_lists_read_back_by_the_client_as_written() {
+            let sent = [message("a <b> & 'c' \"d\" Grüße", true), message("", false)];
+            let back = parse_messages(encode_messages(&sent, Listed::Received).as_bytes()).unwrap();
+            assert_eq!(
+                back, sent,
+                "everything of a receive, markup and never-expiring included"
+            );
+
+            let back = parse_messages(encode_messages(&sent, Listed::Peeked).as_bytes()).unwrap();
+            assert_eq!(back[0].text, sent[0].text);
+            assert_eq!(back[0].dequeue_count, 3);
+            assert_eq!(
+                (back[0].pop_receipt.as_deref(), back[0].next_visible_on),
+                (None, None)
+            );
+
+            let xml = encode_messages(&sent[..1], Listed::Sent);
+            assert!(
+                !xml.contains("MessageText") && !xml.contains("DequeueCount"),
+                "{xml}"
+            );
+            let back = parse_messages(xml.as_bytes()).unwrap();
+            assert_eq!(back[0].pop_receipt.as_deref(), Some("receipt"));
+            assert_eq!(back[0].next_visible_on, sent[0].next_visible_on);
+            assert_eq!(back[0].expires_on, sent[0].expires_on);
+        }
+
+        #[test]
+        fn times_past_year_9999_are_written_as_the_services_never() {
+            assert_eq!(xml_time(None), "Fri, 31 Dec 9999 23:59:59 GMT");
+            assert_eq!(xml_time(Some(DateTime::<Utc>::MAX_UTC)), xml_time(None));
+            let t = DateTime::parse_from_rfc3339("2026-11-29T06:05:04.9Z")
+                .unwrap()
+                .to_utc();
+            assert_eq!(xml_time(Some(t)), "Sun, 29 Nov 2026 06:05:04 GMT");
+        }
+
+        #[test]
+        fn message_bodies_the_client_writes_are_read_with_their_text() {
+            let backend = super::super::HttpQueueBackend::new(
+                crate::Account::from_connection_string("UseDevelopmentStorage=true").unwrap(),
+                &crate::options::HttpOptions::default(),
+            )
+            .unwrap();
+            for text in ["a<b>&\"c\"' Grüße 🦀", "", "  spaced\ttab  "] {
+                let req = backend.build(&crate::backend::queue::QueueOp::Send {
+                    queue: "jobs",
+                    text,
+                    visibility_delay: std::time::Duration::ZERO,
+                    time_to_live: None,
+                });
+                assert_eq!(
+                    decode_message_body(&req.body),
+                    MessageBody::Text(text.to_owned())
+                );
+            }
+            // Python's ElementTree: single quotes, a newline after the declaration.
+            assert_eq!(
+                decode_message_body(
+                    b"<?xml version='1.0' encoding='utf-8'?>\n<QueueMessage><MessageText>x &amp; y</MessageText></QueueMessage>"
+                ),
+                MessageBody::Text("x & y".into())
+            );
+            assert_eq!(
+                decode_message_body(b"<QueueMessage><MessageText/></QueueMessage>"),
+                MessageBody::Text(String::new())
+            );
+            assert_eq!(
+                decode_message_body(b"<QueueMessage></QueueMessage>"),
+                MessageBody::NoText
+            );
+            for bad in [
+                &b"not xml"[..],
+                b"<QueueMessage><MessageText>a</QueueMessage>",
+                b"<Other><MessageText>a</MessageText></Other>",
+                b"<QueueMessage><MessageText>&bogus;</MessageText></QueueMessage>",
+                b"<QueueMessage><MessageText>a&#1;b</MessageText></QueueMessage>",
+                b"<QueueMessage><MessageText>a\x01b</MessageText></QueueMessage>",
+                b"<QueueMessage><MessageText>a&#xFFFE;b</MessageText></QueueMessage>",
+                b"\xff",
+                b"",
+            ] {
+                assert_eq!(decode_message_body(bad), MessageBody::Malformed, "{bad:?}");
+            }
+        }
+
+        #[test]
+        fn listings_read_back_by_the_client_as_written() {
+            let queues = vec![
+                (
+                    "jobs".to_owned(),
+                    vec![("owner".to_owned(), "ops & co".to_owned())],
+                ),
+                ("jobs-2".to_owned(), vec![]),
+            ];
+            let listing = Listing {
+                endpoint: "http://127.0.0.1:10001/devstoreaccount1/",
+                prefix: Some("jo"),
+                marker: None,
+                max_results: Some(2),
+                queues: &queues,
+                with_metadata: true,
+                next_marker: Some("/devstoreaccount1/jobs-3"),
+            };
+            let QueueResponse::Queues {
+                queues: back,
+                next_marker,
+            } = parse_queue_listing(encode_queue_listing(&listing).as_bytes()).unwrap()
+            else {
+                panic!("a listing")
+            };
+            assert_eq!(back, queues);
+            assert_eq!(next_marker.as_deref(), Some("/devstoreaccount1/jobs-3"));
+
+            let last = Listing {
+                next_marker: None,
+                with_metadata: false,
+                ..listing
+            };
+            let xml = encode_queue_listing(&last);
+            assert!(
+                xml.contains("<NextMarker />") && !xml.contains("<Metadata>"),
+                "{xml}"
+            );
+            let QueueResponse::Queues { next_marker, .. } =
+                parse_queue_listing(xml.as_bytes()).unwrap()
+            else {
+                panic!("a listing")
+            };
+            assert_eq!(next_marker, None);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

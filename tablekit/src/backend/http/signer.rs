@@ -488,6 +488,9 @@ pub(crate) struct StorageRequest<'a> {
     pub if_none_match: &'a str,
     pub if_unmodified_since: &'a str,
     pub range: &'a str,
+    /// The `Date` header: `""` when the request carries `x-ms-date` (the
+    /// client always does; a server verifying a request signs what came).
+    pub date: &'a str,
     /// Every `x-ms-*` header (`x-ms-date` and `x-ms-version` included), any order and case.
     pub ms_headers: &'a [(&'a str, &'a str)],
     /// The request URI's path as sent (percent-encoded), starting with `/`; for a
@@ -514,7 +517,7 @@ impl StorageRequest<'_> {
             &length,
             self.content_md5,
             self.content_type,
-            "", // Date: the request sends x-ms-date instead.
+            self.date, // "" when the request sends x-ms-date.
             self.if_modified_since,
             self.if_match,
             self.if_none_match,
@@ -525,20 +528,7 @@ impl StorageRequest<'_> {
             s.push('\n');
         }
 
-        let mut headers: Vec<(String, String)> = self
-            .ms_headers
-            .iter()
-            .map(|(n, v)| (n.trim().to_ascii_lowercase(), fold_whitespace(v)))
-            .filter(|(n, _)| n.starts_with("x-ms-"))
-            .collect();
-        headers.sort();
-        for (name, value) in &headers {
-            s.push_str(name);
-            s.push(':');
-            s.push_str(value);
-            s.push('\n');
-        }
-
+        self.push_canonicalized_headers(&mut s);
         s.push('/');
         s.push_str(account);
         s.push_str(self.path);
@@ -559,6 +549,51 @@ impl StorageRequest<'_> {
             s.push_str(&values.join(","));
         }
         s
+    }
+
+    /// The string to sign of Shared Key Lite for the Blob and Queue
+    /// services: `VERB\nContent-MD5\nContent-Type\nDate\n`, the
+    /// canonicalized `x-ms-` headers, then `/{account}{path}` with only the
+    /// `comp` parameter (`?comp=list`). tablekit's clients do not sign it;
+    /// the server verifies it for the clients that do.
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
+    pub(crate) fn string_to_sign_lite(&self, account: &str) -> String {
+        let mut s = String::with_capacity(128 + self.path.len());
+        for part in [self.method, self.content_md5, self.content_type, self.date] {
+            s.push_str(part);
+            s.push('\n');
+        }
+        self.push_canonicalized_headers(&mut s);
+        s.push('/');
+        s.push_str(account);
+        s.push_str(self.path);
+        if let Some((_, comp)) = self
+            .query
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case("comp"))
+        {
+            s.push_str("?comp=");
+            s.push_str(comp);
+        }
+        s
+    }
+
+    /// Every `x-ms-` header as `name:value\n`: names lower-cased and sorted,
+    /// values with white space folded.
+    fn push_canonicalized_headers(&self, s: &mut String) {
+        let mut headers: Vec<(String, String)> = self
+            .ms_headers
+            .iter()
+            .map(|(n, v)| (n.trim().to_ascii_lowercase(), fold_whitespace(v)))
+            .filter(|(n, _)| n.starts_with("x-ms-"))
+            .collect();
+        headers.sort();
+        for (name, value) in &headers {
+            s.push_str(name);
+            s.push(':');
+            s.push_str(value);
+            s.push('\n');
+        }
     }
 }
 
@@ -609,14 +644,11 @@ impl StringToSign<'_> {
     }
 }
 
-/// The `Authorization` header value for Shared Key:
-/// `SharedKey {account}:{base64(HMAC-SHA256(key, string-to-sign))}`, where the Table
-/// service's string-to-sign is `VERB\nContent-MD5\nContent-Type\nDate\nCanonicalizedResource`.
-pub(crate) fn table_shared_key(
-    account: &str,
-    key: &AccountKey,
-    input: &StringToSign<'_>,
-) -> String {
+/// The Table service's string to sign: for Shared Key
+/// `VERB\nContent-MD5\nContent-Type\nDate\nCanonicalizedResource`, for Shared
+/// Key Lite (`lite`) `Date\nCanonicalizedResource`. The one builder of both
+/// directions: the client signs it, the server (`tablekit::server`) verifies it.
+pub(crate) fn table_string_to_sign(account: &str, input: &StringToSign<'_>, lite: bool) -> String {
     let mut s = String::with_capacity(
         input.method.len()
             + input.content_md5.len()
@@ -625,17 +657,32 @@ pub(crate) fn table_shared_key(
             + input.resource_len(account)
             + 4,
     );
-    for part in [
-        input.method,
-        input.content_md5,
-        input.content_type,
-        input.date,
-    ] {
-        s.push_str(part);
-        s.push('\n');
+    if !lite {
+        for part in [input.method, input.content_md5, input.content_type] {
+            s.push_str(part);
+            s.push('\n');
+        }
     }
+    s.push_str(input.date);
+    s.push('\n');
     input.push_canonicalized_resource(&mut s, account);
-    authorization("SharedKey", account, key, &s)
+    s
+}
+
+/// The `Authorization` header value for Shared Key:
+/// `SharedKey {account}:{base64(HMAC-SHA256(key, string-to-sign))}`, over
+/// [`table_string_to_sign`].
+pub(crate) fn table_shared_key(
+    account: &str,
+    key: &AccountKey,
+    input: &StringToSign<'_>,
+) -> String {
+    authorization(
+        "SharedKey",
+        account,
+        key,
+        &table_string_to_sign(account, input, false),
+    )
 }
 
 /// The `Authorization` header value for Shared Key Lite:
@@ -645,11 +692,12 @@ pub(crate) fn table_shared_key_lite(
     key: &AccountKey,
     input: &StringToSign<'_>,
 ) -> String {
-    let mut s = String::with_capacity(input.date.len() + 1 + input.resource_len(account));
-    s.push_str(input.date);
-    s.push('\n');
-    input.push_canonicalized_resource(&mut s, account);
-    authorization("SharedKeyLite", account, key, &s)
+    authorization(
+        "SharedKeyLite",
+        account,
+        key,
+        &table_string_to_sign(account, input, true),
+    )
 }
 
 /// `{scheme} {account}:{base64(HMAC-SHA256(key, string_to_sign))}`.
