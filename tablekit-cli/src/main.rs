@@ -74,6 +74,7 @@ usage: tablekit-cli <store> tables
        tablekit-cli <file> compact               (give deleted entities' space back)
        tablekit-cli serve [<file>] [--host <ip>] [--blob-port <n>] [--queue-port <n>]
                           [--table-port <n>] [--account <name>:<base64 key>]...
+                          [--bearer-hs256-secret-file <file> | --bearer-rs256-key-file <pem>] ...
                                          (an emulator: tablekit-cli serve --help)
        tablekit-cli --help
 <store>: a connection string (contains '=') or the path of an embedded store file";

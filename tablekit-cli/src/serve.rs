@@ -24,12 +24,14 @@ use std::io::Write;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use tablekit::server::{Server, ServerBuilder, DEV_ACCOUNT};
+use tablekit::server::{BearerConfig, Server, ServerBuilder, DEV_ACCOUNT};
 
 /// `tablekit-cli serve --help`.
 pub(crate) const HELP: &str = "\
 usage: tablekit-cli serve [<file>] [--host <ip>] [--blob-port <n>] [--queue-port <n>]
                           [--table-port <n>] [--account <name>:<base64 key>]...
+                          [--bearer-hs256-secret-file <file> | --bearer-rs256-key-file <pem>]
+                          [--bearer-audience <aud>]... [--bearer-issuer <iss>] [--bearer-tenant <t>]
 
 Serves the Table, Queue and Blob REST APIs over HTTP from the embedded store,
 for any client that reaches Azurite: the official SDKs, Storage Explorer,
@@ -51,6 +53,27 @@ rules hold: it answers as the service does where Azurite does not.
                  beside the emulator's devstoreaccount1 and its well-known key;
                  with <file>, its store is <file>.<name>. May be repeated.
                  (The key is visible in the process list: use it for test keys.)
+
+Requests are authenticated as the service does it: Shared Key and Shared Key
+Lite with an account's key, service and account SAS (stored access policies
+included), and, when configured, bearer tokens (Authorization: Bearer <JWT>,
+as Microsoft Entra ID issues them), which give full access to the account:
+--bearer-hs256-secret-file <file>
+                 accept tokens signed with HS256 keyed with the file's bytes
+                 (less one trailing newline)
+--bearer-rs256-key-file <pem>
+                 accept tokens signed with RS256, verified with the RSA public
+                 key in the PEM file (BEGIN PUBLIC KEY or BEGIN RSA PUBLIC KEY)
+--bearer-audience <aud>
+                 accept tokens for this audience (aud); may be repeated. The
+                 default is https://storage.azure.com and the account's own
+                 endpoint on this server.
+--bearer-issuer <iss>
+                 accept only tokens issued by <iss> (default: any issuer)
+--bearer-tenant <t>
+                 the tenant the 401 challenge names (default: common)
+Tokens are checked for their signature, audience, issuer and lifetime (exp,
+nbf, five minutes of skew). Without a bearer option, bearer tokens are refused.
 
 When ready, serve prints one line per service (blob: http://127.0.0.1:10000)
 and the emulator account's connection string (connection string: ...), then
@@ -82,6 +105,17 @@ pub(crate) struct ServeArgs {
     table_port: u16,
     /// More accounts: name and base64 key (never printed: see `Debug`).
     accounts: Vec<(String, String)>,
+    bearer: BearerArgs,
+}
+
+/// How bearer tokens are checked, as the command line says.
+#[derive(Debug, Default, PartialEq)]
+struct BearerArgs {
+    hs256_secret_file: Option<PathBuf>,
+    rs256_key_file: Option<PathBuf>,
+    audiences: Vec<String>,
+    issuer: Option<String>,
+    tenant: Option<String>,
 }
 
 impl std::fmt::Debug for ServeArgs {
@@ -96,6 +130,7 @@ impl std::fmt::Debug for ServeArgs {
                 "accounts",
                 &self.accounts.iter().map(|(n, _)| n).collect::<Vec<_>>(),
             )
+            .field("bearer", &self.bearer)
             .finish()
     }
 }
@@ -109,6 +144,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Serve, String> {
         queue_port: 10001,
         table_port: 10002,
         accounts: Vec::new(),
+        bearer: BearerArgs::default(),
     };
     let mut args = args.iter();
     while let Some(a) = args.next() {
@@ -140,6 +176,15 @@ pub(crate) fn parse(args: &[String]) -> Result<Serve, String> {
                     .ok_or("--account needs <name>:<base64 key>")?;
                 parsed.accounts.push((name.to_owned(), key.to_owned()));
             }
+            "--bearer-hs256-secret-file" => {
+                parsed.bearer.hs256_secret_file = Some(PathBuf::from(value("a file")?));
+            }
+            "--bearer-rs256-key-file" => {
+                parsed.bearer.rs256_key_file = Some(PathBuf::from(value("a PEM file")?));
+            }
+            "--bearer-audience" => parsed.bearer.audiences.push(value("an audience")?),
+            "--bearer-issuer" => parsed.bearer.issuer = Some(value("an issuer")?),
+            "--bearer-tenant" => parsed.bearer.tenant = Some(value("a tenant")?),
             other if other.starts_with('-') => {
                 return Err(format!("unknown option {other:?}"));
             }
@@ -152,6 +197,22 @@ pub(crate) fn parse(args: &[String]) -> Result<Serve, String> {
                 parsed.file = Some(PathBuf::from(file));
             }
         }
+    }
+    let b = &parsed.bearer;
+    match (&b.hs256_secret_file, &b.rs256_key_file) {
+        (Some(_), Some(_)) => {
+            return Err(
+                "one bearer key: --bearer-hs256-secret-file or --bearer-rs256-key-file".into(),
+            );
+        }
+        (None, None) if !b.audiences.is_empty() || b.issuer.is_some() || b.tenant.is_some() => {
+            return Err(
+                "--bearer-audience, --bearer-issuer and --bearer-tenant need a bearer key \
+                        (--bearer-hs256-secret-file or --bearer-rs256-key-file)"
+                    .into(),
+            );
+        }
+        _ => {}
     }
     let ports = [parsed.blob_port, parsed.queue_port, parsed.table_port];
     for (i, p) in ports.iter().enumerate() {
@@ -181,7 +242,60 @@ impl ServeArgs {
                 )
             })?;
         }
+        if let Some(bearer) = self.bearer.config()? {
+            builder = builder.bearer(bearer);
+        }
         Ok(builder)
+    }
+}
+
+impl BearerArgs {
+    /// The bearer check these options ask for (`None` without a key),
+    /// its key read from its file. An error names the file, never its
+    /// content.
+    fn config(&self) -> Result<Option<BearerConfig>, String> {
+        let read = |option: &str, path: &PathBuf| {
+            std::fs::read(path).map_err(|e| format!("{option} {}: {e}", path.display()))
+        };
+        let mut config = if let Some(path) = &self.hs256_secret_file {
+            let mut secret = read("--bearer-hs256-secret-file", path)?;
+            // One trailing newline, as an editor or `echo` leaves it.
+            if secret.last() == Some(&b'\n') {
+                secret.pop();
+                if secret.last() == Some(&b'\r') {
+                    secret.pop();
+                }
+            }
+            if secret.is_empty() {
+                return Err(format!(
+                    "--bearer-hs256-secret-file {}: the file is empty",
+                    path.display()
+                ));
+            }
+            BearerConfig::hs256(secret)
+        } else if let Some(path) = &self.rs256_key_file {
+            let pem = read("--bearer-rs256-key-file", path)?;
+            let pem = String::from_utf8(pem).map_err(|_| {
+                format!(
+                    "--bearer-rs256-key-file {}: not a PEM text file",
+                    path.display()
+                )
+            })?;
+            BearerConfig::rs256_pem(&pem)
+                .map_err(|e| format!("--bearer-rs256-key-file {}: {e}", path.display()))?
+        } else {
+            return Ok(None);
+        };
+        for audience in &self.audiences {
+            config = config.audience(audience.clone());
+        }
+        if let Some(issuer) = &self.issuer {
+            config = config.issuer(issuer.clone());
+        }
+        if let Some(tenant) = &self.tenant {
+            config = config.tenant(tenant.clone());
+        }
+        Ok(Some(config))
     }
 }
 
@@ -445,6 +559,97 @@ mod tests {
         let err = a.builder().unwrap_err();
         assert!(err.contains("--account good:<key>"), "{err}");
         assert!(!err.contains("not*base64!"), "{err}");
+    }
+
+    #[test]
+    fn bearer_options_need_one_key_and_read_it_from_its_file() {
+        let a = run_args(&[
+            "--bearer-hs256-secret-file",
+            "secret.txt",
+            "--bearer-audience",
+            "api://one",
+            "--bearer-audience",
+            "api://two",
+            "--bearer-issuer",
+            "https://sts.example/t/",
+            "--bearer-tenant",
+            "t",
+        ]);
+        assert_eq!(
+            a.bearer,
+            BearerArgs {
+                hs256_secret_file: Some(PathBuf::from("secret.txt")),
+                rs256_key_file: None,
+                audiences: vec!["api://one".into(), "api://two".into()],
+                issuer: Some("https://sts.example/t/".into()),
+                tenant: Some("t".into()),
+            }
+        );
+        for (line, says) in [
+            (
+                &[
+                    "--bearer-hs256-secret-file",
+                    "a",
+                    "--bearer-rs256-key-file",
+                    "b",
+                ][..],
+                "one bearer key",
+            ),
+            (&["--bearer-issuer", "x"], "need a bearer key"),
+            (&["--bearer-audience", "x"], "need a bearer key"),
+            (&["--bearer-tenant", "x"], "need a bearer key"),
+            (
+                &["--bearer-rs256-key-file"],
+                "--bearer-rs256-key-file needs a PEM file",
+            ),
+        ] {
+            let err = parse(&args(line)).unwrap_err();
+            assert!(err.contains(says), "{line:?}: {err}");
+        }
+        // No bearer option: no bearer check.
+        assert!(run_args(&[]).bearer.config().unwrap().is_none());
+    }
+
+    #[test]
+    fn a_bearer_key_file_that_is_missing_empty_or_not_a_key_is_named_without_its_content() {
+        let dir = std::env::temp_dir().join(format!(
+            "tablekit-cli-bearer-{}",
+            uuid::Uuid::new_v4().simple()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let missing = dir.join("missing");
+        let err = run_args(&["--bearer-hs256-secret-file", missing.to_str().unwrap()])
+            .bearer
+            .config()
+            .unwrap_err();
+        assert!(
+            err.contains(&format!("--bearer-hs256-secret-file {}", missing.display())),
+            "{err}"
+        );
+        let empty = dir.join("empty");
+        std::fs::write(&empty, "\n").unwrap();
+        let err = run_args(&["--bearer-hs256-secret-file", empty.to_str().unwrap()])
+            .bearer
+            .config()
+            .unwrap_err();
+        assert!(err.contains("the file is empty"), "{err}");
+        let not_pem = dir.join("not.pem");
+        std::fs::write(&not_pem, "a secret that is no key").unwrap();
+        let err = run_args(&["--bearer-rs256-key-file", not_pem.to_str().unwrap()])
+            .bearer
+            .config()
+            .unwrap_err();
+        assert!(err.contains("not an RSA public key"), "{err}");
+        assert!(!err.contains("a secret that is no key"), "{err}");
+        let secret = dir.join("secret");
+        std::fs::write(&secret, "s3cret\r\n").unwrap();
+        let config = run_args(&["--bearer-hs256-secret-file", secret.to_str().unwrap()])
+            .bearer
+            .config()
+            .unwrap()
+            .expect("a bearer check");
+        assert!(!format!("{config:?}").contains("s3cret"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -442,3 +442,153 @@ fn a_second_signal_exits_at_once_without_waiting_for_requests_in_flight() {
     assert!(err.contains("SIGINT: exiting at once"), "{err}");
     assert!(!err.contains("stopped"), "{err}");
 }
+
+/// One request over a connection of its own (closed after the answer): the
+/// answer's head and body as text.
+fn raw_request(address: &str, head: &str, body: &[u8]) -> String {
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(
+        stream,
+        "{head}\r\nHost: {address}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    stream.write_all(body).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
+}
+
+/// An HS256 JWT of `claims`, signed with `secret`.
+fn hs256_token(secret: &[u8], claims: &str) -> String {
+    use base64::Engine as _;
+    use hmac::Mac as _;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let signed = format!(
+        "{}.{}",
+        b64.encode(br#"{"alg":"HS256","typ":"JWT"}"#),
+        b64.encode(claims)
+    );
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret).unwrap();
+    mac.update(signed.as_bytes());
+    format!("{signed}.{}", b64.encode(mac.finalize().into_bytes()))
+}
+
+/// Creates the table `name` with `token` as its bearer token: the answer.
+fn create_table_with_token(served: &Served, name: &str, token: &str) -> String {
+    let body = format!(r#"{{"TableName":"{name}"}}"#);
+    raw_request(
+        &table_address(served),
+        &format!(
+            "POST /devstoreaccount1/Tables HTTP/1.1\r\nAuthorization: Bearer {token}\r\n\
+             x-ms-version: 2021-12-02\r\nContent-Type: application/json\r\n\
+             Accept: application/json;odata=nometadata\r\nPrefer: return-no-content"
+        ),
+        body.as_bytes(),
+    )
+}
+
+#[test]
+fn bearer_tokens_are_checked_with_the_secret_from_its_file() {
+    let dir = TempDir::new();
+    let secret_file = dir.0.join("bearer-secret");
+    std::fs::write(&secret_file, "the test issuer's secret\n").unwrap();
+    let issuer = "https://sts.windows.net/test-tenant/";
+    let served = Served::start(&[
+        "--bearer-hs256-secret-file",
+        path_str(&secret_file),
+        "--bearer-issuer",
+        issuer,
+        "--bearer-tenant",
+        "test-tenant",
+    ]);
+    let exp = unix_now() + 3600;
+    let claims =
+        |iss: &str| format!(r#"{{"aud":"https://storage.azure.com","iss":"{iss}","exp":{exp}}}"#);
+    // The file's secret, without its newline, signs a token that is taken.
+    let good = hs256_token(b"the test issuer's secret", &claims(issuer));
+    let answer = create_table_with_token(&served, "ByBearer", &good);
+    assert!(answer.starts_with("HTTP/1.1 204"), "{answer}");
+    // Another secret, or another issuer: 401 with the challenge.
+    for token in [
+        hs256_token(b"another secret", &claims(issuer)),
+        hs256_token(
+            b"the test issuer's secret",
+            &claims("https://evil.example/"),
+        ),
+    ] {
+        let answer = create_table_with_token(&served, "Refused", &token);
+        assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+        assert!(
+            answer.contains("login.microsoftonline.com/test-tenant/oauth2/authorize"),
+            "{answer}"
+        );
+    }
+    // A server without a bearer option takes no token at all.
+    let plain = Served::start(&[]);
+    let answer = create_table_with_token(&plain, "NoBearer", &good);
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+}
+
+/// Seconds since the epoch.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+#[test]
+fn another_account_is_served_from_its_own_file_with_its_own_key() {
+    use base64::Engine as _;
+    let dir = TempDir::new();
+    let file = dir.file();
+    let key = base64::engine::general_purpose::STANDARD.encode([42u8; 64]);
+    let account = format!("other1:{key}");
+    let mut served = Served::start(&[path_str(&file), "--account", &account]);
+    assert!(
+        served
+            .lines
+            .iter()
+            .any(|l| l == "accounts: devstoreaccount1, other1"),
+        "{:?}",
+        served.lines
+    );
+    assert!(
+        !served.lines.iter().any(|l| l.contains(&key)),
+        "its key is not printed"
+    );
+    // Its connection string: the printed endpoints, its name and key.
+    let other = served
+        .connection_string
+        .replace("devstoreaccount1", "other1")
+        .replace(tablekit::server::DEV_KEY, &key);
+    let wrong_key = served
+        .connection_string
+        .replace("devstoreaccount1", "other1");
+    runtime().block_on(async {
+        let storage = Storage::from_connection_string(&other).unwrap();
+        storage
+            .tables()
+            .unwrap()
+            .create_table("OtherOnly")
+            .await
+            .unwrap();
+        // Signed with another key: refused.
+        let wrong = Storage::from_connection_string(&wrong_key).unwrap();
+        let err = wrong
+            .tables()
+            .unwrap()
+            .create_table("Refused")
+            .await
+            .unwrap_err();
+        assert_eq!(err.status(), Some(403), "{err}");
+    });
+    let (status, err) = served.stop_with(nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(status.code(), Some(0), "{err}");
+    // Its store is the file beside the emulator account's.
+    let mut other_file = file.clone().into_os_string();
+    other_file.push(".other1");
+    assert_eq!(tables_in(std::path::Path::new(&other_file)), ["OtherOnly"]);
+    assert!(tables_in(&file).is_empty());
+}
