@@ -588,24 +588,66 @@ def blob_staged_blocks_and_commit(run):
         parts = [b"a" * 1000, b"b" * 2000, b"c" * 3]
         for block_id, part in zip(ids, parts):
             b.stage_block(block_id, part)
-        committed, uncommitted = b.get_block_list("uncommitted")
-        assert committed == [] and sorted(x.id for x in uncommitted) == sorted(ids), (committed, uncommitted)
+        # Staged only: no blob yet.
+        assert not b.exists()
         # Committed in another order, one left out.
         b.commit_block_list([BlobBlock(ids[2]), BlobBlock(ids[0])])
         assert b.download_blob().readall() == parts[2] + parts[0]
+        assert b.get_blob_properties().size == 1003
+        # A block that was never staged is refused, and the blob stays as it was.
+        e = expect_error(HttpResponseError, 400, b.commit_block_list, [BlobBlock("bmV2ZXItc3RhZ2Vk")])
+        assert code_of(e) == "InvalidBlockList", code_of(e)
+        assert b.download_blob().readall() == parts[2] + parts[0]
+        # A larger upload the SDK sends in blocks.
+        data = bytes(range(256)) * 4096  # 1 MiB
+        client = BlobClient.from_connection_string(
+            run.cs, c.container_name, "big", max_single_put_size=256 * 1024, max_block_size=256 * 1024, **NO_RETRY
+        )
+        client.upload_blob(data)
+        assert c.get_blob_client("big").download_blob().readall() == data
+    finally:
+        quietly(c.delete_container)
+
+
+@case
+def blob_commit_keeps_committed_blocks(run):
+    """Put Block List takes a committed block again (its id, as `Latest`):
+    how a block blob is changed without uploading it whole."""
+    c = new_container(run, "conf-keep-")
+    try:
+        b = c.get_blob_client("blocks")
+        b.stage_block("YmxvY2stMDA=", b"a" * 1000)
+        b.stage_block("YmxvY2stMDE=", b"b" * 2000)
+        b.commit_block_list([BlobBlock("YmxvY2stMDA="), BlobBlock("YmxvY2stMDE=")])
+        b.stage_block("YmxvY2stMDI=", b"c" * 10)
+        b.commit_block_list([BlobBlock("YmxvY2stMDA="), BlobBlock("YmxvY2stMDI=")])
+        assert b.download_blob().readall() == b"a" * 1000 + b"c" * 10
+    finally:
+        quietly(c.delete_container)
+
+
+@case
+def blob_get_block_list(run):
+    c = new_container(run, "conf-bl-")
+    try:
+        b = c.get_blob_client("blocks")
+        ids = ["YmxvY2stMDA=", "YmxvY2stMDE=", "YmxvY2stMDI="]
+        parts = [b"a" * 1000, b"b" * 2000, b"c" * 3]
+        for block_id, part in zip(ids, parts):
+            b.stage_block(block_id, part)
+        committed, uncommitted = b.get_block_list("uncommitted")
+        assert committed == [] and sorted(x.id for x in uncommitted) == sorted(ids), (committed, uncommitted)
+        b.commit_block_list([BlobBlock(ids[2]), BlobBlock(ids[0])])
         committed, _ = b.get_block_list("committed")
         assert [x.id for x in committed] == [ids[2], ids[0]], committed
         assert [x.size for x in committed] == [3, 1000], committed
-        # A block that was never staged is refused.
-        expect_error(HttpResponseError, 400, b.commit_block_list, [BlobBlock("bmV2ZXItc3RhZ2Vk")])
-        # A larger upload the SDK sends in blocks.
-        big = c.get_blob_client("big")
-        data = bytes(range(256)) * 4096  # 1 MiB
-        client = BlobClient.from_connection_string(run.cs, c.container_name, "big", max_single_put_size=256 * 1024, max_block_size=256 * 1024, **NO_RETRY)
-        client.upload_blob(data)
-        assert big.download_blob().readall() == data
-        committed, _ = big.get_block_list("committed")
-        assert len(committed) == 4, committed
+        # The SDK's upload in blocks: four of 256 KiB.
+        client = BlobClient.from_connection_string(
+            run.cs, c.container_name, "big", max_single_put_size=256 * 1024, max_block_size=256 * 1024, **NO_RETRY
+        )
+        client.upload_blob(bytes(range(256)) * 4096)
+        committed, _ = client.get_block_list("committed")
+        assert [x.size for x in committed] == [256 * 1024] * 4, committed
     finally:
         quietly(c.delete_container)
 
