@@ -2,9 +2,10 @@
 //! tablekit's clients (and, for what they do not sign, requests signed by
 //! hand) over HTTP against an in-process server on free ports.
 //!
-//! Operations the services do not serve yet answer 501 *after*
-//! authentication, so a 501 proves a credential was accepted and a 403/401
-//! that it was refused before the handler.
+//! A call the credential is accepted for is answered by its service's
+//! handler (a success, a 404 of a missing resource, or a 501 of an operation
+//! not served yet): anything but the 401/403 of a credential refused before
+//! the handler.
 
 use base64::engine::general_purpose::{STANDARD as BASE64, URL_SAFE_NO_PAD as BASE64URL};
 use base64::Engine as _;
@@ -63,18 +64,16 @@ fn refused<T: std::fmt::Debug>(result: tablekit::Result<T>) -> (u16, String) {
     )
 }
 
-/// What a call the service does not serve yet answers once authenticated.
+/// A call authenticated and handed to its service: it succeeds, or fails
+/// for another reason than its credential (not 401 nor 403).
 fn served_after_auth<T: std::fmt::Debug>(result: tablekit::Result<T>) {
-    let e = result.expect_err("the call should fail");
-    let (status, code) = (
-        e.status().unwrap_or(0),
-        e.code().map(|c| c.as_str().to_owned()).unwrap_or_default(),
-    );
-    assert_eq!(
-        (status, code.as_str()),
-        (501, "NotImplemented"),
-        "authenticated, then not served yet: {e}"
-    );
+    if let Err(e) = result {
+        let status = e.status().unwrap_or(0);
+        assert!(
+            !matches!(status, 0 | 401 | 403),
+            "authenticated, then answered by the service: {e}"
+        );
+    }
 }
 
 fn later() -> DateTime<Utc> {
@@ -181,7 +180,11 @@ async fn shared_key_and_lite_are_accepted_by_every_service() {
         (server.blob_address(), "photos/a.txt", None),
     ] {
         let good = lite_get(address, path, comp, Utc::now(), false).await;
-        assert_eq!(good.status(), 501, "{path}");
+        assert!(
+            !matches!(good.status().as_u16(), 401 | 403),
+            "{path}: {}",
+            good.status()
+        );
         let bad = lite_get(address, path, comp, Utc::now(), true).await;
         assert_eq!(bad.status(), 403, "{path}");
         assert_eq!(bad.headers()["x-ms-error-code"], "AuthenticationFailed");
@@ -431,7 +434,7 @@ async fn an_account_sas_is_held_to_its_services_types_permissions_window_address
         ),
         (403, "AuthenticationFailed".to_owned())
     );
-    // The same kind of SAS for queues and blobs: authenticated (501) or not.
+    // The same kind of SAS for queues and blobs: authenticated or not.
     let all = account_sas(
         AccountSasServices::ALL,
         AccountSasResourceTypes::ALL,

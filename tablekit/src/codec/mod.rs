@@ -3,6 +3,8 @@
 //! ([`to_dynamic`]). It fills and reads the vocabulary of `entity`, which knows
 //! nothing of it.
 
+#[cfg(feature = "server")]
+pub(crate) mod answer;
 pub(crate) mod bag;
 pub(crate) mod read;
 pub(crate) mod write;

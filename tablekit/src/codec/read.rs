@@ -103,6 +103,8 @@ struct EntitySeed<'s, 'de, T> {
     etag: Option<&'de str>,
     /// The key a point read asked for: an entity under another is refused.
     key: Option<(&'s str, &'s str)>,
+    /// The key a write's URL names: the entity's, whatever its body says.
+    url_key: Option<(&'s str, &'s str)>,
     _t: PhantomData<T>,
 }
 
@@ -199,6 +201,11 @@ impl<'de, T: TableEntity> Visitor<'de> for EntitySeed<'_, 'de, T> {
                     }
                 }
             }
+        }
+        if let Some((pk, rk)) = self.url_key {
+            raw.partition_key = Cow::Owned(pk.to_owned());
+            raw.row_key = Cow::Owned(rk.to_owned());
+            (has_pk, has_rk) = (true, true);
         }
         if !(has_pk && has_rk) {
             return Err(de::Error::custom(
@@ -314,6 +321,7 @@ impl<'de, T: TableEntity> Visitor<'de> for PageSeed<'_, T> {
                 failure: self.failure,
                 etag: None,
                 key: None,
+                url_key: None,
                 _t: PhantomData,
             };
             match seq.next_element_seed(seed)? {
@@ -398,6 +406,23 @@ pub(crate) fn decode_entity<'b, T: TableEntity>(
     etag: Option<&'b str>,
     key: Option<(&str, &str)>,
 ) -> Result<T> {
+    decode_one(body, etag, key, None)
+}
+
+/// The entity of a write's JSON body under the key its URL names (an update
+/// or upsert: the body may leave its keys out, and they are not the
+/// entity's if it gives others), for the server.
+#[cfg(feature = "server")]
+pub(crate) fn decode_write_body<T: TableEntity>(body: &[u8], url_key: (&str, &str)) -> Result<T> {
+    decode_one(body, None, None, Some(url_key))
+}
+
+fn decode_one<'b, T: TableEntity>(
+    body: &'b [u8],
+    etag: Option<&'b str>,
+    key: Option<(&str, &str)>,
+    url_key: Option<(&str, &str)>,
+) -> Result<T> {
     let mut failure = None;
     // Room for the properties and type annotations of most entities: the
     // buffers of a single entity are not grown as it is read.
@@ -409,6 +434,7 @@ pub(crate) fn decode_entity<'b, T: TableEntity>(
         failure: &mut failure,
         etag,
         key,
+        url_key,
         _t: PhantomData,
     };
     let r = seed.deserialize(&mut de);

@@ -450,7 +450,7 @@ fn json_len_walk<T: TableEntity>(
     Ok(w.len)
 }
 
-fn write_double(out: &mut Vec<u8>, v: f64) {
+pub(crate) fn write_double(out: &mut Vec<u8>, v: f64) {
     if v.is_nan() {
         out.extend_from_slice(b"\"NaN\"");
     } else if v == f64::INFINITY {

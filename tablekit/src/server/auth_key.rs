@@ -49,7 +49,7 @@ pub(super) fn verify(
         return Err(Failure::auth("Request date header not specified"));
     }
     check_date(signed_date, now)?;
-    let string_to_sign = match service {
+    let string_to_sign_for = |path: &str| match service {
         Service::Table => table_string_to_sign(
             &account.name,
             &StringToSign {
@@ -57,7 +57,7 @@ pub(super) fn verify(
                 content_md5: text("content-md5"),
                 content_type: text("content-type"),
                 date: signed_date,
-                path: parts.uri.path(),
+                path,
                 comp: query
                     .iter()
                     .find(|(k, _)| k == "comp")
@@ -91,7 +91,7 @@ pub(super) fn verify(
                 // The Date line is empty when x-ms-date is sent.
                 date: if ms_date.is_empty() { date } else { "" },
                 ms_headers: &ms_headers,
-                path: parts.uri.path(),
+                path,
                 query: &query,
             };
             if lite {
@@ -101,9 +101,26 @@ pub(super) fn verify(
             }
         }
     };
-    let matches = BASE64
-        .decode(signature)
-        .is_ok_and(|sig| account.key.verify_hmac_sha256(&string_to_sign, &sig));
+    let string_to_sign = string_to_sign_for(parts.uri.path());
+    let signature_bytes = BASE64.decode(signature).ok();
+    let signed = |text: &str| {
+        signature_bytes
+            .as_ref()
+            .is_some_and(|sig| account.key.verify_hmac_sha256(text, sig))
+    };
+    // A request to the secondary location of a path-style endpoint
+    // (`/<account>-secondary/...`, where clients ask for stats) may be signed
+    // over the primary's path: the Python SDKs sign the request, then put
+    // `/<account>-secondary` before its path (`/<account>/`). Azure's
+    // secondary is another host, whose path is the same; Azurite accepts
+    // these, and so does the server.
+    let primary_path = parts
+        .uri
+        .path()
+        .strip_prefix(&format!("/{}-secondary", account.name))
+        .filter(|rest| rest.starts_with('/'));
+    let matches =
+        signed(&string_to_sign) || primary_path.is_some_and(|p| signed(&string_to_sign_for(p)));
     if !matches {
         return Err(Failure::auth(format!(
             "The MAC signature found in the HTTP request '{}' is not the same as any computed \

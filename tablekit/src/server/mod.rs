@@ -35,6 +35,9 @@ mod blob;
 mod queue;
 mod reply;
 mod table;
+mod table_admin;
+mod table_batch;
+mod table_entity;
 
 use std::convert::Infallible;
 use std::fmt;
@@ -369,7 +372,11 @@ pub(crate) struct State {
 }
 
 impl State {
+    /// The served account `name`; `<name>-secondary` is the same account
+    /// (its secondary location, where clients ask for stats, as Azurite
+    /// serves it).
     pub(crate) fn account(&self, name: &str) -> Option<&AccountState> {
+        let name = name.strip_suffix("-secondary").unwrap_or(name);
         self.accounts.iter().find(|a| a.name == name)
     }
 }

@@ -140,19 +140,27 @@ impl From<ValidationError> for Failure {
     }
 }
 
-/// The service's code for input tablekit's checks refuse.
+/// The service's code for input tablekit's checks refuse: for an entity,
+/// the codes the embedded store answers (the Table service's, see
+/// `backend::embedded::errors::from_validation`), so that a request refused
+/// by the server and one refused by the store carry the same code.
 fn validation_code(v: &ValidationError) -> &'static str {
     match v {
         ValidationError::TableName { .. }
         | ValidationError::QueueName { .. }
         | ValidationError::ContainerName { .. }
         | ValidationError::BlobName { .. } => "InvalidResourceName",
-        ValidationError::KeyTooLong { .. } | ValidationError::ValueTooLarge { .. } => {
-            "PropertyValueTooLarge"
+        ValidationError::KeyTooLong { .. } | ValidationError::KeyForbiddenChar { .. } => {
+            "OutOfRangeInput"
         }
+        ValidationError::ValueTooLarge { .. } => "PropertyValueTooLarge",
         ValidationError::EntityTooLarge { .. } => "EntityTooLarge",
         ValidationError::TooManyProperties { .. } => "TooManyProperties",
+        ValidationError::PropertyName { name, .. } if name.chars().count() > 255 => {
+            "PropertyNameTooLong"
+        }
         ValidationError::PropertyName { .. } => "PropertyNameInvalid",
+        ValidationError::DuplicateProperty { .. } => "DuplicatePropertiesSpecified",
         ValidationError::DateTimeOutOfRange { .. } | ValidationError::ValueOutOfRange { .. } => {
             "OutOfRangeInput"
         }
@@ -245,5 +253,57 @@ mod tests {
             .unwrap()
             .to_utc();
         assert_eq!(http_date(t), "Sun, 29 Nov 2026 06:05:04 GMT");
+    }
+
+    /// Each rule of the data model gets the code the embedded store gives
+    /// for it (`backend::embedded::errors::from_validation`).
+    #[test]
+    fn an_entitys_refusals_carry_the_services_codes() {
+        use crate::entity::{DynamicEntity, EntityKey};
+        let refused = |e: DynamicEntity| {
+            crate::codec::to_dynamic(&e)
+                .unwrap_err()
+                .validation()
+                .unwrap()
+                .clone()
+        };
+        let p = || DynamicEntity::new("p", "r");
+        let cases = [
+            (
+                EntityKey::new("p/", "r").validate().unwrap_err(),
+                "OutOfRangeInput",
+            ),
+            (
+                EntityKey::new("p", "r".repeat(1025))
+                    .validate()
+                    .unwrap_err(),
+                "OutOfRangeInput",
+            ),
+            (
+                ValidationError::duplicate_property("A"),
+                "DuplicatePropertiesSpecified",
+            ),
+            (refused(p().with("a-b", 1)), "PropertyNameInvalid"),
+            (refused(p().with("N".repeat(256), 1)), "PropertyNameTooLong"),
+            (
+                refused(p().with("S", "x".repeat(32 * 1024 + 1))),
+                "PropertyValueTooLarge",
+            ),
+            (
+                ValidationError::TableName {
+                    name: "1x".into(),
+                    reason: "",
+                },
+                "InvalidResourceName",
+            ),
+        ];
+        for (v, code) in cases {
+            let failure = Failure::from(v.clone());
+            assert_eq!(
+                (failure.status, failure.code.as_str()),
+                (400, code),
+                "{v:?}"
+            );
+        }
     }
 }

@@ -267,6 +267,7 @@ impl Blobs {
                     .ok_or_else(blob_not_found)?;
                 let (data, mut headers): (Bytes, BlobHeaders) =
                     (src.data.clone(), src.headers.clone());
+                let blocks = src.blocks.clone();
                 if !metadata.is_empty() {
                     headers.metadata = metadata.to_vec();
                 }
@@ -280,6 +281,8 @@ impl Blobs {
                     data,
                     etag,
                     last_modified,
+                    created: last_modified,
+                    blocks,
                     headers,
                     lease: Default::default(),
                     copy: Some(CopyInfo {
@@ -305,6 +308,7 @@ impl Blobs {
             | BlobOp::PutBlockList { .. }
             | BlobOp::Get { .. }
             | BlobOp::Properties { .. }
+            | BlobOp::BlockList { .. }
             | BlobOp::Delete { .. } => Err(Error::decode(format!(
                 "the embedded store's management calls do not carry out {}",
                 op.name()

@@ -50,6 +50,11 @@ pub(super) struct Blob {
     pub(super) data: Bytes,
     pub(super) etag: ETag,
     pub(super) last_modified: DateTime<Utc>,
+    /// When it was first created: a write over it keeps this.
+    pub(super) created: DateTime<Utc>,
+    /// Its committed blocks' ids and sizes, in order (none for a blob put
+    /// whole).
+    pub(super) blocks: Vec<(String, u64)>,
     pub(super) headers: BlobHeaders,
     pub(super) lease: Lease,
     /// The last copy into it, until a put or block list replaces it.
@@ -126,6 +131,13 @@ struct Record {
     lease: Lease,
     #[serde(default)]
     copy: Option<CopyRecord>,
+    /// Its creation, in whole seconds since the Unix epoch (absent in files
+    /// written before blobs had one: Last-Modified stands in).
+    #[serde(default)]
+    created: Option<i64>,
+    /// Its committed blocks (absent in older files: none listed).
+    #[serde(default)]
+    blocks: Vec<(String, u64)>,
 }
 
 /// The HTTP headers besides the content type.
@@ -166,6 +178,8 @@ impl Record {
         Record {
             etag: blob.etag.as_str().to_owned(),
             modified: blob.last_modified.timestamp(),
+            created: Some(blob.created.timestamp()),
+            blocks: blob.blocks.clone(),
             content_type: h.content_type.clone(),
             metadata: blob.headers.metadata.clone(),
             http: HttpRecord {
@@ -191,6 +205,8 @@ impl Record {
             data,
             etag: ETag::new(self.etag),
             last_modified: DateTime::from_timestamp(self.modified, 0)?,
+            created: DateTime::from_timestamp(self.created.unwrap_or(self.modified), 0)?,
+            blocks: self.blocks,
             headers: BlobHeaders {
                 http: crate::backend::blob::BlobHttpHeaders {
                     content_type: self.content_type,
@@ -345,6 +361,7 @@ pub(super) fn properties(name: &str, blob: &Blob, now: DateTime<Utc>) -> BlobPro
         size: blob.data.len() as u64,
         etag: blob.etag.clone(),
         last_modified: blob.last_modified,
+        created: Some(blob.created),
         http: blob.headers.http.clone(),
         metadata: answered_metadata(&blob.headers.metadata),
         lease: blob.lease.info(now),
@@ -499,7 +516,9 @@ impl Blobs {
         c: &mut Container,
         container: &str,
         blob: &str,
-        data: Bytes,
+        // The bytes, and the committed blocks they are made of (none for a
+        // blob put whole).
+        (data, blocks): (Bytes, Vec<(String, u64)>),
         headers: BlobHeaders,
         (etag, last_modified, n): (ETag, DateTime<Utc>, u64),
     ) -> Result<BlobResponse> {
@@ -511,6 +530,8 @@ impl Blobs {
                 data,
                 etag,
                 last_modified,
+                created: last_modified,
+                blocks,
                 headers,
                 lease: Lease::default(),
                 copy: None,
@@ -531,6 +552,7 @@ impl Blobs {
         let (etag, last_modified) = (new.etag.clone(), new.last_modified);
         if let Some(old) = c.blobs.get(blob) {
             new.lease = old.lease.after_write(self.clock.now());
+            new.created = old.created;
         }
         self.persist(Change::Blob(
             container,
@@ -644,7 +666,14 @@ impl Blobs {
                 let c = all.get_mut(container).ok_or_else(container_not_found)?;
                 self.check_blob_lease(c, blob, conditions.lease_id.as_deref())?;
                 check(conditions, c.blobs.get(blob))?;
-                self.commit_blob(c, container, blob, body, headers.clone(), stamp)
+                self.commit_blob(
+                    c,
+                    container,
+                    blob,
+                    (body, Vec::new()),
+                    headers.clone(),
+                    stamp,
+                )
             }
             BlobOp::PutBlock {
                 container,
@@ -688,16 +717,18 @@ impl Blobs {
                         .len();
                 }
                 let mut data = Vec::with_capacity(size);
+                let mut committed = Vec::with_capacity(block_ids.len());
                 if let Some(blocks) = blocks {
                     for id in block_ids {
                         data.extend_from_slice(&blocks[id]);
+                        committed.push((id.clone(), blocks[id].len() as u64));
                     }
                 }
                 self.commit_blob(
                     c,
                     container,
                     blob,
-                    Bytes::from(data),
+                    (Bytes::from(data), committed),
                     headers.clone(),
                     stamp,
                 )
@@ -767,6 +798,28 @@ impl Blobs {
                 c.blobs.remove(blob);
                 c.uncommitted.remove(blob);
                 Ok(BlobResponse::Done)
+            }
+            BlobOp::BlockList { container, blob } => {
+                let c = all.get(container).ok_or_else(container_not_found)?;
+                let b = c.blobs.get(blob);
+                let mut uncommitted: Vec<(String, u64)> = c
+                    .uncommitted
+                    .get(blob)
+                    .map(|m| {
+                        m.iter()
+                            .map(|(id, d)| (id.clone(), d.len() as u64))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                uncommitted.sort();
+                if b.is_none() && uncommitted.is_empty() {
+                    return Err(blob_not_found());
+                }
+                Ok(BlobResponse::BlockList {
+                    committed: b.map(|b| b.blocks.clone()).unwrap_or_default(),
+                    uncommitted,
+                    properties: b.map(|b| properties(blob, b, self.clock.now())),
+                })
             }
             op => self.manage(&mut all, op),
         }

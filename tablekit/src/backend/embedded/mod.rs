@@ -47,7 +47,7 @@ mod blob_lease;
 mod blob_manage;
 #[cfg(feature = "blob")]
 pub(crate) mod blobs;
-mod check;
+pub(crate) mod check;
 mod clock;
 #[cfg(feature = "durable")]
 pub(crate) mod durable;

@@ -188,6 +188,24 @@ fn collect_parts<'a>(
     out: &mut Vec<PartResponse<'a>>,
     depth: usize,
 ) -> Result<()> {
+    walk_parts(body, boundary, depth, None, &mut |content, _| {
+        out.push(parse_http(content)?);
+        Ok(())
+    })
+}
+
+/// Splits `body` at its boundary lines and walks every part: nested
+/// multiparts are entered, and the content of each `application/http` part
+/// (an HTTP message) is handed to `on_http` with the changeset it was met in
+/// (`None` in the batch itself, else the index of the batch's nested
+/// multipart that holds it).
+fn walk_parts<'a>(
+    body: &'a [u8],
+    boundary: &str,
+    depth: usize,
+    changeset: Option<usize>,
+    on_http: &mut dyn FnMut(&'a [u8], Option<usize>) -> Result<()>,
+) -> Result<()> {
     if depth > 2 {
         return Err(Error::decode("transaction response nested too deeply"));
     }
@@ -201,6 +219,7 @@ fn collect_parts<'a>(
         return Err(Error::decode("transaction response without its boundary"));
     };
     rest = &rest[first + delim.len()..];
+    let mut nested = 0;
     loop {
         if rest.starts_with(b"--") {
             return Ok(());
@@ -215,9 +234,11 @@ fn collect_parts<'a>(
                 .ok()
                 .and_then(boundary_of)
                 .ok_or_else(|| Error::decode("nested multipart without boundary"))?;
-            collect_parts(content, &inner, out, depth + 1)?;
+            let group = changeset.unwrap_or(nested);
+            walk_parts(content, &inner, depth + 1, Some(group), on_http)?;
+            nested += 1;
         } else if starts_with_ignore_case(ct, "application/http") {
-            out.push(parse_http(content)?);
+            on_http(content, changeset)?;
         }
         if end == rest.len() {
             return Ok(());
@@ -318,6 +339,128 @@ fn parse_http(b: &[u8]) -> Result<PartResponse<'_>> {
         etag: header(head, "etag").and_then(|v| std::str::from_utf8(v).ok()),
         body: trim_line_break(body),
     })
+}
+
+// The server's half of the format (`tablekit::server`): a transaction
+// request read (what `encode` writes) and its answer written (what
+// `parse_response` reads).
+
+/// One HTTP request inside a batch.
+#[derive(Debug)]
+#[cfg(feature = "server")]
+pub(crate) struct RequestPart<'a> {
+    pub(crate) method: &'a str,
+    /// The request line's URL, as written (absolute or a path).
+    pub(crate) url: &'a str,
+    head: &'a [u8],
+    pub(crate) body: &'a [u8],
+    /// The changeset it came in (`None`: in the batch itself), counted
+    /// from 0 in the batch's order.
+    pub(crate) changeset: Option<usize>,
+}
+
+#[cfg(feature = "server")]
+impl RequestPart<'_> {
+    /// The value of header `name` (any case), if it is text.
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        header(self.head, name).and_then(|v| std::str::from_utf8(v).ok())
+    }
+}
+
+/// The requests of a batch body of Content-Type `content_type`, in order.
+/// A decode error for a body that is not such a multipart.
+#[cfg(feature = "server")]
+pub(crate) fn parse_request<'a>(
+    content_type: &str,
+    body: &'a [u8],
+) -> Result<Vec<RequestPart<'a>>> {
+    let boundary = boundary_of(content_type)
+        .ok_or_else(|| Error::decode("a batch without a multipart boundary"))?;
+    let mut out = Vec::new();
+    walk_parts(body, &boundary, 0, None, &mut |content, changeset| {
+        let (head, body) = split_head(content);
+        let mut lines = lines(head);
+        let request_line = std::str::from_utf8(lines.next().unwrap_or(b""))
+            .map_err(|_| Error::decode("a batch request line that is not text"))?;
+        let mut words = request_line.split_ascii_whitespace();
+        let (Some(method), Some(url)) = (words.next(), words.next()) else {
+            return Err(Error::decode(format!(
+                "a bad request line in a batch: {request_line:?}"
+            )));
+        };
+        // The head without its request line.
+        let head = memchr::memchr(b'\n', head).map_or(&head[head.len()..], |i| &head[i + 1..]);
+        out.push(RequestPart {
+            method,
+            url,
+            head,
+            body: trim_line_break(body),
+            changeset,
+        });
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// One operation's answer inside a changeset.
+#[derive(Debug, Default)]
+#[cfg(feature = "server")]
+pub(crate) struct PartAnswer {
+    pub(crate) status: u16,
+    pub(crate) headers: Vec<(&'static str, String)>,
+    pub(crate) body: Vec<u8>,
+}
+
+/// A batch answer holding one changeset with `parts`, as the service
+/// writes it: its Content-Type and body.
+#[cfg(feature = "server")]
+pub(crate) fn encode_response(parts: &[PartAnswer]) -> Encoded {
+    let batch = format!("batchresponse_{}", uuid::Uuid::new_v4());
+    let changeset = format!("changesetresponse_{}", uuid::Uuid::new_v4());
+    let mut b = Vec::with_capacity(256 + parts.iter().map(|p| 300 + p.body.len()).sum::<usize>());
+    let line = |b: &mut Vec<u8>, parts: &[&str]| {
+        for p in parts {
+            b.extend_from_slice(p.as_bytes());
+        }
+        b.extend_from_slice(b"\r\n");
+    };
+    line(&mut b, &["--", &batch]);
+    line(
+        &mut b,
+        &["Content-Type: multipart/mixed; boundary=", &changeset],
+    );
+    line(&mut b, &[]);
+    for p in parts {
+        line(&mut b, &["--", &changeset]);
+        line(&mut b, &["Content-Type: application/http"]);
+        line(&mut b, &["Content-Transfer-Encoding: binary"]);
+        line(&mut b, &[]);
+        let reason = http::StatusCode::from_u16(p.status)
+            .ok()
+            .and_then(|s| s.canonical_reason())
+            .unwrap_or("");
+        line(
+            &mut b,
+            &[
+                "HTTP/1.1 ",
+                itoa::Buffer::new().format(p.status),
+                " ",
+                reason,
+            ],
+        );
+        for (name, value) in &p.headers {
+            line(&mut b, &[name, ": ", value]);
+        }
+        line(&mut b, &[]);
+        b.extend_from_slice(&p.body);
+        line(&mut b, &[]);
+    }
+    line(&mut b, &["--", &changeset, "--"]);
+    line(&mut b, &["--", &batch, "--"]);
+    Encoded {
+        content_type: format!("multipart/mixed; boundary={batch}"),
+        body: b,
+    }
 }
 
 #[cfg(test)]
@@ -478,5 +621,107 @@ mod tests {
         assert_eq!(err.code(), Some(&ErrorCode::InvalidInput));
         assert_eq!(err.batch_index(), Some(1));
         assert_eq!(err.request_id(), Some("rid"));
+    }
+
+    #[cfg(feature = "server")]
+    #[test]
+    fn a_request_the_client_encodes_is_read_back_by_the_server() {
+        let ops = vec![
+            BatchOp {
+                kind: BatchKind::Insert,
+                key: EntityKey::new("p", "1"),
+                body: Some(bytes::Bytes::from_static(
+                    br#"{"PartitionKey":"p","RowKey":"1"}"#,
+                )),
+                bag: None,
+                bag_json_len: 0,
+            },
+            BatchOp {
+                kind: BatchKind::Update(UpdateMode::Merge, IfMatch::ETag(ETag::new("W/\"x\""))),
+                key: EntityKey::new("p", "2"),
+                body: Some(bytes::Bytes::from_static(
+                    br#"{"PartitionKey":"p","RowKey":"2","A":1}"#,
+                )),
+                bag: None,
+                bag_json_len: 0,
+            },
+            BatchOp {
+                kind: BatchKind::Delete(IfMatch::Any),
+                key: EntityKey::new("p", "3'"),
+                body: None,
+                bag: None,
+                bag_json_len: 0,
+            },
+        ];
+        let e = encode("http://127.0.0.1:1/acct", "T1", &ops);
+        let parts = parse_request(&e.content_type, &e.body).unwrap();
+        assert_eq!(parts.len(), 3);
+        assert!(parts.iter().all(|p| p.changeset == Some(0)));
+        assert_eq!(
+            (parts[0].method, parts[0].url),
+            ("POST", "http://127.0.0.1:1/acct/T1")
+        );
+        assert_eq!(parts[0].body, br#"{"PartitionKey":"p","RowKey":"1"}"#);
+        assert_eq!(parts[0].header("prefer"), Some("return-no-content"));
+        assert_eq!(parts[1].method, "MERGE");
+        assert_eq!(parts[1].header("If-Match"), Some("W/\"x\""));
+        assert_eq!(parts[1].body, br#"{"PartitionKey":"p","RowKey":"2","A":1}"#);
+        assert_eq!(parts[2].method, "DELETE");
+        assert_eq!(
+            parts[2].url,
+            "http://127.0.0.1:1/acct/T1(PartitionKey='p',RowKey='3%27%27')"
+        );
+        assert_eq!(parts[2].header("if-match"), Some("*"));
+        assert!(parts[2].body.is_empty());
+        assert!(parse_request("multipart/mixed", &e.body).is_err());
+        // Two changesets and a request in the batch itself: each part says
+        // where it came.
+        let body = "--b\r\nContent-Type: multipart/mixed; boundary=c1\r\n\r\n\
+            --c1\r\nContent-Type: application/http\r\n\r\nPOST http://h/a/T HTTP/1.1\r\n\r\n{}\r\n--c1--\r\n\
+            --b\r\nContent-Type: multipart/mixed; boundary=c2\r\n\r\n\
+            --c2\r\nContent-Type: application/http\r\n\r\nDELETE http://h/a/T(PartitionKey='p',RowKey='r') HTTP/1.1\r\nIf-Match: *\r\n\r\n\r\n--c2--\r\n\
+            --b\r\nContent-Type: application/http\r\n\r\nGET http://h/a/T() HTTP/1.1\r\n\r\n\r\n--b--\r\n";
+        let parts = parse_request("multipart/mixed; boundary=b", body.as_bytes()).unwrap();
+        let seen: Vec<_> = parts.iter().map(|p| (p.method, p.changeset)).collect();
+        assert_eq!(
+            seen,
+            [("POST", Some(0)), ("DELETE", Some(1)), ("GET", None)]
+        );
+    }
+
+    #[cfg(feature = "server")]
+    #[test]
+    fn an_answer_the_server_encodes_is_read_by_the_client() {
+        let ok = encode_response(&[
+            PartAnswer {
+                status: 204,
+                headers: vec![("ETag", "W/\"a\"".into())],
+                body: Vec::new(),
+            },
+            PartAnswer {
+                status: 201,
+                headers: vec![("ETag", "W/\"b\"".into())],
+                body: br#"{"PartitionKey":"p","RowKey":"2"}"#.to_vec(),
+            },
+        ]);
+        let text = String::from_utf8(ok.body.clone()).unwrap();
+        assert!(
+            text.contains("HTTP/1.1 204 No Content\r\nETag: W/\"a\"\r\n"),
+            "{text}"
+        );
+        assert!(text.contains("HTTP/1.1 201 Created\r\n"), "{text}");
+        assert_eq!(
+            parse_response(&ok.content_type, &ok.body, 2, None).unwrap(),
+            vec![Some(ETag::new("W/\"a\"")), Some(ETag::new("W/\"b\""))]
+        );
+        let failed = encode_response(&[PartAnswer {
+            status: 409,
+            headers: vec![("Content-Type", "application/json".into())],
+            body: br#"{"odata.error":{"code":"EntityAlreadyExists","message":{"lang":"en-US","value":"1:The specified entity already exists."}}}"#.to_vec(),
+        }]);
+        let err = parse_response(&failed.content_type, &failed.body, 2, None).unwrap_err();
+        assert_eq!(err.status(), Some(409));
+        assert_eq!(err.code(), Some(&ErrorCode::EntityAlreadyExists));
+        assert_eq!(err.batch_index(), Some(1));
     }
 }

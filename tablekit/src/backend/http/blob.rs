@@ -14,7 +14,10 @@ use percent_encoding::utf8_percent_encode;
 
 /// Re-exported for the fuzz entry points (`__fuzz::blob_listing`).
 pub(crate) use super::blob_xml::parse_listing;
-use super::blob_xml::{copy_progress, http_date, lease_from, md5_from, parse_containers};
+use super::blob_xml::{
+    copy_progress, encode_block_list, http_date, lease_from, md5_from, parse_block_list_answer,
+    parse_containers,
+};
 use super::limits::{bounded_stream, declared_length, AnswerLimits, Kind};
 use super::pipeline::{Outgoing, Pipeline};
 use super::signer::Service;
@@ -185,8 +188,9 @@ impl HttpBlobBackend {
                 req.path = encode_path(container, None);
                 req.query = container_query();
                 req.query.push(("comp", "list".to_owned()));
-                // Listings carry each blob's user metadata, as properties() does.
-                req.query.push(("include", "metadata".to_owned()));
+                // Listings carry each blob's user metadata and last copy, as
+                // properties() does.
+                req.query.push(("include", "copy,metadata".to_owned()));
                 if let Some(p) = prefix {
                     req.query.push(("prefix", p.to_string()));
                 }
@@ -241,15 +245,8 @@ impl HttpBlobBackend {
                 req.query = vec![("comp", "blocklist".into())];
                 headers_into(&mut req, headers, "x-ms-blob-content-type");
                 conditions_into(&mut req, conditions);
-                let mut xml = String::from("<?xml version=\"1.0\" encoding=\"utf-8\"?><BlockList>");
-                for id in *block_ids {
-                    xml.push_str("<Latest>");
-                    xml.push_str(id);
-                    xml.push_str("</Latest>");
-                }
-                xml.push_str("</BlockList>");
                 req.content_type = "application/xml".into();
-                req.body = Bytes::from(xml);
+                req.body = Bytes::from(encode_block_list(block_ids));
             }
             BlobOp::Get {
                 container,
@@ -270,6 +267,13 @@ impl HttpBlobBackend {
             BlobOp::Properties { container, blob } => {
                 req.method = Method::HEAD;
                 req.path = encode_path(container, Some(blob));
+            }
+            BlobOp::BlockList { container, blob } => {
+                req.path = encode_path(container, Some(blob));
+                req.query = vec![
+                    ("comp", "blocklist".to_owned()),
+                    ("blocklisttype", "all".to_owned()),
+                ];
             }
             BlobOp::Delete {
                 container,
@@ -468,6 +472,26 @@ impl HttpBlobBackend {
                 let body = self.pipeline.limits().read(resp, Kind::Listing).await?;
                 parse_listing(&body)?
             }
+            BlobOp::BlockList { blob, .. } => {
+                // A blob of uncommitted blocks only has no version yet.
+                let properties = header_str(resp.headers(), &http::header::ETAG)
+                    .and(header_str(resp.headers(), &X_MS_BLOB_CONTENT_LENGTH))
+                    .map(|_| -> Result<BlobProperties> {
+                        let mut p = properties_of(blob, resp.headers(), StatusCode::OK)?;
+                        p.size = header_str(resp.headers(), &X_MS_BLOB_CONTENT_LENGTH)
+                            .and_then(|n| n.parse().ok())
+                            .unwrap_or_default();
+                        Ok(p)
+                    })
+                    .transpose()?;
+                let body = self.pipeline.limits().read(resp, Kind::Listing).await?;
+                let (committed, uncommitted) = parse_block_list_answer(&body)?;
+                BlobResponse::BlockList {
+                    committed,
+                    uncommitted,
+                    properties,
+                }
+            }
             BlobOp::ListContainers { .. } => {
                 let body = self.pipeline.limits().read(resp, Kind::Listing).await?;
                 parse_containers(&body)?
@@ -540,6 +564,8 @@ const X_MS_COPY_COMPLETION_TIME: HeaderName = HeaderName::from_static("x-ms-copy
 const X_MS_COPY_STATUS_DESCRIPTION: HeaderName =
     HeaderName::from_static("x-ms-copy-status-description");
 const CONTENT_MD5: HeaderName = HeaderName::from_static("content-md5");
+const X_MS_BLOB_CONTENT_LENGTH: HeaderName = HeaderName::from_static("x-ms-blob-content-length");
+const X_MS_CREATION_TIME: HeaderName = HeaderName::from_static("x-ms-creation-time");
 const X_MS_BLOB_CONTENT_MD5: HeaderName = HeaderName::from_static("x-ms-blob-content-md5");
 
 fn etag_of(headers: &HeaderMap) -> Result<ETag> {
@@ -602,6 +628,7 @@ fn properties_of(name: &str, headers: &HeaderMap, status: StatusCode) -> Result<
         size,
         etag: etag_of(headers)?,
         last_modified: last_modified(headers)?,
+        created: header_str(headers, &X_MS_CREATION_TIME).and_then(http_date),
         http: BlobHttpHeaders {
             content_type: text(&http::header::CONTENT_TYPE),
             content_encoding: text(&http::header::CONTENT_ENCODING),
@@ -614,6 +641,97 @@ fn properties_of(name: &str, headers: &HeaderMap, status: StatusCode) -> Result<
         lease: lease_of(headers),
         copy: copy_of(headers),
     })
+}
+
+/// The headers of a Get Blob or Get Blob Properties answer (the server's
+/// half of [`properties_of`]): for a range (`Some((first, last))`, within
+/// the blob), its length and `Content-Range`, and the blob's MD5 in
+/// `x-ms-blob-content-md5`; for the whole blob, its size and `Content-MD5`.
+#[cfg(feature = "server")]
+pub(crate) fn properties_headers(
+    p: &BlobProperties,
+    range: Option<(u64, u64)>,
+) -> Vec<(HeaderName, String)> {
+    use super::blob_xml::{copy_status_word, http_date_text, lease_words, md5_text};
+    let mut out: Vec<(HeaderName, String)> = Vec::with_capacity(24);
+    let md5 = md5_text(p.http.content_md5.as_deref());
+    match range {
+        Some((first, last)) => {
+            out.push((http::header::CONTENT_LENGTH, (last - first + 1).to_string()));
+            out.push((
+                http::header::CONTENT_RANGE,
+                format!("bytes {first}-{last}/{}", p.size),
+            ));
+            if let Some(m) = md5 {
+                out.push((X_MS_BLOB_CONTENT_MD5, m));
+            }
+        }
+        None => {
+            out.push((http::header::CONTENT_LENGTH, p.size.to_string()));
+            if let Some(m) = md5 {
+                out.push((CONTENT_MD5, m));
+            }
+        }
+    }
+    out.push((http::header::ETAG, p.etag.as_str().to_owned()));
+    out.push((http::header::LAST_MODIFIED, http_date_text(p.last_modified)));
+    if let Some(t) = p.created {
+        out.push((X_MS_CREATION_TIME, http_date_text(t)));
+    }
+    let h = &p.http;
+    for (name, value) in [
+        (http::header::CONTENT_TYPE, &h.content_type),
+        (http::header::CONTENT_ENCODING, &h.content_encoding),
+        (http::header::CONTENT_LANGUAGE, &h.content_language),
+        (http::header::CONTENT_DISPOSITION, &h.content_disposition),
+        (http::header::CACHE_CONTROL, &h.cache_control),
+    ] {
+        if let Some(v) = value {
+            out.push((name, v.clone()));
+        }
+    }
+    for (name, value) in &p.metadata {
+        if let Ok(n) = HeaderName::from_bytes(format!("x-ms-meta-{name}").as_bytes()) {
+            out.push((n, value.clone()));
+        }
+    }
+    out.push((
+        HeaderName::from_static("x-ms-blob-type"),
+        "BlockBlob".into(),
+    ));
+    let (status, state, duration) = lease_words(&p.lease);
+    out.push((HeaderName::from_static("x-ms-lease-status"), status.into()));
+    out.push((X_MS_LEASE_STATE, state.into()));
+    if let Some(d) = duration {
+        out.push((X_MS_LEASE_DURATION, d.into()));
+    }
+    if let Some(c) = &p.copy {
+        out.push((X_MS_COPY_ID, c.id.clone()));
+        out.push((X_MS_COPY_STATUS, copy_status_word(c.status).into()));
+        if let Some(s) = &c.source {
+            out.push((X_MS_COPY_SOURCE, s.clone()));
+        }
+        if let Some((done, total)) = c.progress {
+            out.push((X_MS_COPY_PROGRESS, format!("{done}/{total}")));
+        }
+        if let Some(t) = c.completed_on {
+            out.push((X_MS_COPY_COMPLETION_TIME, http_date_text(t)));
+        }
+        if let Some(d) = &c.status_description {
+            out.push((X_MS_COPY_STATUS_DESCRIPTION, d.clone()));
+        }
+    }
+    out.push((http::header::ACCEPT_RANGES, "bytes".into()));
+    out.push((
+        HeaderName::from_static("x-ms-server-encrypted"),
+        "true".into(),
+    ));
+    out.push((HeaderName::from_static("x-ms-access-tier"), "Hot".into()));
+    out.push((
+        HeaderName::from_static("x-ms-access-tier-inferred"),
+        "true".into(),
+    ));
+    out
 }
 
 #[async_trait::async_trait]
@@ -647,6 +765,62 @@ mod tests {
         assert_eq!(
             encode_path("logs", Some("queue/2014/a b+c%.log")),
             "logs/queue/2014/a%20b%2Bc%25.log"
+        );
+    }
+
+    #[cfg(feature = "server")]
+    #[test]
+    fn properties_the_server_answers_read_back_whole_in_the_client() {
+        use crate::backend::blob::LeaseState;
+        let p = BlobProperties {
+            name: "a.txt".into(),
+            size: 10,
+            etag: ETag::new("\"0x8DC1\""),
+            last_modified: "2014-07-31T18:00:00Z".parse().unwrap(),
+            created: Some("2014-07-30T18:00:00Z".parse().unwrap()),
+            http: BlobHttpHeaders {
+                content_type: Some("text/plain".into()),
+                content_encoding: Some("gzip".into()),
+                content_language: Some("en-GB".into()),
+                content_disposition: Some("attachment".into()),
+                cache_control: Some("max-age=60".into()),
+                content_md5: Some(vec![9; 16]),
+            },
+            metadata: vec![("a".into(), "1".into()), ("b".into(), "2".into())],
+            lease: LeaseInfo {
+                state: LeaseState::Leased,
+                infinite: Some(true),
+            },
+            copy: Some(CopyInfo {
+                id: "c".into(),
+                status: CopyStatus::Success,
+                source: Some("http://h/a/b".into()),
+                progress: Some((10, 10)),
+                completed_on: Some("2014-07-31T18:00:00Z".parse().unwrap()),
+                status_description: None,
+            }),
+        };
+        let to_map = |headers: Vec<(HeaderName, String)>| {
+            let mut map = HeaderMap::new();
+            for (n, v) in headers {
+                map.append(n, HeaderValue::from_str(&v).unwrap());
+            }
+            map
+        };
+        let whole = to_map(properties_headers(&p, None));
+        assert_eq!(properties_of("a.txt", &whole, StatusCode::OK).unwrap(), p);
+        assert_eq!(whole["accept-ranges"], "bytes");
+        assert_eq!(whole["x-ms-blob-type"], "BlockBlob");
+        assert_eq!(whole["x-ms-lease-status"], "locked");
+        // A range: its own length, the blob's size after the slash, and
+        // the blob's MD5 in x-ms-blob-content-md5.
+        let part = to_map(properties_headers(&p, Some((2, 4))));
+        assert_eq!(part["content-length"], "3");
+        assert_eq!(part["content-range"], "bytes 2-4/10");
+        assert!(part.get("content-md5").is_none());
+        assert_eq!(
+            properties_of("a.txt", &part, StatusCode::PARTIAL_CONTENT).unwrap(),
+            p
         );
     }
 }

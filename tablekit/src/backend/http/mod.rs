@@ -28,7 +28,7 @@ pub(crate) mod batch;
 #[cfg(feature = "blob")]
 pub(crate) mod blob;
 #[cfg(feature = "blob")]
-mod blob_xml;
+pub(crate) mod blob_xml;
 mod cosmos;
 pub(crate) mod limits;
 pub(crate) mod pipeline;
