@@ -78,6 +78,9 @@ cleanup() {
     if [[ -n "${INTEROP_START_PID:-}" ]]; then
         wait "$INTEROP_START_PID" 2>/dev/null || true
     fi
+    if [[ -n "${SERVE_VENV_START_PID:-}" ]]; then
+        wait "$SERVE_VENV_START_PID" 2>/dev/null || true
+    fi
     bash scripts/azurite.sh stop || true
     rm -rf "$TMP_ROOT"
     print_stages
@@ -128,6 +131,33 @@ else
     banner "python3 not found: the encryption interop test will be SKIPPED"
 fi
 
+# The official Python SDKs (azure-data-tables, azure-storage-queue,
+# azure-storage-blob, pinned with their dependencies in
+# tools/python/serve-requirements.txt) for their conformance run against the
+# emulator (tests/integration/serve_python.rs): a second venv, made the same
+# way, in the background too. Without python3 the test skips with a banner
+# (fails in CI, above).
+SERVE_REQS=tools/python/serve-requirements.txt
+SERVE_VENV="${CARGO_TARGET_DIR:-target}/serve-venv"
+SERVE_STAMP="$SERVE_VENV/.requirements-$(cksum "$SERVE_REQS" | cut -d' ' -f1)"
+SERVE_VENV_START_PID=""
+if command -v python3 >/dev/null 2>&1; then
+    (
+        start=$SECONDS
+        if [[ ! -f "$SERVE_STAMP" ]]; then
+            rm -rf "$SERVE_VENV"
+            python3 -m venv "$SERVE_VENV"
+            "$SERVE_VENV/bin/pip" install --quiet --disable-pip-version-check \
+                --no-deps -r "$SERVE_REQS"
+            touch "$SERVE_STAMP"
+        fi
+        echo "$((SECONDS - start))" >"$TMP_ROOT/serve-venv.secs"
+    ) >"$TMP_ROOT/serve-venv.log" 2>&1 &
+    SERVE_VENV_START_PID=$!
+else
+    banner "python3 not found: the Python SDKs' run against the emulator will be SKIPPED"
+fi
+
 stage "cargo fmt --all --check"
 cargo fmt --all --check
 
@@ -171,6 +201,21 @@ if [[ -n "$INTEROP_START_PID" ]]; then
     TABLEKIT_INTEROP_PYTHON="$(cd "$INTEROP_VENV" && pwd)/bin/python"
     export TABLEKIT_INTEROP_PYTHON
     echo "(the venv took $(cat "$TMP_ROOT/interop.secs") s in the background)"
+fi
+
+if [[ -n "$SERVE_VENV_START_PID" ]]; then
+    stage "waiting for the Python SDKs' venv (started before fmt)"
+    SERVE_VENV_RC=0
+    wait "$SERVE_VENV_START_PID" || SERVE_VENV_RC=$?
+    SERVE_VENV_START_PID=""
+    cat "$TMP_ROOT/serve-venv.log" >&2
+    if ((SERVE_VENV_RC != 0)); then
+        echo "test.sh: error: installing $SERVE_REQS failed" >&2
+        exit 1
+    fi
+    TABLEKIT_SERVE_PYTHON="$(cd "$SERVE_VENV" && pwd)/bin/python"
+    export TABLEKIT_SERVE_PYTHON
+    echo "(the venv took $(cat "$TMP_ROOT/serve-venv.secs") s in the background)"
 fi
 
 if ((NEXTEST)); then

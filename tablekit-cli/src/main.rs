@@ -13,12 +13,20 @@
 //! tablekit-cli <store> infer <table> [--sample <n>] > entity.rs
 //! tablekit-cli <file> check
 //! tablekit-cli <file> compact
+//! tablekit-cli serve [<file>] [--host <ip>] [--blob-port <n>] [--queue-port <n>] [--table-port <n>] [--account <name>:<key>]...
 //! ```
 //!
 //! `check` verifies an embedded store file without changing it (every page's
 //! checksum, every entity decoded and in order) and prints each table's
 //! entity count; `compact` gives the space of deleted entities back to the
 //! file system. Both need the file closed (no program has it open).
+//!
+//! `serve` is a storage emulator: the Table, Queue and Blob REST APIs over
+//! HTTP from the embedded store (in memory, or durable in `<file>`), on
+//! Azurite's ports by default, for the official SDKs and any other client,
+//! with the store's strict rules; it prints its addresses and connection
+//! string when ready and stops gracefully on SIGTERM or Ctrl-C (`serve`
+//! says the rest; `tablekit-cli serve --help`).
 //!
 //! `<store>` is a connection string if it contains `=` (Azure, Azurite, or
 //! `UseEmbeddedStorage=true;Path=<file>`), else the path of an embedded store
@@ -47,6 +55,7 @@ mod import;
 mod infer;
 mod literal_types;
 mod progress;
+mod serve;
 
 use std::io::{BufRead, Write};
 
@@ -63,6 +72,10 @@ usage: tablekit-cli <store> tables
        tablekit-cli <store> infer <table> [--sample <n>]   (a #[derive(TableEntity)] type)
        tablekit-cli <file> check                 (verify an embedded store file)
        tablekit-cli <file> compact               (give deleted entities' space back)
+       tablekit-cli serve [<file>] [--host <ip>] [--blob-port <n>] [--queue-port <n>]
+                          [--table-port <n>] [--account <name>:<base64 key>]...
+                          [--bearer-hs256-secret-file <file> | --bearer-rs256-key-file <pem>] ...
+                                         (an emulator: tablekit-cli serve --help)
        tablekit-cli --help
 <store>: a connection string (contains '=') or the path of an embedded store file";
 
@@ -129,7 +142,14 @@ infer reads the first --sample entities (1,000 by default) and prints a
 Kind or Type property, or a RowKey prefix such as EMPLOYEE_, tells several
 entity types apart): Rust types from the stored Edm types, Option for
 properties some entities lack, key templates it recognises (a prefix, then a
-fixed-width number), and comments with the counts behind each choice.";
+fixed-width number), and comments with the counts behind each choice.
+
+serve is a storage emulator: the Table, Queue and Blob REST APIs over HTTP from
+the embedded store, in memory or durable in <file>, on Azurite's ports
+(10000, 10001, 10002; 0 picks a free one) for the official SDKs and any other
+client, with the service's strict rules. It prints its addresses and the
+connection string when ready, and stops gracefully on SIGTERM or Ctrl-C;
+tablekit-cli serve --help says the rest.";
 
 /// How many entities `infer` reads unless told.
 const INFER_SAMPLE: usize = 1_000;
@@ -528,13 +548,33 @@ fn stdin_len() -> Option<u64> {
     None
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() {
+fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // `serve` runs on a multi-threaded runtime of its own; every other
+    // command on one thread.
+    if let [c, rest @ ..] = args.as_slice() {
+        if c == "serve" {
+            std::process::exit(serve::main(rest));
+        }
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| {
+            eprintln!("tablekit-cli: cannot start the runtime: {e}");
+            std::process::exit(2);
+        });
     let stdin = std::io::BufReader::with_capacity(1 << 16, std::io::stdin());
     let mut stdout = std::io::stdout().lock();
     let len = stdin_len();
-    if let Err(e) = run_sized(&args, stdin, len, &mut stdout, &mut std::io::stderr()).await {
+    let done = runtime.block_on(run_sized(
+        &args,
+        stdin,
+        len,
+        &mut stdout,
+        &mut std::io::stderr(),
+    ));
+    if let Err(e) = done {
         eprintln!("tablekit-cli: {e}");
         std::process::exit(2);
     }

@@ -55,6 +55,7 @@ mod sas_account;
 mod scripted;
 mod serve_auth;
 mod serve_blob;
+mod serve_python;
 mod serve_queue;
 mod serve_table;
 mod service_properties;
