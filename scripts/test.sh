@@ -240,7 +240,9 @@ fi
 # and compiles tokio, tablekit and the rest again).
 # The lying-server and lost-answer cases are left out too: each of them runs
 # on both transports by itself (they set the transport, whatever the switch).
-HTTP_CASES='package(tablekit-tests) & binary(integration) & not (test(/::embedded$/) | test(/::embedded_file$/) | test(/^derive_/) | test(/^filter_macros::/) | test(/^durable::/) | test(/^readme::/) | test(/^lying_server::/) | test(/^lost_answers::/))'
+# So are the served store's cases (`::served`, `serve_*`): they check the
+# server, which the hyper run did; the reqwest run checks the transport.
+HTTP_CASES='package(tablekit-tests) & binary(integration) & not (test(/::embedded$/) | test(/::embedded_file$/) | test(/::served$/) | test(/^serve_/) | test(/^derive_/) | test(/^filter_macros::/) | test(/^durable::/) | test(/^readme::/) | test(/^lying_server::/) | test(/^lost_answers::/))'
 if ((NEXTEST)); then
     stage "the integration tests' wire cases on reqwest (TABLEKIT_TRANSPORT=reqwest)"
     TABLEKIT_TRANSPORT=reqwest cargo nextest run --workspace -E "$HTTP_CASES" "$@"
@@ -266,7 +268,7 @@ run_example() {
 # The bounded-memory transfer exits non-zero if the peak RSS goes over budget
 # (50 MiB over HTTP; embedded adds the blob it holds).
 run_example blob_transfer 20
-for example in archive_worker employee_email_index employee_photo queue_logs department_counts department_moves; do
+for example in archive_worker employee_email_index employee_photo queue_logs department_counts department_moves eventual_processes; do
     run_example "$example"
 done
 

@@ -770,9 +770,9 @@ async fn a_served_store_file_keeps_queues_and_messages_across_restarts() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// The interpreter of the interop venv that `scripts/test.sh` makes (see
-/// `encryption_interop`), which has the official queue SDK too.
-const PYTHON_VAR: &str = "TABLEKIT_INTEROP_PYTHON";
+/// The interpreter of the official SDKs' venv that `scripts/test.sh` makes
+/// from `tools/python/serve-requirements.txt` (see `serve_python`).
+const PYTHON_VAR: &str = "TABLEKIT_SERVE_PYTHON";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_official_python_queue_sdk_runs_its_checks_against_the_server() {
@@ -785,9 +785,9 @@ async fn the_official_python_queue_sdk_runs_its_checks_against_the_server() {
             );
             eprintln!(
                 "\n=========== serve_queue: the Python SDK check is SKIPPED ===========\n\
-                 {PYTHON_VAR} is not set. Make the venv: python3 -m venv target/encryption-venv && \\\n  \
-                 target/encryption-venv/bin/pip install --no-deps -r tools/python/encryption-interop-requirements.txt\n\
-                 and set {PYTHON_VAR}=target/encryption-venv/bin/python\n\
+                 {PYTHON_VAR} is not set. Make the venv: python3 -m venv target/serve-venv && \\\n  \
+                 target/serve-venv/bin/pip install --no-deps -r tools/python/serve-requirements.txt\n\
+                 and set {PYTHON_VAR}=target/serve-venv/bin/python\n\
                  ====================================================================\n"
             );
             return;

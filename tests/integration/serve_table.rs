@@ -4,7 +4,7 @@
 //! bad input, continuation tokens across pages), sent raw and signed with
 //! Shared Key Lite as any SDK signs it, tablekit's clients over HTTP
 //! against an in-process server, and the official Python SDK
-//! (`python/table_sdk_interop.py`, in the interop venv that
+//! (`python/table_sdk_interop.py`, in the official SDKs' venv that
 //! `scripts/test.sh` makes). (The behaviour suites run on a served store
 //! too: their `served` tests.)
 
@@ -1022,26 +1022,25 @@ async fn service_properties_and_stats_answer_in_xml() {
     server.shutdown().await.unwrap();
 }
 
-/// The interpreter of the interop venv (`scripts/test.sh` makes it, with
-/// `tools/python/encryption-interop-requirements.txt`, which holds
-/// azure-data-tables too): `None`, with a banner, without it, and a failure
-/// when `CI=true`, as `encryption_interop` does.
+/// The interpreter of the official SDKs' venv (`scripts/test.sh` makes it
+/// from `tools/python/serve-requirements.txt`): `None`, with a banner,
+/// without it, and a failure when `CI=true`, as `serve_python` does.
 fn interop_python() -> Option<std::path::PathBuf> {
-    const VAR: &str = "TABLEKIT_INTEROP_PYTHON";
+    const VAR: &str = "TABLEKIT_SERVE_PYTHON";
     match std::env::var(VAR) {
         Ok(p) if !p.trim().is_empty() => Some(p.into()),
         _ => {
             assert!(
                 !std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true")),
-                "{VAR} is not set but CI=true: the Python SDK interop needs the interop venv \
+                "{VAR} is not set but CI=true: the Python SDK interop needs the SDKs' venv \
                  (scripts/test.sh makes it)"
             );
             eprintln!(
                 "\n=========== Python table SDK interop SKIPPED ===========\n\
                  {VAR} is not set: azure-data-tables was not run against the server.\n\
-                 Make the venv: python3 -m venv target/encryption-venv && \\\n  \
-                 target/encryption-venv/bin/pip install --no-deps -r tools/python/encryption-interop-requirements.txt\n\
-                 and set {VAR}=target/encryption-venv/bin/python\n\
+                 Make the venv: python3 -m venv target/serve-venv && \\\n  \
+                 target/serve-venv/bin/pip install --no-deps -r tools/python/serve-requirements.txt\n\
+                 and set {VAR}=target/serve-venv/bin/python\n\
                  ========================================================\n"
             );
             None
