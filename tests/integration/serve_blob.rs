@@ -6,9 +6,6 @@
 
 use std::time::Duration;
 
-use tablekit::account::{
-    AccountSas, AccountSasPermissions, AccountSasResourceTypes, AccountSasServices, SasProtocol,
-};
 use tablekit::blob::{BlobEntry, BlobHttpHeaders, LeaseDuration};
 use tablekit::server::{Server, MAX_BODY};
 use tablekit::{BlobServiceClient, IfMatch};
@@ -28,20 +25,10 @@ struct Raw {
 
 impl Raw {
     fn new(server: &Server) -> Raw {
-        let account =
-            tablekit::Account::from_connection_string(&server.connection_string()).unwrap();
-        let sas = AccountSas::new()
-            .services(AccountSasServices::ALL)
-            .resource_types(AccountSasResourceTypes::ALL)
-            .permissions(AccountSasPermissions::ALL)
-            .expiry(chrono::Utc::now() + chrono::Duration::hours(1))
-            .protocol(SasProtocol::HttpsAndHttp)
-            .sign(&account)
-            .unwrap();
         Raw {
             http: reqwest::Client::new(),
             base: format!("http://{}/devstoreaccount1", server.blob_address()),
-            sas: sas.as_query().to_owned(),
+            sas: crate::common::full_access_sas(server),
         }
     }
 

@@ -6,9 +6,6 @@
 
 use std::time::Duration;
 
-use tablekit::account::{
-    AccountSas, AccountSasPermissions, AccountSasResourceTypes, AccountSasServices, SasProtocol,
-};
 use tablekit::error::ErrorCode;
 use tablekit::queue::MessageEncoding;
 use tablekit::server::Server;
@@ -64,20 +61,10 @@ impl Answer {
 
 impl Raw {
     fn new(server: &Server) -> Raw {
-        let account =
-            tablekit::Account::from_connection_string(&server.connection_string()).unwrap();
-        let sas = AccountSas::new()
-            .services(AccountSasServices::ALL)
-            .resource_types(AccountSasResourceTypes::ALL)
-            .permissions(AccountSasPermissions::ALL)
-            .expiry(chrono::Utc::now() + chrono::Duration::hours(1))
-            .protocol(SasProtocol::HttpsAndHttp)
-            .sign(&account)
-            .unwrap();
         Raw {
             http: reqwest::Client::new(),
             base: format!("http://{}/devstoreaccount1", server.queue_address()),
-            sas: sas.as_query().to_owned(),
+            sas: crate::common::full_access_sas(server),
         }
     }
 

@@ -165,3 +165,22 @@ pub fn assert_invalid(err: &tablekit::Error) -> String {
     );
     err.to_string()
 }
+
+/// A SAS of the served account `server` that allows everything for an
+/// hour, as the query string of raw requests to it (the `serve_*` tests).
+pub fn full_access_sas(server: &tablekit::server::Server) -> String {
+    use tablekit::account::{
+        AccountSas, AccountSasPermissions, AccountSasResourceTypes, AccountSasServices, SasProtocol,
+    };
+    let account = tablekit::Account::from_connection_string(&server.connection_string()).unwrap();
+    AccountSas::new()
+        .services(AccountSasServices::ALL)
+        .resource_types(AccountSasResourceTypes::ALL)
+        .permissions(AccountSasPermissions::ALL)
+        .expiry(chrono::Utc::now() + chrono::Duration::hours(1))
+        .protocol(SasProtocol::HttpsAndHttp)
+        .sign(&account)
+        .unwrap()
+        .as_query()
+        .to_owned()
+}

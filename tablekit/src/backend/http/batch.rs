@@ -14,6 +14,30 @@ pub(crate) struct Encoded {
     pub(crate) body: Vec<u8>,
 }
 
+/// One line of a multipart body: `parts` joined, then CRLF.
+fn line(b: &mut Vec<u8>, parts: &[&str]) {
+    for p in parts {
+        b.extend_from_slice(p.as_bytes());
+    }
+    b.extend_from_slice(b"\r\n");
+}
+
+/// The start of a batch body: its boundary and the head of its one
+/// changeset (a request's and an answer's alike).
+fn open_changeset(b: &mut Vec<u8>, batch: &str, changeset: &str) {
+    line(b, &["--", batch]);
+    line(b, &["Content-Type: multipart/mixed; boundary=", changeset]);
+    line(b, &[]);
+}
+
+/// The head of one operation's part of a changeset, before its HTTP message.
+fn open_part(b: &mut Vec<u8>, changeset: &str) {
+    line(b, &["--", changeset]);
+    line(b, &["Content-Type: application/http"]);
+    line(b, &["Content-Transfer-Encoding: binary"]);
+    line(b, &[]);
+}
+
 /// Encodes the operations as one changeset inside one batch.
 pub(crate) fn encode(endpoint: &str, table: &str, ops: &[BatchOp]) -> Encoded {
     let batch = format!("batch_{}", uuid::Uuid::new_v4());
@@ -23,23 +47,9 @@ pub(crate) fn encode(endpoint: &str, table: &str, ops: &[BatchOp]) -> Encoded {
         .map(|o| o.body.as_ref().map_or(0, bytes::Bytes::len) + 400 + endpoint.len())
         .sum();
     let mut b = Vec::with_capacity(size + 256);
-    let line = |b: &mut Vec<u8>, parts: &[&str]| {
-        for p in parts {
-            b.extend_from_slice(p.as_bytes());
-        }
-        b.extend_from_slice(b"\r\n");
-    };
-    line(&mut b, &["--", &batch]);
-    line(
-        &mut b,
-        &["Content-Type: multipart/mixed; boundary=", &changeset],
-    );
-    line(&mut b, &[]);
+    open_changeset(&mut b, &batch, &changeset);
     for op in ops {
-        line(&mut b, &["--", &changeset]);
-        line(&mut b, &["Content-Type: application/http"]);
-        line(&mut b, &["Content-Transfer-Encoding: binary"]);
-        line(&mut b, &[]);
+        open_part(&mut b, &changeset);
         let (method, if_match) = match &op.kind {
             BatchKind::Insert => ("POST", None),
             BatchKind::Upsert(UpdateMode::Merge) => ("MERGE", None),
@@ -418,23 +428,9 @@ pub(crate) fn encode_response(parts: &[PartAnswer]) -> Encoded {
     let batch = format!("batchresponse_{}", uuid::Uuid::new_v4());
     let changeset = format!("changesetresponse_{}", uuid::Uuid::new_v4());
     let mut b = Vec::with_capacity(256 + parts.iter().map(|p| 300 + p.body.len()).sum::<usize>());
-    let line = |b: &mut Vec<u8>, parts: &[&str]| {
-        for p in parts {
-            b.extend_from_slice(p.as_bytes());
-        }
-        b.extend_from_slice(b"\r\n");
-    };
-    line(&mut b, &["--", &batch]);
-    line(
-        &mut b,
-        &["Content-Type: multipart/mixed; boundary=", &changeset],
-    );
-    line(&mut b, &[]);
+    open_changeset(&mut b, &batch, &changeset);
     for p in parts {
-        line(&mut b, &["--", &changeset]);
-        line(&mut b, &["Content-Type: application/http"]);
-        line(&mut b, &["Content-Transfer-Encoding: binary"]);
-        line(&mut b, &[]);
+        open_part(&mut b, &changeset);
         let reason = http::StatusCode::from_u16(p.status)
             .ok()
             .and_then(|s| s.canonical_reason())
