@@ -75,12 +75,9 @@ cleanup() {
     if [[ -n "$AZURITE_START_PID" ]]; then
         wait "$AZURITE_START_PID" 2>/dev/null || true
     fi
-    if [[ -n "${INTEROP_START_PID:-}" ]]; then
-        wait "$INTEROP_START_PID" 2>/dev/null || true
-    fi
-    if [[ -n "${SERVE_VENV_START_PID:-}" ]]; then
-        wait "$SERVE_VENV_START_PID" 2>/dev/null || true
-    fi
+    for pid in "${VENV_PID_encryption:-}" "${VENV_PID_serve:-}"; do
+        if [[ -n "$pid" ]]; then wait "$pid" 2>/dev/null || true; fi
+    done
     bash scripts/azurite.sh stop || true
     rm -rf "$TMP_ROOT"
     print_stages
@@ -102,60 +99,56 @@ banner "starting Azurite in the background (scripts/azurite.sh start)"
 ) &
 AZURITE_START_PID=$!
 
-# The legacy Python table library (azure-cosmosdb-table 1.0.6, pinned with its
-# dependencies in tools/python/) for the client-side encryption interop test
-# (tests/integration/encryption_interop.rs): a venv cached under the target
-# directory, made again only when the requirements change; installed in the
-# background too. Without python3 the test skips with a banner (fails in CI).
-INTEROP_REQS=tools/python/encryption-interop-requirements.txt
-INTEROP_VENV="${CARGO_TARGET_DIR:-target}/encryption-venv"
-INTEROP_STAMP="$INTEROP_VENV/.requirements-$(cksum "$INTEROP_REQS" | cut -d' ' -f1)"
-INTEROP_START_PID=""
-if command -v python3 >/dev/null 2>&1; then
+# A Python venv of pinned requirements, cached under the target directory and
+# made again only when the requirements change, installed in the background
+# while fmt and clippy run: `start_venv NAME REQUIREMENTS` starts it (its PID
+# in VENV_PID_<NAME>), `wait_venv NAME REQUIREMENTS VARIABLE` waits for it and
+# exports VARIABLE as its interpreter.
+start_venv() {
+    local name="$1" reqs="$2" venv="${CARGO_TARGET_DIR:-target}/$1-venv"
+    local stamp
+    stamp="$venv/.requirements-$(cksum "$reqs" | cut -d' ' -f1)"
     (
         start=$SECONDS
-        if [[ ! -f "$INTEROP_STAMP" ]]; then
-            rm -rf "$INTEROP_VENV"
-            python3 -m venv "$INTEROP_VENV"
-            "$INTEROP_VENV/bin/pip" install --quiet --disable-pip-version-check \
-                --no-deps -r "$INTEROP_REQS"
-            touch "$INTEROP_STAMP"
+        if [[ ! -f "$stamp" ]]; then
+            rm -rf "$venv"
+            python3 -m venv "$venv"
+            "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps -r "$reqs"
+            touch "$stamp"
         fi
-        echo "$((SECONDS - start))" >"$TMP_ROOT/interop.secs"
-    ) >"$TMP_ROOT/interop.log" 2>&1 &
-    INTEROP_START_PID=$!
+        echo "$((SECONDS - start))" >"$TMP_ROOT/$name-venv.secs"
+    ) >"$TMP_ROOT/$name-venv.log" 2>&1 &
+    printf -v "VENV_PID_$name" '%s' "$!"
+}
+wait_venv() {
+    local name="$1" reqs="$2" variable="$3" pid_var="VENV_PID_$1" rc=0
+    [[ -n "${!pid_var:-}" ]] || return 0
+    wait "${!pid_var}" || rc=$?
+    printf -v "$pid_var" '%s' ""
+    cat "$TMP_ROOT/$name-venv.log" >&2
+    if ((rc != 0)); then
+        echo "test.sh: error: installing $reqs failed" >&2
+        exit 1
+    fi
+    export "$variable=$(cd "${CARGO_TARGET_DIR:-target}/$name-venv" && pwd)/bin/python"
+    echo "(the venv took $(cat "$TMP_ROOT/$name-venv.secs") s in the background)"
+}
+
+# Two venvs: the legacy Python table library (azure-cosmosdb-table 1.0.6) for
+# the client-side encryption interop test (tests/integration/encryption_interop.rs),
+# and the official Python SDKs (azure-data-tables, azure-storage-queue,
+# azure-storage-blob) for their runs against the emulator (serve_python and the
+# serve_* tests). Without python3 those tests skip with a banner (fail in CI).
+INTEROP_REQS=tools/python/encryption-interop-requirements.txt
+SERVE_REQS=tools/python/serve-requirements.txt
+if command -v python3 >/dev/null 2>&1; then
+    start_venv encryption "$INTEROP_REQS"
+    start_venv serve "$SERVE_REQS"
 elif [[ "${CI:-}" == true ]]; then
-    echo "test.sh: error: python3 is needed for the encryption interop test (CI=true)" >&2
+    echo "test.sh: error: python3 is needed for the Python interop tests (CI=true)" >&2
     exit 1
 else
-    banner "python3 not found: the encryption interop test will be SKIPPED"
-fi
-
-# The official Python SDKs (azure-data-tables, azure-storage-queue,
-# azure-storage-blob, pinned with their dependencies in
-# tools/python/serve-requirements.txt) for their conformance run against the
-# emulator (tests/integration/serve_python.rs): a second venv, made the same
-# way, in the background too. Without python3 the test skips with a banner
-# (fails in CI, above).
-SERVE_REQS=tools/python/serve-requirements.txt
-SERVE_VENV="${CARGO_TARGET_DIR:-target}/serve-venv"
-SERVE_STAMP="$SERVE_VENV/.requirements-$(cksum "$SERVE_REQS" | cut -d' ' -f1)"
-SERVE_VENV_START_PID=""
-if command -v python3 >/dev/null 2>&1; then
-    (
-        start=$SECONDS
-        if [[ ! -f "$SERVE_STAMP" ]]; then
-            rm -rf "$SERVE_VENV"
-            python3 -m venv "$SERVE_VENV"
-            "$SERVE_VENV/bin/pip" install --quiet --disable-pip-version-check \
-                --no-deps -r "$SERVE_REQS"
-            touch "$SERVE_STAMP"
-        fi
-        echo "$((SECONDS - start))" >"$TMP_ROOT/serve-venv.secs"
-    ) >"$TMP_ROOT/serve-venv.log" 2>&1 &
-    SERVE_VENV_START_PID=$!
-else
-    banner "python3 not found: the Python SDKs' run against the emulator will be SKIPPED"
+    banner "python3 not found: the Python interop tests will be SKIPPED"
 fi
 
 stage "cargo fmt --all --check"
@@ -189,34 +182,9 @@ eval "$(cat "$TMP_ROOT/azurite.env")"
 echo "Azurite pid $AZURITE_PID, table endpoint http://127.0.0.1:$AZURITE_TABLE_PORT/devstoreaccount1"
 echo "(its install and start took $(cat "$TMP_ROOT/azurite.secs") s in the background)"
 
-if [[ -n "$INTEROP_START_PID" ]]; then
-    stage "waiting for the encryption interop venv (started before fmt)"
-    INTEROP_RC=0
-    wait "$INTEROP_START_PID" || INTEROP_RC=$?
-    cat "$TMP_ROOT/interop.log" >&2
-    if ((INTEROP_RC != 0)); then
-        echo "test.sh: error: installing $INTEROP_REQS failed" >&2
-        exit 1
-    fi
-    TABLEKIT_INTEROP_PYTHON="$(cd "$INTEROP_VENV" && pwd)/bin/python"
-    export TABLEKIT_INTEROP_PYTHON
-    echo "(the venv took $(cat "$TMP_ROOT/interop.secs") s in the background)"
-fi
-
-if [[ -n "$SERVE_VENV_START_PID" ]]; then
-    stage "waiting for the Python SDKs' venv (started before fmt)"
-    SERVE_VENV_RC=0
-    wait "$SERVE_VENV_START_PID" || SERVE_VENV_RC=$?
-    SERVE_VENV_START_PID=""
-    cat "$TMP_ROOT/serve-venv.log" >&2
-    if ((SERVE_VENV_RC != 0)); then
-        echo "test.sh: error: installing $SERVE_REQS failed" >&2
-        exit 1
-    fi
-    TABLEKIT_SERVE_PYTHON="$(cd "$SERVE_VENV" && pwd)/bin/python"
-    export TABLEKIT_SERVE_PYTHON
-    echo "(the venv took $(cat "$TMP_ROOT/serve-venv.secs") s in the background)"
-fi
+stage "waiting for the Python venvs (started before fmt)"
+wait_venv encryption "$INTEROP_REQS" TABLEKIT_INTEROP_PYTHON
+wait_venv serve "$SERVE_REQS" TABLEKIT_SERVE_PYTHON
 
 if ((NEXTEST)); then
     stage "cargo nextest run --workspace $*"

@@ -261,6 +261,10 @@ impl ServerBuilder {
 }
 
 /// A running emulator; see the [module docs](self).
+///
+/// [`shutdown`](Server::shutdown) stops it and waits. Dropping it stops it
+/// too, without waiting: it stops accepting, and its connections close once
+/// their requests in flight are answered.
 pub struct Server {
     blob: SocketAddr,
     queue: SocketAddr,
@@ -526,6 +530,32 @@ mod tests {
             ("devstoreaccount1".to_owned(), String::new())
         );
         assert!(split_path("/").is_err());
+    }
+
+    #[tokio::test]
+    async fn a_dropped_server_stops_listening() {
+        let server = Server::builder().ports(0, 0, 0).start().await.unwrap();
+        let addresses = [
+            server.blob_address(),
+            server.queue_address(),
+            server.table_address(),
+        ];
+        for address in addresses {
+            tokio::net::TcpStream::connect(address).await.unwrap();
+        }
+        drop(server);
+        for address in addresses {
+            // The accept loops see the drop when they next run.
+            let mut refused = false;
+            for _ in 0..1000 {
+                if tokio::net::TcpStream::connect(address).await.is_err() {
+                    refused = true;
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+            assert!(refused, "{address} still accepts after the drop");
+        }
     }
 
     #[test]
